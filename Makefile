@@ -1,0 +1,52 @@
+# mstar-c — the two commands of the README, and a few more for developers.
+#
+#   make demo     install what is missing, build, run the demo (the main job)
+#   make check    install what is missing, build, run every test: all but gpu in the normal
+#                 build, then unit + integration again under ASan+UBSan, then each fuzz target
+#   make install  install headers, libraries, pkg-config and CMake files (PREFIX=/usr/local)
+#   make bench    run the benchmark suite
+#   make format   clang-format every C source
+JOBS   ?= $(shell nproc)
+BUILD  ?= build
+SANBUILD ?= build-asan
+PREFIX ?= /usr/local
+CMAKE_FLAGS ?=
+
+.PHONY: all deps build demo check check-main check-asan install bench format clean
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
+
+demo: build
+	$(BUILD)/mstar demo
+
+check-main: build
+	ctest --test-dir $(BUILD) -LE gpu --output-on-failure -j $(JOBS)
+
+check-asan: deps
+	@cmake -S . -B $(SANBUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	    -DMSTAR_SANITIZE=address,undefined -DMSTAR_FUZZ=ON -DMSTAR_CUDA=OFF >/dev/null
+	@cmake --build $(SANBUILD) -j $(JOBS) -- --no-print-directory
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	    ctest --test-dir $(SANBUILD) -L 'unit|integration' -E 'unit.install' --output-on-failure -j $(JOBS)
+	ctest --test-dir $(SANBUILD) -L fuzz --output-on-failure
+
+check: check-main check-asan
+
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+bench: build
+	$(BUILD)/mstar bench all
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf $(BUILD) $(SANBUILD)

@@ -1,0 +1,82 @@
+/*
+ * mstar/mesh.h — the control mesh: one ZeroMQ PULL inbox per entity, a lazily connected PUSH
+ * per peer, typed messages (mstar/wire.h), and a wake-up eventfd for other threads.
+ *
+ * Endpoints (transport-spec §1.4): ipc://$MSTAR_IPC_DIR/<entity>.ipc (default /tmp/mstar), or
+ * tcp://$MSTAR_ZMQ_TCP_HOST:<port> with port = base (19000) for api_server, +1 conductor,
+ * +2 api_server_preprocess_worker, +100+r for worker_<r>, else +1000 + (byte sum of the name mod
+ * 1000). Order is kept per (sender, receiver) pair only.
+ *
+ * A mesh handle belongs to one thread (its entity's loop), except mstar_mesh_wake, which any
+ * thread may call. A peer that sends garbage is logged and skipped; the receiver goes on.
+ */
+#ifndef MSTAR_MESH_H
+#define MSTAR_MESH_H
+
+#include "mstar/core.h"
+#include "mstar/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mstar_mesh mstar_mesh;
+
+typedef enum mstar_mesh_transport {
+    MSTAR_MESH_DEFAULT = 0, /* MSTAR_ZMQ_TRANSPORT, else ipc */
+    MSTAR_MESH_IPC = 1,
+    MSTAR_MESH_TCP = 2,
+} mstar_mesh_transport;
+
+typedef struct mstar_mesh_options {
+    mstar_mesh_transport transport;
+    const char *ipc_dir;  /* NULL: MSTAR_IPC_DIR, else /tmp/mstar */
+    const char *tcp_host; /* NULL: MSTAR_ZMQ_TCP_HOST, else 127.0.0.1 */
+    int tcp_base_port;    /* 0: MSTAR_ZMQ_TCP_BASE_PORT, else 19000 */
+} mstar_mesh_options;
+
+/* Bind `entity`'s inbox. `opts` may be NULL (all defaults from the environment). A bad knob, an
+ * invalid entity name or a bind failure is an error naming the endpoint. */
+mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opts,
+                               mstar_mesh **out);
+/* Close every socket (linger 0), the eventfd, and remove the ipc file this entity bound. */
+void mstar_mesh_destroy(mstar_mesh *mesh);
+
+const char *mstar_mesh_entity(const mstar_mesh *mesh);
+/* The entity's index for tensor ids (mstar_entity_index, or one the mesh derived for other
+ * names: 1000 + byte sum mod 1000... documented in docs/architecture.md). */
+uint16_t mstar_mesh_entity_index(const mstar_mesh *mesh);
+
+/* The endpoint string an entity binds under these options ("ipc:///tmp/mstar/worker_0.ipc"). */
+mstar_status mstar_mesh_endpoint(const mstar_mesh_options *opts, const char *entity, char *buf,
+                                 size_t size);
+
+/* Encode and send `msg` to `peer` (connecting on first use); fills msg->from. Non-blocking:
+ * MSTAR_EAGAIN if the peer's queue is full (high-water mark). */
+mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg);
+/* Send raw bytes (tests, and peers speaking their own format). */
+mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data,
+                                 size_t len);
+
+/* Receive the next valid message into *out (which the caller later mstar_msg_clear's). Waits up
+ * to timeout_ms (0 = poll, -1 = forever); MSTAR_EAGAIN when none arrived. Undecodable frames are
+ * logged, counted and skipped. A pending wake-up makes the call return MSTAR_EAGAIN early. */
+mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out);
+
+/* Frames dropped as undecodable since creation. */
+uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);
+
+/* The fds an event loop polls: the inbox (ZMQ_FD: edge-triggered, readable means "check
+ * mstar_mesh_recv with timeout 0 until MSTAR_EAGAIN") and the wake-up eventfd. */
+int mstar_mesh_inbox_fd(const mstar_mesh *mesh);
+int mstar_mesh_wake_fd(const mstar_mesh *mesh);
+/* Wake the loop (any thread). */
+mstar_status mstar_mesh_wake(mstar_mesh *mesh);
+/* Drain the eventfd; returns how many wakes were pending. */
+uint64_t mstar_mesh_wake_drain(mstar_mesh *mesh);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MSTAR_MESH_H */

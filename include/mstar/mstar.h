@@ -1,0 +1,15 @@
+/*
+ * mstar/mstar.h — the whole public API of libmstar.
+ *
+ *   core.h     status codes, errors, logging, environment knobs, dtypes, tensor views, ids
+ *   wire.h     request ids, tensor descriptors, edges, control messages and their encoding
+ *   mesh.h     the ZeroMQ control mesh between entities
+ */
+#ifndef MSTAR_MSTAR_H
+#define MSTAR_MSTAR_H
+
+#include "mstar/core.h"
+#include "mstar/wire.h"
+#include "mstar/mesh.h"
+
+#endif /* MSTAR_MSTAR_H */

@@ -1,0 +1,47 @@
+/*
+ * strmap.h — map from byte-string keys to 64-bit values.
+ *
+ * Built on the u64 map: the map holds hash → first entry of a chain, entries live in one array
+ * with a free list. Keys are copied. Used where keys come as names (string request ids, signal
+ * names, peers) rather than as tensor ids. Not thread-safe.
+ */
+#ifndef MSTAR_CORE_STRMAP_H
+#define MSTAR_CORE_STRMAP_H
+
+#include "u64map.h"
+
+typedef struct mstar__strmap_entry {
+    char *key; /* NUL-terminated copy; NULL marks a free entry */
+    size_t key_len;
+    uint64_t hash;
+    uint64_t val;
+    uint32_t next; /* next entry of the chain or of the free list, +1; 0 = end */
+} mstar__strmap_entry;
+
+typedef struct mstar__strmap {
+    mstar__u64map heads; /* hash → entry index + 1 */
+    mstar__strmap_entry *entries;
+    uint32_t nentries;
+    uint32_t cap;
+    uint32_t free_head; /* +1; 0 = none */
+    size_t len;
+} mstar__strmap;
+
+void mstar__strmap_init(mstar__strmap *m);
+void mstar__strmap_free(mstar__strmap *m);
+uint64_t *mstar__strmap_find(const mstar__strmap *m, const char *key, size_t len);
+mstar_status mstar__strmap_put(mstar__strmap *m, const char *key, size_t len, uint64_t val);
+bool mstar__strmap_remove(mstar__strmap *m, const char *key, size_t len, uint64_t *old);
+/* Iterate live entries: `uint32_t it = 0; while (mstar__strmap_next(m, &it, &k, &klen, &v))`. */
+bool mstar__strmap_next(const mstar__strmap *m, uint32_t *it, const char **key, size_t *len,
+                        uint64_t *val);
+
+static inline size_t mstar__strmap_len(const mstar__strmap *m)
+{
+    return m->len;
+}
+
+/* FNV-1a over the bytes, then the u64 mixer. */
+uint64_t mstar__hash_bytes(const void *data, size_t len);
+
+#endif

@@ -1,0 +1,54 @@
+/*
+ * mstar_test.h — what every test shares: cmocka, scratch directories that are removed at exit,
+ * a log capture to assert that bad input was reported, and a helper to skip a test (exit 77).
+ */
+#ifndef MSTAR_TEST_H
+#define MSTAR_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "mstar/mstar.h"
+
+/* Assert a call returned MSTAR_OK, printing the library's last error when it did not. */
+#define assert_mstar_ok(expr)                                                                      \
+    do {                                                                                           \
+        mstar_status st_ = (expr);                                                                 \
+        if (st_ != MSTAR_OK)                                                                       \
+            fail_msg("%s -> %s: %s", #expr, mstar_status_name(st_), mstar_last_error());           \
+    } while (0)
+
+/* Assert a call failed with `want` and left a non-empty error message. */
+#define assert_mstar_status(expr, want)                                                            \
+    do {                                                                                           \
+        mstar_status st_ = (expr);                                                                 \
+        if (st_ != (want))                                                                         \
+            fail_msg("%s -> %s, wanted %s (%s)", #expr, mstar_status_name(st_),                    \
+                     mstar_status_name(want), mstar_last_error());                                 \
+        assert_true(mstar_last_error()[0] != '\0');                                                \
+    } while (0)
+
+/* A fresh directory under $TMPDIR (or /tmp), removed with its contents at process exit. The
+ * returned string is valid for the life of the process. */
+const char *mstar_test_tmpdir(const char *tag);
+/* Number of entries in a directory (-1 if it cannot be opened). */
+int mstar_test_count_dir(const char *path);
+/* Remove a directory tree. */
+void mstar_test_rmtree(const char *path);
+
+/* Capture log lines at or above `level` into a buffer; mstar_test_log_contains searches them. */
+void mstar_test_log_capture_begin(mstar_log_level level);
+void mstar_test_log_capture_end(void);
+bool mstar_test_log_contains(const char *needle);
+int mstar_test_log_count(const char *needle);
+
+/* Leave the test program with the "skipped" exit code (77) and a message saying why. */
+void mstar_test_skip(const char *why) __attribute__((noreturn));
+
+/* Seeded xorshift for reproducible random tests. */
+uint64_t mstar_test_rand(uint64_t *state);
+
+#endif
