@@ -10,8 +10,9 @@
  *
  * Ownership: the variable-length arrays inside an edge or a message are heap-allocated by whoever
  * builds them (the decoder, or the mstar_edge_* / mstar_msg_* helpers) and released with
- * mstar_edge_clear / mstar_msg_clear. Fixed-size fields are inline, so a descriptor is plain data
- * that can be copied with '='.
+ * mstar_edge_clear / mstar_msg_clear. Only the library allocates them (appends rely on its
+ * growth rule): do not point them at arrays of your own. Fixed-size fields are inline, so a
+ * descriptor is plain data that can be copied with '='.
  */
 #ifndef MSTAR_WIRE_H
 #define MSTAR_WIRE_H
@@ -27,7 +28,7 @@ extern "C" {
 /* Upper bounds the decoder enforces (a message over them is MSTAR_EPROTO). */
 #define MSTAR_WIRE_MAX_MESSAGE (64u << 20)  /* bytes in one encoded message */
 #define MSTAR_WIRE_MAX_EDGES 4096           /* edges in one message */
-#define MSTAR_WIRE_MAX_TENSORS 65536        /* descriptors in one edge */
+#define MSTAR_WIRE_MAX_TENSORS 65536        /* descriptors in one edge, and in one message */
 #define MSTAR_WIRE_MAX_ENTRIES 65536        /* entries of a uuid map or list */
 #define MSTAR_WIRE_MAX_KV 64                /* metadata entries */
 #define MSTAR_REMOTE_KEY_MAX 1024           /* bytes of a packed remote key */
@@ -102,9 +103,9 @@ typedef struct mstar_edge {
 void mstar_edge_init(mstar_edge *edge);
 /* Free the descriptor array and reset to init state. */
 void mstar_edge_clear(mstar_edge *edge);
-/* Deep copy (dst is overwritten, not cleared first). */
+/* Deep copy (dst is overwritten, not cleared first; on error it is left in init state). */
 mstar_status mstar_edge_copy(mstar_edge *dst, const mstar_edge *src);
-/* Append a copy of *info. */
+/* Append a copy of *info. MSTAR_ENOSPC past MSTAR_WIRE_MAX_TENSORS. */
 mstar_status mstar_edge_add_tensor(mstar_edge *edge, const mstar_tensor_info *info);
 
 /* ---------------------------------------------------------------------------------------------
@@ -235,12 +236,14 @@ typedef struct mstar_msg {
     mstar_kv *kv;
 } mstar_msg;
 
-/* Zero everything and set `type`. */
+/* Zero everything, set `type` and the type's defaults (INPUT_SIGNALS: text = "default"). */
 void mstar_msg_init(mstar_msg *msg, mstar_msg_type type);
 /* Free every array (and each edge's descriptors) and reset to MSTAR_MSG_INVALID. */
 void mstar_msg_clear(mstar_msg *msg);
 
-/* Builders that append to a message's arrays (copying their arguments). */
+/* Builders that append to a message's arrays (copying their arguments; an edge is copied deep).
+ * MSTAR_ENOSPC past the decoder's limits; add_name and add_rid reject invalid names (EINVAL).
+ * Values are checked when the message is encoded. */
 mstar_status mstar_msg_add_edge(mstar_msg *msg, const mstar_edge *edge);
 mstar_status mstar_msg_add_count(mstar_msg *msg, mstar_tensor_id uuid, int64_t count);
 mstar_status mstar_msg_add_uuid(mstar_msg *msg, mstar_tensor_id uuid);
@@ -249,6 +252,7 @@ mstar_status mstar_msg_add_rid(mstar_msg *msg, const mstar_rid *rid);
 mstar_status mstar_msg_add_int(mstar_msg *msg, int64_t value);
 mstar_status mstar_msg_add_rx(mstar_msg *msg, const mstar_rx_info *rx);
 mstar_status mstar_msg_add_tx(mstar_msg *msg, const mstar_tx_info *tx);
+/* Sets `key` (a valid name of at most 63 bytes) to `value`, replacing an earlier value. */
 mstar_status mstar_msg_add_kv(mstar_msg *msg, const char *key, int64_t value);
 /* The value under `key`, or `def`. */
 int64_t mstar_msg_get_kv(const mstar_msg *msg, const char *key, int64_t def);

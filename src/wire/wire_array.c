@@ -1,0 +1,118 @@
+/*
+ * wire_array.c — the arrays inside edges and messages: allocation by the shared growth rule
+ * (wire_internal.h), and duplicate-key detection for the fields that travel as msgpack maps.
+ *
+ * Duplicates are found by a linear scan for the short arrays of the hot path (a TENSOR_RECEIVED
+ * with a handful of uuids) and through the core hash maps above that, so a 65536-entry map from a
+ * peer costs linear time, not quadratic.
+ */
+#include "wire_internal.h"
+
+#include "core/strmap.h"
+#include "core/u64map.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define LINEAR_DUP_MAX 16
+
+mstar_status mstar__wire_alloc(uint32_t n, size_t elsize, void **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return MSTAR_OK;
+    void *p = calloc(mstar__wire_cap(n), elsize);
+    if (p == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "array of %u elements of %zu bytes", n, elsize);
+    *out = p;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__wire_grow(void **arr, uint32_t n, size_t elsize)
+{
+    if (n == UINT32_MAX)
+        return mstar_error_set(MSTAR_ENOMEM, "array already holds %u elements", n);
+    uint32_t cap = mstar__wire_cap(n);
+    if (n < cap)
+        return MSTAR_OK;
+    size_t ncap = cap == 0 ? 1 : (size_t)cap * 2;
+    void *p = realloc(*arr, ncap * elsize);
+    if (p == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "array of %zu elements of %zu bytes", ncap, elsize);
+    memset((char *)p + (size_t)n * elsize, 0, (ncap - n) * elsize);
+    *arr = p;
+    return MSTAR_OK;
+}
+
+static const char *name_at(const void *base, size_t stride, size_t key_offset, uint32_t i)
+{
+    return (const char *)base + (size_t)i * stride + key_offset;
+}
+
+static uint64_t u64_at(const void *base, size_t stride, size_t key_offset, uint32_t i)
+{
+    uint64_t v;
+    memcpy(&v, (const char *)base + (size_t)i * stride + key_offset, sizeof(v));
+    return v;
+}
+
+mstar_status mstar__wire_find_dup_name(const void *base, uint32_t n, size_t stride,
+                                       size_t key_offset, int64_t *dup)
+{
+    *dup = -1;
+    if (n <= LINEAR_DUP_MAX) {
+        for (uint32_t i = 1; i < n; i++) {
+            for (uint32_t j = 0; j < i; j++) {
+                if (strcmp(name_at(base, stride, key_offset, i),
+                           name_at(base, stride, key_offset, j)) == 0) {
+                    *dup = i;
+                    return MSTAR_OK;
+                }
+            }
+        }
+        return MSTAR_OK;
+    }
+    mstar__strmap seen;
+    mstar__strmap_init(&seen);
+    mstar_status st = MSTAR_OK;
+    for (uint32_t i = 0; i < n && *dup < 0; i++) {
+        const char *key = name_at(base, stride, key_offset, i);
+        size_t len = strlen(key);
+        if (mstar__strmap_find(&seen, key, len) != NULL)
+            *dup = i;
+        else if ((st = mstar__strmap_put(&seen, key, len, i)) != MSTAR_OK)
+            break;
+    }
+    mstar__strmap_free(&seen);
+    return st;
+}
+
+mstar_status mstar__wire_find_dup_u64(const void *base, uint32_t n, size_t stride,
+                                      size_t key_offset, int64_t *dup)
+{
+    *dup = -1;
+    if (n <= LINEAR_DUP_MAX) {
+        for (uint32_t i = 1; i < n; i++) {
+            uint64_t k = u64_at(base, stride, key_offset, i);
+            for (uint32_t j = 0; j < i; j++) {
+                if (u64_at(base, stride, key_offset, j) == k) {
+                    *dup = i;
+                    return MSTAR_OK;
+                }
+            }
+        }
+        return MSTAR_OK;
+    }
+    mstar__u64map seen;
+    mstar__u64map_init(&seen);
+    mstar_status st = mstar__u64map_reserve(&seen, n);
+    for (uint32_t i = 0; st == MSTAR_OK && i < n && *dup < 0; i++) {
+        uint64_t key = u64_at(base, stride, key_offset, i);
+        if (mstar__u64map_find(&seen, key) != NULL)
+            *dup = i;
+        else
+            st = mstar__u64map_put(&seen, key, i);
+    }
+    mstar__u64map_free(&seen);
+    return st;
+}
