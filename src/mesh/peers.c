@@ -1,0 +1,100 @@
+/*
+ * peers.c — the peer table: one PUSH socket per peer entity, connected on first send.
+ *
+ * Connecting lazily means a peer need not exist yet: ZeroMQ queues up to the high-water mark and
+ * delivers once the peer's inbox is bound. Sends never block: a full queue is MSTAR_EAGAIN and
+ * the caller decides (the loop keeps receiving, which is what lets a full peer drain).
+ */
+#include "mesh_internal.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <zmq.h>
+
+static mstar_status connect_fail(mstar_mesh *mesh, void *sock, const char *endpoint,
+                                 const char *what)
+{
+    int err = zmq_errno();
+    if (sock != NULL)
+        zmq_close(sock);
+    return mstar_error_set(MSTAR_EIO, "mesh %s: %s %s: %s", mesh->entity, what, endpoint,
+                           zmq_strerror(err));
+}
+
+/* The connected PUSH socket for `peer`, creating it on first use. */
+static mstar_status peer_socket(mstar_mesh *mesh, const char *peer, void **out)
+{
+    size_t len = strlen(peer);
+    uint64_t *found = mstar__strmap_find(&mesh->peers, peer, len);
+    if (found != NULL) {
+        *out = (void *)(uintptr_t)*found;
+        return MSTAR_OK;
+    }
+    char endpoint[MSTAR__MESH_ENDPOINT_MAX];
+    mstar_status st = mstar__mesh_endpoint_format(&mesh->cfg, peer, endpoint, sizeof(endpoint));
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("mesh %s: peer", mesh->entity);
+
+    void *sock = zmq_socket(mesh->ctx, ZMQ_PUSH);
+    if (sock == NULL)
+        return connect_fail(mesh, NULL, endpoint, "cannot create a socket for");
+    int linger = 0;
+    int hwm = MSTAR__MESH_SNDHWM;
+    int ipv6 = mstar__mesh_ipv6(&mesh->cfg);
+    if (zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof(hwm)) != 0 ||
+        zmq_setsockopt(sock, ZMQ_IPV6, &ipv6, sizeof(ipv6)) != 0)
+        return connect_fail(mesh, sock, endpoint, "cannot set the socket options for");
+    if (zmq_connect(sock, endpoint) != 0)
+        return connect_fail(mesh, sock, endpoint, "cannot connect to");
+    st = mstar__strmap_put(&mesh->peers, peer, len, (uint64_t)(uintptr_t)sock);
+    if (st != MSTAR_OK) {
+        zmq_close(sock);
+        return st;
+    }
+    *out = sock;
+    return MSTAR_OK;
+}
+
+void mstar__peers_close(mstar__strmap *peers)
+{
+    uint32_t it = 0;
+    const char *key;
+    size_t len;
+    uint64_t val;
+    while (mstar__strmap_next(peers, &it, &key, &len, &val))
+        zmq_close((void *)(uintptr_t)val);
+    mstar__strmap_free(peers);
+}
+
+static mstar_status send_fail(mstar_mesh *mesh, const char *peer)
+{
+    int err = zmq_errno();
+    if (err == EAGAIN)
+        return mstar_error_set(MSTAR_EAGAIN,
+                               "mesh %s: the queue to '%s' is full (%d messages); receive and "
+                               "retry",
+                               mesh->entity, peer, MSTAR__MESH_SNDHWM);
+    return mstar_error_set(MSTAR_EIO, "mesh %s: send to '%s': %s", mesh->entity, peer,
+                           zmq_strerror(err));
+}
+
+mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data, size_t len)
+{
+    if (mesh == NULL || peer == NULL || (data == NULL && len > 0))
+        return mstar_error_set(MSTAR_EINVAL, "mstar_mesh_send_raw: %s is NULL",
+                               mesh == NULL   ? "mesh"
+                               : peer == NULL ? "peer"
+                                              : "data");
+    void *sock;
+    mstar_status st = peer_socket(mesh, peer, &sock);
+    if (st != MSTAR_OK)
+        return st;
+    for (;;) {
+        if (zmq_send(sock, data, len, ZMQ_DONTWAIT) >= 0)
+            return MSTAR_OK;
+        if (zmq_errno() != EINTR)
+            return send_fail(mesh, peer);
+    }
+}
