@@ -4,6 +4,7 @@
  *   core.h     status codes, errors, logging, environment knobs, dtypes, tensor views, ids
  *   wire.h     request ids, tensor descriptors, edges, control messages and their encoding
  *   mesh.h     the ZeroMQ control mesh between entities
+ *   planner.h  capture memory planning and agreement across ranks
  */
 #ifndef MSTAR_MSTAR_H
 #define MSTAR_MSTAR_H
@@ -11,5 +12,6 @@
 #include "mstar/core.h"
 #include "mstar/wire.h"
 #include "mstar/mesh.h"
+#include "mstar/planner.h"
 
 #endif /* MSTAR_MSTAR_H */

@@ -1,0 +1,238 @@
+/*
+ * mstar/planner.h — deciding, before anything is captured, which buckets a device can afford to
+ * capture, and keeping every rank of a group in the same decision (graph-runner-spec §3.8, §4).
+ *
+ *   - mstar_plan_captures: the §4.3 model. Each graph pool holds what every one of its graphs
+ *     keeps plus the most any single graph needs beyond that; each graph also holds executable
+ *     memory outside every pool, part of which a walk's held measurement copies pay for. Buckets
+ *     are added cheapest first while the largest eager step still fits beside them.
+ *   - mstar_exec_memory_estimate: executable memory per graph node from free-memory readings
+ *     taken around instantiated copies of a graph (§3.8), kept apart from the device so the
+ *     arithmetic is testable on any machine.
+ *   - Rank groups and mstar_agree_across_ranks: an elementwise min or max of an int64 vector
+ *     over every rank (§4.6), by a single-rank identity, the control mesh (one process per
+ *     rank) or NCCL.
+ *   - mstar_fail_if_graphs_required: MSTAR_REQUIRE_CUDA_GRAPHS=1 turns a dropped bucket into a
+ *     startup failure (§4.5).
+ *
+ * Everything here is plain data in, plain data out, except the rank groups (opaque handles).
+ * Byte counts are uint64_t. Nothing keeps a pointer to its arguments past the call.
+ */
+#ifndef MSTAR_PLANNER_H
+#define MSTAR_PLANNER_H
+
+#include "mstar/core.h"
+#include "mstar/mesh.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Capture costs and the plan (reference CaptureCost, CapturePlan, GraphMemory, plan_captures)
+ * ------------------------------------------------------------------------------------------- */
+
+/* A bucket as the planner sees it. `walk` and `key_info` are borrowed for the call. The order
+ * of candidates of equal cost is (bs, num_tokens), then pool name, then config_idx, then walk,
+ * then key_info (NULL first): all derived from the configs, so every rank gets the same plan. */
+typedef struct mstar_plan_key {
+    const char *walk;     /* the capture walk (a valid name) */
+    int64_t bs;           /* >= 1 */
+    int64_t num_tokens;   /* >= 1 */
+    const char *key_info; /* additional_key_info as text; NULL = None */
+    uint32_t config_idx;  /* the config's position in its runner's config list */
+} mstar_plan_key;
+
+/* What one bucket costs (reference CaptureCost; bytes unless noted). */
+typedef struct mstar_capture_cost {
+    uint64_t peak;    /* eager warm-up peak above baseline, max over the bucket's slots */
+    bool has_graph;   /* false: no throwaway capture succeeded; the bucket cannot be planned */
+    uint64_t graph;   /* pool bytes one throwaway capture took (own, or the walk's largest) */
+    uint64_t kept;    /* pool bytes still allocated after one capture; <= graph */
+    uint32_t slots;   /* graphs the bucket captures, >= 1 */
+    uint64_t outside; /* bytes one graph holds outside the allocator (executable memory) */
+    /* The walk's executable-memory measurement whose held copies may pay for this bucket's
+     * `outside`: an index into the `credits` given to mstar_plan_captures; -1 for none. Every
+     * bucket of a walk names the same index, so the walk's copies pay once across them. */
+    int32_t executable;
+} mstar_capture_cost;
+
+typedef struct mstar_bucket_cost {
+    mstar_plan_key key;
+    mstar_capture_cost cost;
+} mstar_bucket_cost;
+
+/* One graph pool and the sized buckets that capture into it. */
+typedef struct mstar_pool_costs {
+    const char *name; /* a valid name, unique on the device */
+    const mstar_bucket_cost *buckets;
+    size_t nbuckets;
+} mstar_pool_costs;
+
+/* The plan for one pool. `planned` has one entry per bucket of the matching mstar_pool_costs, in
+ * the same order; every bucket not planned is a planned drop. */
+typedef struct mstar_pool_plan {
+    uint64_t predicted; /* pool bytes: kept by every planned graph + the largest extra */
+    uint64_t outside;   /* executable bytes the planned graphs add beyond the reused copies */
+    size_t nplanned;
+    bool *planned;
+} mstar_pool_plan;
+
+/* Reference CapturePlan: which buckets each pool captures, chosen before any is. Owns `pools`
+ * (one per input pool, same order) and each pool's `planned`; release with
+ * mstar_capture_plan_clear. */
+typedef struct mstar_capture_plan {
+    uint64_t floor; /* the largest eager step, kept free beside the planned graphs */
+    size_t npools;
+    mstar_pool_plan *pools;
+} mstar_capture_plan;
+
+/* Reference GraphMemory: what one captured graph holds, in its pool and outside the allocator. */
+typedef struct mstar_graph_memory {
+    uint64_t pool;
+    uint64_t outside;
+} mstar_graph_memory;
+
+/* No bound on executable reuse (the reference's reusable=None). */
+#define MSTAR_PLAN_REUSE_UNBOUNDED UINT64_MAX
+
+/*
+ * Reference plan_captures(pools, free, reusable) (graph-runner-spec §4.3).
+ *
+ *   floor = max peak over every bucket. Candidates (buckets with a graph) in ascending standalone
+ *   cost slots·kept + (graph − kept) + slots·outside, ties in the key order above. For each in
+ *   turn: pool_add = slots·kept + max(0, (graph − kept) − extra_max[pool]); exec_need =
+ *   slots·outside; reuse = min(exec_need, credit left of its walk, reusable − reuse so far);
+ *   Δ = pool_add + exec_need − reuse. Stop at the first candidate with total + Δ + floor > free
+ *   (later ones are not tried); otherwise plan it.
+ *
+ * `credits[i]` is the held bytes of measurement i's copies (ExecutableMemory held); `reusable`
+ * bounds the reuse summed over all buckets, MSTAR_PLAN_REUSE_UNBOUNDED for none (0 means no
+ * reuse at all, unlike the reference, where 0 read as None). On success *out is filled (any
+ * previous content is not freed). MSTAR_EINVAL names the pool or bucket on bad input (an
+ * invalid or duplicate name or key, slots 0, kept > graph, an executable index out of range);
+ * MSTAR_ERANGE if a cost overflows 64 bits.
+ */
+mstar_status mstar_plan_captures(const mstar_pool_costs *pools, size_t npools, uint64_t free_bytes,
+                                 const uint64_t *credits, size_t ncredits, uint64_t reusable,
+                                 mstar_capture_plan *out);
+
+/* Free what a plan owns and zero it. Safe on a zeroed plan. */
+void mstar_capture_plan_clear(mstar_capture_plan *plan);
+
+/* ---------------------------------------------------------------------------------------------
+ * Executable memory (reference ExecutableMemory.measure's arithmetic)
+ * ------------------------------------------------------------------------------------------- */
+
+#define MSTAR_EXEC_PIECE_BYTES ((uint64_t)2 << 20) /* the driver maps executable memory in these \
+                                                    */
+#define MSTAR_EXEC_COUNTS           3              /* counts per measurement */
+#define MSTAR_EXEC_COPIES_PER_COUNT 8              /* copies instantiated per count */
+
+typedef struct mstar_exec_estimate {
+    bool has_per_node;    /* false: no copy could be counted (the reference's per_node None) */
+    double per_node;      /* bytes per graph node */
+    uint64_t held;        /* bytes the held copies took: the walk's reuse credit */
+    uint32_t kept_counts; /* counts that passed both noise checks */
+} mstar_exec_estimate;
+
+/*
+ * Executable bytes per node from `ncounts` counts of `copies` copies each. `readings` holds
+ * ncounts × (copies + 1) device free-memory values, count after count: reading 0 of a count is
+ * free memory before its first copy, reading i free memory after its copy i.
+ *
+ * In each count, copies up to and including the first one that takes free memory are skipped
+ * (they refill pieces the driver mapped earlier); the rest are counted, and their bytes plus one
+ * MSTAR_EXEC_PIECE_BYTES (the first counted copy may start partway into a piece) over
+ * (counted copies × nodes) is the count's rate. A count is kept only if free memory never rose
+ * in it and no counted copy took more than the count's mean + 2 pieces. per_node is the largest
+ * kept rate; with no kept count, the largest rate any count gave; with no counted copy, none.
+ *
+ * held is the free-memory drop summed over the counts (a count whose free memory rose overall
+ * adds nothing), capped at per_node × nodes × all copies when per_node exists, so that another
+ * process allocating mid-measurement cannot inflate the credit; 0 without per_node.
+ * MSTAR_EINVAL if ncounts, copies or nodes is 0.
+ */
+mstar_status mstar_exec_memory_estimate(const uint64_t *readings, size_t ncounts, size_t copies,
+                                        uint64_t nodes, mstar_exec_estimate *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Required graphs (reference fail_if_graphs_required)
+ * ------------------------------------------------------------------------------------------- */
+
+/*
+ * With MSTAR_REQUIRE_CUDA_GRAPHS=1 and `n` > 0: MSTAR_ESTATE, the message listing the missing
+ * buckets by name. Otherwise the missing buckets are logged (warn) and MSTAR_OK is returned. A
+ * bad value of the variable is MSTAR_EINVAL naming it.
+ */
+mstar_status mstar_fail_if_graphs_required(const char *const *missing, size_t n);
+
+/* ---------------------------------------------------------------------------------------------
+ * Rank groups and agreement (reference agree_across_ranks)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct mstar_rank_group mstar_rank_group;
+
+typedef enum mstar_reduce {
+    MSTAR_REDUCE_MIN = 0, /* ANDs 0/1 flags: a bucket dropped on any rank is dropped on all */
+    MSTAR_REDUCE_MAX = 1, /* ORs flags; the largest cost */
+} mstar_reduce;
+
+/* A group of one: agreement returns the values unchanged. */
+mstar_status mstar_rank_group_create_single(mstar_rank_group **out);
+
+typedef struct mstar_host_group_options {
+    const mstar_mesh_options *mesh; /* NULL: the mesh's defaults from the environment */
+    int64_t timeout_ms; /* per agreement; 0: MSTAR_RANK_AGREE_TIMEOUT_MS (default 300000) */
+} mstar_host_group_options;
+
+/*
+ * A group over the control mesh, one process per rank. Each rank binds its own mesh entity
+ * "<name>.rank<r>" (so agreement never takes another loop's messages) and sends its values to
+ * every other rank as RANK_VALUES {text: name, round, rank, world_size, ints: values}. Rounds
+ * are numbered from 1 per group; a message of an earlier round is dropped, one of the next round
+ * is kept for it. A message of round 0 with no values says its sender left the group (see
+ * mstar_rank_group_destroy). Anything else that arrives (another group, a wrong sender, a rank
+ * out of range, a duplicate) is logged and dropped. `opts` may be NULL.
+ */
+mstar_status mstar_rank_group_create_host(const char *name, int32_t rank, int32_t world_size,
+                                          const mstar_host_group_options *opts,
+                                          mstar_rank_group **out);
+
+/*
+ * An NCCL group on CUDA device `device`, bootstrapped over `bootstrap` (borrowed for the call;
+ * its rank and size become this group's): rank 0 makes the NCCL id and the others receive it
+ * through one agreement. libnccl.so.2 is loaded at run time, never linked. MSTAR_ENOTSUP when
+ * the build has no CUDA backend or the library cannot be loaded; MSTAR_EDEVICE naming the NCCL
+ * or CUDA call that failed. An all-reduce that does not finish within the timeout
+ * (MSTAR_RANK_AGREE_TIMEOUT_MS) aborts the communicator: MSTAR_ETIMEDOUT, then MSTAR_ECLOSED for
+ * every later agreement.
+ */
+mstar_status mstar_rank_group_create_nccl(mstar_rank_group *bootstrap, int device,
+                                          mstar_rank_group **out);
+
+/*
+ * Leave the group and free it. A host group first tells the other ranks it is leaving and
+ * waits (at most min(timeout, 1 s)) until each of them has either left too or is gone, so that
+ * this rank's last values are never discarded with its sockets while a peer still waits for
+ * them. NULL is a no-op.
+ */
+void mstar_rank_group_destroy(mstar_rank_group *group);
+
+int32_t mstar_rank_group_rank(const mstar_rank_group *group);
+int32_t mstar_rank_group_size(const mstar_rank_group *group);
+
+/*
+ * Reduce values[0..n) elementwise over every rank with `reduce`, in place (written only on
+ * success). Every rank must call it with the same n and reduce, in the same order of calls;
+ * values come in an order derived from the configs. MSTAR_ETIMEDOUT naming the ranks that did not
+ * answer, MSTAR_EPROTO if a rank sent a different number of values.
+ */
+mstar_status mstar_agree_across_ranks(mstar_rank_group *group, int64_t *values, size_t n,
+                                      mstar_reduce reduce);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MSTAR_PLANNER_H */
