@@ -4,6 +4,8 @@
  *   core.h     status codes, errors, logging, environment knobs, dtypes, tensor views, ids
  *   wire.h     request ids, tensor descriptors, edges, control messages and their encoding
  *   mesh.h     the ZeroMQ control mesh between entities
+ *   device.h   device backends (host, CUDA): streams, events, copies, memory, capture
+ *   graphs.h   the accelerator graph runner: graph pools, capture, buckets, slots, padding rows
  *   planner.h  capture memory planning and agreement across ranks
  */
 #ifndef MSTAR_MSTAR_H
@@ -12,6 +14,8 @@
 #include "mstar/core.h"
 #include "mstar/wire.h"
 #include "mstar/mesh.h"
+#include "mstar/device.h"
+#include "mstar/graphs.h"
 #include "mstar/planner.h"
 
 #endif /* MSTAR_MSTAR_H */

@@ -162,3 +162,15 @@ uint64_t mstar_test_rand(uint64_t *state)
     *state = x;
     return x;
 }
+
+mstar_backend *mstar_test_cuda_or_skip(int index)
+{
+    mstar_device d = { MSTAR_DEVICE_CUDA, index };
+    mstar_backend *b = NULL;
+    mstar_status st = mstar_backend_create(d, &b);
+    if (st == MSTAR_ENOTSUP)
+        mstar_test_skip(mstar_last_error());
+    if (st != MSTAR_OK)
+        fail_msg("mstar_backend_create(cuda:%d): %s", index, mstar_last_error());
+    return b;
+}

@@ -48,6 +48,10 @@ int mstar_test_log_count(const char *needle);
 /* Leave the test program with the "skipped" exit code (77) and a message saying why. */
 void mstar_test_skip(const char *why) __attribute__((noreturn));
 
+/* The backend of CUDA device `index`; skips the test program (77) with the reason when CUDA is not
+ * built in or no GPU is there. */
+mstar_backend *mstar_test_cuda_or_skip(int index);
+
 /* Seeded xorshift for reproducible random tests. */
 uint64_t mstar_test_rand(uint64_t *state);
 

@@ -1,0 +1,128 @@
+/*
+ * backend.h — the device backend vtable and the objects every backend shares.
+ *
+ * backend.c holds the public entry points: it validates arguments, keeps the bookkeeping that is
+ * the same on every backend (raw allocations and the memory budget, pinned ranges, the capture
+ * count that fences the caching allocator, the stream capture state) and calls through `ops` for
+ * the device work. backend_host.c and cuda/backend_cuda.c implement `ops`. Nothing above this file
+ * (pools, capture, runners) knows which backend it runs on.
+ */
+#ifndef MSTAR_GRAPHS_BACKEND_H
+#define MSTAR_GRAPHS_BACKEND_H
+
+#include "mstar/device.h"
+
+#include "core/u64map.h"
+#include "core/vec.h"
+#include "graphs/alloc.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef struct mstar_graph_pool mstar_graph_pool;
+
+typedef struct mstar__backend_ops {
+    const char *name;
+    void (*destroy)(mstar_backend *b);
+
+    mstar_status (*raw_alloc)(mstar_backend *b, size_t nbytes, void **out);
+    void (*raw_free)(mstar_backend *b, void *ptr);
+    mstar_status (*host_alloc_pinned)(mstar_backend *b, size_t nbytes, void **out);
+    void (*host_free_pinned)(mstar_backend *b, void *ptr);
+    mstar_status (*host_register)(mstar_backend *b, void *ptr, size_t nbytes);
+    mstar_status (*host_unregister)(mstar_backend *b, void *ptr);
+    mstar_status (*mem_info)(mstar_backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
+
+    mstar_status (*stream_create)(mstar_stream *s);
+    void (*stream_destroy)(mstar_stream *s);
+    mstar_status (*stream_synchronize)(mstar_stream *s);
+    mstar_status (*stream_wait_event)(mstar_stream *s, mstar_event *e);
+
+    mstar_status (*event_create)(mstar_event *e);
+    void (*event_destroy)(mstar_event *e);
+    mstar_status (*event_record)(mstar_event *e, mstar_stream *s);
+    mstar_status (*event_query)(mstar_event *e);
+    mstar_status (*event_synchronize)(mstar_event *e);
+
+    mstar_status (*memcpy_async)(mstar_stream *s, void *dst, const void *src, size_t nbytes,
+                                 mstar_memcpy_kind kind);
+    mstar_status (*memset_async)(mstar_stream *s, void *dst, int value, size_t nbytes);
+    mstar_status (*launch)(mstar_stream *s, mstar_host_fn fn, const void *args, size_t size);
+
+    /* Start recording; on success the stream's capture_state is the backend's to fill. */
+    mstar_status (*capture_begin)(mstar_stream *s);
+    /* Stop recording into `g` (native graph, node count, owned host-call records). On failure
+     * the backend has released any partial graph and the stream no longer captures. */
+    mstar_status (*capture_end)(mstar_stream *s, mstar_graph *g);
+    mstar_status (*graph_instantiate)(mstar_graph *g, bool keep_graph);
+    mstar_status (*graph_launch)(mstar_graph *g, mstar_stream *s);
+    void (*graph_release)(mstar_graph *g); /* the native parts only */
+} mstar__backend_ops;
+
+struct mstar_backend {
+    const mstar__backend_ops *ops;
+    mstar_device device;
+    int capability;
+    void *impl;
+
+    pthread_mutex_t lock;     /* raw, pinned, registered, raw_bytes, budget, pools */
+    mstar__u64map raw;        /* raw allocation → size */
+    mstar__u64map pinned;     /* pinned allocation → size */
+    mstar__u64map registered; /* registered host range start → size */
+    uint64_t raw_bytes;       /* held by raw allocations (the caching allocator's segments too) */
+    uint64_t budget;          /* host backend: 0 = unlimited */
+    mstar__vec pools;         /* mstar_graph_pool *, for mstar_free outside a capture */
+    mstar__allocator caching; /* the ordinary allocator */
+    atomic_int capturing;     /* streams of this backend capturing now */
+};
+
+struct mstar_stream {
+    mstar_backend *backend;
+    unsigned flags;
+    void *native;         /* cudaStream_t; NULL on the host backend */
+    pthread_mutex_t lock; /* host backend: serialises the stream's work */
+    bool capturing;
+    void *capture_state;    /* the backend's recording while capturing */
+    mstar_graph_pool *pool; /* where mstar_alloc goes while capturing into a pool */
+    /* The last event this stream was told to wait on, and how many waits: read by tests that
+     * check which stream waited for what (graph-runner-spec §8.4, §8.5). */
+    mstar_event *last_waited;
+    uint64_t waits;
+    uint64_t enqueued; /* copies, memsets and launches enqueued, for the same tests */
+};
+
+struct mstar_event {
+    mstar_backend *backend;
+    void *native;              /* cudaEvent_t; NULL on the host backend */
+    mstar_stream *last_stream; /* the stream of the last record, or NULL */
+};
+
+struct mstar_graph {
+    mstar_backend *backend;
+    void *native; /* cudaGraph_t, or the host recording */
+    void *exec;   /* cudaGraphExec_t; the host recording once instantiated */
+    size_t nodes;
+    bool instantiated;
+    mstar__vec host_calls; /* CUDA: records of mstar_launch calls the graph replays (void *) */
+    /* What the graph owns beyond its native parts (capture.c / pool.c fill these). */
+    mstar_graph_pool *pool;    /* holds a reference while blocks below are owned */
+    mstar__vec pool_blocks;    /* void *: pool blocks live at capture end */
+    mstar__vec caching_blocks; /* void *: output buffers from the caching allocator */
+};
+
+/* Backend constructors. */
+mstar_status mstar__host_backend_create(mstar_backend *b);
+#ifdef MSTAR_HAVE_CUDA
+mstar_status mstar__cuda_backend_create(mstar_backend *b);
+#endif
+
+/* Register and unregister a pool with its backend (pool.c), so that mstar_free outside a capture
+ * finds the pool that owns a block. */
+mstar_status mstar__backend_add_pool(mstar_backend *b, mstar_graph_pool *pool);
+void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool);
+
+/* Raw allocation with the shared bookkeeping (budget, registry); the allocators use these. */
+mstar_status mstar__raw_alloc(mstar_backend *b, size_t nbytes, void **out);
+void mstar__raw_free(mstar_backend *b, void *ptr);
+
+#endif

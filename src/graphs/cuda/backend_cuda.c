@@ -1,0 +1,414 @@
+/*
+ * backend_cuda.c — the CUDA backend: the CUDA runtime (linked statically) behind the vtable.
+ *
+ * Every call that creates or touches device state first makes this backend's device current
+ * (cudaSetDevice), so a backend for cuda:N > 0 never lands work on device 0 — the runtime's
+ * current device is per thread, and the runner's threads are not all ours.
+ *
+ * Capture uses stream capture in cudaStreamCaptureModeGlobal (see mstar_stream_begin_capture).
+ * mstar_launch becomes a host node (cudaLaunchHostFunc) whose argument copy the graph owns.
+ * Driver API functions are reached through cudaGetDriverEntryPointByVersion only, never by
+ * linking libcuda, so the library loads on a machine without a driver and reports MSTAR_ENOTSUP.
+ */
+#include "graphs/backend.h"
+
+#include <cuda_runtime_api.h>
+#include <cudaTypedefs.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+struct cuda_impl {
+    PFN_cuMemGetInfo_v3020 mem_get_info; /* driver cuMemGetInfo, or NULL */
+};
+
+/* The copy of an mstar_launch call that a host node runs. */
+struct host_call {
+    mstar_host_fn fn;
+    bool owned_by_graph; /* eager calls free themselves after running */
+    _Alignas(16) unsigned char args[];
+};
+
+static mstar_status cuda_error(mstar_backend *b, cudaError_t err, const char *what)
+{
+    return mstar_error_set(MSTAR_EDEVICE, "cuda:%d: %s failed: %s (%s)", (int)b->device.index, what,
+                           cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+static mstar_status pin(mstar_backend *b)
+{
+    cudaError_t err = cudaSetDevice(b->device.index);
+    return err == cudaSuccess ? MSTAR_OK : cuda_error(b, err, "cudaSetDevice");
+}
+
+#define CUDA_TRY(b, call)                        \
+    do {                                         \
+        cudaError_t err_ = (call);               \
+        if (err_ != cudaSuccess)                 \
+            return cuda_error((b), err_, #call); \
+    } while (0)
+
+static void cuda_destroy(mstar_backend *b)
+{
+    free(b->impl);
+    b->impl = NULL;
+}
+
+static mstar_status cuda_raw_alloc(mstar_backend *b, size_t nbytes, void **out)
+{
+    mstar_status st = pin(b);
+    if (st != MSTAR_OK)
+        return st;
+    cudaError_t err = cudaMalloc(out, nbytes);
+    if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return mstar_error_set(MSTAR_ENOMEM, "cuda:%d: cudaMalloc of %zu bytes: out of memory",
+                               (int)b->device.index, nbytes);
+    }
+    return err == cudaSuccess ? MSTAR_OK : cuda_error(b, err, "cudaMalloc");
+}
+
+static void cuda_raw_free(mstar_backend *b, void *ptr)
+{
+    if (pin(b) == MSTAR_OK)
+        cudaFree(ptr);
+}
+
+static mstar_status cuda_host_alloc_pinned(mstar_backend *b, size_t nbytes, void **out)
+{
+    mstar_status st = pin(b);
+    if (st != MSTAR_OK)
+        return st;
+    CUDA_TRY(b, cudaHostAlloc(out, nbytes, cudaHostAllocPortable));
+    return MSTAR_OK;
+}
+
+static void cuda_host_free_pinned(mstar_backend *b, void *ptr)
+{
+    cudaFreeHost(ptr);
+}
+
+static mstar_status cuda_host_register(mstar_backend *b, void *ptr, size_t nbytes)
+{
+    mstar_status st = pin(b);
+    if (st != MSTAR_OK)
+        return st;
+    CUDA_TRY(b, cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_host_unregister(mstar_backend *b, void *ptr)
+{
+    CUDA_TRY(b, cudaHostUnregister(ptr));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_mem_info(mstar_backend *b, uint64_t *free_bytes, uint64_t *total_bytes)
+{
+    mstar_status st = pin(b);
+    if (st != MSTAR_OK)
+        return st;
+    struct cuda_impl *impl = b->impl;
+    size_t f = 0, t = 0;
+    if (impl->mem_get_info != NULL) {
+        /* The driver's view: what the planner compares with what captures take. */
+        CUresult r = impl->mem_get_info(&f, &t);
+        if (r != CUDA_SUCCESS)
+            return mstar_error_set(MSTAR_EDEVICE, "cuda:%d: cuMemGetInfo failed with CUresult %d",
+                                   (int)b->device.index, (int)r);
+    } else {
+        CUDA_TRY(b, cudaMemGetInfo(&f, &t));
+    }
+    *free_bytes = f;
+    *total_bytes = t;
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_stream_create(mstar_stream *s)
+{
+    mstar_status st = pin(s->backend);
+    if (st != MSTAR_OK)
+        return st;
+    cudaStream_t cs;
+    unsigned flags =
+        (s->flags & MSTAR_STREAM_NON_BLOCKING) ? cudaStreamNonBlocking : cudaStreamDefault;
+    CUDA_TRY(s->backend, cudaStreamCreateWithFlags(&cs, flags));
+    s->native = cs;
+    return MSTAR_OK;
+}
+
+static void cuda_stream_destroy(mstar_stream *s)
+{
+    if (pin(s->backend) != MSTAR_OK)
+        return;
+    cudaStreamSynchronize(s->native);
+    cudaStreamDestroy(s->native);
+}
+
+static mstar_status cuda_stream_synchronize(mstar_stream *s)
+{
+    CUDA_TRY(s->backend, cudaStreamSynchronize(s->native));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_stream_wait_event(mstar_stream *s, mstar_event *e)
+{
+    CUDA_TRY(s->backend, cudaStreamWaitEvent(s->native, e->native, 0));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_event_create(mstar_event *e)
+{
+    mstar_status st = pin(e->backend);
+    if (st != MSTAR_OK)
+        return st;
+    cudaEvent_t ev;
+    CUDA_TRY(e->backend, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    e->native = ev;
+    return MSTAR_OK;
+}
+
+static void cuda_event_destroy(mstar_event *e)
+{
+    cudaEventDestroy(e->native);
+}
+
+static mstar_status cuda_event_record(mstar_event *e, mstar_stream *s)
+{
+    CUDA_TRY(e->backend, cudaEventRecord(e->native, s->native));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_event_query(mstar_event *e)
+{
+    cudaError_t err = cudaEventQuery(e->native);
+    if (err == cudaSuccess)
+        return MSTAR_OK;
+    if (err == cudaErrorNotReady) {
+        cudaGetLastError();
+        return MSTAR_EAGAIN;
+    }
+    return cuda_error(e->backend, err, "cudaEventQuery");
+}
+
+static mstar_status cuda_event_synchronize(mstar_event *e)
+{
+    CUDA_TRY(e->backend, cudaEventSynchronize(e->native));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_memcpy_async(mstar_stream *s, void *dst, const void *src, size_t nbytes,
+                                      mstar_memcpy_kind kind)
+{
+    static const enum cudaMemcpyKind kinds[] = {
+        [MSTAR_MEMCPY_H2D] = cudaMemcpyHostToDevice,
+        [MSTAR_MEMCPY_D2H] = cudaMemcpyDeviceToHost,
+        [MSTAR_MEMCPY_D2D] = cudaMemcpyDeviceToDevice,
+        [MSTAR_MEMCPY_H2H] = cudaMemcpyHostToHost,
+    };
+    CUDA_TRY(s->backend, cudaMemcpyAsync(dst, src, nbytes, kinds[kind], s->native));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_memset_async(mstar_stream *s, void *dst, int value, size_t nbytes)
+{
+    CUDA_TRY(s->backend, cudaMemsetAsync(dst, value, nbytes, s->native));
+    return MSTAR_OK;
+}
+
+static void CUDART_CB run_host_call(void *p)
+{
+    struct host_call *c = p;
+    c->fn(c->args);
+    if (!c->owned_by_graph)
+        free(c);
+}
+
+static mstar_status cuda_launch(mstar_stream *s, mstar_host_fn fn, const void *args, size_t size)
+{
+    struct host_call *c = malloc(sizeof(*c) + size);
+    if (c == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_launch: out of memory");
+    c->fn = fn;
+    c->owned_by_graph = s->capturing;
+    if (size != 0)
+        memcpy(c->args, args, size);
+    if (s->capturing) {
+        mstar_status st = mstar__vec_push(s->capture_state, &c);
+        if (st != MSTAR_OK) {
+            free(c);
+            return st;
+        }
+    }
+    cudaError_t err = cudaLaunchHostFunc(s->native, run_host_call, c);
+    if (err != cudaSuccess) {
+        if (s->capturing)
+            ((mstar__vec *)s->capture_state)->len--;
+        free(c);
+        return cuda_error(s->backend, err, "cudaLaunchHostFunc");
+    }
+    return MSTAR_OK;
+}
+
+static void free_host_calls(mstar__vec *calls)
+{
+    for (size_t i = 0; i < calls->len; i++)
+        free(*(void **)mstar__vec_at(calls, i));
+    mstar__vec_free(calls);
+}
+
+static mstar_status cuda_capture_begin(mstar_stream *s)
+{
+    mstar_status st = pin(s->backend);
+    if (st != MSTAR_OK)
+        return st;
+    mstar__vec *calls = malloc(sizeof(*calls));
+    if (calls == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_stream_begin_capture: out of memory");
+    mstar__vec_init(calls, sizeof(void *));
+    cudaError_t err = cudaStreamBeginCapture(s->native, cudaStreamCaptureModeGlobal);
+    if (err != cudaSuccess) {
+        free(calls);
+        return cuda_error(s->backend, err, "cudaStreamBeginCapture");
+    }
+    s->capture_state = calls;
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_capture_end(mstar_stream *s, mstar_graph *g)
+{
+    mstar__vec *calls = s->capture_state;
+    cudaGraph_t graph = NULL;
+    cudaError_t err = cudaStreamEndCapture(s->native, &graph);
+    if (err != cudaSuccess) {
+        /* An invalidated capture: drop the partial graph and clear the sticky error so the
+         * stream and the context stay usable for the next capture. */
+        if (graph != NULL)
+            cudaGraphDestroy(graph);
+        cudaGetLastError();
+        free_host_calls(calls);
+        free(calls);
+        return cuda_error(s->backend, err, "cudaStreamEndCapture (the capture was invalidated)");
+    }
+    size_t nodes = 0;
+    err = cudaGraphGetNodes(graph, NULL, &nodes);
+    if (err != cudaSuccess) {
+        cudaGraphDestroy(graph);
+        free_host_calls(calls);
+        free(calls);
+        return cuda_error(s->backend, err, "cudaGraphGetNodes");
+    }
+    g->native = graph;
+    g->nodes = nodes;
+    mstar__vec_free(&g->host_calls);
+    g->host_calls = *calls;
+    free(calls);
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_graph_instantiate(mstar_graph *g, bool keep_graph)
+{
+    mstar_status st = pin(g->backend);
+    if (st != MSTAR_OK)
+        return st;
+    cudaGraphExec_t exec;
+    CUDA_TRY(g->backend, cudaGraphInstantiate(&exec, g->native, 0));
+    g->exec = exec;
+    if (!keep_graph) {
+        cudaGraphDestroy(g->native);
+        g->native = NULL;
+    }
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_graph_launch(mstar_graph *g, mstar_stream *s)
+{
+    CUDA_TRY(g->backend, cudaGraphLaunch(g->exec, s->native));
+    return MSTAR_OK;
+}
+
+static void cuda_graph_release(mstar_graph *g)
+{
+    if (g->exec != NULL)
+        cudaGraphExecDestroy(g->exec);
+    if (g->native != NULL)
+        cudaGraphDestroy(g->native);
+    g->exec = g->native = NULL;
+    for (size_t i = 0; i < g->host_calls.len; i++)
+        free(*(void **)mstar__vec_at(&g->host_calls, i));
+    g->host_calls.len = 0;
+}
+
+static const mstar__backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .raw_alloc = cuda_raw_alloc,
+    .raw_free = cuda_raw_free,
+    .host_alloc_pinned = cuda_host_alloc_pinned,
+    .host_free_pinned = cuda_host_free_pinned,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
+    .mem_info = cuda_mem_info,
+    .stream_create = cuda_stream_create,
+    .stream_destroy = cuda_stream_destroy,
+    .stream_synchronize = cuda_stream_synchronize,
+    .stream_wait_event = cuda_stream_wait_event,
+    .event_create = cuda_event_create,
+    .event_destroy = cuda_event_destroy,
+    .event_record = cuda_event_record,
+    .event_query = cuda_event_query,
+    .event_synchronize = cuda_event_synchronize,
+    .memcpy_async = cuda_memcpy_async,
+    .memset_async = cuda_memset_async,
+    .launch = cuda_launch,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .graph_instantiate = cuda_graph_instantiate,
+    .graph_launch = cuda_graph_launch,
+    .graph_release = cuda_graph_release,
+};
+
+mstar_status mstar__cuda_backend_create(mstar_backend *b)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return mstar_error_set(MSTAR_ENOTSUP, "cuda:%d: no usable CUDA device: %s (%s)",
+                               (int)b->device.index, cudaGetErrorString(err),
+                               cudaGetErrorName(err));
+    }
+    if (count == 0)
+        return mstar_error_set(MSTAR_ENOTSUP, "cuda:%d: the driver reports no CUDA device",
+                               (int)b->device.index);
+    if (b->device.index >= count)
+        return mstar_error_set(MSTAR_EINVAL, "cuda:%d: only %d CUDA devices (0..%d)",
+                               (int)b->device.index, count, count - 1);
+    struct cuda_impl *impl = calloc(1, sizeof(*impl));
+    if (impl == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_backend_create: out of memory");
+    b->ops = &cuda_ops;
+    b->impl = impl;
+    mstar_status st = pin(b);
+    int major = 0, minor = 0;
+    if (st == MSTAR_OK && ((err = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                                                         b->device.index)) != cudaSuccess ||
+                           (err = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                                                         b->device.index)) != cudaSuccess))
+        st = cuda_error(b, err, "cudaDeviceGetAttribute(compute capability)");
+    if (st != MSTAR_OK) {
+        free(impl);
+        b->impl = NULL;
+        return st;
+    }
+    b->capability = major * 10 + minor;
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetInfo", &fn, 3020, cudaEnableDefault, &q) ==
+            cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+        impl->mem_get_info = (PFN_cuMemGetInfo_v3020)fn;
+    else
+        cudaGetLastError(); /* fall back to cudaMemGetInfo */
+    return MSTAR_OK;
+}

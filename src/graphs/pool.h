@@ -1,0 +1,29 @@
+/*
+ * pool.h — graph pools inside the library: how a capture routes allocations into its pool, and
+ * what a graph owns when its capture ends. The public half is in mstar/graphs.h.
+ */
+#ifndef MSTAR_GRAPHS_POOL_H
+#define MSTAR_GRAPHS_POOL_H
+
+#include "graphs/backend.h"
+
+/* mstar_alloc / mstar_free on a stream that captures into `pool`. */
+mstar_status mstar__pool_capture_alloc(mstar_graph_pool *pool, size_t nbytes, void **out);
+mstar_status mstar__pool_capture_free(mstar_graph_pool *pool, void *ptr);
+bool mstar__pool_owns(mstar_graph_pool *pool, const void *ptr);
+/* mstar_free of a pool block with no capture running: refused for a graph's block. */
+mstar_status mstar__pool_free_outside_capture(mstar_graph_pool *pool, void *ptr);
+
+/* Route the stream's allocations into the pool for one capture. MSTAR_ESTATE if the pool is
+ * already capturing on another stream (graphs of one pool never capture or replay concurrently). */
+mstar_status mstar__pool_route_begin(mstar_graph_pool *pool, mstar_stream *stream);
+/* Stop routing. With `g`, the blocks the capture left live become the graph's (it takes a pool
+ * reference) and `taken`/`kept`/`peak` are filled; without, a failed capture's live blocks go
+ * back to the pool. Always leaves the stream allocating from the caching allocator again. */
+mstar_status mstar__pool_route_end(mstar_graph_pool *pool, mstar_stream *stream, mstar_graph *g,
+                                   uint64_t *taken, uint64_t *kept, uint64_t *peak);
+
+/* Give back what a graph owns beyond its native parts (pool blocks, caching buffers). */
+void mstar__graph_release_owned(mstar_graph *g);
+
+#endif

@@ -1,0 +1,127 @@
+/*
+ * test_cuda_device.c — the CUDA backend on a real GPU: streams, events, copies, pinned memory,
+ * host work, real stream capture and replay, and an invalidated capture leaving the stream
+ * usable. Skips (77) without a GPU.
+ */
+#include "mstar_test.h"
+
+#include <cuda_runtime_api.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct add_args {
+    int *target;
+    int value;
+};
+
+static void add_fn(void *p)
+{
+    struct add_args *a = p;
+    *a->target = *a->target * 10 + a->value;
+}
+
+static void test_copies_events_and_host_work(void **state)
+{
+    (void)state;
+    mstar_backend *b = mstar_test_cuda_or_skip(0);
+    assert_string_equal(mstar_backend_name(b), "cuda");
+    assert_true(mstar_backend_capability(b) >= 50);
+    uint64_t f, t;
+    assert_mstar_ok(mstar_mem_info(b, &f, &t));
+    assert_true(f > 0 && f <= t);
+    mstar_stream *s = NULL;
+    assert_mstar_ok(mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &s));
+    assert_non_null(mstar_stream_native(s));
+    char *host = NULL;
+    assert_mstar_ok(mstar_host_alloc_pinned(b, 1 << 20, (void **)&host));
+    void *dev = NULL;
+    assert_mstar_ok(mstar_device_alloc(b, 1 << 20, &dev));
+    for (int i = 0; i < (1 << 20); i++)
+        host[i] = (char)(i * 7);
+    assert_mstar_ok(mstar_memcpy_async(s, dev, host, 1 << 20, MSTAR_MEMCPY_H2D));
+    assert_mstar_ok(mstar_memset_async(s, dev, 0x55, 16));
+    char *back = NULL;
+    assert_mstar_ok(mstar_host_alloc_pinned(b, 1 << 20, (void **)&back));
+    assert_mstar_ok(mstar_memcpy_async(s, back, dev, 1 << 20, MSTAR_MEMCPY_D2H));
+    mstar_event *e = NULL;
+    assert_mstar_ok(mstar_event_create(b, &e));
+    assert_mstar_ok(mstar_event_record(e, s));
+    assert_mstar_ok(mstar_event_synchronize(e));
+    assert_mstar_ok(mstar_event_query(e));
+    assert_int_equal(back[3], 0x55);
+    assert_int_equal((unsigned char)back[100], (unsigned char)(100 * 7));
+    int acc = 0;
+    struct add_args a = { &acc, 4 };
+    assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
+    assert_mstar_ok(mstar_stream_synchronize(s));
+    assert_int_equal(acc, 4);
+
+    char *reg = malloc(1 << 16);
+    assert_mstar_ok(mstar_host_register(b, reg, 1 << 16));
+    assert_mstar_ok(mstar_memcpy_async(s, reg, dev, 1 << 16, MSTAR_MEMCPY_D2H));
+    assert_mstar_ok(mstar_stream_synchronize(s));
+    assert_int_equal(reg[2], 0x55);
+    assert_mstar_ok(mstar_host_unregister(b, reg));
+    free(reg);
+
+    mstar_event_destroy(e);
+    assert_mstar_ok(mstar_device_free(b, dev));
+    assert_mstar_ok(mstar_host_free_pinned(b, host));
+    assert_mstar_ok(mstar_host_free_pinned(b, back));
+    mstar_stream_destroy(s);
+    mstar_backend_destroy(b);
+}
+
+static void test_real_stream_capture(void **state)
+{
+    (void)state;
+    mstar_backend *b = mstar_test_cuda_or_skip(0);
+    mstar_stream *s = NULL;
+    assert_mstar_ok(mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &s));
+    void *dev = NULL;
+    int *host = NULL;
+    assert_mstar_ok(mstar_device_alloc(b, 256, &dev));
+    assert_mstar_ok(mstar_host_alloc_pinned(b, 256, (void **)&host));
+    int acc = 0;
+    struct add_args a = { &acc, 1 };
+    assert_mstar_ok(mstar_stream_begin_capture(s));
+    assert_mstar_ok(mstar_memset_async(s, dev, 0x11, 256));
+    assert_mstar_ok(mstar_memcpy_async(s, host, dev, 256, MSTAR_MEMCPY_D2H));
+    assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
+    assert_mstar_status(mstar_stream_synchronize(s), MSTAR_ESTATE);
+    mstar_graph *g = NULL;
+    assert_mstar_ok(mstar_stream_end_capture(s, &g));
+    assert_int_equal(acc, 0);
+    assert_int_equal(mstar_graph_node_count(g), 3);
+    assert_mstar_ok(mstar_graph_instantiate(g, true));
+    assert_non_null(mstar_graph_native(g));
+    assert_mstar_ok(mstar_graph_launch(g, s));
+    assert_mstar_ok(mstar_graph_launch(g, s));
+    assert_mstar_ok(mstar_stream_synchronize(s));
+    assert_int_equal(acc, 11);
+    assert_int_equal(host[0], 0x11111111);
+    mstar_graph_destroy(g);
+
+    /* An invalidated capture leaves the stream usable. */
+    assert_mstar_ok(mstar_stream_begin_capture(s));
+    cudaError_t err = cudaStreamSynchronize((cudaStream_t)mstar_stream_native(s)); /* illegal */
+    assert_int_not_equal(err, cudaSuccess);
+    assert_mstar_status(mstar_stream_end_capture(s, &g), MSTAR_EDEVICE);
+    assert_false(mstar_stream_is_capturing(s));
+    assert_mstar_ok(mstar_memset_async(s, dev, 0, 256));
+    assert_mstar_ok(mstar_stream_synchronize(s));
+
+    assert_mstar_ok(mstar_device_free(b, dev));
+    assert_mstar_ok(mstar_host_free_pinned(b, host));
+    mstar_stream_destroy(s);
+    mstar_backend_destroy(b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_copies_events_and_host_work),
+        cmocka_unit_test(test_real_stream_capture),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
