@@ -22,6 +22,7 @@
 #define MSTAR_PLANNER_H
 
 #include "mstar/core.h"
+#include "mstar/device.h"
 #include "mstar/mesh.h"
 
 #ifdef __cplusplus
@@ -124,10 +125,11 @@ void mstar_capture_plan_clear(mstar_capture_plan *plan);
  * Executable memory (reference ExecutableMemory.measure's arithmetic)
  * ------------------------------------------------------------------------------------------- */
 
-#define MSTAR_EXEC_PIECE_BYTES ((uint64_t)2 << 20) /* the driver maps executable memory in these \
-                                                    */
-#define MSTAR_EXEC_COUNTS           3              /* counts per measurement */
-#define MSTAR_EXEC_COPIES_PER_COUNT 8              /* copies instantiated per count */
+#define MSTAR_EXEC_PIECE_BYTES                                                      \
+    ((uint64_t)2 << 20)               /* the driver maps executable memory in these \
+                                       */
+#define MSTAR_EXEC_COUNTS           3 /* counts per measurement */
+#define MSTAR_EXEC_COPIES_PER_COUNT 8 /* copies instantiated per count */
 
 typedef struct mstar_exec_estimate {
     bool has_per_node;    /* false: no copy could be counted (the reference's per_node None) */
@@ -155,6 +157,37 @@ typedef struct mstar_exec_estimate {
  */
 mstar_status mstar_exec_memory_estimate(const uint64_t *readings, size_t ncounts, size_t copies,
                                         uint64_t nodes, mstar_exec_estimate *out);
+
+/*
+ * Reference ExecutableMemory: one walk's measurement, made on its first throwaway graph, whose
+ * copies stay instantiated (held) until the runner captures for real. The driver keeps a
+ * destroyed executable's memory for reuse, so the held copies are what the walk's real graphs'
+ * executables will land in: the walk's reuse credit in mstar_plan_captures.
+ */
+typedef struct mstar_exec_memory mstar_exec_memory;
+
+mstar_status mstar_exec_memory_create(mstar_exec_memory **out);
+/* Releases any held copies. NULL is ignored. */
+void mstar_exec_memory_destroy(mstar_exec_memory *em);
+
+/*
+ * Instantiate MSTAR_EXEC_COUNTS × MSTAR_EXEC_COPIES_PER_COUNT copies of `graph` one by one,
+ * reading device free memory (the driver's cuMemGetInfo) around each, and estimate per_node with
+ * mstar_exec_memory_estimate over the graph's node count. The copies are held until
+ * mstar_exec_memory_release. `graph` must be a CUDA graph captured and kept (instantiated with
+ * keep_graph, or not instantiated yet); it is not modified and may be destroyed afterwards.
+ * Host backend: nothing to measure — no per_node, nothing held. MSTAR_ESTATE if copies from an
+ * earlier measure are still held. On failure every copy made so far is destroyed.
+ */
+mstar_status mstar_exec_memory_measure(mstar_exec_memory *em, mstar_graph *graph);
+/* True and *per_node set when a measurement produced one. */
+bool mstar_exec_memory_per_node(const mstar_exec_memory *em, double *per_node);
+/* Bytes the held copies took (0 once released): pass it to mstar_plan_captures as a credit. */
+uint64_t mstar_exec_memory_held(const mstar_exec_memory *em);
+/* Copies held now. */
+size_t mstar_exec_memory_copies(const mstar_exec_memory *em);
+/* Destroy the held copies (per_node is kept). Call right before the real captures. */
+void mstar_exec_memory_release(mstar_exec_memory *em);
 
 /* ---------------------------------------------------------------------------------------------
  * Required graphs (reference fail_if_graphs_required)
