@@ -7,6 +7,7 @@
  *   device.h   device backends (host, CUDA): streams, events, copies, memory, capture
  *   graphs.h   the accelerator graph runner: graph pools, capture, buckets, slots, padding rows
  *   planner.h  capture memory planning and agreement across ranks
+ *   resources.h  the reference step resources: paged KV cache (sink page 0), positions
  */
 #ifndef MSTAR_MSTAR_H
 #define MSTAR_MSTAR_H
@@ -17,5 +18,6 @@
 #include "mstar/device.h"
 #include "mstar/graphs.h"
 #include "mstar/planner.h"
+#include "mstar/resources.h"
 
 #endif /* MSTAR_MSTAR_H */

@@ -1,0 +1,100 @@
+/*
+ * ref_model.h — the reference decode model: a small decoder-only transformer over a paged KV
+ * cache, the correctness vehicle for the graph runner, its benchmark and the demo.
+ *
+ *   tokens → embedding → layers × [ RMSNorm → QKV → rotary positions → KV write into pages →
+ *   paged causal attention → output projection → residual → RMSNorm → SiLU-gated MLP →
+ *   residual ] → final RMSNorm (each row's last token) → logits → greedy argmax
+ *
+ * Weights are fp32, drawn from a seed (the same seed gives the same model everywhere). The KV
+ * cache holds, per layer, a K pool and a V pool of `num_pages` pages of `page_size` tokens; page 0
+ * is the sink page (mstar/resources.h). A forward reads the addressing the KV cache and positions
+ * resources planned (mstar_kv_plan, a positions buffer): tokens of all rows are packed, so the
+ * same forward serves prefill (many tokens per row) and decode (one per row).
+ */
+#ifndef MSTAR_EXAMPLES_REF_MODEL_H
+#define MSTAR_EXAMPLES_REF_MODEL_H
+
+#include "mstar/mstar.h"
+
+typedef struct ref_model_config {
+    int32_t vocab;
+    int32_t hidden;
+    int32_t heads;
+    int32_t head_dim; /* even */
+    int32_t mlp;      /* the MLP's inner width */
+    int32_t layers;
+    float rope_theta;
+    float norm_eps;
+    uint64_t seed;
+} ref_model_config;
+
+/* vocab 512, hidden 256, 4 heads × 64, MLP 512, 2 layers, theta 10000, eps 1e-5, seed 1. */
+ref_model_config ref_model_config_default(void);
+/* A small model for tests: vocab 128, hidden 64, 2 heads × 32, MLP 128, 2 layers. */
+ref_model_config ref_model_config_small(void);
+/* MSTAR_EINVAL naming the first bad field (sizes >= 1 and at most 65536, head_dim even,
+ * theta > 0, eps > 0). */
+mstar_status ref_model_config_validate(const ref_model_config *cfg);
+
+/* Where each weight sits in the one fp32 block that holds them all (element offsets). */
+typedef struct ref_layer_offsets {
+    size_t attn_norm; /* [hidden] */
+    size_t wqkv;      /* [3 * heads * head_dim, hidden]: q rows, then k, then v */
+    size_t wo;        /* [hidden, heads * head_dim] */
+    size_t mlp_norm;  /* [hidden] */
+    size_t w_gate_up; /* [2 * mlp, hidden]: gate rows, then up */
+    size_t w_down;    /* [hidden, mlp] */
+} ref_layer_offsets;
+
+typedef struct ref_weight_layout {
+    size_t embed;      /* [vocab, hidden] */
+    size_t final_norm; /* [hidden] */
+    size_t lm_head;    /* [vocab, hidden] */
+    size_t total;      /* floats in the block */
+    int32_t layers;
+    ref_layer_offsets *layer; /* [layers] */
+} ref_weight_layout;
+
+/* Compute the layout (allocates layout->layer; ref_weight_layout_free releases it). */
+mstar_status ref_weight_layout_init(ref_weight_layout *layout, const ref_model_config *cfg);
+void ref_weight_layout_free(ref_weight_layout *layout);
+
+/* Fill a block of layout.total floats with the seed's weights. */
+void ref_model_init_weights(const ref_model_config *cfg, const ref_weight_layout *layout,
+                            float *weights);
+
+/* The inputs and outputs of one forward. Tokens of all rows are packed row after row;
+ * `num_tokens` and `num_rows` are the sizes the forward runs at (a captured bucket's, padded
+ * tails included). The plan and positions come from the resources; logits and next_tokens are
+ * written for every row. */
+typedef struct ref_forward_io {
+    int32_t num_tokens;
+    int32_t num_rows;
+    const int32_t *tokens;    /* [num_tokens], each in [0, vocab) */
+    const int32_t *positions; /* [num_tokens] */
+    mstar_kv_plan plan;       /* label 0 */
+    float *logits;            /* [num_rows, vocab] */
+    int32_t *next_tokens;     /* [num_rows] */
+} ref_forward_io;
+
+/* ---- the fp32 host model ---- */
+
+typedef struct ref_model ref_model;
+
+/* Weights from cfg's seed and zeroed KV pools for kv_cfg's pages. */
+mstar_status ref_model_create(const ref_model_config *cfg, const mstar_kv_cache_config *kv_cfg,
+                              ref_model **out);
+void ref_model_destroy(ref_model *m);
+const ref_model_config *ref_model_config_of(const ref_model *m);
+
+/* Run one forward on the host, eagerly. */
+mstar_status ref_model_forward(ref_model *m, const ref_forward_io *io);
+
+/* A layer's K or V pool: [num_pages][page_size][heads * head_dim] floats. */
+float *ref_model_k_pages(ref_model *m, int32_t layer);
+float *ref_model_v_pages(ref_model *m, int32_t layer);
+/* Floats in one page of one pool. */
+size_t ref_model_page_floats(const ref_model *m);
+
+#endif

@@ -1,0 +1,69 @@
+/*
+ * plan_store.h — the static plan buffers of one resource, and its pending pre-plans.
+ *
+ * A resource writes each step's addressing into int32 buffers that the forward reads: one block
+ * per (slot, label) for captured graphs, whose addresses the graphs record, and one growable
+ * eager block per label. The store owns those blocks and, per slot, the segments of a pending
+ * pre-plan, so the step's own plan can tell whether to promote it or write afresh. What the ints
+ * of a block mean is the resource's business (kv_cache.c, positions.c).
+ */
+#ifndef MSTAR_RESOURCES_PLAN_STORE_H
+#define MSTAR_RESOURCES_PLAN_STORE_H
+
+#include "core/vec.h"
+#include "mstar/resources.h"
+
+typedef struct mstar__plan_store {
+    int32_t num_labels;
+    int32_t num_slots;     /* slots built so far */
+    size_t slot_ints;      /* int32s in each slot block */
+    int32_t **slot_blocks; /* [num_slots * num_labels] */
+    int32_t *eager_blocks[MSTAR_KV_MAX_LABELS];
+    size_t eager_ints;
+    mstar__vec *pending;    /* [num_slots] of mstar_segment */
+    int64_t *pending_shape; /* [num_slots] the bucket a pending pre-plan was written for */
+    bool *has_pending;      /* [num_slots] */
+} mstar__plan_store;
+
+void mstar__plan_store_init(mstar__plan_store *ps, int32_t num_labels);
+void mstar__plan_store_free(mstar__plan_store *ps);
+
+/* Make num_slots slot blocks of `ints` int32s each (per label). Nothing moves unless one of the
+ * two grows; then every slot block is reallocated (contents are not kept: plans rewrite them)
+ * and pending pre-plans are forgotten. *moved says whether anything moved. */
+mstar_status mstar__plan_store_build(mstar__plan_store *ps, int32_t num_slots, size_t ints,
+                                     bool *moved);
+
+/* Make the eager blocks hold at least `ints` int32s; *moved as above. */
+mstar_status mstar__plan_store_grow_eager(mstar__plan_store *ps, size_t ints, bool *moved);
+
+/* The block of (slot, label); slot MSTAR_PLAN_EAGER is the eager block. NULL when not built. */
+int32_t *mstar__plan_store_block(const mstar__plan_store *ps, int32_t slot, int32_t label);
+
+/* MSTAR_ERANGE unless slot is MSTAR_PLAN_EAGER or a built slot; the message names `what`. */
+mstar_status mstar__plan_store_check_slot(const mstar__plan_store *ps, int32_t slot,
+                                          const char *what);
+
+/* Check a step's shape: segments present when counted, labels below num_labels, spans >= 0.
+ * MSTAR_EINVAL naming the segment, with `what` (the resource) first. */
+mstar_status mstar__resource_step_check(const mstar_resource_step *step, int32_t num_labels,
+                                        const char *what);
+
+/* Whether slot's pending pre-plan covers exactly these segments for the same bucket `shape` (the
+ * resource's encoding of the bucket's size); if so it is promoted (the pending record is
+ * dropped: the buffers already hold the plan). */
+bool mstar__plan_store_promote(mstar__plan_store *ps, int32_t slot, const mstar_resource_step *step,
+                               int64_t shape);
+
+/* Record that slot's buffers were just written for `step` on bucket `shape`: a pre-plan becomes
+ * slot's pending one; any other write drops whatever was pending (it was overwritten, so it must
+ * never promote). No-op for the eager state. */
+mstar_status mstar__plan_store_written(mstar__plan_store *ps, int32_t slot,
+                                       const mstar_resource_step *step, int64_t shape,
+                                       bool preplan);
+
+/* Forget slot's pending pre-plan. Returns its segments (count in *n; NULL if none), valid until
+ * the next call on the store. */
+const mstar_segment *mstar__plan_store_take_pending(mstar__plan_store *ps, int32_t slot, size_t *n);
+
+#endif
