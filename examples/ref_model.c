@@ -4,7 +4,7 @@
  */
 #include "ref_model.h"
 
-#include "kernels_host.h"
+#include "ref_ops.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -150,47 +150,115 @@ void ref_model_init_weights(const ref_model_config *cfg, const ref_weight_layout
     fill_uniform(w + layout->lm_head, v * d, 0.0f, 1.0f / sqrtf((float)d), &rng);
 }
 
+void ref_f32_to_bf16(const float *in, uint16_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &in[i], sizeof(bits));
+        if ((bits & 0x7fffffffu) > 0x7f800000u) { /* NaN stays a (quiet) NaN */
+            out[i] = (uint16_t)((bits >> 16) | 0x40);
+            continue;
+        }
+        bits += 0x7fffu + ((bits >> 16) & 1u);
+        out[i] = (uint16_t)(bits >> 16);
+    }
+}
+
+void ref_bf16_to_f32(const uint16_t *in, float *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)in[i] << 16;
+        memcpy(&out[i], &bits, sizeof(bits));
+    }
+}
+
 struct ref_model {
     ref_model_config cfg;
     mstar_kv_cache_config kv_cfg;
     ref_weight_layout layout;
-    float *weights;
-    float **k_pages, **v_pages; /* [layers] */
-    size_t page_floats;
+    mstar_backend *backend;
+    const ref_ops *ops;
+    size_t elsize;
+    char *weights;             /* device, layout.total elements */
+    void **k_pages, **v_pages; /* device, [layers] pools */
+    size_t pool_bytes;
 };
 
+/* Weights in the kernels' dtype, copied to the device; KV pools zeroed. */
+static mstar_status upload(ref_model *m)
+{
+    size_t n = m->layout.total;
+    float *host = malloc(n * sizeof(float));
+    uint16_t *narrow = m->elsize == 2 ? malloc(n * sizeof(uint16_t)) : NULL;
+    if (host == NULL || (m->elsize == 2 && narrow == NULL)) {
+        free(host);
+        return mstar_error_set(MSTAR_ENOMEM, "model: %zu host weights", n);
+    }
+    ref_model_init_weights(&m->cfg, &m->layout, host);
+    const void *src = host;
+    if (narrow != NULL) {
+        ref_f32_to_bf16(host, narrow, n);
+        src = narrow;
+    }
+    mstar_stream *s;
+    mstar_status st = mstar_stream_create(m->backend, MSTAR_STREAM_NON_BLOCKING, &s);
+    if (st == MSTAR_OK) {
+        st = mstar_memcpy_async(s, m->weights, src, n * m->elsize, MSTAR_MEMCPY_H2D);
+        for (int32_t l = 0; st == MSTAR_OK && l < m->cfg.layers; l++) {
+            st = mstar_memset_async(s, m->k_pages[l], 0, m->pool_bytes);
+            if (st == MSTAR_OK)
+                st = mstar_memset_async(s, m->v_pages[l], 0, m->pool_bytes);
+        }
+        mstar_status sync = mstar_stream_synchronize(s);
+        st = st != MSTAR_OK ? st : sync;
+        mstar_stream_destroy(s);
+    }
+    free(host);
+    free(narrow);
+    return st;
+}
+
 mstar_status ref_model_create(const ref_model_config *cfg, const mstar_kv_cache_config *kv_cfg,
-                              ref_model **out)
+                              mstar_backend *backend, ref_model **out)
 {
     if (kv_cfg == NULL || kv_cfg->num_pages < 2 || kv_cfg->page_size < 1)
         return mstar_error_set(MSTAR_EINVAL, "model: KV config must name >= 2 pages of >= 1 "
                                              "token");
+    const ref_ops *ops;
+    mstar_status st = ref_ops_for(backend, &ops);
+    if (st != MSTAR_OK)
+        return st;
     ref_model *m = calloc(1, sizeof(*m));
     if (m == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "model");
-    mstar_status st = ref_weight_layout_init(&m->layout, cfg);
-    if (st != MSTAR_OK) {
+    if ((st = ref_weight_layout_init(&m->layout, cfg)) != MSTAR_OK) {
         free(m);
         return st;
     }
     m->cfg = *cfg;
     m->kv_cfg = *kv_cfg;
-    m->page_floats = (size_t)kv_cfg->page_size * (size_t)cfg->heads * (size_t)cfg->head_dim;
-    m->weights = malloc(m->layout.total * sizeof(float));
-    m->k_pages = calloc((size_t)cfg->layers, sizeof(float *));
-    m->v_pages = calloc((size_t)cfg->layers, sizeof(float *));
-    bool ok = m->weights != NULL && m->k_pages != NULL && m->v_pages != NULL;
-    size_t pool = (size_t)kv_cfg->num_pages * m->page_floats;
-    for (int32_t l = 0; ok && l < cfg->layers; l++) {
-        m->k_pages[l] = calloc(pool, sizeof(float));
-        m->v_pages[l] = calloc(pool, sizeof(float));
-        ok = m->k_pages[l] != NULL && m->v_pages[l] != NULL;
+    m->backend = backend;
+    m->ops = ops;
+    m->elsize = mstar_dtype_size(ops->act_dtype);
+    m->pool_bytes = (size_t)kv_cfg->num_pages * (size_t)kv_cfg->page_size * (size_t)cfg->heads *
+                    (size_t)cfg->head_dim * m->elsize;
+    m->k_pages = calloc((size_t)cfg->layers, sizeof(void *));
+    m->v_pages = calloc((size_t)cfg->layers, sizeof(void *));
+    if (m->k_pages == NULL || m->v_pages == NULL)
+        st = mstar_error_set(MSTAR_ENOMEM, "model: pool tables");
+    if (st == MSTAR_OK)
+        st = mstar_device_alloc(backend, m->layout.total * m->elsize, (void **)&m->weights);
+    for (int32_t l = 0; st == MSTAR_OK && l < cfg->layers; l++) {
+        st = mstar_device_alloc(backend, m->pool_bytes, &m->k_pages[l]);
+        if (st == MSTAR_OK)
+            st = mstar_device_alloc(backend, m->pool_bytes, &m->v_pages[l]);
     }
-    if (!ok) {
+    if (st == MSTAR_OK)
+        st = upload(m);
+    if (st != MSTAR_OK) {
         ref_model_destroy(m);
-        return mstar_error_set(MSTAR_ENOMEM, "model: weights and KV pools");
+        return mstar_error_wrap("reference model");
     }
-    ref_model_init_weights(cfg, &m->layout, m->weights);
     *out = m;
     return MSTAR_OK;
 }
@@ -200,12 +268,12 @@ void ref_model_destroy(ref_model *m)
     if (m == NULL)
         return;
     for (int32_t l = 0; m->k_pages != NULL && l < m->cfg.layers; l++)
-        free(m->k_pages[l]);
+        mstar_device_free(m->backend, m->k_pages[l]);
     for (int32_t l = 0; m->v_pages != NULL && l < m->cfg.layers; l++)
-        free(m->v_pages[l]);
+        mstar_device_free(m->backend, m->v_pages[l]);
     free(m->k_pages);
     free(m->v_pages);
-    free(m->weights);
+    mstar_device_free(m->backend, m->weights);
     ref_weight_layout_free(&m->layout);
     free(m);
 }
@@ -215,62 +283,71 @@ const ref_model_config *ref_model_config_of(const ref_model *m)
     return &m->cfg;
 }
 
-float *ref_model_k_pages(ref_model *m, int32_t layer)
+mstar_dtype ref_model_dtype(const ref_model *m)
 {
-    return m->k_pages[layer];
+    return m->ops->act_dtype;
 }
 
-float *ref_model_v_pages(ref_model *m, int32_t layer)
+size_t ref_model_page_bytes(const ref_model *m)
 {
-    return m->v_pages[layer];
+    return m->pool_bytes / (size_t)m->kv_cfg.num_pages;
 }
 
-size_t ref_model_page_floats(const ref_model *m)
+mstar_status ref_model_read_pool(ref_model *m, mstar_stream *stream, int32_t layer, bool v,
+                                 void *host_out)
 {
-    return m->page_floats;
+    if (layer < 0 || layer >= m->cfg.layers)
+        return mstar_error_set(MSTAR_EINVAL, "model: layer %d, not in [0, %d)", layer,
+                               m->cfg.layers);
+    mstar_status st =
+        mstar_memcpy_async(stream, host_out, v ? m->v_pages[layer] : m->k_pages[layer],
+                           m->pool_bytes, MSTAR_MEMCPY_D2H);
+    return st != MSTAR_OK ? st : mstar_stream_synchronize(stream);
 }
 
-/* The temporaries of one forward: x, h, qkv, attn, proj, gate_up, act per token; last and
- * normed per row. Allocated per forward and freed after it, as a captured forward allocates
- * them from its graph's pool. */
+/* The temporaries of one forward, from the stream's current allocator: x, h, qkv, attn, proj,
+ * gate_up, act per token; last and normed per row. */
 typedef struct scratch {
-    float *x, *h, *qkv, *attn, *proj, *gate_up, *act, *last, *normed;
+    void *x, *h, *qkv, *attn, *proj, *gate_up, *act, *last, *normed;
 } scratch;
 
-static void scratch_free(scratch *s)
+static void scratch_free(mstar_stream *s, scratch *sc)
 {
-    float **all[] = { &s->x,       &s->h,   &s->qkv,  &s->attn,  &s->proj,
-                      &s->gate_up, &s->act, &s->last, &s->normed };
+    void **all[] = { &sc->x,       &sc->h,   &sc->qkv,  &sc->attn,  &sc->proj,
+                     &sc->gate_up, &sc->act, &sc->last, &sc->normed };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
-        free(*all[i]);
+        if (*all[i] != NULL)
+            mstar_free(s, *all[i]);
         *all[i] = NULL;
     }
 }
 
-static mstar_status scratch_alloc(scratch *s, const ref_model_config *c, size_t t, size_t r)
+static mstar_status scratch_alloc(mstar_stream *s, scratch *sc, const ref_model *m, size_t t,
+                                  size_t r)
 {
+    const ref_model_config *c = &m->cfg;
     size_t d = (size_t)c->hidden, q = (size_t)c->heads * (size_t)c->head_dim;
     size_t f = (size_t)c->mlp;
     struct {
-        float **p;
+        void **p;
         size_t n;
     } want[] = {
-        { &s->x, t * d },    { &s->h, t * d },    { &s->qkv, t * 3 * q },
-        { &s->attn, t * q }, { &s->proj, t * d }, { &s->gate_up, t * 2 * f },
-        { &s->act, t * f },  { &s->last, r * d }, { &s->normed, r * d },
+        { &sc->x, t * d },    { &sc->h, t * d },    { &sc->qkv, t * 3 * q },
+        { &sc->attn, t * q }, { &sc->proj, t * d }, { &sc->gate_up, t * 2 * f },
+        { &sc->act, t * f },  { &sc->last, r * d }, { &sc->normed, r * d },
     };
-    memset(s, 0, sizeof(*s));
+    memset(sc, 0, sizeof(*sc));
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
-        *want[i].p = malloc((want[i].n ? want[i].n : 1) * sizeof(float));
-        if (*want[i].p == NULL) {
-            scratch_free(s);
-            return mstar_error_set(MSTAR_ENOMEM, "forward scratch of %zu floats", want[i].n);
+        mstar_status st = mstar_alloc(s, (want[i].n ? want[i].n : 1) * m->elsize, want[i].p);
+        if (st != MSTAR_OK) {
+            scratch_free(s, sc);
+            return mstar_error_wrap("forward scratch");
         }
     }
     return MSTAR_OK;
 }
 
-static mstar_status check_io(const ref_model *m, const ref_forward_io *io)
+static mstar_status check_io(const ref_forward_io *io)
 {
     if (io == NULL || io->num_tokens < 0 || io->num_rows < 0)
         return mstar_error_set(MSTAR_EINVAL, "forward: io is NULL or has negative sizes");
@@ -282,48 +359,84 @@ static mstar_status check_io(const ref_model *m, const ref_forward_io *io)
     /* Every row's output is read from some token, so a forward with rows needs one. */
     if (io->num_rows > 0 && io->num_tokens == 0)
         return mstar_error_set(MSTAR_ERANGE, "forward: %d rows but no tokens", io->num_rows);
-    (void)m;
     return MSTAR_OK;
 }
 
-mstar_status ref_model_forward(ref_model *m, const ref_forward_io *io)
+/* Element `off` of the weight block. */
+static const void *wt(const ref_model *m, size_t off)
 {
-    mstar_status st = check_io(m, io);
+    return m->weights + off * m->elsize;
+}
+
+/* Element `i` of a buffer of the model's dtype. */
+static void *at(void *base, int64_t i, const ref_model *m)
+{
+    return (char *)base + (size_t)i * m->elsize;
+}
+
+static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_io *io,
+                              const scratch *sc, int32_t l)
+{
+    const ref_model_config *c = &m->cfg;
+    const ref_ops *op = m->ops;
+    const ref_layer_offsets *o = &m->layout.layer[l];
+    const mstar_kv_plan *p = &io->plan;
+    int64_t t = io->num_tokens, d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp;
+    mstar_status st;
+    if ((st = op->rmsnorm(s, sc->x, wt(m, o->attn_norm), t, d, c->norm_eps, sc->h)) != MSTAR_OK ||
+        (st = op->matmul_nt(s, sc->h, wt(m, o->wqkv), t, d, 3 * q, sc->qkv)) != MSTAR_OK ||
+        (st = op->rope(s, sc->qkv, 3 * q, io->positions, t, c->heads, c->head_dim,
+                       c->rope_theta)) != MSTAR_OK ||
+        (st = op->rope(s, at(sc->qkv, q, m), 3 * q, io->positions, t, c->heads, c->head_dim,
+                       c->rope_theta)) != MSTAR_OK ||
+        (st = op->kv_write(s, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size, q,
+                           at(sc->qkv, q, m), at(sc->qkv, 2 * q, m), 3 * q, p->token_to_page,
+                           p->token_to_cache, t)) != MSTAR_OK ||
+        (st = op->paged_attention(s, sc->qkv, 3 * q, m->k_pages[l], m->v_pages[l],
+                                  m->kv_cfg.page_size, p->page_table, p->pages_per_row,
+                                  p->token_row, p->token_kv_len, t, c->heads, c->head_dim,
+                                  sc->attn)) != MSTAR_OK ||
+        (st = op->matmul_nt(s, sc->attn, wt(m, o->wo), t, q, d, sc->proj)) != MSTAR_OK ||
+        (st = op->add(s, sc->x, sc->proj, t * d)) != MSTAR_OK ||
+        (st = op->rmsnorm(s, sc->x, wt(m, o->mlp_norm), t, d, c->norm_eps, sc->h)) != MSTAR_OK ||
+        (st = op->matmul_nt(s, sc->h, wt(m, o->w_gate_up), t, d, 2 * f, sc->gate_up)) != MSTAR_OK ||
+        (st = op->silu_mul(s, sc->gate_up, t, f, sc->act)) != MSTAR_OK ||
+        (st = op->matmul_nt(s, sc->act, wt(m, o->w_down), t, f, d, sc->proj)) != MSTAR_OK)
+        return st;
+    return op->add(s, sc->x, sc->proj, t * d);
+}
+
+static mstar_status run_forward(ref_model *m, mstar_stream *s, const ref_forward_io *io,
+                                const scratch *sc)
+{
+    const ref_model_config *c = &m->cfg;
+    const ref_ops *op = m->ops;
+    int64_t t = io->num_tokens, r = io->num_rows, d = c->hidden, v = c->vocab;
+    mstar_status st = op->embed(s, wt(m, m->layout.embed), d, io->tokens, t, sc->x);
+    for (int32_t l = 0; st == MSTAR_OK && l < c->layers; l++)
+        st = run_layer(m, s, io, sc, l);
+    if (st != MSTAR_OK ||
+        (st = op->gather_rows(s, sc->x, d, io->plan.row_last_token, r, sc->last)) != MSTAR_OK ||
+        (st = op->rmsnorm(s, sc->last, wt(m, m->layout.final_norm), r, d, c->norm_eps,
+                          sc->normed)) != MSTAR_OK ||
+        (st = op->matmul_nt_f32(s, sc->normed, wt(m, m->layout.lm_head), r, d, v, io->logits)) !=
+            MSTAR_OK)
+        return st;
+    return op->argmax(s, io->logits, r, v, io->next_tokens);
+}
+
+mstar_status ref_model_forward(ref_model *m, mstar_stream *stream, const ref_forward_io *io)
+{
+    mstar_status st = check_io(io);
     if (st != MSTAR_OK)
         return st;
-    const ref_model_config *c = &m->cfg;
-    int64_t t = io->num_tokens, r = io->num_rows;
-    int64_t d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp, v = c->vocab;
-    scratch s;
-    if ((st = scratch_alloc(&s, c, (size_t)t, (size_t)r)) != MSTAR_OK)
+    if (io->num_rows == 0)
+        return MSTAR_OK;
+    scratch sc;
+    if ((st = scratch_alloc(stream, &sc, m, (size_t)io->num_tokens, (size_t)io->num_rows)) !=
+        MSTAR_OK)
         return st;
-    const float *w = m->weights;
-    const mstar_kv_plan *p = &io->plan;
-
-    ref_host_embed(w + m->layout.embed, d, io->tokens, t, s.x);
-    for (int32_t l = 0; l < c->layers; l++) {
-        const ref_layer_offsets *o = &m->layout.layer[l];
-        ref_host_rmsnorm(s.x, w + o->attn_norm, t, d, c->norm_eps, s.h);
-        ref_host_matmul_nt(s.h, w + o->wqkv, t, d, 3 * q, s.qkv);
-        ref_host_rope(s.qkv, 3 * q, io->positions, t, c->heads, c->head_dim, c->rope_theta);
-        ref_host_rope(s.qkv + q, 3 * q, io->positions, t, c->heads, c->head_dim, c->rope_theta);
-        ref_host_kv_write(m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size, q, s.qkv + q,
-                          s.qkv + 2 * q, 3 * q, p->token_to_page, p->token_to_cache, t);
-        ref_host_paged_attention(s.qkv, 3 * q, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
-                                 p->page_table, p->pages_per_row, p->token_row, p->token_kv_len, t,
-                                 c->heads, c->head_dim, s.attn);
-        ref_host_matmul_nt(s.attn, w + o->wo, t, q, d, s.proj);
-        ref_host_add(s.x, s.proj, t * d);
-        ref_host_rmsnorm(s.x, w + o->mlp_norm, t, d, c->norm_eps, s.h);
-        ref_host_matmul_nt(s.h, w + o->w_gate_up, t, d, 2 * f, s.gate_up);
-        ref_host_silu_mul(s.gate_up, t, f, s.act);
-        ref_host_matmul_nt(s.act, w + o->w_down, t, f, d, s.proj);
-        ref_host_add(s.x, s.proj, t * d);
-    }
-    ref_host_gather_rows(s.x, d, p->row_last_token, r, s.last);
-    ref_host_rmsnorm(s.last, w + m->layout.final_norm, r, d, c->norm_eps, s.normed);
-    ref_host_matmul_nt(s.normed, w + m->layout.lm_head, r, d, v, io->logits);
-    ref_host_argmax(io->logits, r, v, io->next_tokens);
-    scratch_free(&s);
-    return MSTAR_OK;
+    st = run_forward(m, stream, io, &sc);
+    scratch_free(stream, &sc);
+    return st;
 }

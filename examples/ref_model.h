@@ -64,10 +64,10 @@ void ref_weight_layout_free(ref_weight_layout *layout);
 void ref_model_init_weights(const ref_model_config *cfg, const ref_weight_layout *layout,
                             float *weights);
 
-/* The inputs and outputs of one forward. Tokens of all rows are packed row after row;
- * `num_tokens` and `num_rows` are the sizes the forward runs at (a captured bucket's, padded
- * tails included). The plan and positions come from the resources; logits and next_tokens are
- * written for every row. */
+/* The inputs and outputs of one forward, all in device memory. Tokens of all rows are packed row
+ * after row; `num_tokens` and `num_rows` are the sizes the forward runs at (a captured bucket's,
+ * padded tails included). The plan and positions come from the resources; logits and
+ * next_tokens are written for every row. */
 typedef struct ref_forward_io {
     int32_t num_tokens;
     int32_t num_rows;
@@ -78,23 +78,36 @@ typedef struct ref_forward_io {
     int32_t *next_tokens;     /* [num_rows] */
 } ref_forward_io;
 
-/* ---- the fp32 host model ---- */
+/* ---- the model on a device backend ---- */
 
 typedef struct ref_model ref_model;
 
-/* Weights from cfg's seed and zeroed KV pools for kv_cfg's pages. */
+/* Weights from cfg's seed, uploaded to `backend`'s device in its kernels' dtype (fp32 on the host
+ * backend, bf16 on CUDA), and zeroed KV pools for kv_cfg's pages. MSTAR_ENOTSUP for a backend
+ * without kernels. */
 mstar_status ref_model_create(const ref_model_config *cfg, const mstar_kv_cache_config *kv_cfg,
-                              ref_model **out);
+                              mstar_backend *backend, ref_model **out);
+/* Free the device memory (before the backend is destroyed). NULL is a no-op. */
 void ref_model_destroy(ref_model *m);
 const ref_model_config *ref_model_config_of(const ref_model *m);
+/* The dtype of weights, activations and KV pages. */
+mstar_dtype ref_model_dtype(const ref_model *m);
 
-/* Run one forward on the host, eagerly. */
-mstar_status ref_model_forward(ref_model *m, const ref_forward_io *io);
+/* Enqueue one forward on `stream`: every op through the backend's kernels, temporaries from the
+ * stream's current allocator (a graph pool while capturing) and given back at the end. Nothing
+ * synchronises, so a capture records the whole forward. */
+mstar_status ref_model_forward(ref_model *m, mstar_stream *stream, const ref_forward_io *io);
 
-/* A layer's K or V pool: [num_pages][page_size][heads * head_dim] floats. */
-float *ref_model_k_pages(ref_model *m, int32_t layer);
-float *ref_model_v_pages(ref_model *m, int32_t layer);
-/* Floats in one page of one pool. */
-size_t ref_model_page_floats(const ref_model *m);
+/* Bytes in one page of one pool (page_size × heads × head_dim elements). */
+size_t ref_model_page_bytes(const ref_model *m);
+/* Copy layer's whole K pool (v = false) or V pool ([num_pages][page bytes]) to host memory and
+ * wait for it: what tests compare before and after a step. */
+mstar_status ref_model_read_pool(ref_model *m, mstar_stream *stream, int32_t layer, bool v,
+                                 void *host_out);
+
+/* Round float32 to bfloat16 (nearest, ties to even), as the CUDA kernels store. */
+void ref_f32_to_bf16(const float *in, uint16_t *out, size_t n);
+/* Widen bfloat16 to float32 (exact). */
+void ref_bf16_to_f32(const uint16_t *in, float *out, size_t n);
 
 #endif

@@ -31,6 +31,7 @@
 #define MSTAR_RESOURCES_H
 
 #include "mstar/core.h"
+#include "mstar/device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -105,14 +106,16 @@ typedef struct mstar_kv_plan {
     int32_t pages_per_row;
 } mstar_kv_plan;
 
-/* Build the page pool; the sink page is taken from it first. MSTAR_EINVAL names a bad field. */
-mstar_status mstar_kv_cache_create(const mstar_kv_cache_config *config, mstar_kv_cache **out);
-/* Free everything; NULL is a no-op. */
+/* Build the page pool; the sink page is taken from it first. Plan buffers will live on `backend`'s
+ * device (with pinned host mirrors). MSTAR_EINVAL names a bad field. */
+mstar_status mstar_kv_cache_create(const mstar_kv_cache_config *config, mstar_backend *backend,
+                                   mstar_kv_cache **out);
+/* Free everything (before the backend is destroyed); NULL is a no-op. */
 void mstar_kv_cache_destroy(mstar_kv_cache *kv);
 
 /* Size the static plan buffers of `num_slots` slots for every label: at most `max_rows` rows and
- * `max_tokens` tokens per step. Repeated calls only grow; a call that does not grow keeps every
- * buffer where it is, so graphs captured against them stay valid. */
+ * `max_tokens` tokens per step. Device memory, zeroed. Repeated calls only grow; a call that does
+ * not grow keeps every buffer where it is, so graphs captured against them stay valid. */
 mstar_status mstar_kv_cache_build_plans(mstar_kv_cache *kv, int32_t num_slots, int32_t max_rows,
                                         int32_t max_tokens);
 
@@ -136,11 +139,15 @@ mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step 
 
 /* Plan `step` into `slot`'s buffers (MSTAR_PLAN_EAGER: the eager state, which grows to fit) for
  * every label the step names, filled up to `bucket_rows` rows and `bucket_tokens` tokens per
- * label. `preplan` marks the plan pending for slot; a later plan of the same segments promotes
- * it without writing. MSTAR_ESTATE if a real segment was not admitted, MSTAR_ERANGE if the step
+ * label: written on the host, then copied to the device on `stream` (the plan stream for a
+ * pre-plan, the compute stream otherwise), so work enqueued on `stream` afterwards reads it. A
+ * plan first waits (on the host) until the previous upload of the same buffers has been read.
+ * `preplan` marks the plan pending for slot; a later plan of the same segments promotes it
+ * without writing. MSTAR_ESTATE if a real segment was not admitted, MSTAR_ERANGE if the step
  * does not fit the bucket or the bucket does not fit the built buffers. */
 mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_resource_step *step,
-                                 int32_t bucket_rows, int32_t bucket_tokens, bool preplan);
+                                 int32_t bucket_rows, int32_t bucket_tokens, bool preplan,
+                                 mstar_stream *stream);
 
 /* Drop `slot`'s pending pre-plan, if any, and hand back the pages its admit reserved beyond what
  * each stream's committed length needs. */
@@ -149,8 +156,8 @@ void mstar_kv_cache_clear_preplan(mstar_kv_cache *kv, int32_t slot);
 /* Advance each real segment's stream by its span (if step->commit). Padding rows: nothing. */
 mstar_status mstar_kv_cache_commit(mstar_kv_cache *kv, const mstar_resource_step *step);
 
-/* The plan buffers of (slot, label), MSTAR_PLAN_EAGER for the eager state. MSTAR_ESTATE before
- * they were built. The pointers stay valid until a call that grows them. */
+/* The plan buffers of (slot, label) in device memory, MSTAR_PLAN_EAGER for the eager state.
+ * MSTAR_ESTATE before they were built. The pointers stay valid until a call that grows them. */
 mstar_status mstar_kv_cache_plan_buffers(const mstar_kv_cache *kv, int32_t slot, int32_t label,
                                          mstar_kv_plan *out);
 
@@ -173,7 +180,8 @@ mstar_status mstar_kv_cache_stream(const mstar_kv_cache *kv, int64_t request, in
 
 typedef struct mstar_positions mstar_positions;
 
-mstar_status mstar_positions_create(mstar_positions **out);
+/* Position buffers live on `backend`'s device, as the KV cache's plans do. */
+mstar_status mstar_positions_create(mstar_backend *backend, mstar_positions **out);
 void mstar_positions_destroy(mstar_positions *pos);
 
 /* As the KV cache's: only grows; a call that does not grow moves nothing. */
@@ -183,14 +191,15 @@ mstar_status mstar_positions_ingest(mstar_positions *pos, int64_t request);
 /* Back to position 0. */
 mstar_status mstar_positions_reset(mstar_positions *pos, int64_t request);
 mstar_status mstar_positions_remove(mstar_positions *pos, int64_t request);
-/* Write each token's position into slot's buffer, 0 up to bucket_tokens. MSTAR_EINVAL if one
- * request's rows disagree on their span; MSTAR_ENOENT for a request never ingested. */
+/* Write each token's position into slot's buffer, 0 up to bucket_tokens, uploaded on `stream` as
+ * the KV cache's plan is. MSTAR_EINVAL if one request's rows disagree on their span;
+ * MSTAR_ENOENT for a request never ingested. */
 mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
                                   const mstar_resource_step *step, int32_t bucket_tokens,
-                                  bool preplan);
+                                  bool preplan, mstar_stream *stream);
 void mstar_positions_clear_preplan(mstar_positions *pos, int32_t slot);
 mstar_status mstar_positions_commit(mstar_positions *pos, const mstar_resource_step *step);
-/* The position buffer of `slot` ([capacity] int32) and its capacity. */
+/* The position buffer of `slot` ([capacity] int32, device memory) and its capacity. */
 mstar_status mstar_positions_plan_buffer(const mstar_positions *pos, int32_t slot, int32_t **ids,
                                          int32_t *capacity);
 /* A request's next position. MSTAR_ENOENT if unknown. */

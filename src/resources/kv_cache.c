@@ -92,10 +92,11 @@ static void request_free(mstar_kv_cache *kv, kv_request *r)
     free(r);
 }
 
-mstar_status mstar_kv_cache_create(const mstar_kv_cache_config *config, mstar_kv_cache **out)
+mstar_status mstar_kv_cache_create(const mstar_kv_cache_config *config, mstar_backend *backend,
+                                   mstar_kv_cache **out)
 {
-    if (config == NULL || out == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "kv cache: config and out must not be NULL");
+    if (config == NULL || backend == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "kv cache: config, backend and out must not be NULL");
     if (config->num_pages < 2)
         return mstar_error_set(MSTAR_EINVAL,
                                "kv cache: num_pages %d, at least 2 (the sink page "
@@ -124,7 +125,7 @@ mstar_status mstar_kv_cache_create(const mstar_kv_cache_config *config, mstar_kv
         kv->ring[i] = i;
     kv->ring_count = config->num_pages;
     mstar__u64map_init(&kv->requests);
-    mstar__plan_store_init(&kv->plans, config->num_labels);
+    mstar__plan_store_init(&kv->plans, backend, config->num_labels);
     /* The sink is whatever the allocator hands out first; the kernels and plans assume page 0. */
     int32_t sink = page_take(kv);
     if (sink != MSTAR_KV_SINK_PAGE) {
@@ -167,10 +168,7 @@ mstar_status mstar_kv_cache_build_plans(mstar_kv_cache *kv, int32_t num_slots, i
                                num_slots, max_rows, max_tokens);
     int32_t rows = max_rows > kv->slot_rows ? max_rows : kv->slot_rows;
     int32_t tokens = max_tokens > kv->slot_tokens ? max_tokens : kv->slot_tokens;
-    bool moved;
-    mstar_status st =
-        mstar__plan_store_build(&kv->plans, num_slots, block_ints(kv, rows, tokens), &moved);
-    if (st != MSTAR_OK)
+    if (mstar__plan_store_build(&kv->plans, num_slots, block_ints(kv, rows, tokens)) != MSTAR_OK)
         return mstar_error_wrap("kv cache");
     kv->slot_rows = rows;
     kv->slot_tokens = tokens;
@@ -326,7 +324,7 @@ static mstar_kv_plan plan_view(const mstar_kv_cache *kv, int32_t *block, int32_t
 mstar_status mstar_kv_cache_plan_buffers(const mstar_kv_cache *kv, int32_t slot, int32_t label,
                                          mstar_kv_plan *out)
 {
-    int32_t *block = mstar__plan_store_block(&kv->plans, slot, label);
+    int32_t *block = mstar__plan_store_device(&kv->plans, slot, label);
     if (block == NULL)
         return mstar_error_set(MSTAR_ESTATE, "kv cache: no plan buffers for slot %d label %d", slot,
                                label);
@@ -432,7 +430,8 @@ static void plan_label(const mstar_kv_cache *kv, const mstar_kv_plan *p,
 }
 
 mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_resource_step *step,
-                                 int32_t bucket_rows, int32_t bucket_tokens, bool preplan)
+                                 int32_t bucket_rows, int32_t bucket_tokens, bool preplan,
+                                 mstar_stream *stream)
 {
     mstar_status st = mstar__resource_step_check(step, kv->cfg.num_labels, "kv cache plan");
     if (st != MSTAR_OK)
@@ -441,6 +440,8 @@ mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_r
         return st;
     if (preplan && slot == MSTAR_PLAN_EAGER)
         return mstar_error_set(MSTAR_EINVAL, "kv cache plan: a pre-plan needs a slot (a lease)");
+    if (stream == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "kv cache plan: stream is NULL");
     if (bucket_rows < 0 || bucket_tokens < 0)
         return mstar_error_set(MSTAR_EINVAL, "kv cache plan: bucket of %d rows and %d tokens",
                                bucket_rows, bucket_tokens);
@@ -452,9 +453,7 @@ mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_r
     if (slot == MSTAR_PLAN_EAGER) {
         int32_t rows = bucket_rows > kv->eager_rows ? bucket_rows : kv->eager_rows;
         int32_t tokens = bucket_tokens > kv->eager_tokens ? bucket_tokens : kv->eager_tokens;
-        bool moved;
-        if (mstar__plan_store_grow_eager(&kv->plans, block_ints(kv, rows, tokens), &moved) !=
-            MSTAR_OK)
+        if (mstar__plan_store_grow_eager(&kv->plans, block_ints(kv, rows, tokens)) != MSTAR_OK)
             return mstar_error_wrap("kv cache plan");
         kv->eager_rows = rows;
         kv->eager_tokens = tokens;
@@ -470,9 +469,15 @@ mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_r
     for (int32_t l = 0; l < kv->cfg.num_labels; l++) {
         if (!seen[l])
             continue;
-        mstar_kv_plan p;
-        mstar_kv_cache_plan_buffers(kv, slot, l, &p);
+        int32_t *mirror = mstar__plan_store_write_begin(&kv->plans, slot, l);
+        if (mirror == NULL)
+            return mstar_error_wrap("kv cache plan");
+        mstar_kv_plan p = slot == MSTAR_PLAN_EAGER
+                              ? plan_view(kv, mirror, kv->eager_rows, kv->eager_tokens)
+                              : plan_view(kv, mirror, kv->slot_rows, kv->slot_tokens);
         plan_label(kv, &p, step, l, bucket_rows, bucket_tokens);
+        if ((st = mstar__plan_store_upload(&kv->plans, slot, l, stream)) != MSTAR_OK)
+            return mstar_error_wrap("kv cache plan: upload");
     }
     /* A stale pending pre-plan, just overwritten, leaves its pages with their requests: admit is
      * idempotent, and reset or remove hands them back. */

@@ -25,15 +25,15 @@ struct mstar_positions {
     int32_t slot_tokens, eager_tokens;
 };
 
-mstar_status mstar_positions_create(mstar_positions **out)
+mstar_status mstar_positions_create(mstar_backend *backend, mstar_positions **out)
 {
-    if (out == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "positions: out is NULL");
+    if (backend == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "positions: backend and out must not be NULL");
     mstar_positions *pos = calloc(1, sizeof(*pos));
     if (pos == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "positions");
     mstar__u64map_init(&pos->requests);
-    mstar__plan_store_init(&pos->plans, 1);
+    mstar__plan_store_init(&pos->plans, backend, 1);
     *out = pos;
     return MSTAR_OK;
 }
@@ -60,8 +60,7 @@ mstar_status mstar_positions_build_plans(mstar_positions *pos, int32_t num_slots
                                "each must be at least 1",
                                num_slots, max_tokens);
     int32_t tokens = max_tokens > pos->slot_tokens ? max_tokens : pos->slot_tokens;
-    bool moved;
-    if (mstar__plan_store_build(&pos->plans, num_slots, (size_t)tokens, &moved) != MSTAR_OK)
+    if (mstar__plan_store_build(&pos->plans, num_slots, (size_t)tokens) != MSTAR_OK)
         return mstar_error_wrap("positions");
     pos->slot_tokens = tokens;
     return MSTAR_OK;
@@ -160,7 +159,7 @@ static mstar_status mark_requests(mstar_positions *pos, const mstar_resource_ste
 
 mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
                                   const mstar_resource_step *step, int32_t bucket_tokens,
-                                  bool preplan)
+                                  bool preplan, mstar_stream *stream)
 {
     int64_t tokens;
     mstar_status st = mark_requests(pos, step, "positions plan", &tokens);
@@ -170,18 +169,19 @@ mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
         return st;
     if (preplan && slot == MSTAR_PLAN_EAGER)
         return mstar_error_set(MSTAR_EINVAL, "positions plan: a pre-plan needs a slot (a lease)");
+    if (stream == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "positions plan: stream is NULL");
     if (bucket_tokens < 0 || tokens > bucket_tokens)
         return mstar_error_set(MSTAR_ERANGE, "positions plan: %lld tokens, the bucket %d",
                                (long long)tokens, bucket_tokens);
     if (!preplan && mstar__plan_store_promote(&pos->plans, slot, step, bucket_tokens))
         return MSTAR_OK;
     if (slot == MSTAR_PLAN_EAGER) {
-        bool moved;
-        if (bucket_tokens > pos->eager_tokens) {
-            if (mstar__plan_store_grow_eager(&pos->plans, (size_t)bucket_tokens, &moved) !=
-                MSTAR_OK)
+        int32_t want = bucket_tokens > 1 ? bucket_tokens : 1;
+        if (want > pos->eager_tokens) {
+            if (mstar__plan_store_grow_eager(&pos->plans, (size_t)want) != MSTAR_OK)
                 return mstar_error_wrap("positions plan");
-            pos->eager_tokens = bucket_tokens;
+            pos->eager_tokens = want;
         }
     } else if (bucket_tokens > pos->slot_tokens) {
         return mstar_error_set(MSTAR_ERANGE,
@@ -189,7 +189,9 @@ mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
                                "built for %d",
                                bucket_tokens, pos->slot_tokens);
     }
-    int32_t *ids = mstar__plan_store_block(&pos->plans, slot, 0);
+    int32_t *ids = mstar__plan_store_write_begin(&pos->plans, slot, 0);
+    if (ids == NULL)
+        return mstar_error_wrap("positions plan");
     int32_t t = 0;
     for (int32_t i = 0; i < step->num_segments; i++) {
         const mstar_segment *g = &step->segments[i];
@@ -199,6 +201,8 @@ mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
     }
     for (; t < bucket_tokens; t++)
         ids[t] = 0;
+    if ((st = mstar__plan_store_upload(&pos->plans, slot, 0, stream)) != MSTAR_OK)
+        return mstar_error_wrap("positions plan: upload");
     return mstar__plan_store_written(&pos->plans, slot, step, bucket_tokens, preplan);
 }
 
@@ -231,7 +235,7 @@ mstar_status mstar_positions_commit(mstar_positions *pos, const mstar_resource_s
 mstar_status mstar_positions_plan_buffer(const mstar_positions *pos, int32_t slot, int32_t **ids,
                                          int32_t *capacity)
 {
-    int32_t *block = mstar__plan_store_block(&pos->plans, slot, 0);
+    int32_t *block = mstar__plan_store_device(&pos->plans, slot, 0);
     if (block == NULL)
         return mstar_error_set(MSTAR_ESTATE, "positions: no plan buffer for slot %d", slot);
     *ids = block;

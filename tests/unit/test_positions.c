@@ -5,6 +5,26 @@
  */
 #include "mstar_test.h"
 
+static mstar_backend *B;
+static mstar_stream *S;
+
+static int setup(void **state)
+{
+    (void)state;
+    mstar_device host = { MSTAR_DEVICE_CPU, 0 };
+    if (mstar_backend_create(host, &B) != MSTAR_OK)
+        return -1;
+    return mstar_stream_create(B, 0, &S) == MSTAR_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    mstar_stream_destroy(S);
+    mstar_backend_destroy(B);
+    return 0;
+}
+
 static mstar_resource_step step_of(const mstar_segment *segs, int32_t n, bool commit)
 {
     mstar_resource_step s = { .segments = segs, .num_segments = n, .commit = commit };
@@ -15,13 +35,13 @@ static void test_plan_positions(void **state)
 {
     (void)state;
     mstar_positions *pos;
-    assert_mstar_ok(mstar_positions_create(&pos));
+    assert_mstar_ok(mstar_positions_create(B, &pos));
     assert_mstar_ok(mstar_positions_build_plans(pos, 2, 16));
     assert_mstar_ok(mstar_positions_ingest(pos, 1));
     assert_mstar_ok(mstar_positions_ingest(pos, 2));
     mstar_segment prefill[] = { { 1, 0, 3 }, { 2, 0, 2 } };
     mstar_resource_step st = step_of(prefill, 2, true);
-    assert_mstar_ok(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 5, false));
+    assert_mstar_ok(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 5, false, S));
     assert_mstar_ok(mstar_positions_commit(pos, &st));
     int32_t *ids, cap;
     assert_mstar_ok(mstar_positions_plan_buffer(pos, MSTAR_PLAN_EAGER, &ids, &cap));
@@ -35,9 +55,9 @@ static void test_plan_positions(void **state)
     assert_mstar_ok(mstar_positions_plan_buffer(pos, 1, &ids, &cap));
     for (int i = 0; i < cap; i++)
         ids[i] = 77;
-    assert_mstar_ok(mstar_positions_plan(pos, 1, &st, 8, false));
-    int32_t want2[] = { 2, 3, 0, 0, 0, 0, 0, 0, 77 };
-    for (int i = 0; i < 9; i++)
+    assert_mstar_ok(mstar_positions_plan(pos, 1, &st, 8, false, S));
+    int32_t want2[] = { 2, 3, 0, 0, 0, 0, 0, 0 };
+    for (int i = 0; i < 8; i++)
         assert_int_equal(ids[i], want2[i]);
     assert_mstar_ok(mstar_positions_commit(pos, &st));
     int64_t p;
@@ -54,17 +74,17 @@ static void test_combined_label_commit_advances_once(void **state)
 {
     (void)state;
     mstar_positions *pos;
-    assert_mstar_ok(mstar_positions_create(&pos));
+    assert_mstar_ok(mstar_positions_create(B, &pos));
     mstar_kv_cache_config cfg = { 32, 4, 2, 64 };
     mstar_kv_cache *kv;
-    assert_mstar_ok(mstar_kv_cache_create(&cfg, &kv));
+    assert_mstar_ok(mstar_kv_cache_create(&cfg, B, &kv));
     assert_mstar_ok(mstar_positions_ingest(pos, 9));
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 9));
     mstar_segment cfg_step[] = { { 9, 0, 3 }, { 9, 1, 3 } };
     mstar_resource_step st = step_of(cfg_step, 2, true);
     mstar_admit_result res;
     assert_mstar_ok(mstar_kv_cache_admit(kv, &st, &res));
-    assert_mstar_ok(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 6, false));
+    assert_mstar_ok(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 6, false, S));
     int32_t *ids, cap;
     assert_mstar_ok(mstar_positions_plan_buffer(pos, MSTAR_PLAN_EAGER, &ids, &cap));
     int32_t want[] = { 0, 1, 2, 0, 1, 2 };
@@ -96,7 +116,8 @@ static void test_combined_label_commit_advances_once(void **state)
     /* Rows of one request that disagree on the span are refused. */
     mstar_segment uneven[] = { { 9, 0, 2 }, { 9, 1, 1 } };
     st = step_of(uneven, 2, true);
-    assert_mstar_status(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 3, false), MSTAR_EINVAL);
+    assert_mstar_status(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 3, false, S),
+                        MSTAR_EINVAL);
     assert_mstar_status(mstar_positions_commit(pos, &st), MSTAR_EINVAL);
     assert_mstar_ok(mstar_positions_get(pos, 9, &p));
     assert_int_equal(p, 3);
@@ -108,26 +129,27 @@ static void test_preplan_and_errors(void **state)
 {
     (void)state;
     mstar_positions *pos;
-    assert_mstar_ok(mstar_positions_create(&pos));
+    assert_mstar_ok(mstar_positions_create(B, &pos));
     mstar_segment seg = { 4, 0, 2 };
     mstar_resource_step st = step_of(&seg, 1, true);
-    assert_mstar_status(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 2, false), MSTAR_ENOENT);
+    assert_mstar_status(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 2, false, S),
+                        MSTAR_ENOENT);
     assert_mstar_ok(mstar_positions_ingest(pos, 4));
     assert_mstar_status(mstar_positions_ingest(pos, 4), MSTAR_EEXIST);
-    assert_mstar_status(mstar_positions_plan(pos, 0, &st, 2, false), MSTAR_ERANGE);
+    assert_mstar_status(mstar_positions_plan(pos, 0, &st, 2, false, S), MSTAR_ERANGE);
     assert_mstar_ok(mstar_positions_build_plans(pos, 2, 4));
-    assert_mstar_status(mstar_positions_plan(pos, 0, &st, 1, false), MSTAR_ERANGE);
-    assert_mstar_status(mstar_positions_plan(pos, 0, &st, 8, false), MSTAR_ERANGE);
-    assert_mstar_status(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 2, true), MSTAR_EINVAL);
-    assert_mstar_ok(mstar_positions_plan(pos, 0, &st, 4, true));
+    assert_mstar_status(mstar_positions_plan(pos, 0, &st, 1, false, S), MSTAR_ERANGE);
+    assert_mstar_status(mstar_positions_plan(pos, 0, &st, 8, false, S), MSTAR_ERANGE);
+    assert_mstar_status(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 2, true, S), MSTAR_EINVAL);
+    assert_mstar_ok(mstar_positions_plan(pos, 0, &st, 4, true, S));
     int32_t *ids, cap;
     assert_mstar_ok(mstar_positions_plan_buffer(pos, 0, &ids, &cap));
     ids[0] = 55;
-    assert_mstar_ok(mstar_positions_plan(pos, 0, &st, 4, false)); /* promoted: no write */
+    assert_mstar_ok(mstar_positions_plan(pos, 0, &st, 4, false, S)); /* promoted: no write */
     assert_int_equal(ids[0], 55);
-    assert_mstar_ok(mstar_positions_plan(pos, 0, &st, 4, true));
+    assert_mstar_ok(mstar_positions_plan(pos, 0, &st, 4, true, S));
     mstar_positions_clear_preplan(pos, 0);
-    assert_mstar_ok(mstar_positions_plan(pos, 0, &st, 4, false)); /* cleared: writes */
+    assert_mstar_ok(mstar_positions_plan(pos, 0, &st, 4, false, S)); /* cleared: writes */
     assert_int_equal(ids[0], 0);
     assert_mstar_ok(mstar_positions_commit(pos, &st));
     assert_mstar_ok(mstar_positions_reset(pos, 4));
@@ -141,7 +163,7 @@ static void test_preplan_and_errors(void **state)
     assert_mstar_ok(mstar_positions_ingest(pos, -2)); /* padding rows own nothing */
     assert_mstar_ok(mstar_positions_remove(pos, -2));
     assert_mstar_status(mstar_positions_build_plans(pos, 1, 0), MSTAR_EINVAL);
-    assert_mstar_status(mstar_positions_create(NULL), MSTAR_EINVAL);
+    assert_mstar_status(mstar_positions_create(B, NULL), MSTAR_EINVAL);
     mstar_segment neg = { 5, 0, -1 };
     st = step_of(&neg, 1, true);
     assert_mstar_status(mstar_positions_commit(pos, &st), MSTAR_EINVAL);
@@ -156,5 +178,5 @@ int main(void)
         cmocka_unit_test(test_combined_label_commit_advances_once),
         cmocka_unit_test(test_preplan_and_errors),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,109 @@
+/*
+ * ops_cuda.c — the CUDA backend's ref_ops: each entry launches a bf16 kernel of kernels_cuda.cu
+ * on the stream's native handle and turns a launch error into MSTAR_EDEVICE naming the kernel.
+ * Built only with the CUDA backend.
+ */
+#include "ref_ops.h"
+
+#include "cuda/kernels_cuda.h"
+
+static mstar_status check(int error, const char *kernel)
+{
+    if (error == 0)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EDEVICE, "reference model: %s kernel: %s", kernel,
+                           ref_cuda_error_string(error));
+}
+
+static mstar_status cuda_embed(mstar_stream *s, const void *table, int64_t dim,
+                               const int32_t *tokens, int64_t n, void *out)
+{
+    return check(ref_cuda_embed(mstar_stream_native(s), table, dim, tokens, n, out), "embed");
+}
+
+static mstar_status cuda_rmsnorm(mstar_stream *s, const void *x, const void *weight, int64_t n,
+                                 int64_t dim, float eps, void *out)
+{
+    return check(ref_cuda_rmsnorm(mstar_stream_native(s), x, weight, n, dim, eps, out), "rmsnorm");
+}
+
+static mstar_status cuda_matmul_nt(mstar_stream *s, const void *x, const void *w, int64_t n,
+                                   int64_t k, int64_t m, void *out)
+{
+    return check(ref_cuda_matmul_nt(mstar_stream_native(s), x, w, n, k, m, out, 0), "matmul");
+}
+
+static mstar_status cuda_matmul_nt_f32(mstar_stream *s, const void *x, const void *w, int64_t n,
+                                       int64_t k, int64_t m, float *out)
+{
+    return check(ref_cuda_matmul_nt(mstar_stream_native(s), x, w, n, k, m, out, 1), "lm_head");
+}
+
+static mstar_status cuda_rope(mstar_stream *s, void *x, int64_t ld, const int32_t *pos, int64_t n,
+                              int64_t heads, int64_t head_dim, float theta)
+{
+    return check(ref_cuda_rope(mstar_stream_native(s), x, ld, pos, n, heads, head_dim, theta),
+                 "rope");
+}
+
+static mstar_status cuda_kv_write(mstar_stream *s, void *k_pages, void *v_pages, int64_t page_size,
+                                  int64_t kv_dim, const void *k, const void *v, int64_t ld,
+                                  const int32_t *token_to_page, const int32_t *token_to_cache,
+                                  int64_t n)
+{
+    return check(ref_cuda_kv_write(mstar_stream_native(s), k_pages, v_pages, page_size, kv_dim, k,
+                                   v, ld, token_to_page, token_to_cache, n),
+                 "kv_write");
+}
+
+static mstar_status cuda_paged_attention(mstar_stream *s, const void *q, int64_t ld_q,
+                                         const void *k_pages, const void *v_pages,
+                                         int64_t page_size, const int32_t *page_table,
+                                         int64_t pages_per_row, const int32_t *token_row,
+                                         const int32_t *token_kv_len, int64_t n, int64_t heads,
+                                         int64_t head_dim, void *out)
+{
+    return check(ref_cuda_paged_attention(mstar_stream_native(s), q, ld_q, k_pages, v_pages,
+                                          page_size, page_table, pages_per_row, token_row,
+                                          token_kv_len, n, heads, head_dim, out),
+                 "paged_attention");
+}
+
+static mstar_status cuda_silu_mul(mstar_stream *s, const void *gate_up, int64_t n, int64_t f,
+                                  void *out)
+{
+    return check(ref_cuda_silu_mul(mstar_stream_native(s), gate_up, n, f, out), "silu_mul");
+}
+
+static mstar_status cuda_add(mstar_stream *s, void *x, const void *y, int64_t count)
+{
+    return check(ref_cuda_add(mstar_stream_native(s), x, y, count), "add");
+}
+
+static mstar_status cuda_gather_rows(mstar_stream *s, const void *x, int64_t dim,
+                                     const int32_t *index, int64_t n, void *out)
+{
+    return check(ref_cuda_gather_rows(mstar_stream_native(s), x, dim, index, n, out), "gather");
+}
+
+static mstar_status cuda_argmax(mstar_stream *s, const float *logits, int64_t n, int64_t vocab,
+                                int32_t *out)
+{
+    return check(ref_cuda_argmax(mstar_stream_native(s), logits, n, vocab, out), "argmax");
+}
+
+const ref_ops ref_ops_cuda = {
+    .name = "cuda bf16",
+    .act_dtype = MSTAR_DTYPE_BFLOAT16,
+    .embed = cuda_embed,
+    .rmsnorm = cuda_rmsnorm,
+    .matmul_nt = cuda_matmul_nt,
+    .matmul_nt_f32 = cuda_matmul_nt_f32,
+    .rope = cuda_rope,
+    .kv_write = cuda_kv_write,
+    .paged_attention = cuda_paged_attention,
+    .silu_mul = cuda_silu_mul,
+    .add = cuda_add,
+    .gather_rows = cuda_gather_rows,
+    .argmax = cuda_argmax,
+};
