@@ -5,6 +5,7 @@
  *   wire.h     request ids, tensor descriptors, edges, control messages and their encoding
  *   mesh.h     the ZeroMQ control mesh between entities
  *   device.h   device backends (host, CUDA): streams, events, copies, memory, capture
+ *   step.h     the step a runner drives: tensor maps, steps, resources, the step runner
  *   graphs.h   the accelerator graph runner: graph pools, capture, buckets, slots, padding rows
  *   planner.h  capture memory planning and agreement across ranks
  *   resources.h  the reference step resources: paged KV cache (sink page 0), positions
@@ -16,6 +17,7 @@
 #include "mstar/wire.h"
 #include "mstar/mesh.h"
 #include "mstar/device.h"
+#include "mstar/step.h"
 #include "mstar/graphs.h"
 #include "mstar/planner.h"
 #include "mstar/resources.h"

@@ -1,0 +1,230 @@
+/*
+ * config.c — capture configs: defaults, validation (graph-runner-spec §1) and the buckets each
+ * config yields.
+ *
+ * Token counts in bucket keys are plan tokens: the input tokens times the config's multiplier
+ * (plan_tokens_per_input_token; batched CFG packs cond and uncond into one sequence). A BATCHED
+ * config's bucket for bs carries seq_len·bs·multiplier tokens; a PACKED config has one bucket per
+ * (bs, capture token length) with length > bs: a length equal to bs would make rows of uneven
+ * length look like decode (§8.10), and a shorter one would leave rows empty, so those pairs are
+ * rejected (not captured) with a warning.
+ */
+#include "graphs/config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const int64_t default_sizes[] = MSTAR_DEFAULT_CAPTURE_BATCH_SIZES;
+
+void mstar_graph_config_init(mstar_graph_config *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->kind = MSTAR_GRAPH_BATCHED;
+    c->caps_eager_batch_size = true;
+    c->plan_tokens_per_input_token = 1;
+    c->compile_mode = MSTAR_COMPILE_NONE;
+}
+
+static mstar_status check_sizes(const int64_t *v, size_t n, uint32_t idx, const char *field)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] <= 0)
+            return mstar_error_set(MSTAR_EINVAL, "config %u: %s[%zu] = %lld is not positive", idx,
+                                   field, i, (long long)v[i]);
+        for (size_t j = 0; j < i; j++) {
+            if (v[j] == v[i])
+                return mstar_error_set(MSTAR_EINVAL, "config %u: %s lists %lld twice", idx, field,
+                                       (long long)v[i]);
+        }
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar_graph_config_validate(const mstar_graph_config *c, uint32_t idx)
+{
+    if (c == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "config %u is NULL", idx);
+    if (c->capture_graph_walk == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: capture_graph_walk is NULL", idx);
+    mstar_status st = mstar_name_validate(c->capture_graph_walk, strlen(c->capture_graph_walk),
+                                          "capture_graph_walk");
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("config %u", idx);
+    if (c->n_replay_graph_walks != 0 && c->replay_graph_walks == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: replay_graph_walks is NULL", idx);
+    for (size_t i = 0; i < c->n_replay_graph_walks; i++) {
+        const char *w = c->replay_graph_walks[i];
+        if (w == NULL || mstar_name_validate(w, strlen(w), "replay_graph_walks entry") != MSTAR_OK)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "config %u: replay_graph_walks[%zu] is not a "
+                                   "valid walk name",
+                                   idx, i);
+    }
+    if (c->kind != MSTAR_GRAPH_BATCHED && c->kind != MSTAR_GRAPH_PACKED)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: unknown kind %d", idx, (int)c->kind);
+    if ((unsigned)c->compile_mode > MSTAR_COMPILE_MAX_AUTOTUNE_NO_GRAPHS)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: unknown compile_mode %d", idx,
+                               (int)c->compile_mode);
+    if (c->cg_key_info != NULL && c->cg_key_info[0] == '\0')
+        return mstar_error_set(MSTAR_EINVAL, "config %u: cg_key_info is empty (NULL for none)",
+                               idx);
+    if (c->plan_tokens_per_input_token < 1)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: plan_tokens_per_input_token %lld < 1", idx,
+                               (long long)c->plan_tokens_per_input_token);
+    if (c->n_capture_batch_sizes != 0 && c->capture_batch_sizes == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: capture_batch_sizes is NULL", idx);
+    if ((st = check_sizes(c->capture_batch_sizes, c->n_capture_batch_sizes, idx,
+                          "capture_batch_sizes")) != MSTAR_OK)
+        return st;
+    if (c->make_node_input == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: make_node_input (the template) is NULL",
+                               idx);
+    if (c->kind == MSTAR_GRAPH_BATCHED && c->seq_len < 1)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: a BATCHED config needs seq_len >= 1", idx);
+    if (c->kind == MSTAR_GRAPH_PACKED) {
+        if (c->n_capture_token_lengths == 0 || c->capture_token_lengths == NULL)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "config %u: a PACKED config needs "
+                                   "capture_token_lengths",
+                                   idx);
+        if ((st = check_sizes(c->capture_token_lengths, c->n_capture_token_lengths, idx,
+                              "capture_token_lengths")) != MSTAR_OK)
+            return st;
+        for (size_t i = 0; i < c->n_capture_token_lengths; i++) {
+            if (c->capture_token_lengths[i] % c->plan_tokens_per_input_token != 0)
+                return mstar_error_set(MSTAR_EINVAL,
+                                       "config %u: capture_token_lengths[%zu] = %lld is not a "
+                                       "multiple of plan_tokens_per_input_token %lld",
+                                       idx, i, (long long)c->capture_token_lengths[i],
+                                       (long long)c->plan_tokens_per_input_token);
+        }
+    }
+    if (c->n_seq_dims != 0 && c->seq_dims == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "config %u: seq_dims is NULL", idx);
+    for (size_t i = 0; i < c->n_seq_dims; i++) {
+        if (c->seq_dims[i].key == NULL || c->seq_dims[i].dim < 0 ||
+            c->seq_dims[i].dim >= MSTAR_MAX_NDIM)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "config %u: seq_dims[%zu] needs a key and a dim "
+                                   "in 0..%d",
+                                   idx, i, MSTAR_MAX_NDIM - 1);
+    }
+    return MSTAR_OK;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static char *dup_or_null(const char *s, bool *failed)
+{
+    if (s == NULL)
+        return NULL;
+    char *d = strdup(s);
+    if (d == NULL)
+        *failed = true;
+    return d;
+}
+
+static int64_t *dup_array(const int64_t *v, size_t n, bool *failed)
+{
+    int64_t *d = malloc((n == 0 ? 1 : n) * sizeof(*d));
+    if (d == NULL)
+        *failed = true;
+    else if (n != 0)
+        memcpy(d, v, n * sizeof(*d));
+    return d;
+}
+
+void mstar__config_free(mstar_graph_config *c)
+{
+    free((char *)c->capture_graph_walk);
+    for (size_t i = 0; i < c->n_replay_graph_walks; i++)
+        free((char *)c->replay_graph_walks[i]);
+    free((char **)c->replay_graph_walks);
+    free((char *)c->cg_key_info);
+    free((int64_t *)c->capture_batch_sizes);
+    free((int64_t *)c->capture_token_lengths);
+    for (size_t i = 0; i < c->n_seq_dims; i++)
+        free((char *)c->seq_dims[i].key);
+    free((mstar_seq_dim *)c->seq_dims);
+    memset(c, 0, sizeof(*c));
+}
+
+mstar_status mstar__config_copy(const mstar_graph_config *src, uint32_t idx,
+                                mstar_graph_config *dst)
+{
+    mstar_status st = mstar_graph_config_validate(src, idx);
+    if (st != MSTAR_OK)
+        return st;
+    bool failed = false;
+    *dst = *src;
+    dst->capture_graph_walk = dup_or_null(src->capture_graph_walk, &failed);
+    dst->cg_key_info = dup_or_null(src->cg_key_info, &failed);
+    /* The replay walks always include the capture walk, first. */
+    size_t nw = 1;
+    const char **walks = calloc(src->n_replay_graph_walks + 1, sizeof(*walks));
+    if (walks == NULL)
+        failed = true;
+    else
+        walks[0] = dup_or_null(src->capture_graph_walk, &failed);
+    for (size_t i = 0; walks != NULL && i < src->n_replay_graph_walks; i++) {
+        if (strcmp(src->replay_graph_walks[i], src->capture_graph_walk) != 0)
+            walks[nw++] = dup_or_null(src->replay_graph_walks[i], &failed);
+    }
+    dst->replay_graph_walks = walks;
+    dst->n_replay_graph_walks = walks == NULL ? 0 : nw;
+    if (src->capture_batch_sizes == NULL) {
+        dst->capture_batch_sizes = dup_array(default_sizes, 7, &failed);
+        dst->n_capture_batch_sizes = 7;
+    } else {
+        dst->capture_batch_sizes =
+            dup_array(src->capture_batch_sizes, src->n_capture_batch_sizes, &failed);
+    }
+    dst->capture_token_lengths =
+        dup_array(src->capture_token_lengths, src->n_capture_token_lengths, &failed);
+    mstar_seq_dim *dims = calloc(src->n_seq_dims + 1, sizeof(*dims));
+    if (dims == NULL)
+        failed = true;
+    for (size_t i = 0; dims != NULL && i < src->n_seq_dims; i++) {
+        dims[i].key = dup_or_null(src->seq_dims[i].key, &failed);
+        dims[i].dim = src->seq_dims[i].dim;
+    }
+    dst->seq_dims = dims;
+    dst->n_seq_dims = dims == NULL ? 0 : src->n_seq_dims;
+    if (failed) {
+        mstar__config_free(dst);
+        return mstar_error_set(MSTAR_ENOMEM, "config %u: out of memory", idx);
+    }
+    /* Sorted, so every lookup and the capture order can rely on it (§8.22). */
+    qsort((int64_t *)dst->capture_batch_sizes, dst->n_capture_batch_sizes, sizeof(int64_t),
+          cmp_i64);
+    qsort((int64_t *)dst->capture_token_lengths, dst->n_capture_token_lengths, sizeof(int64_t),
+          cmp_i64);
+    return MSTAR_OK;
+}
+
+int64_t mstar__config_batched_tokens(const mstar_graph_config *c, int64_t bs)
+{
+    return c->seq_len * bs * c->plan_tokens_per_input_token;
+}
+
+int32_t mstar__config_seq_dim(const mstar_graph_config *c, const char *key)
+{
+    for (size_t i = 0; i < c->n_seq_dims; i++) {
+        if (strcmp(c->seq_dims[i].key, key) == 0)
+            return c->seq_dims[i].dim;
+    }
+    return -1;
+}
+
+bool mstar__config_replays(const mstar_graph_config *c, const char *walk)
+{
+    for (size_t i = 0; i < c->n_replay_graph_walks; i++) {
+        if (strcmp(c->replay_graph_walks[i], walk) == 0)
+            return true;
+    }
+    return false;
+}

@@ -1,0 +1,22 @@
+/*
+ * config.h — what the runners need of a config beyond the public checks: deep copies (a runner
+ * owns its configs, sorted), token arithmetic and per-key lookups.
+ */
+#ifndef MSTAR_GRAPHS_CONFIG_H
+#define MSTAR_GRAPHS_CONFIG_H
+
+#include "mstar/graphs.h"
+
+/* Validate `src` and copy it with every string and array owned; batch sizes and token lengths
+ * sorted; the capture walk first among the replay walks; default sizes filled in. */
+mstar_status mstar__config_copy(const mstar_graph_config *src, uint32_t idx,
+                                mstar_graph_config *dst);
+void mstar__config_free(mstar_graph_config *c);
+/* A BATCHED config's plan tokens at batch size bs. */
+int64_t mstar__config_batched_tokens(const mstar_graph_config *c, int64_t bs);
+/* The declared seq dim of an input key, or -1. */
+int32_t mstar__config_seq_dim(const mstar_graph_config *c, const char *key);
+/* Whether the config's captures replay `walk` (the capture walk or an alias). */
+bool mstar__config_replays(const mstar_graph_config *c, const char *walk);
+
+#endif

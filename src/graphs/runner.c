@@ -1,0 +1,666 @@
+/*
+ * runner.c — the whole-forward runner (reference AcceleratorGraphRunner): buckets and slots, the
+ * tightest-fit lookups, leases, padding, capture with warm-ups, and run_forward.
+ *
+ * Every configured bucket exists from creation, in capture order (descending (bs, num_tokens),
+ * §3.6); capture marks the ones that made it, and lookups see only those. A bucket's slots are
+ * captured together: if any slot fails the whole bucket is dropped, so no lease can land on a
+ * hole (§2.3). Keys point at strings of the runner's own config copies, so they stay valid for
+ * the runner's life.
+ */
+#include "graphs/runner.h"
+
+#include "graphs/config.h"
+#include "graphs/stage.h"
+#include "graphs/step_runner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define bucket_at mstar__bucket_at
+
+static const mstar_graph_config *config_of(const mstar_graph_runner *r, const struct bucket *b)
+{
+    return &r->configs[b->config_idx];
+}
+
+static int cmp_bucket_desc(const void *pa, const void *pb)
+{
+    const struct bucket *a = *(struct bucket *const *)pa, *b = *(struct bucket *const *)pb;
+    if (a->key.bs != b->key.bs)
+        return a->key.bs > b->key.bs ? -1 : 1;
+    if (a->key.num_tokens != b->key.num_tokens)
+        return a->key.num_tokens > b->key.num_tokens ? -1 : 1;
+    return (a->config_idx > b->config_idx) - (a->config_idx < b->config_idx);
+}
+
+static mstar_status add_bucket(mstar_graph_runner *r, uint32_t idx, int64_t bs, int64_t tokens)
+{
+    const mstar_graph_config *c = &r->configs[idx];
+    struct bucket *b = calloc(1, sizeof(*b));
+    if (b == NULL || (b->slots = calloc((size_t)r->num_slots, sizeof(*b->slots))) == NULL) {
+        free(b);
+        return mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory");
+    }
+    b->key = (mstar_bucket_key){ c->capture_graph_walk, bs, tokens, c->cg_key_info };
+    b->config_idx = idx;
+    for (size_t i = 0; i < r->buckets.len; i++) {
+        if (mstar_bucket_key_equal(&bucket_at(r, i)->key, &b->key)) {
+            char name[MSTAR_BUCKET_NAME_MAX];
+            free(b->slots);
+            free(b);
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "config %u: bucket %s is already captured by config %u (give "
+                                   "one of them a cg_key_info)",
+                                   idx, mstar_bucket_key_format(&b->key, name, sizeof(name)),
+                                   bucket_at(r, i)->config_idx);
+        }
+    }
+    mstar_status st = mstar__vec_push(&r->buckets, &b);
+    if (st != MSTAR_OK) {
+        free(b->slots);
+        free(b);
+    }
+    return st;
+}
+
+static mstar_status build_buckets(mstar_graph_runner *r)
+{
+    for (uint32_t i = 0; i < r->n_configs; i++) {
+        const mstar_graph_config *c = &r->configs[i];
+        for (size_t j = 0; j < c->n_capture_batch_sizes; j++) {
+            int64_t bs = c->capture_batch_sizes[j];
+            if (c->kind == MSTAR_GRAPH_BATCHED) {
+                mstar_status st = add_bucket(r, i, bs, mstar__config_batched_tokens(c, bs));
+                if (st != MSTAR_OK)
+                    return st;
+                continue;
+            }
+            for (size_t k = 0; k < c->n_capture_token_lengths; k++) {
+                int64_t t = c->capture_token_lengths[k];
+                if (t / c->plan_tokens_per_input_token <= bs) {
+                    mstar_log(MSTAR_LOG_WARN,
+                              "%s config %u: packed bucket bs=%lld tokens=%lld not captured: "
+                              "rows of a packed bucket need more tokens than rows (§8.10)",
+                              r->name, i, (long long)bs, (long long)t);
+                    continue;
+                }
+                mstar_status st = add_bucket(r, i, bs, t);
+                if (st != MSTAR_OK)
+                    return st;
+            }
+        }
+    }
+    qsort(r->buckets.data, r->buckets.len, sizeof(struct bucket *), cmp_bucket_desc);
+    for (size_t i = 0; i < r->buckets.len; i++) {
+        mstar_status st = mstar__vec_push(&r->keys, &bucket_at(r, i)->key);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    return MSTAR_OK;
+}
+
+void mstar__slot_free(struct mstar_graph_slot *s)
+{
+    if (s == NULL)
+        return;
+    mstar_graph_destroy(s->graph);
+    mstar_tensor_map_destroy(s->static_inputs);
+    mstar_tensor_map_destroy(s->static_outputs);
+    mstar__vec_free(&s->seq_dims);
+    free(s->dummy_metadata);
+    free(s);
+}
+
+static void bucket_uncapture(mstar_graph_runner *r, struct bucket *b)
+{
+    for (int32_t i = 0; i < r->num_slots; i++) {
+        mstar__slot_free(b->slots[i]);
+        b->slots[i] = NULL;
+    }
+    b->captured = false;
+}
+
+void mstar_graph_runner_destroy(mstar_graph_runner *r)
+{
+    if (r == NULL)
+        return;
+    for (size_t i = 0; i < r->buckets.len; i++) {
+        struct bucket *b = bucket_at(r, i);
+        bucket_uncapture(r, b);
+        free(b->declare_rows);
+        free(b->slots);
+        free(b);
+    }
+    for (size_t i = 0; i < r->templates.len; i++) {
+        struct template_row *t = mstar__vec_at(&r->templates, i);
+        mstar_tensor_map_destroy(t->full);
+        mstar_tensor_map_destroy(t->empty);
+    }
+    for (size_t i = 0; i < r->warned.len; i++)
+        free(*(char **)mstar__vec_at(&r->warned, i));
+    mstar__interned_free(&r->interned, mstar_stream_backend(r->stream));
+    mstar_dummy_rows_destroy(r->rows);
+    for (size_t i = 0; i < r->n_configs; i++)
+        mstar__config_free(&r->configs[i]);
+    free(r->configs);
+    mstar__vec_free(&r->buckets);
+    mstar__vec_free(&r->dropped);
+    mstar__vec_free(&r->specs);
+    mstar__vec_free(&r->templates);
+    mstar__vec_free(&r->warned);
+    mstar__vec_free(&r->keys);
+    mstar_step_destroy(r->step);
+    free(r->name);
+    free(r);
+}
+
+mstar_status mstar_graph_runner_create(const mstar_graph_runner_options *o,
+                                       mstar_graph_runner **out)
+{
+    if (o == NULL || out == NULL || o->submodule == NULL || o->step_runner == NULL ||
+        o->pool == NULL || o->submodule_name == NULL || (o->configs == NULL && o->n_configs != 0))
+        return mstar_error_set(MSTAR_EINVAL, "mstar_graph_runner_create: submodule_name, "
+                                             "submodule, step_runner, pool and out are required");
+    if (o->submodule->declare_step == NULL || o->submodule->preprocess == NULL)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "mstar_graph_runner_create(%s): the submodule needs "
+                               "declare_step and preprocess",
+                               o->submodule_name);
+    if (o->num_slots < 0 || o->num_slots > 16)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "mstar_graph_runner_create(%s): num_slots %d outside "
+                               "0..16",
+                               o->submodule_name, (int)o->num_slots);
+    mstar_graph_runner *r = calloc(1, sizeof(*r));
+    if (r == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_graph_runner_create: out of memory");
+    mstar__vec_init(&r->buckets, sizeof(struct bucket *));
+    mstar__vec_init(&r->dropped, sizeof(mstar_bucket_key));
+    mstar__vec_init(&r->specs, sizeof(mstar_cg_slot_spec));
+    mstar__vec_init(&r->interned, sizeof(mstar__interned));
+    mstar__vec_init(&r->templates, sizeof(struct template_row));
+    mstar__vec_init(&r->warned, sizeof(char *));
+    mstar__vec_init(&r->keys, sizeof(mstar_bucket_key));
+    r->sub = o->submodule;
+    r->sub_self = o->submodule_self;
+    r->sr = o->step_runner;
+    r->stream = mstar_step_runner_compute_stream(o->step_runner);
+    r->pool = o->pool;
+    r->autocast = o->autocast_dtype;
+    r->num_slots = o->num_slots;
+    mstar_status st = MSTAR_OK;
+    if (r->num_slots == 0)
+        st = mstar_step_runner_default_num_slots(o->step_runner, &r->num_slots);
+    if (st == MSTAR_OK && ((r->name = strdup(o->submodule_name)) == NULL ||
+                           (r->configs = calloc(o->n_configs + 1, sizeof(*r->configs))) == NULL))
+        st = mstar_error_set(MSTAR_ENOMEM, "mstar_graph_runner_create: out of memory");
+    for (size_t i = 0; st == MSTAR_OK && i < o->n_configs; i++) {
+        st = mstar__config_copy(&o->configs[i], (uint32_t)i, &r->configs[i]);
+        if (st == MSTAR_OK)
+            r->n_configs++;
+    }
+    if (st == MSTAR_OK)
+        st = mstar_dummy_rows_create(r->name, r->sr, &r->rows);
+    if (st == MSTAR_OK)
+        st = mstar_step_create(&r->step);
+    if (st == MSTAR_OK)
+        st = build_buckets(r);
+    if (st != MSTAR_OK) {
+        mstar_error_wrap("graph runner %s", o->submodule_name);
+        mstar_graph_runner_destroy(r);
+        return st;
+    }
+    *out = r;
+    return MSTAR_OK;
+}
+
+int32_t mstar_graph_runner_num_slots(const mstar_graph_runner *r)
+{
+    return r->num_slots;
+}
+
+mstar_stream *mstar_graph_runner_plan_stream(const mstar_graph_runner *r)
+{
+    return mstar_step_runner_plan_stream(r->sr);
+}
+
+mstar_dummy_rows *mstar_graph_runner_dummy_rows(mstar_graph_runner *r)
+{
+    return r->rows;
+}
+
+const mstar_bucket_key *mstar_graph_runner_buckets(const mstar_graph_runner *r, size_t *n)
+{
+    *n = r->keys.len;
+    return r->keys.data;
+}
+
+/* ---- templates --------------------------------------------------------------------------------
+ */
+
+/* The seq dim of a per-request template tensor of `len` tokens: declared, else the first dim of
+ * that size, else 0. */
+static int32_t row_seq_dim(const mstar_graph_config *c, const char *key, const mstar_tensor *t,
+                           int64_t len)
+{
+    int32_t d = mstar__config_seq_dim(c, key);
+    if (d >= 0)
+        return d;
+    for (int32_t i = 0; i < t->ndim; i++) {
+        if (t->shape[i] == len)
+            return i;
+    }
+    return 0;
+}
+
+mstar_status mstar__runner_template(mstar_graph_runner *r, uint32_t idx, int64_t len,
+                                    struct template_row **out)
+{
+    for (size_t i = 0; i < r->templates.len; i++) {
+        struct template_row *t = mstar__vec_at(&r->templates, i);
+        if (t->config_idx == idx && t->len == len) {
+            *out = t;
+            return MSTAR_OK;
+        }
+    }
+    const mstar_graph_config *c = &r->configs[idx];
+    struct template_row t = { idx, len, NULL, NULL };
+    mstar_status st = mstar_tensor_map_create(&t.full);
+    if (st == MSTAR_OK)
+        st = mstar_tensor_map_create(&t.empty);
+    if (st == MSTAR_OK &&
+        (st = c->make_node_input(c->template_user, r->stream, len, t.full)) != MSTAR_OK)
+        mstar_error_wrap("config %u: make_node_input(%lld)", idx, (long long)len);
+    for (size_t i = 0; st == MSTAR_OK && i < mstar_tensor_map_count(t.full); i++) {
+        /* Padding rows are the template cut to length 0 on the seq dim (§2.9): a view of the
+         * same bytes that holds nothing, so padding allocates nothing. */
+        mstar_tensor e = *mstar_tensor_map_at(t.full, i);
+        const char *name = mstar_tensor_map_name(t.full, i);
+        if (e.ndim > 0)
+            e.shape[row_seq_dim(c, name, &e, len)] = 0;
+        st = mstar_tensor_map_set(t.empty, name, &e);
+    }
+    if (st == MSTAR_OK)
+        st = mstar__vec_push(&r->templates, &t);
+    if (st != MSTAR_OK) {
+        mstar_tensor_map_destroy(t.full);
+        mstar_tensor_map_destroy(t.empty);
+        return st;
+    }
+    *out = mstar__vec_at(&r->templates, r->templates.len - 1);
+    return MSTAR_OK;
+}
+
+/* Input tokens of row i when a packed bucket's tokens are spread over bs rows: each gets n / bs
+ * and the first also n % bs (reference distribute_tokens). */
+static int64_t packed_row_len(const mstar_graph_config *c, const mstar_bucket_key *k, int64_t i)
+{
+    int64_t n = k->num_tokens / c->plan_tokens_per_input_token;
+    return n / k->bs + (i == 0 ? n % k->bs : 0);
+}
+
+mstar_status mstar__runner_node_inputs(mstar_graph_runner *r, const struct bucket *b,
+                                       mstar_node_input *rows)
+{
+    const mstar_graph_config *c = config_of(r, b);
+    for (int64_t i = 0; i < b->key.bs; i++) {
+        int64_t len = c->kind == MSTAR_GRAPH_BATCHED ? c->seq_len : packed_row_len(c, &b->key, i);
+        struct template_row *t;
+        mstar_status st = mstar__runner_template(r, b->config_idx, len, &t);
+        if (st != MSTAR_OK)
+            return st;
+        rows[i] = (mstar_node_input){ len, t->full };
+    }
+    return MSTAR_OK;
+}
+
+/* ---- claims -----------------------------------------------------------------------------------
+ */
+
+mstar_status mstar_graph_runner_prepare_for_capture(mstar_graph_runner *r,
+                                                    const mstar_cg_slot_spec **specs, size_t *n)
+{
+    r->specs.len = 0;
+    int64_t max_bs = 0, max_tokens = 0;
+    for (size_t i = 0; i < r->buckets.len; i++) {
+        struct bucket *b = bucket_at(r, i);
+        for (int32_t s = 0; s < r->num_slots; s++) {
+            mstar_cg_slot_spec spec = { b->key, s, b->config_idx };
+            mstar_status st = mstar__vec_push(&r->specs, &spec);
+            if (st != MSTAR_OK)
+                return st;
+        }
+        if (b->key.bs > max_bs)
+            max_bs = b->key.bs;
+        if (b->key.num_tokens > max_tokens)
+            max_tokens = b->key.num_tokens;
+    }
+    mstar_status st =
+        mstar_step_runner_claim(r->sr, r->specs.data, r->specs.len, max_bs, max_tokens);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("graph runner %s: prepare_for_capture", r->name);
+    if (specs != NULL)
+        *specs = r->specs.data;
+    if (n != NULL)
+        *n = r->specs.len;
+    return MSTAR_OK;
+}
+
+/* ---- lookups (§2.4–2.7) -----------------------------------------------------------------------
+ */
+
+static bool key_info_equal(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+struct bucket *mstar__runner_find_bucket(const mstar_graph_runner *r, const mstar_bucket_key *key)
+{
+    for (size_t i = 0; i < r->buckets.len; i++) {
+        if (mstar_bucket_key_equal(&bucket_at(r, i)->key, key))
+            return bucket_at(r, i);
+    }
+    return NULL;
+}
+
+static bool candidate(const mstar_graph_runner *r, const struct bucket *b, const char *walk,
+                      int64_t bs, const char *key)
+{
+    return b->captured && b->key.bs >= bs && key_info_equal(b->key.cg_key_info, key) &&
+           mstar__config_replays(config_of(r, b), walk);
+}
+
+static const struct bucket *select_bucket(const mstar_graph_runner *r, const char *walk, int64_t bs,
+                                          int64_t num_tokens, const char *key)
+{
+    const struct bucket *best = NULL;
+    for (size_t i = 0; walk != NULL && i < r->buckets.len; i++) {
+        const struct bucket *b = bucket_at(r, i);
+        if (!candidate(r, b, walk, bs, key))
+            continue;
+        /* The request counts input tokens; the bucket counts the tokens its plan carries. */
+        int64_t need = num_tokens * config_of(r, b)->plan_tokens_per_input_token;
+        if (b->key.num_tokens < need)
+            continue;
+        if (best == NULL || b->key.num_tokens < best->key.num_tokens ||
+            (b->key.num_tokens == best->key.num_tokens && b->key.bs < best->key.bs))
+            best = b;
+    }
+    return best;
+}
+
+static const struct bucket *select_batched(const mstar_graph_runner *r, const char *walk,
+                                           int64_t bs, const char *key)
+{
+    const struct bucket *best = NULL;
+    for (size_t i = 0; walk != NULL && i < r->buckets.len; i++) {
+        const struct bucket *b = bucket_at(r, i);
+        const mstar_graph_config *c = config_of(r, b);
+        if (!candidate(r, b, walk, bs, key) || c->kind != MSTAR_GRAPH_BATCHED ||
+            b->key.num_tokens != mstar__config_batched_tokens(c, b->key.bs))
+            continue;
+        if (best == NULL || b->key.bs < best->key.bs ||
+            (b->key.bs == best->key.bs && b->key.num_tokens < best->key.num_tokens))
+            best = b;
+    }
+    return best;
+}
+
+bool mstar_graph_runner_select_bucket(const mstar_graph_runner *r, const char *walk, int64_t bs,
+                                      int64_t num_tokens, const char *key, mstar_bucket_key *out)
+{
+    const struct bucket *b = num_tokens < 0 ? select_batched(r, walk, bs, key)
+                                            : select_bucket(r, walk, bs, num_tokens, key);
+    if (b != NULL && out != NULL)
+        *out = b->key;
+    return b != NULL;
+}
+
+bool mstar_graph_runner_select_batched_bucket(const mstar_graph_runner *r, const char *walk,
+                                              int64_t bs, const char *key, mstar_bucket_key *out)
+{
+    const struct bucket *b = select_batched(r, walk, bs, key);
+    if (b != NULL && out != NULL)
+        *out = b->key;
+    return b != NULL;
+}
+
+bool mstar_graph_runner_lease_slot(mstar_graph_runner *r, const char *walk, int64_t bs,
+                                   int32_t slot, int64_t num_tokens, const char *key,
+                                   mstar_slot_lease *out)
+{
+    const struct bucket *b = num_tokens < 0 ? select_batched(r, walk, bs, key)
+                                            : select_bucket(r, walk, bs, num_tokens, key);
+    if (b == NULL)
+        return false;
+    if (slot < 0)
+        slot = mstar__step_runner_next_slot(r->sr, r->num_slots);
+    /* The key names the capture walk even when `walk` is an alias (§2.3, §8.14). */
+    out->slot = slot % r->num_slots;
+    out->bucket = b->key;
+    return true;
+}
+
+bool mstar_graph_runner_can_run(const mstar_graph_runner *r, const char *walk, int64_t bs,
+                                int64_t num_tokens, const char *key)
+{
+    return mstar_graph_runner_select_bucket(r, walk, bs, num_tokens, key, NULL);
+}
+
+bool mstar_graph_runner_captures_walk(const mstar_graph_runner *r, const char *walk)
+{
+    for (size_t i = 0; walk != NULL && i < r->buckets.len; i++) {
+        const struct bucket *b = bucket_at(r, i);
+        if (b->captured && mstar__config_replays(config_of(r, b), walk))
+            return true;
+    }
+    return false;
+}
+
+bool mstar_graph_runner_any_graphs(const mstar_graph_runner *r)
+{
+    for (size_t i = 0; i < r->buckets.len; i++) {
+        if (bucket_at(r, i)->captured)
+            return true;
+    }
+    return false;
+}
+
+int64_t mstar_graph_runner_max_batch_size_for(const mstar_graph_runner *r, const char *walk)
+{
+    /* Configured sizes, captured or not (§2.7, §8.20): a dropped largest bucket still caps the
+     * batch, and those batches run eager rather than being split differently per rank. */
+    int64_t cap = -1;
+    for (size_t i = 0; walk != NULL && i < r->n_configs; i++) {
+        const mstar_graph_config *c = &r->configs[i];
+        if (!c->caps_eager_batch_size || !mstar__config_replays(c, walk))
+            continue;
+        int64_t largest = c->capture_batch_sizes[c->n_capture_batch_sizes - 1];
+        if (largest > cap)
+            cap = largest;
+    }
+    return cap;
+}
+
+static const struct bucket *leased_bucket(const mstar_graph_runner *r,
+                                          const mstar_slot_lease *lease)
+{
+    if (lease == NULL || lease->slot < 0 || lease->slot >= r->num_slots)
+        return NULL;
+    const struct bucket *b = mstar__runner_find_bucket(r, &lease->bucket);
+    return b != NULL && b->captured ? b : NULL;
+}
+
+bool mstar_graph_runner_is_packed(const mstar_graph_runner *r, const mstar_slot_lease *lease)
+{
+    const struct bucket *b = leased_bucket(r, lease);
+    return b != NULL && config_of(r, b)->kind == MSTAR_GRAPH_PACKED;
+}
+
+const mstar_graph_config *mstar_graph_runner_config_for(const mstar_graph_runner *r,
+                                                        const mstar_slot_lease *lease,
+                                                        uint32_t *config_idx)
+{
+    const struct bucket *b = leased_bucket(r, lease);
+    if (b == NULL)
+        return NULL;
+    if (config_idx != NULL)
+        *config_idx = b->config_idx;
+    return config_of(r, b);
+}
+
+const mstar_graph_slot *mstar_graph_runner_slot_for(const mstar_graph_runner *r,
+                                                    const mstar_slot_lease *lease)
+{
+    const struct bucket *b = leased_bucket(r, lease);
+    return b == NULL ? NULL : b->slots[lease->slot];
+}
+
+const mstar_graph *mstar_graph_slot_graph(const mstar_graph_slot *s)
+{
+    return s->graph;
+}
+
+const mstar_tensor_map *mstar_graph_slot_static_inputs(const mstar_graph_slot *s)
+{
+    return s->static_inputs;
+}
+
+const mstar_tensor_map *mstar_graph_slot_static_outputs(const mstar_graph_slot *s)
+{
+    return s->static_outputs;
+}
+
+const int64_t *mstar_graph_slot_dummy_rids(const mstar_graph_slot *s, size_t *n)
+{
+    if (n != NULL)
+        *n = s->n_rows;
+    return s->dummy_rids;
+}
+
+/* ---- padding (§2.9, §2.10) --------------------------------------------------------------------
+ */
+
+static mstar_status lease_check(const mstar_graph_runner *r, const mstar_slot_lease *lease,
+                                size_t n, const struct bucket **out)
+{
+    const struct bucket *b = leased_bucket(r, lease);
+    if (b == NULL)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "graph runner %s: the lease names no captured "
+                               "bucket or slot",
+                               r->name);
+    if ((int64_t)n > b->key.bs)
+        return mstar_error_set(MSTAR_EINVAL, "graph runner %s: %zu rows do not fit bucket bs %lld",
+                               r->name, n, (long long)b->key.bs);
+    *out = b;
+    return MSTAR_OK;
+}
+
+mstar_status mstar_graph_runner_pad_inputs(mstar_graph_runner *r, const mstar_slot_lease *lease,
+                                           const mstar_node_input *inputs, size_t n,
+                                           mstar_node_input *out)
+{
+    const struct bucket *b = NULL;
+    mstar_status st = lease_check(r, lease, n, &b);
+    if (st != MSTAR_OK)
+        return st;
+    const mstar_graph_config *c = config_of(r, b);
+    struct template_row *t;
+    int64_t len = c->kind == MSTAR_GRAPH_BATCHED ? c->seq_len : packed_row_len(c, &b->key, 1);
+    if ((st = mstar__runner_template(r, b->config_idx, len, &t)) != MSTAR_OK)
+        return st;
+    for (size_t i = 0; i < n; i++)
+        out[i] = inputs[i];
+    for (int64_t i = (int64_t)n; i < b->key.bs; i++)
+        out[i] = (mstar_node_input){ 0, t->empty }; /* length 0: admit reserves nothing */
+    return MSTAR_OK;
+}
+
+mstar_status mstar_graph_runner_step_ids(mstar_graph_runner *r, const mstar_slot_lease *lease,
+                                         const int64_t *real_ids, size_t n, int64_t *out)
+{
+    const struct bucket *b = NULL;
+    mstar_status st = lease_check(r, lease, n, &b);
+    if (st != MSTAR_OK)
+        return st;
+    const struct mstar_graph_slot *s = b->slots[lease->slot];
+    for (size_t i = 0; i < n; i++)
+        out[i] = real_ids[i];
+    for (int64_t i = (int64_t)n; i < b->key.bs; i++)
+        out[i] = s->dummy_rids[i];
+    return MSTAR_OK;
+}
+
+mstar_status mstar_graph_runner_step_metadata(mstar_graph_runner *r, const mstar_slot_lease *lease,
+                                              const mstar_forward_info *real, size_t n,
+                                              mstar_forward_info *out)
+{
+    const struct bucket *b = NULL;
+    mstar_status st = lease_check(r, lease, n, &b);
+    if (st != MSTAR_OK)
+        return st;
+    const struct mstar_graph_slot *s = b->slots[lease->slot];
+    for (size_t i = 0; i < n; i++)
+        out[i] = real[i];
+    for (int64_t i = (int64_t)n; i < b->key.bs; i++)
+        out[i] = s->dummy_metadata[i];
+    return MSTAR_OK;
+}
+
+mstar_status mstar_graph_runner_declare_inputs_for(mstar_graph_runner *r,
+                                                   const mstar_slot_lease *lease,
+                                                   const mstar_node_input **rows, size_t *n)
+{
+    const struct bucket *cb = NULL;
+    mstar_status st = lease_check(r, lease, 0, &cb);
+    if (st != MSTAR_OK)
+        return st;
+    struct bucket *b = (struct bucket *)cb;
+    if (b->declare_rows == NULL) {
+        mstar_node_input *built = calloc((size_t)b->key.bs, sizeof(*built));
+        if (built == NULL)
+            return mstar_error_set(MSTAR_ENOMEM, "declare_inputs_for: out of memory");
+        if ((st = mstar__runner_node_inputs(r, b, built)) != MSTAR_OK) {
+            free(built);
+            return st;
+        }
+        b->declare_rows = built;
+    }
+    *rows = b->declare_rows;
+    *n = (size_t)b->key.bs;
+    return MSTAR_OK;
+}
+
+mstar_status mstar_graph_runner_release(mstar_graph_runner *r, const mstar_slot_lease *lease,
+                                        int64_t real_bs)
+{
+    const struct bucket *b = NULL;
+    mstar_status st = lease_check(r, lease, real_bs < 0 ? 0 : (size_t)real_bs, &b);
+    if (st != MSTAR_OK)
+        return st;
+    const struct mstar_graph_slot *s = b->slots[lease->slot];
+    /* Padding rows run against the sinks, so nothing of theirs stays resident (§2.10, §8.13). */
+    return mstar_dummy_rows_reset(r->rows, s->dummy_rids + real_bs, (size_t)(b->key.bs - real_bs),
+                                  true);
+}
+
+const mstar_bucket_key *mstar_graph_runner_dropped_buckets(const mstar_graph_runner *r, size_t *n)
+{
+    *n = r->dropped.len;
+    return r->dropped.data;
+}
+
+mstar_status mstar_graph_runner_drop_bucket(mstar_graph_runner *r, const mstar_bucket_key *key)
+{
+    struct bucket *b = mstar__runner_find_bucket(r, key);
+    if (b == NULL)
+        return mstar_error_set(MSTAR_ENOENT, "graph runner %s: no such bucket", r->name);
+    if (b->captured) {
+        bucket_uncapture(r, b);
+        return mstar__vec_push(&r->dropped, &b->key);
+    }
+    return MSTAR_OK;
+}

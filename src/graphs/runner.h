@@ -1,0 +1,76 @@
+/*
+ * runner.h — the whole-forward runner's state, shared by runner.c (registry, lookups, leases,
+ * padding) and runner_capture.c (warm-ups, capture, run_forward).
+ */
+#ifndef MSTAR_GRAPHS_RUNNER_H
+#define MSTAR_GRAPHS_RUNNER_H
+
+#include "mstar/graphs.h"
+
+#include "core/vec.h"
+
+struct mstar_graph_slot {
+    mstar_graph *graph;
+    mstar_tensor_map *static_inputs;  /* views of interned buffers */
+    mstar_tensor_map *static_outputs; /* views of the graph's pool blocks */
+    mstar__vec seq_dims;              /* int32_t per static input, same order */
+    const int64_t *dummy_rids;        /* bs handles, owned by the dummy-row pool */
+    size_t n_rows;
+    mstar_forward_info *dummy_metadata;
+    uint32_t config_idx;
+};
+
+struct bucket {
+    mstar_bucket_key key;
+    uint32_t config_idx;
+    bool captured;
+    struct mstar_graph_slot **slots; /* num_slots, NULL until captured */
+    mstar_node_input *declare_rows;  /* declare_inputs_for's cache */
+};
+
+struct template_row {
+    uint32_t config_idx;
+    int64_t len;
+    mstar_tensor_map *full;
+    mstar_tensor_map *empty; /* the same tensors cut to length 0 on their seq dim */
+};
+
+struct mstar_graph_runner {
+    char *name;
+    const mstar_submodule_ops *sub;
+    void *sub_self;
+    mstar_graph_config *configs;
+    size_t n_configs;
+    mstar_step_runner *sr;
+    mstar_stream *stream; /* the compute stream */
+    mstar_graph_pool *pool;
+    int32_t num_slots;
+    mstar_dtype autocast;
+    mstar_dummy_rows *rows;
+    mstar__vec buckets;   /* struct bucket *, capture order */
+    mstar__vec dropped;   /* mstar_bucket_key */
+    mstar__vec specs;     /* mstar_cg_slot_spec */
+    mstar__vec interned;  /* mstar__interned */
+    mstar__vec templates; /* struct template_row */
+    mstar__vec warned;    /* char *: captured keys found missing at staging, warned once */
+    mstar__vec keys;      /* mstar_bucket_key of every bucket, capture order */
+    mstar_step *step;     /* scratch for captures */
+};
+
+static inline struct bucket *mstar__bucket_at(const mstar_graph_runner *r, size_t i)
+{
+    return *(struct bucket **)mstar__vec_at(&r->buckets, i);
+}
+
+/* The bucket registered under `key` (captured or not), or NULL. */
+struct bucket *mstar__runner_find_bucket(const mstar_graph_runner *r, const mstar_bucket_key *key);
+/* Template rows of `len` tokens for a config, built once. */
+mstar_status mstar__runner_template(mstar_graph_runner *r, uint32_t config_idx, int64_t len,
+                                    struct template_row **out);
+/* The bucket's capture inputs (reference get_node_inputs): bs rows, from cached templates.
+ * `rows` has room for bucket->key.bs entries. */
+mstar_status mstar__runner_node_inputs(mstar_graph_runner *r, const struct bucket *b,
+                                       mstar_node_input *rows);
+void mstar__slot_free(struct mstar_graph_slot *s);
+
+#endif

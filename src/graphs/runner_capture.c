@@ -1,0 +1,397 @@
+/*
+ * runner_capture.c — warming and capturing a runner's buckets (graph-runner-spec §3.2–3.7), and
+ * replaying them (run_forward, §5.2).
+ *
+ * One spec is one (bucket, slot). Warming it: ensure the slot's padding rows, declare the step
+ * over them with the bucket's template inputs, check no resource blocks the capture, then
+ * prepare (admit, plan, preprocess, intern the static inputs) and run the forward eagerly
+ * MSTAR_NUM_WARMUP times, each time resetting the rows and preparing again, so every warm-up and
+ * the capture see identical shapes and state (§8.24). The capture then records the forward over
+ * the static inputs into the node's pool. The rows are reset on every exit path.
+ */
+#include "graphs/runner.h"
+
+#include "graphs/config.h"
+#include "graphs/stage.h"
+#include "graphs/step_runner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void mstar__tensor_map_disown(mstar_tensor_map *m);
+
+/* What one spec needs while it is warmed and captured. */
+struct spec_run {
+    mstar_graph_runner *r;
+    struct bucket *b;
+    int32_t slot;
+    const int64_t *rows;
+    mstar_node_input *inputs;
+    mstar_tensor_map *preprocessed;
+    struct mstar_graph_slot *s; /* static inputs land here */
+};
+
+static mstar_forward_fn forward_of(const mstar_graph_runner *r, const struct bucket *b)
+{
+    const mstar_graph_config *c = &r->configs[b->config_idx];
+    return c->forward != NULL ? c->forward : r->sub->forward;
+}
+
+static void fill_ctx(struct spec_run *sr)
+{
+    mstar_step_ctx *ctx = mstar_step_context(sr->r->step);
+    ctx->request_ids = sr->rows;
+    ctx->n_requests = (size_t)sr->b->key.bs;
+    ctx->graph_walk = sr->b->key.graph_walk;
+    ctx->slot = sr->slot;
+    ctx->capture = true;
+    ctx->is_preplan = false;
+    ctx->has_lease = true;
+    ctx->lease = (mstar_slot_lease){ sr->slot, sr->b->key };
+    ctx->label = NULL;
+    ctx->stream = sr->r->stream;
+    ctx->compute_dtype = sr->r->autocast;
+}
+
+static mstar_status declare(struct spec_run *sr)
+{
+    mstar_graph_runner *r = sr->r;
+    mstar_step_reset(r->step);
+    fill_ctx(sr);
+    bool declared = false;
+    mstar_status st = r->sub->declare_step(r->sub_self, sr->b->key.graph_walk, sr->rows, sr->inputs,
+                                           (size_t)sr->b->key.bs, r->step, &declared);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("declare_step");
+    if (!declared)
+        mstar_step_reset(r->step);
+    fill_ctx(sr); /* the declaration must not move the context */
+    return MSTAR_OK;
+}
+
+/* admit, plan, preprocess, and stage into the interned static inputs. */
+static mstar_status prepare(struct spec_run *sr)
+{
+    mstar_graph_runner *r = sr->r;
+    mstar_admit_result admit;
+    mstar_status st = mstar_step_runner_admit(r->sr, r->step, &admit);
+    if (st == MSTAR_OK && !admit.ok)
+        st = mstar_error_set(MSTAR_ENOSPC, "admit failed for request %lld label %u: %s",
+                             (long long)admit.request, admit.label, admit.reason);
+    if (st == MSTAR_OK)
+        st = mstar_step_runner_plan(r->sr, r->step);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_tensor_map_clear(sr->preprocessed);
+    st = r->sub->preprocess(r->sub_self, r->step, sr->inputs, (size_t)sr->b->key.bs,
+                            sr->preprocessed);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("preprocess");
+    const mstar_graph_config *c = &r->configs[sr->b->config_idx];
+    for (size_t i = 0; i < mstar_tensor_map_count(sr->preprocessed); i++) {
+        const char *key = mstar_tensor_map_name(sr->preprocessed, i);
+        mstar_tensor view;
+        int32_t seq_dim;
+        st = mstar__intern(&r->interned, r->stream, sr->b->config_idx, key,
+                           mstar_tensor_map_at(sr->preprocessed, i), sr->b->key.num_tokens,
+                           mstar__config_seq_dim(c, key), &view, &seq_dim);
+        if (st == MSTAR_OK)
+            st = mstar_tensor_map_set(sr->s->static_inputs, key, &view);
+        if (st == MSTAR_OK && sr->s->seq_dims.len <= i)
+            st = mstar__vec_push(&sr->s->seq_dims, &seq_dim);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    return MSTAR_OK;
+}
+
+static mstar_status capture_run(mstar_stream *stream, void *p)
+{
+    struct spec_run *sr = p;
+    return forward_of(sr->r, sr->b)(sr->r->sub_self, sr->r->step, sr->s->static_inputs,
+                                    sr->s->static_outputs);
+}
+
+static mstar_status slot_new(mstar_graph_runner *r, struct bucket *b, struct mstar_graph_slot **out)
+{
+    struct mstar_graph_slot *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory");
+    mstar__vec_init(&s->seq_dims, sizeof(int32_t));
+    s->config_idx = b->config_idx;
+    s->n_rows = (size_t)b->key.bs;
+    s->dummy_metadata = calloc((size_t)b->key.bs, sizeof(*s->dummy_metadata));
+    mstar_status st = s->dummy_metadata == NULL
+                          ? mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory")
+                          : mstar_tensor_map_create(&s->static_inputs);
+    if (st == MSTAR_OK)
+        st = mstar_tensor_map_create(&s->static_outputs);
+    if (st != MSTAR_OK) {
+        mstar__slot_free(s);
+        return st;
+    }
+    for (int64_t i = 0; i < b->key.bs; i++)
+        s->dummy_metadata[i] = mstar_dummy_metadata(b->key.graph_walk);
+    *out = s;
+    return MSTAR_OK;
+}
+
+/*
+ * Warm one spec up and, with `capture`, capture it. On success with capture, *out_slot is the
+ * captured slot (or, with `throwaway`, *out_graph the caller's graph). *peak: the caching
+ * allocator's peak above the pre-warm baseline.
+ */
+static mstar_status run_spec(mstar_graph_runner *r, struct bucket *b, int32_t slot, bool capture,
+                             unsigned flags, struct mstar_graph_slot **out_slot,
+                             mstar_graph **out_graph, mstar_capture_stats *stats, uint64_t *peak)
+{
+    char key[48];
+    snprintf(key, sizeof(key), "%u_slot%d", b->config_idx, (int)slot);
+    struct spec_run sr = { r, b, slot, NULL, NULL, NULL, NULL };
+    mstar_status st = mstar_dummy_rows_ensure(r->rows, key, b->key.bs, &sr.rows);
+    if (st != MSTAR_OK)
+        return st;
+    sr.inputs = calloc((size_t)b->key.bs, sizeof(*sr.inputs));
+    st = sr.inputs == NULL ? mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory")
+                           : mstar__runner_node_inputs(r, b, sr.inputs);
+    if (st == MSTAR_OK)
+        st = mstar_tensor_map_create(&sr.preprocessed);
+    if (st == MSTAR_OK)
+        st = slot_new(r, b, &sr.s);
+    if (st == MSTAR_OK) {
+        sr.s->dummy_rids = sr.rows;
+        st = declare(&sr);
+    }
+    if (st == MSTAR_OK) {
+        const char *blocked[8];
+        size_t nb = mstar_blocked_capture_resources(r->sr, r->step, blocked, 8);
+        if (nb != 0)
+            st = mstar_error_set(MSTAR_ENOTSUP, "resource '%s'%s cannot capture this step",
+                                 blocked[0], nb > 1 ? " and others" : "");
+    }
+    mstar_alloc_stats base;
+    mstar_caching_stats(mstar_stream_backend(r->stream), &base);
+    mstar_caching_reset_peak(mstar_stream_backend(r->stream));
+    if (st == MSTAR_OK)
+        st = prepare(&sr);
+    if (st == MSTAR_OK)
+        st = mstar_stream_synchronize(r->stream);
+    for (int w = 0; st == MSTAR_OK && w < MSTAR_NUM_WARMUP; w++) {
+        mstar_tensor_map *outs = NULL;
+        st = mstar_tensor_map_create(&outs);
+        if (st == MSTAR_OK)
+            st = forward_of(r, b)(r->sub_self, r->step, sr.s->static_inputs, outs);
+        mstar_tensor_map_destroy(outs); /* warm-up outputs come from the caching allocator */
+        if (st == MSTAR_OK)
+            st = mstar_dummy_rows_reset(r->rows, sr.rows, (size_t)b->key.bs, false);
+        if (st == MSTAR_OK)
+            st = declare(&sr);
+        if (st == MSTAR_OK)
+            st = prepare(&sr);
+    }
+    if (st == MSTAR_OK)
+        st = mstar_stream_synchronize(r->stream);
+    if (peak != NULL) {
+        mstar_alloc_stats now;
+        mstar_caching_stats(mstar_stream_backend(r->stream), &now);
+        *peak = now.peak > base.allocated ? now.peak - base.allocated : 0;
+    }
+    if (st == MSTAR_OK && capture) {
+        st = mstar_capture_into_graph(r->stream, r->pool, capture_run, &sr, flags, &sr.s->graph,
+                                      stats);
+        /* The outputs live in the graph's pool blocks now; the map only views them. */
+        mstar__tensor_map_disown(sr.s->static_outputs);
+    }
+    mstar_status reset = mstar_dummy_rows_reset(r->rows, sr.rows, (size_t)b->key.bs, false);
+    if (st == MSTAR_OK)
+        st = reset;
+    mstar_tensor_map_destroy(sr.preprocessed);
+    free(sr.inputs);
+    mstar_step_reset(r->step);
+    if (st == MSTAR_OK && capture && out_graph != NULL) {
+        *out_graph = sr.s->graph;
+        sr.s->graph = NULL;
+        mstar__slot_free(sr.s);
+    } else if (st == MSTAR_OK && capture) {
+        *out_slot = sr.s;
+    } else {
+        mstar__slot_free(sr.s);
+    }
+    if (st != MSTAR_OK) {
+        char name[MSTAR_BUCKET_NAME_MAX];
+        mstar_error_wrap("%s: %s slot %d", r->name,
+                         mstar_bucket_key_format(&b->key, name, sizeof(name)), (int)slot);
+    }
+    return st;
+}
+
+static mstar_status find_or_fail(mstar_graph_runner *r, const mstar_bucket_key *key,
+                                 struct bucket **out)
+{
+    *out = key == NULL ? NULL : mstar__runner_find_bucket(r, key);
+    if (*out == NULL)
+        return mstar_error_set(MSTAR_ENOENT, "graph runner %s: no such bucket", r->name);
+    return MSTAR_OK;
+}
+
+mstar_status mstar_graph_runner_warm_bucket(mstar_graph_runner *r, const mstar_bucket_key *key,
+                                            uint64_t *peak)
+{
+    struct bucket *b;
+    mstar_status st = find_or_fail(r, key, &b);
+    uint64_t most = 0;
+    for (int32_t s = 0; st == MSTAR_OK && s < r->num_slots; s++) {
+        uint64_t p = 0;
+        st = run_spec(r, b, s, false, 0, NULL, NULL, NULL, &p);
+        if (p > most)
+            most = p;
+    }
+    if (st == MSTAR_OK && peak != NULL)
+        *peak = most;
+    return st;
+}
+
+mstar_status mstar_graph_runner_capture_throwaway(mstar_graph_runner *r,
+                                                  const mstar_bucket_key *key, unsigned flags,
+                                                  mstar_graph **out, mstar_capture_stats *stats)
+{
+    struct bucket *b;
+    mstar_status st = find_or_fail(r, key, &b);
+    if (st == MSTAR_OK && out == NULL)
+        st = mstar_error_set(MSTAR_EINVAL, "capture_throwaway: out is NULL");
+    return st != MSTAR_OK ? st : run_spec(r, b, 0, true, flags, NULL, out, stats, NULL);
+}
+
+static bool is_planned(const mstar_bucket_key *planned, size_t n, const mstar_bucket_key *k)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (mstar_bucket_key_equal(&planned[i], k))
+            return true;
+    }
+    return false;
+}
+
+mstar_status mstar_graph_runner_warmup_and_capture(mstar_graph_runner *r,
+                                                   const mstar_bucket_key *planned, size_t n)
+{
+    if (!mstar_step_runner_buffers_built(r->sr))
+        return mstar_error_set(MSTAR_ESTATE,
+                               "graph runner %s: build the graph buffers first (every runner's "
+                               "prepare_for_capture, then mstar_step_runner_build_graph_buffers)",
+                               r->name);
+    r->dropped.len = 0;
+    for (size_t i = 0; i < r->buckets.len; i++) { /* capture order: largest first */
+        struct bucket *b = mstar__bucket_at(r, i);
+        if (b->captured)
+            continue;
+        if (planned != NULL && !is_planned(planned, n, &b->key)) {
+            mstar_status st = mstar__vec_push(&r->dropped, &b->key);
+            if (st != MSTAR_OK)
+                return st;
+            continue;
+        }
+        mstar_status st = MSTAR_OK;
+        for (int32_t s = 0; st == MSTAR_OK && s < r->num_slots; s++)
+            st = run_spec(r, b, s, true, 0, &b->slots[s], NULL, NULL, NULL);
+        if (st == MSTAR_OK) {
+            b->captured = true;
+            continue;
+        }
+        /* A hole in a bucket's slots would let a lease land on nothing: drop it whole (§2.3). */
+        mstar_log(MSTAR_LOG_WARN, "graph runner %s: dropped a bucket: %s", r->name,
+                  mstar_last_error());
+        for (int32_t s = 0; s < r->num_slots; s++) {
+            mstar__slot_free(b->slots[s]);
+            b->slots[s] = NULL;
+        }
+        if ((st = mstar__vec_push(&r->dropped, &b->key)) != MSTAR_OK)
+            return st;
+    }
+    mstar_error_clear();
+    return MSTAR_OK;
+}
+
+/* ---- run_forward (§5.2) -----------------------------------------------------------------------
+ */
+
+static void warn_missing_once(mstar_graph_runner *r, const char *key)
+{
+    for (size_t i = 0; i < r->warned.len; i++) {
+        if (strcmp(*(char **)mstar__vec_at(&r->warned, i), key) == 0)
+            return;
+    }
+    char *copy = strdup(key);
+    if (copy != NULL && mstar__vec_push(&r->warned, &copy) != MSTAR_OK)
+        free(copy);
+    mstar_log(MSTAR_LOG_WARN,
+              "graph runner %s: captured input '%s' is missing at replay; the graph reads its "
+              "previous contents",
+              r->name, key);
+}
+
+static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lease *lease,
+                                     const mstar_tensor_map *pre, mstar_event *plan_done,
+                                     mstar_signal *launch_started, const mstar_tensor_map **outputs)
+{
+    const mstar_graph_slot *s = mstar_graph_runner_slot_for(r, lease);
+    if (s == NULL)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "run_forward(%s): the lease names no captured "
+                               "bucket or slot",
+                               r->name);
+    if (pre == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "run_forward(%s): preprocessed is NULL", r->name);
+    for (size_t i = 0; i < mstar_tensor_map_count(pre); i++) {
+        const char *key = mstar_tensor_map_name(pre, i);
+        if (mstar_tensor_map_get(s->static_inputs, key) == NULL)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "run_forward(%s): input '%s' was not captured; a graph cannot "
+                                   "read it",
+                                   r->name, key);
+    }
+    for (size_t i = 0; i < mstar_tensor_map_count(s->static_inputs); i++) {
+        const char *key = mstar_tensor_map_name(s->static_inputs, i);
+        const mstar_tensor *v = mstar_tensor_map_get(pre, key);
+        if (v == NULL) {
+            warn_missing_once(r, key);
+            continue;
+        }
+        int32_t d = *(int32_t *)mstar__vec_at(&s->seq_dims, i);
+        mstar_status st =
+            mstar__stage(r->stream, mstar_tensor_map_at(s->static_inputs, i), d, v, key);
+        if (st != MSTAR_OK)
+            return mstar_error_wrap("run_forward(%s)", r->name);
+    }
+    if (plan_done != NULL) {
+        /* On the device: the pre-plan wrote this slot's buffers on the plan stream. */
+        mstar_status st = mstar_stream_wait_event(r->stream, plan_done);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    /* Just before the launch, so the submitting thread's work overlaps the launch, not the
+     * staging (§5.2.3). */
+    if (launch_started != NULL)
+        mstar_signal_set(launch_started);
+    mstar_status st = mstar_graph_launch(s->graph, r->stream);
+    if (st == MSTAR_OK)
+        st = mstar__step_runner_replay_enqueued(r->sr, lease->slot);
+    if (st == MSTAR_OK)
+        *outputs = s->static_outputs;
+    return st;
+}
+
+mstar_status mstar_graph_runner_run_forward(mstar_graph_runner *r, const mstar_slot_lease *lease,
+                                            const mstar_tensor_map *preprocessed,
+                                            mstar_event *plan_done, mstar_signal *launch_started,
+                                            const mstar_tensor_map **outputs)
+{
+    mstar_status st =
+        outputs == NULL
+            ? mstar_error_set(MSTAR_EINVAL, "run_forward: outputs is NULL")
+            : stage_and_launch(r, lease, preprocessed, plan_done, launch_started, outputs);
+    /* Every waiter is released on every path, failures included (§8.27). */
+    if (launch_started != NULL)
+        mstar_signal_set(launch_started);
+    return st;
+}

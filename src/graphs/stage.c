@@ -1,0 +1,147 @@
+/*
+ * stage.c — static input buffers shared by every bucket and slot of a config.
+ *
+ * A graph reads its inputs at fixed addresses, so each (config_idx, key) gets one buffer, sized by
+ * the first capture — the largest, since captures go largest first (§3.6) — and every smaller
+ * bucket reads a prefix of it along the key's seq dim. Where the reference moves a non-leading
+ * seq dim (mrope's [3, seq]) to the front for storage and permutes the view back, this keeps the
+ * buffer in the value's own layout and narrows the seq dim in place: the view is the same strided
+ * [3, n] either way, and staging is one contiguous copy per index of the dims before the seq dim.
+ * The buffers are shared across slots and buckets: replays on one device are serialised on one
+ * stream (§2.2).
+ */
+#include "graphs/stage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int64_t inner_elems(const mstar_tensor *t, int32_t d)
+{
+    int64_t n = 1;
+    for (int32_t i = d + 1; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t d,
+                          const mstar_tensor *value, const char *key)
+{
+    if (value->dtype != dst->dtype || value->ndim != dst->ndim)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "staging '%s': dtype or rank differs from its "
+                               "static buffer",
+                               key);
+    for (int32_t i = 0; i < value->ndim; i++) {
+        if (i == d ? value->shape[i] > dst->shape[i] : value->shape[i] != dst->shape[i])
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "staging '%s': dim %d is %lld, the static buffer's is %lld "
+                                   "(seq dim %d)",
+                                   key, (int)i, (long long)value->shape[i],
+                                   (long long)dst->shape[i], (int)d);
+    }
+    if (!mstar_tensor_is_contiguous(value))
+        return mstar_error_set(MSTAR_EINVAL, "staging '%s': the value is not contiguous", key);
+    if (value->ndim == 0)
+        return mstar_memcpy_async(stream, mstar_tensor_ptr(dst), mstar_tensor_ptr(value),
+                                  mstar_dtype_size(value->dtype), MSTAR_MEMCPY_D2D);
+    size_t es = mstar_dtype_size(value->dtype);
+    int64_t outer = 1;
+    for (int32_t i = 0; i < d; i++)
+        outer *= value->shape[i];
+    size_t row = (size_t)(value->shape[d] * inner_elems(value, d)) * es;
+    size_t dst_pitch = d == 0 ? row : (size_t)dst->strides[d - 1] * es;
+    const char *src = mstar_tensor_ptr(value);
+    char *out = mstar_tensor_ptr(dst);
+    for (int64_t o = 0; o < outer; o++) {
+        mstar_status st = mstar_memcpy_async(stream, out + (size_t)o * dst_pitch,
+                                             src + (size_t)o * row, row, MSTAR_MEMCPY_D2D);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    return MSTAR_OK;
+}
+
+static mstar__interned *find(mstar__vec *v, uint32_t config_idx, const char *key)
+{
+    for (size_t i = 0; i < v->len; i++) {
+        mstar__interned *e = mstar__vec_at(v, i);
+        if (e->config_idx == config_idx && strcmp(e->key, key) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+mstar_status mstar__intern(mstar__vec *v, mstar_stream *stream, uint32_t config_idx,
+                           const char *key, const mstar_tensor *value, int64_t num_tokens,
+                           int32_t declared, mstar_tensor *view, int32_t *seq_dim)
+{
+    mstar__interned *e = find(v, config_idx, key);
+    if (e == NULL) {
+        int32_t d = declared;
+        if (d < 0) {
+            d = 0;
+            for (int32_t i = 0; i < value->ndim; i++) {
+                if (value->shape[i] == num_tokens) {
+                    d = i;
+                    break;
+                }
+            }
+        }
+        if (value->ndim > 0 && d >= value->ndim)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "input '%s': declared seq dim %d, but it has %d "
+                                   "dims",
+                                   key, (int)d, (int)value->ndim);
+        mstar__interned ne = { config_idx, strdup(key), d, { 0 } };
+        if (ne.key == NULL)
+            return mstar_error_set(MSTAR_ENOMEM, "interning '%s': out of memory", key);
+        mstar_status st = mstar_tensor_init(&ne.storage, NULL, value->device, value->dtype,
+                                            value->ndim, value->shape);
+        if (st == MSTAR_OK)
+            st = mstar_caching_alloc(mstar_stream_backend(stream),
+                                     (size_t)mstar_tensor_nbytes(&ne.storage), &ne.storage.data);
+        if (st == MSTAR_OK && (st = mstar__vec_push(v, &ne)) != MSTAR_OK)
+            mstar_caching_free(mstar_stream_backend(stream), ne.storage.data);
+        if (st != MSTAR_OK) {
+            free(ne.key);
+            return st;
+        }
+        e = mstar__vec_at(v, v->len - 1);
+    }
+    int32_t d = e->seq_dim;
+    if (value->ndim != e->storage.ndim || value->dtype != e->storage.dtype)
+        return mstar_error_set(MSTAR_ERANGE,
+                               "interning '%s' of config %u: dtype or rank differs "
+                               "from the first capture's",
+                               key, config_idx);
+    for (int32_t i = 0; i < value->ndim; i++) {
+        if (i == d && value->shape[i] > e->storage.shape[i])
+            return mstar_error_set(MSTAR_ERANGE,
+                                   "interning '%s' of config %u: needs %lld on seq dim %d but the "
+                                   "buffer has %lld: a smaller bucket was captured before a "
+                                   "larger one (capture largest first)",
+                                   key, config_idx, (long long)value->shape[i], (int)d,
+                                   (long long)e->storage.shape[i]);
+        if (i != d && value->shape[i] != e->storage.shape[i])
+            return mstar_error_set(MSTAR_ERANGE,
+                                   "interning '%s' of config %u: dim %d is %lld, the buffer's is "
+                                   "%lld (only the seq dim %d may differ)",
+                                   key, config_idx, (int)i, (long long)value->shape[i],
+                                   (long long)e->storage.shape[i], (int)d);
+    }
+    *view = e->storage;
+    if (value->ndim > 0)
+        view->shape[d] = value->shape[d];
+    *seq_dim = d;
+    return mstar__stage(stream, view, d, value, key);
+}
+
+void mstar__interned_free(mstar__vec *v, mstar_backend *b)
+{
+    for (size_t i = 0; i < v->len; i++) {
+        mstar__interned *e = mstar__vec_at(v, i);
+        mstar_caching_free(b, e->storage.data);
+        free(e->key);
+    }
+    mstar__vec_free(v);
+}

@@ -1,0 +1,443 @@
+/*
+ * step_runner.c — one per device: the resources, the admit → plan → commit cycle, pre-plan on the
+ * plan stream, the one-time build of graph buffers, and the lease counter.
+ *
+ * Why one lease counter here and not per bucket or per runner (graph-runner-spec §2.6, §8.3):
+ * slot-keyed resource buffers (plan state per (slot, label), workspace per label and slot) are
+ * shared across buckets and across the runners of nodes that share resources. Counters per
+ * bucket let consecutive steps on different buckets pick the same slot and pre-plan over buffers
+ * a replay still reads. The counter is behind a mutex because pre-plan may reserve from the plan
+ * thread while the main thread reserves for fallthrough steps.
+ */
+#include "graphs/step_runner.h"
+
+#include "core/vec.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DEPS 16
+
+struct resource {
+    char *key;
+    const mstar_resource_ops *ops;
+    void *self;
+    size_t deps[MAX_DEPS]; /* indices of earlier resources */
+    size_t ndeps;
+};
+
+struct mstar_step_runner {
+    mstar_backend *backend;
+    mstar_stream *compute;
+    mstar_stream *plan;
+    mstar__vec resources; /* struct resource */
+    mstar__vec claims;    /* mstar_cg_slot_spec */
+    int64_t max_bs;
+    int64_t max_seq_len;
+    bool built;
+    pthread_mutex_t lease_lock;
+    uint64_t lease_counter;
+    mstar__vec slot_events; /* mstar_event *, by slot; NULL until a replay used the slot */
+};
+
+mstar_status mstar_step_runner_create(mstar_backend *b, mstar_stream *compute,
+                                      mstar_step_runner **out)
+{
+    if (b == NULL || compute == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_step_runner_create: backend, compute stream "
+                                             "and out must not be NULL");
+    if (mstar_stream_backend(compute) != b)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_step_runner_create: the compute stream "
+                                             "belongs to another backend");
+    mstar_step_runner *sr = calloc(1, sizeof(*sr));
+    if (sr == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_step_runner_create: out of memory");
+    mstar_status st = mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &sr->plan);
+    if (st != MSTAR_OK) {
+        free(sr);
+        return st;
+    }
+    sr->backend = b;
+    sr->compute = compute;
+    mstar__vec_init(&sr->resources, sizeof(struct resource));
+    mstar__vec_init(&sr->claims, sizeof(mstar_cg_slot_spec));
+    mstar__vec_init(&sr->slot_events, sizeof(mstar_event *));
+    pthread_mutex_init(&sr->lease_lock, NULL);
+    *out = sr;
+    return MSTAR_OK;
+}
+
+void mstar_step_runner_destroy(mstar_step_runner *sr)
+{
+    if (sr == NULL)
+        return;
+    for (size_t i = 0; i < sr->resources.len; i++)
+        free(((struct resource *)mstar__vec_at(&sr->resources, i))->key);
+    for (size_t i = 0; i < sr->slot_events.len; i++)
+        mstar_event_destroy(*(mstar_event **)mstar__vec_at(&sr->slot_events, i));
+    mstar__vec_free(&sr->resources);
+    mstar__vec_free(&sr->claims);
+    mstar__vec_free(&sr->slot_events);
+    mstar_stream_destroy(sr->plan);
+    pthread_mutex_destroy(&sr->lease_lock);
+    free(sr);
+}
+
+mstar_backend *mstar_step_runner_backend(const mstar_step_runner *sr)
+{
+    return sr->backend;
+}
+
+mstar_stream *mstar_step_runner_compute_stream(const mstar_step_runner *sr)
+{
+    return sr->compute;
+}
+
+mstar_stream *mstar_step_runner_plan_stream(const mstar_step_runner *sr)
+{
+    return sr->plan;
+}
+
+static struct resource *res_at(const mstar_step_runner *sr, size_t i)
+{
+    return mstar__vec_at(&sr->resources, i);
+}
+
+static struct resource *res_find(const mstar_step_runner *sr, const char *key, size_t *index)
+{
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        if (strcmp(res_at(sr, i)->key, key) == 0) {
+            if (index != NULL)
+                *index = i;
+            return res_at(sr, i);
+        }
+    }
+    return NULL;
+}
+
+mstar_status mstar_step_runner_add_resource(mstar_step_runner *sr, const char *key,
+                                            const mstar_resource_ops *ops, void *self,
+                                            const char *const *deps, size_t ndeps)
+{
+    if (sr == NULL || key == NULL || ops == NULL || (deps == NULL && ndeps != 0))
+        return mstar_error_set(MSTAR_EINVAL, "mstar_step_runner_add_resource: NULL argument");
+    mstar_status st = mstar_name_validate(key, strlen(key), "resource key");
+    if (st != MSTAR_OK)
+        return st;
+    if (res_find(sr, key, NULL) != NULL)
+        return mstar_error_set(MSTAR_EEXIST, "resource '%s' is already registered", key);
+    if (ndeps > MAX_DEPS)
+        return mstar_error_set(MSTAR_EINVAL, "resource '%s': %zu dependencies, at most %d", key,
+                               ndeps, MAX_DEPS);
+    if (ops->supports_preplan && (ops->pre_admit == NULL || ops->pre_plan == NULL))
+        return mstar_error_set(MSTAR_EINVAL,
+                               "resource '%s' supports pre-plan but has no "
+                               "pre_admit or pre_plan",
+                               key);
+    struct resource r = { .ops = ops, .self = self, .ndeps = ndeps };
+    for (size_t i = 0; i < ndeps; i++) {
+        struct resource *d = res_find(sr, deps[i], &r.deps[i]);
+        if (d == NULL)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "resource '%s' depends on '%s', which is not registered yet "
+                                   "(register dependencies first)",
+                                   key, deps[i]);
+        if (ops->supports_preplan && !d->ops->supports_preplan)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "resource '%s' pre-plans but its dependency '%s' does not: it "
+                                   "would read the plan of the step still in flight",
+                                   key, deps[i]);
+    }
+    if ((r.key = strdup(key)) == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_step_runner_add_resource: out of memory");
+    st = mstar__vec_push(&sr->resources, &r);
+    if (st != MSTAR_OK)
+        free(r.key);
+    return st;
+}
+
+bool mstar_step_runner_supports_preplan(const mstar_step_runner *sr)
+{
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        if (res_at(sr, i)->ops->supports_preplan)
+            return true;
+    }
+    return false;
+}
+
+mstar_status mstar_step_runner_default_num_slots(const mstar_step_runner *sr, int32_t *out)
+{
+    int64_t n = 2;
+    mstar_status st = mstar_env_get_int("MSTAR_NUM_SLOTS", 2, 1, 16, &n);
+    if (st != MSTAR_OK)
+        return st;
+    *out = mstar_step_runner_supports_preplan(sr) ? (int32_t)n : 1;
+    return MSTAR_OK;
+}
+
+/* ---- the cycle --------------------------------------------------------------------------------
+ */
+
+static bool in_step(const struct resource *r, const mstar_step *step)
+{
+    return mstar_step_resource(step, r->key, NULL) != NULL;
+}
+
+static mstar_status run_admit(mstar_step_runner *sr, mstar_step *step, mstar_admit_result *out,
+                              bool pre)
+{
+    memset(out, 0, sizeof(*out));
+    out->ok = out->ready = true;
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        struct resource *r = res_at(sr, i);
+        if (!in_step(r, step) || (pre && !r->ops->supports_preplan))
+            continue;
+        mstar_status (*fn)(void *, mstar_step *, mstar_admit_result *) =
+            pre ? r->ops->pre_admit : r->ops->admit;
+        if (fn == NULL)
+            continue;
+        mstar_admit_result res = { .ok = true, .ready = true };
+        mstar_status st = fn(r->self, step, &res);
+        if (st != MSTAR_OK)
+            return mstar_error_wrap("%sadmit of resource '%s'", pre ? "pre-" : "", r->key);
+        if (!res.ok || !res.ready) {
+            *out = res;
+            return MSTAR_OK;
+        }
+    }
+    return MSTAR_OK;
+}
+
+typedef mstar_status (*phase_fn)(void *, mstar_step *);
+
+static mstar_status run_phase(mstar_step_runner *sr, mstar_step *step, const char *what,
+                              size_t offset, bool preplan_only)
+{
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        struct resource *r = res_at(sr, i);
+        if (!in_step(r, step) || (preplan_only && !r->ops->supports_preplan))
+            continue;
+        phase_fn fn = *(const phase_fn *)((const char *)r->ops + offset);
+        if (fn == NULL)
+            continue;
+        if (fn(r->self, step) != MSTAR_OK)
+            return mstar_error_wrap("%s of resource '%s'", what, r->key);
+    }
+    return MSTAR_OK;
+}
+
+static void default_stream(mstar_step_runner *sr, mstar_step *step)
+{
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    if (ctx->stream == NULL)
+        ctx->stream = sr->compute;
+}
+
+mstar_status mstar_step_runner_admit(mstar_step_runner *sr, mstar_step *step,
+                                     mstar_admit_result *out)
+{
+    default_stream(sr, step);
+    return run_admit(sr, step, out, false);
+}
+
+mstar_status mstar_step_runner_plan(mstar_step_runner *sr, mstar_step *step)
+{
+    default_stream(sr, step);
+    return run_phase(sr, step, "plan", offsetof(mstar_resource_ops, plan), false);
+}
+
+mstar_status mstar_step_runner_commit(mstar_step_runner *sr, mstar_step *step)
+{
+    default_stream(sr, step);
+    return run_phase(sr, step, "commit", offsetof(mstar_resource_ops, commit), false);
+}
+
+static mstar_status enter_preplan(mstar_step_runner *sr, mstar_step *step)
+{
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    if (!ctx->has_lease)
+        return mstar_error_set(MSTAR_ESTATE,
+                               "pre-plan needs a slot lease: eager steps share one workspace per "
+                               "label with the forward in flight");
+    ctx->is_preplan = true;
+    ctx->slot = ctx->lease.slot;
+    ctx->stream = sr->plan;
+    return MSTAR_OK;
+}
+
+mstar_status mstar_step_runner_pre_admit(mstar_step_runner *sr, mstar_step *step,
+                                         mstar_admit_result *out)
+{
+    mstar_status st = enter_preplan(sr, step);
+    return st != MSTAR_OK ? st : run_admit(sr, step, out, true);
+}
+
+mstar_status mstar_step_runner_pre_plan(mstar_step_runner *sr, mstar_step *step,
+                                        mstar_event *plan_done)
+{
+    mstar_status st = enter_preplan(sr, step);
+    if (st != MSTAR_OK)
+        return st;
+    /* §8.4: the slot's buffers may still be read by the last replay that used it (the device
+     * can lag two steps behind); the plan stream waits for that replay first. */
+    int32_t slot = mstar_step_context(step)->lease.slot;
+    if (slot >= 0 && (size_t)slot < sr->slot_events.len) {
+        mstar_event *last = *(mstar_event **)mstar__vec_at(&sr->slot_events, (size_t)slot);
+        if (last != NULL && (st = mstar_stream_wait_event(sr->plan, last)) != MSTAR_OK)
+            return st;
+    }
+    st = run_phase(sr, step, "pre-plan", offsetof(mstar_resource_ops, pre_plan), true);
+    if (st == MSTAR_OK && plan_done != NULL)
+        st = mstar_event_record(plan_done, sr->plan);
+    return st;
+}
+
+void mstar_step_runner_clear_preplan(mstar_step_runner *sr, int32_t slot)
+{
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        struct resource *r = res_at(sr, i);
+        if (r->ops->clear_preplan != NULL)
+            r->ops->clear_preplan(r->self, slot);
+    }
+}
+
+mstar_status mstar_step_runner_ingest_request(mstar_step_runner *sr, int64_t request)
+{
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        struct resource *r = res_at(sr, i);
+        if (r->ops->ingest_request != NULL && r->ops->ingest_request(r->self, request) != MSTAR_OK)
+            return mstar_error_wrap("ingest of request %lld by resource '%s'", (long long)request,
+                                    r->key);
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar_step_runner_reset_request(mstar_step_runner *sr, int64_t request,
+                                             bool free_storage)
+{
+    mstar_status first = MSTAR_OK;
+    for (size_t i = 0; i < sr->resources.len; i++) { /* every resource, even after a failure */
+        struct resource *r = res_at(sr, i);
+        if (r->ops->reset_request != NULL &&
+            r->ops->reset_request(r->self, request, free_storage) != MSTAR_OK && first == MSTAR_OK)
+            first = mstar_error_wrap("reset of request %lld by resource '%s'", (long long)request,
+                                     r->key);
+    }
+    return first;
+}
+
+void mstar_step_runner_remove_request(mstar_step_runner *sr, int64_t request)
+{
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        struct resource *r = res_at(sr, i);
+        if (r->ops->remove_request != NULL)
+            r->ops->remove_request(r->self, request);
+    }
+}
+
+/* ---- graph buffers ----------------------------------------------------------------------------
+ */
+
+mstar_status mstar_step_runner_claim(mstar_step_runner *sr, const mstar_cg_slot_spec *specs,
+                                     size_t n, int64_t max_bs, int64_t max_seq_len)
+{
+    if (sr->built)
+        return mstar_error_set(MSTAR_ESTATE,
+                               "graph buffers are already built: a claim now would move buffers "
+                               "that captured graphs hold; every runner must claim "
+                               "(prepare_for_capture) before the one build");
+    for (size_t i = 0; i < n; i++) {
+        mstar_status st = mstar__vec_push(&sr->claims, &specs[i]);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    if (max_bs > sr->max_bs)
+        sr->max_bs = max_bs;
+    if (max_seq_len > sr->max_seq_len)
+        sr->max_seq_len = max_seq_len;
+    return MSTAR_OK;
+}
+
+mstar_status mstar_step_runner_build_graph_buffers(mstar_step_runner *sr)
+{
+    if (sr->built)
+        return mstar_error_set(MSTAR_ESTATE, "graph buffers are built once per device, after "
+                                             "every runner claimed; this is a second build");
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        struct resource *r = res_at(sr, i);
+        if (r->ops->build_graph_buffers != NULL &&
+            r->ops->build_graph_buffers(r->self, sr->claims.data, sr->claims.len, sr->max_bs,
+                                        sr->max_seq_len) != MSTAR_OK)
+            return mstar_error_wrap("building graph buffers of resource '%s'", r->key);
+    }
+    sr->built = true;
+    return MSTAR_OK;
+}
+
+bool mstar_step_runner_buffers_built(const mstar_step_runner *sr)
+{
+    return sr->built;
+}
+
+void mstar__step_runner_claimed_sizes(const mstar_step_runner *sr, int64_t *max_bs,
+                                      int64_t *max_seq_len)
+{
+    *max_bs = sr->max_bs;
+    *max_seq_len = sr->max_seq_len;
+}
+
+mstar_status mstar_step_runner_post_warmup_validate(mstar_step_runner *sr)
+{
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        struct resource *r = res_at(sr, i);
+        if (r->ops->post_warmup_validate != NULL &&
+            r->ops->post_warmup_validate(r->self) != MSTAR_OK)
+            return mstar_error_wrap("post-warmup validation of resource '%s'", r->key);
+    }
+    return MSTAR_OK;
+}
+
+size_t mstar_blocked_capture_resources(const mstar_step_runner *sr, const mstar_step *step,
+                                       const char **keys, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < sr->resources.len; i++) {
+        struct resource *r = res_at(sr, i);
+        if (!in_step(r, step) || r->ops->can_capture == NULL || r->ops->can_capture(r->self, step))
+            continue;
+        if (n < cap)
+            keys[n] = r->key;
+        n++;
+    }
+    return n;
+}
+
+/* ---- leases and slot events -------------------------------------------------------------------
+ */
+
+int32_t mstar__step_runner_next_slot(mstar_step_runner *sr, int32_t num_slots)
+{
+    pthread_mutex_lock(&sr->lease_lock);
+    int32_t slot = (int32_t)(sr->lease_counter % (uint64_t)num_slots);
+    sr->lease_counter++;
+    pthread_mutex_unlock(&sr->lease_lock);
+    return slot;
+}
+
+mstar_status mstar__step_runner_replay_enqueued(mstar_step_runner *sr, int32_t slot)
+{
+    while (sr->slot_events.len <= (size_t)slot) {
+        mstar_event *none = NULL;
+        mstar_status st = mstar__vec_push(&sr->slot_events, &none);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    mstar_event **e = mstar__vec_at(&sr->slot_events, (size_t)slot);
+    if (*e == NULL) {
+        mstar_status st = mstar_event_create(sr->backend, e);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    return mstar_event_record(*e, sr->compute);
+}
