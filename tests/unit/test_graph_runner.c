@@ -1,0 +1,817 @@
+/*
+ * test_graph_runner.c — the whole-forward runner on the host backend with a small counting
+ * resource and a toy submodule (y = 2·x + the row's planned length, read from per-slot plan
+ * buffers the resource builds once). Each test names the graph-runner-spec §8 case it covers.
+ */
+#include "mstar_test.h"
+
+#include "graphs/stage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SLOTS 2
+#define MAX_BS    64
+#define MAX_PAD   4096
+
+/* ---- a counting resource: lengths per request, pages = tokens, plan = lengths per slot ------- */
+
+struct counter {
+    int64_t lens[64];
+    int64_t pad_lens[MAX_PAD];
+    int64_t resv[64]; /* pages held per request: a reset keeps them unless freed */
+    int64_t pad_resv[MAX_PAD];
+    int64_t pages_used;
+    int64_t capacity;
+    float *plan_buf[MAX_SLOTS]; /* static: the graphs read it at fixed addresses */
+    int builds;
+    int capture_plans_with_dirty_rows; /* §8.24: a capture-time plan saw state left over */
+    int ingested;
+    mstar_stream *preplan_stream;
+    bool pending[MAX_SLOTS];
+    mstar_backend *b;
+};
+
+static int64_t *len_of(struct counter *c, int64_t rid)
+{
+    return rid >= 0 ? &c->lens[rid] : &c->pad_lens[-rid - 1];
+}
+
+static int64_t *resv_of(struct counter *c, int64_t rid)
+{
+    return rid >= 0 ? &c->resv[rid] : &c->pad_resv[-rid - 1];
+}
+
+static mstar_status c_admit(void *self, mstar_step *step, mstar_admit_result *out)
+{
+    struct counter *c = self;
+    size_t n;
+    const mstar_segment *seg = mstar_step_segments(step, &n);
+    for (size_t i = 0; i < n; i++) {
+        int64_t need = *len_of(c, seg[i].request) + seg[i].span;
+        int64_t *held = resv_of(c, seg[i].request);
+        if (need <= *held)
+            continue;
+        if (c->pages_used + need - *held > c->capacity) {
+            out->ok = false;
+            out->request = seg[i].request;
+            return MSTAR_OK;
+        }
+        c->pages_used += need - *held;
+        *held = need;
+    }
+    return MSTAR_OK;
+}
+
+static mstar_status c_plan(void *self, mstar_step *step)
+{
+    struct counter *c = self;
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    if (ctx->slot < 0)
+        return MSTAR_OK;
+    c->pending[ctx->slot] = false; /* promote */
+    for (size_t i = 0; i < ctx->n_requests; i++) {
+        int64_t rid = ctx->request_ids[i];
+        if (ctx->capture && *len_of(c, rid) != 0)
+            c->capture_plans_with_dirty_rows++;
+        c->plan_buf[ctx->slot][i] = (float)*len_of(c, rid);
+    }
+    return MSTAR_OK;
+}
+
+static mstar_status c_commit(void *self, mstar_step *step)
+{
+    struct counter *c = self;
+    size_t n;
+    const mstar_segment *seg = mstar_step_segments(step, &n);
+    for (size_t i = 0; i < n; i++)
+        *len_of(c, seg[i].request) += seg[i].span;
+    return MSTAR_OK;
+}
+
+static mstar_status c_pre_admit(void *self, mstar_step *step, mstar_admit_result *out)
+{
+    return MSTAR_OK;
+}
+
+static mstar_status c_pre_plan(void *self, mstar_step *step)
+{
+    struct counter *c = self;
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    c->preplan_stream = ctx->stream;
+    c->pending[ctx->lease.slot] = true;
+    return MSTAR_OK;
+}
+
+static void c_clear_preplan(void *self, int32_t slot)
+{
+    struct counter *c = self;
+    for (int i = 0; i < MAX_SLOTS; i++) {
+        if (slot < 0 || slot == i)
+            c->pending[i] = false;
+    }
+}
+
+static mstar_status c_ingest(void *self, int64_t rid)
+{
+    ((struct counter *)self)->ingested++;
+    return MSTAR_OK;
+}
+
+static mstar_status c_reset(void *self, int64_t rid, bool free_storage)
+{
+    struct counter *c = self;
+    if (free_storage) {
+        c->pages_used -= *resv_of(c, rid);
+        *resv_of(c, rid) = 0;
+    }
+    *len_of(c, rid) = 0;
+    return MSTAR_OK;
+}
+
+static mstar_status c_build(void *self, const mstar_cg_slot_spec *specs, size_t n, int64_t max_bs,
+                            int64_t max_seq_len)
+{
+    struct counter *c = self;
+    c->builds++;
+    for (int s = 0; s < MAX_SLOTS; s++) {
+        if (c->plan_buf[s] == NULL &&
+            mstar_caching_alloc(c->b, MAX_BS * sizeof(float), (void **)&c->plan_buf[s]) != MSTAR_OK)
+            return mstar_last_status();
+    }
+    return MSTAR_OK;
+}
+
+static const mstar_resource_ops counter_ops = {
+    .supports_preplan = true,
+    .admit = c_admit,
+    .plan = c_plan,
+    .commit = c_commit,
+    .pre_admit = c_pre_admit,
+    .pre_plan = c_pre_plan,
+    .clear_preplan = c_clear_preplan,
+    .ingest_request = c_ingest,
+    .reset_request = c_reset,
+    .build_graph_buffers = c_build,
+};
+
+/* ---- the toy submodule ------------------------------------------------------------------------
+ */
+
+struct toy {
+    int64_t fail_bs; /* a capture of this bs fails (§8.1) */
+    int forwards;
+    const char *key_info;
+    float one_x;
+};
+
+static mstar_status declare_step(void *self, const char *walk, const int64_t *ids,
+                                 const mstar_node_input *inputs, size_t n, mstar_step *step,
+                                 bool *declared)
+{
+    struct toy *t = self;
+    char payload = 1;
+    for (size_t i = 0; i < n; i++) {
+        mstar_status st = mstar_step_add_segment(step, ids[i], 0, inputs[i].seq_len);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    *declared = true;
+    mstar_status st = mstar_step_set_cg_key_info(step, t->key_info);
+    return st != MSTAR_OK ? st : mstar_step_set_resource(step, "kv", &payload, 1);
+}
+
+static mstar_status preprocess(void *self, mstar_step *step, const mstar_node_input *inputs,
+                               size_t n, mstar_tensor_map *out)
+{
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += inputs[i].seq_len;
+    mstar_tensor x;
+    mstar_status st = mstar_tensor_alloc(ctx->stream, MSTAR_DTYPE_FLOAT32, 1, &total, &x);
+    if (st != MSTAR_OK)
+        return st;
+    float *px = x.data;
+    for (size_t i = 0, k = 0; i < n; i++) {
+        const mstar_tensor *tx = mstar_tensor_map_get(inputs[i].tensors, "x");
+        for (int64_t j = 0; j < inputs[i].seq_len; j++)
+            px[k++] = ((const float *)tx->data)[j];
+    }
+    return mstar_tensor_map_set_owned(out, "x", &x, ctx->stream);
+}
+
+struct fwd_args {
+    const float *x;
+    float *y;
+    const float *plan;
+    int64_t n;
+};
+
+static void fwd_kernel(void *p)
+{
+    struct fwd_args *a = p;
+    for (int64_t i = 0; i < a->n; i++)
+        a->y[i] = 2.0f * a->x[i] + a->plan[i];
+}
+
+static struct counter *the_counter;
+
+static mstar_status forward(void *self, mstar_step *step, const mstar_tensor_map *in,
+                            mstar_tensor_map *out)
+{
+    struct toy *t = self;
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    t->forwards++;
+    const mstar_tensor *x = mstar_tensor_map_get(in, "x");
+    if (ctx->capture && mstar_stream_is_capturing(ctx->stream) && x->shape[0] == t->fail_bs)
+        return mstar_error_set(MSTAR_EDEVICE, "injected capture failure at bs %lld",
+                               (long long)t->fail_bs);
+    mstar_tensor y;
+    mstar_status st = mstar_tensor_alloc(ctx->stream, MSTAR_DTYPE_FLOAT32, 1, x->shape, &y);
+    if (st != MSTAR_OK)
+        return st;
+    struct fwd_args a = { mstar_tensor_ptr(x), y.data, the_counter->plan_buf[ctx->slot],
+                          x->shape[0] };
+    if ((st = mstar_launch(ctx->stream, fwd_kernel, &a, sizeof(a))) != MSTAR_OK)
+        return st;
+    return mstar_tensor_map_set_owned(out, "y", &y, ctx->stream);
+}
+
+static const mstar_submodule_ops toy_ops = { declare_step, preprocess, forward };
+
+static float template_x[64];
+
+static mstar_status make_row(void *user, mstar_stream *s, int64_t len, mstar_tensor_map *out)
+{
+    mstar_tensor t;
+    mstar_status st =
+        mstar_tensor_init(&t, template_x, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, &len);
+    return st != MSTAR_OK ? st : mstar_tensor_map_set(out, "x", &t);
+}
+
+/* ---- fixture ----------------------------------------------------------------------------------
+ */
+
+struct fx {
+    mstar_backend *b;
+    mstar_stream *s;
+    mstar_graph_pool *pool;
+    mstar_step_runner *sr;
+    struct counter kv;
+    struct toy toy;
+    mstar_graph_runner *r;
+};
+
+static const int64_t unsorted_sizes[] = { 8, 1, 4, 2 };
+static const char *const alias_walks[] = { "decode_alias" };
+
+static void base_config(mstar_graph_config *c)
+{
+    mstar_graph_config_init(c);
+    c->capture_graph_walk = "decode";
+    c->replay_graph_walks = alias_walks;
+    c->n_replay_graph_walks = 1;
+    c->capture_batch_sizes = unsorted_sizes; /* §8.22: sorted by the runner */
+    c->n_capture_batch_sizes = 4;
+    c->seq_len = 1;
+    c->make_node_input = make_row;
+}
+
+static struct fx *fx_create(const mstar_graph_config *configs, size_t n, int64_t fail_bs)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &f->b));
+    assert_mstar_ok(mstar_stream_create(f->b, 0, &f->s));
+    assert_mstar_ok(mstar_graph_pool_create(f->b, "toy", &f->pool));
+    assert_mstar_ok(mstar_step_runner_create(f->b, f->s, &f->sr));
+    f->kv.capacity = 1000;
+    f->kv.b = f->b;
+    the_counter = &f->kv;
+    f->toy.fail_bs = fail_bs;
+    assert_mstar_ok(mstar_step_runner_add_resource(f->sr, "kv", &counter_ops, &f->kv, NULL, 0));
+    mstar_graph_runner_options o = { "toy", &toy_ops,           &f->toy, configs, n, f->sr, f->pool,
+                                     0,     MSTAR_DTYPE_INVALID };
+    assert_mstar_ok(mstar_graph_runner_create(&o, &f->r));
+    assert_int_equal(mstar_graph_runner_num_slots(f->r), 2); /* the resource pre-plans */
+    return f;
+}
+
+static void fx_capture(struct fx *f)
+{
+    assert_mstar_ok(mstar_graph_runner_prepare_for_capture(f->r, NULL, NULL));
+    assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
+    assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, NULL, 0));
+    assert_mstar_ok(mstar_dummy_rows_release_all(mstar_graph_runner_dummy_rows(f->r)));
+}
+
+static void fx_destroy(struct fx *f)
+{
+    mstar_graph_runner_destroy(f->r);
+    mstar_step_runner_destroy(f->sr);
+    for (int s = 0; s < MAX_SLOTS; s++)
+        mstar_caching_free(f->b, f->kv.plan_buf[s]);
+    mstar_graph_pool_destroy(f->pool);
+    mstar_stream_destroy(f->s);
+    mstar_backend_destroy(f->b);
+    free(f);
+}
+
+/* One decode step for `n` real requests 0..n-1 through the runner; returns y. */
+static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_slot_lease *lease)
+{
+    assert_true(
+        mstar_graph_runner_lease_slot(f->r, "decode", (int64_t)n, -1, (int64_t)n, NULL, lease));
+    mstar_node_input real[MAX_BS], padded[MAX_BS];
+    mstar_tensor_map *rows[MAX_BS];
+    for (size_t i = 0; i < n; i++) {
+        assert_mstar_ok(mstar_tensor_map_create(&rows[i]));
+        mstar_tensor t;
+        int64_t one = 1;
+        assert_mstar_ok(mstar_tensor_init(&t, (void *)&xs[i], mstar_device_cpu(),
+                                          MSTAR_DTYPE_FLOAT32, 1, &one));
+        assert_mstar_ok(mstar_tensor_map_set(rows[i], "x", &t));
+        real[i] = (mstar_node_input){ 1, rows[i] };
+    }
+    int64_t ids[MAX_BS], step_ids[MAX_BS];
+    for (size_t i = 0; i < n; i++)
+        ids[i] = (int64_t)i;
+    assert_mstar_ok(mstar_graph_runner_pad_inputs(f->r, lease, real, n, padded));
+    assert_mstar_ok(mstar_graph_runner_step_ids(f->r, lease, ids, n, step_ids));
+    size_t bs = (size_t)lease->bucket.bs;
+    for (size_t i = n; i < bs; i++) {
+        assert_int_equal(padded[i].seq_len, 0);
+        assert_true(mstar_is_padding_row(step_ids[i]));
+    }
+    mstar_step *step;
+    assert_mstar_ok(mstar_step_create(&step));
+    bool declared;
+    assert_mstar_ok(declare_step(&f->toy, "decode", step_ids, padded, bs, step, &declared));
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    ctx->request_ids = step_ids;
+    ctx->n_requests = bs;
+    ctx->slot = lease->slot;
+    ctx->has_lease = true;
+    ctx->lease = *lease;
+    mstar_admit_result ar;
+    assert_mstar_ok(mstar_step_runner_admit(f->sr, step, &ar));
+    assert_true(ar.ok);
+    assert_mstar_ok(mstar_step_runner_plan(f->sr, step));
+    mstar_tensor_map *pre;
+    assert_mstar_ok(mstar_tensor_map_create(&pre));
+    assert_mstar_ok(preprocess(&f->toy, step, padded, bs, pre));
+    const mstar_tensor_map *outs = NULL;
+    mstar_signal *started;
+    assert_mstar_ok(mstar_signal_create(&started));
+    assert_mstar_ok(mstar_graph_runner_run_forward(f->r, lease, pre, NULL, started, &outs));
+    assert_true(mstar_signal_is_set(started));
+    assert_mstar_ok(mstar_step_runner_commit(f->sr, step));
+    assert_mstar_ok(mstar_graph_runner_release(f->r, lease, (int64_t)n));
+    mstar_signal_destroy(started);
+    mstar_tensor_map_destroy(pre);
+    mstar_step_destroy(step);
+    for (size_t i = 0; i < n; i++)
+        mstar_tensor_map_destroy(rows[i]);
+    return mstar_tensor_map_get(outs, "y")->data;
+}
+
+/* ---- tests ------------------------------------------------------------------------------------
+ */
+
+/* Replayed outputs equal the eager formula at every batch size, padded ones included; sizes
+ * were given unsorted (§8.22); every warm-up and the capture saw clean rows (§8.24). */
+static void test_replay_matches_eager_at_every_bs(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    size_t nb;
+    const mstar_bucket_key *keys = mstar_graph_runner_buckets(f->r, &nb);
+    assert_int_equal(nb, 4);
+    assert_int_equal(keys[0].bs, 8); /* largest first */
+    assert_int_equal(keys[3].bs, 1);
+    assert_int_equal(f->kv.capture_plans_with_dirty_rows, 0);
+    assert_int_equal(f->toy.forwards, 4 * 2 * (MSTAR_NUM_WARMUP + 1));
+    assert_int_equal(f->kv.pages_used, 0); /* release_all: nothing resident (§8.8) */
+    float xs[8];
+    for (size_t n = 1; n <= 8; n++) {
+        for (size_t i = 0; i < n; i++)
+            xs[i] = (float)(i + 10 * n);
+        int64_t before[8];
+        memcpy(before, f->kv.lens, sizeof(before));
+        mstar_slot_lease lease;
+        const float *y = replay_step(f, n, xs, &lease);
+        assert_true(lease.bucket.bs >= (int64_t)n && lease.bucket.bs <= 2 * (int64_t)n);
+        for (size_t i = 0; i < n; i++)
+            assert_true(y[i] == 2.0f * xs[i] + (float)before[i]);
+        assert_int_equal(f->kv.pages_used, f->kv.lens[0] + f->kv.lens[1] + f->kv.lens[2] +
+                                               f->kv.lens[3] + f->kv.lens[4] + f->kv.lens[5] +
+                                               f->kv.lens[6] + f->kv.lens[7]);
+    }
+    fx_destroy(f);
+}
+
+/* §8.1 + §8.21: bucket bs=4 fails to capture; bs=2 still captures, and a batch of 3 falls back to
+ * the larger bs=8 bucket instead of running eager. */
+static void test_failed_bucket_next_captures_and_lookup_falls_back(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, 4);
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    fx_capture(f);
+    mstar_test_log_capture_end();
+    assert_true(mstar_test_log_contains("injected capture failure at bs 4"));
+    size_t nd;
+    const mstar_bucket_key *dropped = mstar_graph_runner_dropped_buckets(f->r, &nd);
+    assert_int_equal(nd, 1);
+    assert_int_equal(dropped[0].bs, 4);
+    char name[MSTAR_BUCKET_NAME_MAX];
+    assert_string_equal(mstar_bucket_key_format(&dropped[0], name, sizeof(name)),
+                        "decode[bs=4,tokens=4]");
+    assert_true(mstar_graph_runner_can_run(f->r, "decode", 2, 2, NULL));
+    mstar_bucket_key k;
+    assert_true(mstar_graph_runner_select_bucket(f->r, "decode", 3, 3, NULL, &k));
+    assert_int_equal(k.bs, 8);
+    assert_true(mstar_graph_runner_select_batched_bucket(f->r, "decode", 3, NULL, &k));
+    assert_int_equal(k.bs, 8);
+    float xs[3] = { 1, 2, 3 };
+    mstar_slot_lease lease;
+    const float *y = replay_step(f, 3, xs, &lease);
+    assert_true(y[2] == 6.0f);
+    /* §8.20: the configured largest size still caps the eager batch */
+    assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "decode"), 8);
+    assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "prefill"), -1);
+    assert_false(mstar_graph_runner_can_run(f->r, "decode", 9, 9, NULL));
+    fx_destroy(f);
+}
+
+/* §8.3: consecutive leases alternate slots even across buckets (one counter per device). */
+static void test_lease_counter_alternates_across_buckets(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    int32_t last = -1;
+    for (int i = 0; i < 8; i++) {
+        mstar_slot_lease l;
+        int64_t bs = (i % 2) ? 1 : 8;
+        assert_true(mstar_graph_runner_lease_slot(f->r, "decode", bs, -1, -1, NULL, &l));
+        assert_int_equal(l.bucket.bs, bs);
+        assert_int_not_equal(l.slot, last);
+        last = l.slot;
+    }
+    mstar_slot_lease l; /* a reserved slot comes back as it was */
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, 1, 2, NULL, &l));
+    assert_int_equal(l.slot, 1);
+    fx_destroy(f);
+}
+
+/* §8.14: a lease found through a replay alias names the capture walk. */
+static void test_alias_lease_names_capture_walk(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    mstar_slot_lease l;
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode_alias", 2, -1, 2, NULL, &l));
+    assert_string_equal(l.bucket.graph_walk, "decode");
+    assert_true(mstar_graph_runner_captures_walk(f->r, "decode_alias"));
+    assert_false(mstar_graph_runner_captures_walk(f->r, "other"));
+    assert_non_null(mstar_graph_runner_slot_for(f->r, &l));
+    assert_false(mstar_graph_runner_is_packed(f->r, &l));
+    uint32_t idx = 9;
+    assert_non_null(mstar_graph_runner_config_for(f->r, &l, &idx));
+    assert_int_equal(idx, 0);
+    fx_destroy(f);
+}
+
+/* §8.15: declare_inputs_for is cached and read-only: the same rows, bytes unchanged by a declare.
+ */
+static void test_declare_inputs_for_is_cached_and_unchanged(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    mstar_slot_lease l;
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 4, -1, -1, NULL, &l));
+    const mstar_node_input *rows, *again;
+    size_t n, n2;
+    assert_mstar_ok(mstar_graph_runner_declare_inputs_for(f->r, &l, &rows, &n));
+    assert_int_equal(n, 4);
+    mstar_node_input copy[4];
+    memcpy(copy, rows, sizeof(copy));
+    int64_t ids[4] = { 0, 1, 2, 3 };
+    mstar_step *step;
+    assert_mstar_ok(mstar_step_create(&step));
+    bool declared;
+    assert_mstar_ok(declare_step(&f->toy, "decode", ids, rows, n, step, &declared));
+    mstar_step_destroy(step);
+    assert_mstar_ok(mstar_graph_runner_declare_inputs_for(f->r, &l, &again, &n2));
+    assert_ptr_equal(again, rows);
+    assert_memory_equal(copy, rows, sizeof(copy));
+    fx_destroy(f);
+}
+
+/* §8.16: a different cg_key_info misses the capture (eager), it is not an error. */
+static void test_key_info_mismatch_misses(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    c.cg_key_info = "cfg";
+    struct fx *f = fx_create(&c, 1, -1);
+    f->toy.key_info = "cfg";
+    fx_capture(f);
+    assert_true(mstar_graph_runner_can_run(f->r, "decode", 2, 2, "cfg"));
+    assert_false(mstar_graph_runner_can_run(f->r, "decode", 2, 2, NULL));
+    assert_false(mstar_graph_runner_can_run(f->r, "decode", 2, 2, "nocfg"));
+    fx_destroy(f);
+}
+
+/* §8.17 and §8.27: an unknown staging key fails run_forward, and launch_started is still set; a
+ * captured key missing at replay is warned about once. */
+static void test_staging_keys_and_waiters(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    mstar_slot_lease l;
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, -1, 2, NULL, &l));
+    mstar_tensor_map *pre;
+    assert_mstar_ok(mstar_tensor_map_create(&pre));
+    float v[2] = { 1, 2 };
+    mstar_tensor t;
+    int64_t two = 2;
+    assert_mstar_ok(mstar_tensor_init(&t, v, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, &two));
+    assert_mstar_ok(mstar_tensor_map_set(pre, "bogus", &t));
+    mstar_signal *started;
+    assert_mstar_ok(mstar_signal_create(&started));
+    const mstar_tensor_map *outs = NULL;
+    assert_mstar_status(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, started, &outs),
+                        MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "'bogus' was not captured"));
+    assert_true(mstar_signal_is_set(started));
+    mstar_signal_reset(started);
+    mstar_slot_lease none = { 5, l.bucket }; /* no such slot */
+    assert_mstar_status(mstar_graph_runner_run_forward(f->r, &none, pre, NULL, started, &outs),
+                        MSTAR_ENOENT);
+    assert_true(mstar_signal_is_set(started));
+    mstar_tensor_map_clear(pre);
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, NULL, &outs));
+    assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, NULL, &outs));
+    mstar_test_log_capture_end();
+    assert_int_equal(mstar_test_log_count("captured input 'x' is missing"), 1);
+    /* too long for the static buffer */
+    float big[3] = { 0 };
+    int64_t three = 3;
+    assert_mstar_ok(mstar_tensor_init(&t, big, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, &three));
+    assert_mstar_ok(mstar_tensor_map_set(pre, "x", &t));
+    assert_mstar_status(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, NULL, &outs),
+                        MSTAR_EINVAL);
+    mstar_signal_destroy(started);
+    mstar_tensor_map_destroy(pre);
+    fx_destroy(f);
+}
+
+/* §8.13 / §8.8: padding rows allocate nothing, and nothing stays resident after release. */
+static void test_padding_never_allocates(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    float xs[1] = { 5 };
+    mstar_slot_lease l;
+    replay_step(f, 1, xs, &l);
+    replay_step(f, 1, xs, &l);
+    assert_int_equal(f->kv.pages_used, 2); /* the one real request's two tokens */
+    for (int i = 0; i < MAX_PAD; i++) {
+        assert_int_equal(f->kv.pad_lens[i], 0);
+        assert_int_equal(f->kv.pad_resv[i], 0);
+    }
+    fx_destroy(f);
+}
+
+/* §8.12: a smaller bucket interned before a larger one hard-fails; so does a trailing dim that
+ * differs. */
+static void test_interning_order_and_trailing_dims(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    assert_mstar_ok(mstar_graph_runner_prepare_for_capture(f->r, NULL, NULL));
+    assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
+    mstar_bucket_key small = { "decode", 2, 2, NULL }, large = { "decode", 8, 8, NULL };
+    mstar_graph *g = NULL;
+    assert_mstar_ok(mstar_graph_runner_capture_throwaway(f->r, &small, 0, &g, NULL));
+    mstar_graph_destroy(g);
+    assert_mstar_status(mstar_graph_runner_capture_throwaway(f->r, &large, 0, &g, NULL),
+                        MSTAR_ERANGE);
+    assert_non_null(strstr(mstar_last_error(), "smaller bucket was captured before a larger"));
+
+    mstar__vec interned;
+    mstar__vec_init(&interned, sizeof(mstar__interned));
+    float buf[12] = { 0 };
+    int64_t s34[2] = { 3, 4 }, s35[2] = { 3, 5 }, s42[2] = { 4, 2 };
+    mstar_tensor a, b, view;
+    int32_t d;
+    assert_mstar_ok(mstar_tensor_init(&a, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, s34));
+    assert_mstar_ok(mstar__intern(&interned, f->s, 0, "k", &a, 4, -1, &view, &d));
+    assert_int_equal(d, 1);
+    assert_mstar_ok(mstar_tensor_init(&b, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, s35));
+    assert_mstar_status(mstar__intern(&interned, f->s, 0, "k", &b, 5, -1, &view, &d), MSTAR_ERANGE);
+    assert_mstar_ok(mstar_tensor_init(&b, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, s42));
+    assert_mstar_status(mstar__intern(&interned, f->s, 0, "k", &b, 2, -1, &view, &d), MSTAR_ERANGE);
+    assert_non_null(strstr(mstar_last_error(), "only the seq dim"));
+    mstar__interned_free(&interned, f->b);
+    fx_destroy(f);
+}
+
+/* §8.11: with a declared seq dim, an ambiguous [3, n] with n = 3 narrows dim 1 (mrope), not the
+ * first dim of size n. */
+static void test_declared_seq_dim(void **state)
+{
+    mstar_backend *b;
+    mstar_stream *s;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &b));
+    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    mstar__vec interned;
+    mstar__vec_init(&interned, sizeof(mstar__interned));
+    float first[9] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+    int64_t s33[2] = { 3, 3 }, s32[2] = { 3, 2 };
+    mstar_tensor a, v, view;
+    int32_t d;
+    assert_mstar_ok(mstar_tensor_init(&a, first, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, s33));
+    assert_mstar_ok(mstar__intern(&interned, s, 0, "mrope", &a, 3, 1, &view, &d));
+    assert_int_equal(d, 1);
+    float next[6] = { -1, -2, -3, -4, -5, -6 };
+    assert_mstar_ok(mstar_tensor_init(&v, next, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, s32));
+    assert_mstar_ok(mstar__stage(s, &view, d, &v, "mrope"));
+    const float *st = view.data;
+    const float want[9] = { -1, -2, 3, -3, -4, 6, -5, -6, 9 };
+    for (int i = 0; i < 9; i++)
+        assert_true(st[i] == want[i]);
+    /* undeclared, the same value's seq dim is the first of size 3: dim 0 */
+    assert_mstar_ok(mstar__intern(&interned, s, 1, "mrope", &a, 3, -1, &view, &d));
+    assert_int_equal(d, 0);
+    mstar__interned_free(&interned, b);
+    mstar_stream_destroy(s);
+    mstar_backend_destroy(b);
+}
+
+/* §8.33: two batched configs of one walk: the tightest bucket over both answers. */
+static void test_two_configs_of_one_walk(void **state)
+{
+    mstar_graph_config c[2];
+    base_config(&c[0]);
+    base_config(&c[1]);
+    c[1].seq_len = 4;
+    static const int64_t sizes[] = { 2 };
+    c[1].capture_batch_sizes = sizes;
+    c[1].n_capture_batch_sizes = 1;
+    struct fx *f = fx_create(c, 2, -1);
+    fx_capture(f);
+    mstar_bucket_key k;
+    assert_true(mstar_graph_runner_select_bucket(f->r, "decode", 2, 2, NULL, &k));
+    assert_int_equal(k.num_tokens, 2);
+    assert_true(mstar_graph_runner_select_bucket(f->r, "decode", 2, 5, NULL, &k));
+    assert_int_equal(k.num_tokens, 8);
+    assert_int_equal(k.bs, 2);
+    assert_true(mstar_graph_runner_select_bucket(f->r, "decode", 1, 7, NULL, &k));
+    assert_int_equal(k.num_tokens, 8);
+    assert_int_equal(k.bs, 2); /* (8 tokens, bs 2) beats (8 tokens, bs 8) */
+    fx_destroy(f);
+}
+
+/* §8.10: packed buckets whose tokens do not exceed bs are not captured; validation errors name
+ * the config and field. */
+static void test_config_validation(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    c.kind = MSTAR_GRAPH_PACKED;
+    static const int64_t toks[] = { 4, 64 };
+    c.capture_token_lengths = toks;
+    c.n_capture_token_lengths = 2;
+    struct fx *f = fx_create(&c, 1, -1);
+    size_t n;
+    const mstar_bucket_key *keys = mstar_graph_runner_buckets(f->r, &n);
+    for (size_t i = 0; i < n; i++)
+        assert_true(keys[i].num_tokens > keys[i].bs);
+    assert_int_equal(n, 4 + 2); /* 64 at every bs; 4 only at bs 1 and 2 */
+    fx_destroy(f);
+
+    base_config(&c);
+    static const int64_t dup[] = { 2, 2 };
+    c.capture_batch_sizes = dup;
+    c.n_capture_batch_sizes = 2;
+    assert_mstar_status(mstar_graph_config_validate(&c, 3), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "config 3: capture_batch_sizes lists 2 twice"));
+    base_config(&c);
+    c.plan_tokens_per_input_token = 0;
+    assert_mstar_status(mstar_graph_config_validate(&c, 0), MSTAR_EINVAL);
+    base_config(&c);
+    c.make_node_input = NULL;
+    assert_mstar_status(mstar_graph_config_validate(&c, 0), MSTAR_EINVAL);
+    base_config(&c);
+    c.capture_graph_walk = "bad walk";
+    assert_mstar_status(mstar_graph_config_validate(&c, 0), MSTAR_EINVAL);
+    base_config(&c);
+    c.compile_mode = (mstar_compile_mode)7;
+    assert_mstar_status(mstar_graph_config_validate(&c, 0), MSTAR_EINVAL);
+    base_config(&c);
+    c.seq_len = 0;
+    assert_mstar_status(mstar_graph_config_validate(&c, 0), MSTAR_EINVAL);
+}
+
+/* The token multiplier: a bucket counts plan tokens, a request input tokens. */
+static void test_token_multiplier(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    c.plan_tokens_per_input_token = 2;
+    c.cg_key_info = "cfg";
+    struct fx *f = fx_create(&c, 1, -1);
+    f->toy.key_info = "cfg";
+    fx_capture(f);
+    mstar_bucket_key k;
+    assert_true(mstar_graph_runner_select_bucket(f->r, "decode", 3, 3, "cfg", &k));
+    assert_int_equal(k.bs, 4);
+    assert_int_equal(k.num_tokens, 8);
+    fx_destroy(f);
+}
+
+/* §8.26: buffers are built once, after every claim; a later claim or build is refused. */
+static void test_claims_then_one_build(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    assert_mstar_status(mstar_graph_runner_warmup_and_capture(f->r, NULL, 0), MSTAR_ESTATE);
+    const mstar_cg_slot_spec *specs;
+    size_t n;
+    assert_mstar_ok(mstar_graph_runner_prepare_for_capture(f->r, &specs, &n));
+    assert_int_equal(n, 8); /* 4 buckets × 2 slots */
+    assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
+    assert_int_equal(f->kv.builds, 1);
+    float *before = f->kv.plan_buf[0];
+    assert_mstar_status(mstar_graph_runner_prepare_for_capture(f->r, NULL, NULL), MSTAR_ESTATE);
+    assert_mstar_status(mstar_step_runner_build_graph_buffers(f->sr), MSTAR_ESTATE);
+    assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, NULL, 0));
+    assert_ptr_equal(f->kv.plan_buf[0], before);
+    assert_int_equal(f->kv.builds, 1);
+    fx_destroy(f);
+}
+
+/* Planned subsets: buckets left out of the plan are dropped and fall through to larger ones. */
+static void test_planned_subset(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    assert_mstar_ok(mstar_graph_runner_prepare_for_capture(f->r, NULL, NULL));
+    assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
+    mstar_bucket_key planned[2] = { { "decode", 8, 8, NULL }, { "decode", 1, 1, NULL } };
+    uint64_t peak = 0;
+    assert_mstar_ok(mstar_graph_runner_warm_bucket(f->r, &planned[0], &peak));
+    assert_true(peak > 0);
+    assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, planned, 2));
+    size_t nd;
+    mstar_graph_runner_dropped_buckets(f->r, &nd);
+    assert_int_equal(nd, 2);
+    mstar_bucket_key k;
+    assert_true(mstar_graph_runner_select_bucket(f->r, "decode", 2, 2, NULL, &k));
+    assert_int_equal(k.bs, 8);
+    assert_mstar_ok(mstar_graph_runner_drop_bucket(f->r, &planned[0]));
+    assert_false(mstar_graph_runner_can_run(f->r, "decode", 2, 2, NULL));
+    assert_true(mstar_graph_runner_any_graphs(f->r));
+    fx_destroy(f);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_replay_matches_eager_at_every_bs),
+        cmocka_unit_test(test_failed_bucket_next_captures_and_lookup_falls_back),
+        cmocka_unit_test(test_lease_counter_alternates_across_buckets),
+        cmocka_unit_test(test_alias_lease_names_capture_walk),
+        cmocka_unit_test(test_declare_inputs_for_is_cached_and_unchanged),
+        cmocka_unit_test(test_key_info_mismatch_misses),
+        cmocka_unit_test(test_staging_keys_and_waiters),
+        cmocka_unit_test(test_padding_never_allocates),
+        cmocka_unit_test(test_interning_order_and_trailing_dims),
+        cmocka_unit_test(test_declared_seq_dim),
+        cmocka_unit_test(test_two_configs_of_one_walk),
+        cmocka_unit_test(test_config_validation),
+        cmocka_unit_test(test_token_multiplier),
+        cmocka_unit_test(test_claims_then_one_build),
+        cmocka_unit_test(test_planned_subset),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
