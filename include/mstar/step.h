@@ -89,11 +89,11 @@ typedef struct mstar_cg_slot_spec {
 
 /* One request's addition to one labelled stream this step. Span 0 reads without extending:
  * admit reserves nothing and commit is a no-op. Padding rows have negative handles. */
-typedef struct mstar_segment {
+typedef struct mstar_step_segment {
     int64_t request;
     uint32_t label;
     int64_t span;
-} mstar_segment;
+} mstar_step_segment;
 
 typedef struct mstar_step_ctx {
     const int64_t *request_ids; /* padded: real ids, then padding handles */
@@ -123,7 +123,7 @@ mstar_status mstar_step_set_resource(mstar_step *step, const char *key, const vo
                                      size_t size);
 /* The step's capture discriminator (copied; NULL: none). */
 mstar_status mstar_step_set_cg_key_info(mstar_step *step, const char *key);
-const mstar_segment *mstar_step_segments(const mstar_step *step, size_t *n);
+const mstar_step_segment *mstar_step_segments(const mstar_step *step, size_t *n);
 /* The payload of `key`, or NULL when the resource is not in the step. */
 const void *mstar_step_resource(const mstar_step *step, const char *key, size_t *size);
 const char *mstar_step_cg_key_info(const mstar_step *step);
@@ -136,14 +136,14 @@ void *mstar_step_plan_result(const mstar_step *step, const char *key);
  * Resources
  * ------------------------------------------------------------------------------------------- */
 
-typedef struct mstar_admit_result {
+typedef struct mstar_step_admit_result {
     bool ok;          /* capacity reserved */
     bool ready;       /* inputs it depends on are ready */
     char reason[160]; /* why not, for logs */
     int64_t pages_short;
     uint32_t label;
     int64_t request;
-} mstar_admit_result;
+} mstar_step_admit_result;
 
 /* A resource implements these; NULL entries are skipped (pre_* must be set when
  * supports_preplan). `self` is what was registered. Each reads its payload with
@@ -152,12 +152,12 @@ typedef struct mstar_resource_ops {
     bool supports_preplan;
     /* false (or a function returning false) blocks capturing a step that uses it */
     bool (*can_capture)(void *self, const mstar_step *step);
-    mstar_status (*admit)(void *self, mstar_step *step, mstar_admit_result *out);
+    mstar_status (*admit)(void *self, mstar_step *step, mstar_step_admit_result *out);
     mstar_status (*plan)(void *self, mstar_step *step);
     mstar_status (*commit)(void *self, mstar_step *step);
     /* Pre-plan into the pending state of ctx->lease.slot, enqueueing on ctx->stream (the plan
      * stream). The next plan() of that slot promotes it. */
-    mstar_status (*pre_admit)(void *self, mstar_step *step, mstar_admit_result *out);
+    mstar_status (*pre_admit)(void *self, mstar_step *step, mstar_step_admit_result *out);
     mstar_status (*pre_plan)(void *self, mstar_step *step);
     /* Discard pending pre-plan state of `slot` only (-1: every slot). */
     void (*clear_preplan)(void *self, int32_t slot);
@@ -202,7 +202,7 @@ mstar_status mstar_step_runner_default_num_slots(const mstar_step_runner *sr, in
 /* The cycle. Each runs the resources of the step, in registration order. admit stops at the
  * first resource that is not ok and reports it in *out (MSTAR_OK still: not an error). */
 mstar_status mstar_step_runner_admit(mstar_step_runner *sr, mstar_step *step,
-                                     mstar_admit_result *out);
+                                     mstar_step_admit_result *out);
 mstar_status mstar_step_runner_plan(mstar_step_runner *sr, mstar_step *step);
 mstar_status mstar_step_runner_commit(mstar_step_runner *sr, mstar_step *step);
 
@@ -211,7 +211,7 @@ mstar_status mstar_step_runner_commit(mstar_step_runner *sr, mstar_step *step);
  * replay that used the leased slot (§8.4), then records `plan_done` (may be NULL) on the plan
  * stream; run_forward waits for it on the device. */
 mstar_status mstar_step_runner_pre_admit(mstar_step_runner *sr, mstar_step *step,
-                                         mstar_admit_result *out);
+                                         mstar_step_admit_result *out);
 mstar_status mstar_step_runner_pre_plan(mstar_step_runner *sr, mstar_step *step,
                                         mstar_event *plan_done);
 /* Discard pending pre-plan state of one slot (-1: all) in every resource. */

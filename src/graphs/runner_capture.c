@@ -74,7 +74,7 @@ static mstar_status declare(struct spec_run *sr)
 static mstar_status prepare(struct spec_run *sr)
 {
     mstar_graph_runner *r = sr->r;
-    mstar_admit_result admit;
+    mstar_step_admit_result admit;
     mstar_status st = mstar_step_runner_admit(r->sr, r->step, &admit);
     if (st == MSTAR_OK && !admit.ok)
         st = mstar_error_set(MSTAR_ENOSPC, "admit failed for request %lld label %u: %s",

@@ -24,7 +24,7 @@ struct payload {
 };
 
 struct mstar_step {
-    mstar__vec segments; /* mstar_segment */
+    mstar__vec segments; /* mstar_step_segment */
     mstar__vec payloads; /* struct payload */
     char *cg_key_info;
     mstar_step_ctx ctx;
@@ -37,7 +37,7 @@ mstar_status mstar_step_create(mstar_step **out)
     mstar_step *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "mstar_step_create: out of memory");
-    mstar__vec_init(&s->segments, sizeof(mstar_segment));
+    mstar__vec_init(&s->segments, sizeof(mstar_step_segment));
     mstar__vec_init(&s->payloads, sizeof(struct payload));
     s->ctx.slot = -1;
     *out = s;
@@ -74,7 +74,7 @@ mstar_status mstar_step_add_segment(mstar_step *s, int64_t request, uint32_t lab
     if (span < 0)
         return mstar_error_set(MSTAR_EINVAL, "segment of request %lld: span %lld is negative",
                                (long long)request, (long long)span);
-    mstar_segment seg = { request, label, span };
+    mstar_step_segment seg = { request, label, span };
     return mstar__vec_push(&s->segments, &seg);
 }
 
@@ -142,7 +142,7 @@ mstar_status mstar_step_set_cg_key_info(mstar_step *s, const char *key)
     return MSTAR_OK;
 }
 
-const mstar_segment *mstar_step_segments(const mstar_step *s, size_t *n)
+const mstar_step_segment *mstar_step_segments(const mstar_step *s, size_t *n)
 {
     *n = s->segments.len;
     return s->segments.data;

@@ -184,7 +184,7 @@ static bool in_step(const struct resource *r, const mstar_step *step)
     return mstar_step_resource(step, r->key, NULL) != NULL;
 }
 
-static mstar_status run_admit(mstar_step_runner *sr, mstar_step *step, mstar_admit_result *out,
+static mstar_status run_admit(mstar_step_runner *sr, mstar_step *step, mstar_step_admit_result *out,
                               bool pre)
 {
     memset(out, 0, sizeof(*out));
@@ -193,11 +193,11 @@ static mstar_status run_admit(mstar_step_runner *sr, mstar_step *step, mstar_adm
         struct resource *r = res_at(sr, i);
         if (!in_step(r, step) || (pre && !r->ops->supports_preplan))
             continue;
-        mstar_status (*fn)(void *, mstar_step *, mstar_admit_result *) =
+        mstar_status (*fn)(void *, mstar_step *, mstar_step_admit_result *) =
             pre ? r->ops->pre_admit : r->ops->admit;
         if (fn == NULL)
             continue;
-        mstar_admit_result res = { .ok = true, .ready = true };
+        mstar_step_admit_result res = { .ok = true, .ready = true };
         mstar_status st = fn(r->self, step, &res);
         if (st != MSTAR_OK)
             return mstar_error_wrap("%sadmit of resource '%s'", pre ? "pre-" : "", r->key);
@@ -235,7 +235,7 @@ static void default_stream(mstar_step_runner *sr, mstar_step *step)
 }
 
 mstar_status mstar_step_runner_admit(mstar_step_runner *sr, mstar_step *step,
-                                     mstar_admit_result *out)
+                                     mstar_step_admit_result *out)
 {
     default_stream(sr, step);
     return run_admit(sr, step, out, false);
@@ -267,7 +267,7 @@ static mstar_status enter_preplan(mstar_step_runner *sr, mstar_step *step)
 }
 
 mstar_status mstar_step_runner_pre_admit(mstar_step_runner *sr, mstar_step *step,
-                                         mstar_admit_result *out)
+                                         mstar_step_admit_result *out)
 {
     mstar_status st = enter_preplan(sr, step);
     return st != MSTAR_OK ? st : run_admit(sr, step, out, true);

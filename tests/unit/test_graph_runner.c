@@ -42,11 +42,11 @@ static int64_t *resv_of(struct counter *c, int64_t rid)
     return rid >= 0 ? &c->resv[rid] : &c->pad_resv[-rid - 1];
 }
 
-static mstar_status c_admit(void *self, mstar_step *step, mstar_admit_result *out)
+static mstar_status c_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
 {
     struct counter *c = self;
     size_t n;
-    const mstar_segment *seg = mstar_step_segments(step, &n);
+    const mstar_step_segment *seg = mstar_step_segments(step, &n);
     for (size_t i = 0; i < n; i++) {
         int64_t need = *len_of(c, seg[i].request) + seg[i].span;
         int64_t *held = resv_of(c, seg[i].request);
@@ -83,13 +83,13 @@ static mstar_status c_commit(void *self, mstar_step *step)
 {
     struct counter *c = self;
     size_t n;
-    const mstar_segment *seg = mstar_step_segments(step, &n);
+    const mstar_step_segment *seg = mstar_step_segments(step, &n);
     for (size_t i = 0; i < n; i++)
         *len_of(c, seg[i].request) += seg[i].span;
     return MSTAR_OK;
 }
 
-static mstar_status c_pre_admit(void *self, mstar_step *step, mstar_admit_result *out)
+static mstar_status c_pre_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
 {
     return MSTAR_OK;
 }
@@ -353,7 +353,7 @@ static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_s
     ctx->slot = lease->slot;
     ctx->has_lease = true;
     ctx->lease = *lease;
-    mstar_admit_result ar;
+    mstar_step_admit_result ar;
     assert_mstar_ok(mstar_step_runner_admit(f->sr, step, &ar));
     assert_true(ar.ok);
     assert_mstar_ok(mstar_step_runner_plan(f->sr, step));

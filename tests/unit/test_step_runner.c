@@ -28,12 +28,12 @@ static void note(struct res *r, const char *what)
     strcat(r->log, " ");
 }
 
-static mstar_status r_admit(void *self, mstar_step *step, mstar_admit_result *out)
+static mstar_status r_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
 {
     struct res *r = self;
     note(r, ".admit");
     size_t n;
-    const mstar_segment *seg = mstar_step_segments(step, &n);
+    const mstar_step_segment *seg = mstar_step_segments(step, &n);
     for (size_t i = 0; i < n; i++) {
         if (seg[i].request == r->short_at) {
             out->ok = false;
@@ -53,7 +53,7 @@ static mstar_status r_plan(void *self, mstar_step *step)
     return mstar_step_set_plan_result(step, r->name, r);
 }
 
-static mstar_status r_pre_admit(void *self, mstar_step *step, mstar_admit_result *out)
+static mstar_status r_pre_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
 {
     note(self, ".pre_admit");
     return MSTAR_OK;
@@ -165,7 +165,7 @@ static void test_dependencies_and_preplan_rule(void **state)
     char p = 0;
     assert_mstar_ok(mstar_step_set_resource(step, "attn", &p, 1));
     assert_mstar_ok(mstar_step_set_resource(step, "kv", &p, 1));
-    mstar_admit_result ar;
+    mstar_step_admit_result ar;
     assert_mstar_ok(mstar_step_runner_admit(f->sr, step, &ar));
     assert_true(ar.ok);
     assert_mstar_ok(mstar_step_runner_plan(f->sr, step));
@@ -191,7 +191,7 @@ static void test_preplan_stream_slot_wait_and_clear(void **state)
     char p = 0;
     assert_mstar_ok(mstar_step_set_resource(step, "kv", &p, 1));
     assert_mstar_ok(mstar_step_set_resource(step, "pos", &p, 1));
-    mstar_admit_result ar;
+    mstar_step_admit_result ar;
     assert_mstar_status(mstar_step_runner_pre_admit(f->sr, step, &ar), MSTAR_ESTATE); /* no lease */
     mstar_step_ctx *ctx = mstar_step_context(step);
     ctx->has_lease = true;
