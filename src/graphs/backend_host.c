@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HOST_ALIGN 256
+#define HOST_ALIGN 512 /* = MSTAR__BLOCK_ROUND: the caching allocator aligns blocks to it */
 #define PLENTY     (UINT64_MAX / 2)
 
 /* One recorded call; its argument bytes follow at args_offset in the recording's arena. */
