@@ -24,6 +24,7 @@
 #include "mstar/core.h"
 #include "mstar/device.h"
 #include "mstar/mesh.h"
+#include "mstar/step.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -32,17 +33,6 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------------
  * Capture costs and the plan (reference CaptureCost, CapturePlan, GraphMemory, plan_captures)
  * ------------------------------------------------------------------------------------------- */
-
-/* A bucket as the planner sees it. `walk` and `key_info` are borrowed for the call. The order
- * of candidates of equal cost is (bs, num_tokens), then pool name, then config_idx, then walk,
- * then key_info (NULL first): all derived from the configs, so every rank gets the same plan. */
-typedef struct mstar_plan_key {
-    const char *walk;     /* the capture walk (a valid name) */
-    int64_t bs;           /* >= 1 */
-    int64_t num_tokens;   /* >= 1 */
-    const char *key_info; /* additional_key_info as text; NULL = None */
-    uint32_t config_idx;  /* the config's position in its runner's config list */
-} mstar_plan_key;
 
 /* What one bucket costs (reference CaptureCost; bytes unless noted). */
 typedef struct mstar_capture_cost {
@@ -58,8 +48,12 @@ typedef struct mstar_capture_cost {
     int32_t executable;
 } mstar_capture_cost;
 
+/* One sized bucket. The key's strings are borrowed for the call. Buckets of equal cost are taken
+ * in the order (bs, num_tokens), pool name, config_idx, walk, cg_key_info (none first): all
+ * derived from the configs, so every rank gets the same plan. */
 typedef struct mstar_bucket_cost {
-    mstar_plan_key key;
+    mstar_bucket_key key;
+    uint32_t config_idx; /* the config's position in its runner's config list */
     mstar_capture_cost cost;
 } mstar_bucket_cost;
 

@@ -29,18 +29,6 @@ typedef struct candidate {
     uint64_t exec_need;  /* slots·outside */
 } candidate;
 
-/* walk[bs=..,tokens=..(,key=..)], the name fail_if_graphs_required and the logs use. */
-static const char *key_name(const mstar_plan_key *k, char *buf, size_t size)
-{
-    if (k->key_info != NULL)
-        snprintf(buf, size, "%s[bs=%" PRId64 ",tokens=%" PRId64 ",key=%s]", k->walk ? k->walk : "?",
-                 k->bs, k->num_tokens, k->key_info);
-    else
-        snprintf(buf, size, "%s[bs=%" PRId64 ",tokens=%" PRId64 "]", k->walk ? k->walk : "?", k->bs,
-                 k->num_tokens);
-    return buf;
-}
-
 static int cmp_u64(uint64_t a, uint64_t b)
 {
     return a < b ? -1 : a > b;
@@ -62,18 +50,18 @@ static int cmp_opt_str(const char *a, const char *b)
  * bucket listed twice in one pool. */
 static int cmp_identity(const candidate *x, const candidate *y)
 {
-    const mstar_plan_key *a = &x->bc->key, *b = &y->bc->key;
+    const mstar_bucket_key *a = &x->bc->key, *b = &y->bc->key;
     int c = cmp_i64(a->bs, b->bs);
     if (c == 0)
         c = cmp_i64(a->num_tokens, b->num_tokens);
     if (c == 0)
         c = strcmp(x->pool_name, y->pool_name);
     if (c == 0)
-        c = cmp_u64(a->config_idx, b->config_idx);
+        c = cmp_u64(x->bc->config_idx, y->bc->config_idx);
     if (c == 0)
-        c = strcmp(a->walk, b->walk);
+        c = strcmp(a->graph_walk, b->graph_walk);
     if (c == 0)
-        c = cmp_opt_str(a->key_info, b->key_info);
+        c = cmp_opt_str(a->cg_key_info, b->cg_key_info);
     return c;
 }
 
@@ -87,19 +75,19 @@ static int cmp_candidate(const void *pa, const void *pb)
 static mstar_status check_bucket(const mstar_pool_costs *pool, size_t i, size_t ncredits)
 {
     const mstar_bucket_cost *bc = &pool->buckets[i];
-    const mstar_plan_key *k = &bc->key;
+    const mstar_bucket_key *k = &bc->key;
     const mstar_capture_cost *c = &bc->cost;
-    char name[320];
-    if (k->walk == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "pools[%s].buckets[%zu].key.walk is NULL", pool->name,
-                               i);
-    if (mstar_name_validate(k->walk, strlen(k->walk), "walk") != MSTAR_OK)
+    char name[MSTAR_BUCKET_NAME_MAX];
+    if (k->graph_walk == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "pools[%s].buckets[%zu].key.graph_walk is NULL",
+                               pool->name, i);
+    if (mstar_name_validate(k->graph_walk, strlen(k->graph_walk), "walk") != MSTAR_OK)
         return mstar_error_wrap("pools[%s].buckets[%zu]", pool->name, i);
-    if (k->key_info != NULL && strlen(k->key_info) > MSTAR_NAME_MAX)
+    if (k->cg_key_info != NULL && strlen(k->cg_key_info) > MSTAR_NAME_MAX)
         return mstar_error_set(MSTAR_EINVAL,
-                               "pools[%s].buckets[%zu].key.key_info is %zu bytes, at most %d",
-                               pool->name, i, strlen(k->key_info), MSTAR_NAME_MAX);
-    key_name(k, name, sizeof(name));
+                               "pools[%s].buckets[%zu].key.cg_key_info is %zu bytes, at most %d",
+                               pool->name, i, strlen(k->cg_key_info), MSTAR_NAME_MAX);
+    mstar_bucket_key_format(k, name, sizeof(name));
     if (k->bs < 1 || k->num_tokens < 1)
         return mstar_error_set(MSTAR_EINVAL, "pool %s bucket %s: bs and num_tokens must be >= 1",
                                pool->name, name);
@@ -129,9 +117,10 @@ static mstar_status price(const mstar_pool_costs *pool, candidate *cand)
         !mstar__mul_u64(slots, c->outside, &cand->exec_need) ||
         !mstar__add_u64(cand->kept_all, c->graph - c->kept, &standalone) ||
         !mstar__add_u64(standalone, cand->exec_need, &cand->standalone)) {
-        char name[320];
+        char name[MSTAR_BUCKET_NAME_MAX];
         return mstar_error_set(MSTAR_ERANGE, "pool %s bucket %s: cost overflows 64 bits",
-                               pool->name, key_name(&cand->bc->key, name, sizeof(name)));
+                               pool->name,
+                               mstar_bucket_key_format(&cand->bc->key, name, sizeof(name)));
     }
     return MSTAR_OK;
 }
@@ -224,12 +213,12 @@ static void choose(const mstar_pool_costs *pools, candidate *cands, size_t ncand
         bool fits = floor <= free_bytes && mstar__add_u64(cand->kept_all, grow, &delta) &&
                     mstar__add_u64(delta, cand->exec_need - reuse, &delta) && delta <= room;
         if (!fits) {
-            char name[320];
+            char name[MSTAR_BUCKET_NAME_MAX];
             mstar_log(MSTAR_LOG_DEBUG,
                       "capture plan: stop at pool %s bucket %s (needs %" PRIu64 " bytes, %" PRIu64
                       " left beside the floor)",
-                      pools[cand->pool].name, key_name(&cand->bc->key, name, sizeof(name)), delta,
-                      room);
+                      pools[cand->pool].name,
+                      mstar_bucket_key_format(&cand->bc->key, name, sizeof(name)), delta, room);
             return;
         }
         plan->pools[cand->pool].planned[cand->index] = true;
@@ -291,11 +280,11 @@ mstar_status mstar_plan_captures(const mstar_pool_costs *pools, size_t npools, u
     qsort(cands, n, sizeof(*cands), cmp_candidate);
     for (size_t i = 1; i < n; i++) {
         if (cmp_identity(&cands[i - 1], &cands[i]) == 0) {
-            char name[320];
+            char name[MSTAR_BUCKET_NAME_MAX];
             st = mstar_error_set(MSTAR_EINVAL, "pool %s lists bucket %s (config %u) twice",
                                  pools[cands[i].pool].name,
-                                 key_name(&cands[i].bc->key, name, sizeof(name)),
-                                 cands[i].bc->key.config_idx);
+                                 mstar_bucket_key_format(&cands[i].bc->key, name, sizeof(name)),
+                                 cands[i].bc->config_idx);
             goto done;
         }
     }

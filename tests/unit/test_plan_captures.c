@@ -18,7 +18,7 @@ static mstar_bucket_cost bucket(const char *walk, int64_t bs, uint64_t graph, ui
 {
     mstar_bucket_cost b;
     memset(&b, 0, sizeof(b));
-    b.key.walk = walk;
+    b.key.graph_walk = walk;
     b.key.bs = bs;
     b.key.num_tokens = bs;
     b.cost.peak = 10;
@@ -224,10 +224,10 @@ static const char *planned_keys(const mstar_pool_costs *pools, const mstar_captu
         for (size_t i = 0; i < pools[p].nbuckets; i++) {
             if (!plan->pools[p].planned[i])
                 continue;
-            const mstar_plan_key *k = &pools[p].buckets[i].key;
-            snprintf(lines[n++], sizeof(lines[0]), "%s/%s/%lld/%lld/%s/%u", pools[p].name, k->walk,
-                     (long long)k->bs, (long long)k->num_tokens, k->key_info ? k->key_info : "-",
-                     k->config_idx);
+            const mstar_bucket_key *k = &pools[p].buckets[i].key;
+            snprintf(lines[n++], sizeof(lines[0]), "%s/%s/%lld/%lld/%s/%u", pools[p].name,
+                     k->graph_walk, (long long)k->bs, (long long)k->num_tokens,
+                     k->cg_key_info ? k->cg_key_info : "-", pools[p].buckets[i].config_idx);
         }
     }
     qsort(lines, n, sizeof(lines[0]), (int (*)(const void *, const void *))strcmp);
@@ -254,12 +254,12 @@ static void test_tie_break_is_order_independent(void **state)
         for (int i = 0; i < PER_POOL; i++) {
             buckets[p][i] =
                 bucket(i % 2 ? "walk_x" : "walk_y", (int64_t)1 << (i / 2), 100, 0, 1, 0, -1);
-            buckets[p][i].key.config_idx = (uint32_t)(i % 2);
+            buckets[p][i].config_idx = (uint32_t)(i % 2);
         }
         if (strcmp(pool_names[p], "a") == 0) {
             buckets[p][2].key.bs = 1;
             buckets[p][2].key.num_tokens = 1;
-            buckets[p][2].key.key_info = "cfg";
+            buckets[p][2].key.cg_key_info = "cfg";
             buckets[p][2].cost.kept = 30;
         }
     }
@@ -334,15 +334,15 @@ static void test_bad_costs_are_rejected(void **state)
     b[1].key.num_tokens = 1;
     assert_mstar_status(mstar_plan_captures(&pool, 1, 1000, NULL, 0, 0, &plan), MSTAR_EINVAL);
     assert_non_null(strstr(mstar_last_error(), "twice"));
-    b[1].key.config_idx = 1; /* same shape, another config: a different bucket */
+    b[1].config_idx = 1; /* same shape, another config: a different bucket */
     assert_mstar_ok(mstar_plan_captures(&pool, 1, 1000, NULL, 0, 0, &plan));
     mstar_capture_plan_clear(&plan);
 
-    b[1].key.walk = "bad/walk";
+    b[1].key.graph_walk = "bad/walk";
     assert_mstar_status(mstar_plan_captures(&pool, 1, 1000, NULL, 0, 0, &plan), MSTAR_EINVAL);
-    b[1].key.walk = NULL;
+    b[1].key.graph_walk = NULL;
     assert_mstar_status(mstar_plan_captures(&pool, 1, 1000, NULL, 0, 0, &plan), MSTAR_EINVAL);
-    b[1].key.walk = "w";
+    b[1].key.graph_walk = "w";
     b[1].key.bs = 0;
     assert_mstar_status(mstar_plan_captures(&pool, 1, 1000, NULL, 0, 0, &plan), MSTAR_EINVAL);
     b[1].key.bs = 2;
