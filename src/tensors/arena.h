@@ -1,0 +1,61 @@
+/*
+ * arena.h — the producer's shared-memory arena: named segments in the shm directory, each with a
+ * first-fit allocator (transport-spec §3.2).
+ *
+ * Segment names are instance-unique, "mstar_arena_<entity>_<pid>_<8 hex>.seg<N>", so a second
+ * server on the same host can never truncate or reuse a live one's segments (§8.14). Segment 0
+ * is created eagerly; a reserve that fits nowhere creates the next segment, up to max_segments;
+ * a request larger than the segment size gets a dedicated segment of its own size, which later
+ * requests may reuse. Segments never move, shrink or disappear before the arena is destroyed,
+ * so a (segment, offset) pair stays valid for the life of the arena. Space is committed with
+ * posix_fallocate when a segment is created, so a full tmpfs is an error at creation and never
+ * a SIGBUS while copying.
+ *
+ * Every segment path is also registered with an exit-time unlinker, so a process that exits
+ * without destroying its arena (a worker leaving through exit()) still removes its segments;
+ * a forked child never unlinks its parent's segments.
+ *
+ * Thread-safe: reserve, release, stats and lookups take the arena's lock.
+ */
+#ifndef MSTAR_TENSORS_ARENA_H
+#define MSTAR_TENSORS_ARENA_H
+
+#include "tensors/shm.h"
+
+typedef struct mstar__arena mstar__arena;
+
+typedef struct mstar__arena_stats {
+    uint32_t segments;
+    uint64_t total_bytes;
+    uint64_t free_bytes;
+    uint64_t largest_free_block;
+    uint64_t live_slots;
+} mstar__arena_stats;
+
+/* Check the tmpfs can hold segment_size × max_segments (error if its total size cannot, warning
+ * if its free space cannot), then create segment 0. */
+mstar_status mstar__arena_create(const mstar__shm_dir *dir, const char *entity,
+                                 uint64_t segment_size, uint32_t max_segments, mstar__arena **out);
+/* Unmap and unlink every segment. */
+void mstar__arena_destroy(mstar__arena *arena);
+
+/* Reserve n bytes (a zero-byte request takes one 256-byte slot). MSTAR_ENOSPC with a message
+ * giving the need, the free and the total bytes when it fits nowhere and no segment can be
+ * added. */
+mstar_status mstar__arena_reserve(mstar__arena *arena, uint64_t n, uint32_t *seg, uint64_t *off);
+/* False if (seg, off) is not a live slot. */
+bool mstar__arena_release(mstar__arena *arena, uint32_t seg, uint64_t off);
+
+/* The mapping of a live slot. */
+void *mstar__arena_ptr(mstar__arena *arena, uint32_t seg, uint64_t off);
+/* Copy segment `seg`'s name into `name`. */
+void mstar__arena_segment_name(mstar__arena *arena, uint32_t seg, char name[MSTAR_NAME_MAX + 1]);
+uint32_t mstar__arena_num_segments(mstar__arena *arena);
+/* The whole mapping of segment `seg` (the pinning hook). */
+void mstar__arena_segment_span(mstar__arena *arena, uint32_t seg, void **base, uint64_t *len);
+/* "mstar_arena_<entity>_<pid>_<8 hex>" (segment names append ".seg<N>"). */
+const char *mstar__arena_base_name(const mstar__arena *arena);
+
+void mstar__arena_stats_get(mstar__arena *arena, mstar__arena_stats *out);
+
+#endif

@@ -1,0 +1,314 @@
+/*
+ * shm.c — see shm.h.
+ */
+#include "tensors/shm.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static mstar_status mkdir_p(const char *path)
+{
+    char tmp[MSTAR__SHM_PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof(tmp))
+        return mstar_error_set(MSTAR_EINVAL, "shm_dir '%s' is empty or too long", path);
+    memcpy(tmp, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (tmp[i] != '/' && tmp[i] != '\0')
+            continue;
+        char saved = tmp[i];
+        tmp[i] = '\0';
+        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
+            return mstar_error_set(MSTAR_EIO, "shm_dir: mkdir %s: %s", tmp, strerror(errno));
+        tmp[i] = saved;
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar__shm_dir_open(const char *path, mstar__shm_dir *out)
+{
+    struct stat sb;
+    if (path == NULL || path[0] == '\0')
+        path = (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode)) ? "/dev/shm" : "/tmp/mstar_shm";
+    if (strlen(path) >= sizeof(out->path))
+        return mstar_error_set(MSTAR_EINVAL, "shm_dir is longer than %zu bytes",
+                               sizeof(out->path) - 1);
+    mstar_status st = mkdir_p(path);
+    if (st != MSTAR_OK)
+        return st;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return mstar_error_set(MSTAR_EIO, "shm_dir: open %s: %s", path, strerror(errno));
+    out->fd = fd;
+    snprintf(out->path, sizeof(out->path), "%s", path);
+    return MSTAR_OK;
+}
+
+void mstar__shm_dir_close(mstar__shm_dir *dir)
+{
+    if (dir->fd >= 0)
+        close(dir->fd);
+    dir->fd = -1;
+}
+
+mstar_status mstar__shm_file_name(const char *entity, mstar_tensor_id uuid,
+                                  char name[MSTAR__SHM_NAME_BUF])
+{
+    mstar_status st = mstar_name_validate(entity, strlen(entity), "source_entity");
+    if (st != MSTAR_OK)
+        return st;
+    int n = snprintf(name, MSTAR__SHM_NAME_BUF, MSTAR__SHM_FILE_PREFIX "%s_0x%016llx", entity,
+                     (unsigned long long)uuid);
+    if (n < 0 || n > MSTAR_NAME_MAX)
+        return mstar_error_set(MSTAR_EINVAL, "source_entity '%s' is too long for a shm file name",
+                               entity);
+    return MSTAR_OK;
+}
+
+static mstar_status write_all(int fd, const void *data, uint64_t n, const char *name)
+{
+    const char *p = data;
+    while (n > 0) {
+        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        ssize_t w = write(fd, p, chunk);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return mstar_error_set(MSTAR_EIO, "write %s: %s", name,
+                                   w < 0 ? strerror(errno) : "no progress");
+        p += w;
+        n -= (uint64_t)w;
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar__shm_file_write(const mstar__shm_dir *dir, const char *entity,
+                                   mstar_tensor_id uuid, const void *data, uint64_t n)
+{
+    char name[MSTAR__SHM_NAME_BUF];
+    mstar_status st = mstar__shm_file_name(entity, uuid, name);
+    if (st != MSTAR_OK)
+        return st;
+    int fd = openat(dir->fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) {
+        if (errno == EEXIST)
+            return mstar_error_set(MSTAR_EEXIST, "shm file %s/%s already exists", dir->path, name);
+        return mstar_error_set(errno == ENOSPC ? MSTAR_ENOSPC : MSTAR_EIO, "create %s/%s: %s",
+                               dir->path, name, strerror(errno));
+    }
+    st = write_all(fd, data, n, name);
+    if (close(fd) != 0 && st == MSTAR_OK)
+        st = mstar_error_set(MSTAR_EIO, "close %s/%s: %s", dir->path, name, strerror(errno));
+    if (st != MSTAR_OK)
+        unlinkat(dir->fd, name, 0);
+    return st;
+}
+
+mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
+                                  mstar_tensor_id uuid, uint64_t offset, uint64_t n, void *dst)
+{
+    char name[MSTAR__SHM_NAME_BUF];
+    mstar_status st = mstar__shm_file_name(entity, uuid, name);
+    if (st != MSTAR_OK)
+        return st;
+    int fd = openat(dir->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return mstar_error_set(MSTAR_ENOENT,
+                                   "shm file %s/%s does not exist (freed by its "
+                                   "producer, or a producer on another transport)",
+                                   dir->path, name);
+        return mstar_error_set(MSTAR_EIO, "open %s/%s: %s", dir->path, name, strerror(errno));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return mstar_error_set(MSTAR_EPROTO, "shm file %s/%s is not a regular file", dir->path,
+                               name);
+    }
+    uint64_t end;
+    if (!__builtin_add_overflow(offset, n, &end) && end <= (uint64_t)sb.st_size) {
+        char *p = dst;
+        uint64_t at = offset, left = n;
+        while (left > 0) {
+            size_t chunk = left > (1u << 30) ? (1u << 30) : (size_t)left;
+            ssize_t r = pread(fd, p, chunk, (off_t)at);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0) {
+                st = mstar_error_set(MSTAR_EIO, "read %s/%s: %s", dir->path, name,
+                                     r < 0 ? strerror(errno) : "file shrank while reading");
+                break;
+            }
+            p += r;
+            at += (uint64_t)r;
+            left -= (uint64_t)r;
+        }
+    } else {
+        st = mstar_error_set(MSTAR_EPROTO,
+                             "descriptor reads bytes [%llu, +%llu) of shm file %s "
+                             "which has %lld bytes",
+                             (unsigned long long)offset, (unsigned long long)n, name,
+                             (long long)sb.st_size);
+    }
+    close(fd);
+    return st;
+}
+
+void mstar__shm_file_unlink(const mstar__shm_dir *dir, const char *entity, mstar_tensor_id uuid)
+{
+    char name[MSTAR__SHM_NAME_BUF];
+    if (mstar__shm_file_name(entity, uuid, name) != MSTAR_OK)
+        return;
+    if (unlinkat(dir->fd, name, 0) != 0 && errno != ENOENT)
+        mstar_log(MSTAR_LOG_WARN, "unlink %s/%s: %s", dir->path, name, strerror(errno));
+}
+
+static bool is_hex(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return false;
+    }
+    return true;
+}
+
+static bool is_digits(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+    return true;
+}
+
+/* A dirfd-relative directory walk that calls `fn` on each entry name; `fn` returns true when it
+ * removed the entry. */
+static int sweep(const mstar__shm_dir *dir,
+                 bool (*fn)(const mstar__shm_dir *, const char *, const void *), const void *arg)
+{
+    int fd = openat(dir->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    DIR *d = fdopendir(fd);
+    if (d == NULL) {
+        close(fd);
+        return 0;
+    }
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        removed += fn(dir, e->d_name, arg);
+    closedir(d);
+    return removed;
+}
+
+static bool remove_entity_file(const mstar__shm_dir *dir, const char *name, const void *arg)
+{
+    const char *entity = arg;
+    size_t plen = strlen(MSTAR__SHM_FILE_PREFIX), elen = strlen(entity);
+    if (strncmp(name, MSTAR__SHM_FILE_PREFIX, plen) != 0 || strncmp(name + plen, entity, elen) != 0)
+        return false;
+    const char *rest = name + plen + elen;
+    if (strlen(rest) != 19 || strncmp(rest, "_0x", 3) != 0 || !is_hex(rest + 3, 16))
+        return false;
+    if (unlinkat(dir->fd, name, 0) != 0)
+        return false;
+    mstar_log(MSTAR_LOG_INFO, "removed stale shm file %s/%s", dir->path, name);
+    return true;
+}
+
+int mstar__shm_sweep_entity_files(const mstar__shm_dir *dir, const char *entity)
+{
+    return sweep(dir, remove_entity_file, entity);
+}
+
+mstar_status mstar__shm_segment_parse(const char *name, mstar__shm_segment_name *out)
+{
+    size_t len = strnlen(name, MSTAR_NAME_MAX + 1);
+    if (mstar_name_validate(name, len, "shm_segment") != MSTAR_OK) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", mstar_last_error());
+        return mstar_error_set(MSTAR_EPROTO, "%s", why);
+    }
+    size_t plen = strlen(MSTAR__SHM_ARENA_PREFIX);
+    if (strncmp(name, MSTAR__SHM_ARENA_PREFIX, plen) != 0)
+        return mstar_error_set(MSTAR_EPROTO, "shm_segment '%s' lacks the prefix '%s'", name,
+                               MSTAR__SHM_ARENA_PREFIX);
+    /* From the end: ".seg<N>", then "_<8 hex>", then "_<pid>"; what remains is the entity. */
+    const char *seg = NULL;
+    for (const char *p = name + plen; (p = strstr(p, ".seg")) != NULL; p++)
+        seg = p;
+    if (seg == NULL || !is_digits(seg + 4, strlen(seg + 4)) || strlen(seg + 4) > 9)
+        return mstar_error_set(MSTAR_EPROTO, "shm_segment '%s' does not end in .seg<N>", name);
+    const char *tok = seg - 9;
+    if (tok < name + plen + 3 || tok[0] != '_' || !is_hex(tok + 1, 8))
+        return mstar_error_set(MSTAR_EPROTO, "shm_segment '%s' lacks the _<8 hex> token", name);
+    const char *pid_end = tok;
+    const char *pid = pid_end;
+    while (pid > name + plen && pid[-1] >= '0' && pid[-1] <= '9')
+        pid--;
+    size_t pid_len = (size_t)(pid_end - pid);
+    if (pid_len == 0 || pid_len > 9 || pid == name + plen || pid[-1] != '_')
+        return mstar_error_set(MSTAR_EPROTO, "shm_segment '%s' lacks the _<pid> field", name);
+    size_t elen = (size_t)(pid - 1 - (name + plen));
+    if (elen == 0)
+        return mstar_error_set(MSTAR_EPROTO, "shm_segment '%s' names no entity", name);
+    memcpy(out->entity, name + plen, elen);
+    out->entity[elen] = '\0';
+    out->pid = (pid_t)strtol(pid, NULL, 10);
+    out->token = (uint32_t)strtoul(tok + 1, NULL, 16);
+    out->index = (uint32_t)strtoul(seg + 4, NULL, 10);
+    return MSTAR_OK;
+}
+
+mstar_status mstar__shm_segment_check(const char *name, const char *source_entity)
+{
+    mstar__shm_segment_name parsed;
+    mstar_status st = mstar__shm_segment_parse(name, &parsed);
+    if (st != MSTAR_OK)
+        return st;
+    if (strcmp(parsed.entity, source_entity) != 0)
+        return mstar_error_set(MSTAR_EPROTO,
+                               "shm_segment '%s' belongs to '%s', not to the "
+                               "descriptor's source_entity '%s'",
+                               name, parsed.entity, source_entity);
+    return MSTAR_OK;
+}
+
+static bool remove_dead_segment(const mstar__shm_dir *dir, const char *name, const void *arg)
+{
+    (void)arg;
+    if (strncmp(name, MSTAR__SHM_ARENA_PREFIX, strlen(MSTAR__SHM_ARENA_PREFIX)) != 0)
+        return false;
+    mstar__shm_segment_name parsed;
+    if (mstar__shm_segment_parse(name, &parsed) != MSTAR_OK) {
+        mstar_error_clear();
+        return false;
+    }
+    /* kill(pid, 0) fails with ESRCH only when no such process exists; EPERM means it lives. */
+    if (parsed.pid <= 0 || parsed.pid == getpid() || kill(parsed.pid, 0) == 0 || errno != ESRCH)
+        return false;
+    if (unlinkat(dir->fd, name, 0) != 0) {
+        mstar_log(MSTAR_LOG_WARN, "orphan sweep: unlink %s/%s: %s", dir->path, name,
+                  strerror(errno));
+        return false;
+    }
+    mstar_log(MSTAR_LOG_INFO, "orphan sweep: removed %s/%s (pid %d is gone)", dir->path, name,
+              (int)parsed.pid);
+    return true;
+}
+
+int mstar__shm_sweep_dead_segments(const mstar__shm_dir *dir)
+{
+    return sweep(dir, remove_dead_segment, NULL);
+}

@@ -1,0 +1,75 @@
+/*
+ * shm.h — the shared-memory directory and everything named in it (transport-spec §3.1, §3.2).
+ *
+ * All entities of a deployment use one directory (default /dev/shm, else /tmp/mstar_shm). Two
+ * kinds of names live there:
+ *   - per-uuid files  "mstar_<entity>_0x<16 hex uuid>", written by the producer of a tensor in
+ *     the file transport and for arena spills, unlinked only by that producer;
+ *   - arena segments  "mstar_arena_<entity>_<pid>_<8 hex>.seg<N>", one set per arena instance.
+ * Every name that came over the wire is checked against these shapes before it is used, and all
+ * file operations go through a directory fd (openat), so nothing outside the directory can be
+ * reached. Files and segments are created 0600, exclusively (O_EXCL: never truncate what another
+ * process may be reading).
+ */
+#ifndef MSTAR_TENSORS_SHM_H
+#define MSTAR_TENSORS_SHM_H
+
+#include "mstar/core.h"
+
+#include <sys/types.h>
+
+#define MSTAR__SHM_PATH_MAX     4096
+#define MSTAR__SHM_FILE_PREFIX  "mstar_"
+#define MSTAR__SHM_ARENA_PREFIX "mstar_arena_"
+
+typedef struct mstar__shm_dir {
+    int fd; /* O_DIRECTORY */
+    char path[MSTAR__SHM_PATH_MAX];
+} mstar__shm_dir;
+
+/* Open `path` (NULL: /dev/shm if it is a directory, else /tmp/mstar_shm), creating it 0700 if
+ * missing. */
+mstar_status mstar__shm_dir_open(const char *path, mstar__shm_dir *out);
+void mstar__shm_dir_close(mstar__shm_dir *dir);
+
+/* "mstar_<entity>_0x<16 hex>"; MSTAR_EINVAL if `entity` is not a valid name or the result would
+ * not be one. */
+#define MSTAR__SHM_NAME_BUF (MSTAR_NAME_MAX + 1)
+mstar_status mstar__shm_file_name(const char *entity, mstar_tensor_id uuid,
+                                  char name[MSTAR__SHM_NAME_BUF]);
+
+/* Write `n` bytes as a new file (0600, exclusive). A partial file is removed on error. */
+mstar_status mstar__shm_file_write(const mstar__shm_dir *dir, const char *entity,
+                                   mstar_tensor_id uuid, const void *data, uint64_t n);
+/* Read bytes [offset, offset + n) of the file `entity` wrote for `uuid` into `dst`. The range is
+ * checked against the file's size before anything is read: MSTAR_EPROTO if it does not fit,
+ * MSTAR_ENOENT if there is no such file. */
+mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
+                                  mstar_tensor_id uuid, uint64_t offset, uint64_t n, void *dst);
+/* Remove the file (a missing file is fine: the producer may have spilled nothing). */
+void mstar__shm_file_unlink(const mstar__shm_dir *dir, const char *entity, mstar_tensor_id uuid);
+
+/* Remove per-uuid files an earlier incarnation of `entity` left behind (it was killed before its
+ * teardown). An entity name is unique in a deployment while it runs, so any such file at start
+ * belongs to a dead process. Returns how many were removed. */
+int mstar__shm_sweep_entity_files(const mstar__shm_dir *dir, const char *entity);
+
+/* The parts of an arena segment name. */
+typedef struct mstar__shm_segment_name {
+    char entity[MSTAR_NAME_MAX + 1];
+    pid_t pid;
+    uint32_t token;
+    uint32_t index;
+} mstar__shm_segment_name;
+
+/* Parse "mstar_arena_<entity>_<pid>_<8 hex>.seg<N>" strictly: MSTAR_EPROTO naming what is wrong
+ * (a '/', '..', a missing prefix, a non-numeric pid ...). */
+mstar_status mstar__shm_segment_parse(const char *name, mstar__shm_segment_name *out);
+/* A segment name from a descriptor: valid, and produced by `source_entity`. */
+mstar_status mstar__shm_segment_check(const char *name, const char *source_entity);
+
+/* Unlink arena segments in `dir` whose pid is no longer running (transport-spec §3.3). Returns
+ * how many were removed. */
+int mstar__shm_sweep_dead_segments(const mstar__shm_dir *dir);
+
+#endif
