@@ -9,6 +9,7 @@
  *   graphs.h   the accelerator graph runner: graph pools, capture, buckets, slots, padding rows
  *   planner.h  capture memory planning and agreement across ranks
  *   resources.h  the reference step resources: paged KV cache (sink page 0), positions
+ *   tensors.h  tensor transport between workers: bookkeeping, staging, reading, fan-in
  */
 #ifndef MSTAR_MSTAR_H
 #define MSTAR_MSTAR_H
@@ -21,5 +22,6 @@
 #include "mstar/graphs.h"
 #include "mstar/planner.h"
 #include "mstar/resources.h"
+#include "mstar/tensors.h"
 
 #endif /* MSTAR_MSTAR_H */

@@ -72,6 +72,29 @@ static mstar_status take_slot(mstar__bk *bk, uint32_t *slot)
     return MSTAR_OK;
 }
 
+mstar_status mstar__bk_add_request(mstar__bk *bk, uint32_t req)
+{
+    return ensure_req(bk, req);
+}
+
+mstar_status mstar__bk_reserve(mstar__bk *bk, size_t n)
+{
+    size_t free_slots = 0;
+    for (uint32_t s = bk->free_head; s != MSTAR__BK_NONE && free_slots < n; s = bk->recs[s].next)
+        free_slots++;
+    while ((size_t)(bk->cap - bk->top) + free_slots < n) {
+        if (bk->cap >= UINT32_MAX / 2)
+            return mstar_error_set(MSTAR_ENOMEM, "bookkeeper: too many records");
+        uint32_t ncap = bk->cap ? bk->cap * 2 : 256;
+        mstar__bk_rec *nrecs = realloc(bk->recs, (size_t)ncap * sizeof(*nrecs));
+        if (nrecs == NULL)
+            return mstar_error_set(MSTAR_ENOMEM, "bookkeeper: %u records", ncap);
+        bk->recs = nrecs;
+        bk->cap = ncap;
+    }
+    return mstar__u64map_reserve(&bk->index, mstar__u64map_len(&bk->index) + n);
+}
+
 mstar_status mstar__bk_put(mstar__bk *bk, mstar_tensor_id uuid, uint32_t req, uint32_t *slot_out)
 {
     if (mstar__u64map_find(&bk->index, uuid) != NULL) {

@@ -45,6 +45,8 @@ typedef struct mstar__bk_rec {
     uint32_t edge_name;  /* interned names, 0 = none */
     uint32_t node_name;
     uint32_t graph_walk;
+    int32_t tp_size; /* the producing group (descriptors) */
+    int32_t tp_rank;
     uint32_t flags;
 } mstar__bk_rec;
 
@@ -72,6 +74,10 @@ static inline mstar__bk_rec *mstar__bk_at(const mstar__bk *bk, uint32_t slot)
     return &bk->recs[slot];
 }
 
+/* Make request slot `req` known (its list head), so puts into it cannot fail for memory. */
+mstar_status mstar__bk_add_request(mstar__bk *bk, uint32_t req);
+/* Make room for `n` more records, so that the next n puts cannot fail for memory. */
+mstar_status mstar__bk_reserve(mstar__bk *bk, size_t n);
 /* A new record with ref 0, no flags, linked into request `req`. MSTAR_EEXIST if `uuid` is held. */
 mstar_status mstar__bk_put(mstar__bk *bk, mstar_tensor_id uuid, uint32_t req, uint32_t *slot);
 /* The slot of `uuid`, or MSTAR__BK_NONE. */

@@ -32,9 +32,21 @@ static mstar_status mkdir_p(const char *path)
     return MSTAR_OK;
 }
 
-mstar_status mstar__shm_dir_open(const char *path, mstar__shm_dir *out)
+mstar_status mstar__shm_dir_open(const char *path, const char *ns, mstar__shm_dir *out)
 {
     struct stat sb;
+    size_t nslen = ns != NULL ? strlen(ns) : 0;
+    if (nslen > MSTAR__SHM_NS_MAX)
+        return mstar_error_set(MSTAR_EINVAL, "shm_namespace is %zu bytes, at most %d", nslen,
+                               MSTAR__SHM_NS_MAX);
+    for (size_t i = 0; i < nslen; i++) {
+        char c = ns[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')))
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "shm_namespace '%s' has '%c' at %zu (letters "
+                                   "and digits only)",
+                                   ns, c, i);
+    }
     if (path == NULL || path[0] == '\0')
         path = (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode)) ? "/dev/shm" : "/tmp/mstar_shm";
     if (strlen(path) >= sizeof(out->path))
@@ -48,6 +60,7 @@ mstar_status mstar__shm_dir_open(const char *path, mstar__shm_dir *out)
         return mstar_error_set(MSTAR_EIO, "shm_dir: open %s: %s", path, strerror(errno));
     out->fd = fd;
     snprintf(out->path, sizeof(out->path), "%s", path);
+    snprintf(out->ns, sizeof(out->ns), "%s", nslen > 0 ? ns : "");
     return MSTAR_OK;
 }
 
@@ -58,13 +71,25 @@ void mstar__shm_dir_close(mstar__shm_dir *dir)
     dir->fd = -1;
 }
 
-mstar_status mstar__shm_file_name(const char *entity, mstar_tensor_id uuid,
-                                  char name[MSTAR__SHM_NAME_BUF])
+/* "mstar_" or "mstar-<ns>_": namespaced names start with "mstar-" so the two never parse as
+ * each other (a namespace has no '_'). */
+static int file_prefix(const mstar__shm_dir *dir, char *buf, size_t size)
 {
-    mstar_status st = mstar_name_validate(entity, strlen(entity), "source_entity");
+    if (dir->ns[0] == '\0')
+        return snprintf(buf, size, MSTAR__SHM_FILE_PREFIX);
+    return snprintf(buf, size, "mstar-%s_", dir->ns);
+}
+
+mstar_status mstar__shm_file_name(const mstar__shm_dir *dir, const char *entity,
+                                  mstar_tensor_id uuid, char name[MSTAR__SHM_NAME_BUF])
+{
+    mstar_status st =
+        mstar_name_validate(entity, strnlen(entity, MSTAR_NAME_MAX + 1), "source_entity");
     if (st != MSTAR_OK)
         return st;
-    int n = snprintf(name, MSTAR__SHM_NAME_BUF, MSTAR__SHM_FILE_PREFIX "%s_0x%016llx", entity,
+    char prefix[MSTAR__SHM_NS_MAX + 8];
+    file_prefix(dir, prefix, sizeof(prefix));
+    int n = snprintf(name, MSTAR__SHM_NAME_BUF, "%s%s_0x%016llx", prefix, entity,
                      (unsigned long long)uuid);
     if (n < 0 || n > MSTAR_NAME_MAX)
         return mstar_error_set(MSTAR_EINVAL, "source_entity '%s' is too long for a shm file name",
@@ -93,7 +118,7 @@ mstar_status mstar__shm_file_write(const mstar__shm_dir *dir, const char *entity
                                    mstar_tensor_id uuid, const void *data, uint64_t n)
 {
     char name[MSTAR__SHM_NAME_BUF];
-    mstar_status st = mstar__shm_file_name(entity, uuid, name);
+    mstar_status st = mstar__shm_file_name(dir, entity, uuid, name);
     if (st != MSTAR_OK)
         return st;
     int fd = openat(dir->fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -115,7 +140,7 @@ mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
                                   mstar_tensor_id uuid, uint64_t offset, uint64_t n, void *dst)
 {
     char name[MSTAR__SHM_NAME_BUF];
-    mstar_status st = mstar__shm_file_name(entity, uuid, name);
+    mstar_status st = mstar__shm_file_name(dir, entity, uuid, name);
     if (st != MSTAR_OK)
         return st;
     int fd = openat(dir->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -165,7 +190,7 @@ mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
 void mstar__shm_file_unlink(const mstar__shm_dir *dir, const char *entity, mstar_tensor_id uuid)
 {
     char name[MSTAR__SHM_NAME_BUF];
-    if (mstar__shm_file_name(entity, uuid, name) != MSTAR_OK)
+    if (mstar__shm_file_name(dir, entity, uuid, name) != MSTAR_OK)
         return;
     if (unlinkat(dir->fd, name, 0) != 0 && errno != ENOENT)
         mstar_log(MSTAR_LOG_WARN, "unlink %s/%s: %s", dir->path, name, strerror(errno));
@@ -215,8 +240,10 @@ static int sweep(const mstar__shm_dir *dir,
 static bool remove_entity_file(const mstar__shm_dir *dir, const char *name, const void *arg)
 {
     const char *entity = arg;
-    size_t plen = strlen(MSTAR__SHM_FILE_PREFIX), elen = strlen(entity);
-    if (strncmp(name, MSTAR__SHM_FILE_PREFIX, plen) != 0 || strncmp(name + plen, entity, elen) != 0)
+    char prefix[MSTAR__SHM_NS_MAX + 8];
+    file_prefix(dir, prefix, sizeof(prefix));
+    size_t plen = strlen(prefix), elen = strlen(entity);
+    if (strncmp(name, prefix, plen) != 0 || strncmp(name + plen, entity, elen) != 0)
         return false;
     const char *rest = name + plen + elen;
     if (strlen(rest) != 19 || strncmp(rest, "_0x", 3) != 0 || !is_hex(rest + 3, 16))

@@ -3,8 +3,11 @@
  *
  * All entities of a deployment use one directory (default /dev/shm, else /tmp/mstar_shm). Two
  * kinds of names live there:
- *   - per-uuid files  "mstar_<entity>_0x<16 hex uuid>", written by the producer of a tensor in
- *     the file transport and for arena spills, unlinked only by that producer;
+ *   - per-uuid files  "mstar_<entity>_0x<16 hex uuid>", or "mstar-<ns>_<entity>_0x<16 hex>"
+ *     with a deployment namespace, written by the producer of a tensor in the file transport and
+ *     for arena spills, unlinked only by that producer. Tensor ids restart with every process,
+ *     so two deployments sharing one directory must each use a namespace (or a directory of
+ *     their own): otherwise one could read the other's file of the same name;
  *   - arena segments  "mstar_arena_<entity>_<pid>_<8 hex>.seg<N>", one set per arena instance.
  * Every name that came over the wire is checked against these shapes before it is used, and all
  * file operations go through a directory fd (openat), so nothing outside the directory can be
@@ -22,21 +25,24 @@
 #define MSTAR__SHM_FILE_PREFIX  "mstar_"
 #define MSTAR__SHM_ARENA_PREFIX "mstar_arena_"
 
+#define MSTAR__SHM_NS_MAX 32
+
 typedef struct mstar__shm_dir {
     int fd; /* O_DIRECTORY */
     char path[MSTAR__SHM_PATH_MAX];
+    char ns[MSTAR__SHM_NS_MAX + 1]; /* the deployment namespace of per-uuid files; "" none */
 } mstar__shm_dir;
 
 /* Open `path` (NULL: /dev/shm if it is a directory, else /tmp/mstar_shm), creating it 0700 if
- * missing. */
-mstar_status mstar__shm_dir_open(const char *path, mstar__shm_dir *out);
+ * missing. `ns` (NULL or "": none) is 1..32 letters and digits. */
+mstar_status mstar__shm_dir_open(const char *path, const char *ns, mstar__shm_dir *out);
 void mstar__shm_dir_close(mstar__shm_dir *dir);
 
-/* "mstar_<entity>_0x<16 hex>"; MSTAR_EINVAL if `entity` is not a valid name or the result would
- * not be one. */
+/* The per-uuid file name in `dir`'s namespace; MSTAR_EINVAL if `entity` is not a valid name or
+ * the result would not be one. */
 #define MSTAR__SHM_NAME_BUF (MSTAR_NAME_MAX + 1)
-mstar_status mstar__shm_file_name(const char *entity, mstar_tensor_id uuid,
-                                  char name[MSTAR__SHM_NAME_BUF]);
+mstar_status mstar__shm_file_name(const mstar__shm_dir *dir, const char *entity,
+                                  mstar_tensor_id uuid, char name[MSTAR__SHM_NAME_BUF]);
 
 /* Write `n` bytes as a new file (0600, exclusive). A partial file is removed on error. */
 mstar_status mstar__shm_file_write(const mstar__shm_dir *dir, const char *entity,

@@ -20,7 +20,7 @@
 static mstar__shm_dir open_dir(const char *tag)
 {
     mstar__shm_dir d;
-    assert_mstar_ok(mstar__shm_dir_open(mstar_test_tmpdir(tag), &d));
+    assert_mstar_ok(mstar__shm_dir_open(mstar_test_tmpdir(tag), NULL, &d));
     return d;
 }
 
@@ -50,7 +50,7 @@ static void test_dir_is_created(void **state)
     char path[4096];
     snprintf(path, sizeof(path), "%s/a/b", mstar_test_tmpdir("shmdir"));
     mstar__shm_dir d;
-    assert_mstar_ok(mstar__shm_dir_open(path, &d));
+    assert_mstar_ok(mstar__shm_dir_open(path, NULL, &d));
     struct stat sb;
     assert_int_equal(stat(path, &sb), 0);
     assert_true(S_ISDIR(sb.st_mode));
@@ -67,7 +67,7 @@ static void test_file_roundtrip_and_bounds(void **state)
     mstar_tensor_id u = mstar_id_make(100, 42);
     assert_mstar_ok(mstar__shm_file_write(&d, "worker_0", u, data, sizeof(data)));
     char name[MSTAR__SHM_NAME_BUF];
-    assert_mstar_ok(mstar__shm_file_name("worker_0", u, name));
+    assert_mstar_ok(mstar__shm_file_name(&d, "worker_0", u, name));
     assert_string_equal(name, "mstar_worker_0_0x006400000000002a");
     assert_int_equal(mode_of(&d, name), 0600);
     /* Exclusive: a second write never truncates what a reader may be reading. */
@@ -135,6 +135,38 @@ static void test_sweep_entity_files(void **state)
     assert_int_equal(mstar_test_count_dir(d.path), 4);
     assert_true(exists(&d, "mstar_worker_10_0x006e000000000001"));
     mstar__shm_dir_close(&d);
+}
+
+/* Two deployments sharing one directory, each with its namespace: the same entity and uuid
+ * name different files, and a sweep stays within its namespace. */
+static void test_namespaces_keep_deployments_apart(void **state)
+{
+    (void)state;
+    const char *path = mstar_test_tmpdir("shmns");
+    mstar__shm_dir a, b, plain;
+    assert_mstar_ok(mstar__shm_dir_open(path, "dep1", &a));
+    assert_mstar_ok(mstar__shm_dir_open(path, "dep2", &b));
+    assert_mstar_ok(mstar__shm_dir_open(path, NULL, &plain));
+    mstar_tensor_id u = mstar_id_make(100, 1);
+    uint8_t x = 1, y = 2, z = 3, back;
+    assert_mstar_ok(mstar__shm_file_write(&a, "worker_0", u, &x, 1));
+    assert_mstar_ok(mstar__shm_file_write(&b, "worker_0", u, &y, 1));
+    assert_mstar_ok(mstar__shm_file_write(&plain, "worker_0", u, &z, 1));
+    char name[MSTAR__SHM_NAME_BUF];
+    assert_mstar_ok(mstar__shm_file_name(&a, "worker_0", u, name));
+    assert_string_equal(name, "mstar-dep1_worker_0_0x0064000000000001");
+    assert_mstar_ok(mstar__shm_file_read(&b, "worker_0", u, 0, 1, &back));
+    assert_int_equal(back, 2);
+    assert_int_equal(mstar__shm_sweep_entity_files(&a, "worker_0"), 1);
+    assert_int_equal(mstar__shm_sweep_entity_files(&plain, "worker_0"), 1);
+    assert_int_equal(mstar_test_count_dir(path), 1);
+    mstar__shm_dir bad;
+    assert_mstar_status(mstar__shm_dir_open(path, "a_b", &bad), MSTAR_EINVAL);
+    assert_mstar_status(mstar__shm_dir_open(path, "0123456789012345678901234567890123", &bad),
+                        MSTAR_EINVAL);
+    mstar__shm_dir_close(&a);
+    mstar__shm_dir_close(&b);
+    mstar__shm_dir_close(&plain);
 }
 
 static void test_segment_names(void **state)
@@ -332,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_zero_size_file),
         cmocka_unit_test(test_bad_entity_names),
         cmocka_unit_test(test_sweep_entity_files),
+        cmocka_unit_test(test_namespaces_keep_deployments_apart),
         cmocka_unit_test(test_segment_names),
         cmocka_unit_test(test_arena_growth_and_cap),
         cmocka_unit_test(test_arena_names_never_collide),

@@ -1,0 +1,385 @@
+/*
+ * mstar/tensors.h — tensor transport between the workers of one machine (reference module
+ * mstar.communication.tensors; transport-spec §1–3, §5–7).
+ *
+ * A communication manager (mstar_comm) is one entity's view of every tensor it holds:
+ *   - as a producer it stores a step's outputs under fresh tensor ids, counts references to them
+ *     (signed: persisted tensors may go negative, §2.5), stages them for other processes and
+ *     frees them when every consumer has acknowledged (TENSOR_RECEIVED) or the request is torn
+ *     down;
+ *   - as a consumer it reads descriptors other entities sent, acknowledges each delivery once
+ *     its bytes have landed, gathers sharded inputs (fan-in) and hands the tensors to the node.
+ *
+ * Transports: "local" (one process: nothing is staged, only this entity's tensors can be read),
+ * "files" (one file per tensor in the shm directory) and "arena" (named shared-memory segments
+ * with an allocator, spilling to files when full). MSTAR_SHM_ARENA picks files (0) or the arena
+ * (1, AUTO); every entity of a deployment must use the same setting (an arena descriptor cannot
+ * be read by a files consumer, which fails loudly; a files descriptor is read by both).
+ *
+ * Devices: without a backend every tensor is host memory. With a backend (mstar/device.h)
+ * tensors on the backend's device are staged with device-to-host copies (synchronised before
+ * registration returns) and reads land in the backend's memory through host-to-device copies
+ * whose completion gates the acknowledgement.
+ *
+ * Threads: a manager belongs to one thread (its worker's loop). Completion handles may be
+ * polled, waited on and released from any thread.
+ *
+ * Ownership: arrays returned inside the result structs (mstar_stored_outputs, mstar_ready_set,
+ * mstar_completion_list) belong to the struct and are freed by its _clear function; the
+ * profiling getters return malloc'd arrays the caller frees with free(). Descriptors are plain
+ * data. Tensor views returned by mstar_comm_get_tensor point into memory the manager owns; they
+ * are valid until the tensor's last reference is released or its request is force-cleaned.
+ */
+#ifndef MSTAR_TENSORS_H
+#define MSTAR_TENSORS_H
+
+#include "mstar/core.h"
+#include "mstar/device.h"
+#include "mstar/mesh.h"
+#include "mstar/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mstar_comm mstar_comm;
+typedef struct mstar_completion mstar_completion;
+
+/* ---------------------------------------------------------------------------------------------
+ * Completion handles (the reference's Future)
+ * ------------------------------------------------------------------------------------------- */
+
+/* MSTAR_OK once the work finished, MSTAR_EAGAIN while it runs, or the error it failed with
+ * (mstar_last_error() then carries its message). Never blocks. */
+mstar_status mstar_completion_poll(mstar_completion *c);
+/* Block up to timeout_ms (-1: forever) for the work; MSTAR_ETIMEDOUT if it is still running. */
+mstar_status mstar_completion_wait(mstar_completion *c, int timeout_ms);
+/* Drop the caller's reference. NULL is ignored. */
+void mstar_completion_release(mstar_completion *c);
+
+typedef struct mstar_completion_list {
+    uint32_t n;
+    mstar_completion **items; /* each holds a reference the list owns */
+} mstar_completion_list;
+
+/* Release every handle and free the array. */
+void mstar_completion_list_clear(mstar_completion_list *list);
+
+/* ---------------------------------------------------------------------------------------------
+ * Creating a manager
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum mstar_transport_kind {
+    MSTAR_TRANSPORT_DEFAULT = 0, /* MSTAR_SHM_ARENA: 0 → files, 1 or AUTO → arena */
+    MSTAR_TRANSPORT_LOCAL = 1,
+    MSTAR_TRANSPORT_FILES = 2,
+    MSTAR_TRANSPORT_ARENA = 3,
+} mstar_transport_kind;
+
+/* "local", "files", "arena"; NULL for an unknown kind. */
+const char *mstar_transport_kind_name(mstar_transport_kind kind);
+/* Parse one of those names (case-insensitive). */
+mstar_status mstar_transport_kind_from_name(const char *name, mstar_transport_kind *out);
+
+/* How the manager sends a control message (ACKs) to another entity. It must not keep `msg`. */
+typedef mstar_status (*mstar_comm_send_fn)(void *ctx, const char *peer, mstar_msg *msg);
+
+typedef struct mstar_comm_options {
+    const char *entity;   /* required: this process's name on the mesh */
+    int32_t entity_index; /* for tensor ids; -1: mstar_entity_index(entity) */
+    mstar_transport_kind transport;
+    const char *shm_dir;       /* NULL: /dev/shm, else /tmp/mstar_shm */
+    const char *shm_namespace; /* NULL: none; see below */
+    const char *session_id;    /* NULL: the host name */
+    mstar_backend *backend;    /* NULL: host tensors only; borrowed, must outlive the comm */
+    mstar_comm_send_fn send;   /* required for any ACK to leave the process */
+    void *send_ctx;
+    bool enable_prof; /* record TX/RX info (§7) */
+} mstar_comm_options;
+
+/* shm_namespace: tensor ids restart with every process, so the per-uuid file of one deployment
+ * can have the name of another's. Deployments that share one shm directory must each set a
+ * distinct namespace (1..32 letters and digits, the same for every entity of a deployment), or
+ * use a directory of their own. Arena segment names are unique per process either way. */
+
+/* Defaults: entity_index -1, transport DEFAULT, everything else zero/NULL. */
+void mstar_comm_options_init(mstar_comm_options *opts);
+
+/* Validate the options and the transport's knobs (docs/environment.md), open the shm directory,
+ * sweep what dead processes left there (§3.3), create the arena's first segment. */
+mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out);
+/* Release every tensor, staged file, segment and mapping. Waits for reads in flight. */
+void mstar_comm_destroy(mstar_comm *comm);
+
+const char *mstar_comm_entity(const mstar_comm *comm);
+mstar_transport_kind mstar_comm_transport(const mstar_comm *comm);
+/* The transfer-engine session placed in descriptors (the host name for shared memory). */
+const char *mstar_comm_session_id(const mstar_comm *comm);
+/* True for transports that send from host memory, so host copies the caller already has
+ * (mstar_output.host_copy) are kept for the send (reference needs_cpu_tensor). */
+bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm);
+/* True only for the arena: placement is written onto descriptors at registration (§2.6). */
+bool mstar_comm_stamps_shm_placement(const mstar_comm *comm);
+/* Tensors held right now (produced and read). */
+size_t mstar_comm_num_tensors(const mstar_comm *comm);
+
+/* ---------------------------------------------------------------------------------------------
+ * Requests and sharding
+ * ------------------------------------------------------------------------------------------- */
+
+/* The shard dim of each signal of a request (reference ShardingConfig.shard_dim): signals absent
+ * or with dim -1 are replicated. */
+typedef struct mstar_sharding_config {
+    uint32_t nsignals;
+    const char *const *signals;
+    const int32_t *shard_dims;
+} mstar_sharding_config;
+
+/* Remember the request's sharding config (copied; NULL: nothing sharded). Calling it again
+ * replaces the config. */
+mstar_status mstar_comm_register_request(mstar_comm *comm, const mstar_rid *rid,
+                                         const mstar_sharding_config *config);
+
+/* A tensor-parallel group as fan-out sees it (reference ShardingGroup after register_workers). */
+typedef struct mstar_shard_group {
+    int32_t tp_size;
+    const char *const *workers; /* tp_size entity names, by rank */
+} mstar_shard_group;
+
+/* The per-destination clones of an edge (reference fanout_graph_edges). */
+typedef struct mstar_fanout {
+    uint32_t n;
+    char (
+        *workers)[MSTAR_NAME_MAX + 1]; /* destination worker; "" for a destination with no group */
+    mstar_edge *edges;                 /* owned; total_fanin and shard_dim set */
+} mstar_fanout;
+
+void mstar_fanout_clear(mstar_fanout *fanout);
+
+/* Fan `edge` (descriptors in canonical layout) out from rank `src_rank` of `src` (NULL: a
+ * special source such as the api server, one rank) to the workers of `dst` (NULL: one pseudo
+ * destination ""). shard_dim -1: replicated — the source worker itself if it is a destination,
+ * and from rank 0 every destination outside the source group, each with the whole descriptors.
+ * Otherwise each destination rank whose range overlaps this source's rows gets descriptors with
+ * dims[0], nbytes and an offset LOCAL to this source's shard (§5.2, §8.9). MSTAR_EINVAL when
+ * the total rows do not divide among the destination ranks or a descriptor has no dims. */
+mstar_status mstar_edge_fanout(const mstar_edge *edge, int32_t shard_dim,
+                               const mstar_shard_group *src, int32_t src_rank,
+                               const mstar_shard_group *dst, mstar_fanout *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Producer: storing outputs
+ * ------------------------------------------------------------------------------------------- */
+
+/* Called once when the manager no longer needs memory the caller handed over. */
+typedef void (*mstar_release_fn)(void *ctx, void *data);
+
+typedef struct mstar_output {
+    uint32_t request;   /* batch form: index into the request array; ignored otherwise */
+    const char *signal; /* the output's name; outputs of one name keep their order */
+    mstar_tensor tensor;
+    /* Ownership of tensor's bytes. release != NULL: the manager takes them and calls release
+     * once done (at once when it made its own contiguous or canonical copy). release == NULL:
+     * the manager copies the bytes and the caller keeps its buffer. */
+    mstar_release_fn release;
+    void *release_ctx;
+    /* An optional host copy the caller already made (host_copy.data == NULL: none), owned the
+     * same way through host_release. Kept for the send when mstar_comm_needs_cpu_tensor. */
+    mstar_tensor host_copy;
+    mstar_release_fn host_release;
+    void *host_release_ctx;
+} mstar_output;
+
+/* Where outputs come from: stamped into every descriptor. */
+typedef struct mstar_store_params {
+    const char *node_name;  /* NULL: none */
+    const char *graph_walk; /* NULL: none */
+    int32_t tp_size;        /* the producing group's TP size (0 is taken as 1) */
+    int32_t tp_rank;
+} mstar_store_params;
+
+/* Device work: the manager's staging copies run on a stream ordered after the runtime's default
+ * stream; work the caller queued on other streams must be waited for (the step's completion
+ * event) before storing — the reference's skip_cuda_sync is that contract. */
+
+/* Store one request's outputs (ref 0 each, no safety hold) and write their descriptors into
+ * infos[0..n). Sharded signals (register_request) are stored in canonical layout; non-contiguous
+ * tensors are made contiguous. On error nothing is stored, and memory handed over with a release
+ * function stays the caller's. */
+mstar_status mstar_comm_store_and_return_tensor_info(mstar_comm *comm, const mstar_rid *rid,
+                                                     const mstar_output *outputs, uint32_t n,
+                                                     const mstar_store_params *params,
+                                                     mstar_tensor_info *infos);
+
+/* StoredOutputs: index-parallel columns, one entry per stored tensor, in mint order (request-
+ * major, then signal order, then the order of the outputs). */
+typedef struct mstar_stored_outputs {
+    uint32_t n;
+    mstar_tensor_id *flat_uuids;
+    uint32_t *flat_rids;   /* index into the request array */
+    uint32_t *signal_idxs; /* index into the signal array */
+    uint32_t *num_tensors; /* nrequests × nsignals, request-major */
+} mstar_stored_outputs;
+
+void mstar_stored_outputs_clear(mstar_stored_outputs *out);
+
+/* Store a batch: outputs[i].request names its request. Outputs whose signal is not in
+ * `signals` are not stored (their release runs at once). Atomic as the single form. */
+mstar_status mstar_comm_store_and_return_tensor_info_batch(
+    mstar_comm *comm, const mstar_rid *rids, uint32_t nrequests, const mstar_output *outputs,
+    uint32_t noutputs, const char *const *signals, uint32_t nsignals,
+    const mstar_store_params *params, mstar_stored_outputs *out);
+
+/* The descriptor of a held tensor (with its arena placement once staged). */
+mstar_status mstar_comm_tensor_info(mstar_comm *comm, mstar_tensor_id uuid, mstar_tensor_info *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Reference counts (§2.3). An unknown uuid is a logged no-op (MSTAR_OK); a count that is not
+ * positive is MSTAR_EINVAL. Collection happens only in dereference, set_persist and teardown.
+ * ------------------------------------------------------------------------------------------- */
+
+mstar_status mstar_comm_increment_ref(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
+mstar_status mstar_comm_increment_ref_batch_uniform(mstar_comm *comm, const mstar_tensor_id *uuids,
+                                                    uint32_t n, int64_t count);
+mstar_status mstar_comm_dereference(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
+mstar_status mstar_comm_dereference_batch(mstar_comm *comm, const mstar_tensor_id *uuids,
+                                          const int64_t *counts, uint32_t n);
+mstar_status mstar_comm_dereference_batch_uniform(mstar_comm *comm, const mstar_tensor_id *uuids,
+                                                  uint32_t n, int64_t count);
+mstar_status mstar_comm_set_persist(mstar_comm *comm, mstar_tensor_id uuid, bool persist);
+
+/* From the safety hold (1) to the real fanout: for each held uuid, the number of (edge,
+ * descriptor) occurrences among the routed edges that are not persist edges (§8.7). A count of
+ * 0 on a tensor that is not persisted frees it here. */
+mstar_status mstar_comm_set_output_ref_counts(mstar_comm *comm, const mstar_tensor_id *held,
+                                              uint32_t nheld, const mstar_edge *routed,
+                                              uint32_t nrouted);
+
+/* ---------------------------------------------------------------------------------------------
+ * Producer: staging for other processes
+ * ------------------------------------------------------------------------------------------- */
+
+/* Stage every descriptor's tensor not yet registered (file written, arena copy synchronised),
+ * and stamp arena placement onto infos. When this returns, a message carrying the descriptors
+ * may be sent (invariant 1). MSTAR_ENOENT for a uuid not held. */
+mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid,
+                                          mstar_tensor_info *infos, uint32_t n);
+/* The uuid-driven form: request r's uuids are uuids[sum(counts[0..r)) ..][0..counts[r]). */
+mstar_status mstar_comm_register_for_send_uuids(mstar_comm *comm, const mstar_rid *rids,
+                                                uint32_t nrequests, const uint32_t *counts,
+                                                const mstar_tensor_id *uuids);
+/* Copy the arena placement (shm_segment, shm_offset) of every held uuid onto the descriptors of
+ * edges about to leave the process — only those two fields (§2.6, §8.4). No-op unless
+ * mstar_comm_stamps_shm_placement. */
+mstar_status mstar_comm_refresh_shm_placement(mstar_comm *comm, mstar_edge *edges, uint32_t n);
+
+/* Handle TENSOR_RECEIVED (dereference each uuid by its count; failed_tensor_ids count one each)
+ * and UNPERSIST_TENSORS (increment by K, then clear persist). Entries with a count < 1 (< 0 for
+ * K) and unknown uuids are logged and skipped. MSTAR_EINVAL for any other message type. */
+mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg);
+
+/* ---------------------------------------------------------------------------------------------
+ * Consumer
+ * ------------------------------------------------------------------------------------------- */
+
+/* Begin reading the descriptors of `edges` for request `rid` (edges without descriptors are
+ * skipped: the caller delivers them itself). Every descriptor is validated first — names, the
+ * segment's prefix and owner, nbytes against dims × dtype, bounds against the mapped segment or
+ * the file — and nothing is kept when any of them fails. `out` (may be NULL) receives the
+ * handles of reads still running; the event fd fires when one finishes. */
+mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
+                                           const mstar_edge *edges, uint32_t n,
+                                           mstar_completion_list *out);
+
+/* A failed read: the request's edge is dropped (its refs released, the failure ACKed to the
+ * producer through failed_tensor_ids) and reported here once. */
+typedef struct mstar_read_failure {
+    mstar_rid rid;
+    char edge_name[MSTAR_NAME_MAX + 1];
+    mstar_status status;
+    char message[256];
+} mstar_read_failure;
+
+/* Edges ready for their nodes, grouped by request: the edges of rids[i] are
+ * edges[edge_start[i] .. edge_start[i+1]). */
+typedef struct mstar_ready_set {
+    uint32_t nrequests;
+    mstar_rid *rids;
+    uint32_t *edge_start; /* nrequests + 1 entries */
+    uint32_t nedges;
+    mstar_edge *edges;
+    uint32_t nfailed;
+    mstar_read_failure *failed;
+} mstar_ready_set;
+
+void mstar_ready_set_clear(mstar_ready_set *set);
+
+/* Collect every read whose bytes have landed: ACK them to their producers first, then release
+ * the transit reference, buffer sharded inputs until every source rank arrived (then emit one
+ * consolidated edge), and hand the edges out. Each delivered descriptor carries one usage
+ * reference the node releases with mstar_comm_dereference(uuid, 1). */
+mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out);
+
+/* ACK edges of a request that is already gone, without reading them (late result_tensors). */
+mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *rid,
+                                           const mstar_edge *edges, uint32_t n);
+
+/* A view of a held tensor in its real layout (the canonical permutation undone, so it may be
+ * strided). Valid until the tensor's last reference goes. MSTAR_ENOENT for an unknown uuid. */
+mstar_status mstar_comm_get_tensor(mstar_comm *comm, mstar_tensor_id uuid, mstar_tensor *out);
+/* The same tensor copied contiguous into host memory dst (dst_size >= its nbytes); *out
+ * describes the copy. Device tensors are copied to the host first. */
+mstar_status mstar_comm_get_tensor_copy(mstar_comm *comm, mstar_tensor_id uuid, void *dst,
+                                        size_t dst_size, mstar_tensor *out);
+
+/* Whether a read of this request is still copying (gates READS_DONE, §2.7). */
+bool mstar_comm_has_inflight_reads(const mstar_comm *comm, const mstar_rid *rid);
+
+/* An fd that becomes readable when a read finishes; poll it with the mesh inbox and drain it. */
+int mstar_comm_event_fd(const mstar_comm *comm);
+void mstar_comm_event_drain(mstar_comm *comm);
+
+/* ---------------------------------------------------------------------------------------------
+ * Teardown (§2.7)
+ * ------------------------------------------------------------------------------------------- */
+
+/* Soft: drop the request's sharding config, fan-in buffers and profiling; ACK and drop its
+ * finished pending reads (their refs released); free every tensor of it that is collectable and
+ * defer the rest (referenced or persisted) — a later ACK or UNPERSIST still frees them. Reads
+ * still copying stay until they finish, then are ACKed and dropped undelivered. */
+mstar_status mstar_comm_cleanup_request(mstar_comm *comm, const mstar_rid *rid);
+/* Hard: drop every tensor of the request and its staged files and slots regardless of refs and
+ * persist. Safe only after every reader of it sent READS_DONE; MSTAR_ESTATE if this process
+ * still has reads of it in flight. */
+mstar_status mstar_comm_force_cleanup_request(mstar_comm *comm, const mstar_rid *rid);
+
+/* ---------------------------------------------------------------------------------------------
+ * Profiling and statistics
+ * ------------------------------------------------------------------------------------------- */
+
+/* The request's TX / RX records (§7) in a malloc'd array the caller frees; *n may be 0 (then
+ * *out is NULL). Empty unless enable_prof. */
+mstar_status mstar_comm_get_tx_info(mstar_comm *comm, const mstar_rid *rid, mstar_tx_info **out,
+                                    uint32_t *n);
+mstar_status mstar_comm_get_rx_info(mstar_comm *comm, const mstar_rid *rid, mstar_rx_info **out,
+                                    uint32_t *n);
+
+typedef struct mstar_arena_stats {
+    uint32_t segments;
+    uint64_t total_bytes;
+    uint64_t free_bytes;
+    uint64_t largest_free_block; /* the fragmentation gauge */
+    uint64_t pinned_bytes;       /* own and peer segments registered with the backend */
+    uint64_t live_slots;         /* staged tensors in segments: the leak canary */
+    uint64_t spill_files;        /* staged tensors spilled to files */
+    uint64_t peer_segments;      /* peer segments mapped by this consumer */
+} mstar_arena_stats;
+
+/* MSTAR_ENOTSUP unless the transport is the arena. */
+mstar_status mstar_comm_arena_stats(mstar_comm *comm, mstar_arena_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MSTAR_TENSORS_H */

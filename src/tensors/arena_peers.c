@@ -1,0 +1,141 @@
+/*
+ * arena_peers.c — see arena_peers.h.
+ */
+#include "tensors/arena_peers.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void mstar__arena_peers_init(mstar__arena_peers *p, const mstar__shm_dir *dir,
+                             const mstar__arena_peer_hooks *hooks)
+{
+    memset(p, 0, sizeof(*p));
+    p->dir = dir;
+    if (hooks != NULL)
+        p->hooks = *hooks;
+    mstar__strmap_init(&p->index);
+    mstar__vec_init(&p->slots, sizeof(mstar__arena_peer));
+}
+
+static mstar__arena_peer *slot(const mstar__arena_peers *p, size_t i)
+{
+    return (mstar__arena_peer *)mstar__vec_at(&p->slots, i);
+}
+
+static void unmap(mstar__arena_peers *p, mstar__arena_peer *peer)
+{
+    /* Unpin before unmapping: the pinned range must still be mapped when it is released. */
+    if (peer->pinned && p->hooks.unpin != NULL)
+        p->hooks.unpin(p->hooks.ctx, peer->base, peer->size);
+    if (peer->size > 0)
+        munmap((void *)peer->base, (size_t)peer->size);
+    memset(peer, 0, sizeof(*peer));
+}
+
+void mstar__arena_peers_free(mstar__arena_peers *p)
+{
+    for (size_t i = 0; i < p->slots.len; i++)
+        if (slot(p, i)->name[0] != '\0')
+            unmap(p, slot(p, i));
+    mstar__strmap_free(&p->index);
+    mstar__vec_free(&p->slots);
+}
+
+static mstar_status map_segment(mstar__arena_peers *p, const char *name, mstar__arena_peer *out)
+{
+    int fd = openat(p->dir->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return mstar_error_set(MSTAR_ENOENT,
+                                   "arena segment %s/%s does not exist (its "
+                                   "producer is gone)",
+                                   p->dir->path, name);
+        return mstar_error_set(MSTAR_EIO, "open arena segment %s/%s: %s", p->dir->path, name,
+                               strerror(errno));
+    }
+    struct stat sb;
+    mstar_status st = MSTAR_OK;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0) {
+        st = mstar_error_set(MSTAR_EPROTO, "arena segment %s/%s is not a non-empty regular file",
+                             p->dir->path, name);
+    } else {
+        void *base = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (base == MAP_FAILED) {
+            st = mstar_error_set(MSTAR_EIO, "mmap arena segment %s: %s", name, strerror(errno));
+        } else {
+            memset(out, 0, sizeof(*out));
+            snprintf(out->name, sizeof(out->name), "%s", name);
+            out->base = base;
+            out->size = (uint64_t)sb.st_size;
+            out->dev = sb.st_dev;
+            out->ino = sb.st_ino;
+        }
+    }
+    close(fd);
+    return st;
+}
+
+mstar_status mstar__arena_peers_get(mstar__arena_peers *p, const char *name,
+                                    const mstar__arena_peer **out)
+{
+    size_t len = strlen(name);
+    uint64_t *hit = mstar__strmap_find(&p->index, name, len);
+    if (hit != NULL) {
+        *out = slot(p, (size_t)*hit);
+        return MSTAR_OK;
+    }
+    mstar__arena_peer fresh;
+    mstar_status st = map_segment(p, name, &fresh);
+    if (st != MSTAR_OK)
+        return st;
+    size_t at = p->slots.len;
+    for (size_t i = 0; i < p->slots.len; i++) {
+        if (slot(p, i)->name[0] == '\0') {
+            at = i;
+            break;
+        }
+    }
+    if (at == p->slots.len && (st = mstar__vec_grow(&p->slots, 1, NULL)) != MSTAR_OK) {
+        munmap((void *)fresh.base, (size_t)fresh.size);
+        return st;
+    }
+    if ((st = mstar__strmap_put(&p->index, name, len, at)) != MSTAR_OK) {
+        munmap((void *)fresh.base, (size_t)fresh.size);
+        return st;
+    }
+    if (p->hooks.pin != NULL)
+        fresh.pinned = p->hooks.pin(p->hooks.ctx, fresh.base, fresh.size);
+    *slot(p, at) = fresh;
+    *out = slot(p, at);
+    return MSTAR_OK;
+}
+
+int mstar__arena_peers_evict_dead(mstar__arena_peers *p)
+{
+    int evicted = 0;
+    for (size_t i = 0; i < p->slots.len; i++) {
+        mstar__arena_peer *peer = slot(p, i);
+        if (peer->name[0] == '\0')
+            continue;
+        struct stat sb;
+        bool alive = fstatat(p->dir->fd, peer->name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+                     sb.st_dev == peer->dev && sb.st_ino == peer->ino;
+        if (alive)
+            continue;
+        mstar__strmap_remove(&p->index, peer->name, strlen(peer->name), NULL);
+        mstar_log(MSTAR_LOG_DEBUG, "evicted the mapping of arena segment %s", peer->name);
+        unmap(p, peer);
+        evicted++;
+    }
+    return evicted;
+}
+
+size_t mstar__arena_peers_count(const mstar__arena_peers *p)
+{
+    return mstar__strmap_len(&p->index);
+}

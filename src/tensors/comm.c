@@ -1,0 +1,598 @@
+/*
+ * comm.c — the communication manager: creation and destruction, the request table, the ACK
+ * messages it sends and the control messages it handles, and its small getters. The producer,
+ * consumer and teardown halves live in comm_store.c, comm_read.c and comm_cleanup.c.
+ */
+#include "tensors/comm_internal.h"
+
+#include "tensors/completion.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+static const char *const kind_names[] = { "default", "local", "files", "arena" };
+
+const char *mstar_transport_kind_name(mstar_transport_kind kind)
+{
+    if ((int)kind < 1 || (int)kind > 3)
+        return NULL;
+    return kind_names[kind];
+}
+
+mstar_status mstar_transport_kind_from_name(const char *name, mstar_transport_kind *out)
+{
+    for (int k = 1; name != NULL && k <= 3; k++) {
+        if (strcasecmp(name, kind_names[k]) == 0) {
+            *out = (mstar_transport_kind)k;
+            return MSTAR_OK;
+        }
+    }
+    return mstar_error_set(MSTAR_EINVAL, "transport '%s' is not one of local, files, arena",
+                           name != NULL ? name : "(null)");
+}
+
+void mstar_comm_options_init(mstar_comm_options *opts)
+{
+    memset(opts, 0, sizeof(*opts));
+    opts->entity_index = -1;
+    opts->transport = MSTAR_TRANSPORT_DEFAULT;
+}
+
+/* MSTAR_SHM_ARENA: 0 files, 1 arena, AUTO arena (the arena is always built in). */
+static mstar_status kind_from_env(mstar_transport_kind *out)
+{
+    static const char *const choices[] = { "0", "1", "AUTO" };
+    size_t idx;
+    mstar_status st = mstar_env_get_choice("MSTAR_SHM_ARENA", choices, 3, 0, &idx);
+    if (st != MSTAR_OK)
+        return st;
+    *out = idx == 0 ? MSTAR_TRANSPORT_FILES : MSTAR_TRANSPORT_ARENA;
+    return MSTAR_OK;
+}
+
+static mstar_status check_options(const mstar_comm_options *o, uint16_t *index)
+{
+    if (o->entity == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "comm options: entity is NULL");
+    mstar_status st = mstar_name_validate(o->entity, strnlen(o->entity, MSTAR_NAME_MAX + 1),
+                                          "comm options: entity");
+    if (st != MSTAR_OK)
+        return st;
+    if (o->entity_index > UINT16_MAX)
+        return mstar_error_set(MSTAR_EINVAL, "comm options: entity_index %d exceeds 65535",
+                               (int)o->entity_index);
+    if (o->entity_index >= 0) {
+        *index = (uint16_t)o->entity_index;
+        return MSTAR_OK;
+    }
+    st = mstar_entity_index(o->entity, index);
+    if (st == MSTAR_ENOENT)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "comm options: entity '%s' has no fixed index; set "
+                               "entity_index (mstar_mesh_entity_index gives it)",
+                               o->entity);
+    return st;
+}
+
+static mstar_status open_shm(mstar_comm *comm, const mstar_comm_options *o)
+{
+    mstar_status st = mstar__shm_dir_open(o->shm_dir, o->shm_namespace, &comm->dir);
+    if (st != MSTAR_OK)
+        return st;
+    comm->has_dir = true;
+    /* What dead processes left: arena segments of pids that are gone, and this entity's own
+     * per-uuid files from an earlier incarnation (tensor ids restart with the process). */
+    int segs = mstar__shm_sweep_dead_segments(&comm->dir);
+    int files = mstar__shm_sweep_entity_files(&comm->dir, comm->entity);
+    if (segs + files > 0)
+        mstar_log(MSTAR_LOG_INFO, "shm sweep in %s: %d orphan segments, %d stale files",
+                  comm->dir.path, segs, files);
+    return MSTAR_OK;
+}
+
+static mstar_status open_streams(mstar_comm *comm)
+{
+    /* The staging stream is a blocking stream: its copies are ordered after the work the
+     * caller queued on the runtime's default stream. */
+    mstar_status st = mstar_stream_create(comm->env.backend, MSTAR_STREAM_DEFAULT, &comm->d2h);
+    if (st == MSTAR_OK)
+        st = mstar_stream_create(comm->env.backend, MSTAR_STREAM_NON_BLOCKING, &comm->h2d);
+    return st;
+}
+
+mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
+{
+    if (opts == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "comm_create: %s is NULL",
+                               opts == NULL ? "opts" : "out");
+    uint16_t index;
+    mstar_status st = check_options(opts, &index);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_transport_kind kind = opts->transport;
+    if (kind == MSTAR_TRANSPORT_DEFAULT && (st = kind_from_env(&kind)) != MSTAR_OK)
+        return st;
+    if (mstar_transport_kind_name(kind) == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "comm options: transport %d is unknown", (int)kind);
+
+    mstar_comm *comm = calloc(1, sizeof(*comm));
+    if (comm == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "communication manager");
+    snprintf(comm->entity, sizeof(comm->entity), "%s", opts->entity);
+    mstar_id_gen_init(&comm->ids, index);
+    comm->kind = kind;
+    comm->enable_prof = opts->enable_prof;
+    comm->send = opts->send;
+    comm->send_ctx = opts->send_ctx;
+    comm->event_fd = -1;
+    mstar__bk_init(&comm->bk);
+    mstar__names_init(&comm->names);
+    mstar__vec_init(&comm->reqs, sizeof(mstar__req));
+    mstar__vec_init(&comm->free_reqs, sizeof(uint32_t));
+    mstar__u64map_init(&comm->rid_int);
+    mstar__strmap_init(&comm->rid_str);
+    mstar__vec_init(&comm->pending, sizeof(mstar__pending));
+    mstar__vec_init(&comm->collected, sizeof(uint32_t));
+    comm->dir.fd = -1;
+
+    comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (comm->event_fd < 0) {
+        st = mstar_error_set(MSTAR_EIO, "eventfd: %s", strerror(errno));
+        goto fail;
+    }
+    if ((st = mstar__local_engine_create(opts->session_id, &comm->engine)) != MSTAR_OK)
+        goto fail;
+    if (kind != MSTAR_TRANSPORT_LOCAL && (st = open_shm(comm, opts)) != MSTAR_OK)
+        goto fail;
+    comm->env.entity = comm->entity;
+    comm->env.engine = comm->engine;
+    comm->env.dir = comm->has_dir ? &comm->dir : NULL;
+    comm->env.backend = opts->backend;
+    comm->env.wake_fd = comm->event_fd;
+    if (opts->backend != NULL && (st = open_streams(comm)) != MSTAR_OK)
+        goto fail;
+    comm->env.d2h = comm->d2h;
+    comm->env.h2d = comm->h2d;
+    switch (kind) {
+    case MSTAR_TRANSPORT_LOCAL:
+        st = mstar__transport_local_create(&comm->env, &comm->transport);
+        break;
+    case MSTAR_TRANSPORT_FILES:
+        st = mstar__transport_files_create(&comm->env, &comm->transport);
+        break;
+    default:
+        st = mstar__transport_arena_create(&comm->env, &comm->transport);
+        break;
+    }
+    if (st != MSTAR_OK)
+        goto fail;
+    *out = comm;
+    return MSTAR_OK;
+fail:
+    mstar_comm_destroy(comm);
+    return st;
+}
+
+static void req_free_state(mstar__req *r)
+{
+    mstar__comm_req_reset(r);
+    mstar__vec_free(&r->shards);
+    mstar__vec_free(&r->fanins);
+    mstar__vec_free(&r->tx);
+    mstar__vec_free(&r->rx);
+    mstar__u64map_free(&r->seen);
+}
+
+void mstar_comm_destroy(mstar_comm *comm)
+{
+    if (comm == NULL)
+        return;
+    /* Copies in flight land in buffers this releases: wait for them first. */
+    for (size_t i = 0; i < comm->pending.len; i++) {
+        mstar__pending *p = mstar__vec_at(&comm->pending, i);
+        if (p->done != NULL)
+            mstar_completion_wait(p->done, -1);
+        mstar__comm_pending_free(p);
+    }
+    mstar__vec_free(&comm->pending);
+    /* Every record still held, produced or read. */
+    for (uint32_t s = 0; s < comm->bk.top; s++) {
+        if (mstar__bk_at(&comm->bk, s)->flags & MSTAR__BK_LIVE) {
+            mstar__bk_detach(&comm->bk, s);
+            mstar__vec_push(&comm->collected, &s);
+        }
+    }
+    mstar__comm_collect(comm);
+    for (size_t i = 0; i < comm->reqs.len; i++) {
+        mstar__req *r = mstar__vec_at(&comm->reqs, i);
+        if (r->used)
+            req_free_state(r);
+    }
+    if (comm->transport != NULL)
+        comm->transport->ops->destroy(comm->transport);
+    mstar_stream_destroy(comm->h2d);
+    mstar_stream_destroy(comm->d2h);
+    if (comm->engine != NULL)
+        comm->engine->ops->destroy(comm->engine);
+    if (comm->has_dir)
+        mstar__shm_dir_close(&comm->dir);
+    if (comm->event_fd >= 0)
+        close(comm->event_fd);
+    mstar__vec_free(&comm->collected);
+    mstar__vec_free(&comm->reqs);
+    mstar__vec_free(&comm->free_reqs);
+    mstar__u64map_free(&comm->rid_int);
+    mstar__strmap_free(&comm->rid_str);
+    mstar__names_free(&comm->names);
+    mstar__bk_free(&comm->bk);
+    free(comm);
+}
+
+/* ---- getters -------------------------------------------------------------------------------- */
+
+const char *mstar_comm_entity(const mstar_comm *comm)
+{
+    return comm->entity;
+}
+
+mstar_transport_kind mstar_comm_transport(const mstar_comm *comm)
+{
+    return comm->kind;
+}
+
+const char *mstar_comm_session_id(const mstar_comm *comm)
+{
+    return comm->engine->ops->get_session_id(comm->engine);
+}
+
+bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm)
+{
+    return comm->transport->ops->needs_cpu_tensor;
+}
+
+bool mstar_comm_stamps_shm_placement(const mstar_comm *comm)
+{
+    return comm->transport->ops->stamps_shm_placement;
+}
+
+size_t mstar_comm_num_tensors(const mstar_comm *comm)
+{
+    return mstar__bk_len(&comm->bk);
+}
+
+int mstar_comm_event_fd(const mstar_comm *comm)
+{
+    return comm->event_fd;
+}
+
+void mstar_comm_event_drain(mstar_comm *comm)
+{
+    uint64_t v;
+    while (read(comm->event_fd, &v, sizeof(v)) == sizeof(v)) {
+    }
+}
+
+mstar_status mstar_comm_arena_stats(mstar_comm *comm, mstar_arena_stats *out)
+{
+    if (comm->transport->ops->arena_stats == NULL)
+        return mstar_error_set(MSTAR_ENOTSUP,
+                               "arena statistics: this manager uses the %s "
+                               "transport",
+                               comm->transport->ops->name);
+    comm->transport->ops->arena_stats(comm->transport, out);
+    return MSTAR_OK;
+}
+
+/* ---- requests ------------------------------------------------------------------------------- */
+
+mstar__req *mstar__comm_req_at(const mstar_comm *comm, uint32_t slot)
+{
+    return (mstar__req *)mstar__vec_at(&comm->reqs, slot);
+}
+
+static uint64_t *rid_lookup(const mstar_comm *comm, const mstar_rid *rid)
+{
+    if (rid->is_str)
+        return mstar__strmap_find(&comm->rid_str, rid->str, strlen(rid->str));
+    return mstar__u64map_find(&comm->rid_int, (uint64_t)rid->num);
+}
+
+static mstar_status check_rid(const mstar_rid *rid)
+{
+    if (rid == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "request id is NULL");
+    if (rid->is_str)
+        return mstar_name_validate(rid->str, strnlen(rid->str, MSTAR_NAME_MAX + 1), "request id");
+    return MSTAR_OK;
+}
+
+mstar_status mstar__comm_req(mstar_comm *comm, const mstar_rid *rid, bool create, uint32_t *slot)
+{
+    mstar_status st = check_rid(rid);
+    if (st != MSTAR_OK)
+        return st;
+    uint64_t *hit = rid_lookup(comm, rid);
+    if (hit != NULL) {
+        *slot = (uint32_t)*hit;
+        if (create)
+            mstar__comm_req_at(comm, *slot)->open = true;
+        return MSTAR_OK;
+    }
+    if (!create) {
+        *slot = MSTAR__BK_NONE;
+        return MSTAR_OK;
+    }
+    uint32_t s;
+    if (comm->free_reqs.len > 0) {
+        s = *(uint32_t *)mstar__vec_at(&comm->free_reqs, comm->free_reqs.len - 1);
+    } else {
+        s = (uint32_t)comm->reqs.len;
+        if ((st = mstar__vec_reserve(&comm->reqs, comm->reqs.len + 1)) != MSTAR_OK)
+            return st;
+    }
+    if ((st = mstar__bk_add_request(&comm->bk, s)) != MSTAR_OK)
+        return st;
+    st = rid->is_str ? mstar__strmap_put(&comm->rid_str, rid->str, strlen(rid->str), s)
+                     : mstar__u64map_put(&comm->rid_int, (uint64_t)rid->num, s);
+    if (st != MSTAR_OK)
+        return st;
+    if (s == comm->reqs.len)
+        comm->reqs.len++;
+    else
+        comm->free_reqs.len--;
+    mstar__req *r = mstar__comm_req_at(comm, s);
+    memset(r, 0, sizeof(*r));
+    r->rid = *rid;
+    r->used = true;
+    r->open = true;
+    mstar__vec_init(&r->shards, sizeof(mstar__shard_entry));
+    mstar__u64map_init(&r->seen);
+    mstar__vec_init(&r->fanins, sizeof(mstar__fanin *));
+    mstar__vec_init(&r->tx, sizeof(mstar_tx_info));
+    mstar__vec_init(&r->rx, sizeof(mstar_rx_info));
+    *slot = s;
+    return MSTAR_OK;
+}
+
+void mstar__comm_req_reset(mstar__req *r)
+{
+    r->shards.len = 0;
+    for (size_t i = 0; i < r->fanins.len; i++)
+        mstar__fanin_destroy(*(mstar__fanin **)mstar__vec_at(&r->fanins, i));
+    r->fanins.len = 0;
+    mstar__u64map_clear(&r->seen);
+    r->tx.len = 0;
+    r->rx.len = 0;
+}
+
+void mstar__comm_req_maybe_free(mstar_comm *comm, uint32_t slot)
+{
+    mstar__req *r = mstar__comm_req_at(comm, slot);
+    if (!r->used || r->open || r->npending > 0 ||
+        mstar__bk_req_first(&comm->bk, slot) != MSTAR__BK_NONE)
+        return;
+    if (r->rid.is_str)
+        mstar__strmap_remove(&comm->rid_str, r->rid.str, strlen(r->rid.str), NULL);
+    else
+        mstar__u64map_remove(&comm->rid_int, (uint64_t)r->rid.num, NULL);
+    req_free_state(r);
+    r->used = false;
+    if (mstar__vec_push(&comm->free_reqs, &slot) != MSTAR_OK)
+        mstar_log(MSTAR_LOG_WARN, "request table: out of memory recycling a slot");
+}
+
+int32_t mstar__comm_shard_dim(const mstar_comm *comm, const mstar__req *r, uint32_t signal)
+{
+    for (size_t i = 0; i < r->shards.len; i++) {
+        const mstar__shard_entry *e = mstar__vec_at(&r->shards, i);
+        if (e->signal == signal)
+            return e->dim;
+    }
+    return -1;
+}
+
+mstar_status mstar_comm_register_request(mstar_comm *comm, const mstar_rid *rid,
+                                         const mstar_sharding_config *config)
+{
+    uint32_t n = config != NULL ? config->nsignals : 0;
+    for (uint32_t i = 0; i < n; i++) {
+        const char *sig = config->signals != NULL ? config->signals[i] : NULL;
+        if (sig == NULL || config->shard_dims == NULL)
+            return mstar_error_set(MSTAR_EINVAL, "sharding config: signal %u or its dim is NULL",
+                                   i);
+        mstar_status st =
+            mstar_name_validate(sig, strnlen(sig, MSTAR_NAME_MAX + 1), "sharding config signal");
+        if (st != MSTAR_OK)
+            return st;
+        if (config->shard_dims[i] < -1 || config->shard_dims[i] >= MSTAR_MAX_NDIM)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "sharding config: shard dim %d of '%s' is "
+                                   "outside -1..%d",
+                                   (int)config->shard_dims[i], sig, MSTAR_MAX_NDIM - 1);
+    }
+    uint32_t slot;
+    mstar_status st = mstar__comm_req(comm, rid, true, &slot);
+    if (st != MSTAR_OK)
+        return st;
+    mstar__req *r = mstar__comm_req_at(comm, slot);
+    if ((st = mstar__vec_reserve(&r->shards, n)) != MSTAR_OK)
+        return st;
+    r->shards.len = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        mstar__shard_entry e = { 0, config->shard_dims[i] };
+        if ((st = mstar__names_intern(&comm->names, config->signals[i], &e.signal)) != MSTAR_OK)
+            return st;
+        if (e.dim >= 0)
+            mstar__vec_push(&r->shards, &e);
+    }
+    return MSTAR_OK;
+}
+
+/* ---- messages ------------------------------------------------------------------------------- */
+
+static mstar_status send_msg(mstar_comm *comm, const char *peer, mstar_msg *msg)
+{
+    if (comm->send == NULL)
+        return mstar_error_set(MSTAR_ESTATE, "no send function to reach '%s'", peer);
+    return comm->send(comm->send_ctx, peer, msg);
+}
+
+/* One TENSOR_RECEIVED to `peer` for the descriptors of the given edges it produced. */
+static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char *peer,
+                             const mstar_edge *const *edges, const bool *failed, uint32_t n)
+{
+    mstar_msg msg;
+    mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
+    msg.request_id = *rid;
+    mstar__u64map at; /* uuid → index in msg.counts */
+    mstar__u64map_init(&at);
+    mstar_status st = MSTAR_OK;
+    for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
+        for (uint32_t i = 0; i < edges[e]->ntensors && st == MSTAR_OK; i++) {
+            const mstar_tensor_info *info = &edges[e]->tensor_info[i];
+            if (strcmp(info->source_entity, peer) != 0)
+                continue;
+            if (failed != NULL && failed[e]) {
+                st = mstar_msg_add_uuid(&msg, info->uuid);
+                continue;
+            }
+            uint64_t *idx = mstar__u64map_find(&at, info->uuid);
+            if (idx != NULL) {
+                msg.counts[*idx].count++;
+                continue;
+            }
+            st = mstar__u64map_put(&at, info->uuid, msg.ncounts);
+            if (st == MSTAR_OK)
+                st = mstar_msg_add_count(&msg, info->uuid, 1);
+        }
+    }
+    if (st == MSTAR_OK)
+        st = send_msg(comm, peer, &msg);
+    mstar__u64map_free(&at);
+    mstar_msg_clear(&msg);
+    return st;
+}
+
+void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_edge *const *edges,
+                           const bool *failed, uint32_t n)
+{
+    /* Each distinct producer once, in order of first appearance. */
+    mstar__strmap done;
+    mstar__strmap_init(&done);
+    for (uint32_t e = 0; e < n; e++) {
+        for (uint32_t i = 0; i < edges[e]->ntensors; i++) {
+            const char *peer = edges[e]->tensor_info[i].source_entity;
+            size_t len = strnlen(peer, MSTAR_NAME_MAX + 1);
+            if (strcmp(peer, comm->entity) == 0 || mstar__strmap_find(&done, peer, len) != NULL)
+                continue;
+            mstar_status st = mstar__strmap_put(&done, peer, len, 1);
+            if (st == MSTAR_OK)
+                st = ack_peer(comm, rid, peer, edges, failed, n);
+            if (st != MSTAR_OK) {
+                char r[MSTAR_RID_STRLEN];
+                mstar_log(MSTAR_LOG_ERROR,
+                          "TENSOR_RECEIVED for request %s to '%s' not sent: "
+                          "%s (the producer keeps those tensors until TTL or force cleanup)",
+                          mstar_rid_format(rid, r), peer, mstar_last_error());
+            }
+        }
+    }
+    mstar__strmap_free(&done);
+}
+
+mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg)
+{
+    if (msg == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "handle_message: msg is NULL");
+    char r[MSTAR_RID_STRLEN];
+    if (msg->type == MSTAR_MSG_TENSOR_RECEIVED) {
+        for (uint32_t i = 0; i < msg->ncounts; i++) {
+            const mstar_uuid_count *c = &msg->counts[i];
+            if (c->count < 1) {
+                mstar_log(MSTAR_LOG_WARN,
+                          "TENSOR_RECEIVED from '%s' (request %s): count %lld "
+                          "for 0x%016llx ignored",
+                          msg->from, mstar_rid_format(&msg->request_id, r), (long long)c->count,
+                          (unsigned long long)c->uuid);
+                continue;
+            }
+            mstar__bk_dereference(&comm->bk, c->uuid, c->count, &comm->collected);
+        }
+        /* A failed read still ends that delivery: the consumer will not read it again. */
+        for (uint32_t i = 0; i < msg->nuuids; i++)
+            mstar__bk_dereference(&comm->bk, msg->uuids[i], 1, &comm->collected);
+        mstar__comm_collect(comm);
+        return MSTAR_OK;
+    }
+    if (msg->type == MSTAR_MSG_UNPERSIST_TENSORS) {
+        for (uint32_t i = 0; i < msg->ncounts; i++) {
+            const mstar_uuid_count *c = &msg->counts[i];
+            if (c->count < 0) {
+                mstar_log(MSTAR_LOG_WARN,
+                          "UNPERSIST_TENSORS from '%s' (request %s): K %lld for "
+                          "0x%016llx ignored",
+                          msg->from, mstar_rid_format(&msg->request_id, r), (long long)c->count,
+                          (unsigned long long)c->uuid);
+                continue;
+            }
+            if (mstar__bk_increment(&comm->bk, c->uuid, c->count))
+                mstar__bk_set_persist(&comm->bk, c->uuid, false, &comm->collected);
+        }
+        mstar__comm_collect(comm);
+        return MSTAR_OK;
+    }
+    return mstar_error_set(MSTAR_EINVAL, "handle_message: %s is not a transport message",
+                           mstar_msg_type_name(msg->type) ? mstar_msg_type_name(msg->type) : "?");
+}
+
+/* ---- profiling ------------------------------------------------------------------------------ */
+
+static mstar_status copy_out(const mstar__vec *v, void **out, uint32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (v->len == 0)
+        return MSTAR_OK;
+    void *copy = malloc(v->len * v->elsize);
+    if (copy == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "profiling records");
+    memcpy(copy, v->data, v->len * v->elsize);
+    *out = copy;
+    *n = (uint32_t)v->len;
+    return MSTAR_OK;
+}
+
+mstar_status mstar_comm_get_tx_info(mstar_comm *comm, const mstar_rid *rid, mstar_tx_info **out,
+                                    uint32_t *n)
+{
+    uint32_t slot;
+    mstar_status st = mstar__comm_req(comm, rid, false, &slot);
+    if (st != MSTAR_OK)
+        return st;
+    if (slot == MSTAR__BK_NONE) {
+        *out = NULL;
+        *n = 0;
+        return MSTAR_OK;
+    }
+    return copy_out(&mstar__comm_req_at(comm, slot)->tx, (void **)out, n);
+}
+
+mstar_status mstar_comm_get_rx_info(mstar_comm *comm, const mstar_rid *rid, mstar_rx_info **out,
+                                    uint32_t *n)
+{
+    uint32_t slot;
+    mstar_status st = mstar__comm_req(comm, rid, false, &slot);
+    if (st != MSTAR_OK)
+        return st;
+    if (slot == MSTAR__BK_NONE) {
+        *out = NULL;
+        *n = 0;
+        return MSTAR_OK;
+    }
+    return copy_out(&mstar__comm_req_at(comm, slot)->rx, (void **)out, n);
+}

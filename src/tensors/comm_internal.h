@@ -1,0 +1,118 @@
+/*
+ * comm_internal.h — the communication manager's state, shared by its files:
+ *   comm.c          creation, options, requests, messages, statistics, destruction
+ *   comm_store.c    producer: storing outputs, descriptors, reference counts, staging
+ *   comm_read.c     consumer: starting reads, collecting ready edges, fan-in, get_tensor
+ *   comm_cleanup.c  request teardown (soft and forced) and collection of freed records
+ */
+#ifndef MSTAR_TENSORS_COMM_INTERNAL_H
+#define MSTAR_TENSORS_COMM_INTERNAL_H
+
+#include "mstar/tensors.h"
+
+#include "core/strmap.h"
+#include "core/u64map.h"
+#include "core/vec.h"
+#include "tensors/bookkeeper.h"
+#include "tensors/engine.h"
+#include "tensors/fanin.h"
+#include "tensors/names.h"
+#include "tensors/shm.h"
+#include "tensors/transport.h"
+
+/* A signal's shard dim in a request's sharding config. */
+typedef struct mstar__shard_entry {
+    uint32_t signal; /* interned */
+    int32_t dim;
+} mstar__shard_entry;
+
+/* Per-request state. A slot lives while the request is open, or while any of its records or
+ * pending reads remain (deferred by a soft cleanup). */
+typedef struct mstar__req {
+    mstar_rid rid;
+    bool used;
+    bool open;          /* false once cleaned up */
+    uint32_t npending;  /* pending reads of this request */
+    mstar__vec shards;  /* mstar__shard_entry: the sharding config */
+    mstar__u64map seen; /* uuids whose delivery was handed out (read_finished) */
+    mstar__vec fanins;  /* mstar__fanin * */
+    mstar__vec tx;      /* mstar_tx_info */
+    mstar__vec rx;      /* mstar_rx_info */
+} mstar__req;
+
+/* One edge being read (reference FutureAndPointers with one edge). */
+typedef struct mstar__pending {
+    uint32_t req;
+    mstar_edge edge;        /* owned copy; local slices have their uuid rewritten */
+    uint8_t *fresh;         /* per descriptor: this delivery read the bytes (owes a transit ref) */
+    uint8_t *local;         /* per descriptor: produced by this entity (no ACK, no RX) */
+    mstar_completion *done; /* NULL: the bytes have landed */
+    double rx_time_s;
+} mstar__pending;
+
+struct mstar_comm {
+    char entity[MSTAR_NAME_MAX + 1];
+    mstar_id_gen ids;
+    mstar_transport_kind kind;
+    bool enable_prof;
+    mstar_comm_send_fn send;
+    void *send_ctx;
+
+    mstar__bk bk;
+    mstar__names names;
+    mstar__vec reqs;       /* mstar__req, by slot */
+    mstar__vec free_reqs;  /* uint32 */
+    mstar__u64map rid_int; /* integer rid → slot */
+    mstar__strmap rid_str; /* string rid → slot */
+    mstar__vec pending;    /* mstar__pending */
+    mstar__vec collected;  /* scratch: uint32 record slots */
+
+    mstar__shm_dir dir;
+    bool has_dir;
+    mstar__transfer_engine *engine;
+    mstar_stream *d2h;
+    mstar_stream *h2d;
+    int event_fd;
+    mstar__transport_env env;
+    mstar__transport *transport;
+};
+
+/* ---- comm.c --------------------------------------------------------------------------------- */
+
+/* The slot of `rid`, creating it (open) when `create`; MSTAR__BK_NONE when absent. */
+mstar_status mstar__comm_req(mstar_comm *comm, const mstar_rid *rid, bool create, uint32_t *slot);
+mstar__req *mstar__comm_req_at(const mstar_comm *comm, uint32_t slot);
+/* Free the slot if it is closed and nothing refers to it any more. */
+void mstar__comm_req_maybe_free(mstar_comm *comm, uint32_t slot);
+/* Drop a request's config, fan-in buffers, seen set and profiling (teardown). */
+void mstar__comm_req_reset(mstar__req *r);
+/* The shard dim the request's config gives `signal` (interned), -1 if none. */
+int32_t mstar__comm_shard_dim(const mstar_comm *comm, const mstar__req *r, uint32_t signal);
+
+/* Send TENSOR_RECEIVED to each producer of the descriptors: one per source entity, counting each
+ * (edge, descriptor) occurrence; this entity's own are skipped. `failed` (may be NULL) marks
+ * edges whose read failed: their descriptors go into failed_tensor_ids instead. */
+void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_edge *const *edges,
+                           const bool *failed, uint32_t n);
+
+/* ---- comm_cleanup.c ------------------------------------------------------------------------- */
+
+/* Release what the collected record slots hold — transport resources first, then the bytes —
+ * and recycle the slots (reference cleanup_collectable). Empties comm->collected. */
+void mstar__comm_collect(mstar_comm *comm);
+/* dereference with collection. */
+void mstar__comm_dereference(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
+/* Drop a pending read that will not be delivered: release its transit and usage refs. The
+ * caller removes the entry. */
+void mstar__comm_pending_drop(mstar_comm *comm, mstar__pending *p);
+void mstar__comm_pending_free(mstar__pending *p);
+
+/* ---- comm_store.c --------------------------------------------------------------------------- */
+
+/* Fill a descriptor for a held record. */
+void mstar__comm_fill_info(mstar_comm *comm, const mstar__bk_rec *rec, mstar_tensor_info *info);
+/* Add bytes/time to the request's TX record of `edge_name` (profiling). */
+void mstar__comm_record_tx(mstar_comm *comm, mstar__req *r, uint32_t edge_name, uint64_t bytes,
+                           double time_s);
+
+#endif

@@ -1,0 +1,733 @@
+/*
+ * comm_read.c — the consumer side of the communication manager (transport-spec §2.2–2.4, §5.3,
+ * §5.4): starting reads, collecting the edges whose bytes landed, acknowledging them, fan-in of
+ * sharded inputs, and handing tensors to nodes.
+ *
+ * The reference ledger, per descriptor of a delivered edge:
+ *   - first read of a uuid here ("fresh"): +2 — one transit reference, released when the edge is
+ *     collected, one usage reference for the node;
+ *   - a uuid already held (an earlier delivery, or twice in one call): +1, the node's usage;
+ *   - a tensor this entity produced (self-delivery): no change — the reference the producer
+ *     counted for this destination when it routed the output becomes the node's usage;
+ *   - a slice of a tensor this entity produced (§5.4): a new record for the rows, +1 usage, and
+ *     the producer's reference for this destination released.
+ * The transit reference is released exactly for fresh reads, whether or not the uuid was seen
+ * before in the request: a persisted input legitimately re-sent after its first copy was freed
+ * is read again and must be freed again (§8.6, where the reference leaks it).
+ *
+ * start_read_tensors is all or nothing: every descriptor is checked (names, owner, bounds) before
+ * anything is read, reads that succeeded are released if a later one fails, and the store is
+ * changed only once everything was read.
+ */
+#include "tensors/comm_internal.h"
+
+#include "tensors/completion.h"
+#include "tensors/layout.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { KIND_SELF_WHOLE, KIND_SELF_SLICE, KIND_PRESENT, KIND_FRESH };
+
+/* How one descriptor of a start_read call is served. */
+typedef struct plan {
+    uint8_t kind;
+    uint32_t slot;         /* the producer's record (self kinds) */
+    uint64_t row;          /* bytes per canonical row (slice) */
+    mstar_tensor_id slice; /* the slice's new uuid */
+    mstar__buf *buf;       /* fresh: the bytes read */
+    bool registered;       /* fresh: the transport must release it at collection */
+} plan;
+
+/* Self-delivery: whole tensor, or a row range of it (§5.4). */
+static mstar_status plan_self(mstar_comm *comm, const mstar_tensor_info *info, plan *p)
+{
+    uint32_t slot = mstar__bk_find(&comm->bk, info->uuid);
+    if (slot == MSTAR__BK_NONE)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "self-delivered tensor 0x%016llx is not held by "
+                               "'%s' (already freed?)",
+                               (unsigned long long)info->uuid, comm->entity);
+    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    const mstar_tensor *v = &rec->view;
+    uint64_t full = mstar_tensor_nbytes(v);
+    bool same = info->dtype == v->dtype && info->ndim == v->ndim;
+    for (int32_t d = 1; same && d < v->ndim; d++)
+        same = info->dims[d] == v->shape[d];
+    if (!same)
+        return mstar_error_set(MSTAR_EPROTO,
+                               "self-delivered descriptor of 0x%016llx does not "
+                               "match the stored tensor's dtype or dims",
+                               (unsigned long long)info->uuid);
+    p->slot = slot;
+    if (info->offset == 0 && info->nbytes == full &&
+        (v->ndim == 0 || info->dims[0] == v->shape[0])) {
+        p->kind = KIND_SELF_WHOLE;
+        return MSTAR_OK;
+    }
+    p->kind = KIND_SELF_SLICE;
+    p->row = mstar__layout_row_bytes(v->dtype, v->ndim, v->shape);
+    uint64_t end;
+    if (v->ndim < 1 || p->row == 0 || info->offset % p->row != 0 || info->nbytes % p->row != 0 ||
+        !mstar__add_u64(info->offset, info->nbytes, &end) || end > full)
+        return mstar_error_set(MSTAR_EPROTO,
+                               "self-delivered slice [%llu, +%llu) of 0x%016llx is "
+                               "not whole rows of its %llu bytes",
+                               (unsigned long long)info->offset, (unsigned long long)info->nbytes,
+                               (unsigned long long)info->uuid, (unsigned long long)full);
+    return mstar_id_gen_next(&comm->ids, &p->slice);
+}
+
+/* Phase 1: decide how each descriptor is served, checking everything; nothing changes. */
+static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
+                             size_t *nfresh)
+{
+    mstar__u64map fresh; /* uuids read by this call */
+    mstar__u64map_init(&fresh);
+    mstar_status st = MSTAR_OK;
+    *nfresh = 0;
+    for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
+        const mstar_edge *edge = &edges[e];
+        if (edge->ntensors > 0 && edge->tensor_info == NULL)
+            st = mstar_error_set(MSTAR_EINVAL, "edges[%u]: %u descriptors but no array", e,
+                                 edge->ntensors);
+        if (st == MSTAR_OK && edge->ntensors > 0 &&
+            (plans[e] = calloc(edge->ntensors, sizeof(plan))) == NULL)
+            st = mstar_error_set(MSTAR_ENOMEM, "read plan of %u descriptors", edge->ntensors);
+        for (uint32_t i = 0; i < edge->ntensors && st == MSTAR_OK; i++) {
+            const mstar_tensor_info *info = &edge->tensor_info[i];
+            plan *p = &plans[e][i];
+            if ((st = mstar_tensor_info_validate(info)) != MSTAR_OK)
+                break;
+            if (strcmp(info->source_entity, comm->entity) == 0) {
+                st = plan_self(comm, info, p);
+            } else if (mstar__bk_find(&comm->bk, info->uuid) != MSTAR__BK_NONE ||
+                       mstar__u64map_find(&fresh, info->uuid) != NULL) {
+                p->kind = KIND_PRESENT;
+            } else {
+                p->kind = KIND_FRESH;
+                st = comm->transport->ops->check(comm->transport, info);
+                if (st == MSTAR_OK)
+                    st = mstar__u64map_put(&fresh, info->uuid, 1);
+                (*nfresh)++;
+            }
+        }
+    }
+    mstar__u64map_free(&fresh);
+    return st;
+}
+
+static void free_plans(plan **plans, const mstar_edge *edges, uint32_t n, bool release_bufs)
+{
+    for (uint32_t e = 0; e < n; e++) {
+        for (uint32_t i = 0; release_bufs && plans[e] != NULL && i < edges[e].ntensors; i++)
+            mstar__buf_release(plans[e][i].buf);
+        free(plans[e]);
+    }
+    free(plans);
+}
+
+/* Phase 2: read every fresh descriptor, one transport call per edge (its completion gates the
+ * edge). On failure everything read so far is released. */
+static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
+                             mstar__pending *pe)
+{
+    mstar_status st = MSTAR_OK;
+    mstar__read_item *items = NULL;
+    uint32_t e = 0;
+    for (; e < n && st == MSTAR_OK; e++) {
+        const mstar_edge *edge = &edges[e];
+        if (edge->ntensors == 0)
+            continue;
+        free(items);
+        items = calloc(edge->ntensors, sizeof(*items));
+        if (items == NULL) {
+            st = mstar_error_set(MSTAR_ENOMEM, "read of %u descriptors", edge->ntensors);
+            break;
+        }
+        uint32_t k = 0;
+        for (uint32_t i = 0; i < edge->ntensors; i++)
+            if (plans[e][i].kind == KIND_FRESH)
+                items[k++].info = &edge->tensor_info[i];
+        uint64_t t0 = mstar__now_ns();
+        if (k > 0)
+            st = comm->transport->ops->read(comm->transport, items, k, &pe[e].done);
+        pe[e].rx_time_s = (double)(mstar__now_ns() - t0) * 1e-9;
+        for (uint32_t i = 0, j = 0; st == MSTAR_OK && i < edge->ntensors; i++) {
+            if (plans[e][i].kind != KIND_FRESH)
+                continue;
+            plans[e][i].buf = items[j].buf;
+            plans[e][i].registered = items[j].registered;
+            j++;
+        }
+    }
+    free(items);
+    if (st != MSTAR_OK) {
+        /* Copies still landing into buffers about to be released must finish first. */
+        for (uint32_t j = 0; j < n; j++) {
+            if (pe[j].done != NULL)
+                mstar_completion_wait(pe[j].done, -1);
+            mstar_completion_release(pe[j].done);
+            pe[j].done = NULL;
+        }
+    }
+    return st;
+}
+
+/* A fresh record for bytes read from another entity. */
+static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge, uint32_t name,
+                         const mstar_tensor_info *info, plan *p)
+{
+    uint32_t slot;
+    mstar__bk_put(&comm->bk, info->uuid, req, &slot);
+    mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    mstar_tensor_init(&rec->view, p->buf->data, p->buf->device, info->dtype, info->ndim,
+                      info->dims);
+    rec->buf = p->buf;
+    p->buf = NULL;
+    rec->ref = 2;
+    rec->edge_name = name;
+    rec->tp_size = info->source_tp_size;
+    rec->tp_rank = info->source_tp_rank;
+    rec->flags |= MSTAR__BK_FOREIGN | (p->registered ? MSTAR__BK_REGISTERED : 0);
+}
+
+/* The rows of a tensor this entity produced, under a new uuid sharing its storage. */
+static void commit_slice(mstar_comm *comm, uint32_t req, mstar_tensor_info *info, const plan *p)
+{
+    uint32_t slot;
+    mstar__bk_put(&comm->bk, p->slice, req, &slot);
+    mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    const mstar__bk_rec *prod = mstar__bk_at(&comm->bk, p->slot);
+    rec->view = prod->view;
+    rec->view.shape[0] = (int64_t)(info->nbytes / p->row);
+    rec->view.byte_offset += info->offset;
+    rec->buf = mstar__buf_retain(prod->buf);
+    rec->shard_dim = prod->shard_dim;
+    rec->edge_name = prod->edge_name;
+    rec->tp_size = prod->tp_size;
+    rec->tp_rank = prod->tp_rank;
+    rec->ref = 1;
+    mstar_tensor_id producer = info->uuid;
+    info->uuid = p->slice;
+    /* This destination's reference on the producer's tensor moves to the slice. */
+    mstar__bk_dereference(&comm->bk, producer, 1, &comm->collected);
+}
+
+mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
+                                           const mstar_edge *edges, uint32_t n,
+                                           mstar_completion_list *out)
+{
+    if (n > 0 && edges == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "start_read_tensors: edges is NULL");
+    uint32_t req;
+    mstar_status st = mstar__comm_req(comm, rid, true, &req);
+    if (st != MSTAR_OK)
+        return st;
+    plan **plans = calloc(n + 1, sizeof(*plans));
+    mstar__pending *pe = calloc(n + 1, sizeof(*pe));
+    uint32_t *names = calloc(n + 1, sizeof(*names));
+    if (plans == NULL || pe == NULL || names == NULL) {
+        free(plans);
+        free(pe);
+        free(names);
+        return mstar_error_set(MSTAR_ENOMEM, "start_read_tensors of %u edges", n);
+    }
+    size_t nfresh = 0, nslices = 0, nedges = 0;
+    st = plan_all(comm, edges, n, plans, &nfresh);
+    for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
+        st = mstar__names_intern(&comm->names, edges[e].name, &names[e]);
+        for (uint32_t i = 0; i < edges[e].ntensors; i++)
+            nslices += plans[e][i].kind == KIND_SELF_SLICE;
+        nedges += edges[e].ntensors > 0;
+    }
+    if (st == MSTAR_OK)
+        st = read_all(comm, edges, n, plans, pe);
+    /* Everything that can fail for memory happens before the store changes. */
+    if (st == MSTAR_OK)
+        st = mstar__bk_reserve(&comm->bk, nfresh + nslices);
+    if (st == MSTAR_OK)
+        st = mstar__vec_reserve(&comm->pending, comm->pending.len + nedges);
+    for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
+        if (edges[e].ntensors == 0)
+            continue;
+        st = mstar_edge_copy(&pe[e].edge, &edges[e]);
+        pe[e].fresh = calloc(edges[e].ntensors, 1);
+        pe[e].local = calloc(edges[e].ntensors, 1);
+        if (st == MSTAR_OK && (pe[e].fresh == NULL || pe[e].local == NULL))
+            st = mstar_error_set(MSTAR_ENOMEM, "pending read of %u descriptors", edges[e].ntensors);
+    }
+    mstar_completion_list list = { 0 };
+    if (st == MSTAR_OK && out != NULL) {
+        for (uint32_t e = 0; e < n; e++)
+            list.n += pe[e].done != NULL;
+        if (list.n > 0 && (list.items = calloc(list.n, sizeof(*list.items))) == NULL)
+            st = mstar_error_set(MSTAR_ENOMEM, "completion list");
+    }
+    if (st != MSTAR_OK) {
+        for (uint32_t e = 0; e < n; e++) {
+            if (pe[e].done != NULL)
+                mstar_completion_wait(pe[e].done, -1);
+            mstar__comm_pending_free(&pe[e]);
+        }
+        free_plans(plans, edges, n, true);
+        free(pe);
+        free(names);
+        return st;
+    }
+    /* Phase 3: commit. Nothing below fails. */
+    list.n = 0;
+    for (uint32_t e = 0; e < n; e++) {
+        if (edges[e].ntensors == 0)
+            continue;
+        mstar__pending *p = &pe[e];
+        p->req = req;
+        for (uint32_t i = 0; i < edges[e].ntensors; i++) {
+            plan *pl = &plans[e][i];
+            mstar_tensor_info *info = &p->edge.tensor_info[i];
+            switch (pl->kind) {
+            case KIND_SELF_WHOLE:
+                p->local[i] = 1;
+                break;
+            case KIND_SELF_SLICE:
+                commit_slice(comm, req, info, pl);
+                p->local[i] = 1;
+                break;
+            case KIND_PRESENT:
+                mstar__bk_increment(&comm->bk, info->uuid, 1);
+                break;
+            default:
+                commit_fresh(comm, req, &edges[e], names[e], info, pl);
+                p->fresh[i] = 1;
+                break;
+            }
+        }
+        if (p->done != NULL && out != NULL)
+            list.items[list.n++] = mstar__completion_retain(p->done);
+        mstar__vec_push(&comm->pending, p);
+        mstar__comm_req_at(comm, req)->npending++;
+    }
+    mstar__comm_collect(comm);
+    free_plans(plans, edges, n, false);
+    free(pe);
+    free(names);
+    if (out != NULL)
+        *out = list;
+    return MSTAR_OK;
+}
+
+/* ---- collecting ready edges ----------------------------------------------------------------- */
+
+/* The output being built by get_ready_tensors. */
+typedef struct ready_builder {
+    mstar__vec rids;   /* mstar_rid */
+    mstar__vec starts; /* uint32 */
+    mstar__vec edges;  /* mstar_edge */
+    mstar__vec failed; /* mstar_read_failure */
+} ready_builder;
+
+static void add_failure(ready_builder *b, const mstar__req *r, const char *edge,
+                        mstar_status status, const char *message)
+{
+    mstar_read_failure f;
+    memset(&f, 0, sizeof(f));
+    f.rid = r->rid;
+    snprintf(f.edge_name, sizeof(f.edge_name), "%s", edge);
+    f.status = status;
+    snprintf(f.message, sizeof(f.message), "%s", message);
+    if (mstar__vec_push(&b->failed, &f) != MSTAR_OK)
+        mstar_log(MSTAR_LOG_ERROR, "read of '%s' failed: %s", edge, message);
+}
+
+static void record_rx(mstar_comm *comm, mstar__req *r, const mstar__pending *p)
+{
+    /* Per source entity of this edge: bytes and count; the edge's read time once per source. */
+    for (uint32_t i = 0; i < p->edge.ntensors; i++) {
+        const mstar_tensor_info *info = &p->edge.tensor_info[i];
+        if (p->local[i])
+            continue;
+        bool first = true;
+        for (uint32_t j = 0; j < i && first; j++)
+            first = p->local[j] ||
+                    strcmp(p->edge.tensor_info[j].source_entity, info->source_entity) != 0;
+        mstar_rx_info *rx = NULL;
+        for (size_t k = 0; k < r->rx.len && rx == NULL; k++) {
+            mstar_rx_info *c = mstar__vec_at(&r->rx, k);
+            if (strcmp(c->edge_name, p->edge.name) == 0 &&
+                strcmp(c->source_entity, info->source_entity) == 0)
+                rx = c;
+        }
+        if (rx == NULL) {
+            if (mstar__vec_grow(&r->rx, 1, (void **)&rx) != MSTAR_OK)
+                return; /* profiling is best effort */
+            snprintf(rx->edge_name, sizeof(rx->edge_name), "%s", p->edge.name);
+            snprintf(rx->source_entity, sizeof(rx->source_entity), "%s", info->source_entity);
+            snprintf(rx->dest_entity, sizeof(rx->dest_entity), "%s", comm->entity);
+        }
+        rx->count++;
+        rx->num_bytes += (int64_t)info->nbytes;
+        if (first)
+            rx->time_s += p->rx_time_s;
+    }
+}
+
+static mstar_status emit(ready_builder *b, mstar_edge *edge)
+{
+    mstar_status st = mstar__vec_push(&b->edges, edge);
+    if (st == MSTAR_OK)
+        mstar_edge_init(edge); /* moved */
+    return st;
+}
+
+/* Build the consolidated edge of a complete fan-in buffer: new local tensors, ref 1 each. */
+static mstar_status consolidate(mstar_comm *comm, uint32_t req, mstar__fanin *f, mstar_edge *out)
+{
+    mstar__buf **bufs = NULL;
+    mstar_tensor *views = NULL;
+    uint32_t n = 0;
+    mstar_status st = mstar__fanin_consolidate(f, &comm->env, &bufs, &views, &n);
+    if (st != MSTAR_OK)
+        return st;
+    uint32_t name = 0;
+    st = mstar__names_intern(&comm->names, f->name, &name);
+    if (st == MSTAR_OK)
+        st = mstar__bk_reserve(&comm->bk, n);
+    if (st == MSTAR_OK)
+        st = mstar_edge_copy(out, &f->edge);
+    mstar_tensor_info *infos = NULL;
+    if (st == MSTAR_OK && n > 0 && (infos = calloc(n, sizeof(*infos))) == NULL)
+        st = mstar_error_set(MSTAR_ENOMEM, "consolidated descriptors");
+    mstar_tensor_id *uuids = calloc(n + 1, sizeof(*uuids));
+    for (uint32_t i = 0; i < n && st == MSTAR_OK; i++)
+        st = uuids != NULL ? mstar_id_gen_next(&comm->ids, &uuids[i])
+                           : mstar_error_set(MSTAR_ENOMEM, "consolidated ids");
+    if (st != MSTAR_OK) {
+        for (uint32_t i = 0; i < n; i++)
+            mstar__buf_release(bufs[i]);
+        free(infos);
+        free(uuids);
+        free(bufs);
+        free(views);
+        if (out->tensor_info != NULL)
+            mstar_edge_clear(out);
+        return st;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t slot;
+        mstar__bk_put(&comm->bk, uuids[i], req, &slot);
+        mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+        rec->buf = bufs[i];
+        rec->view = views[i];
+        rec->shard_dim = f->shard_dim;
+        rec->edge_name = name;
+        rec->tp_size = 1;
+        rec->ref = 1;
+        /* The descriptor describes the gathered tensor as get_tensor returns it. */
+        mstar__comm_fill_info(comm, rec, &infos[i]);
+        mstar_tensor real;
+        mstar__layout_from_canonical(&rec->view, rec->shard_dim, &real);
+        for (int32_t d = 0; d < real.ndim; d++) {
+            infos[i].dims[d] = real.shape[d];
+            infos[i].stride[d] = real.strides[d];
+        }
+    }
+    free(out->tensor_info);
+    out->tensor_info = infos;
+    out->ntensors = n;
+    out->total_fanin = 1;
+    free(uuids);
+    free(bufs);
+    free(views);
+    return MSTAR_OK;
+}
+
+/* A first-seen edge of a sharded input: buffer its shards; emit once every rank arrived. */
+static void fan_in(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pending *p)
+{
+    mstar__req *r = mstar__comm_req_at(comm, req);
+    mstar__fanin *f = NULL;
+    size_t at = 0;
+    for (; at < r->fanins.len && f == NULL; at++)
+        if (mstar__fanin_matches(*(mstar__fanin **)mstar__vec_at(&r->fanins, at), &p->edge))
+            f = *(mstar__fanin **)mstar__vec_at(&r->fanins, at);
+    mstar_status st = MSTAR_OK;
+    if (f == NULL) {
+        st = mstar__fanin_create(&p->edge, &f);
+        if (st == MSTAR_OK && (st = mstar__vec_push(&r->fanins, &f)) != MSTAR_OK)
+            mstar__fanin_destroy(f);
+        at = r->fanins.len;
+    } else {
+        at--;
+    }
+    uint32_t n = p->edge.ntensors;
+    mstar__buf **bufs = calloc(n, sizeof(*bufs));
+    mstar_tensor *views = calloc(n, sizeof(*views));
+    if (st == MSTAR_OK && (bufs == NULL || views == NULL))
+        st = mstar_error_set(MSTAR_ENOMEM, "fan-in of %u shards", n);
+    for (uint32_t i = 0; i < n && st == MSTAR_OK; i++) {
+        const mstar__bk_rec *rec =
+            mstar__bk_at(&comm->bk, mstar__bk_find(&comm->bk, p->edge.tensor_info[i].uuid));
+        bufs[i] = rec->buf;
+        views[i] = rec->view;
+    }
+    if (st == MSTAR_OK)
+        st = mstar__fanin_add(f, p->edge.tensor_info[0].source_tp_rank, bufs, views, n);
+    free(bufs);
+    free(views);
+    /* The usage references go now: the buffer holds the bytes (§2.3 "fan-in shard buffered"). */
+    for (uint32_t i = 0; i < n; i++)
+        mstar__bk_dereference(&comm->bk, p->edge.tensor_info[i].uuid, 1, &comm->collected);
+    mstar__comm_collect(comm);
+    if (st != MSTAR_OK) {
+        add_failure(b, r, p->edge.name, st, mstar_last_error());
+        return;
+    }
+    if (!mstar__fanin_done(f))
+        return;
+    mstar_edge out;
+    mstar_edge_init(&out);
+    st = consolidate(comm, req, f, &out);
+    mstar__fanin_destroy(f);
+    mstar__vec_remove(&r->fanins, at);
+    if (st == MSTAR_OK)
+        st = emit(b, &out);
+    if (st != MSTAR_OK) {
+        add_failure(b, r, p->edge.name, st, mstar_last_error());
+        mstar_edge_clear(&out);
+    }
+}
+
+static bool redelivered(const mstar__req *r, const mstar_edge *edge)
+{
+    for (uint32_t i = 0; i < edge->ntensors; i++)
+        if (mstar__u64map_find(&r->seen, edge->tensor_info[i].uuid) != NULL)
+            return true;
+    return false;
+}
+
+/* One landed edge of an open request, after its ACK went out. */
+static void deliver(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pending *p)
+{
+    mstar__req *r = mstar__comm_req_at(comm, req);
+    for (uint32_t i = 0; i < p->edge.ntensors; i++)
+        if (p->fresh[i])
+            mstar__bk_decrement_raw(&comm->bk, p->edge.tensor_info[i].uuid, 1);
+    if (!r->open) {
+        /* The request was cleaned up while this read was copying: not delivered. */
+        for (uint32_t i = 0; i < p->edge.ntensors; i++)
+            mstar__bk_dereference(&comm->bk, p->edge.tensor_info[i].uuid, 1, &comm->collected);
+        mstar__comm_collect(comm);
+        return;
+    }
+    if (redelivered(r, &p->edge)) {
+        if (emit(b, &p->edge) != MSTAR_OK)
+            add_failure(b, r, p->edge.name, MSTAR_ENOMEM, "out of memory delivering an edge");
+        return;
+    }
+    for (uint32_t i = 0; i < p->edge.ntensors; i++) {
+        mstar_tensor_id uuid = p->edge.tensor_info[i].uuid;
+        if (mstar__u64map_put(&r->seen, uuid, 1) != MSTAR_OK)
+            mstar_log(MSTAR_LOG_WARN, "out of memory tracking delivered tensors");
+        uint32_t slot = mstar__bk_find(&comm->bk, uuid);
+        if (slot != MSTAR__BK_NONE && !p->local[i])
+            mstar__bk_at(&comm->bk, slot)->shard_dim = p->edge.shard_dim;
+    }
+    if (comm->enable_prof)
+        record_rx(comm, r, p);
+    if (p->edge.total_fanin > 1)
+        fan_in(comm, b, req, p);
+    else if (emit(b, &p->edge) != MSTAR_OK)
+        add_failure(b, r, p->edge.name, MSTAR_ENOMEM, "out of memory delivering an edge");
+}
+
+void mstar_ready_set_clear(mstar_ready_set *set)
+{
+    for (uint32_t i = 0; i < set->nedges; i++)
+        mstar_edge_clear(&set->edges[i]);
+    free(set->edges);
+    free(set->rids);
+    free(set->edge_start);
+    free(set->failed);
+    memset(set, 0, sizeof(*set));
+}
+
+static bool landed(const mstar__pending *p)
+{
+    return p->done == NULL || mstar__completion_done(p->done);
+}
+
+/* Handle every landed entry of request slot `req`: ACKs first, then delivery. */
+static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < comm->pending.len; i++) {
+        const mstar__pending *p = mstar__vec_at(&comm->pending, i);
+        n += p->req == req && landed(p);
+    }
+    const mstar_edge **edges = calloc(n, sizeof(*edges));
+    bool *failed = calloc(n, sizeof(*failed));
+    mstar_status *status = calloc(n, sizeof(*status));
+    mstar__req *r = mstar__comm_req_at(comm, req);
+    if (edges == NULL || failed == NULL || status == NULL) {
+        free(edges);
+        free(failed);
+        free(status);
+        mstar_log(MSTAR_LOG_ERROR, "out of memory collecting ready edges; retried next poll");
+        return;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < comm->pending.len; i++) {
+        mstar__pending *p = mstar__vec_at(&comm->pending, i);
+        if (p->req != req || !landed(p))
+            continue;
+        edges[k] = &p->edge;
+        status[k] = p->done != NULL ? mstar_completion_poll(p->done) : MSTAR_OK;
+        failed[k] = status[k] != MSTAR_OK;
+        if (failed[k])
+            add_failure(b, r, p->edge.name, status[k], mstar_last_error());
+        k++;
+    }
+    /* Invariant 3 / §8.5: these copies have landed, so the producer may reuse the bytes. */
+    mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
+    size_t before = b->edges.len;
+    size_t w = 0;
+    k = 0;
+    for (size_t i = 0; i < comm->pending.len; i++) {
+        mstar__pending *p = mstar__vec_at(&comm->pending, i);
+        if (p->req != req || !landed(p)) {
+            if (w != i)
+                memcpy(mstar__vec_at(&comm->pending, w), p, sizeof(*p));
+            w++;
+            continue;
+        }
+        if (failed[k++])
+            mstar__comm_pending_drop(comm, p); /* a failed read is dropped, never retried */
+        else
+            deliver(comm, b, req, p);
+        mstar__comm_pending_free(p);
+        r->npending--;
+    }
+    comm->pending.len = w;
+    if (b->edges.len > before) {
+        uint32_t start = (uint32_t)before;
+        mstar__vec_push(&b->rids, &r->rid);
+        mstar__vec_push(&b->starts, &start);
+    }
+    free(edges);
+    free(failed);
+    free(status);
+    mstar__comm_req_maybe_free(comm, req);
+}
+
+mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out)
+{
+    if (out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "get_ready_tensors: out is NULL");
+    ready_builder b;
+    mstar__vec_init(&b.rids, sizeof(mstar_rid));
+    mstar__vec_init(&b.starts, sizeof(uint32_t));
+    mstar__vec_init(&b.edges, sizeof(mstar_edge));
+    mstar__vec_init(&b.failed, sizeof(mstar_read_failure));
+    bool idle = true;
+    /* Requests in the order of their first landed entry. */
+    for (;;) {
+        uint32_t req = MSTAR__BK_NONE;
+        for (size_t i = 0; i < comm->pending.len && req == MSTAR__BK_NONE; i++) {
+            const mstar__pending *p = mstar__vec_at(&comm->pending, i);
+            if (landed(p))
+                req = p->req;
+        }
+        if (req == MSTAR__BK_NONE)
+            break;
+        collect_request(comm, &b, req);
+    }
+    for (size_t i = 0; i < comm->pending.len && idle; i++)
+        idle = landed(mstar__vec_at(&comm->pending, i));
+    if (comm->transport->ops->maintain != NULL)
+        comm->transport->ops->maintain(comm->transport, idle);
+    uint32_t end = (uint32_t)b.edges.len;
+    mstar_status st = b.rids.len > 0 ? mstar__vec_push(&b.starts, &end) : MSTAR_OK;
+    if (st != MSTAR_OK) {
+        mstar_log(MSTAR_LOG_ERROR, "get_ready_tensors: out of memory; ready edges lost");
+        b.rids.len = 0;
+    }
+    memset(out, 0, sizeof(*out));
+    out->nrequests = (uint32_t)b.rids.len;
+    out->rids = b.rids.data;
+    out->edge_start = b.starts.data;
+    out->nedges = (uint32_t)b.edges.len;
+    out->edges = b.edges.data;
+    out->nfailed = (uint32_t)b.failed.len;
+    out->failed = b.failed.data;
+    return MSTAR_OK;
+}
+
+mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *rid,
+                                           const mstar_edge *edges, uint32_t n)
+{
+    if (rid == NULL || (n > 0 && edges == NULL))
+        return mstar_error_set(MSTAR_EINVAL, "ack_unread_tensors: %s is NULL",
+                               rid == NULL ? "rid" : "edges");
+    const mstar_edge **list = calloc(n + 1, sizeof(*list));
+    if (list == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "ack of %u edges", n);
+    for (uint32_t e = 0; e < n; e++)
+        list[e] = &edges[e];
+    mstar__comm_send_acks(comm, rid, list, NULL, n);
+    free(list);
+    return MSTAR_OK;
+}
+
+/* ---- handing tensors to nodes --------------------------------------------------------------- */
+
+mstar_status mstar_comm_get_tensor(mstar_comm *comm, mstar_tensor_id uuid, mstar_tensor *out)
+{
+    uint32_t slot = mstar__bk_find(&comm->bk, uuid);
+    if (slot == MSTAR__BK_NONE)
+        return mstar_error_set(MSTAR_ENOENT, "tensor 0x%016llx is not held by '%s'",
+                               (unsigned long long)uuid, comm->entity);
+    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    mstar__layout_from_canonical(&rec->view, rec->shard_dim, out);
+    return MSTAR_OK;
+}
+
+mstar_status mstar_comm_get_tensor_copy(mstar_comm *comm, mstar_tensor_id uuid, void *dst,
+                                        size_t dst_size, mstar_tensor *out)
+{
+    uint32_t slot = mstar__bk_find(&comm->bk, uuid);
+    if (slot == MSTAR__BK_NONE)
+        return mstar_error_set(MSTAR_ENOENT, "tensor 0x%016llx is not held by '%s'",
+                               (unsigned long long)uuid, comm->entity);
+    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    uint64_t n = mstar_tensor_nbytes(&rec->view);
+    if (dst_size < n || (n > 0 && dst == NULL))
+        return mstar_error_set(MSTAR_ERANGE,
+                               "get_tensor_copy: %zu bytes at dst for a tensor of "
+                               "%llu",
+                               dst_size, (unsigned long long)n);
+    mstar_tensor canon = rec->view;
+    void *tmp = NULL;
+    if (mstar__transport_on_device(&comm->env, &canon) && n > 0) {
+        if ((tmp = malloc((size_t)n)) == NULL)
+            return mstar_error_set(MSTAR_ENOMEM, "host copy of %llu bytes", (unsigned long long)n);
+        mstar_status st = mstar__transport_copy_to_host(&comm->env, &canon, tmp);
+        if (st != MSTAR_OK) {
+            free(tmp);
+            return st;
+        }
+        canon.data = tmp;
+        canon.byte_offset = 0;
+        canon.device = mstar_device_cpu();
+    }
+    mstar_tensor real;
+    mstar__layout_from_canonical(&canon, rec->shard_dim, &real);
+    mstar__layout_copy_contiguous(&real, dst);
+    free(tmp);
+    *out = real;
+    out->data = dst;
+    out->byte_offset = 0;
+    out->device = mstar_device_cpu();
+    mstar_shape_contiguous_strides(out->ndim, out->shape, out->strides);
+    return MSTAR_OK;
+}

@@ -1,0 +1,140 @@
+/*
+ * completion.c — see completion.h.
+ */
+#include "tensors/completion.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+struct mstar_completion {
+    atomic_uint refs;
+    atomic_bool done;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    mstar_status status;
+    char message[256];
+    int wake_fd;
+};
+
+mstar_status mstar__completion_create(int wake_fd, mstar_completion **out)
+{
+    mstar_completion *c = calloc(1, sizeof(*c));
+    if (c == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "completion handle");
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->done, false);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cond, &attr);
+    pthread_condattr_destroy(&attr);
+    pthread_mutex_init(&c->lock, NULL);
+    c->wake_fd = wake_fd;
+    *out = c;
+    return MSTAR_OK;
+}
+
+mstar_completion *mstar__completion_retain(mstar_completion *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+    return c;
+}
+
+void mstar_completion_release(mstar_completion *c)
+{
+    if (c == NULL || atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&c->cond);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+void mstar__completion_finish(mstar_completion *c, mstar_status status, const char *message)
+{
+    pthread_mutex_lock(&c->lock);
+    if (atomic_load(&c->done)) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    c->status = status;
+    if (status != MSTAR_OK)
+        snprintf(c->message, sizeof(c->message), "%s", message != NULL ? message : "");
+    atomic_store(&c->done, true);
+    pthread_cond_broadcast(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+    if (c->wake_fd >= 0) {
+        uint64_t one = 1;
+        while (write(c->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+        }
+    }
+}
+
+bool mstar__completion_done(const mstar_completion *c)
+{
+    return atomic_load(&((mstar_completion *)c)->done);
+}
+
+static mstar_status result(mstar_completion *c)
+{
+    if (c->status == MSTAR_OK)
+        return MSTAR_OK;
+    return mstar_error_set(c->status, "%s", c->message);
+}
+
+mstar_status mstar_completion_poll(mstar_completion *c)
+{
+    if (c == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "completion is NULL");
+    if (!atomic_load(&c->done))
+        return MSTAR_EAGAIN;
+    pthread_mutex_lock(&c->lock);
+    mstar_status st = result(c);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+mstar_status mstar_completion_wait(mstar_completion *c, int timeout_ms)
+{
+    if (c == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "completion is NULL");
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    if (timeout_ms > 0) {
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (deadline.tv_nsec >= 1000000000L) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&c->lock);
+    while (!atomic_load(&c->done)) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&c->cond, &c->lock);
+        } else if (timeout_ms == 0 ||
+                   pthread_cond_timedwait(&c->cond, &c->lock, &deadline) == ETIMEDOUT) {
+            if (atomic_load(&c->done))
+                break;
+            pthread_mutex_unlock(&c->lock);
+            return mstar_error_set(MSTAR_ETIMEDOUT, "read still running after %d ms", timeout_ms);
+        }
+    }
+    mstar_status st = result(c);
+    pthread_mutex_unlock(&c->lock);
+    return st;
+}
+
+void mstar_completion_list_clear(mstar_completion_list *list)
+{
+    for (uint32_t i = 0; i < list->n; i++)
+        mstar_completion_release(list->items[i]);
+    free(list->items);
+    list->items = NULL;
+    list->n = 0;
+}

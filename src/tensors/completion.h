@@ -1,0 +1,25 @@
+/*
+ * completion.h — completion handles (the reference's Future), made and finished inside the
+ * library; mstar/tensors.h has the public poll / wait / release.
+ *
+ * A handle is reference counted (atomically): the manager's pending read holds one, the caller's
+ * completion list another, and a copy queued on a device stream a third until its host callback
+ * has run. Finishing wakes waiters and writes 1 to the owner's eventfd, so an event loop polling
+ * that fd learns of it without polling handles. Thread-safe.
+ */
+#ifndef MSTAR_TENSORS_COMPLETION_H
+#define MSTAR_TENSORS_COMPLETION_H
+
+#include "mstar/tensors.h"
+
+/* A running handle with one reference. wake_fd (-1: none) is written when it finishes; its
+ * owner must outlive every finish. */
+mstar_status mstar__completion_create(int wake_fd, mstar_completion **out);
+mstar_completion *mstar__completion_retain(mstar_completion *c);
+/* Mark it finished with `status` (and `message` when status is an error). Idempotent: only the
+ * first finish counts. */
+void mstar__completion_finish(mstar_completion *c, mstar_status status, const char *message);
+/* Finished (either way)? */
+bool mstar__completion_done(const mstar_completion *c);
+
+#endif

@@ -1,0 +1,113 @@
+/*
+ * transport.h — the vtable behind the communication manager: how a stored tensor is made
+ * readable by other processes, how a descriptor from another process is read, and how both are
+ * undone. One implementation per file: transport_local.c (one process), transport_files.c
+ * (per-uuid files), transport_arena.c (shared-memory arena). A remote transport (UCX) adds a file
+ * and a kind; the manager's logic — reference counts, ACKs, fan-in, teardown — does not change.
+ *
+ * The manager calls a transport from its own thread only. Reads may complete on another thread
+ * (a device stream's host callback, a network engine's progress thread) through a completion
+ * handle; everything else is synchronous.
+ */
+#ifndef MSTAR_TENSORS_TRANSPORT_H
+#define MSTAR_TENSORS_TRANSPORT_H
+
+#include "mstar/tensors.h"
+#include "tensors/buf.h"
+#include "tensors/engine.h"
+#include "tensors/shm.h"
+
+typedef struct mstar__transport mstar__transport;
+
+/* What every transport may use, owned by the manager and valid for the transport's life. */
+typedef struct mstar__transport_env {
+    const char *entity;
+    mstar__transfer_engine *engine;
+    const mstar__shm_dir *dir; /* NULL for the local transport */
+    mstar_backend *backend;    /* NULL: host tensors only */
+    mstar_stream *d2h;         /* staging copies (NULL without a backend) */
+    mstar_stream *h2d;         /* read copies (NULL without a backend) */
+    int wake_fd;               /* for completion handles */
+} mstar__transport_env;
+
+/* One stored tensor to stage (register_for_send). */
+typedef struct mstar__stage_item {
+    mstar_tensor_id uuid;
+    mstar_tensor tensor;      /* the canonical bytes, contiguous (host or device) */
+    const mstar_tensor *host; /* a host copy of the same bytes, or NULL */
+    uint64_t tx_bytes;        /* out: bytes made readable (§7) */
+    double tx_time_s;         /* out: time spent doing it */
+} mstar__stage_item;
+
+/* One descriptor to read (start_read_tensors). */
+typedef struct mstar__read_item {
+    const mstar_tensor_info *info;
+    mstar__buf *buf; /* out: the descriptor's bytes (contiguous, canonical slice) */
+    bool registered; /* out: `release` must run for this uuid when it is collected */
+} mstar__read_item;
+
+typedef struct mstar__transport_ops {
+    const char *name;
+    /* Placement is written onto descriptors at staging (only the arena). */
+    bool stamps_shm_placement;
+    /* Sends from host memory, so host copies are worth keeping (files, arena). */
+    bool needs_cpu_tensor;
+    /* Make every item readable by other processes. All or nothing: on error, what this call
+     * staged is released again. When it returns, the bytes are fully staged (any device copy
+     * synchronised). */
+    mstar_status (*stage)(mstar__transport *t, mstar__stage_item *items, size_t n);
+    /* The arena placement of a staged uuid (segment name, offset); false when it has none (not
+     * staged, spilled to a file, or not an arena). May be NULL. */
+    bool (*placement)(mstar__transport *t, mstar_tensor_id uuid, char seg[MSTAR_NAME_MAX + 1],
+                      uint64_t *off);
+    /* Undo what stage (or a registered read) did for a collected uuid. */
+    void (*release)(mstar__transport *t, mstar_tensor_id uuid, const mstar_tensor *tensor);
+    /* Check a descriptor before anything is read (names, segment owner, transport match). */
+    mstar_status (*check)(mstar__transport *t, const mstar_tensor_info *info);
+    /* Read the items (all checked). All or nothing: on error no buffer is left. *done is a
+     * completion the caller owns when copies are still running, NULL when they all landed. */
+    mstar_status (*read)(mstar__transport *t, mstar__read_item *items, size_t n,
+                         mstar_completion **done);
+    /* Periodic upkeep from the manager's loop: TTL reclaim, statistics, evicting mappings of
+     * peers that are gone. `reads_idle`: no read of this manager is copying. May be NULL. */
+    void (*maintain)(mstar__transport *t, bool reads_idle);
+    /* Arena statistics; NULL for other transports. */
+    void (*arena_stats)(mstar__transport *t, mstar_arena_stats *out);
+    void (*destroy)(mstar__transport *t);
+} mstar__transport_ops;
+
+struct mstar__transport {
+    const mstar__transport_ops *ops;
+    const mstar__transport_env *env;
+};
+
+mstar_status mstar__transport_local_create(const mstar__transport_env *env, mstar__transport **out);
+mstar_status mstar__transport_files_create(const mstar__transport_env *env, mstar__transport **out);
+mstar_status mstar__transport_arena_create(const mstar__transport_env *env, mstar__transport **out);
+
+/* ---- helpers the transports share (transport.c) ---------------------------------------- */
+
+/* Whether `t` lives in the backend's memory (so copies go through the backend). */
+bool mstar__transport_on_device(const mstar__transport_env *env, const mstar_tensor *t);
+/* A buffer of n bytes where reads land: the backend's memory, else the host. */
+mstar_status mstar__transport_alloc_dest(const mstar__transport_env *env, uint64_t n,
+                                         mstar__buf **out);
+/* Copy a contiguous tensor's bytes (host or device) to host memory `dst`, synchronously. */
+mstar_status mstar__transport_copy_to_host(const mstar__transport_env *env, const mstar_tensor *t,
+                                           void *dst);
+/* Copy host bytes into a destination buffer: memcpy for host memory; for device memory an H2D
+ * copy on the h2d stream, synchronised unless `async` (then the caller gates on the stream). */
+mstar_status mstar__transport_copy_from_host(const mstar__transport_env *env, mstar__buf *dst,
+                                             const void *src, uint64_t n, bool async);
+/* The per-uuid file protocol (transport_files.c), which the arena also uses for spills: write
+ * an item's bytes (its host copy, or the tensor copied to the host) as this entity's file for
+ * its uuid; read a descriptor's range of its producer's file into a new destination buffer. */
+mstar_status mstar__files_write_one(const mstar__transport_env *env, mstar__stage_item *item);
+mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_tensor_info *info,
+                                   mstar__buf **out);
+
+/* A completion finished by the h2d stream once every copy queued on it so far has run. */
+mstar_status mstar__transport_h2d_completion(const mstar__transport_env *env,
+                                             mstar_completion **out);
+
+#endif

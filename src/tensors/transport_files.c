@@ -1,0 +1,151 @@
+/*
+ * transport_files.c — one file per staged tensor in the shm directory (transport-spec §3.1;
+ * MSTAR_SHM_ARENA=0). The producer writes the raw contiguous bytes (no header) when the tensor
+ * is registered for send and unlinks the file when the uuid is collected; a consumer reads
+ * [offset, offset + nbytes) of it, checked against the file's size. A descriptor that names an
+ * arena segment cannot be read here: the deployment mixes transports, which is a configuration
+ * error reported as such.
+ */
+#include "tensors/transport.h"
+
+#include "core/vec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+mstar_status mstar__files_write_one(const mstar__transport_env *env, mstar__stage_item *item)
+{
+    uint64_t n = mstar_tensor_nbytes(&item->tensor);
+    uint64_t t0 = mstar__now_ns();
+    const void *bytes = NULL;
+    void *tmp = NULL;
+    if (item->host != NULL) {
+        bytes = mstar_tensor_ptr(item->host);
+    } else if (mstar__transport_on_device(env, &item->tensor) && n > 0) {
+        tmp = malloc((size_t)n);
+        if (tmp == NULL)
+            return mstar_error_set(MSTAR_ENOMEM, "host staging buffer of %llu bytes",
+                                   (unsigned long long)n);
+        mstar_status st = mstar__transport_copy_to_host(env, &item->tensor, tmp);
+        if (st != MSTAR_OK) {
+            free(tmp);
+            return st;
+        }
+        bytes = tmp;
+    } else {
+        bytes = mstar_tensor_ptr(&item->tensor);
+    }
+    mstar_status st = mstar__shm_file_write(env->dir, env->entity, item->uuid, bytes, n);
+    free(tmp);
+    item->tx_bytes = n;
+    item->tx_time_s = (double)(mstar__now_ns() - t0) * 1e-9;
+    return st;
+}
+
+mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_tensor_info *info,
+                                   mstar__buf **out)
+{
+    mstar__buf *buf;
+    mstar_status st = mstar__transport_alloc_dest(env, info->nbytes, &buf);
+    if (st != MSTAR_OK)
+        return st;
+    if (env->backend == NULL) {
+        st = mstar__shm_file_read(env->dir, info->source_entity, info->uuid, info->offset,
+                                  info->nbytes, buf->data);
+    } else {
+        /* Through host memory into the backend's: read, then a synchronised copy (the
+         * temporary must outlive it). */
+        void *tmp = info->nbytes > 0 ? malloc((size_t)info->nbytes) : NULL;
+        if (info->nbytes > 0 && tmp == NULL)
+            st = mstar_error_set(MSTAR_ENOMEM, "host read buffer of %llu bytes",
+                                 (unsigned long long)info->nbytes);
+        if (st == MSTAR_OK)
+            st = mstar__shm_file_read(env->dir, info->source_entity, info->uuid, info->offset,
+                                      info->nbytes, tmp);
+        if (st == MSTAR_OK)
+            st = mstar__transport_copy_from_host(env, buf, tmp, info->nbytes, false);
+        free(tmp);
+    }
+    if (st != MSTAR_OK) {
+        mstar__buf_release(buf);
+        return st;
+    }
+    *out = buf;
+    return MSTAR_OK;
+}
+
+static mstar_status files_stage(mstar__transport *t, mstar__stage_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        mstar_status st = mstar__files_write_one(t->env, &items[i]);
+        if (st != MSTAR_OK) {
+            for (size_t j = 0; j < i; j++)
+                mstar__shm_file_unlink(t->env->dir, t->env->entity, items[j].uuid);
+            return st;
+        }
+    }
+    return MSTAR_OK;
+}
+
+static void files_release(mstar__transport *t, mstar_tensor_id uuid, const mstar_tensor *tensor)
+{
+    mstar__shm_file_unlink(t->env->dir, t->env->entity, uuid);
+}
+
+static mstar_status files_check(mstar__transport *t, const mstar_tensor_info *info)
+{
+    if (info->shm_segment[0] != '\0')
+        return mstar_error_set(MSTAR_EPROTO,
+                               "descriptor of tensor 0x%016llx from '%s' names "
+                               "arena segment '%s', but this process uses per-uuid files: "
+                               "MSTAR_SHM_ARENA must match across the deployment",
+                               (unsigned long long)info->uuid, info->source_entity,
+                               info->shm_segment);
+    char name[MSTAR__SHM_NAME_BUF];
+    return mstar__shm_file_name(t->env->dir, info->source_entity, info->uuid, name);
+}
+
+static mstar_status files_read(mstar__transport *t, mstar__read_item *items, size_t n,
+                               mstar_completion **done)
+{
+    for (size_t i = 0; i < n; i++) {
+        mstar_status st = mstar__files_read_one(t->env, items[i].info, &items[i].buf);
+        if (st != MSTAR_OK) {
+            for (size_t j = 0; j < i; j++) {
+                mstar__buf_release(items[j].buf);
+                items[j].buf = NULL;
+            }
+            return st;
+        }
+        items[i].registered = false;
+    }
+    *done = NULL;
+    return MSTAR_OK;
+}
+
+static void files_destroy(mstar__transport *t)
+{
+    free(t);
+}
+
+static const mstar__transport_ops files_ops = {
+    .name = "files",
+    .stamps_shm_placement = false,
+    .needs_cpu_tensor = true,
+    .stage = files_stage,
+    .release = files_release,
+    .check = files_check,
+    .read = files_read,
+    .destroy = files_destroy,
+};
+
+mstar_status mstar__transport_files_create(const mstar__transport_env *env, mstar__transport **out)
+{
+    mstar__transport *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "files transport");
+    t->ops = &files_ops;
+    t->env = env;
+    *out = t;
+    return MSTAR_OK;
+}

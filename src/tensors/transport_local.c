@@ -1,0 +1,62 @@
+/*
+ * transport_local.c — the transport of a single-process deployment: every consumer is this
+ * entity, so nothing is staged and a descriptor from another entity cannot be read (it fails
+ * loudly rather than guessing where the bytes are).
+ */
+#include "tensors/transport.h"
+
+#include <stdlib.h>
+
+static mstar_status local_stage(mstar__transport *t, mstar__stage_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        items[i].tx_bytes = mstar_tensor_nbytes(&items[i].tensor);
+        items[i].tx_time_s = 0;
+    }
+    return MSTAR_OK;
+}
+
+static void local_release(mstar__transport *t, mstar_tensor_id uuid, const mstar_tensor *tensor)
+{
+}
+
+static mstar_status local_check(mstar__transport *t, const mstar_tensor_info *info)
+{
+    return mstar_error_set(MSTAR_ENOTSUP,
+                           "the local transport reads only this process's "
+                           "tensors; descriptor from '%s' (use files or arena across processes)",
+                           info->source_entity);
+}
+
+static mstar_status local_read(mstar__transport *t, mstar__read_item *items, size_t n,
+                               mstar_completion **done)
+{
+    return local_check(t, items[0].info);
+}
+
+static void local_destroy(mstar__transport *t)
+{
+    free(t);
+}
+
+static const mstar__transport_ops local_ops = {
+    .name = "local",
+    .stamps_shm_placement = false,
+    .needs_cpu_tensor = false,
+    .stage = local_stage,
+    .release = local_release,
+    .check = local_check,
+    .read = local_read,
+    .destroy = local_destroy,
+};
+
+mstar_status mstar__transport_local_create(const mstar__transport_env *env, mstar__transport **out)
+{
+    mstar__transport *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "local transport");
+    t->ops = &local_ops;
+    t->env = env;
+    *out = t;
+    return MSTAR_OK;
+}

@@ -1,0 +1,193 @@
+/*
+ * comm_harness.h — what the communication-manager tests share: an in-memory message bus that
+ * stands in for the control mesh (it records every TENSOR_RECEIVED a manager sends and delivers
+ * them on request), helpers to build managers of each transport in a private shm directory, and
+ * tensors with recognisable bytes.
+ */
+#ifndef MSTAR_TEST_COMM_HARNESS_H
+#define MSTAR_TEST_COMM_HARNESS_H
+
+#include "mstar_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUS_MAX 512
+
+typedef struct bus_msg {
+    char peer[MSTAR_NAME_MAX + 1];
+    char from[MSTAR_NAME_MAX + 1];
+    mstar_msg msg;
+} bus_msg;
+
+typedef struct bus {
+    bus_msg q[BUS_MAX];
+    int n;
+    int sent; /* total ever sent */
+} bus;
+
+/* The sender a manager gets: ctx is a `struct sender` naming the bus and the sending entity. */
+typedef struct sender {
+    bus *b;
+    char entity[MSTAR_NAME_MAX + 1];
+} sender;
+
+static inline mstar_status bus_send(void *ctx, const char *peer, mstar_msg *msg)
+{
+    sender *s = ctx;
+    bus *b = s->b;
+    if (b->n == BUS_MAX)
+        return mstar_error_set(MSTAR_EAGAIN, "test bus full");
+    bus_msg *m = &b->q[b->n];
+    snprintf(m->peer, sizeof(m->peer), "%s", peer);
+    snprintf(m->from, sizeof(m->from), "%s", s->entity);
+    mstar_msg_init(&m->msg, msg->type);
+    m->msg.request_id = msg->request_id;
+    snprintf(m->msg.from, sizeof(m->msg.from), "%s", s->entity);
+    for (uint32_t i = 0; i < msg->ncounts; i++)
+        mstar_msg_add_count(&m->msg, msg->counts[i].uuid, msg->counts[i].count);
+    for (uint32_t i = 0; i < msg->nuuids; i++)
+        mstar_msg_add_uuid(&m->msg, msg->uuids[i]);
+    b->n++;
+    b->sent++;
+    return MSTAR_OK;
+}
+
+/* Messages waiting for `peer`. */
+static inline int bus_count(const bus *b, const char *peer)
+{
+    int n = 0;
+    for (int i = 0; i < b->n; i++)
+        n += strcmp(b->q[i].peer, peer) == 0;
+    return n;
+}
+
+/* Hand every message for `peer` to its manager; returns how many. */
+static inline int bus_deliver(bus *b, const char *peer, mstar_comm *c)
+{
+    int delivered = 0, w = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (strcmp(b->q[i].peer, peer) != 0) {
+            b->q[w++] = b->q[i];
+            continue;
+        }
+        assert_mstar_ok(mstar_comm_handle_message(c, &b->q[i].msg));
+        mstar_msg_clear(&b->q[i].msg);
+        delivered++;
+    }
+    b->n = w;
+    return delivered;
+}
+
+/* Drop every queued message (a lost ACK, or a consumer that died before sending it). */
+static inline void bus_drop(bus *b, const char *peer)
+{
+    int w = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (strcmp(b->q[i].peer, peer) == 0)
+            mstar_msg_clear(&b->q[i].msg);
+        else
+            b->q[w++] = b->q[i];
+    }
+    b->n = w;
+}
+
+static inline void bus_clear(bus *b)
+{
+    for (int i = 0; i < b->n; i++)
+        mstar_msg_clear(&b->q[i].msg);
+    b->n = 0;
+}
+
+/* Total count a queued TENSOR_RECEIVED for `peer` carries for `uuid` (0 if none). */
+static inline int64_t bus_ack_count(const bus *b, const char *peer, mstar_tensor_id uuid)
+{
+    int64_t n = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (strcmp(b->q[i].peer, peer) != 0)
+            continue;
+        for (uint32_t k = 0; k < b->q[i].msg.ncounts; k++)
+            if (b->q[i].msg.counts[k].uuid == uuid)
+                n += b->q[i].msg.counts[k].count;
+    }
+    return n;
+}
+
+static inline mstar_comm *make_comm_with(const char *entity, mstar_transport_kind kind,
+                                         const char *dir, sender *s, mstar_backend *backend)
+{
+    mstar_comm_options o;
+    mstar_comm_options_init(&o);
+    o.entity = entity;
+    o.transport = kind;
+    o.shm_dir = dir;
+    o.send = bus_send;
+    o.send_ctx = s;
+    o.backend = backend;
+    o.enable_prof = true;
+    mstar_comm *c = NULL;
+    assert_mstar_ok(mstar_comm_create(&o, &c));
+    return c;
+}
+
+static inline mstar_comm *make_comm(const char *entity, mstar_transport_kind kind, const char *dir,
+                                    sender *s)
+{
+    return make_comm_with(entity, kind, dir, s, NULL);
+}
+
+static inline mstar_rid rid_str(const char *s)
+{
+    mstar_rid r;
+    assert_mstar_ok(mstar_rid_from_str(s, &r));
+    return r;
+}
+
+/* A host tensor of `dtype` and shape with bytes derived from `seed` (owned by the caller). */
+static inline mstar_tensor make_tensor(mstar_dtype dtype, int32_t ndim, const int64_t *shape,
+                                       uint32_t seed)
+{
+    mstar_tensor t;
+    assert_mstar_ok(mstar_tensor_init(&t, NULL, mstar_device_cpu(), dtype, ndim, shape));
+    size_t n = (size_t)mstar_tensor_nbytes(&t);
+    uint8_t *p = malloc(n + 1);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(seed * 131 + i * 7 + (i >> 8));
+    t.data = p;
+    return t;
+}
+
+static inline mstar_output output_of(const char *signal, mstar_tensor t)
+{
+    mstar_output o;
+    memset(&o, 0, sizeof(o));
+    o.signal = signal;
+    o.tensor = t;
+    return o;
+}
+
+/* An edge named `name` to node `next` carrying copies of `infos`. */
+static inline mstar_edge edge_of(const char *name, const char *next, const mstar_tensor_info *infos,
+                                 uint32_t n)
+{
+    mstar_edge e;
+    mstar_edge_init(&e);
+    snprintf(e.name, sizeof(e.name), "%s", name);
+    snprintf(e.next_node, sizeof(e.next_node), "%s", next);
+    for (uint32_t i = 0; i < n; i++)
+        assert_mstar_ok(mstar_edge_add_tensor(&e, &infos[i]));
+    return e;
+}
+
+/* Collect ready edges, expecting exactly `want` edges over all requests. */
+static inline void expect_ready(mstar_comm *c, mstar_ready_set *set, uint32_t want)
+{
+    assert_mstar_ok(mstar_comm_get_ready_tensors(c, set));
+    if (set->nedges != want)
+        fail_msg("expected %u ready edges, got %u (%u failed: %s)", want, set->nedges, set->nfailed,
+                 set->nfailed ? set->failed[0].message : "");
+}
+
+#endif
