@@ -185,7 +185,7 @@ static void req_free_state(mstar__req *r)
     mstar__vec_free(&r->fanins);
     mstar__vec_free(&r->tx);
     mstar__vec_free(&r->rx);
-    mstar__u64map_free(&r->seen);
+    mstar__strmap_free(&r->seen);
 }
 
 void mstar_comm_destroy(mstar_comm *comm)
@@ -351,7 +351,7 @@ mstar_status mstar__comm_req(mstar_comm *comm, const mstar_rid *rid, bool create
     r->used = true;
     r->open = true;
     mstar__vec_init(&r->shards, sizeof(mstar__shard_entry));
-    mstar__u64map_init(&r->seen);
+    mstar__strmap_init(&r->seen);
     mstar__vec_init(&r->fanins, sizeof(mstar__fanin *));
     mstar__vec_init(&r->tx, sizeof(mstar_tx_info));
     mstar__vec_init(&r->rx, sizeof(mstar_rx_info));
@@ -365,7 +365,8 @@ void mstar__comm_req_reset(mstar__req *r)
     for (size_t i = 0; i < r->fanins.len; i++)
         mstar__fanin_destroy(*(mstar__fanin **)mstar__vec_at(&r->fanins, i));
     r->fanins.len = 0;
-    mstar__u64map_clear(&r->seen);
+    mstar__strmap_free(&r->seen);
+    mstar__strmap_init(&r->seen);
     r->tx.len = 0;
     r->rx.len = 0;
 }

@@ -34,7 +34,7 @@ typedef struct mstar__req {
     bool open;          /* false once cleaned up */
     uint32_t npending;  /* pending reads of this request */
     mstar__vec shards;  /* mstar__shard_entry: the sharding config */
-    mstar__u64map seen; /* uuids whose delivery was handed out (read_finished) */
+    mstar__strmap seen; /* (uuid, next node) deliveries handed out (read_finished) */
     mstar__vec fanins;  /* mstar__fanin * */
     mstar__vec tx;      /* mstar_tx_info */
     mstar__vec rx;      /* mstar_rx_info */

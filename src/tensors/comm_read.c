@@ -498,11 +498,30 @@ static void fan_in(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pend
     }
 }
 
+/* The key of one delivery: the uuid and the node it goes to. The same tensor going to two nodes
+ * of one worker is two deliveries, not a re-delivery. */
+typedef struct seen_key {
+    mstar_tensor_id uuid;
+    char node[MSTAR_NAME_MAX + 1];
+} seen_key;
+
+static size_t seen_key_of(const mstar_edge *edge, uint32_t i, seen_key *k)
+{
+    memset(k, 0, sizeof(*k));
+    k->uuid = edge->tensor_info[i].uuid;
+    size_t len = strnlen(edge->next_node, MSTAR_NAME_MAX);
+    memcpy(k->node, edge->next_node, len);
+    return sizeof(k->uuid) + len;
+}
+
 static bool redelivered(const mstar__req *r, const mstar_edge *edge)
 {
-    for (uint32_t i = 0; i < edge->ntensors; i++)
-        if (mstar__u64map_find(&r->seen, edge->tensor_info[i].uuid) != NULL)
+    for (uint32_t i = 0; i < edge->ntensors; i++) {
+        seen_key k;
+        size_t len = seen_key_of(edge, i, &k);
+        if (mstar__strmap_find(&r->seen, (const char *)&k, len) != NULL)
             return true;
+    }
     return false;
 }
 
@@ -527,7 +546,9 @@ static void deliver(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pen
     }
     for (uint32_t i = 0; i < p->edge.ntensors; i++) {
         mstar_tensor_id uuid = p->edge.tensor_info[i].uuid;
-        if (mstar__u64map_put(&r->seen, uuid, 1) != MSTAR_OK)
+        seen_key k;
+        size_t len = seen_key_of(&p->edge, i, &k);
+        if (mstar__strmap_put(&r->seen, (const char *)&k, len, 1) != MSTAR_OK)
             mstar_log(MSTAR_LOG_WARN, "out of memory tracking delivered tensors");
         uint32_t slot = mstar__bk_find(&comm->bk, uuid);
         if (slot != MSTAR__BK_NONE && !p->local[i])

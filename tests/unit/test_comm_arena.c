@@ -1,0 +1,361 @@
+/*
+ * test_comm_arena.c — what only the arena transport does: fragmentation leading to a spill
+ * (§8.15), strict mode's timeout, the TTL backstop and its hazards (§8.16), dedicated segments
+ * for oversized tensors, eviction of mappings whose producer is gone (§8.14), the orphan sweep
+ * at start, two instances of one entity side by side, pinning within its budget, mixed SHM modes
+ * (§8.17), and the device paths through the host backend.
+ */
+#include "comm_harness.h"
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct world {
+    bus b;
+    sender sp, sc;
+    const char *dir;
+} world;
+
+static int setup(void **state)
+{
+    world *w = calloc(1, sizeof(*w));
+    w->dir = mstar_test_tmpdir("arena");
+    w->sp = (sender){ &w->b, "worker_0" };
+    w->sc = (sender){ &w->b, "worker_1" };
+    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "1", 1);
+    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "2", 1);
+    *state = w;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    world *w = *state;
+    bus_clear(&w->b);
+    assert_int_equal(mstar_test_count_dir(w->dir), 0);
+    const char *knobs[] = { "MSTAR_SHM_ARENA_SEGMENT_MB", "MSTAR_SHM_ARENA_MAX_SEGMENTS",
+                            "MSTAR_SHM_ARENA_SPILL",      "MSTAR_SHM_ARENA_FULL_TIMEOUT_S",
+                            "MSTAR_SHM_ARENA_SLOT_TTL_S", "MSTAR_SHM_ARENA_PEER_SWEEP_S",
+                            "MSTAR_SHM_ARENA_PIN_MAX_MB" };
+    for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++)
+        unsetenv(knobs[i]);
+    free(w);
+    return 0;
+}
+
+static mstar_arena_stats stats(mstar_comm *c)
+{
+    mstar_arena_stats s;
+    assert_mstar_ok(mstar_comm_arena_stats(c, &s));
+    return s;
+}
+
+/* Store one tensor of n bytes for `rid`, hold it for one consumer, stage it. */
+static mstar_tensor_info stage(mstar_comm *p, const mstar_rid *rid, int64_t n, uint32_t seed,
+                               mstar_status want)
+{
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, &n, seed);
+    mstar_output o = output_of("x", t);
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, &o, 1, NULL, &info));
+    free(t.data);
+    assert_mstar_ok(mstar_comm_increment_ref(p, info.uuid, 1));
+    mstar_status st = mstar_comm_register_for_send(p, rid, &info, 1);
+    if (st != want)
+        fail_msg("register_for_send -> %s, wanted %s (%s)", mstar_status_name(st),
+                 mstar_status_name(want), mstar_last_error());
+    return info;
+}
+
+static void ack(mstar_comm *p, mstar_tensor_id uuid)
+{
+    mstar_msg m;
+    mstar_msg_init(&m, MSTAR_MSG_TENSOR_RECEIVED);
+    assert_mstar_ok(mstar_msg_add_count(&m, uuid, 1));
+    assert_mstar_ok(mstar_comm_handle_message(p, &m));
+    mstar_msg_clear(&m);
+}
+
+static void read_back(mstar_comm *c, const mstar_rid *rid, const mstar_tensor_info *info)
+{
+    mstar_edge e = edge_of("x", "n", info, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(c, rid, &e, 1, NULL));
+    mstar_ready_set set;
+    expect_ready(c, &set, 1);
+    mstar_ready_set_clear(&set);
+    mstar_edge_clear(&e);
+    assert_mstar_ok(mstar_comm_dereference(c, info->uuid, 1));
+}
+
+/* §8.15: free space exists but no block is large enough → a warning, then a spill to a file,
+ * which any consumer reads and the ACK removes. */
+static void test_fragmentation_spills(void **state)
+{
+    world *w = *state;
+    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "1", 1);
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_comm *c = make_comm("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc);
+    mstar_rid rid = mstar_rid_from_int(1);
+    mstar_tensor_info slots[8];
+    for (int i = 0; i < 8; i++)
+        slots[i] = stage(p, &rid, 128 * 1024, (uint32_t)i, MSTAR_OK); /* fills the 1 MiB */
+    for (int i = 0; i < 8; i += 2)
+        ack(p, slots[i].uuid); /* 512 KiB free in 128 KiB holes */
+    mstar_arena_stats s = stats(p);
+    assert_int_equal(s.free_bytes, 512 * 1024);
+    assert_int_equal(s.largest_free_block, 128 * 1024);
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    mstar_tensor_info big = stage(p, &rid, 256 * 1024, 99, MSTAR_OK);
+    mstar_test_log_capture_end();
+    assert_true(mstar_test_log_contains("fragmented"));
+    assert_string_equal(big.shm_segment, ""); /* spilled */
+    s = stats(p);
+    assert_int_equal(s.spill_files, 1);
+    assert_int_equal(s.live_slots, 4);
+    read_back(c, &rid, &big);
+    bus_deliver(&w->b, "worker_0", p);
+    assert_int_equal(stats(p).spill_files, 0);
+    for (int i = 1; i < 8; i += 2)
+        ack(p, slots[i].uuid);
+    assert_int_equal(stats(p).live_slots, 0);
+    assert_int_equal(mstar_comm_num_tensors(p), 0);
+    mstar_comm_destroy(c);
+    mstar_comm_destroy(p);
+}
+
+/* Strict mode: no spill; a full arena fails after FULL_TIMEOUT_S and stages nothing. */
+static void test_strict_mode_times_out(void **state)
+{
+    world *w = *state;
+    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "1", 1);
+    setenv("MSTAR_SHM_ARENA_SPILL", "0", 1);
+    setenv("MSTAR_SHM_ARENA_FULL_TIMEOUT_S", "0.05", 1);
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_rid rid = mstar_rid_from_int(2);
+    mstar_tensor_info a = stage(p, &rid, 768 * 1024, 1, MSTAR_OK);
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    mstar_tensor_info b = stage(p, &rid, 512 * 1024, 2, MSTAR_ENOSPC);
+    mstar_test_log_capture_end();
+    assert_non_null(strstr(mstar_last_error(), "SHM arena full for >0.05s"));
+    assert_true(mstar_test_log_contains("backpressuring"));
+    assert_int_equal(stats(p).live_slots, 1);
+    assert_int_equal(mstar_test_count_dir(w->dir), 1); /* no spill file */
+    ack(p, a.uuid);
+    assert_mstar_ok(mstar_comm_register_for_send(p, &rid, &b, 1)); /* room now */
+    assert_string_not_equal(b.shm_segment, "");
+    ack(p, b.uuid);
+    assert_int_equal(mstar_comm_num_tensors(p), 0);
+    mstar_comm_destroy(p);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* §8.16: the TTL frees a slot nobody ACKed, leaves the store entry (still registered: it is not
+ * staged again), and a late ACK then frees the entry without touching whatever reuses the slot. */
+static void test_ttl_backstop(void **state)
+{
+    world *w = *state;
+    setenv("MSTAR_SHM_ARENA_SLOT_TTL_S", "0.05", 1);
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_rid rid = mstar_rid_from_int(3);
+    mstar_tensor_info x = stage(p, &rid, 1000, 1, MSTAR_OK);
+    sleep_ms(1100); /* the maintenance pass runs at most once a second */
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    mstar_ready_set set;
+    expect_ready(p, &set, 0); /* the loop's poll runs maintenance */
+    mstar_ready_set_clear(&set);
+    mstar_test_log_capture_end();
+    assert_true(mstar_test_log_contains("SLOT_TTL_S"));
+    assert_int_equal(stats(p).live_slots, 0);
+    assert_int_equal(mstar_comm_num_tensors(p), 1);
+    assert_mstar_ok(mstar_comm_register_for_send(p, &rid, &x, 1));
+    assert_int_equal(stats(p).live_slots, 0);                /* not staged again */
+    mstar_tensor_info y = stage(p, &rid, 1000, 2, MSTAR_OK); /* takes the freed slot */
+    assert_int_equal(y.shm_offset, 0);
+    ack(p, x.uuid);
+    assert_int_equal(mstar_comm_num_tensors(p), 1);
+    assert_int_equal(stats(p).live_slots, 1); /* y's slot survived x's collection */
+    ack(p, y.uuid);
+    assert_int_equal(stats(p).live_slots, 0);
+    mstar_comm_destroy(p);
+}
+
+/* Oversized tensors get a dedicated segment; growth stops at the cap (then spills). */
+static void test_growth_and_dedicated_segment(void **state)
+{
+    world *w = *state;
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_comm *c = make_comm("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc);
+    mstar_rid rid = mstar_rid_from_int(4);
+    mstar_tensor_info big = stage(p, &rid, 3 * 1024 * 1024 + 5, 7, MSTAR_OK);
+    mstar_arena_stats s = stats(p);
+    assert_int_equal(s.segments, 2);
+    assert_int_equal(s.total_bytes, 1024 * 1024 + 3 * 1024 * 1024 + 256);
+    mstar_tensor_info more = stage(p, &rid, 1024 * 1024 + 1, 8, MSTAR_OK); /* at the cap: spill */
+    assert_string_equal(more.shm_segment, "");
+    read_back(c, &rid, &big);
+    read_back(c, &rid, &more);
+    assert_int_equal(stats(c).peer_segments, 1);
+    bus_deliver(&w->b, "worker_0", p);
+    assert_int_equal(mstar_comm_num_tensors(p), 0);
+    s = stats(p);
+    assert_int_equal(s.live_slots + s.spill_files, 0);
+    mstar_comm_destroy(c);
+    mstar_comm_destroy(p);
+}
+
+/* §8.14: a consumer's mapping of a producer's segment goes once the producer is gone. */
+static void test_peer_eviction(void **state)
+{
+    world *w = *state;
+    setenv("MSTAR_SHM_ARENA_PEER_SWEEP_S", "0", 1);
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_comm *c = make_comm("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc);
+    mstar_rid rid = mstar_rid_from_int(5);
+    mstar_tensor_info x = stage(p, &rid, 4096, 3, MSTAR_OK);
+    read_back(c, &rid, &x);
+    assert_int_equal(stats(c).peer_segments, 1);
+    mstar_ready_set set;
+    expect_ready(c, &set, 0);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(stats(c).peer_segments, 1); /* the producer lives */
+    bus_clear(&w->b);
+    mstar_comm_destroy(p); /* a restart gives new names; the old ones are unlinked */
+    expect_ready(c, &set, 0);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(stats(c).peer_segments, 0);
+    mstar_comm_destroy(c);
+}
+
+/* §3.3 / §8.14: segments a dead process left are swept when a manager starts; two instances of
+ * one entity (a second server) never share names. */
+static void test_orphans_and_collisions(void **state)
+{
+    world *w = *state;
+    pid_t pid = fork();
+    if (pid == 0) {
+        sender s = { NULL, "worker_0" };
+        mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &s);
+        (void)p;
+        _exit(0); /* SIGKILL-like: no destroy, no atexit */
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(mstar_test_count_dir(w->dir), 1); /* the orphan */
+    mstar_comm *a = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_comm *b = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    assert_int_equal(mstar_test_count_dir(w->dir), 2); /* orphan gone; a and b's seg0 */
+    mstar_comm *c = make_comm("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc);
+    mstar_rid rid = mstar_rid_from_int(6);
+    mstar_tensor_info xa = stage(a, &rid, 100, 1, MSTAR_OK);
+    mstar_tensor_info xb = stage(b, &rid, 100, 2, MSTAR_OK);
+    assert_string_not_equal(xa.shm_segment, xb.shm_segment);
+    assert_int_equal(xa.shm_offset, xb.shm_offset);
+    mstar_edge e = edge_of("x", "n", &xa, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(c, &rid, &e, 1, NULL));
+    mstar_ready_set set;
+    expect_ready(c, &set, 1);
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(c, xa.uuid, &got));
+    assert_int_equal(((uint8_t *)got.data)[1], (uint8_t)(1 * 131 + 7));
+    mstar_ready_set_clear(&set);
+    mstar_edge_clear(&e);
+    mstar_comm_destroy(c);
+    mstar_comm_destroy(a);
+    mstar_comm_destroy(b);
+}
+
+/* §8.17: an arena producer cannot be read by a files consumer (loudly); a files producer is
+ * read by an arena consumer. */
+static void test_mixed_shm_modes(void **state)
+{
+    world *w = *state;
+    mstar_comm *arena = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_comm *files = make_comm("worker_1", MSTAR_TRANSPORT_FILES, w->dir, &w->sc);
+    mstar_rid rid = mstar_rid_from_int(7);
+    mstar_tensor_info x = stage(arena, &rid, 64, 1, MSTAR_OK);
+    mstar_edge e = edge_of("x", "n", &x, 1);
+    assert_mstar_status(mstar_comm_start_read_tensors(files, &rid, &e, 1, NULL), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "MSTAR_SHM_ARENA must match"));
+    assert_int_equal(mstar_comm_num_tensors(files), 0);
+    mstar_edge_clear(&e);
+    mstar_tensor_info y = stage(files, &rid, 64, 2, MSTAR_OK);
+    read_back(arena, &rid, &y);
+    bus_deliver(&w->b, "worker_1", files);
+    assert_int_equal(mstar_comm_num_tensors(files), 0);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(arena, &rid));
+    mstar_comm_destroy(files);
+    mstar_comm_destroy(arena);
+}
+
+/* Device tensors through the host backend: staging copies through the backend's streams,
+ * reads land in backend memory behind a completion, pinning within its budget. */
+static void test_device_paths_host_backend(void **state)
+{
+    world *w = *state;
+    setenv("MSTAR_SHM_ARENA_PIN_MAX_MB", "1", 1);
+    mstar_backend *be;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &be));
+    mstar_comm *p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp, be);
+    mstar_comm *c = make_comm_with("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc, be);
+    mstar_comm *f = make_comm_with("worker_2", MSTAR_TRANSPORT_FILES, w->dir, &w->sc, be);
+    assert_int_equal(stats(p).pinned_bytes, 1024 * 1024); /* segment 0, within 1 MiB */
+    mstar_rid rid = mstar_rid_from_int(8);
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    mstar_tensor_info big = stage(p, &rid, 1536 * 1024, 4, MSTAR_OK); /* a 2nd segment */
+    assert_true(mstar_test_log_contains("pin budget"));
+    assert_int_equal(stats(p).pinned_bytes, 1024 * 1024);
+    mstar_edge e = edge_of("x", "n", &big, 1);
+    mstar_completion_list list;
+    assert_mstar_ok(mstar_comm_start_read_tensors(c, &rid, &e, 1, &list));
+    assert_int_equal(list.n, 1); /* the H2D copy's completion gates the ACK */
+    assert_mstar_ok(mstar_completion_wait(list.items[0], -1));
+    mstar_completion_list_clear(&list);
+    mstar_ready_set set;
+    expect_ready(c, &set, 1);
+    mstar_ready_set_clear(&set);
+    uint8_t *back = malloc(1536 * 1024);
+    mstar_tensor cp;
+    assert_mstar_ok(mstar_comm_get_tensor_copy(c, big.uuid, back, 1536 * 1024, &cp));
+    mstar_test_log_capture_end();
+    int64_t n = 1536 * 1024;
+    mstar_tensor want = make_tensor(MSTAR_DTYPE_UINT8, 1, &n, 4);
+    assert_memory_equal(back, want.data, 1536 * 1024);
+    /* The same through a files consumer with a backend (read, then a synchronised copy). */
+    assert_mstar_ok(mstar_comm_dereference(c, big.uuid, 1));
+    bus_deliver(&w->b, "worker_0", p);
+    mstar_comm *fp = make_comm_with("worker_3", MSTAR_TRANSPORT_FILES, w->dir, &w->sp, be);
+    mstar_tensor_info y = stage(fp, &rid, 1000, 5, MSTAR_OK);
+    read_back(f, &rid, &y);
+    bus_deliver(&w->b, "worker_3", fp);
+    assert_int_equal(mstar_comm_num_tensors(fp) + mstar_comm_num_tensors(p), 0);
+    free(back);
+    free(want.data);
+    mstar_edge_clear(&e);
+    mstar_comm_destroy(fp);
+    mstar_comm_destroy(f);
+    mstar_comm_destroy(c);
+    mstar_comm_destroy(p);
+    mstar_backend_destroy(be);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_fragmentation_spills, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_strict_mode_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ttl_backstop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_growth_and_dedicated_segment, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_peer_eviction, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_orphans_and_collisions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_shm_modes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_device_paths_host_backend, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,253 @@
+/*
+ * test_comm_async.c — reads whose copies are still running when start_read_tensors returns, as
+ * a device copy or a remote engine leaves them. The consumer's transport is wrapped so every
+ * read returns a completion the test finishes by hand; everything else is the real file
+ * transport. Covers: no ACK and no delivery before the copy landed (§8.5, invariant 3),
+ * has_inflight_reads and the drain, soft cleanup with a read in flight (§8.2, §8.3), force
+ * cleanup refused while reads run, a failed read reported once and not poisoning later polls
+ * (§8.11), and the completion handle API.
+ */
+#include "comm_harness.h"
+
+#include "tensors/comm_internal.h"
+#include "tensors/completion.h"
+
+#include <poll.h>
+
+/* ---- a transport whose reads finish when the test says ---------------------------------- */
+
+typedef struct delayed {
+    mstar__transport base;
+    mstar__transport_ops ops;
+    mstar__transport *inner;
+    mstar_completion *held[16];
+    int n;
+} delayed;
+
+static mstar__transport *inner_of(mstar__transport *t)
+{
+    return ((delayed *)t)->inner;
+}
+
+static mstar_status d_stage(mstar__transport *t, mstar__stage_item *items, size_t n)
+{
+    return inner_of(t)->ops->stage(inner_of(t), items, n);
+}
+
+static void d_release(mstar__transport *t, mstar_tensor_id uuid, const mstar_tensor *tensor)
+{
+    inner_of(t)->ops->release(inner_of(t), uuid, tensor);
+}
+
+static mstar_status d_check(mstar__transport *t, const mstar_tensor_info *info)
+{
+    return inner_of(t)->ops->check(inner_of(t), info);
+}
+
+static mstar_status d_read(mstar__transport *t, mstar__read_item *items, size_t n,
+                           mstar_completion **done)
+{
+    delayed *d = (delayed *)t;
+    mstar_completion *inner_done = NULL;
+    mstar_status st = d->inner->ops->read(d->inner, items, n, &inner_done);
+    assert_null(inner_done);
+    if (st != MSTAR_OK)
+        return st;
+    assert_mstar_ok(mstar__completion_create(d->base.env->wake_fd, done));
+    d->held[d->n++] = mstar__completion_retain(*done);
+    return MSTAR_OK;
+}
+
+static void d_destroy(mstar__transport *t)
+{
+    delayed *d = (delayed *)t;
+    d->inner->ops->destroy(d->inner);
+    for (int i = 0; i < d->n; i++)
+        mstar_completion_release(d->held[i]);
+    free(d);
+}
+
+static delayed *wrap(mstar_comm *c)
+{
+    delayed *d = calloc(1, sizeof(*d));
+    d->inner = c->transport;
+    d->ops = *c->transport->ops;
+    d->ops.stage = d_stage;
+    d->ops.release = d_release;
+    d->ops.check = d_check;
+    d->ops.read = d_read;
+    d->ops.destroy = d_destroy;
+    d->ops.maintain = NULL;
+    d->base.ops = &d->ops;
+    d->base.env = c->transport->env;
+    c->transport = &d->base;
+    return d;
+}
+
+/* ---- fixtures --------------------------------------------------------------------------- */
+
+typedef struct world {
+    bus b;
+    sender sp, sc;
+    mstar_comm *p, *c;
+    delayed *d;
+    const char *dir;
+    mstar_tensor t;
+    mstar_tensor_info info;
+    mstar_edge e;
+    mstar_rid rid;
+} world;
+
+static int setup(void **state)
+{
+    world *w = calloc(1, sizeof(*w));
+    w->dir = mstar_test_tmpdir("async");
+    w->sp = (sender){ &w->b, "worker_0" };
+    w->sc = (sender){ &w->b, "worker_1" };
+    w->p = make_comm("worker_0", MSTAR_TRANSPORT_FILES, w->dir, &w->sp);
+    w->c = make_comm("worker_1", MSTAR_TRANSPORT_FILES, w->dir, &w->sc);
+    w->d = wrap(w->c);
+    w->rid = mstar_rid_from_int(42);
+    int64_t shape[1] = { 100 };
+    w->t = make_tensor(MSTAR_DTYPE_FLOAT32, 1, shape, 3);
+    mstar_output o = output_of("x", w->t);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &w->rid, &o, 1, NULL, &w->info));
+    assert_mstar_ok(mstar_comm_increment_ref(w->p, w->info.uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &w->rid, &w->info, 1));
+    w->e = edge_of("x", "node", &w->info, 1);
+    *state = w;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    world *w = *state;
+    mstar_comm_destroy(w->c);
+    mstar_comm_destroy(w->p);
+    bus_clear(&w->b);
+    mstar_edge_clear(&w->e);
+    free(w->t.data);
+    assert_int_equal(mstar_test_count_dir(w->dir), 0);
+    free(w);
+    return 0;
+}
+
+static bool fd_readable(int fd)
+{
+    struct pollfd p = { fd, POLLIN, 0 };
+    return poll(&p, 1, 0) == 1;
+}
+
+/* ---- tests ------------------------------------------------------------------------------ */
+
+static void test_ack_only_after_copy_landed(void **state)
+{
+    world *w = *state;
+    mstar_completion_list list;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, &list));
+    assert_int_equal(list.n, 1);
+    assert_int_equal(mstar_completion_poll(list.items[0]), MSTAR_EAGAIN);
+    assert_true(mstar_comm_has_inflight_reads(w->c, &w->rid));
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 0);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(bus_count(&w->b, "worker_0"), 0); /* the producer may not reuse it yet */
+    assert_false(fd_readable(mstar_comm_event_fd(w->c)));
+    mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
+    assert_true(fd_readable(mstar_comm_event_fd(w->c)));
+    mstar_comm_event_drain(w->c);
+    assert_false(fd_readable(mstar_comm_event_fd(w->c)));
+    assert_mstar_ok(mstar_completion_poll(list.items[0]));
+    assert_mstar_ok(mstar_completion_wait(list.items[0], -1));
+    assert_false(mstar_comm_has_inflight_reads(w->c, &w->rid));
+    expect_ready(w->c, &set, 1);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", w->info.uuid), 1);
+    mstar_ready_set_clear(&set);
+    mstar_completion_list_clear(&list);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+}
+
+/* §8.2 / §8.3: cleanup while a read is copying neither ACKs it (the producer would free the
+ * source mid-copy) nor frees its buffer; force cleanup is refused until it lands. When it
+ * lands it is ACKed and dropped, never delivered. */
+static void test_cleanup_with_read_in_flight(void **state)
+{
+    world *w = *state;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, NULL));
+    assert_mstar_ok(mstar_comm_cleanup_request(w->c, &w->rid));
+    assert_int_equal(bus_count(&w->b, "worker_0"), 0);
+    assert_int_equal(mstar_comm_num_tensors(w->c), 1); /* the buffer the copy writes into */
+    assert_true(mstar_comm_has_inflight_reads(w->c, &w->rid));
+    assert_mstar_status(mstar_comm_force_cleanup_request(w->c, &w->rid), MSTAR_ESTATE);
+    mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 0);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", w->info.uuid), 1);
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_false(mstar_comm_has_inflight_reads(w->c, &w->rid));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->c, &w->rid));
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+}
+
+/* §8.11: a failed read is reported once, its references released and its delivery ended at the
+ * producer (failed_tensor_ids); the next poll is clean. */
+static void test_failed_read_does_not_poison(void **state)
+{
+    world *w = *state;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, NULL));
+    mstar__completion_finish(w->d->held[0], MSTAR_EREMOTE, "the NIC went away");
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 0);
+    assert_int_equal(set.nfailed, 1);
+    assert_int_equal(set.failed[0].status, MSTAR_EREMOTE);
+    assert_string_equal(set.failed[0].edge_name, "x");
+    assert_non_null(strstr(set.failed[0].message, "NIC"));
+    mstar_ready_set_clear(&set);
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_int_equal(bus_count(&w->b, "worker_0"), 1);
+    assert_int_equal(w->b.q[0].msg.nuuids, 1); /* failed_tensor_ids */
+    assert_int_equal(w->b.q[0].msg.ncounts, 0);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    expect_ready(w->c, &set, 0);
+    assert_int_equal(set.nfailed, 0);
+    mstar_ready_set_clear(&set);
+}
+
+static void test_completion_api(void **state)
+{
+    world *w = *state;
+    mstar_completion_list list;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, &list));
+    mstar_completion *c = list.items[0];
+    assert_mstar_status(mstar_completion_wait(c, 0), MSTAR_ETIMEDOUT);
+    assert_mstar_status(mstar_completion_wait(c, 20), MSTAR_ETIMEDOUT);
+    mstar__completion_finish(c, MSTAR_OK, NULL);
+    mstar__completion_finish(c, MSTAR_EIO, "ignored: only the first finish counts");
+    assert_mstar_ok(mstar_completion_wait(c, 0));
+    assert_mstar_status(mstar_completion_poll(NULL), MSTAR_EINVAL);
+    mstar_completion_release(NULL);
+    mstar_completion_list_clear(&list);
+    assert_int_equal(list.n, 0);
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 1);
+    mstar_ready_set_clear(&set);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ack_only_after_copy_landed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cleanup_with_read_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_read_does_not_poison, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_completion_api, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,577 @@
+/*
+ * test_comm_transfer.c — producer and consumer managers in one process, over the per-uuid file
+ * transport and over the arena (each test runs for both, from a table a remote transport can
+ * join): bytes and ACKs, zero-size and 0-dim tensors, several consumers, re-delivery against a
+ * legitimate re-send, the abort with a live reader, unstamped sharded clones, late messages,
+ * every kind of bad descriptor, and that nothing is left in the shm directory.
+ */
+#include "comm_harness.h"
+
+#include "tensors/shm.h"
+
+#include <dirent.h>
+
+typedef struct world {
+    mstar_transport_kind kind;
+    const char *dir;
+    bus b;
+    sender sp, sc, sd;
+    mstar_comm *p; /* worker_0, the producer */
+    mstar_comm *c; /* worker_1, a consumer */
+    mstar_comm *d; /* worker_2, another consumer */
+} world;
+
+static const mstar_transport_kind KINDS[] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
+
+static int setup(void **state)
+{
+    world *w = calloc(1, sizeof(*w));
+    w->kind = *(const mstar_transport_kind *)*state;
+    w->dir = mstar_test_tmpdir("xfer");
+    w->sp = (sender){ &w->b, "worker_0" };
+    w->sc = (sender){ &w->b, "worker_1" };
+    w->sd = (sender){ &w->b, "worker_2" };
+    w->p = make_comm("worker_0", w->kind, w->dir, &w->sp);
+    w->c = make_comm("worker_1", w->kind, w->dir, &w->sc);
+    w->d = make_comm("worker_2", w->kind, w->dir, &w->sd);
+    *state = w;
+    return 0;
+}
+
+/* Files that are not arena segments (per-uuid files and spills). */
+static int count_files(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d != NULL && (e = readdir(d)) != NULL)
+        n += strncmp(e->d_name, "mstar", 5) == 0 && strncmp(e->d_name, "mstar_arena_", 12) != 0;
+    if (d != NULL)
+        closedir(d);
+    return n;
+}
+
+static int teardown(void **state)
+{
+    world *w = *state;
+    mstar_comm_destroy(w->p);
+    mstar_comm_destroy(w->c);
+    mstar_comm_destroy(w->d);
+    bus_clear(&w->b);
+    /* Everything is gone: files, spills and segments. */
+    assert_int_equal(mstar_test_count_dir(w->dir), 0);
+    free(w);
+    return 0;
+}
+
+/* Store `n` outputs on the producer, hold and route them to `fanout` destinations, stage them. */
+static void produce(world *w, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n, int fanout,
+                    mstar_tensor_info *infos)
+{
+    mstar_output o[8];
+    for (uint32_t i = 0; i < n; i++)
+        o[i] = output_of("sig", ts[i]);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, o, n, NULL, infos));
+    mstar_tensor_id held[8];
+    for (uint32_t i = 0; i < n; i++)
+        held[i] = infos[i].uuid;
+    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w->p, held, n, 1));
+    mstar_edge routed[4];
+    for (int k = 0; k < fanout; k++)
+        routed[k] = edge_of("sig", "node", infos, n);
+    assert_mstar_ok(mstar_comm_set_output_ref_counts(w->p, held, n, routed, (uint32_t)fanout));
+    for (int k = 0; k < fanout; k++)
+        mstar_edge_clear(&routed[k]);
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, infos, n));
+}
+
+static void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)
+{
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(c, uuid, &got));
+    assert_int_equal(got.dtype, want->dtype);
+    assert_int_equal(got.ndim, want->ndim);
+    for (int32_t d = 0; d < want->ndim; d++)
+        assert_int_equal(got.shape[d], want->shape[d]);
+    uint64_t n = mstar_tensor_nbytes(want);
+    if (n > 0)
+        assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
+}
+
+/* Bytes arrive intact for every dtype and shape, zero-size and 0-dim included (§8.18); the
+ * ACK goes out when the edge is collected and frees the producer's copy (and its file or slot);
+ * the node's release frees the consumer's. */
+static void test_roundtrip(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(1);
+    int64_t s_a[3] = { 2, 3, 5 }, s_b[1] = { 0 }, s_d[2] = { 4, 0 };
+    mstar_tensor ts[5] = {
+        make_tensor(MSTAR_DTYPE_FLOAT32, 3, s_a, 1),  make_tensor(MSTAR_DTYPE_BOOL, 1, s_b, 2),
+        make_tensor(MSTAR_DTYPE_FLOAT64, 0, NULL, 3), make_tensor(MSTAR_DTYPE_INT8, 2, s_d, 4),
+        make_tensor(MSTAR_DTYPE_BFLOAT16, 3, s_a, 5),
+    };
+    mstar_tensor_info infos[5];
+    produce(w, &rid, ts, 5, 1, infos);
+    assert_int_equal(count_files(w->dir), w->kind == MSTAR_TRANSPORT_FILES ? 5 : 0);
+    if (w->kind == MSTAR_TRANSPORT_ARENA) {
+        mstar_arena_stats st;
+        assert_mstar_ok(mstar_comm_arena_stats(w->p, &st));
+        assert_int_equal(st.live_slots, 5); /* zero-byte tensors take a slot too */
+        assert_string_not_equal(infos[0].shm_segment, "");
+    }
+    mstar_edge e = edge_of("sig", "node", infos, 5);
+    mstar_completion_list done;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
+    assert_int_equal(done.n, 0); /* host reads land inside the call */
+    mstar_completion_list_clear(&done);
+    assert_int_equal(bus_count(&w->b, "worker_0"), 0); /* no ACK before collection */
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 1);
+    assert_int_equal(set.nrequests, 1);
+    assert_true(mstar_rid_equal(&set.rids[0], &rid));
+    assert_int_equal(set.edge_start[1], 1);
+    for (int i = 0; i < 5; i++) {
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+        assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[i].uuid), 1);
+    }
+    assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_int_equal(count_files(w->dir), 0);
+    if (w->kind == MSTAR_TRANSPORT_ARENA) {
+        mstar_arena_stats st;
+        assert_mstar_ok(mstar_comm_arena_stats(w->p, &st));
+        assert_int_equal(st.live_slots, 0);
+    }
+    /* The node consumed its inputs. */
+    for (int i = 0; i < 5; i++)
+        assert_mstar_ok(mstar_comm_dereference(w->c, infos[i].uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    mstar_rx_info *rx;
+    uint32_t nrx;
+    assert_mstar_ok(mstar_comm_get_rx_info(w->c, &rid, &rx, &nrx));
+    assert_int_equal(nrx, 1);
+    assert_int_equal(rx[0].count, 5);
+    assert_string_equal(rx[0].source_entity, "worker_0");
+    free(rx);
+    mstar_ready_set_clear(&set);
+    mstar_edge_clear(&e);
+    for (int i = 0; i < 5; i++)
+        free(ts[i].data);
+}
+
+/* Invariant 7: two consumers, two ACKs; freed only after both. */
+static void test_two_consumers(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(2);
+    int64_t shape[1] = { 1000 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT16, 1, shape, 7);
+    mstar_tensor_info info;
+    produce(w, &rid, &t, 1, 2, &info);
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    mstar_ready_set s1, s2;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    expect_ready(w->c, &s1, 1);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 1); /* one consumer still to come */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL));
+    expect_ready(w->d, &s2, 1);
+    check_bytes(w->d, info.uuid, &t);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    assert_mstar_ok(mstar_comm_dereference(w->d, info.uuid, 1));
+    mstar_ready_set_clear(&s1);
+    mstar_ready_set_clear(&s2);
+    mstar_edge_clear(&e);
+    free(t.data);
+}
+
+/* §8.6: the same persisted input re-sent in a later walk, after the consumer freed its first
+ * copy, is read again and freed again (no leak); a true re-delivery of an edge whose uuid is
+ * still held passes through and takes one usage reference. Each delivery is ACKed once. */
+static void test_redelivery_vs_resend(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(3);
+    int64_t shape[1] = { 64 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_FLOAT16, 1, shape, 9);
+    mstar_output o = output_of("img", t);
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
+    assert_mstar_ok(mstar_comm_set_persist(w->p, info.uuid, true));
+    mstar_edge e = edge_of("img", "enc", &info, 1);
+    mstar_ready_set set;
+    /* Walk 1: read, deliver, consume → the consumer's copy is gone. */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    expect_ready(w->c, &set, 1);
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    /* Walk 2: the conductor sends it again. */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    expect_ready(w->c, &set, 1);
+    mstar_ready_set_clear(&set);
+    check_bytes(w->c, info.uuid, &t);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0); /* the reference leaks it here */
+    /* A re-delivery while the copy is held: +1, passed through, released by its node. */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    expect_ready(w->c, &set, 2);
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 1);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    /* Four deliveries, four ACKs (invariant 7): the producer's ref is -4; UNPERSIST{4} frees. */
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 4);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 1);
+    mstar_msg un;
+    mstar_msg_init(&un, MSTAR_MSG_UNPERSIST_TENSORS);
+    assert_mstar_ok(mstar_msg_add_count(&un, info.uuid, 4));
+    assert_mstar_ok(mstar_comm_handle_message(w->p, &un));
+    mstar_msg_clear(&un);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_int_equal(count_files(w->dir), 0);
+    mstar_edge_clear(&e);
+    free(t.data);
+}
+
+/* §8.1: the request is aborted while a persisted input is still to be read by another rank.
+ * Soft cleanup keeps it (the reference unlinked it under the reader); the reader reads it; only
+ * after READS_DONE does force cleanup free it. */
+static void test_abort_with_live_reader(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("req-abort");
+    int64_t shape[2] = { 16, 16 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_FLOAT32, 2, shape, 11);
+    mstar_output o = output_of("prompt", t);
+    mstar_tensor_info info;
+    /* The api-server pattern: store, register, persist, no hold. */
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
+    assert_mstar_ok(mstar_comm_set_persist(w->p, info.uuid, true));
+    mstar_edge e = edge_of("prompt", "enc", &info, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    /* Abort: soft cleanup everywhere. */
+    assert_mstar_ok(mstar_comm_cleanup_request(w->p, &rid));
+    assert_int_equal(mstar_comm_num_tensors(w->p), 1);
+    assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid)); /* ACKs and drops its landed read */
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 1);
+    /* The other rank's scheduled read still finds the bytes. */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL));
+    mstar_ready_set set;
+    expect_ready(w->d, &set, 1);
+    check_bytes(w->d, info.uuid, &t);
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_cleanup_request(w->d, &rid));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->d, &rid)); /* drop the node's copy */
+    assert_int_equal(mstar_comm_num_tensors(w->d), 0);
+    /* Every reader drained: READS_DONE. ACKs alone do not free a persisted tensor. */
+    assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
+    assert_false(mstar_comm_has_inflight_reads(w->d, &rid));
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 1);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid));
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_int_equal(count_files(w->dir), 0);
+    /* A read after the hard cleanup fails loudly instead of reading freed memory. */
+    mstar_status st = mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL);
+    if (w->kind == MSTAR_TRANSPORT_FILES)
+        assert_int_equal(st, MSTAR_ENOENT);
+    mstar_edge_clear(&e);
+    free(t.data);
+}
+
+/* §8.4: sharded fan-out clones descriptors before staging; without refresh_shm_placement an
+ * arena consumer would look for a per-uuid file that was never written. */
+static void test_unstamped_sharded_clones(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(5);
+    const char *sigs[1] = { "h" };
+    int32_t dims[1] = { 0 };
+    mstar_sharding_config cfg = { 1, sigs, dims };
+    assert_mstar_ok(mstar_comm_register_request(w->p, &rid, &cfg));
+    int64_t shape[2] = { 8, 4 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT32, 2, shape, 13);
+    mstar_output o = output_of("h", t);
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
+    mstar_edge e = edge_of("h", "mlp", &info, 1);
+    const char *dst_workers[2] = { "worker_1", "worker_2" };
+    mstar_shard_group dst = { 2, dst_workers };
+    mstar_fanout fo;
+    assert_mstar_ok(mstar_edge_fanout(&e, 0, NULL, 0, &dst, &fo));
+    assert_int_equal(fo.n, 2);
+    uint32_t count = 1;
+    assert_mstar_ok(mstar_comm_register_for_send_uuids(w->p, &rid, 1, &count, &info.uuid));
+    if (w->kind == MSTAR_TRANSPORT_ARENA) {
+        assert_string_equal(fo.edges[1].tensor_info[0].shm_segment, "");
+        mstar_status st = mstar_comm_start_read_tensors(w->d, &rid, &fo.edges[1], 1, NULL);
+        assert_int_equal(st, MSTAR_ENOENT); /* the bug the refresh exists for */
+    }
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, fo.edges, fo.n));
+    if (w->kind == MSTAR_TRANSPORT_ARENA)
+        assert_string_not_equal(fo.edges[1].tensor_info[0].shm_segment, "");
+    /* Only the placement moved: the slice's geometry is untouched. */
+    assert_int_equal(fo.edges[1].tensor_info[0].dims[0], 4);
+    assert_int_equal(fo.edges[1].tensor_info[0].offset, 4 * 4 * 4);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &fo.edges[1], 1, NULL));
+    mstar_ready_set set;
+    expect_ready(w->d, &set, 1);
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(w->d, info.uuid, &got));
+    assert_int_equal(got.shape[0], 4);
+    assert_memory_equal(mstar_tensor_ptr(&got), (char *)t.data + 64, 64);
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->d, &rid));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid));
+    mstar_fanout_clear(&fo);
+    mstar_edge_clear(&e);
+    free(t.data);
+}
+
+/* Issue item 6: every bad descriptor is refused before anything is read or held; neither side
+ * changes. */
+static void test_bad_descriptors(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(6);
+    int64_t shape[1] = { 256 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, shape, 15);
+    mstar_tensor_info good;
+    produce(w, &rid, &t, 1, 1, &good);
+    mstar_tensor_info bad;
+    mstar_status st;
+    const char *segments[] = { "mstar_arena_worker_0_1_00000000.seg0/../x",
+                               "../../etc/passwd",
+                               "mstar_arena_..worker_0_1_0a0b0c0d.seg0",
+                               "arena_worker_0_1_0a0b0c0d.seg0",
+                               "mstar_arena_worker_1_1_0a0b0c0d.seg0", /* not the source's */
+                               "mstar_arena_worker_0_1_0a0b0c0d.segX" };
+    for (size_t i = 0; i < sizeof(segments) / sizeof(segments[0]); i++) {
+        bad = good;
+        snprintf(bad.shm_segment, sizeof(bad.shm_segment), "%s", segments[i]);
+        mstar_edge e = edge_of("sig", "node", &bad, 1);
+        st = mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL);
+        if (st != MSTAR_EPROTO)
+            fail_msg("segment '%s' gave %s", segments[i], mstar_status_name(st));
+        mstar_edge_clear(&e);
+    }
+    /* Ranges past the end of the file or the mapped segment (within a segment, the consumer
+     * cannot know slot boundaries: the mapping's size is the bound). */
+    bad = good;
+    bad.offset = 1; /* [1, 257) of 256 bytes */
+    mstar_edge e = edge_of("sig", "node", &bad, 1);
+    if (w->kind == MSTAR_TRANSPORT_FILES)
+        assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+    mstar_edge_clear(&e);
+    if (w->kind == MSTAR_TRANSPORT_ARENA) {
+        mstar_arena_stats as;
+        assert_mstar_ok(mstar_comm_arena_stats(w->p, &as));
+        bad = good;
+        bad.shm_offset = as.total_bytes - 128;
+        e = edge_of("sig", "node", &bad, 1);
+        assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+        mstar_edge_clear(&e);
+        bad.shm_offset = UINT64_MAX - 8; /* wraps */
+        e = edge_of("sig", "node", &bad, 1);
+        assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+        mstar_edge_clear(&e);
+    }
+    /* nbytes that disagrees with dims × dtype; a bad dtype; too many dims; a bad entity. */
+    bad = good;
+    bad.nbytes = 255;
+    e = edge_of("sig", "node", &bad, 1);
+    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+    mstar_edge_clear(&e);
+    bad = good;
+    bad.dtype = (mstar_dtype)77;
+    e = edge_of("sig", "node", &bad, 1);
+    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+    mstar_edge_clear(&e);
+    bad = good;
+    bad.ndim = 9;
+    e = edge_of("sig", "node", &bad, 1);
+    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+    mstar_edge_clear(&e);
+    bad = good;
+    snprintf(bad.source_entity, sizeof(bad.source_entity), "../worker_0");
+    e = edge_of("sig", "node", &bad, 1);
+    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+    mstar_edge_clear(&e);
+    /* A good descriptor next to a bad one: all or nothing. */
+    mstar_tensor_info pair[2] = { good, good };
+    pair[1].nbytes = 1;
+    e = edge_of("sig", "node", pair, 2);
+    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+    mstar_edge_clear(&e);
+    /* Nothing was read, held, pending or ACKed; the producer's copy is intact. */
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 0);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(bus_count(&w->b, "worker_0"), 0);
+    e = edge_of("sig", "node", &good, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    expect_ready(w->c, &set, 1);
+    check_bytes(w->c, good.uuid, &t);
+    mstar_ready_set_clear(&set);
+    mstar_edge_clear(&e);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_comm_dereference(w->c, good.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->p) + mstar_comm_num_tensors(w->c), 0);
+    free(t.data);
+}
+
+/* §8.19: result tensors for a request already removed are ACKed unread; a late ACK after the
+ * producer's soft cleanup still frees (and unlinks); reads for a request the consumer never
+ * registered work. */
+static void test_late_messages(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(7);
+    int64_t shape[1] = { 10 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT64, 1, shape, 17);
+    mstar_tensor_info info;
+    produce(w, &rid, &t, 1, 2, &info);
+    assert_mstar_ok(mstar_comm_cleanup_request(w->p, &rid)); /* deferred: two refs out */
+    assert_int_equal(mstar_comm_num_tensors(w->p), 1);
+    mstar_edge e = edge_of("sig", "emit", &info, 1);
+    assert_mstar_ok(mstar_comm_ack_unread_tensors(w->c, &rid, &e, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL)); /* never registered */
+    mstar_ready_set set;
+    expect_ready(w->d, &set, 1);
+    mstar_ready_set_clear(&set);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_int_equal(count_files(w->dir), 0);
+    assert_mstar_ok(mstar_comm_dereference(w->d, info.uuid, 1));
+    mstar_edge_clear(&e);
+    free(t.data);
+}
+
+/* Soft cleanup on a consumer with reads that landed but were never collected: they are ACKed
+ * (the producer counted them) and nothing is left on either side. */
+static void test_consumer_cleanup_acks_landed(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(8);
+    int64_t shape[1] = { 3 };
+    mstar_tensor ts[2] = { make_tensor(MSTAR_DTYPE_FLOAT32, 1, shape, 19),
+                           make_tensor(MSTAR_DTYPE_FLOAT32, 1, shape, 20) };
+    mstar_tensor_info infos[2];
+    produce(w, &rid, ts, 2, 1, infos);
+    mstar_edge e = edge_of("sig", "node", infos, 2);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 2);
+    assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 0);
+    mstar_ready_set_clear(&set);
+    mstar_edge_clear(&e);
+    free(ts[0].data);
+    free(ts[1].data);
+}
+
+/* §5.4: an edge a producer sends to itself needs no read; a slice of its own sharded output is
+ * cut without a copy under a new uuid, and the producer's reference for it moves there. */
+static void test_self_delivery_and_local_slice(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(9);
+    const char *sigs[1] = { "h" };
+    int32_t dims[1] = { 1 };
+    mstar_sharding_config cfg = { 1, sigs, dims };
+    assert_mstar_ok(mstar_comm_register_request(w->p, &rid, &cfg));
+    int64_t shape[2] = { 3, 8 }; /* shard dim 1: canonical [8, 3] */
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT16, 2, shape, 21);
+    mstar_output o = output_of("h", t);
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
+    mstar_edge e = edge_of("h", "mlp", &info, 1);
+    const char *workers[2] = { "worker_0", "worker_1" };
+    mstar_shard_group dst = { 2, workers };
+    mstar_fanout fo;
+    assert_mstar_ok(mstar_edge_fanout(&e, 1, NULL, 0, &dst, &fo));
+    assert_int_equal(fo.n, 2);
+    assert_string_equal(fo.workers[0], "worker_0");
+    /* Routed to both ranks: hold 1 → 2. */
+    assert_mstar_ok(mstar_comm_increment_ref(w->p, info.uuid, 1));
+    assert_mstar_ok(mstar_comm_set_output_ref_counts(w->p, &info.uuid, 1, fo.edges, 2));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, fo.edges, 2));
+    /* Rank 0 is the producer itself. */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->p, &rid, &fo.edges[0], 1, NULL));
+    mstar_ready_set set;
+    expect_ready(w->p, &set, 1);
+    mstar_tensor_id slice = set.edges[0].tensor_info[0].uuid;
+    assert_int_not_equal(slice, info.uuid);
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(w->p, slice, &got));
+    assert_int_equal(got.shape[0], 3);
+    assert_int_equal(got.shape[1], 4); /* real layout: [3, 4] of columns 0..3 */
+    int16_t back[12];
+    mstar_tensor cp;
+    assert_mstar_ok(mstar_comm_get_tensor_copy(w->p, slice, back, sizeof(back), &cp));
+    int16_t *src = t.data;
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 4; c++)
+            assert_int_equal(back[r * 4 + c], src[r * 8 + c]);
+    assert_int_equal(bus_count(&w->b, "worker_0"), 0); /* no ACK to oneself */
+    mstar_ready_set_clear(&set);
+    /* Rank 1 reads columns 4..7 across processes. */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &fo.edges[1], 1, NULL));
+    expect_ready(w->c, &set, 1);
+    assert_mstar_ok(mstar_comm_get_tensor_copy(w->c, info.uuid, back, sizeof(back), &cp));
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 4; c++)
+            assert_int_equal(back[r * 4 + c], src[r * 8 + 4 + c]);
+    mstar_ready_set_clear(&set);
+    bus_deliver(&w->b, "worker_0", w->p);
+    /* The producer's tensor went when both its destinations were served; the slice stays until
+     * its node releases it (it shares the storage). */
+    assert_int_equal(mstar_comm_num_tensors(w->p), 1);
+    assert_mstar_ok(mstar_comm_dereference(w->p, slice, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    mstar_fanout_clear(&fo);
+    mstar_edge_clear(&e);
+    free(t.data);
+}
+
+#define BOTH(fn)                                                                      \
+    cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, (void *)&KINDS[0]), \
+        cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, (void *)&KINDS[1])
+
+int main(void)
+{
+    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "1", 1);
+    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "4", 1);
+    const struct CMUnitTest tests[] = {
+        BOTH(test_roundtrip),
+        BOTH(test_two_consumers),
+        BOTH(test_redelivery_vs_resend),
+        BOTH(test_abort_with_live_reader),
+        BOTH(test_unstamped_sharded_clones),
+        BOTH(test_bad_descriptors),
+        BOTH(test_late_messages),
+        BOTH(test_consumer_cleanup_acks_landed),
+        BOTH(test_self_delivery_and_local_slice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
