@@ -51,6 +51,20 @@ static mstar_status ensure_req(mstar__bk *bk, uint32_t req)
     return MSTAR_OK;
 }
 
+/* Double the slab (records move: callers hold slots, never pointers, across a put). */
+static mstar_status grow_slab(mstar__bk *bk)
+{
+    if (bk->cap >= UINT32_MAX / 2)
+        return mstar_error_set(MSTAR_ENOMEM, "bookkeeper: too many records");
+    uint32_t ncap = bk->cap ? bk->cap * 2 : 256;
+    mstar__bk_rec *nrecs = realloc(bk->recs, (size_t)ncap * sizeof(*nrecs));
+    if (nrecs == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "bookkeeper: %u records", ncap);
+    bk->recs = nrecs;
+    bk->cap = ncap;
+    return MSTAR_OK;
+}
+
 static mstar_status take_slot(mstar__bk *bk, uint32_t *slot)
 {
     if (bk->free_head != MSTAR__BK_NONE) {
@@ -59,14 +73,9 @@ static mstar_status take_slot(mstar__bk *bk, uint32_t *slot)
         return MSTAR_OK;
     }
     if (bk->top == bk->cap) {
-        if (bk->cap >= UINT32_MAX / 2)
-            return mstar_error_set(MSTAR_ENOMEM, "bookkeeper: too many records");
-        uint32_t ncap = bk->cap ? bk->cap * 2 : 256;
-        mstar__bk_rec *nrecs = realloc(bk->recs, (size_t)ncap * sizeof(*nrecs));
-        if (nrecs == NULL)
-            return mstar_error_set(MSTAR_ENOMEM, "bookkeeper: %u records", ncap);
-        bk->recs = nrecs;
-        bk->cap = ncap;
+        mstar_status st = grow_slab(bk);
+        if (st != MSTAR_OK)
+            return st;
     }
     *slot = bk->top++;
     return MSTAR_OK;
@@ -83,14 +92,9 @@ mstar_status mstar__bk_reserve(mstar__bk *bk, size_t n)
     for (uint32_t s = bk->free_head; s != MSTAR__BK_NONE && free_slots < n; s = bk->recs[s].next)
         free_slots++;
     while ((size_t)(bk->cap - bk->top) + free_slots < n) {
-        if (bk->cap >= UINT32_MAX / 2)
-            return mstar_error_set(MSTAR_ENOMEM, "bookkeeper: too many records");
-        uint32_t ncap = bk->cap ? bk->cap * 2 : 256;
-        mstar__bk_rec *nrecs = realloc(bk->recs, (size_t)ncap * sizeof(*nrecs));
-        if (nrecs == NULL)
-            return mstar_error_set(MSTAR_ENOMEM, "bookkeeper: %u records", ncap);
-        bk->recs = nrecs;
-        bk->cap = ncap;
+        mstar_status st = grow_slab(bk);
+        if (st != MSTAR_OK)
+            return st;
     }
     return mstar__u64map_reserve(&bk->index, mstar__u64map_len(&bk->index) + n);
 }

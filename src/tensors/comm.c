@@ -553,10 +553,20 @@ mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg)
 
 /* ---- profiling ------------------------------------------------------------------------------ */
 
-static mstar_status copy_out(const mstar__vec *v, void **out, uint32_t *n)
+/* A malloc'd copy of the request's TX (or RX) records; none for an unknown request. */
+static mstar_status copy_out(mstar_comm *comm, const mstar_rid *rid, bool tx, void **out,
+                             uint32_t *n)
 {
+    uint32_t slot;
+    mstar_status st = mstar__comm_req(comm, rid, false, &slot);
+    if (st != MSTAR_OK)
+        return st;
     *out = NULL;
     *n = 0;
+    if (slot == MSTAR__BK_NONE)
+        return MSTAR_OK;
+    const mstar__req *r = mstar__comm_req_at(comm, slot);
+    const mstar__vec *v = tx ? &r->tx : &r->rx;
     if (v->len == 0)
         return MSTAR_OK;
     void *copy = malloc(v->len * v->elsize);
@@ -571,29 +581,11 @@ static mstar_status copy_out(const mstar__vec *v, void **out, uint32_t *n)
 mstar_status mstar_comm_get_tx_info(mstar_comm *comm, const mstar_rid *rid, mstar_tx_info **out,
                                     uint32_t *n)
 {
-    uint32_t slot;
-    mstar_status st = mstar__comm_req(comm, rid, false, &slot);
-    if (st != MSTAR_OK)
-        return st;
-    if (slot == MSTAR__BK_NONE) {
-        *out = NULL;
-        *n = 0;
-        return MSTAR_OK;
-    }
-    return copy_out(&mstar__comm_req_at(comm, slot)->tx, (void **)out, n);
+    return copy_out(comm, rid, true, (void **)out, n);
 }
 
 mstar_status mstar_comm_get_rx_info(mstar_comm *comm, const mstar_rid *rid, mstar_rx_info **out,
                                     uint32_t *n)
 {
-    uint32_t slot;
-    mstar_status st = mstar__comm_req(comm, rid, false, &slot);
-    if (st != MSTAR_OK)
-        return st;
-    if (slot == MSTAR__BK_NONE) {
-        *out = NULL;
-        *n = 0;
-        return MSTAR_OK;
-    }
-    return copy_out(&mstar__comm_req_at(comm, slot)->rx, (void **)out, n);
+    return copy_out(comm, rid, false, (void **)out, n);
 }
