@@ -1,0 +1,145 @@
+/*
+ * codec.h — the msgpack primitives the descriptor, edge and message codecs are built from: a
+ * bounds-checked reader and a growing writer, both over msgpuck.
+ *
+ * The reader never trusts the input: every read checks its header and payload against the bytes
+ * left, every container count is checked against a limit and against the bytes left before anyone
+ * allocates for it, and every failure is MSTAR_EPROTO naming the field path. It does not rely on
+ * the whole-buffer mp_check the decoders run first, because msgpuck 1.0's mp_check counts pending
+ * elements in an int: a map32 claiming 2^31 entries wraps the count and passes as valid.
+ *
+ * The writer grows one buffer; an allocation failure is sticky and reported once at the end, so
+ * the encoders read as a plain sequence of writes.
+ */
+#ifndef MSTAR_WIRE_CODEC_H
+#define MSTAR_WIRE_CODEC_H
+
+#include "wire_internal.h"
+
+/* ---- keys ------------------------------------------------------------------------------------ */
+
+/* The key names of one kind of map, indexed by the kind's field enum. */
+typedef struct mstar__wkey {
+    const char *name;
+    uint32_t len;
+} mstar__wkey;
+
+/* ---- reader ---------------------------------------------------------------------------------- */
+
+typedef struct mstar__rd {
+    const char *p;
+    const char *end;
+    uint32_t tensors_left; /* descriptors the rest of this message may still hold */
+} mstar__rd;
+
+void mstar__rd_init(mstar__rd *r, const void *data, size_t len);
+
+/* Check the whole buffer is exactly one well-formed msgpack value (mp_check, then trailing
+ * bytes), naming `root` in the error. */
+mstar_status mstar__rd_check_whole(const mstar__rd *r, const char *root);
+
+bool mstar__rd_next_is_nil(const mstar__rd *r);
+/* Consume a nil if one is next; true if it did. */
+bool mstar__rd_nil(mstar__rd *r);
+
+/* An unsigned integer (msgpack uint, or int >= 0). */
+mstar_status mstar__rd_uint(mstar__rd *r, const mstar__wpath *path, uint64_t *out);
+/* A signed 64-bit integer (msgpack int, or uint <= INT64_MAX). */
+mstar_status mstar__rd_int(mstar__rd *r, const mstar__wpath *path, int64_t *out);
+/* A signed integer in min..max. */
+mstar_status mstar__rd_int32(mstar__rd *r, const mstar__wpath *path, int32_t min, int32_t max,
+                             int32_t *out);
+mstar_status mstar__rd_bool(mstar__rd *r, const mstar__wpath *path, bool *out);
+/* A float64, float32 or integer, as a double. */
+mstar_status mstar__rd_double(mstar__rd *r, const mstar__wpath *path, double *out);
+/* A string's bytes (not terminated; they stay in the input). */
+mstar_status mstar__rd_str(mstar__rd *r, const mstar__wpath *path, const char **s, uint32_t *len);
+mstar_status mstar__rd_bin(mstar__rd *r, const mstar__wpath *path, const char **s, uint32_t *len);
+/* A valid name copied, terminated, into dst[MSTAR_NAME_MAX + 1]; with `may_be_empty`, "" too. */
+mstar_status mstar__rd_name(mstar__rd *r, const mstar__wpath *path, bool may_be_empty, char *dst);
+/* Printable text (reasons), copied, terminated, into dst[MSTAR_NAME_MAX + 1]. */
+mstar_status mstar__rd_text(mstar__rd *r, const mstar__wpath *path, char *dst);
+/* A request id: an integer or a valid name. */
+mstar_status mstar__rd_rid(mstar__rd *r, const mstar__wpath *path, mstar_rid *out);
+
+/* An array header of at most `max` entries, each at least `min_bytes` long on the wire. */
+mstar_status mstar__rd_array(mstar__rd *r, const mstar__wpath *path, uint32_t max,
+                             uint32_t min_bytes, uint32_t *n);
+/* A map header of at most `max` entries, each (key and value) at least `min_bytes` long. */
+mstar_status mstar__rd_map(mstar__rd *r, const mstar__wpath *path, uint32_t max, uint32_t min_bytes,
+                           uint32_t *n);
+/* Take `n` descriptors out of the message's budget (MSTAR_WIRE_MAX_TENSORS in all). */
+mstar_status mstar__rd_take_tensors(mstar__rd *r, const mstar__wpath *path, uint32_t n);
+
+/* Read a map key (a string) and look it up among the keys whose bit is set in `allowed`:
+ * *field is its index, or -1 for a key this build does not know (skip its value). Known keys
+ * repeated within one map (tracked in *seen) are an error. `path` names the map. */
+mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, const mstar__wkey *keys,
+                           int nkeys, uint64_t allowed, uint64_t *seen, int *field);
+/* Skip one value of any type, checking it as strictly as a known one (counts against bytes). */
+mstar_status mstar__rd_skip(mstar__rd *r, const mstar__wpath *path);
+/* Fail naming the first key of `required` missing from `seen`. */
+mstar_status mstar__rd_require(const mstar__wpath *path, const mstar__wkey *keys, uint64_t required,
+                               uint64_t seen);
+
+/* ---- writer ---------------------------------------------------------------------------------- */
+
+typedef struct mstar__wr {
+    char *data;
+    size_t len;
+    size_t cap;
+    mstar_status status;   /* sticky: the first allocation failure */
+    uint32_t tensors_left; /* descriptors the rest of this message may still hold */
+} mstar__wr;
+
+void mstar__wr_init(mstar__wr *w);
+/* Hand the buffer over (MSTAR_OK) or free it and return the sticky error; also rejects a result
+ * over MSTAR_WIRE_MAX_MESSAGE (EINVAL naming `root`). */
+mstar_status mstar__wr_finish(mstar__wr *w, const char *root, void **data, size_t *len);
+/* Free the buffer after an encoder failed. */
+void mstar__wr_discard(mstar__wr *w);
+
+void mstar__wr_map(mstar__wr *w, uint32_t n);
+void mstar__wr_array(mstar__wr *w, uint32_t n);
+void mstar__wr_key(mstar__wr *w, const mstar__wkey *key);
+void mstar__wr_uint(mstar__wr *w, uint64_t v);
+void mstar__wr_int(mstar__wr *w, int64_t v);
+void mstar__wr_bool(mstar__wr *w, bool v);
+void mstar__wr_nil(mstar__wr *w);
+void mstar__wr_double(mstar__wr *w, double v);
+void mstar__wr_str(mstar__wr *w, const char *s, size_t len);
+/* A NUL-terminated string. */
+void mstar__wr_cstr(mstar__wr *w, const char *s);
+void mstar__wr_bin(mstar__wr *w, const void *s, size_t len);
+void mstar__wr_rid(mstar__wr *w, const mstar_rid *rid);
+
+/* Take `n` descriptors out of the message's budget (EINVAL naming `path` past it). */
+mstar_status mstar__wr_take_tensors(mstar__wr *w, const mstar__wpath *path, uint32_t n);
+
+/* ---- whole buffers ----------------------------------------------------------------------------
+ *
+ * What every public encoder and decoder does around its value: argument checks, the size limit,
+ * the whole-buffer check, and the root of the field paths (`root`). */
+
+typedef mstar_status (*mstar__read_fn)(mstar__rd *r, const mstar__wpath *path, void *out);
+typedef mstar_status (*mstar__write_fn)(mstar__wr *w, const mstar__wpath *path, const void *value);
+
+mstar_status mstar__decode_root(const char *root, mstar__read_fn read, const void *data, size_t len,
+                                void *out);
+mstar_status mstar__encode_root(const char *root, mstar__write_fn write, const void *value,
+                                void **data, size_t *len);
+
+/* ---- the codecs, for the message codec to nest ----------------------------------------------- */
+
+/* Descriptor and edge maps. The decoders write *out only on success (a failed edge owns nothing);
+ * the encoders validate first (EINVAL). */
+mstar_status mstar__info_read(mstar__rd *r, const mstar__wpath *path, mstar_tensor_info *out);
+mstar_status mstar__info_write(mstar__wr *w, const mstar__wpath *path,
+                               const mstar_tensor_info *info);
+mstar_status mstar__edge_read(mstar__rd *r, const mstar__wpath *path, mstar_edge *out);
+mstar_status mstar__edge_write(mstar__wr *w, const mstar__wpath *path, const mstar_edge *edge);
+/* An array of descriptors into an edge (the edge owns what was read, even on failure). */
+mstar_status mstar__infos_read(mstar__rd *r, const mstar__wpath *path, mstar_edge *edge);
+mstar_status mstar__infos_write(mstar__wr *w, const mstar__wpath *path, const mstar_edge *edge);
+
+#endif

@@ -1,0 +1,337 @@
+/*
+ * codec_info.c — the descriptor (TensorPointerInfo) as a msgpack map keyed by the reference's
+ * field names, both ways, and the stand-alone mstar_tensor_info_encode/decode.
+ *
+ * Required: uuid, dims, dtype, nbytes, source_entity. Everything else is written only when it
+ * differs from its default and read as the default when absent; `stride` is omitted when it is
+ * the contiguous layout of `dims`. The nullable reference fields (shm_segment, _source_node_name,
+ * _source_graph_walk) also accept nil. docs/wire-format.md is the table.
+ */
+#include "codec.h"
+
+#include <string.h>
+
+enum {
+    F_UUID,
+    F_DIMS,
+    F_DTYPE,
+    F_NBYTES,
+    F_SOURCE_ENTITY,
+    F_STRIDE,
+    F_ADDRESS,
+    F_OFFSET,
+    F_TP_SIZE,
+    F_TP_RANK,
+    F_SESSION,
+    F_SHM_SEGMENT,
+    F_SHM_OFFSET,
+    F_NODE,
+    F_WALK,
+    F_REMOTE_KEY,
+    F_COUNT
+};
+
+static const mstar__wkey keys[F_COUNT] = {
+    [F_UUID] = { "uuid", 4 },
+    [F_DIMS] = { "dims", 4 },
+    [F_DTYPE] = { "dtype", 5 },
+    [F_NBYTES] = { "nbytes", 6 },
+    [F_SOURCE_ENTITY] = { "source_entity", 13 },
+    [F_STRIDE] = { "stride", 6 },
+    [F_ADDRESS] = { "address", 7 },
+    [F_OFFSET] = { "offset", 6 },
+    [F_TP_SIZE] = { "source_tp_size", 14 },
+    [F_TP_RANK] = { "source_tp_rank", 14 },
+    [F_SESSION] = { "source_session_id", 17 },
+    [F_SHM_SEGMENT] = { "shm_segment", 11 },
+    [F_SHM_OFFSET] = { "shm_offset", 10 },
+    [F_NODE] = { "_source_node_name", 17 },
+    [F_WALK] = { "_source_graph_walk", 18 },
+    [F_REMOTE_KEY] = { "remote_key", 10 },
+};
+
+#define REQUIRED \
+    ((1u << F_UUID) | (1u << F_DIMS) | (1u << F_DTYPE) | (1u << F_NBYTES) | (1u << F_SOURCE_ENTITY))
+#define ALL ((UINT64_C(1) << F_COUNT) - 1)
+
+/* ---- decoding -------------------------------------------------------------------------------- */
+
+static mstar_status read_shape(mstar__rd *r, const mstar__wpath *path, int64_t *out, int32_t *n)
+{
+    uint32_t count;
+    mstar_status st = mstar__rd_array(r, path, MSTAR_MAX_NDIM, 1, &count);
+    for (uint32_t i = 0; st == MSTAR_OK && i < count; i++) {
+        mstar__wpath pi = mstar__wpath_index(path, i);
+        st = mstar__rd_int(r, &pi, &out[i]);
+    }
+    *n = (int32_t)count;
+    return st;
+}
+
+static mstar_status read_dtype(mstar__rd *r, const mstar__wpath *path, mstar_dtype *out)
+{
+    const char *s;
+    uint32_t len;
+    mstar_status st = mstar__rd_str(r, path, &s, &len);
+    if (st != MSTAR_OK)
+        return st;
+    if (mstar_dtype_from_name(s, len, out) != MSTAR_OK)
+        return mstar__wire_fail(MSTAR_EPROTO, path, "unknown dtype '%.*s'",
+                                (int)(len > 32 ? 32 : len), s);
+    return MSTAR_OK;
+}
+
+/* A name that the reference may send as None. */
+static mstar_status read_optional_name(mstar__rd *r, const mstar__wpath *path, char *dst)
+{
+    if (mstar__rd_nil(r)) {
+        dst[0] = '\0';
+        return MSTAR_OK;
+    }
+    return mstar__rd_name(r, path, true, dst);
+}
+
+static mstar_status read_remote_key(mstar__rd *r, const mstar__wpath *path, mstar_tensor_info *out)
+{
+    const char *s;
+    uint32_t len;
+    mstar_status st = mstar__rd_bin(r, path, &s, &len);
+    if (st != MSTAR_OK)
+        return st;
+    if (len > MSTAR_REMOTE_KEY_MAX)
+        return mstar__wire_fail(MSTAR_EPROTO, path, "%u bytes, at most %d", len,
+                                MSTAR_REMOTE_KEY_MAX);
+    memcpy(out->remote_key, s, len);
+    out->remote_key_len = len;
+    return MSTAR_OK;
+}
+
+static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field,
+                               mstar_tensor_info *out, int32_t *nstride)
+{
+    switch (field) {
+    case F_UUID:
+        return mstar__rd_uint(r, path, &out->uuid);
+    case F_DIMS:
+        return read_shape(r, path, out->dims, &out->ndim);
+    case F_DTYPE:
+        return read_dtype(r, path, &out->dtype);
+    case F_NBYTES:
+        return mstar__rd_uint(r, path, &out->nbytes);
+    case F_SOURCE_ENTITY:
+        return mstar__rd_name(r, path, false, out->source_entity);
+    case F_STRIDE:
+        return read_shape(r, path, out->stride, nstride);
+    case F_ADDRESS:
+        return mstar__rd_uint(r, path, &out->address);
+    case F_OFFSET:
+        return mstar__rd_uint(r, path, &out->offset);
+    case F_TP_SIZE:
+        return mstar__rd_int32(r, path, 1, INT32_MAX, &out->source_tp_size);
+    case F_TP_RANK:
+        return mstar__rd_int32(r, path, 0, INT32_MAX, &out->source_tp_rank);
+    case F_SESSION:
+        return mstar__rd_name(r, path, true, out->source_session_id);
+    case F_SHM_SEGMENT:
+        return read_optional_name(r, path, out->shm_segment);
+    case F_SHM_OFFSET:
+        return mstar__rd_uint(r, path, &out->shm_offset);
+    case F_NODE:
+        return read_optional_name(r, path, out->source_node_name);
+    case F_WALK:
+        return read_optional_name(r, path, out->source_graph_walk);
+    case F_REMOTE_KEY:
+        return read_remote_key(r, path, out);
+    }
+    return mstar__wire_fail(MSTAR_EPROTO, path, "unhandled field");
+}
+
+/* The smallest descriptor on the wire: a fixmap header and the five required fields with
+ * one-byte values ("uuid" 0, "dims" [], "dtype" "bool", "nbytes" 1, "source_entity" "a"). Used
+ * to reject counts that the remaining bytes cannot hold. */
+#define INFO_MIN_BYTES 48
+
+mstar_status mstar__info_read(mstar__rd *r, const mstar__wpath *path, mstar_tensor_info *out)
+{
+    mstar_tensor_info info;
+    mstar_tensor_info_init(&info);
+    uint32_t n;
+    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
+    if (st != MSTAR_OK)
+        return st;
+    uint64_t seen = 0;
+    int32_t nstride = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        int field;
+        if ((st = mstar__rd_key(r, path, keys, F_COUNT, ALL, &seen, &field)) != MSTAR_OK)
+            return st;
+        if (field < 0) {
+            st = mstar__rd_skip(r, path);
+        } else {
+            mstar__wpath pf = mstar__wpath_key(path, keys[field].name);
+            st = read_field(r, &pf, field, &info, &nstride);
+        }
+        if (st != MSTAR_OK)
+            return st;
+    }
+    if ((st = mstar__rd_require(path, keys, REQUIRED, seen)) != MSTAR_OK)
+        return st;
+    if (nstride >= 0 && nstride != info.ndim) {
+        mstar__wpath pf = mstar__wpath_key(path, keys[F_STRIDE].name);
+        return mstar__wire_fail(MSTAR_EPROTO, &pf, "%d entries, but dims has %d", (int)nstride,
+                                (int)info.ndim);
+    }
+    if ((st = mstar__wire_check_info(MSTAR_EPROTO, path, &info)) != MSTAR_OK)
+        return st;
+    if (nstride < 0)
+        mstar_shape_contiguous_strides(info.ndim, info.dims, info.stride);
+    *out = info;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__infos_read(mstar__rd *r, const mstar__wpath *path, mstar_edge *edge)
+{
+    uint32_t n;
+    mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_TENSORS, INFO_MIN_BYTES, &n);
+    if (st != MSTAR_OK)
+        return st;
+    if ((st = mstar__rd_take_tensors(r, path, n)) != MSTAR_OK)
+        return st;
+    if ((st = mstar__wire_alloc(n, sizeof(mstar_tensor_info), (void **)&edge->tensor_info)) !=
+        MSTAR_OK)
+        return st;
+    edge->ntensors = n;
+    for (uint32_t i = 0; i < n; i++) {
+        mstar__wpath pi = mstar__wpath_index(path, i);
+        if ((st = mstar__info_read(r, &pi, &edge->tensor_info[i])) != MSTAR_OK)
+            return st;
+    }
+    return MSTAR_OK;
+}
+
+/* ---- encoding -------------------------------------------------------------------------------- */
+
+static bool strides_contiguous(const mstar_tensor_info *info)
+{
+    int64_t contiguous[MSTAR_MAX_NDIM];
+    mstar_shape_contiguous_strides(info->ndim, info->dims, contiguous);
+    return memcmp(contiguous, info->stride, (size_t)info->ndim * sizeof(int64_t)) == 0;
+}
+
+/* The fields that differ from their defaults, plus the required ones. */
+static uint32_t present(const mstar_tensor_info *info)
+{
+    uint32_t m = REQUIRED;
+    m |= (uint32_t)!strides_contiguous(info) << F_STRIDE;
+    m |= (uint32_t)(info->address != 0) << F_ADDRESS;
+    m |= (uint32_t)(info->offset != 0) << F_OFFSET;
+    m |= (uint32_t)(info->source_tp_size != 1) << F_TP_SIZE;
+    m |= (uint32_t)(info->source_tp_rank != 0) << F_TP_RANK;
+    m |= (uint32_t)(info->source_session_id[0] != '\0') << F_SESSION;
+    m |= (uint32_t)(info->shm_segment[0] != '\0') << F_SHM_SEGMENT;
+    m |= (uint32_t)(info->shm_offset != 0) << F_SHM_OFFSET;
+    m |= (uint32_t)(info->source_node_name[0] != '\0') << F_NODE;
+    m |= (uint32_t)(info->source_graph_walk[0] != '\0') << F_WALK;
+    m |= (uint32_t)(info->remote_key_len != 0) << F_REMOTE_KEY;
+    return m;
+}
+
+static void write_shape(mstar__wr *w, const int64_t *v, int32_t n)
+{
+    mstar__wr_array(w, (uint32_t)n);
+    for (int32_t i = 0; i < n; i++)
+        mstar__wr_int(w, v[i]);
+}
+
+static void write_field(mstar__wr *w, int field, const mstar_tensor_info *info)
+{
+    switch (field) {
+    case F_UUID:
+        return mstar__wr_uint(w, info->uuid);
+    case F_DIMS:
+        return write_shape(w, info->dims, info->ndim);
+    case F_DTYPE:
+        return mstar__wr_cstr(w, mstar_dtype_name(info->dtype));
+    case F_NBYTES:
+        return mstar__wr_uint(w, info->nbytes);
+    case F_SOURCE_ENTITY:
+        return mstar__wr_cstr(w, info->source_entity);
+    case F_STRIDE:
+        return write_shape(w, info->stride, info->ndim);
+    case F_ADDRESS:
+        return mstar__wr_uint(w, info->address);
+    case F_OFFSET:
+        return mstar__wr_uint(w, info->offset);
+    case F_TP_SIZE:
+        return mstar__wr_int(w, info->source_tp_size);
+    case F_TP_RANK:
+        return mstar__wr_int(w, info->source_tp_rank);
+    case F_SESSION:
+        return mstar__wr_cstr(w, info->source_session_id);
+    case F_SHM_SEGMENT:
+        return mstar__wr_cstr(w, info->shm_segment);
+    case F_SHM_OFFSET:
+        return mstar__wr_uint(w, info->shm_offset);
+    case F_NODE:
+        return mstar__wr_cstr(w, info->source_node_name);
+    case F_WALK:
+        return mstar__wr_cstr(w, info->source_graph_walk);
+    case F_REMOTE_KEY:
+        return mstar__wr_bin(w, info->remote_key, info->remote_key_len);
+    }
+}
+
+mstar_status mstar__info_write(mstar__wr *w, const mstar__wpath *path,
+                               const mstar_tensor_info *info)
+{
+    mstar_status st = mstar__wire_check_info(MSTAR_EINVAL, path, info);
+    if (st != MSTAR_OK)
+        return st;
+    uint32_t m = present(info);
+    mstar__wr_map(w, (uint32_t)__builtin_popcount(m));
+    for (int f = 0; f < F_COUNT; f++) {
+        if (m >> f & 1) {
+            mstar__wr_key(w, &keys[f]);
+            write_field(w, f, info);
+        }
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar__infos_write(mstar__wr *w, const mstar__wpath *path, const mstar_edge *edge)
+{
+    mstar_status st = mstar__wr_take_tensors(w, path, edge->ntensors);
+    if (st != MSTAR_OK)
+        return st;
+    mstar__wr_array(w, edge->ntensors);
+    for (uint32_t i = 0; i < edge->ntensors; i++) {
+        mstar__wpath pi = mstar__wpath_index(path, i);
+        if ((st = mstar__info_write(w, &pi, &edge->tensor_info[i])) != MSTAR_OK)
+            return st;
+    }
+    return MSTAR_OK;
+}
+
+/* ---- stand-alone ----------------------------------------------------------------------------- */
+
+static mstar_status read_root(mstar__rd *r, const mstar__wpath *path, void *out)
+{
+    return mstar__info_read(r, path, out);
+}
+
+static mstar_status write_root(mstar__wr *w, const mstar__wpath *path, const void *value)
+{
+    return mstar__info_write(w, path, value);
+}
+
+mstar_status mstar_tensor_info_encode(const mstar_tensor_info *info, void **data, size_t *len)
+{
+    return mstar__encode_root("tensor_info", write_root, info, data, len);
+}
+
+mstar_status mstar_tensor_info_decode(const void *data, size_t len, mstar_tensor_info *out)
+{
+    if (out != NULL)
+        mstar_tensor_info_init(out);
+    return mstar__decode_root("tensor_info", read_root, data, len, out);
+}

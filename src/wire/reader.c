@@ -1,0 +1,435 @@
+/*
+ * reader.c — the bounds-checked msgpack reader the decoders are built from (see codec.h).
+ *
+ * Each primitive checks the type byte, then that the header and the payload are present, and only
+ * then calls msgpuck's decoder, whose own checks are debug asserts. The error says what the field
+ * was expected to be and what was found.
+ */
+#include "codec.h"
+
+#include <msgpuck.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *type_name(enum mp_type t)
+{
+    switch (t) {
+    case MP_NIL:
+        return "nil";
+    case MP_UINT:
+        return "an unsigned integer";
+    case MP_INT:
+        return "a negative integer";
+    case MP_STR:
+        return "a string";
+    case MP_BIN:
+        return "binary";
+    case MP_ARRAY:
+        return "an array";
+    case MP_MAP:
+        return "a map";
+    case MP_BOOL:
+        return "a bool";
+    case MP_FLOAT:
+        return "a float32";
+    case MP_DOUBLE:
+        return "a float64";
+    case MP_EXT:
+        return "an extension or reserved byte";
+    }
+    return "?";
+}
+
+static size_t left(const mstar__rd *r)
+{
+    return (size_t)(r->end - r->p);
+}
+
+static mstar_status truncated(const mstar__wpath *path)
+{
+    return mstar__wire_fail(MSTAR_EPROTO, path, "truncated");
+}
+
+/* The next value's type; false (with the error set) if the input ends here. */
+static bool peek(const mstar__rd *r, const mstar__wpath *path, enum mp_type *t)
+{
+    if (r->p >= r->end) {
+        truncated(path);
+        return false;
+    }
+    *t = mp_typeof(*r->p);
+    return true;
+}
+
+static mstar_status wrong_type(const mstar__wpath *path, const char *want, enum mp_type got)
+{
+    return mstar__wire_fail(MSTAR_EPROTO, path, "expected %s, got %s", want, type_name(got));
+}
+
+void mstar__rd_init(mstar__rd *r, const void *data, size_t len)
+{
+    r->p = data;
+    r->end = r->p + len;
+    r->tensors_left = MSTAR_WIRE_MAX_TENSORS;
+}
+
+mstar_status mstar__rd_check_whole(const mstar__rd *r, const char *root)
+{
+    const char *p = r->p;
+    if (p == r->end)
+        return mstar_error_set(MSTAR_EPROTO, "%s: empty input", root);
+    if (mp_check(&p, r->end) != 0)
+        return mstar_error_set(MSTAR_EPROTO, "%s: not well-formed msgpack (truncated or corrupt)",
+                               root);
+    if (p != r->end)
+        return mstar_error_set(MSTAR_EPROTO, "%s: %zu bytes after the end of the value", root,
+                               (size_t)(r->end - p));
+    return MSTAR_OK;
+}
+
+bool mstar__rd_next_is_nil(const mstar__rd *r)
+{
+    return r->p < r->end && mp_typeof(*r->p) == MP_NIL;
+}
+
+bool mstar__rd_nil(mstar__rd *r)
+{
+    if (!mstar__rd_next_is_nil(r))
+        return false;
+    r->p++;
+    return true;
+}
+
+mstar_status mstar__rd_uint(mstar__rd *r, const mstar__wpath *path, uint64_t *out)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t == MP_UINT) {
+        if (mp_check_uint(r->p, r->end) > 0)
+            return truncated(path);
+        *out = mp_decode_uint(&r->p);
+        return MSTAR_OK;
+    }
+    if (t == MP_INT) {
+        if (mp_check_int(r->p, r->end) > 0)
+            return truncated(path);
+        const char *p = r->p;
+        int64_t v = mp_decode_int(&p);
+        if (v < 0)
+            return mstar__wire_fail(MSTAR_EPROTO, path, "%lld, must be >= 0", (long long)v);
+        r->p = p;
+        *out = (uint64_t)v;
+        return MSTAR_OK;
+    }
+    return wrong_type(path, "an unsigned integer", t);
+}
+
+mstar_status mstar__rd_int(mstar__rd *r, const mstar__wpath *path, int64_t *out)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t == MP_INT) {
+        if (mp_check_int(r->p, r->end) > 0)
+            return truncated(path);
+        *out = mp_decode_int(&r->p);
+        return MSTAR_OK;
+    }
+    if (t == MP_UINT) {
+        if (mp_check_uint(r->p, r->end) > 0)
+            return truncated(path);
+        const char *p = r->p;
+        uint64_t v = mp_decode_uint(&p);
+        if (v > INT64_MAX)
+            return mstar__wire_fail(MSTAR_EPROTO, path, "%llu does not fit in 64 signed bits",
+                                    (unsigned long long)v);
+        r->p = p;
+        *out = (int64_t)v;
+        return MSTAR_OK;
+    }
+    return wrong_type(path, "an integer", t);
+}
+
+mstar_status mstar__rd_int32(mstar__rd *r, const mstar__wpath *path, int32_t min, int32_t max,
+                             int32_t *out)
+{
+    int64_t v;
+    mstar_status st = mstar__rd_int(r, path, &v);
+    if (st != MSTAR_OK)
+        return st;
+    if (v < min || v > max)
+        return mstar__wire_fail(MSTAR_EPROTO, path, "%lld, must be in %d..%d", (long long)v,
+                                (int)min, (int)max);
+    *out = (int32_t)v;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_bool(mstar__rd *r, const mstar__wpath *path, bool *out)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t != MP_BOOL)
+        return wrong_type(path, "a bool", t);
+    *out = mp_decode_bool(&r->p);
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_double(mstar__rd *r, const mstar__wpath *path, double *out)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t == MP_DOUBLE) {
+        if (mp_check_double(r->p, r->end) > 0)
+            return truncated(path);
+        *out = mp_decode_double(&r->p);
+        return MSTAR_OK;
+    }
+    if (t == MP_FLOAT) {
+        if (mp_check_float(r->p, r->end) > 0)
+            return truncated(path);
+        *out = mp_decode_float(&r->p);
+        return MSTAR_OK;
+    }
+    if (t == MP_UINT || t == MP_INT) {
+        int64_t v;
+        mstar_status st = mstar__rd_int(r, path, &v);
+        if (st != MSTAR_OK)
+            return st;
+        *out = (double)v;
+        return MSTAR_OK;
+    }
+    return wrong_type(path, "a number", t);
+}
+
+mstar_status mstar__rd_str(mstar__rd *r, const mstar__wpath *path, const char **s, uint32_t *len)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t != MP_STR)
+        return wrong_type(path, "a string", t);
+    if (mp_check_strl(r->p, r->end) > 0)
+        return truncated(path);
+    const char *p = r->p;
+    uint32_t n = mp_decode_strl(&p);
+    if (n > (size_t)(r->end - p))
+        return truncated(path);
+    *s = p;
+    *len = n;
+    r->p = p + n;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_bin(mstar__rd *r, const mstar__wpath *path, const char **s, uint32_t *len)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t != MP_BIN)
+        return wrong_type(path, "binary", t);
+    /* The header's length field is 1, 2 or 4 bytes (0xc4, 0xc5, 0xc6). Checked here rather than
+     * with mp_check_binl, which asserts on a type byte that ends the buffer. */
+    size_t hsize = 1u << ((unsigned char)*r->p & 0x3);
+    if (left(r) < 1 + hsize)
+        return truncated(path);
+    const char *p = r->p;
+    uint32_t n = mp_decode_binl(&p);
+    if (n > (size_t)(r->end - p))
+        return truncated(path);
+    *s = p;
+    *len = n;
+    r->p = p + n;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_name(mstar__rd *r, const mstar__wpath *path, bool may_be_empty, char *dst)
+{
+    const char *s;
+    uint32_t len;
+    mstar_status st = mstar__rd_str(r, path, &s, &len);
+    if (st != MSTAR_OK)
+        return st;
+    if (!(len == 0 && may_be_empty) &&
+        (st = mstar__wire_check_name(MSTAR_EPROTO, path, s, len)) != MSTAR_OK)
+        return st;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_text(mstar__rd *r, const mstar__wpath *path, char *dst)
+{
+    const char *s;
+    uint32_t len;
+    mstar_status st = mstar__rd_str(r, path, &s, &len);
+    if (st != MSTAR_OK)
+        return st;
+    if ((st = mstar__wire_check_text(MSTAR_EPROTO, path, s, len)) != MSTAR_OK)
+        return st;
+    memcpy(dst, s, len);
+    dst[len] = '\0';
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_rid(mstar__rd *r, const mstar__wpath *path, mstar_rid *out)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t == MP_STR) {
+        out->is_str = true;
+        out->num = 0;
+        return mstar__rd_name(r, path, false, out->str);
+    }
+    if (t == MP_UINT || t == MP_INT) {
+        out->is_str = false;
+        out->str[0] = '\0';
+        return mstar__rd_int(r, path, &out->num);
+    }
+    return wrong_type(path, "an integer or a string", t);
+}
+
+/* A container header: its count, after checking the header bytes are present. */
+static mstar_status container(mstar__rd *r, const mstar__wpath *path, enum mp_type want,
+                              uint32_t *n)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t != want)
+        return wrong_type(path, want == MP_MAP ? "a map" : "an array", t);
+    if (want == MP_MAP ? mp_check_map(r->p, r->end) > 0 : mp_check_array(r->p, r->end) > 0)
+        return truncated(path);
+    *n = want == MP_MAP ? mp_decode_map(&r->p) : mp_decode_array(&r->p);
+    return MSTAR_OK;
+}
+
+/* The count against the limit and against the bytes present: n entries of at least `min_bytes`
+ * each cannot fit in fewer bytes, whatever the header claims. */
+static mstar_status check_count(const mstar__rd *r, const mstar__wpath *path, uint32_t n,
+                                uint32_t max, uint32_t min_bytes)
+{
+    if (n > max)
+        return mstar__wire_fail(MSTAR_EPROTO, path, "%u entries, at most %u", n, max);
+    if ((uint64_t)n * min_bytes > left(r))
+        return mstar__wire_fail(MSTAR_EPROTO, path,
+                                "claims %u entries but only %zu bytes follow (truncated)", n,
+                                left(r));
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_array(mstar__rd *r, const mstar__wpath *path, uint32_t max,
+                             uint32_t min_bytes, uint32_t *n)
+{
+    mstar_status st = container(r, path, MP_ARRAY, n);
+    if (st != MSTAR_OK)
+        return st;
+    return check_count(r, path, *n, max, min_bytes);
+}
+
+mstar_status mstar__rd_map(mstar__rd *r, const mstar__wpath *path, uint32_t max, uint32_t min_bytes,
+                           uint32_t *n)
+{
+    mstar_status st = container(r, path, MP_MAP, n);
+    if (st != MSTAR_OK)
+        return st;
+    return check_count(r, path, *n, max, min_bytes);
+}
+
+mstar_status mstar__rd_take_tensors(mstar__rd *r, const mstar__wpath *path, uint32_t n)
+{
+    if (n > r->tensors_left)
+        return mstar__wire_fail(MSTAR_EPROTO, path,
+                                "%u descriptors, past the message's limit of %d in all", n,
+                                MSTAR_WIRE_MAX_TENSORS);
+    r->tensors_left -= n;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, const mstar__wkey *keys,
+                           int nkeys, uint64_t allowed, uint64_t *seen, int *field)
+{
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t != MP_STR)
+        return mstar__wire_fail(MSTAR_EPROTO, path, "a key is %s, expected a string", type_name(t));
+    const char *s;
+    uint32_t len;
+    mstar_status st = mstar__rd_str(r, path, &s, &len);
+    if (st != MSTAR_OK)
+        return st;
+    *field = -1;
+    for (int f = 0; f < nkeys; f++) {
+        if ((allowed >> f & 1) == 0 || keys[f].len != len || memcmp(keys[f].name, s, len) != 0)
+            continue;
+        if (*seen >> f & 1)
+            return mstar__wire_fail(MSTAR_EPROTO, path, "duplicate key '%s'", keys[f].name);
+        *seen |= UINT64_C(1) << f;
+        *field = f;
+        break;
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_skip(mstar__rd *r, const mstar__wpath *path)
+{
+    /* Iterative: `pending` values remain; a container adds its children. Each child needs at
+     * least one byte, so pending never exceeds the bytes left plus one. */
+    uint64_t pending = 1;
+    while (pending > 0) {
+        pending--;
+        enum mp_type t;
+        if (!peek(r, path, &t))
+            return MSTAR_EPROTO;
+        uint32_t n;
+        if (t == MP_ARRAY || t == MP_MAP) {
+            mstar_status st = container(r, path, t, &n);
+            if (st != MSTAR_OK)
+                return st;
+            uint64_t children = t == MP_MAP ? 2 * (uint64_t)n : n;
+            if (children + pending > left(r))
+                return mstar__wire_fail(MSTAR_EPROTO, path,
+                                        "a nested container claims %llu values but only %zu "
+                                        "bytes follow (truncated)",
+                                        (unsigned long long)children, left(r));
+            pending += children;
+            continue;
+        }
+        const char *p = r->p;
+        if (mp_check(&p, r->end) != 0)
+            return truncated(path);
+        r->p = p;
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_require(const mstar__wpath *path, const mstar__wkey *keys, uint64_t required,
+                               uint64_t seen)
+{
+    uint64_t missing = required & ~seen;
+    if (missing == 0)
+        return MSTAR_OK;
+    int f = __builtin_ctzll(missing);
+    return mstar__wire_fail(MSTAR_EPROTO, path, "missing required field '%s'", keys[f].name);
+}
+
+mstar_status mstar__decode_root(const char *root, mstar__read_fn read, const void *data, size_t len,
+                                void *out)
+{
+    if ((data == NULL && len > 0) || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "decoding %s: NULL argument", root);
+    if (len > MSTAR_WIRE_MAX_MESSAGE)
+        return mstar_error_set(MSTAR_EPROTO, "%s: %zu bytes, at most %u", root, len,
+                               MSTAR_WIRE_MAX_MESSAGE);
+    mstar__rd r;
+    mstar__rd_init(&r, data, len);
+    mstar_status st = mstar__rd_check_whole(&r, root);
+    if (st != MSTAR_OK)
+        return st;
+    mstar__wpath path = mstar__wpath_key(NULL, root);
+    return read(&r, &path, out);
+}

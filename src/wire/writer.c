@@ -1,0 +1,185 @@
+/*
+ * writer.c — the growing msgpack writer the encoders are built from (see codec.h).
+ *
+ * Each write reserves the most bytes its msgpack form can take, then lets msgpuck encode the
+ * shortest form. The buffer starts at a size that holds the small hot-path messages (an ACK, a
+ * one-descriptor INPUT_SIGNALS) in one allocation and doubles from there.
+ */
+#include "codec.h"
+
+#include <msgpuck.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WR_INITIAL    512
+#define WR_MAX_SCALAR 9 /* a type byte and 8 payload bytes */
+
+void mstar__wr_init(mstar__wr *w)
+{
+    w->data = NULL;
+    w->len = 0;
+    w->cap = 0;
+    w->status = MSTAR_OK;
+    w->tensors_left = MSTAR_WIRE_MAX_TENSORS;
+}
+
+void mstar__wr_discard(mstar__wr *w)
+{
+    free(w->data);
+    mstar__wr_init(w);
+}
+
+mstar_status mstar__wr_finish(mstar__wr *w, const char *root, void **data, size_t *len)
+{
+    mstar_status st = w->status;
+    if (st == MSTAR_OK && w->len > MSTAR_WIRE_MAX_MESSAGE)
+        st = mstar_error_set(MSTAR_EINVAL, "%s: encodes to %zu bytes, at most %u", root, w->len,
+                             MSTAR_WIRE_MAX_MESSAGE);
+    if (st != MSTAR_OK) {
+        mstar__wr_discard(w);
+        return st;
+    }
+    *data = w->data;
+    *len = w->len;
+    mstar__wr_init(w);
+    return MSTAR_OK;
+}
+
+/* Room for `n` more bytes, or NULL once an allocation has failed. */
+static char *reserve(mstar__wr *w, size_t n)
+{
+    if (w->status != MSTAR_OK)
+        return NULL;
+    if (n > w->cap - w->len) {
+        size_t ncap = w->cap ? w->cap : WR_INITIAL;
+        while (ncap - w->len < n) {
+            if (ncap > SIZE_MAX / 2) {
+                w->status = mstar_error_set(MSTAR_ENOMEM, "encoded message too large");
+                return NULL;
+            }
+            ncap *= 2;
+        }
+        char *d = realloc(w->data, ncap);
+        if (d == NULL) {
+            w->status = mstar_error_set(MSTAR_ENOMEM, "encode buffer of %zu bytes", ncap);
+            return NULL;
+        }
+        w->data = d;
+        w->cap = ncap;
+    }
+    return w->data + w->len;
+}
+
+static void commit(mstar__wr *w, const char *end)
+{
+    w->len = (size_t)(end - w->data);
+}
+
+void mstar__wr_map(mstar__wr *w, uint32_t n)
+{
+    char *p = reserve(w, 5);
+    if (p != NULL)
+        commit(w, mp_encode_map(p, n));
+}
+
+void mstar__wr_array(mstar__wr *w, uint32_t n)
+{
+    char *p = reserve(w, 5);
+    if (p != NULL)
+        commit(w, mp_encode_array(p, n));
+}
+
+void mstar__wr_key(mstar__wr *w, const mstar__wkey *key)
+{
+    mstar__wr_str(w, key->name, key->len);
+}
+
+void mstar__wr_uint(mstar__wr *w, uint64_t v)
+{
+    char *p = reserve(w, WR_MAX_SCALAR);
+    if (p != NULL)
+        commit(w, mp_encode_uint(p, v));
+}
+
+void mstar__wr_int(mstar__wr *w, int64_t v)
+{
+    char *p = reserve(w, WR_MAX_SCALAR);
+    if (p == NULL)
+        return;
+    /* msgpack's int family is for negatives; a non-negative value takes the uint form. */
+    commit(w, v >= 0 ? mp_encode_uint(p, (uint64_t)v) : mp_encode_int(p, v));
+}
+
+void mstar__wr_bool(mstar__wr *w, bool v)
+{
+    char *p = reserve(w, 1);
+    if (p != NULL)
+        commit(w, mp_encode_bool(p, v));
+}
+
+void mstar__wr_nil(mstar__wr *w)
+{
+    char *p = reserve(w, 1);
+    if (p != NULL)
+        commit(w, mp_encode_nil(p));
+}
+
+void mstar__wr_double(mstar__wr *w, double v)
+{
+    char *p = reserve(w, WR_MAX_SCALAR);
+    if (p != NULL)
+        commit(w, mp_encode_double(p, v));
+}
+
+void mstar__wr_str(mstar__wr *w, const char *s, size_t len)
+{
+    char *p = reserve(w, 5 + len);
+    if (p != NULL)
+        commit(w, mp_encode_str(p, s, (uint32_t)len));
+}
+
+void mstar__wr_cstr(mstar__wr *w, const char *s)
+{
+    mstar__wr_str(w, s, strlen(s));
+}
+
+void mstar__wr_bin(mstar__wr *w, const void *s, size_t len)
+{
+    char *p = reserve(w, 5 + len);
+    if (p != NULL)
+        commit(w, mp_encode_bin(p, s, (uint32_t)len));
+}
+
+void mstar__wr_rid(mstar__wr *w, const mstar_rid *rid)
+{
+    if (rid->is_str)
+        mstar__wr_cstr(w, rid->str);
+    else
+        mstar__wr_int(w, rid->num);
+}
+
+mstar_status mstar__wr_take_tensors(mstar__wr *w, const mstar__wpath *path, uint32_t n)
+{
+    if (n > w->tensors_left)
+        return mstar__wire_fail(MSTAR_EINVAL, path,
+                                "%u descriptors, past the message's limit of %d in all", n,
+                                MSTAR_WIRE_MAX_TENSORS);
+    w->tensors_left -= n;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__encode_root(const char *root, mstar__write_fn write, const void *value,
+                                void **data, size_t *len)
+{
+    if (value == NULL || data == NULL || len == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "encoding %s: NULL argument", root);
+    mstar__wpath path = mstar__wpath_key(NULL, root);
+    mstar__wr w;
+    mstar__wr_init(&w);
+    mstar_status st = write(&w, &path, value);
+    if (st != MSTAR_OK) {
+        mstar__wr_discard(&w);
+        return st;
+    }
+    return mstar__wr_finish(&w, root, data, len);
+}
