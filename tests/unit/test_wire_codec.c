@@ -3,8 +3,8 @@
  * request ids, zero-size and 0-dim tensors, remote keys), edges, and every message type with
  * every field populated and with defaults; the encoder's own rejections (MSTAR_EINVAL).
  *
- * With MSTAR_WIRE_CORPUS_DIR set, the encoded samples are also written there as the seed corpus
- * of tests/fuzz/fuzz_wire_decode.c (see tests/fuzz/corpus/fuzz_wire_decode/README).
+ * With MSTAR_WIRE_CORPUS_DIR set, the encoded samples are also written there: that is how the
+ * seed corpus of tests/fuzz/fuzz_wire_decode.c (tests/fuzz/corpus/fuzz_wire_decode/) is made.
  */
 #include "mstar_test.h"
 #include "wire_samples.h"
@@ -392,6 +392,22 @@ static void test_samples_as_corpus(void **state)
             mstar_msg_clear(&m);
         }
     }
+    /* The stand-alone descriptor and edge encodings seed their decoders too. */
+    mstar_tensor_info info;
+    mstar_edge edge;
+    void *buf;
+    size_t len;
+    mstar_test_sample_info(MSTAR_TEST_INFO_FULL, &info);
+    assert_mstar_ok(mstar_tensor_info_encode(&info, &buf, &len));
+    if (dir != NULL && dir[0] != '\0')
+        write_file(dir, "tensor_info_full", buf, len);
+    free(buf);
+    mstar_test_sample_edge(2, &edge);
+    assert_mstar_ok(mstar_edge_encode(&edge, &buf, &len));
+    if (dir != NULL && dir[0] != '\0')
+        write_file(dir, "edge_full", buf, len);
+    free(buf);
+    mstar_edge_clear(&edge);
 }
 
 int main(void)
