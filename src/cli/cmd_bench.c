@@ -1,14 +1,52 @@
 /*
- * cmd_bench.c — `mstar bench <suite>`. Suites register here as they land.
+ * cmd_bench.c — `mstar bench <suite>`. Suites register here as they land (bench/bench.h).
  */
 #include "commands.h"
 
+#include "bench.h"
+
+#include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
+
+static const struct {
+    const char *name;
+    const char *summary;
+    mstar_cli_fn run;
+} suites[] = {
+    { "wire", "encode and decode of control messages, against memcpy and mp_check",
+      mstar_bench_wire },
+};
+
+#define NSUITES (sizeof(suites) / sizeof(suites[0]))
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: mstar bench <suite> [--quick]\n\nsuites:\n");
+    for (size_t i = 0; i < NSUITES; i++)
+        fprintf(out, "  %-10s %s\n", suites[i].name, suites[i].summary);
+    fprintf(out, "  %-10s every suite in turn\n", "all");
+}
 
 int mstar_cmd_bench(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "mstar bench: no benchmark suite is built yet\n");
-    return 2;
+    if (argc < 2 || strcmp(argv[1], "--help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    bool all = strcmp(argv[1], "all") == 0;
+    int rc = 0, ran = 0;
+    for (size_t i = 0; i < NSUITES; i++) {
+        if (all || strcmp(argv[1], suites[i].name) == 0) {
+            int r = suites[i].run(argc - 1, argv + 1);
+            rc = rc != 0 ? rc : r;
+            ran++;
+        }
+    }
+    if (ran == 0) {
+        fprintf(stderr, "mstar bench: unknown suite '%s'\n\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    return rc;
 }

@@ -4,9 +4,9 @@
  *
  * The reader never trusts the input: every read checks its header and payload against the bytes
  * left, every container count is checked against a limit and against the bytes left before anyone
- * allocates for it, and every failure is MSTAR_EPROTO naming the field path. It does not rely on
- * the whole-buffer mp_check the decoders run first, because msgpuck 1.0's mp_check counts pending
- * elements in an int: a map32 claiming 2^31 entries wraps the count and passes as valid.
+ * allocates for it, and every failure is MSTAR_EPROTO naming the field path. Structure is checked
+ * where it is read, so errors name the field; there is no separate whole-buffer pass (msgpuck's
+ * mp_check is unsafe on hostile counts, reader.c says why).
  *
  * The writer grows one buffer; an allocation failure is sticky and reported once at the end, so
  * the encoders read as a plain sequence of writes.
@@ -33,10 +33,6 @@ typedef struct mstar__rd {
 } mstar__rd;
 
 void mstar__rd_init(mstar__rd *r, const void *data, size_t len);
-
-/* Check the whole buffer is exactly one well-formed msgpack value (mp_check, then trailing
- * bytes), naming `root` in the error. */
-mstar_status mstar__rd_check_whole(const mstar__rd *r, const char *root);
 
 bool mstar__rd_next_is_nil(const mstar__rd *r);
 /* Consume a nil if one is next; true if it did. */
@@ -71,16 +67,32 @@ mstar_status mstar__rd_map(mstar__rd *r, const mstar__wpath *path, uint32_t max,
 /* Take `n` descriptors out of the message's budget (MSTAR_WIRE_MAX_TENSORS in all). */
 mstar_status mstar__rd_take_tensors(mstar__rd *r, const mstar__wpath *path, uint32_t n);
 
-/* Read a map key (a string) and look it up among the keys whose bit is set in `allowed`:
- * *field is its index, or -1 for a key this build does not know (skip its value). Known keys
- * repeated within one map (tracked in *seen) are an error. `path` names the map. */
-mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, const mstar__wkey *keys,
-                           int nkeys, uint64_t allowed, uint64_t *seen, int *field);
-/* Skip one value of any type, checking it as strictly as a known one (counts against bytes). */
+/* The keys of one map being read: which are allowed, which were seen (a repeat is an error),
+ * and where to start looking for the next one (encoders write keys in table order, so the
+ * next key is usually the next entry). */
+typedef struct mstar__rd_keys {
+    const mstar__wkey *keys;
+    int nkeys;
+    uint64_t allowed;
+    uint64_t seen;
+    int next;
+} mstar__rd_keys;
+
+static inline mstar__rd_keys mstar__rd_keys_of(const mstar__wkey *keys, int nkeys, uint64_t allowed)
+{
+    mstar__rd_keys k = { keys, nkeys, allowed, 0, 0 };
+    return k;
+}
+
+/* Read a map key (a string) and look it up among the allowed keys: *field is its index, or -1
+ * for a key this build does not know (skip its value). `path` names the map. */
+mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, mstar__rd_keys *km, int *field);
+/* Skip one value of any type, checking it as strictly as a known one (counts against bytes;
+ * extension types rejected); nothing is allocated. */
 mstar_status mstar__rd_skip(mstar__rd *r, const mstar__wpath *path);
-/* Fail naming the first key of `required` missing from `seen`. */
-mstar_status mstar__rd_require(const mstar__wpath *path, const mstar__wkey *keys, uint64_t required,
-                               uint64_t seen);
+/* Fail naming the first key of `required` the map did not have. */
+mstar_status mstar__rd_require(const mstar__wpath *path, const mstar__rd_keys *km,
+                               uint64_t required);
 
 /* ---- writer ---------------------------------------------------------------------------------- */
 
@@ -119,7 +131,7 @@ mstar_status mstar__wr_take_tensors(mstar__wr *w, const mstar__wpath *path, uint
 /* ---- whole buffers ----------------------------------------------------------------------------
  *
  * What every public encoder and decoder does around its value: argument checks, the size limit,
- * the whole-buffer check, and the root of the field paths (`root`). */
+ * the root of the field paths (`root`), and no bytes left over after the value. */
 
 typedef mstar_status (*mstar__read_fn)(mstar__rd *r, const mstar__wpath *path, void *out);
 typedef mstar_status (*mstar__write_fn)(mstar__wr *w, const mstar__wpath *path, const void *value);
@@ -131,8 +143,8 @@ mstar_status mstar__encode_root(const char *root, mstar__write_fn write, const v
 
 /* ---- the codecs, for the message codec to nest ----------------------------------------------- */
 
-/* Descriptor and edge maps. The decoders write *out only on success (a failed edge owns nothing);
- * the encoders validate first (EINVAL). */
+/* Descriptor and edge maps. On failure the decoders leave *out in init state (a failed edge owns
+ * nothing); the encoders validate first (EINVAL). */
 mstar_status mstar__info_read(mstar__rd *r, const mstar__wpath *path, mstar_tensor_info *out);
 mstar_status mstar__info_write(mstar__wr *w, const mstar__wpath *path,
                                const mstar_tensor_info *info);

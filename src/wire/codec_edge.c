@@ -71,10 +71,10 @@ static mstar_status read_edge(mstar__rd *r, const mstar__wpath *path, mstar_edge
     mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
     if (st != MSTAR_OK)
         return st;
-    uint64_t seen = 0;
+    mstar__rd_keys km = mstar__rd_keys_of(keys, F_COUNT, ALL);
     for (uint32_t i = 0; i < n; i++) {
         int field;
-        if ((st = mstar__rd_key(r, path, keys, F_COUNT, ALL, &seen, &field)) != MSTAR_OK)
+        if ((st = mstar__rd_key(r, path, &km, &field)) != MSTAR_OK)
             return st;
         if (field < 0) {
             st = mstar__rd_skip(r, path);
@@ -85,9 +85,9 @@ static mstar_status read_edge(mstar__rd *r, const mstar__wpath *path, mstar_edge
         if (st != MSTAR_OK)
             return st;
     }
-    if ((st = mstar__rd_require(path, keys, REQUIRED, seen)) != MSTAR_OK)
-        return st;
-    return mstar__wire_check_edge(MSTAR_EPROTO, path, out);
+    /* Every rule of mstar__wire_check_edge was enforced by the reads above (names validated,
+     * counts and ranges passed to the reader). */
+    return mstar__rd_require(path, &km, REQUIRED);
 }
 
 mstar_status mstar__edge_read(mstar__rd *r, const mstar__wpath *path, mstar_edge *out)

@@ -151,42 +151,49 @@ static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field
  * to reject counts that the remaining bytes cannot hold. */
 #define INFO_MIN_BYTES 48
 
-mstar_status mstar__info_read(mstar__rd *r, const mstar__wpath *path, mstar_tensor_info *out)
+/* Read into *info, which is in init state. */
+static mstar_status read_info(mstar__rd *r, const mstar__wpath *path, mstar_tensor_info *info)
 {
-    mstar_tensor_info info;
-    mstar_tensor_info_init(&info);
     uint32_t n;
     mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
     if (st != MSTAR_OK)
         return st;
-    uint64_t seen = 0;
+    mstar__rd_keys km = mstar__rd_keys_of(keys, F_COUNT, ALL);
     int32_t nstride = -1;
     for (uint32_t i = 0; i < n; i++) {
         int field;
-        if ((st = mstar__rd_key(r, path, keys, F_COUNT, ALL, &seen, &field)) != MSTAR_OK)
+        if ((st = mstar__rd_key(r, path, &km, &field)) != MSTAR_OK)
             return st;
         if (field < 0) {
             st = mstar__rd_skip(r, path);
         } else {
             mstar__wpath pf = mstar__wpath_key(path, keys[field].name);
-            st = read_field(r, &pf, field, &info, &nstride);
+            st = read_field(r, &pf, field, info, &nstride);
         }
         if (st != MSTAR_OK)
             return st;
     }
-    if ((st = mstar__rd_require(path, keys, REQUIRED, seen)) != MSTAR_OK)
+    if ((st = mstar__rd_require(path, &km, REQUIRED)) != MSTAR_OK)
         return st;
-    if (nstride >= 0 && nstride != info.ndim) {
+    if (nstride >= 0 && nstride != info->ndim) {
         mstar__wpath pf = mstar__wpath_key(path, keys[F_STRIDE].name);
         return mstar__wire_fail(MSTAR_EPROTO, &pf, "%d entries, but dims has %d", (int)nstride,
-                                (int)info.ndim);
+                                (int)info->ndim);
     }
-    if ((st = mstar__wire_check_info(MSTAR_EPROTO, path, &info)) != MSTAR_OK)
+    if ((st = mstar__wire_check_info(MSTAR_EPROTO, path, info, false)) != MSTAR_OK)
         return st;
     if (nstride < 0)
-        mstar_shape_contiguous_strides(info.ndim, info.dims, info.stride);
-    *out = info;
+        mstar_shape_contiguous_strides(info->ndim, info->dims, info->stride);
     return MSTAR_OK;
+}
+
+mstar_status mstar__info_read(mstar__rd *r, const mstar__wpath *path, mstar_tensor_info *out)
+{
+    mstar_tensor_info_init(out);
+    mstar_status st = read_info(r, path, out);
+    if (st != MSTAR_OK)
+        mstar_tensor_info_init(out);
+    return st;
 }
 
 mstar_status mstar__infos_read(mstar__rd *r, const mstar__wpath *path, mstar_edge *edge)
@@ -284,7 +291,7 @@ static void write_field(mstar__wr *w, int field, const mstar_tensor_info *info)
 mstar_status mstar__info_write(mstar__wr *w, const mstar__wpath *path,
                                const mstar_tensor_info *info)
 {
-    mstar_status st = mstar__wire_check_info(MSTAR_EINVAL, path, info);
+    mstar_status st = mstar__wire_check_info(MSTAR_EINVAL, path, info, true);
     if (st != MSTAR_OK)
         return st;
     uint32_t m = present(info);

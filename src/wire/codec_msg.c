@@ -34,16 +34,15 @@ static const mstar__wkey envelope_keys[E_COUNT] = {
 
 /* ---- decoding the body's fields -------------------------------------------------------------- */
 
-/* Allocate `n` edges in their init state and hand them to the message (which then owns them). */
+/* Allocate `n` zeroed edges and hand them to the message, which then owns them (a zeroed edge
+ * owns nothing, so a failure part-way leaves the message safe to clear). Each is put in init
+ * state by whoever reads it. */
 static mstar_status alloc_edges(mstar_msg *msg, uint32_t n)
 {
     mstar_status st = mstar__wire_alloc(n, sizeof(mstar_edge), (void **)&msg->edges);
-    if (st != MSTAR_OK)
-        return st;
-    for (uint32_t i = 0; i < n; i++)
-        mstar_edge_init(&msg->edges[i]);
-    msg->nedges = n;
-    return MSTAR_OK;
+    if (st == MSTAR_OK)
+        msg->nedges = n;
+    return st;
 }
 
 static mstar_status read_edge_list(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
@@ -76,6 +75,7 @@ static mstar_status read_signal_map(mstar__rd *r, const mstar__wpath *path, msta
         st = alloc_edges(msg, n);
     for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
         mstar__wpath pi = mstar__wpath_index(path, i);
+        mstar_edge_init(&msg->edges[i]);
         st = mstar__rd_name(r, &pi, false, msg->edges[i].name);
         if (st == MSTAR_OK)
             st = mstar__infos_read(r, &pi, &msg->edges[i]);
@@ -201,10 +201,10 @@ static mstar_status read_prof(mstar__rd *r, const mstar__wpath *path, char *edge
         all &= ~(UINT64_C(1) << P_DEST_ENTITY);
     uint32_t n;
     mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
-    uint64_t seen = 0;
+    mstar__rd_keys km = mstar__rd_keys_of(mstar__prof_keys, P_COUNT_, all);
     for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
         int f;
-        st = mstar__rd_key(r, path, mstar__prof_keys, P_COUNT_, all, &seen, &f);
+        st = mstar__rd_key(r, path, &km, &f);
         if (st != MSTAR_OK)
             break;
         if (f < 0) {
@@ -237,7 +237,7 @@ static mstar_status read_prof(mstar__rd *r, const mstar__wpath *path, char *edge
     }
     if (st != MSTAR_OK)
         return st;
-    return mstar__rd_require(path, mstar__prof_keys, all, seen);
+    return mstar__rd_require(path, &km, all);
 }
 
 static mstar_status read_rx(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
@@ -346,10 +346,10 @@ static mstar_status read_body(mstar__rd *r, const mstar__wpath *path, mstar_msg 
     const mstar__body_schema *schema = &mstar__body_schemas[msg->type];
     uint32_t n;
     mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
-    uint64_t seen = 0;
+    mstar__rd_keys km = mstar__rd_keys_of(mstar__body_keys, B_COUNT_, schema->fields);
     for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
         int f;
-        st = mstar__rd_key(r, path, mstar__body_keys, B_COUNT_, schema->fields, &seen, &f);
+        st = mstar__rd_key(r, path, &km, &f);
         if (st != MSTAR_OK)
             break;
         if (f < 0) {
@@ -359,10 +359,10 @@ static mstar_status read_body(mstar__rd *r, const mstar__wpath *path, mstar_msg 
         mstar__wpath pf = mstar__wpath_key(path, mstar__body_keys[f].name);
         st = read_field(r, &pf, (mstar__body_field)f, msg);
         if (st == MSTAR_OK)
-            st = mstar__body_check_field(MSTAR_EPROTO, &pf, msg, (mstar__body_field)f);
+            st = mstar__body_check_field(MSTAR_EPROTO, &pf, msg, (mstar__body_field)f, false);
     }
     if (st == MSTAR_OK)
-        st = mstar__rd_require(path, mstar__body_keys, schema->required, seen);
+        st = mstar__rd_require(path, &km, schema->required);
     if (st == MSTAR_OK)
         st = mstar__body_check_all(MSTAR_EPROTO, path, msg);
     return st;
@@ -404,11 +404,11 @@ static mstar_status read_message(mstar__rd *r, const mstar__wpath *root, void *o
     bool body_done = false;
     uint32_t n;
     mstar_status st = mstar__rd_map(r, root, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
-    uint64_t seen = 0;
+    mstar__rd_keys km = mstar__rd_keys_of(envelope_keys, E_COUNT, ENVELOPE_ALL);
     for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
         int f;
         mstar_msg_type type;
-        st = mstar__rd_key(r, root, envelope_keys, E_COUNT, ENVELOPE_ALL, &seen, &f);
+        st = mstar__rd_key(r, root, &km, &f);
         if (st != MSTAR_OK)
             break;
         mstar__wpath pf = mstar__wpath_key(root, f >= 0 ? envelope_keys[f].name : "");
@@ -418,13 +418,13 @@ static mstar_status read_message(mstar__rd *r, const mstar__wpath *root, void *o
             break;
         case E_TYPE:
             if ((st = read_type(r, &pf, &type)) == MSTAR_OK)
-                mstar_msg_init(msg, type); /* nothing is allocated before the type is known */
+                mstar__msg_set_type(msg, type); /* still in init state: no body read yet */
             break;
         case E_FROM:
             st = mstar__rd_name(r, &pf, false, from);
             break;
         case E_BODY:
-            if ((seen & ((1u << E_V) | (1u << E_TYPE))) == ((1u << E_V) | (1u << E_TYPE))) {
+            if ((km.seen & ((1u << E_V) | (1u << E_TYPE))) == ((1u << E_V) | (1u << E_TYPE))) {
                 mstar__wpath typed = mstar__wpath_key(NULL, mstar_msg_type_name(msg->type));
                 mstar__wpath pb = mstar__wpath_key(&typed, "body");
                 st = read_body(r, &pb, msg);
@@ -440,7 +440,7 @@ static mstar_status read_message(mstar__rd *r, const mstar__wpath *root, void *o
         }
     }
     if (st == MSTAR_OK)
-        st = mstar__rd_require(root, envelope_keys, ENVELOPE_ALL, seen);
+        st = mstar__rd_require(root, &km, ENVELOPE_ALL);
     if (st == MSTAR_OK && !body_done) {
         mstar__rd late = *r;
         late.p = body_at;
@@ -638,7 +638,7 @@ static mstar_status write_body(mstar__wr *w, const mstar__wpath *path, const mst
     for (int f = 0; st == MSTAR_OK && f < B_COUNT_; f++) {
         mstar__wpath pf = mstar__wpath_key(path, mstar__body_keys[f].name);
         if (fields >> f & 1)
-            st = mstar__body_check_field(MSTAR_EINVAL, &pf, msg, (mstar__body_field)f);
+            st = mstar__body_check_field(MSTAR_EINVAL, &pf, msg, (mstar__body_field)f, true);
     }
     if (st == MSTAR_OK)
         st = mstar__body_check_all(MSTAR_EINVAL, path, msg);

@@ -100,7 +100,7 @@ static mstar_status check_names(mstar_status code, const mstar__wpath *path,
 }
 
 mstar_status mstar__wire_check_info(mstar_status code, const mstar__wpath *path,
-                                    const mstar_tensor_info *info)
+                                    const mstar_tensor_info *info, bool names)
 {
     if (!mstar_dtype_is_valid((int)info->dtype)) {
         mstar__wpath p = mstar__wpath_key(path, "dtype");
@@ -133,7 +133,7 @@ mstar_status mstar__wire_check_info(mstar_status code, const mstar__wpath *path,
         return mstar__wire_fail(code, &p, "%u bytes, at most %d", info->remote_key_len,
                                 MSTAR_REMOTE_KEY_MAX);
     }
-    return check_names(code, path, info);
+    return names ? check_names(code, path, info) : MSTAR_OK;
 }
 
 mstar_status mstar_tensor_info_validate(const mstar_tensor_info *info)
@@ -141,5 +141,5 @@ mstar_status mstar_tensor_info_validate(const mstar_tensor_info *info)
     if (info == NULL)
         return mstar_error_set(MSTAR_EINVAL, "tensor_info is NULL");
     mstar__wpath root = mstar__wpath_key(NULL, "tensor_info");
-    return mstar__wire_check_info(MSTAR_EPROTO, &root, info);
+    return mstar__wire_check_info(MSTAR_EPROTO, &root, info, true);
 }

@@ -47,12 +47,17 @@ mstar_msg_type mstar__msg_type_from_name(const char *name, size_t len)
     return MSTAR_MSG_INVALID;
 }
 
-void mstar_msg_init(mstar_msg *msg, mstar_msg_type type)
+void mstar__msg_set_type(mstar_msg *msg, mstar_msg_type type)
 {
-    memset(msg, 0, sizeof(*msg));
     msg->type = type;
     if (type == MSTAR_MSG_INPUT_SIGNALS)
         strcpy(msg->text, "default"); /* the reference's partition_name default */
+}
+
+void mstar_msg_init(mstar_msg *msg, mstar_msg_type type)
+{
+    memset(msg, 0, sizeof(*msg));
+    mstar__msg_set_type(msg, type);
 }
 
 void mstar_msg_clear(mstar_msg *msg)

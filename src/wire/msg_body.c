@@ -167,10 +167,10 @@ static mstar_status report_dup(mstar_status code, const mstar__wpath *path, msta
 
 /* {name: [descriptor]}: the edges' names are the map's keys. */
 static mstar_status check_edge_names(mstar_status code, const mstar__wpath *path,
-                                     const mstar_msg *msg)
+                                     const mstar_msg *msg, bool names)
 {
     mstar_status st = check_len(code, path, msg->nedges, MSTAR_WIRE_MAX_EDGES);
-    for (uint32_t i = 0; st == MSTAR_OK && i < msg->nedges; i++) {
+    for (uint32_t i = 0; names && st == MSTAR_OK && i < msg->nedges; i++) {
         mstar__wpath pi = mstar__wpath_index(path, i);
         st = mstar__wire_check_cname(code, &pi, msg->edges[i].name, sizeof(msg->edges[i].name),
                                      false);
@@ -204,10 +204,11 @@ static mstar_status check_counts(mstar_status code, const mstar__wpath *path, co
     return report_dup(code, path, st, dup, "uuid");
 }
 
-static mstar_status check_names(mstar_status code, const mstar__wpath *path, const mstar_msg *msg)
+static mstar_status check_names(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
+                                bool names)
 {
     mstar_status st = check_len(code, path, msg->nnames, MSTAR_WIRE_MAX_ENTRIES);
-    for (uint32_t i = 0; st == MSTAR_OK && i < msg->nnames; i++) {
+    for (uint32_t i = 0; names && st == MSTAR_OK && i < msg->nnames; i++) {
         mstar__wpath pi = mstar__wpath_index(path, i);
         st = mstar__wire_check_cname(code, &pi, msg->names[i], sizeof(msg->names[i]), false);
     }
@@ -218,22 +219,24 @@ static mstar_status check_names(mstar_status code, const mstar__wpath *path, con
     return report_dup(code, path, st, dup, "name");
 }
 
-static mstar_status check_rids(mstar_status code, const mstar__wpath *path, const mstar_msg *msg)
+static mstar_status check_rids(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
+                               bool names)
 {
     if (msg->nrids == 0)
         return mstar__wire_fail(code, path, "empty, at least one request id");
     mstar_status st = check_len(code, path, msg->nrids, MSTAR_WIRE_MAX_ENTRIES);
-    for (uint32_t i = 0; st == MSTAR_OK && i < msg->nrids; i++) {
+    for (uint32_t i = 0; names && st == MSTAR_OK && i < msg->nrids; i++) {
         mstar__wpath pi = mstar__wpath_index(path, i);
         st = mstar__wire_check_rid(code, &pi, &msg->rids[i]);
     }
     return st;
 }
 
-static mstar_status check_kv(mstar_status code, const mstar__wpath *path, const mstar_msg *msg)
+static mstar_status check_kv(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
+                             bool names)
 {
     mstar_status st = check_len(code, path, msg->nkv, MSTAR_WIRE_MAX_KV);
-    for (uint32_t i = 0; st == MSTAR_OK && i < msg->nkv; i++) {
+    for (uint32_t i = 0; names && st == MSTAR_OK && i < msg->nkv; i++) {
         mstar__wpath pi = mstar__wpath_index(path, i);
         st = mstar__wire_check_cname(code, &pi, msg->kv[i].key, sizeof(msg->kv[i].key), false);
     }
@@ -245,13 +248,13 @@ static mstar_status check_kv(mstar_status code, const mstar__wpath *path, const 
     return report_dup(code, path, st, dup, "key");
 }
 
-/* One profiling record; `dest` is NULL for tx. */
-static mstar_status check_prof(mstar_status code, const mstar__wpath *path, const char *edge_name,
-                               const char *source, const char *dest, int64_t count,
-                               int64_t num_bytes, double time_s)
+/* One profiling record; `dest` is NULL for tx; names are checked only with `check_names`. */
+static mstar_status check_prof(mstar_status code, const mstar__wpath *path, bool check_names,
+                               const char *edge_name, const char *source, const char *dest,
+                               int64_t count, int64_t num_bytes, double time_s)
 {
     const char *names[3] = { edge_name, source, dest };
-    for (int f = P_EDGE_NAME; f <= P_DEST_ENTITY; f++) {
+    for (int f = P_EDGE_NAME; check_names && f <= P_DEST_ENTITY; f++) {
         if (names[f] == NULL)
             continue;
         mstar__wpath pf = mstar__wpath_key(path, mstar__prof_keys[f].name);
@@ -271,26 +274,28 @@ static mstar_status check_prof(mstar_status code, const mstar__wpath *path, cons
     return MSTAR_OK;
 }
 
-static mstar_status check_rx(mstar_status code, const mstar__wpath *path, const mstar_msg *msg)
+static mstar_status check_rx(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
+                             bool names)
 {
     mstar_status st = check_len(code, path, msg->nrx, MSTAR_WIRE_MAX_ENTRIES);
     for (uint32_t i = 0; st == MSTAR_OK && i < msg->nrx; i++) {
         const mstar_rx_info *rx = &msg->rx[i];
         mstar__wpath pi = mstar__wpath_index(path, i);
-        st = check_prof(code, &pi, rx->edge_name, rx->source_entity, rx->dest_entity, rx->count,
-                        rx->num_bytes, rx->time_s);
+        st = check_prof(code, &pi, names, rx->edge_name, rx->source_entity, rx->dest_entity,
+                        rx->count, rx->num_bytes, rx->time_s);
     }
     return st;
 }
 
-static mstar_status check_tx(mstar_status code, const mstar__wpath *path, const mstar_msg *msg)
+static mstar_status check_tx(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
+                             bool names)
 {
     mstar_status st = check_len(code, path, msg->ntx, MSTAR_WIRE_MAX_ENTRIES);
     for (uint32_t i = 0; st == MSTAR_OK && i < msg->ntx; i++) {
         const mstar_tx_info *tx = &msg->tx[i];
         mstar__wpath pi = mstar__wpath_index(path, i);
-        st = check_prof(code, &pi, tx->edge_name, tx->source_entity, NULL, tx->count, tx->num_bytes,
-                        tx->time_s);
+        st = check_prof(code, &pi, names, tx->edge_name, tx->source_entity, NULL, tx->count,
+                        tx->num_bytes, tx->time_s);
     }
     return st;
 }
@@ -305,21 +310,25 @@ static mstar_status check_reason(mstar_status code, const mstar__wpath *path, co
 }
 
 mstar_status mstar__body_check_field(mstar_status code, const mstar__wpath *path,
-                                     const mstar_msg *msg, mstar__body_field field)
+                                     const mstar_msg *msg, mstar__body_field field, bool names)
 {
     switch (field) {
     case B_REQUEST_ID:
-        return mstar__wire_check_rid(code, path, &msg->request_id);
+        return names ? mstar__wire_check_rid(code, path, &msg->request_id) : MSTAR_OK;
     case B_REQUEST_IDS:
-        return check_rids(code, path, msg);
+        return check_rids(code, path, msg, names);
     case B_GRAPH_WALK:
+        if (!names)
+            return MSTAR_OK;
         return mstar__wire_check_cname(code, path, msg->graph_walk, sizeof(msg->graph_walk), true);
     case B_PARTITION_NAME:
     case B_MODALITY:
     case B_GROUP:
+        if (!names)
+            return MSTAR_OK;
         return mstar__wire_check_cname(code, path, msg->text, sizeof(msg->text), false);
     case B_REASON:
-        return check_reason(code, path, msg);
+        return names ? check_reason(code, path, msg) : MSTAR_OK;
     case B_ROUND:
         if (msg->round < 0)
             return mstar__wire_fail(code, path, "%lld, must be >= 0", (long long)msg->round);
@@ -349,7 +358,7 @@ mstar_status mstar__body_check_field(mstar_status code, const mstar__wpath *path
         return MSTAR_OK;
     case B_INITIAL_SIGNALS:
     case B_PERSIST_SIGNALS:
-        return check_edge_names(code, path, msg);
+        return check_edge_names(code, path, msg, names);
     case B_SUCCESSFUL:
         return check_counts(code, path, msg, 1);
     case B_UUID_TO_REF_COUNT:
@@ -357,19 +366,19 @@ mstar_status mstar__body_check_field(mstar_status code, const mstar__wpath *path
     case B_FAILED:
         return check_len(code, path, msg->nuuids, MSTAR_WIRE_MAX_ENTRIES);
     case B_PRODUCER_DONE:
-        return check_names(code, path, msg);
+        return check_names(code, path, msg, names);
     case B_LOOP_INDICES:
     case B_VALUES:
         return check_len(code, path, msg->nints, MSTAR_WIRE_MAX_ENTRIES);
     case B_RX_INFO:
-        return check_rx(code, path, msg);
+        return check_rx(code, path, msg, names);
     case B_TX_INFO:
-        return check_tx(code, path, msg);
+        return check_tx(code, path, msg, names);
     case B_REQUEST_INFO:
     case B_INPUT_METADATA:
     case B_METADATA:
     case B_INFO:
-        return check_kv(code, path, msg);
+        return check_kv(code, path, msg, names);
     case B_FORCE:
     case B_IS_FIRST_TP_RANK:
     case B_COUNT_:

@@ -55,9 +55,10 @@ extern const mstar__body_schema mstar__body_schemas[MSTAR_MSG_TYPE_COUNT_];
 /* True when the field holds something other than its default (so the encoder writes it). */
 bool mstar__body_has(const mstar_msg *msg, mstar__body_field field);
 
-/* The rules of one field (path names the field). */
+/* The rules of one field (path names the field). The decoder, which validated every name and
+ * text as it copied it, passes names = false. */
 mstar_status mstar__body_check_field(mstar_status code, const mstar__wpath *path,
-                                     const mstar_msg *msg, mstar__body_field field);
+                                     const mstar_msg *msg, mstar__body_field field, bool names);
 /* The rules across fields, once the body is complete (path names the body). */
 mstar_status mstar__body_check_all(mstar_status code, const mstar__wpath *path,
                                    const mstar_msg *msg);

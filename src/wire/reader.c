@@ -4,6 +4,11 @@
  * Each primitive checks the type byte, then that the header and the payload are present, and only
  * then calls msgpuck's decoder, whose own checks are debug asserts. The error says what the field
  * was expected to be and what was found.
+ *
+ * msgpuck's whole-value validator mp_check is not used on input: in msgpuck 1.0 it counts the
+ * values still to come in an int, so a hostile container header wraps the count (a map32 claiming
+ * 2^31 entries passes as empty) or overflows it (an array32 of 2^31 - 1 entries is undefined
+ * behaviour; the fuzzer found it). mstar__rd_skip is the strict replacement.
  */
 #include "codec.h"
 
@@ -71,20 +76,6 @@ void mstar__rd_init(mstar__rd *r, const void *data, size_t len)
     r->p = data;
     r->end = r->p + len;
     r->tensors_left = MSTAR_WIRE_MAX_TENSORS;
-}
-
-mstar_status mstar__rd_check_whole(const mstar__rd *r, const char *root)
-{
-    const char *p = r->p;
-    if (p == r->end)
-        return mstar_error_set(MSTAR_EPROTO, "%s: empty input", root);
-    if (mp_check(&p, r->end) != 0)
-        return mstar_error_set(MSTAR_EPROTO, "%s: not well-formed msgpack (truncated or corrupt)",
-                               root);
-    if (p != r->end)
-        return mstar_error_set(MSTAR_EPROTO, "%s: %zu bytes after the end of the value", root,
-                               (size_t)(r->end - p));
-    return MSTAR_OK;
 }
 
 bool mstar__rd_next_is_nil(const mstar__rd *r)
@@ -349,8 +340,7 @@ mstar_status mstar__rd_take_tensors(mstar__rd *r, const mstar__wpath *path, uint
     return MSTAR_OK;
 }
 
-mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, const mstar__wkey *keys,
-                           int nkeys, uint64_t allowed, uint64_t *seen, int *field)
+mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, mstar__rd_keys *km, int *field)
 {
     enum mp_type t;
     if (!peek(r, path, &t))
@@ -363,58 +353,94 @@ mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, const mstar__
     if (st != MSTAR_OK)
         return st;
     *field = -1;
-    for (int f = 0; f < nkeys; f++) {
-        if ((allowed >> f & 1) == 0 || keys[f].len != len || memcmp(keys[f].name, s, len) != 0)
+    for (int i = 0; i < km->nkeys; i++) {
+        int f = (km->next + i) % km->nkeys;
+        const mstar__wkey *k = &km->keys[f];
+        if ((km->allowed >> f & 1) == 0 || k->len != len || k->name[0] != s[0] ||
+            memcmp(k->name, s, len) != 0)
             continue;
-        if (*seen >> f & 1)
-            return mstar__wire_fail(MSTAR_EPROTO, path, "duplicate key '%s'", keys[f].name);
-        *seen |= UINT64_C(1) << f;
+        if (km->seen >> f & 1)
+            return mstar__wire_fail(MSTAR_EPROTO, path, "duplicate key '%s'", k->name);
+        km->seen |= UINT64_C(1) << f;
+        km->next = f + 1;
         *field = f;
         break;
     }
     return MSTAR_OK;
 }
 
+/* One scalar, read with the same checks as a known field and thrown away. */
+static mstar_status skip_scalar(mstar__rd *r, const mstar__wpath *path, enum mp_type t)
+{
+    uint64_t u;
+    int64_t i;
+    double d;
+    bool b;
+    const char *s;
+    uint32_t len;
+    switch (t) {
+    case MP_NIL:
+        r->p++;
+        return MSTAR_OK;
+    case MP_BOOL:
+        return mstar__rd_bool(r, path, &b);
+    case MP_UINT:
+        return mstar__rd_uint(r, path, &u);
+    case MP_INT:
+        return mstar__rd_int(r, path, &i);
+    case MP_FLOAT:
+    case MP_DOUBLE:
+        return mstar__rd_double(r, path, &d);
+    case MP_STR:
+        return mstar__rd_str(r, path, &s, &len);
+    case MP_BIN:
+        return mstar__rd_bin(r, path, &s, &len);
+    default:
+        /* Extension types (and the never-used byte 0xc1) have no place in this format. */
+        return mstar__wire_fail(MSTAR_EPROTO, path, "byte 0x%02x: %s is not allowed",
+                                (unsigned char)*r->p, type_name(t));
+    }
+}
+
 mstar_status mstar__rd_skip(mstar__rd *r, const mstar__wpath *path)
 {
-    /* Iterative: `pending` values remain; a container adds its children. Each child needs at
-     * least one byte, so pending never exceeds the bytes left plus one. */
+    /* Iterative: `pending` values remain; a container adds its children. Each value takes at
+     * least one byte, so a count is checked against the bytes left before it is added, and
+     * pending never exceeds them. */
     uint64_t pending = 1;
     while (pending > 0) {
         pending--;
         enum mp_type t;
         if (!peek(r, path, &t))
             return MSTAR_EPROTO;
-        uint32_t n;
-        if (t == MP_ARRAY || t == MP_MAP) {
-            mstar_status st = container(r, path, t, &n);
-            if (st != MSTAR_OK)
+        mstar_status st;
+        if (t != MP_ARRAY && t != MP_MAP) {
+            if ((st = skip_scalar(r, path, t)) != MSTAR_OK)
                 return st;
-            uint64_t children = t == MP_MAP ? 2 * (uint64_t)n : n;
-            if (children + pending > left(r))
-                return mstar__wire_fail(MSTAR_EPROTO, path,
-                                        "a nested container claims %llu values but only %zu "
-                                        "bytes follow (truncated)",
-                                        (unsigned long long)children, left(r));
-            pending += children;
             continue;
         }
-        const char *p = r->p;
-        if (mp_check(&p, r->end) != 0)
-            return truncated(path);
-        r->p = p;
+        uint32_t n;
+        if ((st = container(r, path, t, &n)) != MSTAR_OK)
+            return st;
+        uint64_t values = t == MP_MAP ? 2 * (uint64_t)n : n;
+        if (values + pending > left(r))
+            return mstar__wire_fail(MSTAR_EPROTO, path,
+                                    "%s claims %u entries but only %zu bytes follow "
+                                    "(truncated)",
+                                    t == MP_MAP ? "a map" : "an array", n, left(r));
+        pending += values;
     }
     return MSTAR_OK;
 }
 
-mstar_status mstar__rd_require(const mstar__wpath *path, const mstar__wkey *keys, uint64_t required,
-                               uint64_t seen)
+mstar_status mstar__rd_require(const mstar__wpath *path, const mstar__rd_keys *km,
+                               uint64_t required)
 {
-    uint64_t missing = required & ~seen;
+    uint64_t missing = required & ~km->seen;
     if (missing == 0)
         return MSTAR_OK;
     int f = __builtin_ctzll(missing);
-    return mstar__wire_fail(MSTAR_EPROTO, path, "missing required field '%s'", keys[f].name);
+    return mstar__wire_fail(MSTAR_EPROTO, path, "missing required field '%s'", km->keys[f].name);
 }
 
 mstar_status mstar__decode_root(const char *root, mstar__read_fn read, const void *data, size_t len,
@@ -425,11 +451,14 @@ mstar_status mstar__decode_root(const char *root, mstar__read_fn read, const voi
     if (len > MSTAR_WIRE_MAX_MESSAGE)
         return mstar_error_set(MSTAR_EPROTO, "%s: %zu bytes, at most %u", root, len,
                                MSTAR_WIRE_MAX_MESSAGE);
+    if (len == 0)
+        return mstar_error_set(MSTAR_EPROTO, "%s: empty input", root);
     mstar__rd r;
     mstar__rd_init(&r, data, len);
-    mstar_status st = mstar__rd_check_whole(&r, root);
-    if (st != MSTAR_OK)
-        return st;
     mstar__wpath path = mstar__wpath_key(NULL, root);
-    return read(&r, &path, out);
+    mstar_status st = read(&r, &path, out);
+    if (st == MSTAR_OK && r.p != r.end)
+        st = mstar_error_set(MSTAR_EPROTO, "%s: %zu bytes after the end of the value", root,
+                             left(&r));
+    return st;
 }

@@ -65,13 +65,17 @@ mstar_status mstar__wire_check_text(mstar_status code, const mstar__wpath *path,
 
 /* The type whose wire name is name[0..len); MSTAR_MSG_INVALID if none. */
 mstar_msg_type mstar__msg_type_from_name(const char *name, size_t len);
+/* Set the type of a message in init state, with the type's defaults (mstar_msg_init's). */
+void mstar__msg_set_type(mstar_msg *msg, mstar_msg_type type);
 
 /* ---- shared value checks --------------------------------------------------------------------- */
 
-/* Every rule of a descriptor (mstar_tensor_info_validate's, with a path and a status). */
+/* Every rule of a descriptor (mstar_tensor_info_validate's, with a path and a status). The
+ * decoder, which validated each name as it copied it, passes names = false. */
 mstar_status mstar__wire_check_info(mstar_status code, const mstar__wpath *path,
-                                    const mstar_tensor_info *info);
-/* The edge's own fields (not its descriptors). */
+                                    const mstar_tensor_info *info, bool names);
+/* The edge's own fields (not its descriptors). The decoder enforces each of these as it reads
+ * the field (codec_edge.c): keep the two in step. */
 mstar_status mstar__wire_check_edge(mstar_status code, const mstar__wpath *path,
                                     const mstar_edge *edge);
 /* A request id held in a struct (a string one must be a valid, terminated name). */

@@ -303,13 +303,13 @@ static void test_truncated_every_offset(void **state)
         for (size_t k = 0; k < s.len; k++) {
             char *prefix = malloc(k ? k : 1);
             memcpy(prefix, s.data, k);
-            expect_eproto(prefix, k, "message");
+            expect_eproto(prefix, k, k == 0 ? "message: empty input" : "truncated");
         }
         unload(&s);
     }
 }
 
-/* The reader's own bounds checks, without the whole-buffer mp_check in front of them. */
+/* The same for the descriptor and edge readers on their own. */
 static void test_truncated_reader_alone(void **state)
 {
     (void)state;
@@ -524,19 +524,23 @@ static void test_huge_counts(void **state)
 {
     (void)state;
     /* DESIGN.md's 6-byte input: a map32 claiming 176 M entries. */
-    expect_eproto(memdup("\xdf\x0a\x7d\x8c\x00\x80", 6), 6, "message: not well-formed");
-    /* Counts that msgpuck's mp_check miscounts (its pending count is an int that wraps), so the
-     * decoder's own checks must catch them. */
+    expect_eproto(memdup("\xdf\x0a\x7d\x8c\x00\x80", 6), 6, "message: 176000000 entries, at most");
+    /* Headers that msgpuck's mp_check miscounts (its pending count is an int: 2^31 map entries
+     * wrap it to zero, an array of 2^31 - 1 overflows it). */
     expect_eproto(memdup("\xdf\x80\x00\x00\x00", 5), 5, "message: 2147483648 entries, at most");
-    expect_eproto(memdup("\xdd\xff\xff\xff\xff", 5), 5, "message: expected a map, got an array");
+    expect_eproto(memdup("\xdd\x7f\xff\xff\xff", 5), 5, "message: expected a map, got an array");
     expect_replaced(MSTAR_MSG_TENSOR_RECEIVED, "TENSOR_RECEIVED.body.successful_tensors",
                     raw("\xdf\x80\x00\x00\x00", 5),
                     "TENSOR_RECEIVED.body.successful_tensors: 2147483648 entries, at most 65536");
     expect_replaced(MSTAR_MSG_HELLO, "HELLO.body.info", raw("\xdf\x80\x00\x00\x00", 5),
                     "HELLO.body.info: 2147483648 entries, at most 64");
-    /* Inside the limit, more than the bytes present (counted by mp_check too). */
+    /* Inside the limit, more than the bytes present. */
     expect_replaced(MSTAR_MSG_TENSOR_RECEIVED, "TENSOR_RECEIVED.body.failed_tensor_ids",
-                    raw("\xdc\xea\x60\x01", 4), "message: not well-formed");
+                    raw("\xdc\xea\x60\x01", 4),
+                    "TENSOR_RECEIVED.body.failed_tensor_ids: claims 60000 entries but only");
+    expect_replaced(MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS.body.inputs",
+                    raw("\xdc\x0f\xa0\x80", 4),
+                    "INPUT_SIGNALS.body.inputs: claims 4000 entries but only");
 
     /* The reader alone: a count within the limit that the bytes present cannot hold. */
     char buf[128] = { 0 };
@@ -564,14 +568,26 @@ static void test_huge_counts(void **state)
     size_t len;
     char entry[16];
     p = mp_encode_str(entry, "zz", 2);
-    memcpy(p, "\xdd\x00\x01\x00\x00", 5);
+    memcpy(p, "\xdd\x7f\xff\xff\xff", 5);
     char *bad = insert_entry(&s, "INPUT_SIGNALS.body", raw(entry, (size_t)(p - entry) + 5), &len);
-    expect_eproto(bad, len, "message: not well-formed");
+    expect_eproto(bad, len, "INPUT_SIGNALS.body: an array claims 2147483647 entries but only");
     unload(&s);
-    mstar__rd_init(&r, "\x91\xdd\xff\xff\xff\xf0\x01", 7);
+    mstar__rd_init(&r, "\x91\x81\xa1k\xdf\xff\xff\xff\xf0\x01", 10);
     root = mstar__wpath_key(NULL, "skipped");
     assert_int_equal(mstar__rd_skip(&r, &root), MSTAR_EPROTO);
-    assert_non_null(strstr(mstar_last_error(), "skipped: a nested container claims 4294967280"));
+    assert_non_null(strstr(mstar_last_error(), "skipped: a map claims 4294967280 entries"));
+    /* Extension types are not part of the format, even in an unknown field. */
+    s = load(MSTAR_MSG_INPUT_SIGNALS, true);
+    p = mp_encode_str(entry, "zz", 2);
+    memcpy(p, "\xd4\x01\x02", 3);
+    bad = insert_entry(&s, "INPUT_SIGNALS.body", raw(entry, (size_t)(p - entry) + 3), &len);
+    expect_eproto(bad, len, "INPUT_SIGNALS.body: byte 0xd4: an extension or reserved byte");
+    unload(&s);
+    /* The input the fuzzer found: its tail held an array32 of 2^31 - 1 entries. */
+    s = load(MSTAR_MSG_RESULT_TENSORS, true);
+    char *grown = splice(s.data, s.len, s.len, s.len, "\xdd\x7f\xff\xff\xff", 5, &len);
+    expect_eproto(grown, len, "message: 5 bytes after the end of the value");
+    unload(&s);
 }
 
 /* ---- names --------------------------------------------------------------------------------------

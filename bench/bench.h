@@ -1,0 +1,10 @@
+/*
+ * bench.h — the benchmark suites behind `mstar bench <suite>` (src/cli/cmd_bench.c). Each prints
+ * its figures as ratios to a baseline measured in the same run and returns an exit code.
+ */
+#ifndef MSTAR_BENCH_H
+#define MSTAR_BENCH_H
+
+int mstar_bench_wire(int argc, char **argv);
+
+#endif

@@ -1,0 +1,190 @@
+/*
+ * bench_wire.c — `mstar bench wire`: encoding and decoding the small control messages of the
+ * 4 KiB round-trip hot path (a one-uuid TENSOR_RECEIVED, a one-descriptor INPUT_SIGNALS) and a
+ * larger WORKER_GRAPHS_DONE, against two baselines measured in the same run over the same encoded
+ * bytes: memcpy, and msgpuck's mp_check (a bare validating scan, no field checks, no output).
+ */
+#include "bench.h"
+
+#include "core/vec.h"
+#include "mstar/mstar.h"
+
+#include <msgpuck.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ROUNDS 5
+
+/* Each measurement runs `iters` times and keeps the fastest of ROUNDS rounds (ns per op). */
+typedef struct bench_case {
+    const char *name;
+    mstar_msg msg;
+    void *bytes;
+    size_t len;
+} bench_case;
+
+static volatile size_t sink;
+
+static double time_memcpy(const bench_case *c, long iters)
+{
+    char *dst = malloc(c->len);
+    double best = 1e30;
+    for (int r = 0; r < ROUNDS; r++) {
+        uint64_t t0 = mstar__now_ns();
+        for (long i = 0; i < iters; i++) {
+            memcpy(dst, c->bytes, c->len);
+            sink += (unsigned char)dst[i % c->len];
+        }
+        double ns = (double)(mstar__now_ns() - t0) / (double)iters;
+        best = ns < best ? ns : best;
+    }
+    free(dst);
+    return best;
+}
+
+static double time_mp_check(const bench_case *c, long iters)
+{
+    double best = 1e30;
+    for (int r = 0; r < ROUNDS; r++) {
+        uint64_t t0 = mstar__now_ns();
+        for (long i = 0; i < iters; i++) {
+            const char *p = c->bytes;
+            sink += (size_t)mp_check(&p, (const char *)c->bytes + c->len);
+        }
+        double ns = (double)(mstar__now_ns() - t0) / (double)iters;
+        best = ns < best ? ns : best;
+    }
+    return best;
+}
+
+static double time_encode(const bench_case *c, long iters)
+{
+    double best = 1e30;
+    for (int r = 0; r < ROUNDS; r++) {
+        uint64_t t0 = mstar__now_ns();
+        for (long i = 0; i < iters; i++) {
+            void *buf;
+            size_t len;
+            if (mstar_msg_encode(&c->msg, &buf, &len) != MSTAR_OK)
+                return -1;
+            sink += len;
+            free(buf);
+        }
+        double ns = (double)(mstar__now_ns() - t0) / (double)iters;
+        best = ns < best ? ns : best;
+    }
+    return best;
+}
+
+static double time_decode(const bench_case *c, long iters)
+{
+    double best = 1e30;
+    for (int r = 0; r < ROUNDS; r++) {
+        uint64_t t0 = mstar__now_ns();
+        for (long i = 0; i < iters; i++) {
+            mstar_msg m;
+            if (mstar_msg_decode(c->bytes, c->len, &m) != MSTAR_OK)
+                return -1;
+            sink += m.nedges;
+            mstar_msg_clear(&m);
+        }
+        double ns = (double)(mstar__now_ns() - t0) / (double)iters;
+        best = ns < best ? ns : best;
+    }
+    return best;
+}
+
+static void make_info(mstar_tensor_info *info, uint64_t counter)
+{
+    mstar_tensor_info_init(info);
+    info->uuid = mstar_id_make(101, counter);
+    info->dtype = MSTAR_DTYPE_BFLOAT16;
+    info->ndim = 2;
+    info->dims[0] = 1;
+    info->dims[1] = 2048;
+    mstar_shape_contiguous_strides(2, info->dims, info->stride);
+    info->nbytes = 4096;
+    strcpy(info->source_entity, "worker_1");
+    strcpy(info->source_session_id, "node-0");
+    strcpy(info->shm_segment, "mstar_arena_4242_0");
+    info->shm_offset = 1 << 20;
+    strcpy(info->source_node_name, "decoder");
+    strcpy(info->source_graph_walk, "main");
+}
+
+static mstar_status build(bench_case *c, mstar_msg_type type, const char *name)
+{
+    mstar_status st = MSTAR_OK;
+    mstar_msg_init(&c->msg, type);
+    c->name = name;
+    strcpy(c->msg.from, "worker_1");
+    c->msg.request_id = mstar_rid_from_int(12345);
+    mstar_edge e;
+    mstar_edge_init(&e);
+    mstar_tensor_info info;
+    if (type == MSTAR_MSG_TENSOR_RECEIVED) {
+        st = mstar_msg_add_count(&c->msg, mstar_id_make(101, 77), 1);
+    } else if (type == MSTAR_MSG_INPUT_SIGNALS) {
+        strcpy(e.next_node, "lm_head");
+        strcpy(e.name, "hidden_states");
+        make_info(&info, 77);
+        st = mstar_edge_add_tensor(&e, &info);
+        if (st == MSTAR_OK)
+            st = mstar_msg_add_edge(&c->msg, &e);
+    } else {
+        for (int s = 0; st == MSTAR_OK && s < 8; s++) {
+            snprintf(e.name, sizeof(e.name), "kv_layer_%d", s);
+            make_info(&info, 100 + (uint64_t)s);
+            st = mstar_edge_add_tensor(&e, &info);
+            if (st == MSTAR_OK)
+                st = mstar_msg_add_edge(&c->msg, &e);
+            mstar_edge_clear(&e);
+        }
+    }
+    mstar_edge_clear(&e);
+    if (st == MSTAR_OK)
+        st = mstar_msg_encode(&c->msg, &c->bytes, &c->len);
+    return st;
+}
+
+int mstar_bench_wire(int argc, char **argv)
+{
+    long iters = 200000;
+    if (argc > 1 && strcmp(argv[1], "--quick") == 0)
+        iters = 20000;
+    bench_case cases[3];
+    static const struct {
+        mstar_msg_type type;
+        const char *name;
+    } kinds[] = {
+        { MSTAR_MSG_TENSOR_RECEIVED, "TENSOR_RECEIVED, 1 uuid" },
+        { MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS, 1 descriptor" },
+        { MSTAR_MSG_WORKER_GRAPHS_DONE, "WORKER_GRAPHS_DONE, 8 signals" },
+    };
+    printf("wire: ns per message (fastest of %d rounds of %ld); ratios to memcpy and mp_check of "
+           "the same bytes\n",
+           ROUNDS, iters);
+    printf("%-32s %6s %9s %9s %9s %9s %10s %10s\n", "message", "bytes", "memcpy", "mp_check",
+           "encode", "decode", "enc/check", "dec/check");
+    int rc = 0;
+    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
+        bench_case *c = &cases[k];
+        if (build(c, kinds[k].type, kinds[k].name) != MSTAR_OK) {
+            fprintf(stderr, "mstar bench wire: %s\n", mstar_last_error());
+            return 1;
+        }
+        long n = k == 2 ? iters / 8 : iters;
+        double copy = time_memcpy(c, n), check = time_mp_check(c, n);
+        double enc = time_encode(c, n), dec = time_decode(c, n);
+        if (enc < 0 || dec < 0) {
+            fprintf(stderr, "mstar bench wire: %s\n", mstar_last_error());
+            rc = 1;
+        }
+        printf("%-32s %6zu %9.1f %9.1f %9.1f %9.1f %9.1fx %9.1fx\n", c->name, c->len, copy, check,
+               enc, dec, enc / check, dec / check);
+        free(c->bytes);
+        mstar_msg_clear(&c->msg);
+    }
+    return rc;
+}
