@@ -16,7 +16,6 @@
 
 #define ROUNDS 5
 
-/* Each measurement runs `iters` times and keeps the fastest of ROUNDS rounds (ns per op). */
 typedef struct bench_case {
     const char *name;
     mstar_msg msg;
@@ -26,72 +25,61 @@ typedef struct bench_case {
 
 static volatile size_t sink;
 
-static double time_memcpy(const bench_case *c, long iters)
+/* One operation on a case; false if it failed (the error is left in mstar_last_error). */
+typedef bool (*op_fn)(const bench_case *c, char *scratch, long i);
+
+static bool op_memcpy(const bench_case *c, char *scratch, long i)
 {
-    char *dst = malloc(c->len);
-    double best = 1e30;
-    for (int r = 0; r < ROUNDS; r++) {
-        uint64_t t0 = mstar__now_ns();
-        for (long i = 0; i < iters; i++) {
-            memcpy(dst, c->bytes, c->len);
-            sink += (unsigned char)dst[i % c->len];
-        }
-        double ns = (double)(mstar__now_ns() - t0) / (double)iters;
-        best = ns < best ? ns : best;
-    }
-    free(dst);
-    return best;
+    memcpy(scratch, c->bytes, c->len);
+    sink += (unsigned char)scratch[i % (long)c->len];
+    return true;
 }
 
-static double time_mp_check(const bench_case *c, long iters)
+static bool op_mp_check(const bench_case *c, char *scratch, long i)
 {
-    double best = 1e30;
-    for (int r = 0; r < ROUNDS; r++) {
-        uint64_t t0 = mstar__now_ns();
-        for (long i = 0; i < iters; i++) {
-            const char *p = c->bytes;
-            sink += (size_t)mp_check(&p, (const char *)c->bytes + c->len);
-        }
-        double ns = (double)(mstar__now_ns() - t0) / (double)iters;
-        best = ns < best ? ns : best;
-    }
-    return best;
+    const char *p = c->bytes;
+    sink += (size_t)mp_check(&p, (const char *)c->bytes + c->len);
+    return true;
 }
 
-static double time_encode(const bench_case *c, long iters)
+static bool op_encode(const bench_case *c, char *scratch, long i)
 {
+    void *buf;
+    size_t len;
+    if (mstar_msg_encode(&c->msg, &buf, &len) != MSTAR_OK)
+        return false;
+    sink += len;
+    free(buf);
+    return true;
+}
+
+static bool op_decode(const bench_case *c, char *scratch, long i)
+{
+    mstar_msg m;
+    if (mstar_msg_decode(c->bytes, c->len, &m) != MSTAR_OK)
+        return false;
+    sink += m.nedges;
+    mstar_msg_clear(&m);
+    return true;
+}
+
+/* ns per operation: the fastest of ROUNDS rounds of `iters`; -1 if an operation failed. */
+static double time_op(op_fn op, const bench_case *c, long iters)
+{
+    char *scratch = malloc(c->len);
     double best = 1e30;
-    for (int r = 0; r < ROUNDS; r++) {
+    for (int r = 0; scratch != NULL && r < ROUNDS; r++) {
         uint64_t t0 = mstar__now_ns();
         for (long i = 0; i < iters; i++) {
-            void *buf;
-            size_t len;
-            if (mstar_msg_encode(&c->msg, &buf, &len) != MSTAR_OK)
+            if (!op(c, scratch, i)) {
+                free(scratch);
                 return -1;
-            sink += len;
-            free(buf);
+            }
         }
         double ns = (double)(mstar__now_ns() - t0) / (double)iters;
         best = ns < best ? ns : best;
     }
-    return best;
-}
-
-static double time_decode(const bench_case *c, long iters)
-{
-    double best = 1e30;
-    for (int r = 0; r < ROUNDS; r++) {
-        uint64_t t0 = mstar__now_ns();
-        for (long i = 0; i < iters; i++) {
-            mstar_msg m;
-            if (mstar_msg_decode(c->bytes, c->len, &m) != MSTAR_OK)
-                return -1;
-            sink += m.nedges;
-            mstar_msg_clear(&m);
-        }
-        double ns = (double)(mstar__now_ns() - t0) / (double)iters;
-        best = ns < best ? ns : best;
-    }
+    free(scratch);
     return best;
 }
 
@@ -175,8 +163,8 @@ int mstar_bench_wire(int argc, char **argv)
             return 1;
         }
         long n = k == 2 ? iters / 8 : iters;
-        double copy = time_memcpy(c, n), check = time_mp_check(c, n);
-        double enc = time_encode(c, n), dec = time_decode(c, n);
+        double copy = time_op(op_memcpy, c, n), check = time_op(op_mp_check, c, n);
+        double enc = time_op(op_encode, c, n), dec = time_op(op_decode, c, n);
         if (enc < 0 || dec < 0) {
             fprintf(stderr, "mstar bench wire: %s\n", mstar_last_error());
             rc = 1;

@@ -131,7 +131,9 @@ mstar_status mstar__wr_take_tensors(mstar__wr *w, const mstar__wpath *path, uint
 /* ---- whole buffers ----------------------------------------------------------------------------
  *
  * What every public encoder and decoder does around its value: argument checks, the size limit,
- * the root of the field paths (`root`), and no bytes left over after the value. */
+ * the root of the field paths (`root`), and no bytes left over after the value. The decoder's
+ * caller clears *out when this fails: `read` may have succeeded before the trailing bytes were
+ * found. */
 
 typedef mstar_status (*mstar__read_fn)(mstar__rd *r, const mstar__wpath *path, void *out);
 typedef mstar_status (*mstar__write_fn)(mstar__wr *w, const mstar__wpath *path, const void *value);

@@ -183,5 +183,8 @@ mstar_status mstar_edge_decode(const void *data, size_t len, mstar_edge *out)
 {
     if (out != NULL)
         mstar_edge_init(out);
-    return mstar__decode_root("edge", read_root, data, len, out);
+    mstar_status st = mstar__decode_root("edge", read_root, data, len, out);
+    if (st != MSTAR_OK && out != NULL)
+        mstar_edge_clear(out); /* e.g. bytes after a valid edge */
+    return st;
 }

@@ -340,5 +340,8 @@ mstar_status mstar_tensor_info_decode(const void *data, size_t len, mstar_tensor
 {
     if (out != NULL)
         mstar_tensor_info_init(out);
-    return mstar__decode_root("tensor_info", read_root, data, len, out);
+    mstar_status st = mstar__decode_root("tensor_info", read_root, data, len, out);
+    if (st != MSTAR_OK && out != NULL)
+        mstar_tensor_info_init(out); /* e.g. bytes after a valid descriptor */
+    return st;
 }

@@ -23,173 +23,101 @@ static const mstar__wkey envelope_keys[E_COUNT] = {
 
 #define ENVELOPE_ALL ((UINT64_C(1) << E_COUNT) - 1)
 
-/* Smallest wire sizes of array elements and map entries, to check counts against the bytes
- * present before allocating: an edge map holds at least {"next_node": "", "name": "a"}; a
- * name-keyed signal at least "a": []; an rx record its six fields with one-byte values, a tx
- * record its five. */
-#define EDGE_MIN_BYTES   19
-#define SIGNAL_MIN_BYTES 3
-#define RX_MIN_BYTES     64
-#define TX_MIN_BYTES     48
-
 /* ---- decoding the body's fields -------------------------------------------------------------- */
 
-/* Allocate `n` zeroed edges and hand them to the message, which then owns them (a zeroed edge
- * owns nothing, so a failure part-way leaves the message safe to clear). Each is put in init
- * state by whoever reads it. */
-static mstar_status alloc_edges(mstar_msg *msg, uint32_t n)
-{
-    mstar_status st = mstar__wire_alloc(n, sizeof(mstar_edge), (void **)&msg->edges);
-    if (st == MSTAR_OK)
-        msg->nedges = n;
-    return st;
-}
+/* Reads one element of an array-shaped field (or one entry, key and value, of a map-shaped one)
+ * into its place in the message's array. */
+typedef mstar_status (*read_elem_fn)(mstar__rd *r, const mstar__wpath *path, void *elem);
 
-static mstar_status read_edge_list(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
+typedef struct list_kind {
+    bool is_map;
+    uint32_t max;
+    uint32_t min_bytes; /* the smallest element (or entry) on the wire */
+    size_t elsize;
+    read_elem_fn read;
+} list_kind;
+
+/* Read an array- or map-shaped field into a new array that the message owns from the start
+ * (*arr, *count), so a failure part-way leaves it safe to clear: elements are zeroed, and a
+ * zeroed element owns nothing. */
+static mstar_status read_list(mstar__rd *r, const mstar__wpath *path, const list_kind *kind,
+                              void **arr, uint32_t *count)
 {
     uint32_t n;
-    mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_EDGES, EDGE_MIN_BYTES, &n);
+    mstar_status st = kind->is_map ? mstar__rd_map(r, path, kind->max, kind->min_bytes, &n)
+                                   : mstar__rd_array(r, path, kind->max, kind->min_bytes, &n);
     if (st == MSTAR_OK)
-        st = alloc_edges(msg, n);
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__edge_read(r, &pi, &msg->edges[i]);
-    }
-    return st;
-}
-
-static mstar_status read_one_edge(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
-{
-    mstar_status st = alloc_edges(msg, 1);
+        st = mstar__wire_alloc(n, kind->elsize, arr);
     if (st != MSTAR_OK)
         return st;
-    return mstar__edge_read(r, path, &msg->edges[0]);
-}
-
-/* {name: [descriptor]}: an edge per key, holding only its name and descriptors. */
-static mstar_status read_signal_map(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
-{
-    uint32_t n;
-    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_EDGES, SIGNAL_MIN_BYTES, &n);
-    if (st == MSTAR_OK)
-        st = alloc_edges(msg, n);
+    *count = n;
     for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
         mstar__wpath pi = mstar__wpath_index(path, i);
-        mstar_edge_init(&msg->edges[i]);
-        st = mstar__rd_name(r, &pi, false, msg->edges[i].name);
-        if (st == MSTAR_OK)
-            st = mstar__infos_read(r, &pi, &msg->edges[i]);
+        st = kind->read(r, &pi, (char *)*arr + (size_t)i * kind->elsize);
     }
     return st;
 }
 
-static mstar_status read_counts(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
+static mstar_status read_edge_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
 {
-    uint32_t n;
-    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
+    return mstar__edge_read(r, path, elem);
+}
+
+/* {name: [descriptor]}: an edge per entry, holding only its name and descriptors. */
+static mstar_status read_signal_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
+{
+    mstar_edge *edge = elem;
+    mstar_edge_init(edge);
+    mstar_status st = mstar__rd_name(r, path, false, edge->name);
     if (st == MSTAR_OK)
-        st = mstar__wire_alloc(n, sizeof(mstar_uuid_count), (void **)&msg->counts);
+        st = mstar__infos_read(r, path, edge);
+    return st;
+}
+
+static mstar_status read_count_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
+{
+    mstar_uuid_count *c = elem;
+    mstar_status st = mstar__rd_uint(r, path, &c->uuid);
+    if (st == MSTAR_OK)
+        st = mstar__rd_int(r, path, &c->count);
+    return st;
+}
+
+static mstar_status read_uuid_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
+{
+    return mstar__rd_uint(r, path, elem);
+}
+
+static mstar_status read_int_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
+{
+    return mstar__rd_int(r, path, elem);
+}
+
+static mstar_status read_name_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
+{
+    return mstar__rd_name(r, path, false, elem);
+}
+
+static mstar_status read_rid_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
+{
+    return mstar__rd_rid(r, path, elem);
+}
+
+static mstar_status read_kv_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
+{
+    mstar_kv *kv = elem;
+    const char *s;
+    uint32_t len;
+    mstar_status st = mstar__rd_str(r, path, &s, &len);
+    if (st == MSTAR_OK && len >= sizeof(kv->key))
+        st = mstar__wire_fail(MSTAR_EPROTO, path, "key of %u bytes, at most %zu", len,
+                              sizeof(kv->key) - 1);
+    if (st == MSTAR_OK)
+        st = mstar__wire_check_name(MSTAR_EPROTO, path, s, len);
     if (st != MSTAR_OK)
         return st;
-    msg->ncounts = n;
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__rd_uint(r, &pi, &msg->counts[i].uuid);
-        if (st == MSTAR_OK)
-            st = mstar__rd_int(r, &pi, &msg->counts[i].count);
-    }
-    return st;
-}
-
-static mstar_status read_uuids(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
-{
-    uint32_t n;
-    mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_ENTRIES, 1, &n);
-    if (st == MSTAR_OK)
-        st = mstar__wire_alloc(n, sizeof(mstar_tensor_id), (void **)&msg->uuids);
-    if (st != MSTAR_OK)
-        return st;
-    msg->nuuids = n;
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__rd_uint(r, &pi, &msg->uuids[i]);
-    }
-    return st;
-}
-
-static mstar_status read_ints(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
-{
-    uint32_t n;
-    mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_ENTRIES, 1, &n);
-    if (st == MSTAR_OK)
-        st = mstar__wire_alloc(n, sizeof(int64_t), (void **)&msg->ints);
-    if (st != MSTAR_OK)
-        return st;
-    msg->nints = n;
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__rd_int(r, &pi, &msg->ints[i]);
-    }
-    return st;
-}
-
-static mstar_status read_names(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
-{
-    uint32_t n;
-    mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
-    if (st == MSTAR_OK)
-        st = mstar__wire_alloc(n, sizeof(msg->names[0]), (void **)&msg->names);
-    if (st != MSTAR_OK)
-        return st;
-    msg->nnames = n;
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__rd_name(r, &pi, false, msg->names[i]);
-    }
-    return st;
-}
-
-static mstar_status read_rids(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
-{
-    uint32_t n;
-    mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_ENTRIES, 1, &n);
-    if (st == MSTAR_OK)
-        st = mstar__wire_alloc(n, sizeof(mstar_rid), (void **)&msg->rids);
-    if (st != MSTAR_OK)
-        return st;
-    msg->nrids = n;
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__rd_rid(r, &pi, &msg->rids[i]);
-    }
-    return st;
-}
-
-static mstar_status read_kv(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
-{
-    uint32_t n;
-    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_KV, 3, &n);
-    if (st == MSTAR_OK)
-        st = mstar__wire_alloc(n, sizeof(mstar_kv), (void **)&msg->kv);
-    if (st != MSTAR_OK)
-        return st;
-    msg->nkv = n;
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        const char *s;
-        uint32_t len;
-        st = mstar__rd_str(r, &pi, &s, &len);
-        if (st == MSTAR_OK && len >= sizeof(msg->kv[i].key))
-            st = mstar__wire_fail(MSTAR_EPROTO, &pi, "key of %u bytes, at most %zu", len,
-                                  sizeof(msg->kv[i].key) - 1);
-        if (st == MSTAR_OK)
-            st = mstar__wire_check_name(MSTAR_EPROTO, &pi, s, len);
-        if (st != MSTAR_OK)
-            break;
-        memcpy(msg->kv[i].key, s, len);
-        st = mstar__rd_int(r, &pi, &msg->kv[i].value);
-    }
-    return st;
+    memcpy(kv->key, s, len);
+    return mstar__rd_int(r, path, &kv->value);
 }
 
 /* One rx (dest != NULL) or tx (dest == NULL) record into the given fields. */
@@ -240,40 +168,51 @@ static mstar_status read_prof(mstar__rd *r, const mstar__wpath *path, char *edge
     return mstar__rd_require(path, &km, all);
 }
 
-static mstar_status read_rx(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
+static mstar_status read_rx_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
 {
-    uint32_t n;
-    mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_ENTRIES, RX_MIN_BYTES, &n);
-    if (st == MSTAR_OK)
-        st = mstar__wire_alloc(n, sizeof(mstar_rx_info), (void **)&msg->rx);
-    if (st != MSTAR_OK)
-        return st;
-    msg->nrx = n;
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar_rx_info *rx = &msg->rx[i];
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = read_prof(r, &pi, rx->edge_name, rx->source_entity, rx->dest_entity, &rx->count,
-                       &rx->num_bytes, &rx->time_s);
-    }
-    return st;
+    mstar_rx_info *rx = elem;
+    return read_prof(r, path, rx->edge_name, rx->source_entity, rx->dest_entity, &rx->count,
+                     &rx->num_bytes, &rx->time_s);
 }
 
-static mstar_status read_tx(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
+static mstar_status read_tx_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
 {
-    uint32_t n;
-    mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_ENTRIES, TX_MIN_BYTES, &n);
-    if (st == MSTAR_OK)
-        st = mstar__wire_alloc(n, sizeof(mstar_tx_info), (void **)&msg->tx);
+    mstar_tx_info *tx = elem;
+    return read_prof(r, path, tx->edge_name, tx->source_entity, NULL, &tx->count, &tx->num_bytes,
+                     &tx->time_s);
+}
+
+/* Smallest wire sizes of elements, to check counts against the bytes present before allocating:
+ * an edge map holds at least {"next_node": "", "name": "a"}; a signal entry at least "a": [];
+ * an rx record its six fields with one-byte values, a tx record its five; a name two bytes; a
+ * metadata entry three; any other element one. */
+static const list_kind edge_list = { false, MSTAR_WIRE_MAX_EDGES, 19, sizeof(mstar_edge),
+                                     read_edge_elem };
+static const list_kind signal_map = { true, MSTAR_WIRE_MAX_EDGES, 3, sizeof(mstar_edge),
+                                      read_signal_elem };
+static const list_kind count_map = { true, MSTAR_WIRE_MAX_ENTRIES, 2, sizeof(mstar_uuid_count),
+                                     read_count_elem };
+static const list_kind uuid_list = { false, MSTAR_WIRE_MAX_ENTRIES, 1, sizeof(mstar_tensor_id),
+                                     read_uuid_elem };
+static const list_kind int_list = { false, MSTAR_WIRE_MAX_ENTRIES, 1, sizeof(int64_t),
+                                    read_int_elem };
+static const list_kind name_list = { false, MSTAR_WIRE_MAX_ENTRIES, 2, MSTAR_NAME_MAX + 1,
+                                     read_name_elem };
+static const list_kind rid_list = { false, MSTAR_WIRE_MAX_ENTRIES, 1, sizeof(mstar_rid),
+                                    read_rid_elem };
+static const list_kind kv_map = { true, MSTAR_WIRE_MAX_KV, 3, sizeof(mstar_kv), read_kv_elem };
+static const list_kind rx_list = { false, MSTAR_WIRE_MAX_ENTRIES, 64, sizeof(mstar_rx_info),
+                                   read_rx_elem };
+static const list_kind tx_list = { false, MSTAR_WIRE_MAX_ENTRIES, 48, sizeof(mstar_tx_info),
+                                   read_tx_elem };
+
+static mstar_status read_one_edge(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
+{
+    mstar_status st = mstar__wire_alloc(1, sizeof(mstar_edge), (void **)&msg->edges);
     if (st != MSTAR_OK)
         return st;
-    msg->ntx = n;
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        mstar_tx_info *tx = &msg->tx[i];
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = read_prof(r, &pi, tx->edge_name, tx->source_entity, NULL, &tx->count, &tx->num_bytes,
-                       &tx->time_s);
-    }
-    return st;
+    msg->nedges = 1;
+    return mstar__edge_read(r, path, &msg->edges[0]);
 }
 
 static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, mstar__body_field field,
@@ -285,7 +224,7 @@ static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, mstar__bo
     case B_REQUEST_ID:
         return mstar__rd_rid(r, path, &msg->request_id);
     case B_REQUEST_IDS:
-        return read_rids(r, path, msg);
+        return read_list(r, path, &rid_list, (void **)&msg->rids, &msg->nrids);
     case B_GRAPH_WALK:
         return mstar__rd_name(r, path, true, msg->graph_walk);
     case B_PARTITION_NAME:
@@ -310,31 +249,31 @@ static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, mstar__bo
         return mstar__rd_bool(r, path, &msg->is_first_tp_rank);
     case B_INITIAL_INPUTS:
     case B_INPUTS:
-        return read_edge_list(r, path, msg);
+        return read_list(r, path, &edge_list, (void **)&msg->edges, &msg->nedges);
     case B_GRAPH_EDGE:
         return read_one_edge(r, path, msg);
     case B_INITIAL_SIGNALS:
     case B_PERSIST_SIGNALS:
-        return read_signal_map(r, path, msg);
+        return read_list(r, path, &signal_map, (void **)&msg->edges, &msg->nedges);
     case B_SUCCESSFUL:
     case B_UUID_TO_REF_COUNT:
-        return read_counts(r, path, msg);
+        return read_list(r, path, &count_map, (void **)&msg->counts, &msg->ncounts);
     case B_FAILED:
-        return read_uuids(r, path, msg);
+        return read_list(r, path, &uuid_list, (void **)&msg->uuids, &msg->nuuids);
     case B_PRODUCER_DONE:
-        return read_names(r, path, msg);
+        return read_list(r, path, &name_list, (void **)&msg->names, &msg->nnames);
     case B_LOOP_INDICES:
     case B_VALUES:
-        return read_ints(r, path, msg);
+        return read_list(r, path, &int_list, (void **)&msg->ints, &msg->nints);
     case B_RX_INFO:
-        return read_rx(r, path, msg);
+        return read_list(r, path, &rx_list, (void **)&msg->rx, &msg->nrx);
     case B_TX_INFO:
-        return read_tx(r, path, msg);
+        return read_list(r, path, &tx_list, (void **)&msg->tx, &msg->ntx);
     case B_REQUEST_INFO:
     case B_INPUT_METADATA:
     case B_METADATA:
     case B_INFO:
-        return read_kv(r, path, msg);
+        return read_list(r, path, &kv_map, (void **)&msg->kv, &msg->nkv);
     case B_COUNT_:
         break;
     }

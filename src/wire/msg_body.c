@@ -165,22 +165,32 @@ static mstar_status report_dup(mstar_status code, const mstar__wpath *path, msta
     return mstar__wire_fail(code, &pi, "duplicate %s", what);
 }
 
-/* {name: [descriptor]}: the edges' names are the map's keys. */
-static mstar_status check_edge_names(mstar_status code, const mstar__wpath *path,
-                                     const mstar_msg *msg, bool names)
+/* A set of names held in an array: element i's name is at base + i * stride + offset, in a
+ * buffer of `cap` bytes. At most `max`, each valid (when `names`), none repeated. */
+typedef struct name_set {
+    const void *base;
+    uint32_t n;
+    size_t stride;
+    size_t offset;
+    size_t cap;
+    uint32_t max;
+    const char *what; /* for the duplicate message */
+} name_set;
+
+static mstar_status check_name_set(mstar_status code, const mstar__wpath *path, const name_set *set,
+                                   bool names)
 {
-    mstar_status st = check_len(code, path, msg->nedges, MSTAR_WIRE_MAX_EDGES);
-    for (uint32_t i = 0; names && st == MSTAR_OK && i < msg->nedges; i++) {
+    mstar_status st = check_len(code, path, set->n, set->max);
+    for (uint32_t i = 0; names && st == MSTAR_OK && i < set->n; i++) {
         mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__wire_check_cname(code, &pi, msg->edges[i].name, sizeof(msg->edges[i].name),
-                                     false);
+        const char *name = (const char *)set->base + (size_t)i * set->stride + set->offset;
+        st = mstar__wire_check_cname(code, &pi, name, set->cap, false);
     }
     if (st != MSTAR_OK)
         return st;
     int64_t dup;
-    st = mstar__wire_find_dup_name(msg->edges, msg->nedges, sizeof(mstar_edge),
-                                   offsetof(mstar_edge, name), &dup);
-    return report_dup(code, path, st, dup, "signal name");
+    st = mstar__wire_find_dup_name(set->base, set->n, set->stride, set->offset, &dup);
+    return report_dup(code, path, st, dup, set->what);
 }
 
 static mstar_status check_counts(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
@@ -204,21 +214,6 @@ static mstar_status check_counts(mstar_status code, const mstar__wpath *path, co
     return report_dup(code, path, st, dup, "uuid");
 }
 
-static mstar_status check_names(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
-                                bool names)
-{
-    mstar_status st = check_len(code, path, msg->nnames, MSTAR_WIRE_MAX_ENTRIES);
-    for (uint32_t i = 0; names && st == MSTAR_OK && i < msg->nnames; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__wire_check_cname(code, &pi, msg->names[i], sizeof(msg->names[i]), false);
-    }
-    if (st != MSTAR_OK)
-        return st;
-    int64_t dup;
-    st = mstar__wire_find_dup_name(msg->names, msg->nnames, sizeof(msg->names[0]), 0, &dup);
-    return report_dup(code, path, st, dup, "name");
-}
-
 static mstar_status check_rids(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
                                bool names)
 {
@@ -230,22 +225,6 @@ static mstar_status check_rids(mstar_status code, const mstar__wpath *path, cons
         st = mstar__wire_check_rid(code, &pi, &msg->rids[i]);
     }
     return st;
-}
-
-static mstar_status check_kv(mstar_status code, const mstar__wpath *path, const mstar_msg *msg,
-                             bool names)
-{
-    mstar_status st = check_len(code, path, msg->nkv, MSTAR_WIRE_MAX_KV);
-    for (uint32_t i = 0; names && st == MSTAR_OK && i < msg->nkv; i++) {
-        mstar__wpath pi = mstar__wpath_index(path, i);
-        st = mstar__wire_check_cname(code, &pi, msg->kv[i].key, sizeof(msg->kv[i].key), false);
-    }
-    if (st != MSTAR_OK)
-        return st;
-    int64_t dup;
-    st = mstar__wire_find_dup_name(msg->kv, msg->nkv, sizeof(mstar_kv), offsetof(mstar_kv, key),
-                                   &dup);
-    return report_dup(code, path, st, dup, "key");
 }
 
 /* One profiling record; `dest` is NULL for tx; names are checked only with `check_names`. */
@@ -357,16 +336,33 @@ mstar_status mstar__body_check_field(mstar_status code, const mstar__wpath *path
             return mstar__wire_fail(code, path, "%u edges, exactly one", msg->nedges);
         return MSTAR_OK;
     case B_INITIAL_SIGNALS:
-    case B_PERSIST_SIGNALS:
-        return check_edge_names(code, path, msg, names);
+    case B_PERSIST_SIGNALS: {
+        /* {name: [descriptor]}: the edges' names are the map's keys. */
+        name_set set = { .base = msg->edges,
+                         .n = msg->nedges,
+                         .stride = sizeof(mstar_edge),
+                         .offset = offsetof(mstar_edge, name),
+                         .cap = MSTAR_NAME_MAX + 1,
+                         .max = MSTAR_WIRE_MAX_EDGES,
+                         .what = "signal name" };
+        return check_name_set(code, path, &set, names);
+    }
     case B_SUCCESSFUL:
         return check_counts(code, path, msg, 1);
     case B_UUID_TO_REF_COUNT:
         return check_counts(code, path, msg, 0);
     case B_FAILED:
         return check_len(code, path, msg->nuuids, MSTAR_WIRE_MAX_ENTRIES);
-    case B_PRODUCER_DONE:
-        return check_names(code, path, msg, names);
+    case B_PRODUCER_DONE: {
+        name_set set = { .base = msg->names,
+                         .n = msg->nnames,
+                         .stride = MSTAR_NAME_MAX + 1,
+                         .offset = 0,
+                         .cap = MSTAR_NAME_MAX + 1,
+                         .max = MSTAR_WIRE_MAX_ENTRIES,
+                         .what = "name" };
+        return check_name_set(code, path, &set, names);
+    }
     case B_LOOP_INDICES:
     case B_VALUES:
         return check_len(code, path, msg->nints, MSTAR_WIRE_MAX_ENTRIES);
@@ -377,8 +373,16 @@ mstar_status mstar__body_check_field(mstar_status code, const mstar__wpath *path
     case B_REQUEST_INFO:
     case B_INPUT_METADATA:
     case B_METADATA:
-    case B_INFO:
-        return check_kv(code, path, msg, names);
+    case B_INFO: {
+        name_set set = { .base = msg->kv,
+                         .n = msg->nkv,
+                         .stride = sizeof(mstar_kv),
+                         .offset = offsetof(mstar_kv, key),
+                         .cap = sizeof(msg->kv[0].key),
+                         .max = MSTAR_WIRE_MAX_KV,
+                         .what = "key" };
+        return check_name_set(code, path, &set, names);
+    }
     case B_FORCE:
     case B_IS_FIRST_TP_RANK:
     case B_COUNT_:

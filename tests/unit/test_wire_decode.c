@@ -365,6 +365,32 @@ static void test_empty_trailing_oversized(void **state)
     /* Not a map at all. */
     expect_eproto(memdup("\x93\x01\x02\x03", 4), 4, "message: expected a map, got an array");
     unload(&s);
+
+    /* A valid edge or descriptor followed by more bytes: the decoded value is released and the
+     * output cleared (a fuzzer finding). */
+    mstar_edge edge, eout;
+    mstar_test_sample_edge(2, &edge);
+    char *buf;
+    assert_mstar_ok(mstar_edge_encode(&edge, (void **)&buf, &len));
+    mstar_edge_clear(&edge);
+    char *padded = splice(buf, len, len, len, "\x01\x02", 2, &len);
+    assert_mstar_status(mstar_edge_decode(padded, len, &eout), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "edge: 2 bytes after the end of the value"));
+    assert_null(eout.tensor_info);
+    assert_int_equal(eout.ntensors, 0);
+    assert_string_equal(eout.name, "");
+    free(buf);
+    free(padded);
+    mstar_tensor_info info, iout;
+    mstar_test_sample_info(MSTAR_TEST_INFO_FULL, &info);
+    assert_mstar_ok(mstar_tensor_info_encode(&info, (void **)&buf, &len));
+    padded = splice(buf, len, len, len, "\xc0", 1, &len);
+    assert_mstar_status(mstar_tensor_info_decode(padded, len, &iout), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "tensor_info: 1 bytes after the end of the value"));
+    assert_int_equal(iout.nbytes, 0);
+    assert_string_equal(iout.source_entity, "");
+    free(buf);
+    free(padded);
 }
 
 /* ---- wrong types --------------------------------------------------------------------------------
