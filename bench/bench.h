@@ -6,5 +6,6 @@
 #define MSTAR_BENCH_H
 
 int mstar_bench_wire(int argc, char **argv);
+int mstar_bench_bookkeeper(int argc, char **argv);
 
 #endif

@@ -16,6 +16,8 @@ static const struct {
 } suites[] = {
     { "wire", "encode and decode of control messages, against memcpy and mp_check",
       mstar_bench_wire },
+    { "bookkeeper", "store + dereference pairs per second, against the bare hash map",
+      mstar_bench_bookkeeper },
 };
 
 #define NSUITES (sizeof(suites) / sizeof(suites[0]))
