@@ -13,6 +13,8 @@
 #include "tensors/completion.h"
 
 #include <poll.h>
+#include <pthread.h>
+#include <time.h>
 
 /* ---- a transport whose reads finish when the test says ---------------------------------- */
 
@@ -241,6 +243,37 @@ static void test_completion_api(void **state)
     assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
 }
 
+static void *finish_later(void *arg)
+{
+    struct timespec ts = { 0, 20 * 1000000L };
+    nanosleep(&ts, NULL);
+    mstar__completion_finish(arg, MSTAR_OK, NULL);
+    return NULL;
+}
+
+/* A copy landing on another thread (a stream callback, an engine's progress thread): the loop
+ * blocked in poll on the event fd wakes up, and a waiter on the handle is released. */
+static void test_completion_from_another_thread(void **state)
+{
+    world *w = *state;
+    mstar_completion_list list;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, &list));
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, finish_later, w->d->held[0]), 0);
+    struct pollfd pfd = { mstar_comm_event_fd(w->c), POLLIN, 0 };
+    assert_int_equal(poll(&pfd, 1, 10000), 1);
+    assert_mstar_ok(mstar_completion_wait(list.items[0], -1));
+    pthread_join(th, NULL);
+    mstar_comm_event_drain(w->c);
+    mstar_completion_list_clear(&list);
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 1);
+    mstar_ready_set_clear(&set);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c) + mstar_comm_num_tensors(w->p), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +281,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cleanup_with_read_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_read_does_not_poison, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_api, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_completion_from_another_thread, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
