@@ -6,6 +6,8 @@
  */
 #include "ref_eager.h"
 
+#include "ref_step.h"
+
 #include <stdlib.h>
 
 struct ref_eager {
@@ -124,23 +126,17 @@ static mstar_status run_step(ref_eager *e, const mstar_resource_step *step, int3
 {
     mstar_stream *s = e->stream;
     size_t vocab = (size_t)ref_model_config_of(e->model)->vocab;
-    mstar_admit_result admitted;
-    mstar_status st;
-    if ((st = mstar_kv_cache_admit(e->kv, step, &admitted)) != MSTAR_OK ||
-        (st = mstar_kv_cache_plan(e->kv, MSTAR_PLAN_EAGER, step, num_rows, num_tokens, false, s)) !=
-            MSTAR_OK ||
-        (st = mstar_positions_plan(e->pos, MSTAR_PLAN_EAGER, step, num_tokens, false, s)) !=
-            MSTAR_OK)
+    mstar_status st = ref_resources_prepare(e->kv, e->pos, step, MSTAR_PLAN_EAGER, num_rows,
+                                            num_tokens, false, s, NULL);
+    if (st != MSTAR_OK)
         return st;
     ref_forward_io io = { .num_tokens = num_tokens,
                           .num_rows = num_rows,
                           .tokens = e->dev_tokens,
                           .logits = e->dev_logits,
                           .next_tokens = e->dev_next };
-    int32_t *positions, capacity;
-    mstar_kv_cache_plan_buffers(e->kv, MSTAR_PLAN_EAGER, 0, &io.plan);
-    mstar_positions_plan_buffer(e->pos, MSTAR_PLAN_EAGER, &positions, &capacity);
-    io.positions = positions;
+    if ((st = ref_resources_io(e->kv, e->pos, MSTAR_PLAN_EAGER, &io)) != MSTAR_OK)
+        return st;
     if ((st = mstar_memcpy_async(s, e->dev_tokens, tokens, (size_t)num_tokens * sizeof(int32_t),
                                  MSTAR_MEMCPY_H2D)) != MSTAR_OK ||
         (st = ref_model_forward(e->model, s, &io)) != MSTAR_OK ||
@@ -151,10 +147,9 @@ static mstar_status run_step(ref_eager *e, const mstar_resource_step *step, int3
         (st = mstar_memcpy_async(s, logits, e->dev_logits, (size_t)num_rows * vocab * sizeof(float),
                                  MSTAR_MEMCPY_D2H)) != MSTAR_OK)
         return st;
-    if ((st = mstar_stream_synchronize(s)) != MSTAR_OK ||
-        (st = mstar_kv_cache_commit(e->kv, step)) != MSTAR_OK)
+    if ((st = mstar_stream_synchronize(s)) != MSTAR_OK)
         return st;
-    return mstar_positions_commit(e->pos, step);
+    return ref_resources_commit(e->kv, e->pos, step);
 }
 
 mstar_status ref_eager_step(ref_eager *e, const int64_t *rows, const int32_t *spans,
