@@ -6,8 +6,6 @@
  */
 #include "ref_eager.h"
 
-#include "ref_step.h"
-
 #include <stdlib.h>
 
 struct ref_eager {
@@ -16,7 +14,7 @@ struct ref_eager {
     ref_model *model;
     mstar_kv_cache *kv;
     mstar_positions *pos;
-    mstar_segment *segments; /* [row_cap] */
+    mstar_step_segment *segments; /* [row_cap] */
     int32_t row_cap, token_cap;
     int32_t *dev_tokens; /* [token_cap] */
     float *dev_logits;   /* [row_cap, vocab] */
@@ -96,7 +94,7 @@ static mstar_status ensure_capacity(ref_eager *e, int32_t rows, int32_t tokens)
     rows = rows > e->row_cap ? rows : e->row_cap;
     tokens = tokens > e->token_cap ? tokens : e->token_cap;
     size_t vocab = (size_t)ref_model_config_of(e->model)->vocab;
-    mstar_segment *segs = realloc(e->segments, (size_t)rows * sizeof(*segs));
+    mstar_step_segment *segs = realloc(e->segments, (size_t)rows * sizeof(*segs));
     if (segs == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "eager step of %d rows", rows);
     e->segments = segs;
@@ -119,6 +117,20 @@ static mstar_status ensure_capacity(ref_eager *e, int32_t rows, int32_t tokens)
     return MSTAR_OK;
 }
 
+/* Admit the step, then plan it into both resources' eager state on the stream. */
+static mstar_status prepare(ref_eager *e, const mstar_resource_step *step, int32_t num_rows,
+                            int32_t num_tokens)
+{
+    mstar_step_admit_result admitted;
+    mstar_status st = mstar_kv_cache_admit(e->kv, step, &admitted);
+    if (st == MSTAR_OK)
+        st = mstar_kv_cache_plan(e->kv, MSTAR_PLAN_EAGER, step, num_rows, num_tokens, false,
+                                 e->stream);
+    if (st == MSTAR_OK)
+        st = mstar_positions_plan(e->pos, MSTAR_PLAN_EAGER, step, num_tokens, false, e->stream);
+    return st;
+}
+
 /* Admit, plan into the eager state, run the forward and copy the outputs back. */
 static mstar_status run_step(ref_eager *e, const mstar_resource_step *step, int32_t num_rows,
                              int32_t num_tokens, const int32_t *tokens, float *logits,
@@ -126,8 +138,7 @@ static mstar_status run_step(ref_eager *e, const mstar_resource_step *step, int3
 {
     mstar_stream *s = e->stream;
     size_t vocab = (size_t)ref_model_config_of(e->model)->vocab;
-    mstar_status st = ref_resources_prepare(e->kv, e->pos, step, MSTAR_PLAN_EAGER, num_rows,
-                                            num_tokens, false, s, NULL);
+    mstar_status st = prepare(e, step, num_rows, num_tokens);
     if (st != MSTAR_OK)
         return st;
     ref_forward_io io = { .num_tokens = num_tokens,
@@ -135,8 +146,10 @@ static mstar_status run_step(ref_eager *e, const mstar_resource_step *step, int3
                           .tokens = e->dev_tokens,
                           .logits = e->dev_logits,
                           .next_tokens = e->dev_next };
-    if ((st = ref_resources_io(e->kv, e->pos, MSTAR_PLAN_EAGER, &io)) != MSTAR_OK)
-        return st;
+    int32_t *positions, capacity;
+    mstar_kv_cache_plan_buffers(e->kv, MSTAR_PLAN_EAGER, 0, &io.plan);
+    mstar_positions_plan_buffer(e->pos, MSTAR_PLAN_EAGER, &positions, &capacity);
+    io.positions = positions;
     if ((st = mstar_memcpy_async(s, e->dev_tokens, tokens, (size_t)num_tokens * sizeof(int32_t),
                                  MSTAR_MEMCPY_H2D)) != MSTAR_OK ||
         (st = ref_model_forward(e->model, s, &io)) != MSTAR_OK ||
@@ -147,9 +160,10 @@ static mstar_status run_step(ref_eager *e, const mstar_resource_step *step, int3
         (st = mstar_memcpy_async(s, logits, e->dev_logits, (size_t)num_rows * vocab * sizeof(float),
                                  MSTAR_MEMCPY_D2H)) != MSTAR_OK)
         return st;
-    if ((st = mstar_stream_synchronize(s)) != MSTAR_OK)
+    if ((st = mstar_stream_synchronize(s)) != MSTAR_OK ||
+        (st = mstar_kv_cache_commit(e->kv, step)) != MSTAR_OK)
         return st;
-    return ref_resources_commit(e->kv, e->pos, step);
+    return mstar_positions_commit(e->pos, step);
 }
 
 mstar_status ref_eager_step(ref_eager *e, const int64_t *rows, const int32_t *spans,
@@ -180,9 +194,9 @@ mstar_status ref_eager_step(ref_eager *e, const int64_t *rows, const int32_t *sp
     if (st != MSTAR_OK)
         return st;
     for (int32_t i = 0; i < num_rows; i++)
-        e->segments[i] = (mstar_segment){ .request = rows[i], .label = 0, .span = spans[i] };
+        e->segments[i] = (mstar_step_segment){ .request = rows[i], .label = 0, .span = spans[i] };
     mstar_resource_step step = { .segments = e->segments,
-                                 .num_segments = num_rows,
+                                 .num_segments = (size_t)num_rows,
                                  .commit = true };
     return run_step(e, &step, num_rows, (int32_t)num_tokens, tokens, logits, next_tokens);
 }

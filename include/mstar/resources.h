@@ -32,6 +32,7 @@
 
 #include "mstar/core.h"
 #include "mstar/device.h"
+#include "mstar/step.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,32 +48,23 @@ extern "C" {
 /* Labels per request stream set: cond/uncond and a few more. */
 #define MSTAR_KV_MAX_LABELS 8
 
-/* One request's addition to one labelled cache stream in one step. Span 0 reads the stream
- * without extending it: admit reserves nothing and commit does nothing for it. */
-typedef struct mstar_segment {
-    int64_t request; /* >= 0 a real request; < 0 a padding row */
-    int32_t label;   /* 0 .. num_labels-1 */
-    int32_t span;    /* tokens this step adds, >= 0 */
-} mstar_segment;
-
-/* A step as a resource sees it: its segments in row order, and whether commit advances the
- * streams (false for frozen-prefix loops that rewrite the same positions every step). For each
- * label, the segments of that label are that label's rows, in order; their tokens are packed
- * row after row. */
+/* A step as a resource sees it: its segments (mstar/step.h: one request's addition to one
+ * labelled stream) in row order, and whether commit advances the streams (false for
+ * frozen-prefix loops that rewrite the same positions every step). For each label, the segments
+ * of that label are that label's rows, in order; their tokens are packed row after row. A
+ * segment's span is 0 .. INT32_MAX; span 0 reads the stream without extending it. */
 typedef struct mstar_resource_step {
-    const mstar_segment *segments;
-    int32_t num_segments;
+    const mstar_step_segment *segments;
+    size_t num_segments;
     bool commit;
 } mstar_resource_step;
 
-/* What admit reports. On failure, `pages_short` is how many pages the pool lacked for the whole
- * step, and `request`/`label` name the first segment that could not be served. */
-typedef struct mstar_admit_result {
-    bool ok;
-    int32_t pages_short;
-    int64_t request;
-    int32_t label;
-} mstar_admit_result;
+/* What a step carries for either reference resource under its key
+ * (mstar_step_set_resource(step, key, &payload, sizeof payload)): the resource takes part in the
+ * step, and `commit` says whether commit advances its streams. */
+typedef struct mstar_resource_payload {
+    bool commit;
+} mstar_resource_payload;
 
 /* ---------------------------------------------------------------------------------------------
  * Paged KV cache
@@ -130,12 +122,13 @@ mstar_status mstar_kv_cache_reset(mstar_kv_cache *kv, int64_t request, bool free
 mstar_status mstar_kv_cache_remove(mstar_kv_cache *kv, int64_t request);
 
 /* Reserve the pages each real segment needs to hold length + span tokens. Idempotent: pages a
- * stream already holds count. On a shortage nothing is reserved, *result says what was short and
- * the call returns MSTAR_ENOSPC. MSTAR_EINVAL for a bad segment (label, span, a (request, label)
+ * stream already holds count. On a shortage nothing is reserved, *result says what was short
+ * (ok false, pages_short for the whole step, the first request and label not served, a reason)
+ * and the call returns MSTAR_ENOSPC. MSTAR_EINVAL for a bad segment (label, span, a (request, label)
  * given twice), MSTAR_ENOENT for a request never ingested, MSTAR_ERANGE for a stream that would
  * pass max_seq_len. */
 mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step *step,
-                                  mstar_admit_result *result);
+                                  mstar_step_admit_result *result);
 
 /* Plan `step` into `slot`'s buffers (MSTAR_PLAN_EAGER: the eager state, which grows to fit) for
  * every label the step names, filled up to `bucket_rows` rows and `bucket_tokens` tokens per
@@ -160,6 +153,15 @@ mstar_status mstar_kv_cache_commit(mstar_kv_cache *kv, const mstar_resource_step
  * MSTAR_ESTATE before they were built. The pointers stay valid until a call that grows them. */
 mstar_status mstar_kv_cache_plan_buffers(const mstar_kv_cache *kv, int32_t slot, int32_t label,
                                          mstar_kv_plan *out);
+
+/* Register the cache with a step runner under `key` (mstar_step_runner_add_resource; no
+ * dependencies; it pre-plans). Through the runner, a step's segments and payload drive admit,
+ * plan, commit and pre-plan exactly as the calls above do: the slot and bucket come from the
+ * step's lease (a capture's or a replay's), the eager state otherwise; an admit shortage is an
+ * ok = false result, not an error; build_graph_buffers sizes the slots, rows and tokens from the
+ * capture jobs (page tables keep the cache's own max_seq_len). Once per cache. */
+mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_runner *step_runner,
+                                     const char *key);
 
 /* Pages in the pool that nobody holds. */
 int32_t mstar_kv_cache_free_pages(const mstar_kv_cache *kv);
@@ -202,6 +204,9 @@ mstar_status mstar_positions_commit(mstar_positions *pos, const mstar_resource_s
 /* The position buffer of `slot` ([capacity] int32, device memory) and its capacity. */
 mstar_status mstar_positions_plan_buffer(const mstar_positions *pos, int32_t slot, int32_t **ids,
                                          int32_t *capacity);
+/* Register with a step runner under `key`, as mstar_kv_cache_register does. */
+mstar_status mstar_positions_register(mstar_positions *pos, mstar_step_runner *step_runner,
+                                      const char *key);
 /* A request's next position. MSTAR_ENOENT if unknown. */
 mstar_status mstar_positions_get(const mstar_positions *pos, int64_t request, int64_t *position);
 

@@ -8,6 +8,8 @@
  * it (plus any reserved ahead by admit). A stream's page array is sized for max_seq_len once, at
  * ingest, so admit never allocates and can reserve all or nothing.
  *
+ * The end of the file adapts the cache to the step runner's resource interface (mstar/step.h).
+ *
  * A plan block for (slot, label) is laid out as page_table[rows * pages_per_row],
  * token_to_page[tokens], token_to_cache[tokens], token_row[tokens], token_kv_len[tokens],
  * row_last_token[rows].
@@ -17,6 +19,7 @@
 #include "plan_store.h"
 #include "requests.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +45,7 @@ struct mstar_kv_cache {
     mstar__plan_store plans;
     int32_t slot_rows, slot_tokens;   /* capacity of the slot blocks */
     int32_t eager_rows, eager_tokens; /* capacity of the eager blocks */
+    char *resource_key;               /* set by mstar_kv_cache_register */
 };
 
 static int32_t page_take(mstar_kv_cache *kv)
@@ -149,6 +153,7 @@ void mstar_kv_cache_destroy(mstar_kv_cache *kv)
         request_free(kv, (kv_request *)(uintptr_t)val);
     mstar__u64map_free(&kv->requests);
     mstar__plan_store_free(&kv->plans);
+    free(kv->resource_key);
     free(kv->ring);
     free(kv);
 }
@@ -240,37 +245,37 @@ static void next_epoch(mstar_kv_cache *kv)
 }
 
 mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step *step,
-                                  mstar_admit_result *result)
+                                  mstar_step_admit_result *result)
 {
     mstar_status st = mstar__resource_step_check(step, kv->cfg.num_labels, "kv cache admit");
     if (st != MSTAR_OK)
         return st;
     if (result == NULL)
         return mstar_error_set(MSTAR_EINVAL, "kv cache admit: result is NULL");
-    mstar_admit_result res = { .ok = true };
+    mstar_step_admit_result res = { .ok = true };
     next_epoch(kv);
     /* Pass 1: validate and count, touching nothing but the duplicate marks. */
     int64_t need = 0;
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
         if (g->request < 0)
             continue;
         kv_request *r;
         if ((st = lookup(kv, g->request, &r)) != MSTAR_OK)
-            return mstar_error_wrap("kv cache admit: segments[%d]", i);
+            return mstar_error_wrap("kv cache admit: segments[%zu]", i);
         kv_stream *s = &r->streams[g->label];
         if (s->mark == kv->epoch)
             return mstar_error_set(MSTAR_EINVAL,
-                                   "kv cache admit: segments[%d]: request %lld "
-                                   "label %d appears twice in one step",
+                                   "kv cache admit: segments[%zu]: request %lld "
+                                   "label %u appears twice in one step",
                                    i, (long long)g->request, g->label);
         s->mark = kv->epoch;
         int64_t len = (int64_t)s->length + g->span;
         if (len > kv->cfg.max_seq_len)
             return mstar_error_set(MSTAR_ERANGE,
-                                   "kv cache admit: request %lld label %d: %d + %d "
+                                   "kv cache admit: request %lld label %u: %d + %lld "
                                    "tokens pass max_seq_len %d",
-                                   (long long)g->request, g->label, s->length, g->span,
+                                   (long long)g->request, g->label, s->length, (long long)g->span,
                                    kv->cfg.max_seq_len);
         int32_t want = pages_for(kv, len);
         if (want > s->num_pages)
@@ -282,17 +287,18 @@ mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step 
         }
     }
     if (!res.ok) {
-        res.pages_short = (int32_t)(need - kv->ring_count);
+        res.pages_short = need - kv->ring_count;
+        snprintf(res.reason, sizeof(res.reason),
+                 "kv cache: %lld pages short (the step needs %lld, %d free), first at request "
+                 "%lld label %u",
+                 (long long)res.pages_short, (long long)need, kv->ring_count,
+                 (long long)res.request, res.label);
         *result = res;
-        return mstar_error_set(MSTAR_ENOSPC,
-                               "kv cache admit: %d pages short (step needs %lld, %d "
-                               "free), first at request %lld label %d",
-                               res.pages_short, (long long)need, kv->ring_count,
-                               (long long)res.request, res.label);
+        return mstar_error_set(MSTAR_ENOSPC, "%s", res.reason);
     }
     /* Pass 2: take the pages; it cannot fail. */
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
         if (g->request < 0)
             continue;
         kv_stream *s = &find_request(kv, g->request)->streams[g->label];
@@ -337,18 +343,18 @@ mstar_status mstar_kv_cache_plan_buffers(const mstar_kv_cache *kv, int32_t slot,
 
 /* MSTAR_OK if segment i (a real request's) holds pages for its length + span. */
 static mstar_status check_admitted(const mstar_kv_cache *kv, const mstar_resource_step *step,
-                                   int32_t i, const char *what)
+                                   size_t i, const char *what)
 {
-    const mstar_segment *g = &step->segments[i];
+    const mstar_step_segment *g = &step->segments[i];
     kv_request *r;
     if (lookup(kv, g->request, &r) != MSTAR_OK)
-        return mstar_error_wrap("%s: segments[%d]", what, i);
+        return mstar_error_wrap("%s: segments[%zu]", what, i);
     const kv_stream *s = &r->streams[g->label];
     if ((int64_t)s->num_pages * kv->cfg.page_size < (int64_t)s->length + g->span)
         return mstar_error_set(MSTAR_ESTATE,
-                               "%s: request %lld label %d: %d + %d tokens were not admitted (%d "
-                               "pages held)",
-                               what, (long long)g->request, g->label, s->length, g->span,
+                               "%s: request %lld label %u: %d + %lld tokens were not admitted "
+                               "(%d pages held)",
+                               what, (long long)g->request, g->label, s->length, (long long)g->span,
                                s->num_pages);
     return MSTAR_OK;
 }
@@ -359,8 +365,8 @@ static mstar_status plan_check(const mstar_kv_cache *kv, const mstar_resource_st
 {
     int32_t rows[MSTAR_KV_MAX_LABELS] = { 0 };
     int64_t tokens[MSTAR_KV_MAX_LABELS] = { 0 };
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
         rows[g->label]++;
         tokens[g->label] += g->span;
         if (g->request < 0)
@@ -392,9 +398,9 @@ static void plan_label(const mstar_kv_cache *kv, const mstar_kv_plan *p,
 {
     int32_t ps = kv->cfg.page_size, ppr = kv->pages_per_row;
     int32_t r = 0, t = 0;
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
-        if (g->label != label)
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
+        if (g->label != (uint32_t)label)
             continue;
         int32_t *row = p->page_table + (size_t)r * (size_t)ppr;
         if (g->request < 0) {
@@ -464,7 +470,7 @@ mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_r
                                bucket_rows, bucket_tokens, kv->slot_rows, kv->slot_tokens);
     }
     bool seen[MSTAR_KV_MAX_LABELS] = { false };
-    for (int32_t i = 0; i < step->num_segments; i++)
+    for (size_t i = 0; i < step->num_segments; i++)
         seen[step->segments[i].label] = true;
     for (int32_t l = 0; l < kv->cfg.num_labels; l++) {
         if (!seen[l])
@@ -487,7 +493,7 @@ mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_r
 void mstar_kv_cache_clear_preplan(mstar_kv_cache *kv, int32_t slot)
 {
     size_t n;
-    const mstar_segment *segs = mstar__plan_store_take_pending(&kv->plans, slot, &n);
+    const mstar_step_segment *segs = mstar__plan_store_take_pending(&kv->plans, slot, &n);
     for (size_t i = 0; i < n; i++) {
         if (segs[i].request < 0)
             continue;
@@ -505,15 +511,15 @@ mstar_status mstar_kv_cache_commit(mstar_kv_cache *kv, const mstar_resource_step
     if (st != MSTAR_OK || !step->commit)
         return st;
     /* Check everything first, so a bad step advances nothing. */
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
         if (g->request < 0)
             continue;
         if ((st = check_admitted(kv, step, i, "kv cache commit")) != MSTAR_OK)
             return st;
     }
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
         if (g->request >= 0)
             find_request(kv, g->request)->streams[g->label].length += g->span;
     }
@@ -544,4 +550,133 @@ mstar_status mstar_kv_cache_stream(const mstar_kv_cache *kv, int64_t request, in
     *pages = r->streams[label].pages;
     *num_pages = r->streams[label].num_pages;
     return MSTAR_OK;
+}
+
+/* ---- as a step-runner resource ---------------------------------------------------------------
+ */
+
+static mstar_status res_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
+{
+    mstar_kv_cache *kv = self;
+    mstar_resource_step rs;
+    mstar_status st = mstar__resource_view(step, kv->resource_key, &rs);
+    if (st == MSTAR_OK)
+        st = mstar_kv_cache_admit(kv, &rs, out);
+    if (st == MSTAR_ENOSPC) {
+        out->ready = true; /* short of pages: a result (out->ok is false), not an error */
+        mstar_error_clear();
+        return MSTAR_OK;
+    }
+    return st;
+}
+
+static mstar_status res_plan_into(mstar_kv_cache *kv, mstar_step *step, bool preplan)
+{
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    mstar_resource_step rs;
+    mstar_status st = mstar__resource_view(step, kv->resource_key, &rs);
+    if (st != MSTAR_OK)
+        return st;
+    /* Eager: as many rows and tokens as the largest label has. */
+    int64_t rows[MSTAR_KV_MAX_LABELS] = { 0 }, tokens[MSTAR_KV_MAX_LABELS] = { 0 };
+    int64_t max_rows = 0, max_tokens = 0;
+    for (size_t i = 0; i < rs.num_segments; i++) {
+        uint32_t l = rs.segments[i].label;
+        if (l >= (uint32_t)kv->cfg.num_labels)
+            continue; /* plan refuses it with the reason */
+        rows[l]++;
+        tokens[l] += rs.segments[i].span;
+        max_rows = rows[l] > max_rows ? rows[l] : max_rows;
+        max_tokens = tokens[l] > max_tokens ? tokens[l] : max_tokens;
+    }
+    int32_t slot, bucket_rows, bucket_tokens;
+    st = mstar__resource_target(ctx, preplan, max_rows, max_tokens, &slot, &bucket_rows,
+                                &bucket_tokens);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("kv cache plan");
+    return mstar_kv_cache_plan(kv, slot, &rs, bucket_rows, bucket_tokens, preplan, ctx->stream);
+}
+
+static mstar_status res_plan(void *self, mstar_step *step)
+{
+    return res_plan_into(self, step, false);
+}
+
+static mstar_status res_pre_plan(void *self, mstar_step *step)
+{
+    return res_plan_into(self, step, true);
+}
+
+static mstar_status res_commit(void *self, mstar_step *step)
+{
+    mstar_kv_cache *kv = self;
+    mstar_resource_step rs;
+    mstar_status st = mstar__resource_view(step, kv->resource_key, &rs);
+    return st != MSTAR_OK ? st : mstar_kv_cache_commit(kv, &rs);
+}
+
+static void res_clear_preplan(void *self, int32_t slot)
+{
+    mstar_kv_cache *kv = self;
+    for (int32_t s = 0; s < kv->plans.num_slots; s++) {
+        if (slot < 0 || s == slot)
+            mstar_kv_cache_clear_preplan(kv, s);
+    }
+}
+
+static mstar_status res_ingest(void *self, int64_t request)
+{
+    return mstar_kv_cache_ingest(self, request);
+}
+
+static mstar_status res_reset(void *self, int64_t request, bool free_storage)
+{
+    return mstar_kv_cache_reset(self, request, free_storage);
+}
+
+static void res_remove(void *self, int64_t request)
+{
+    if (mstar_kv_cache_remove(self, request) != MSTAR_OK)
+        mstar_log(MSTAR_LOG_DEBUG, "kv cache: %s", mstar_last_error());
+}
+
+static mstar_status res_build(void *self, const mstar_cg_slot_spec *specs, size_t n, int64_t max_bs,
+                              int64_t max_seq_len)
+{
+    /* Page tables are sized by the cache's own max_seq_len, which admit enforces per stream;
+     * the claims size the slots, rows and tokens. */
+    mstar_kv_cache *kv = self;
+    if (n == 0)
+        return MSTAR_OK;
+    int64_t slots = 0, rows = 0, tokens = 0;
+    for (size_t i = 0; i < n; i++) {
+        slots = specs[i].slot + 1 > slots ? specs[i].slot + 1 : slots;
+        rows = specs[i].bucket.bs > rows ? specs[i].bucket.bs : rows;
+        tokens = specs[i].bucket.num_tokens > tokens ? specs[i].bucket.num_tokens : tokens;
+    }
+    if (rows > INT32_MAX || tokens > INT32_MAX || slots > INT32_MAX)
+        return mstar_error_set(MSTAR_ERANGE, "kv cache: capture jobs of %lld rows and %lld tokens",
+                               (long long)rows, (long long)tokens);
+    return mstar_kv_cache_build_plans(kv, (int32_t)slots, (int32_t)rows, (int32_t)tokens);
+}
+
+static const mstar_resource_ops kv_resource_ops = {
+    .supports_preplan = true,
+    .admit = res_admit,
+    .plan = res_plan,
+    .commit = res_commit,
+    .pre_admit = res_admit,
+    .pre_plan = res_pre_plan,
+    .clear_preplan = res_clear_preplan,
+    .ingest_request = res_ingest,
+    .reset_request = res_reset,
+    .remove_request = res_remove,
+    .build_graph_buffers = res_build,
+};
+
+mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_runner *step_runner,
+                                     const char *key)
+{
+    return mstar__resource_register(step_runner, key, &kv_resource_ops, kv,
+                                    kv != NULL ? &kv->resource_key : NULL, "kv cache");
 }

@@ -3,7 +3,8 @@
  *
  * One counter per real request, shared by its labels. A plan block is `tokens` int32 positions,
  * one per token of the step in segment order, zero past the step's tokens. Rows of one request in
- * one step (its labels) must agree on their span; commit advances each request once by it.
+ * one step (its labels) must agree on their span; commit advances each request once by it. The
+ * end of the file adapts the resource to the step runner (mstar/step.h).
  */
 #include "mstar/resources.h"
 
@@ -11,6 +12,7 @@
 #include "requests.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct pos_request {
     int64_t next;
@@ -23,6 +25,7 @@ struct mstar_positions {
     uint32_t epoch;
     mstar__plan_store plans;
     int32_t slot_tokens, eager_tokens;
+    char *resource_key; /* set by mstar_positions_register */
 };
 
 mstar_status mstar_positions_create(mstar_backend *backend, mstar_positions **out)
@@ -48,6 +51,7 @@ void mstar_positions_destroy(mstar_positions *pos)
         free((pos_request *)(uintptr_t)val);
     mstar__u64map_free(&pos->requests);
     mstar__plan_store_free(&pos->plans);
+    free(pos->resource_key);
     free(pos);
 }
 
@@ -130,29 +134,30 @@ static mstar_status mark_requests(mstar_positions *pos, const mstar_resource_ste
         pos->epoch = 1;
     }
     *tokens = 0;
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
         *tokens += g->span;
         if (g->request < 0)
             continue;
         pos_request *r;
         if (lookup(pos, g->request, &r) != MSTAR_OK)
-            return mstar_error_wrap("%s: segments[%d]", what, i);
+            return mstar_error_wrap("%s: segments[%zu]", what, i);
         if (r->mark == pos->epoch) {
             if (r->span != g->span)
                 return mstar_error_set(MSTAR_EINVAL,
                                        "%s: request %lld has rows of span %d and "
-                                       "%d in one step",
-                                       what, (long long)g->request, r->span, g->span);
+                                       "%lld in one step",
+                                       what, (long long)g->request, r->span, (long long)g->span);
             continue;
         }
         if (r->next + g->span > INT32_MAX)
             return mstar_error_set(MSTAR_ERANGE,
-                                   "%s: request %lld: position %lld + %d passes "
+                                   "%s: request %lld: position %lld + %lld passes "
                                    "int32",
-                                   what, (long long)g->request, (long long)r->next, g->span);
+                                   what, (long long)g->request, (long long)r->next,
+                                   (long long)g->span);
         r->mark = pos->epoch;
-        r->span = g->span;
+        r->span = (int32_t)g->span;
     }
     return MSTAR_OK;
 }
@@ -193,8 +198,8 @@ mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
     if (ids == NULL)
         return mstar_error_wrap("positions plan");
     int32_t t = 0;
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
         int64_t first = g->request < 0 ? 0 : find_request(pos, g->request)->next;
         for (int32_t j = 0; j < g->span; j++)
             ids[t++] = g->request < 0 ? 0 : (int32_t)(first + j);
@@ -219,8 +224,8 @@ mstar_status mstar_positions_commit(mstar_positions *pos, const mstar_resource_s
     if (st != MSTAR_OK || !step->commit)
         return st;
     /* Each request advances once: the first of its rows carries the mark for this epoch. */
-    for (int32_t i = 0; i < step->num_segments; i++) {
-        const mstar_segment *g = &step->segments[i];
+    for (size_t i = 0; i < step->num_segments; i++) {
+        const mstar_step_segment *g = &step->segments[i];
         if (g->request < 0)
             continue;
         pos_request *r = find_request(pos, g->request);
@@ -250,4 +255,111 @@ mstar_status mstar_positions_get(const mstar_positions *pos, int64_t request, in
     if (st == MSTAR_OK)
         *position = r->next;
     return st;
+}
+
+/* ---- as a step-runner resource ---------------------------------------------------------------
+ */
+
+static mstar_status res_plan_into(mstar_positions *pos, mstar_step *step, bool preplan)
+{
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    mstar_resource_step rs;
+    mstar_status st = mstar__resource_view(step, pos->resource_key, &rs);
+    if (st != MSTAR_OK)
+        return st;
+    int64_t tokens = 0;
+    for (size_t i = 0; i < rs.num_segments; i++)
+        tokens += rs.segments[i].span;
+    int32_t slot, rows, bucket_tokens;
+    st = mstar__resource_target(ctx, preplan, (int64_t)rs.num_segments, tokens, &slot, &rows,
+                                &bucket_tokens);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("positions plan");
+    return mstar_positions_plan(pos, slot, &rs, bucket_tokens, preplan, ctx->stream);
+}
+
+static mstar_status res_plan(void *self, mstar_step *step)
+{
+    return res_plan_into(self, step, false);
+}
+
+static mstar_status res_pre_plan(void *self, mstar_step *step)
+{
+    return res_plan_into(self, step, true);
+}
+
+static mstar_status res_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
+{
+    /* Positions reserve nothing; a pre-plan's admit is the same. */
+    return MSTAR_OK;
+}
+
+static mstar_status res_commit(void *self, mstar_step *step)
+{
+    mstar_positions *pos = self;
+    mstar_resource_step rs;
+    mstar_status st = mstar__resource_view(step, pos->resource_key, &rs);
+    return st != MSTAR_OK ? st : mstar_positions_commit(pos, &rs);
+}
+
+static void res_clear_preplan(void *self, int32_t slot)
+{
+    mstar_positions *pos = self;
+    for (int32_t s = 0; s < pos->plans.num_slots; s++) {
+        if (slot < 0 || s == slot)
+            mstar_positions_clear_preplan(pos, s);
+    }
+}
+
+static mstar_status res_ingest(void *self, int64_t request)
+{
+    return mstar_positions_ingest(self, request);
+}
+
+static mstar_status res_reset(void *self, int64_t request, bool free_storage)
+{
+    return mstar_positions_reset(self, request);
+}
+
+static void res_remove(void *self, int64_t request)
+{
+    if (mstar_positions_remove(self, request) != MSTAR_OK)
+        mstar_log(MSTAR_LOG_DEBUG, "positions: %s", mstar_last_error());
+}
+
+static mstar_status res_build(void *self, const mstar_cg_slot_spec *specs, size_t n, int64_t max_bs,
+                              int64_t max_seq_len)
+{
+    int64_t slots = 0, tokens = 0;
+    for (size_t i = 0; i < n; i++) {
+        slots = specs[i].slot + 1 > slots ? specs[i].slot + 1 : slots;
+        tokens = specs[i].bucket.num_tokens > tokens ? specs[i].bucket.num_tokens : tokens;
+    }
+    if (n == 0)
+        return MSTAR_OK;
+    if (tokens > INT32_MAX || slots > INT32_MAX)
+        return mstar_error_set(MSTAR_ERANGE, "positions: capture jobs of %lld tokens",
+                               (long long)tokens);
+    return mstar_positions_build_plans(self, (int32_t)slots, (int32_t)tokens);
+}
+
+static const mstar_resource_ops positions_resource_ops = {
+    .supports_preplan = true,
+    .admit = res_admit,
+    .plan = res_plan,
+    .commit = res_commit,
+    .pre_admit = res_admit,
+    .pre_plan = res_pre_plan,
+    .clear_preplan = res_clear_preplan,
+    .ingest_request = res_ingest,
+    .reset_request = res_reset,
+    .remove_request = res_remove,
+    .build_graph_buffers = res_build,
+};
+
+mstar_status mstar_positions_register(mstar_positions *pos, mstar_step_runner *step_runner,
+                                      const char *key)
+{
+    return mstar__resource_register(step_runner, key, &positions_resource_ops, pos,
+                                    pos != NULL ? &pos->resource_key : NULL, "positions");
 }

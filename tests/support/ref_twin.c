@@ -11,40 +11,32 @@
 #include <string.h>
 
 mstar_status ref_twin_create(ref_twin *t, mstar_backend *backend, const ref_model_config *cfg,
-                             const mstar_kv_cache_config *kv_cfg, const ref_bucket *buckets,
-                             int32_t num_buckets, double tolerance)
+                             const mstar_kv_cache_config *kv_cfg,
+                             const ref_capture_config *captures, size_t n_captures,
+                             double tolerance)
 {
     memset(t, 0, sizeof(*t));
     t->backend = backend;
     t->cfg = *cfg;
     t->kv_cfg = *kv_cfg;
     t->tolerance = tolerance;
-    int32_t max_rows = 0, max_tokens = 0;
-    for (int32_t i = 0; i < num_buckets; i++) {
-        max_rows = buckets[i].rows > max_rows ? buckets[i].rows : max_rows;
-        max_tokens = buckets[i].tokens > max_tokens ? buckets[i].tokens : max_tokens;
-    }
+    ref_node_options o = {
+        .model = *cfg, .kv = *kv_cfg, .captures = captures, .n_captures = n_captures
+    };
     mstar_status st;
-    if ((st = ref_eager_create(cfg, kv_cfg, backend, &t->graphed)) != MSTAR_OK ||
-        (st = ref_eager_create(cfg, kv_cfg, backend, &t->eager)) != MSTAR_OK ||
-        (st = ref_step_create(ref_eager_model(t->graphed), ref_eager_kv(t->graphed),
-                              ref_eager_positions(t->graphed), backend, max_rows, max_tokens, 2,
-                              &t->step)) != MSTAR_OK ||
-        (st = ref_graphs_capture(t->step, backend, ref_eager_stream(t->graphed), buckets,
-                                 num_buckets, 2, "ref_twin", &t->graphs)) != MSTAR_OK)
+    if ((st = ref_node_create(backend, &o, &t->node)) != MSTAR_OK ||
+        (st = ref_node_capture(t->node)) != MSTAR_OK ||
+        (st = ref_eager_create(cfg, kv_cfg, backend, &t->eager)) != MSTAR_OK)
         ref_twin_destroy(t);
     return st;
 }
 
 void ref_twin_destroy(ref_twin *t)
 {
-    ref_graphs_destroy(t->graphs);
-    ref_step_destroy(t->step);
-    ref_eager_destroy(t->graphed);
+    ref_node_destroy(t->node);
     ref_eager_destroy(t->eager);
-    t->graphs = NULL;
-    t->step = NULL;
-    t->graphed = t->eager = NULL;
+    t->node = NULL;
+    t->eager = NULL;
 }
 
 void ref_twin_open_and_prefill(ref_twin *t, int64_t first, int32_t n, int32_t *next)
@@ -54,9 +46,17 @@ void ref_twin_open_and_prefill(ref_twin *t, int64_t first, int32_t n, int32_t *n
         int32_t len = 3 + (int32_t)(req % 7), prompt[16], ne, ng;
         for (int32_t j = 0; j < len; j++)
             prompt[j] = (int32_t)((req * 31 + j * 7) % t->cfg.vocab);
-        assert_mstar_ok(ref_eager_open(t->graphed, req));
+        assert_mstar_ok(ref_node_open(t->node, req));
         assert_mstar_ok(ref_eager_open(t->eager, req));
-        assert_mstar_ok(ref_eager_step(t->graphed, &req, &len, 1, prompt, NULL, &ng));
+        ref_step_request r = { .walk = "prefill",
+                               .rows = &req,
+                               .spans = &len,
+                               .n = 1,
+                               .tokens = prompt,
+                               .use_graphs = false,
+                               .commit = true,
+                               .slot = -1 };
+        assert_mstar_ok(ref_node_step(t->node, &r, NULL, &ng, NULL));
         assert_mstar_ok(ref_eager_step(t->eager, &req, &len, 1, prompt, NULL, &ne));
         if (t->tolerance == 0)
             assert_int_equal(ng, ne);
@@ -67,14 +67,14 @@ void ref_twin_open_and_prefill(ref_twin *t, int64_t first, int32_t n, int32_t *n
 void ref_twin_close(ref_twin *t, int64_t first, int32_t n)
 {
     for (int32_t i = 0; i < n; i++) {
-        assert_mstar_ok(ref_eager_close(t->graphed, first + i));
+        ref_node_close(t->node, first + i);
         assert_mstar_ok(ref_eager_close(t->eager, first + i));
     }
 }
 
 static size_t pool_bytes(const ref_twin *t)
 {
-    return (size_t)t->kv_cfg.num_pages * ref_model_page_bytes(ref_eager_model(t->graphed));
+    return (size_t)t->kv_cfg.num_pages * ref_model_page_bytes(ref_node_model(t->node));
 }
 
 size_t ref_twin_pools_bytes(const ref_twin *t)
@@ -82,14 +82,15 @@ size_t ref_twin_pools_bytes(const ref_twin *t)
     return pool_bytes(t) * 2 * (size_t)t->cfg.layers;
 }
 
-void ref_twin_read_pools(ref_twin *t, ref_eager *side, char *out)
+void ref_twin_read_pools(ref_twin *t, bool graphed, char *out)
 {
-    ref_model *m = ref_eager_model(side);
+    ref_model *m = graphed ? ref_node_model(t->node) : ref_eager_model(t->eager);
+    mstar_stream *s = graphed ? ref_node_stream(t->node) : ref_eager_stream(t->eager);
     size_t pool = pool_bytes(t);
     for (int32_t l = 0; l < t->cfg.layers; l++) {
         for (int v = 0; v < 2; v++)
-            assert_mstar_ok(ref_model_read_pool(m, ref_eager_stream(side), l, v,
-                                                out + ((size_t)l * 2 + (size_t)v) * pool));
+            assert_mstar_ok(
+                ref_model_read_pool(m, s, l, v, out + ((size_t)l * 2 + (size_t)v) * pool));
     }
 }
 
@@ -97,14 +98,13 @@ void ref_twin_assert_only_real_rows_written(ref_twin *t, const char *before, con
                                             const int64_t *reqs, int32_t n)
 {
     int32_t ps = t->kv_cfg.page_size, npages = t->kv_cfg.num_pages;
-    size_t page = ref_model_page_bytes(ref_eager_model(t->graphed)), slot = page / (size_t)ps;
+    size_t page = ref_model_page_bytes(ref_node_model(t->node)), slot = page / (size_t)ps;
     bool *owned = calloc((size_t)npages * (size_t)ps, sizeof(bool));
     assert_non_null(owned);
     for (int32_t r = 0; r < n; r++) {
         int32_t len, np;
         const int32_t *pages;
-        assert_mstar_ok(
-            mstar_kv_cache_stream(ref_eager_kv(t->graphed), reqs[r], 0, &len, &pages, &np));
+        assert_mstar_ok(mstar_kv_cache_stream(ref_node_kv(t->node), reqs[r], 0, &len, &pages, &np));
         for (int32_t p = 0; p < len; p++)
             owned[(size_t)pages[p / ps] * (size_t)ps + (size_t)(p % ps)] = true;
     }
@@ -128,63 +128,58 @@ void ref_twin_assert_only_real_rows_written(ref_twin *t, const char *before, con
 /* One KV element of the model's dtype as a double. */
 static double element(const ref_twin *t, const char *p)
 {
-    if (mstar_dtype_size(ref_model_dtype(ref_eager_model(t->graphed))) == 4) {
-        float f;
+    float f;
+    if (ref_model_dtype(ref_node_model(t->node)) == MSTAR_DTYPE_FLOAT32) {
         memcpy(&f, p, sizeof(f));
         return f;
     }
     uint16_t h;
-    float f;
     memcpy(&h, p, sizeof(h));
     ref_bf16_to_f32(&h, &f, 1);
     return f;
 }
 
+/* Token slot x (graphed) against y (twin): equal bytes, or within the tolerance. */
+static void compare_slot(const ref_twin *t, const char *x, const char *y, size_t bytes, int64_t req,
+                         int32_t pos, int32_t pool)
+{
+    if (t->tolerance == 0) {
+        assert_memory_equal(x, y, bytes);
+        return;
+    }
+    size_t elsize = mstar_dtype_size(ref_model_dtype(ref_node_model(t->node)));
+    double worst = 0, scale = 0;
+    for (size_t e = 0; e < bytes; e += elsize) {
+        worst = fmax(worst, fabs(element(t, x + e) - element(t, y + e)));
+        scale = fmax(scale, fabs(element(t, y + e)));
+    }
+    if (worst > t->tolerance * (scale > 0 ? scale : 1))
+        fail_msg("request %lld position %d pool %d: KV differs by %g of %g", (long long)req, pos,
+                 pool, worst, scale);
+}
+
 void ref_twin_assert_streams_match(ref_twin *t, char *a, char *b, const int64_t *reqs, int32_t n)
 {
     int32_t ps = t->kv_cfg.page_size;
-    size_t pool = pool_bytes(t), page = ref_model_page_bytes(ref_eager_model(t->graphed));
+    size_t pool = pool_bytes(t), page = ref_model_page_bytes(ref_node_model(t->node));
     size_t slot = page / (size_t)ps;
-    size_t elsize = mstar_dtype_size(ref_model_dtype(ref_eager_model(t->graphed)));
-    ref_twin_read_pools(t, t->graphed, a);
-    ref_twin_read_pools(t, t->eager, b);
+    ref_twin_read_pools(t, true, a);
+    ref_twin_read_pools(t, false, b);
     for (int32_t r = 0; r < n; r++) {
         int32_t la, lb, na, nb;
         const int32_t *pa, *pb;
-        assert_mstar_ok(mstar_kv_cache_stream(ref_eager_kv(t->graphed), reqs[r], 0, &la, &pa, &na));
+        assert_mstar_ok(mstar_kv_cache_stream(ref_node_kv(t->node), reqs[r], 0, &la, &pa, &na));
         assert_mstar_ok(mstar_kv_cache_stream(ref_eager_kv(t->eager), reqs[r], 0, &lb, &pb, &nb));
         assert_int_equal(la, lb);
         for (int32_t i = 0; i < t->cfg.layers * 2; i++) {
             for (int32_t p = 0; p < la; p++) {
                 size_t off = (size_t)(p % ps) * slot;
-                const char *x = a + (size_t)i * pool + (size_t)pa[p / ps] * page + off;
-                const char *y = b + (size_t)i * pool + (size_t)pb[p / ps] * page + off;
-                if (t->tolerance == 0) {
-                    assert_memory_equal(x, y, slot);
-                    continue;
-                }
-                double worst = 0, scale = 0;
-                for (size_t e = 0; e < slot; e += elsize) {
-                    worst = fmax(worst, fabs(element(t, x + e) - element(t, y + e)));
-                    scale = fmax(scale, fabs(element(t, y + e)));
-                }
-                if (worst > t->tolerance * (scale > 0 ? scale : 1))
-                    fail_msg("request %lld position %d pool %d: KV differs by %g of %g",
-                             (long long)reqs[r], p, i, worst, scale);
+                compare_slot(t, a + (size_t)i * pool + (size_t)pa[p / ps] * page + off,
+                             b + (size_t)i * pool + (size_t)pb[p / ps] * page + off, slot, reqs[r],
+                             p, i);
             }
         }
     }
-}
-
-void ref_twin_read_outputs(ref_twin *t, int32_t n, float *logits, int32_t *next)
-{
-    mstar_stream *s = ref_eager_stream(t->graphed);
-    size_t v = (size_t)t->cfg.vocab;
-    assert_mstar_ok(mstar_memcpy_async(s, logits, ref_step_logits(t->step),
-                                       (size_t)n * v * sizeof(float), MSTAR_MEMCPY_D2H));
-    assert_mstar_ok(mstar_memcpy_async(s, next, ref_step_next(t->step), (size_t)n * sizeof(int32_t),
-                                       MSTAR_MEMCPY_D2H));
-    assert_mstar_ok(mstar_stream_synchronize(s));
 }
 
 double ref_twin_compare(const ref_twin *t, const float *got, const float *want, size_t n,
@@ -198,7 +193,7 @@ double ref_twin_compare(const ref_twin *t, const float *got, const float *want, 
         scale = fmax(scale, fabs((double)want[i]));
     }
     double rel = worst / (scale > 0 ? scale : 1);
-    if (rel > t->tolerance && t->tolerance > 0)
+    if (t->tolerance > 0 && rel > t->tolerance)
         fail_msg("%s: relative difference %g, more than %g", what, rel, t->tolerance);
     return rel;
 }
@@ -222,26 +217,32 @@ double ref_twin_replay_every_batch_size(ref_twin *t, int64_t first, int32_t max_
     ref_twin_open_and_prefill(t, first, max_bs, cur);
     double worst = 0;
     *padded = 0;
-    char what[64];
+    char what[80];
     for (int32_t bs = 1; bs <= max_bs; bs++) {
-        int32_t index = ref_graphs_select(t->graphs, bs, bs);
-        assert_true(index >= 0);
-        const ref_bucket *b = ref_graphs_bucket(t->graphs, index);
-        *padded += b->rows > bs;
-        ref_twin_read_pools(t, t->graphed, before);
-        assert_mstar_ok(ref_graphs_step(t->graphs, index, ref_graphs_next_slot(t->graphs), reqs,
-                                        ones, bs, cur, ref_eager_stream(t->graphed)));
-        ref_twin_read_outputs(t, bs, lg, ng);
+        ref_step_timing timing;
+        ref_step_request r = { .walk = "decode",
+                               .rows = reqs,
+                               .spans = ones,
+                               .n = bs,
+                               .tokens = cur,
+                               .use_graphs = true,
+                               .commit = true,
+                               .slot = -1 };
+        ref_twin_read_pools(t, true, before);
+        assert_mstar_ok(ref_node_step(t->node, &r, lg, ng, &timing));
+        assert_true(timing.replayed);
+        *padded += timing.bucket_rows > bs;
         assert_mstar_ok(ref_eager_step(t->eager, reqs, ones, bs, cur, le, ne));
-        snprintf(what, sizeof(what), "logits at batch size %d (bucket %d)", bs, b->rows);
+        snprintf(what, sizeof(what), "logits at batch size %d (bucket %lld)", bs,
+                 (long long)timing.bucket_rows);
         worst = fmax(worst, ref_twin_compare(t, lg, le, (size_t)bs * v, what));
         if (t->tolerance == 0)
             assert_memory_equal(ng, ne, (size_t)bs * sizeof(int32_t));
-        ref_twin_read_pools(t, t->graphed, after);
+        ref_twin_read_pools(t, true, after);
         ref_twin_assert_only_real_rows_written(t, before, after, reqs, bs);
         ref_twin_assert_streams_match(t, after, twin_pools, reqs, bs);
         /* Padding allocated nothing: the twin, which has no padding rows, holds as many. */
-        assert_int_equal(mstar_kv_cache_free_pages(ref_eager_kv(t->graphed)),
+        assert_int_equal(mstar_kv_cache_free_pages(ref_node_kv(t->node)),
                          mstar_kv_cache_free_pages(ref_eager_kv(t->eager)));
         /* Both sides go on with the twin's tokens, so a bf16 near-tie cannot fork them. */
         memcpy(cur, ne, (size_t)bs * sizeof(int32_t));

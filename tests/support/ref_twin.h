@@ -1,35 +1,34 @@
 /*
- * ref_twin.h — the reference model captured on one side and run eagerly on an identical twin,
- * for tests that compare replays with eager steps (tests/unit/test_ref_replay.c on the host
- * backend, tests/gpu/test_ref_replay_cuda.c on a GPU).
+ * ref_twin.h — the reference model run through the graph runner on one side and by the plain
+ * eager driver on an identical twin, for tests that compare replays with eager steps
+ * (tests/unit/test_ref_replay.c on the host backend, tests/gpu/test_ref_replay_cuda.c on a GPU).
  *
- * The graphed side is an eager driver (it prefills, and owns the model and the resources) with a
- * reference step and its captured buckets on top; the twin is a second eager driver with the
- * same weights. Both see the same requests and tokens, so their outputs and KV streams must
- * agree: bit for bit in fp32 (tolerance 0), within a relative tolerance in bf16. The helpers
- * assert with cmocka.
+ * The graphed side is a runner node (ref_node.h) with its buckets captured; it prefills eagerly
+ * through the runner's submodule. The twin (ref_eager.h) has the same weights and never touches
+ * the runner. Both see the same requests and tokens, so their outputs and KV streams must agree:
+ * bit for bit in fp32 (tolerance 0), within a relative tolerance in bf16. The helpers assert
+ * with cmocka.
  */
 #ifndef MSTAR_TEST_REF_TWIN_H
 #define MSTAR_TEST_REF_TWIN_H
 
 #include "ref_eager.h"
-#include "ref_graphs.h"
+#include "ref_node.h"
 
 typedef struct ref_twin {
     mstar_backend *backend;
     ref_model_config cfg;
     mstar_kv_cache_config kv_cfg;
-    ref_eager *graphed;
-    ref_step *step;
-    ref_graphs *graphs;
+    ref_node *node;
     ref_eager *eager;
     double tolerance; /* 0: exact */
 } ref_twin;
 
-/* Build both sides and capture `buckets` (2 slots). MSTAR_OK or the failing call's status. */
+/* Build both sides and capture the node's configs. MSTAR_OK or the failing call's status. */
 mstar_status ref_twin_create(ref_twin *t, mstar_backend *backend, const ref_model_config *cfg,
-                             const mstar_kv_cache_config *kv_cfg, const ref_bucket *buckets,
-                             int32_t num_buckets, double tolerance);
+                             const mstar_kv_cache_config *kv_cfg,
+                             const ref_capture_config *captures, size_t n_captures,
+                             double tolerance);
 void ref_twin_destroy(ref_twin *t);
 
 /* Open n requests from `first` on both sides and prefill distinct prompts; next[i] gets each
@@ -37,9 +36,10 @@ void ref_twin_destroy(ref_twin *t);
 void ref_twin_open_and_prefill(ref_twin *t, int64_t first, int32_t n, int32_t *next);
 void ref_twin_close(ref_twin *t, int64_t first, int32_t n);
 
-/* Bytes of every layer's K and V pools of one side, and a copy of them. */
+/* Bytes of every layer's K and V pools of one side, and a copy of them (graphed: the node's;
+ * else the twin's). */
 size_t ref_twin_pools_bytes(const ref_twin *t);
-void ref_twin_read_pools(ref_twin *t, ref_eager *side, char *out);
+void ref_twin_read_pools(ref_twin *t, bool graphed, char *out);
 
 /* Between two snapshots of the graphed side, no token slot outside the sink page changed that
  * the real rows `reqs` do not own. */
@@ -49,15 +49,12 @@ void ref_twin_assert_only_real_rows_written(ref_twin *t, const char *before, con
  * a and b are scratch of ref_twin_pools_bytes. */
 void ref_twin_assert_streams_match(ref_twin *t, char *a, char *b, const int64_t *reqs, int32_t n);
 
-/* Copy the step's first n rows of logits and next tokens to host memory. */
-void ref_twin_read_outputs(ref_twin *t, int32_t n, float *logits, int32_t *next);
-
 /* The largest |got - want| over the largest |want| (0 when equal). Fails beyond the tolerance,
  * or on any difference when the tolerance is 0. */
 double ref_twin_compare(const ref_twin *t, const float *got, const float *want, size_t n,
                         const char *what);
 
-/* The Must-show loop: for every batch size 1..max_bs, a decode step replayed on the tightest
+/* The Must-show loop: for every batch size 1..max_bs, a "decode" step replayed on the tightest
  * bucket (padded with zero-length rows when bs is not captured) against the twin's eager step —
  * logits, tokens (when exact), the KV streams, the pages padding must not touch, and the free
  * pages. Opens and closes requests [first, first + max_bs). Returns the largest relative

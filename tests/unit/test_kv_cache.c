@@ -39,16 +39,16 @@ static mstar_kv_cache *make_kv(int32_t pages, int32_t page_size, int32_t labels,
     return kv;
 }
 
-static mstar_resource_step step_of(const mstar_segment *segs, int32_t n)
+static mstar_resource_step step_of(const mstar_step_segment *segs, size_t n)
 {
     mstar_resource_step s = { .segments = segs, .num_segments = n, .commit = true };
     return s;
 }
 
-static void admit_ok(mstar_kv_cache *kv, const mstar_segment *segs, int32_t n)
+static void admit_ok(mstar_kv_cache *kv, const mstar_step_segment *segs, int32_t n)
 {
     mstar_resource_step st = step_of(segs, n);
-    mstar_admit_result res;
+    mstar_step_admit_result res;
     assert_mstar_ok(mstar_kv_cache_admit(kv, &st, &res));
     assert_true(res.ok);
 }
@@ -89,7 +89,7 @@ static void test_prefill_then_decode_plan(void **state)
     (void)state;
     mstar_kv_cache *kv = make_kv(16, 4, 1, 64);
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 7));
-    mstar_segment seg = { 7, 0, 6 };
+    mstar_step_segment seg = { 7, 0, 6 };
     admit_ok(kv, &seg, 1);
     int32_t np;
     assert_int_equal(stream_len(kv, 7, 0, &np), 0);
@@ -142,9 +142,9 @@ static void test_admit_shortage_reserves_nothing(void **state)
     mstar_kv_cache *kv = make_kv(4, 4, 1, 64); /* 3 usable pages */
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 1));
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 2));
-    mstar_segment segs[] = { { 1, 0, 8 }, { 2, 0, 8 } };
+    mstar_step_segment segs[] = { { 1, 0, 8 }, { 2, 0, 8 } };
     mstar_resource_step st = step_of(segs, 2);
-    mstar_admit_result res;
+    mstar_step_admit_result res;
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_ENOSPC);
     assert_false(res.ok);
     assert_int_equal(res.pages_short, 1);
@@ -165,23 +165,23 @@ static void test_admit_bad_input(void **state)
     (void)state;
     mstar_kv_cache *kv = make_kv(8, 4, 2, 10);
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 1));
-    mstar_admit_result res;
-    mstar_segment unknown = { 99, 0, 1 };
+    mstar_step_admit_result res;
+    mstar_step_segment unknown = { 99, 0, 1 };
     mstar_resource_step st = step_of(&unknown, 1);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_ENOENT);
-    mstar_segment dup[] = { { 1, 0, 1 }, { 1, 0, 1 } };
+    mstar_step_segment dup[] = { { 1, 0, 1 }, { 1, 0, 1 } };
     st = step_of(dup, 2);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_EINVAL);
-    mstar_segment two_labels[] = { { 1, 0, 1 }, { 1, 1, 1 } };
+    mstar_step_segment two_labels[] = { { 1, 0, 1 }, { 1, 1, 1 } };
     st = step_of(two_labels, 2);
     admit_ok(kv, two_labels, 2);
-    mstar_segment bad_label = { 1, 2, 1 };
+    mstar_step_segment bad_label = { 1, 2, 1 };
     st = step_of(&bad_label, 1);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_EINVAL);
-    mstar_segment bad_span = { 1, 0, -1 };
+    mstar_step_segment bad_span = { 1, 0, -1 };
     st = step_of(&bad_span, 1);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_EINVAL);
-    mstar_segment too_long = { 1, 0, 11 };
+    mstar_step_segment too_long = { 1, 0, 11 };
     st = step_of(&too_long, 1);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_ERANGE);
     st.segments = NULL;
@@ -201,12 +201,12 @@ static void test_padding_rows_and_tails_address_the_sink(void **state)
     assert_mstar_ok(mstar_kv_cache_build_plans(kv, 2, 8, 8));
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 3));
     assert_mstar_ok(mstar_kv_cache_ingest(kv, -1)); /* a no-op for padding */
-    mstar_segment warm = { 3, 0, 5 };
+    mstar_step_segment warm = { 3, 0, 5 };
     admit_ok(kv, &warm, 1);
     mstar_resource_step st = step_of(&warm, 1);
     assert_mstar_ok(mstar_kv_cache_commit(kv, &st));
     int32_t free_before = mstar_kv_cache_free_pages(kv);
-    mstar_segment segs[] = { { 3, 0, 1 }, { -1, 0, 2 }, { -2, 0, 0 } };
+    mstar_step_segment segs[] = { { 3, 0, 1 }, { -1, 0, 2 }, { -2, 0, 0 } };
     admit_ok(kv, segs, 3);
     assert_int_equal(mstar_kv_cache_free_pages(kv), free_before);
     st = step_of(segs, 3);
@@ -260,7 +260,7 @@ static void test_admit_is_idempotent(void **state)
     (void)state;
     mstar_kv_cache *kv = make_kv(16, 4, 1, 64);
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 0));
-    mstar_segment seg = { 0, 0, 9 };
+    mstar_step_segment seg = { 0, 0, 9 };
     admit_ok(kv, &seg, 1);
     int32_t free_after = mstar_kv_cache_free_pages(kv);
     admit_ok(kv, &seg, 1);
@@ -278,8 +278,8 @@ static void test_preplan_promote_and_clear(void **state)
     assert_mstar_ok(mstar_kv_cache_build_plans(kv, 2, 4, 4));
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 0));
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 1));
-    mstar_segment a[] = { { 0, 0, 2 }, { 1, 0, 2 } };
-    mstar_segment b[] = { { 1, 0, 2 }, { 0, 0, 2 } };
+    mstar_step_segment a[] = { { 0, 0, 2 }, { 1, 0, 2 } };
+    mstar_step_segment b[] = { { 1, 0, 2 }, { 0, 0, 2 } };
     mstar_resource_step sa = step_of(a, 2), sb = step_of(b, 2);
 
     /* A pre-plan that is dropped hands back exactly the pages its admit took. */
@@ -331,7 +331,7 @@ static void test_plan_errors(void **state)
 {
     (void)state;
     mstar_kv_cache *kv = make_kv(16, 4, 1, 64);
-    mstar_segment seg = { 0, 0, 3 };
+    mstar_step_segment seg = { 0, 0, 3 };
     mstar_resource_step st = step_of(&seg, 1);
     mstar_kv_plan p;
     assert_mstar_status(mstar_kv_cache_plan_buffers(kv, 0, 0, &p), MSTAR_ESTATE);
@@ -348,7 +348,7 @@ static void test_plan_errors(void **state)
     assert_mstar_status(mstar_kv_cache_plan(kv, 0, &st, 3, 3, false, S), MSTAR_ERANGE);
     assert_mstar_status(mstar_kv_cache_plan(kv, 0, &st, 1, 5, false, S), MSTAR_ERANGE);
     assert_mstar_ok(mstar_kv_cache_plan(kv, 0, &st, 2, 4, false, S));
-    mstar_segment gone = { 42, 0, 1 };
+    mstar_step_segment gone = { 42, 0, 1 };
     mstar_resource_step sg = step_of(&gone, 1);
     assert_mstar_status(mstar_kv_cache_plan(kv, 0, &sg, 2, 4, false, S), MSTAR_ENOENT);
     assert_mstar_status(mstar_kv_cache_commit(kv, &sg), MSTAR_ENOENT);
@@ -391,7 +391,7 @@ static void test_lifecycle(void **state)
     int32_t free0 = mstar_kv_cache_free_pages(kv);
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 5));
     assert_mstar_status(mstar_kv_cache_ingest(kv, 5), MSTAR_EEXIST);
-    mstar_segment seg = { 5, 0, 10 };
+    mstar_step_segment seg = { 5, 0, 10 };
     admit_ok(kv, &seg, 1);
     mstar_resource_step st = step_of(&seg, 1);
     assert_mstar_ok(mstar_kv_cache_commit(kv, &st));
@@ -411,7 +411,7 @@ static void test_lifecycle(void **state)
     assert_mstar_status(mstar_kv_cache_reset(kv, 5, true), MSTAR_ENOENT);
     /* Frozen steps (commit false) read and rewrite without growing. */
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 6));
-    mstar_segment frozen = { 6, 0, 4 };
+    mstar_step_segment frozen = { 6, 0, 4 };
     admit_ok(kv, &frozen, 1);
     st = step_of(&frozen, 1);
     st.commit = false;
@@ -444,11 +444,11 @@ static void test_page_accounting_churn(void **state)
             assert_mstar_ok(mstar_kv_cache_reset(kv, r, mstar_test_rand(&rng) & 1));
         } else {
             int32_t label = (int32_t)(mstar_test_rand(&rng) % 2);
-            mstar_segment seg = { r, label, (int32_t)(mstar_test_rand(&rng) % 7) };
-            mstar_segment pad = { -1, label, 3 };
-            mstar_segment segs[2] = { seg, pad };
+            mstar_step_segment seg = { r, label, (int32_t)(mstar_test_rand(&rng) % 7) };
+            mstar_step_segment pad = { -1, label, 3 };
+            mstar_step_segment segs[2] = { seg, pad };
             mstar_resource_step st = step_of(segs, 2);
-            mstar_admit_result res;
+            mstar_step_admit_result res;
             mstar_status s = mstar_kv_cache_admit(kv, &st, &res);
             if (s == MSTAR_OK && op == 2) {
                 assert_mstar_ok(mstar_kv_cache_plan(kv, 1, &st, 2, 16, true, S));

@@ -25,7 +25,7 @@ static int teardown(void **state)
     return 0;
 }
 
-static mstar_resource_step step_of(const mstar_segment *segs, int32_t n, bool commit)
+static mstar_resource_step step_of(const mstar_step_segment *segs, size_t n, bool commit)
 {
     mstar_resource_step s = { .segments = segs, .num_segments = n, .commit = commit };
     return s;
@@ -39,7 +39,7 @@ static void test_plan_positions(void **state)
     assert_mstar_ok(mstar_positions_build_plans(pos, 2, 16));
     assert_mstar_ok(mstar_positions_ingest(pos, 1));
     assert_mstar_ok(mstar_positions_ingest(pos, 2));
-    mstar_segment prefill[] = { { 1, 0, 3 }, { 2, 0, 2 } };
+    mstar_step_segment prefill[] = { { 1, 0, 3 }, { 2, 0, 2 } };
     mstar_resource_step st = step_of(prefill, 2, true);
     assert_mstar_ok(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 5, false, S));
     assert_mstar_ok(mstar_positions_commit(pos, &st));
@@ -50,7 +50,7 @@ static void test_plan_positions(void **state)
     for (int i = 0; i < 5; i++)
         assert_int_equal(ids[i], want[i]);
     /* Decode into slot 1 of an 8-token bucket with a padding row: tail and padding read 0. */
-    mstar_segment decode[] = { { 2, 0, 1 }, { 1, 0, 1 }, { -3, 0, 2 } };
+    mstar_step_segment decode[] = { { 2, 0, 1 }, { 1, 0, 1 }, { -3, 0, 2 } };
     st = step_of(decode, 3, true);
     assert_mstar_ok(mstar_positions_plan_buffer(pos, 1, &ids, &cap));
     for (int i = 0; i < cap; i++)
@@ -80,9 +80,9 @@ static void test_combined_label_commit_advances_once(void **state)
     assert_mstar_ok(mstar_kv_cache_create(&cfg, B, &kv));
     assert_mstar_ok(mstar_positions_ingest(pos, 9));
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 9));
-    mstar_segment cfg_step[] = { { 9, 0, 3 }, { 9, 1, 3 } };
+    mstar_step_segment cfg_step[] = { { 9, 0, 3 }, { 9, 1, 3 } };
     mstar_resource_step st = step_of(cfg_step, 2, true);
-    mstar_admit_result res;
+    mstar_step_admit_result res;
     assert_mstar_ok(mstar_kv_cache_admit(kv, &st, &res));
     assert_mstar_ok(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 6, false, S));
     int32_t *ids, cap;
@@ -102,7 +102,7 @@ static void test_combined_label_commit_advances_once(void **state)
         assert_int_equal(len, 3);
     }
     /* Frozen: the same tokens rewritten, nothing advances. */
-    mstar_segment frozen[] = { { 9, 0, 2 }, { 9, 1, 2 } };
+    mstar_step_segment frozen[] = { { 9, 0, 2 }, { 9, 1, 2 } };
     st = step_of(frozen, 2, false);
     assert_mstar_ok(mstar_kv_cache_admit(kv, &st, &res));
     assert_mstar_ok(mstar_positions_commit(pos, &st));
@@ -114,7 +114,7 @@ static void test_combined_label_commit_advances_once(void **state)
     assert_mstar_ok(mstar_kv_cache_stream(kv, 9, 1, &len, &pages, &np));
     assert_int_equal(len, 3);
     /* Rows of one request that disagree on the span are refused. */
-    mstar_segment uneven[] = { { 9, 0, 2 }, { 9, 1, 1 } };
+    mstar_step_segment uneven[] = { { 9, 0, 2 }, { 9, 1, 1 } };
     st = step_of(uneven, 2, true);
     assert_mstar_status(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 3, false, S),
                         MSTAR_EINVAL);
@@ -130,7 +130,7 @@ static void test_preplan_and_errors(void **state)
     (void)state;
     mstar_positions *pos;
     assert_mstar_ok(mstar_positions_create(B, &pos));
-    mstar_segment seg = { 4, 0, 2 };
+    mstar_step_segment seg = { 4, 0, 2 };
     mstar_resource_step st = step_of(&seg, 1, true);
     assert_mstar_status(mstar_positions_plan(pos, MSTAR_PLAN_EAGER, &st, 2, false, S),
                         MSTAR_ENOENT);
@@ -164,7 +164,7 @@ static void test_preplan_and_errors(void **state)
     assert_mstar_ok(mstar_positions_remove(pos, -2));
     assert_mstar_status(mstar_positions_build_plans(pos, 1, 0), MSTAR_EINVAL);
     assert_mstar_status(mstar_positions_create(B, NULL), MSTAR_EINVAL);
-    mstar_segment neg = { 5, 0, -1 };
+    mstar_step_segment neg = { 5, 0, -1 };
     st = step_of(&neg, 1, true);
     assert_mstar_status(mstar_positions_commit(pos, &st), MSTAR_EINVAL);
     mstar_positions_destroy(pos);

@@ -1,15 +1,16 @@
 /*
- * test_ref_replay.c — the reference model's captured steps on the host backend against the same
- * steps run eagerly by an identical twin:
+ * test_ref_replay.c — the reference model through the graph runner on the host backend, against
+ * an identical twin run by the plain eager driver:
  *   - replayed outputs equal eager outputs exactly (fp32) at every batch size 1..64, padded ones
  *     included, and padding rows never touch a live request's KV pages (every page compared
  *     before and after each step; every stream compared with the twin's);
- *   - graph-runner-spec §8.7: free pages unchanged after a dropped speculation (pre-plan);
+ *   - graph-runner-spec §8.7: free pages unchanged after a dropped speculation (pre-plan), and a
+ *     kept pre-plan is promoted and replays right;
  *   - §8.9: a packed bucket with fewer real tokens than it captured, next to a resident request:
  *     that request's KV is unchanged, the padded tail scatters into the sink page;
  *   - §8.13 (and §8.8): padding never allocates — not at capture, not at replay;
- *   - §8.19: outputs held across two steps must be copies: the static buffers are overwritten.
- * Sizes come from MSTAR_TEST_REPLAY_MAX_BS (default 64).
+ *   - §8.19: outputs held across steps must be copies: the static outputs are overwritten.
+ * The batch sizes go up to MSTAR_TEST_REPLAY_MAX_BS (default 64).
  */
 #include "mstar_test.h"
 
@@ -18,11 +19,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_BS = 64, PACKED_ROWS = 2, PACKED_TOKENS = 16 };
+enum { MAX_BS = 64, VOCAB = 64 };
 
 static const mstar_kv_cache_config kv_cfg = {
     .num_pages = 400, .page_size = 16, .num_labels = 1, .max_seq_len = 256
 };
+
+static const int64_t packed_bs[] = { 2 }, packed_tokens[] = { 16 };
 
 static ref_twin T;
 static int32_t max_bs;
@@ -36,20 +39,23 @@ static int setup(void **state)
     max_bs = (int32_t)knob;
     /* Smaller than ref_model_config_small: this test runs ~5000 token forwards, under ASan too. */
     ref_model_config cfg = ref_model_config_small();
-    cfg.vocab = 64;
+    cfg.vocab = VOCAB;
     cfg.hidden = 32;
     cfg.head_dim = 16;
     cfg.mlp = 64;
-    ref_bucket buckets[8];
-    int n = 0;
-    for (int32_t bs = 1; bs <= MAX_BS; bs *= 2)
-        buckets[n++] = (ref_bucket){ bs, bs };
-    buckets[n++] = (ref_bucket){ PACKED_ROWS, PACKED_TOKENS };
-    mstar_device host = { MSTAR_DEVICE_CPU, 0 };
+    ref_capture_config captures[] = {
+        { .walk = "decode" }, /* the runner's default sizes 1, 2, 4, ..., 64 */
+        { .walk = "prefill",
+          .packed = true,
+          .batch_sizes = packed_bs,
+          .n_batch_sizes = 1,
+          .token_lengths = packed_tokens,
+          .n_token_lengths = 1 },
+    };
     mstar_backend *b;
-    if (mstar_backend_create(host, &b) != MSTAR_OK)
+    if (mstar_backend_create(mstar_device_cpu(), &b) != MSTAR_OK)
         return -1;
-    if (ref_twin_create(&T, b, &cfg, &kv_cfg, buckets, n, 0.0) != MSTAR_OK) {
+    if (ref_twin_create(&T, b, &cfg, &kv_cfg, captures, 2, 0.0) != MSTAR_OK) {
         print_error("twin: %s\n", mstar_last_error());
         mstar_backend_destroy(b);
         return -1;
@@ -63,6 +69,20 @@ static int teardown(void **state)
     ref_twin_destroy(&T);
     mstar_backend_destroy(T.backend);
     return 0;
+}
+
+static ref_step_request decode_request(const int64_t *rows, const int32_t *spans, int32_t n,
+                                       const int32_t *tokens)
+{
+    ref_step_request r = { .walk = "decode",
+                           .rows = rows,
+                           .spans = spans,
+                           .n = n,
+                           .tokens = tokens,
+                           .use_graphs = true,
+                           .commit = true,
+                           .slot = -1 };
+    return r;
 }
 
 /* The Must-show: every batch size 1..64 replayed on the tightest bucket (padded with zero-length
@@ -79,109 +99,127 @@ static void test_replay_equals_eager_every_batch_size(void **state)
         assert_int_equal(padded, MAX_BS - 7); /* all but 1, 2, 4, ..., 64 were padded */
 }
 
-/* §8.7: a pre-plan admits pages for its rows; dropping the speculation hands exactly those back.
- * A pre-plan that is kept is promoted by the step's own plan, and the replay still matches. */
+/* Decode steps of row 0 alone until its next token starts a new page. */
+static void walk_to_page_boundary(const int64_t *req, int32_t *cur)
+{
+    int32_t one = 1, ne;
+    for (;;) {
+        int32_t len, np;
+        const int32_t *pages;
+        assert_mstar_ok(mstar_kv_cache_stream(ref_node_kv(T.node), req[0], 0, &len, &pages, &np));
+        if (len % kv_cfg.page_size == 0)
+            return;
+        ref_step_request r = decode_request(req, &one, 1, cur);
+        assert_mstar_ok(ref_node_step(T.node, &r, NULL, NULL, NULL));
+        assert_mstar_ok(ref_eager_step(T.eager, req, &one, 1, cur, NULL, &ne));
+        cur[0] = ne;
+    }
+}
+
+/* §8.7: a pre-plan admits the pages its rows need; dropping the speculation hands exactly those
+ * back. A pre-plan that is kept is promoted by the step's own plan, and the replay it feeds
+ * matches the twin. */
 static void test_dropped_speculation_keeps_free_pages(void **state)
 {
     (void)state;
     enum { N = 5 };
-    int32_t cur[N], ones[N] = { 1, 1, 1, 1, 1 };
+    int32_t cur[N], ones[N] = { 1, 1, 1, 1, 1 }, ne[N], ng[N];
     int64_t reqs[N];
-    ref_twin_open_and_prefill(&T, 2000, N, cur);
     for (int32_t i = 0; i < N; i++)
         reqs[i] = 2000 + i;
-    mstar_stream *plan_stream;
-    assert_mstar_ok(mstar_stream_create(T.backend, MSTAR_STREAM_NON_BLOCKING, &plan_stream));
-    /* Bring row 0 to a page boundary, so its next token needs a fresh page. */
-    float le[N * 128], lg[N * 128];
-    int32_t ne[N], ng[N];
-    for (;;) {
-        int32_t len, np;
-        const int32_t *pages;
-        assert_mstar_ok(
-            mstar_kv_cache_stream(ref_eager_kv(T.graphed), reqs[0], 0, &len, &pages, &np));
-        if (len % kv_cfg.page_size == 0)
-            break;
-        int32_t index = ref_graphs_select(T.graphs, 1, 1);
-        assert_mstar_ok(ref_graphs_step(T.graphs, index, ref_graphs_next_slot(T.graphs), reqs, ones,
-                                        1, cur, ref_eager_stream(T.graphed)));
-        assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, 1, cur, NULL, ne));
-        cur[0] = ne[0];
-    }
-    int32_t index = ref_graphs_select(T.graphs, 1, 1);
-    const ref_bucket *b = ref_graphs_bucket(T.graphs, index);
-    int64_t rows[1] = { reqs[0] };
-    int32_t spans[1] = { 1 };
-    int32_t free_before = mstar_kv_cache_free_pages(ref_eager_kv(T.graphed));
-    assert_mstar_ok(ref_step_declare(T.step, rows, spans, 1));
-    assert_mstar_ok(ref_step_prepare(T.step, 1, b->rows, b->tokens, true, plan_stream, NULL));
-    assert_int_equal(mstar_kv_cache_free_pages(ref_eager_kv(T.graphed)), free_before - 1);
-    ref_step_clear_preplan(T.step, 1); /* the speculation is dropped */
-    assert_int_equal(mstar_kv_cache_free_pages(ref_eager_kv(T.graphed)), free_before);
+    ref_twin_open_and_prefill(&T, 2000, N, cur);
+    walk_to_page_boundary(reqs, cur);
+    mstar_event *plan_done;
+    assert_mstar_ok(mstar_event_create(T.backend, &plan_done));
 
-    /* A kept pre-plan over all five rows on a padded bucket, then the replay on the same slot. */
-    index = ref_graphs_select(T.graphs, N, N);
-    b = ref_graphs_bucket(T.graphs, index);
-    int64_t padded_rows[8];
-    int32_t padded_spans[8];
-    for (int32_t i = 0; i < b->rows; i++) {
-        padded_rows[i] = i < N ? reqs[i] : -1 - i;
-        padded_spans[i] = i < N;
-    }
-    assert_mstar_ok(ref_step_declare(T.step, padded_rows, padded_spans, b->rows));
-    assert_mstar_ok(ref_step_prepare(T.step, 0, b->rows, b->tokens, true, plan_stream, NULL));
-    assert_mstar_ok(mstar_stream_synchronize(plan_stream));
-    assert_mstar_ok(
-        ref_graphs_step(T.graphs, index, 0, reqs, ones, N, cur, ref_eager_stream(T.graphed)));
-    ref_twin_read_outputs(&T, N, lg, ng);
+    ref_step_request r = decode_request(reqs, ones, 1, cur);
+    int32_t slot, free_before = mstar_kv_cache_free_pages(ref_node_kv(T.node));
+    assert_mstar_ok(ref_node_preplan(T.node, &r, plan_done, &slot));
+    assert_int_equal(mstar_kv_cache_free_pages(ref_node_kv(T.node)), free_before - 1);
+    assert_mstar_ok(ref_node_drop_preplan(T.node, &r, slot)); /* the speculation is dropped */
+    assert_int_equal(mstar_kv_cache_free_pages(ref_node_kv(T.node)), free_before);
+
+    /* Kept: all five rows on the padded 8-row bucket, then the step on the reserved slot. */
+    r = decode_request(reqs, ones, N, cur);
+    assert_mstar_ok(ref_node_preplan(T.node, &r, plan_done, &slot));
+    r.slot = slot;
+    r.plan_done = plan_done;
+    float lg[N * VOCAB], le[N * VOCAB];
+    ref_step_timing timing;
+    assert_mstar_ok(ref_node_step(T.node, &r, lg, ng, &timing));
+    assert_true(timing.replayed);
+    assert_int_equal(timing.slot, slot);
+    assert_int_equal(timing.bucket_rows, 8);
     assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, N, cur, le, ne));
-    assert_memory_equal(lg, le, (size_t)N * (size_t)T.cfg.vocab * sizeof(float));
-    assert_int_equal(mstar_kv_cache_free_pages(ref_eager_kv(T.graphed)),
+    assert_memory_equal(lg, le, sizeof(lg));
+    assert_int_equal(mstar_kv_cache_free_pages(ref_node_kv(T.node)),
                      mstar_kv_cache_free_pages(ref_eager_kv(T.eager)));
-    mstar_stream_destroy(plan_stream);
+    mstar_event_destroy(plan_done);
     ref_twin_close(&T, 2000, N);
 }
 
-/* §8.9: two prompts of 5 and 4 tokens on the (2 rows, 16 tokens) packed bucket — the tightest fit
- * for 9 tokens — beside a resident request: the resident request's KV is byte for byte what it
- * was, and everything else matches the twin, which prefilled the same prompts eagerly. */
+static void open_both(const int64_t *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        assert_mstar_ok(ref_node_open(T.node, reqs[i]));
+        assert_mstar_ok(ref_eager_open(T.eager, reqs[i]));
+    }
+}
+
+static void close_both(const int64_t *reqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ref_node_close(T.node, reqs[i]);
+        assert_mstar_ok(ref_eager_close(T.eager, reqs[i]));
+    }
+}
+
+/* One packed prefill step of two rows through the runner and the twin; logits must agree. */
+static void packed_step(const int64_t *reqs, const int32_t *spans, const int32_t *tokens)
+{
+    ref_step_request r = { .walk = "prefill",
+                           .rows = reqs,
+                           .spans = spans,
+                           .n = 2,
+                           .tokens = tokens,
+                           .use_graphs = true,
+                           .commit = true,
+                           .slot = -1 };
+    float lg[2 * VOCAB], le[2 * VOCAB];
+    int32_t ng[2], ne[2];
+    ref_step_timing timing;
+    assert_mstar_ok(ref_node_step(T.node, &r, lg, ng, &timing));
+    assert_true(timing.replayed); /* on the (2 rows, 16 tokens) packed bucket */
+    assert_mstar_ok(ref_eager_step(T.eager, reqs, spans, 2, tokens, le, ne));
+    assert_memory_equal(lg, le, sizeof(lg));
+}
+
+/* §8.9: a packed step of 16 real tokens leaves real-looking ids in the static token buffer; then
+ * two prompts of 5 and 4 tokens on the same (2 rows, 16 tokens) bucket, beside a resident
+ * request: the resident request's KV is byte for byte what it was, only the new rows' slots
+ * changed outside the sink, and every stream matches the twin's. */
 static void test_packed_tail_scatters_into_sink(void **state)
 {
     (void)state;
     int32_t cur[1];
     ref_twin_open_and_prefill(&T, 3000, 1, cur); /* the resident request */
-    int64_t reqs[2] = { 3001, 3002 };
-    int32_t spans[2] = { 5, 4 }, prompts[9] = { 9, 8, 7, 6, 5, 4, 3, 2, 1 };
-    for (int i = 0; i < 2; i++) {
-        assert_mstar_ok(ref_eager_open(T.graphed, reqs[i]));
-        assert_mstar_ok(ref_eager_open(T.eager, reqs[i]));
-    }
-    /* Make the tail of the static token buffer hold real-looking tokens from an earlier step. */
-    int32_t stale[PACKED_TOKENS];
-    for (int i = 0; i < PACKED_TOKENS; i++)
-        stale[i] = (i * 5 + 1) % T.cfg.vocab;
-    assert_mstar_ok(ref_step_stage(T.step, stale, PACKED_TOKENS, ref_eager_stream(T.graphed)));
+    int64_t first[2] = { 3001, 3002 }, reqs[2] = { 3003, 3004 };
+    int32_t full[2] = { 8, 8 }, spans[2] = { 5, 4 }, tokens[16];
+    for (int i = 0; i < 16; i++)
+        tokens[i] = (i * 5 + 1) % VOCAB;
+    open_both(first, 2);
+    open_both(reqs, 2);
+    packed_step(first, full, tokens);
     int32_t resident_len, np;
     const int32_t *resident_pages;
-    assert_mstar_ok(mstar_kv_cache_stream(ref_eager_kv(T.graphed), 3000, 0, &resident_len,
-                                          &resident_pages, &np));
+    assert_mstar_ok(
+        mstar_kv_cache_stream(ref_node_kv(T.node), 3000, 0, &resident_len, &resident_pages, &np));
     size_t all = ref_twin_pools_bytes(&T);
     char *before = malloc(all), *after = malloc(all), *twin_pools = malloc(all);
-    ref_twin_read_pools(&T, T.graphed, before);
-    int32_t index = ref_graphs_select(T.graphs, 2, 9);
-    const ref_bucket *b = ref_graphs_bucket(T.graphs, index);
-    assert_int_equal(b->rows, PACKED_ROWS);
-    assert_int_equal(b->tokens, PACKED_TOKENS);
-    assert_mstar_ok(ref_graphs_step(T.graphs, index, ref_graphs_next_slot(T.graphs), reqs, spans, 2,
-                                    prompts, ref_eager_stream(T.graphed)));
-    float lg[2 * 128], le[2 * 128];
-    int32_t ng[2], ne[2];
-    ref_twin_read_outputs(&T, 2, lg, ng);
-    assert_mstar_ok(ref_eager_step(T.eager, reqs, spans, 2, prompts, le, ne));
-    assert_memory_equal(lg, le, 2 * (size_t)T.cfg.vocab * sizeof(float));
-    ref_twin_read_pools(&T, T.graphed, after);
-    /* The resident request's pages, in every pool, are unchanged. */
-    size_t page = ref_model_page_bytes(ref_eager_model(T.graphed));
+    ref_twin_read_pools(&T, true, before);
+    packed_step(reqs, spans, tokens + 7);
+    ref_twin_read_pools(&T, true, after);
+    size_t page = ref_model_page_bytes(ref_node_model(T.node));
     size_t pool = (size_t)kv_cfg.num_pages * page;
     for (int32_t i = 0; i < T.cfg.layers * 2; i++) {
         for (int32_t p = 0; p < np; p++) {
@@ -190,79 +228,87 @@ static void test_packed_tail_scatters_into_sink(void **state)
         }
     }
     ref_twin_assert_only_real_rows_written(&T, before, after, reqs, 2);
-    ref_twin_assert_streams_match(&T, after, twin_pools, reqs, 2);
+    int64_t everyone[5] = { 3000, 3001, 3002, 3003, 3004 };
+    ref_twin_assert_streams_match(&T, after, twin_pools, everyone, 5);
     free(before);
     free(after);
     free(twin_pools);
     ref_twin_close(&T, 3000, 1);
-    for (int i = 0; i < 2; i++) {
-        assert_mstar_ok(ref_eager_close(T.graphed, reqs[i]));
-        assert_mstar_ok(ref_eager_close(T.eager, reqs[i]));
-    }
+    close_both(first, 2);
+    close_both(reqs, 2);
 }
 
-/* §8.13 and §8.8: captures ran on padding rows only and took no page; after every replay test
- * above, every page not held by an open request is free again. */
+/* §8.13 and §8.8: captures ran on padding rows only and left no page held; a padded replay takes
+ * exactly the pages its real rows need. */
 static void test_padding_never_allocates(void **state)
 {
     (void)state;
-    assert_int_equal(mstar_kv_cache_free_pages(ref_eager_kv(T.graphed)), kv_cfg.num_pages - 1);
+    assert_int_equal(mstar_kv_cache_free_pages(ref_node_kv(T.node)), kv_cfg.num_pages - 1);
     int32_t cur[3], ones[3] = { 1, 1, 1 };
-    ref_twin_open_and_prefill(&T, 4000, 3, cur);
     int64_t reqs[3] = { 4000, 4001, 4002 };
-    int32_t index = ref_graphs_select(T.graphs, 3, 3); /* the 4-row bucket: one padding row */
-    assert_int_equal(ref_graphs_bucket(T.graphs, index)->rows, 4);
-    assert_mstar_ok(ref_graphs_step(T.graphs, index, ref_graphs_next_slot(T.graphs), reqs, ones, 3,
-                                    cur, ref_eager_stream(T.graphed)));
-    int32_t now = kv_cfg.num_pages - 1 - mstar_kv_cache_free_pages(ref_eager_kv(T.graphed));
+    ref_twin_open_and_prefill(&T, 4000, 3, cur);
+    ref_step_request r = decode_request(reqs, ones, 3, cur);
+    ref_step_timing timing;
+    assert_mstar_ok(ref_node_step(T.node, &r, NULL, NULL, &timing));
+    assert_int_equal(timing.bucket_rows, 4); /* one padding row */
     int32_t need = 0;
     for (int i = 0; i < 3; i++) {
         int32_t len, np;
         const int32_t *pages;
-        assert_mstar_ok(
-            mstar_kv_cache_stream(ref_eager_kv(T.graphed), reqs[i], 0, &len, &pages, &np));
+        assert_mstar_ok(mstar_kv_cache_stream(ref_node_kv(T.node), reqs[i], 0, &len, &pages, &np));
         need += (len + kv_cfg.page_size - 1) / kv_cfg.page_size;
     }
-    assert_int_equal(now, need);
-    for (int i = 0; i < 3; i++)
-        assert_mstar_ok(ref_eager_close(T.graphed, reqs[i]));
-    for (int i = 0; i < 3; i++)
-        assert_mstar_ok(ref_eager_close(T.eager, reqs[i]));
-    assert_int_equal(mstar_kv_cache_free_pages(ref_eager_kv(T.graphed)), kv_cfg.num_pages - 1);
+    assert_int_equal(kv_cfg.num_pages - 1 - mstar_kv_cache_free_pages(ref_node_kv(T.node)), need);
+    ref_twin_close(&T, 4000, 3);
+    assert_int_equal(mstar_kv_cache_free_pages(ref_node_kv(T.node)), kv_cfg.num_pages - 1);
 }
 
-/* §8.19: the step's outputs live in static buffers that the next replay overwrites, so a caller
- * that holds a view across steps reads the next step's tokens (the duplicated-token bug). The
- * copy taken right after step N still holds step N's tokens. */
+/* The static output "next_tokens" of (bucket, slot), as run_forward hands it out: a view. */
+static const int32_t *next_view(int32_t n, int32_t slot)
+{
+    mstar_slot_lease lease;
+    assert_true(
+        mstar_graph_runner_lease_slot(ref_node_runner(T.node), "decode", n, slot, n, NULL, &lease));
+    const mstar_graph_slot *s = mstar_graph_runner_slot_for(ref_node_runner(T.node), &lease);
+    assert_non_null(s);
+    const mstar_tensor *t = mstar_tensor_map_get(mstar_graph_slot_static_outputs(s), "next_tokens");
+    assert_non_null(t);
+    return mstar_tensor_ptr(t); /* host backend: device memory is host memory */
+}
+
+/* §8.19: a replay's outputs live in its slot's static buffers, which the slot's next replay
+ * overwrites; a caller holding the view across steps reads a later step's tokens (the duplicated
+ * token bug). The copy the step hands back still holds its own step's tokens. */
 static void test_held_outputs_are_copies(void **state)
 {
     (void)state;
     enum { N = 8 };
-    int32_t cur[N], ones[N], clone_n[N], view_after[N], ne[N];
+    int32_t cur[N], ones[N], copy_n[N], ne[N], view_then[N];
     int64_t reqs[N];
     for (int i = 0; i < N; i++) {
         reqs[i] = 5000 + i;
         ones[i] = 1;
     }
     ref_twin_open_and_prefill(&T, 5000, N, cur);
-    int32_t index = ref_graphs_select(T.graphs, N, N);
-    mstar_stream *s = ref_eager_stream(T.graphed);
-    float lg[N * 128];
-    assert_mstar_ok(
-        ref_graphs_step(T.graphs, index, ref_graphs_next_slot(T.graphs), reqs, ones, N, cur, s));
-    ref_twin_read_outputs(&T, N, lg, clone_n); /* the copy, as the engine takes it */
+    ref_step_request r = decode_request(reqs, ones, N, cur);
+    ref_step_timing first, later;
+    assert_mstar_ok(ref_node_step(T.node, &r, NULL, copy_n, &first));
     assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, N, cur, NULL, ne));
-    assert_memory_equal(clone_n, ne, sizeof(ne));
-    const int32_t *view = ref_step_next(T.step); /* host backend: device memory is readable */
-    assert_memory_equal(view, clone_n, sizeof(clone_n));
-    /* Step N+1 on the same bucket, fed step N's tokens. */
-    assert_mstar_ok(ref_graphs_step(T.graphs, index, ref_graphs_next_slot(T.graphs), reqs, ones, N,
-                                    clone_n, s));
-    assert_mstar_ok(mstar_stream_synchronize(s));
-    memcpy(view_after, view, sizeof(view_after));
-    assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, N, clone_n, NULL, ne));
-    assert_memory_equal(view_after, ne, sizeof(ne)); /* the view now shows step N+1 */
-    assert_memory_not_equal(view_after, clone_n, sizeof(clone_n));
+    assert_memory_equal(copy_n, ne, sizeof(ne));
+    const int32_t *view = next_view(N, first.slot);
+    assert_memory_equal(view, copy_n, sizeof(copy_n));
+    /* Two more steps: the second lands on the first one's slot again. */
+    int32_t fed[N];
+    memcpy(fed, copy_n, sizeof(fed));
+    for (int k = 0; k < 2; k++) {
+        r = decode_request(reqs, ones, N, fed);
+        assert_mstar_ok(ref_node_step(T.node, &r, NULL, view_then, &later));
+        assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, N, fed, NULL, ne));
+        memcpy(fed, ne, sizeof(fed));
+    }
+    assert_int_equal(later.slot, first.slot);
+    assert_memory_equal(view, view_then, sizeof(view_then)); /* the view shows the later step */
+    assert_memory_not_equal(view, copy_n, sizeof(copy_n));   /* the copy kept step N's */
     ref_twin_close(&T, 5000, N);
 }
 

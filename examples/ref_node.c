@@ -1,0 +1,646 @@
+/*
+ * ref_node.c — the reference model as a graph-runner node (see ref_node.h).
+ *
+ * The first half is the submodule the runner drives (declare_step, preprocess, forward, the
+ * template rows); the second is the node's lifetime and the engine's side of a step.
+ */
+#include "ref_node.h"
+
+#include "core/vec.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_KEY  "kv"
+#define POS_KEY "positions"
+
+struct ref_node {
+    mstar_backend *backend;
+    mstar_stream *stream; /* compute: forwards, replays, plans of non-pre-planned steps */
+    ref_model *model;
+    mstar_kv_cache *kv;
+    mstar_positions *pos;
+    mstar_step_runner *sr;
+    mstar_graph_pool *pool;
+    mstar_graph_runner *runner;
+    int32_t *zeros; /* the template rows' tokens: token 0 */
+    int64_t zeros_len;
+    bool commit; /* what the next declaration's payloads say */
+    /* Pinned staging for preprocess, two buffers used in turn: the one being filled waits for
+     * its last upload (recorded in `staged`) to have been read. */
+    int32_t *staging[2];
+    mstar_event *staged[2];
+    int64_t staging_cap;
+    int which;
+    /* The engine's per-step scratch, sized for the largest step seen. */
+    mstar_step *step;
+    mstar_tensor_map *preprocessed;
+    mstar_tensor_map *eager_outputs;
+    mstar_tensor_map **row_maps;
+    mstar_node_input *real, *padded;
+    int64_t *ids;
+    size_t rows_cap;
+    size_t maps_made; /* row_maps created so far (may exceed rows_cap after a failed grow) */
+};
+
+/* ---- the submodule ---------------------------------------------------------------------------
+ */
+
+static mstar_status node_declare(void *self, const char *walk, const int64_t *ids,
+                                 const mstar_node_input *inputs, size_t n, mstar_step *step,
+                                 bool *declared)
+{
+    ref_node *node = self;
+    for (size_t i = 0; i < n; i++) {
+        mstar_status st = mstar_step_add_segment(step, ids[i], 0, inputs[i].seq_len);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    mstar_resource_payload p = { .commit = node->commit };
+    mstar_status st = mstar_step_set_resource(step, KV_KEY, &p, sizeof(p));
+    if (st == MSTAR_OK)
+        st = mstar_step_set_resource(step, POS_KEY, &p, sizeof(p));
+    *declared = st == MSTAR_OK;
+    return st;
+}
+
+/* The staging buffer to fill next, holding at least `count` ids, once its last upload is read. */
+static mstar_status staging_next(ref_node *node, int64_t count, int32_t **out)
+{
+    mstar_status st;
+    if (count > node->staging_cap) {
+        int64_t cap = count > 2 * node->staging_cap ? count : 2 * node->staging_cap;
+        for (int i = 0; i < 2; i++) {
+            if ((st = mstar_event_synchronize(node->staged[i])) != MSTAR_OK)
+                return st;
+            mstar_host_free_pinned(node->backend, node->staging[i]);
+            node->staging[i] = NULL;
+        }
+        node->staging_cap = 0;
+        for (int i = 0; i < 2; i++) {
+            st = mstar_host_alloc_pinned(node->backend, (size_t)cap * sizeof(int32_t),
+                                         (void **)&node->staging[i]);
+            if (st != MSTAR_OK)
+                return mstar_error_wrap("preprocess staging of %lld tokens", (long long)cap);
+        }
+        node->staging_cap = cap;
+    }
+    node->which ^= 1;
+    if ((st = mstar_event_synchronize(node->staged[node->which])) != MSTAR_OK)
+        return st;
+    *out = node->staging[node->which];
+    return MSTAR_OK;
+}
+
+/* Row i's token ids, checked: an int32 host vector of seq_len ids in the vocabulary. */
+static mstar_status row_tokens(const ref_node *node, const mstar_node_input *in, size_t i,
+                               const int32_t **out)
+{
+    const mstar_tensor *t =
+        in->tensors != NULL ? mstar_tensor_map_get(in->tensors, "tokens") : NULL;
+    if (t == NULL || t->dtype != MSTAR_DTYPE_INT32 || t->ndim != 1 || t->shape[0] != in->seq_len ||
+        t->device.type != MSTAR_DEVICE_CPU || (in->seq_len > 1 && t->strides[0] != 1))
+        return mstar_error_set(MSTAR_EINVAL,
+                               "reference model: row %zu needs a contiguous host int32 'tokens' "
+                               "tensor of its %lld tokens",
+                               i, (long long)in->seq_len);
+    const int32_t *ids = mstar_tensor_ptr(t);
+    int32_t vocab = ref_model_config_of(node->model)->vocab;
+    for (int64_t j = 0; j < in->seq_len; j++) {
+        if (ids[j] < 0 || ids[j] >= vocab)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "reference model: row %zu token %lld is %d, not "
+                                   "in [0, %d)",
+                                   i, (long long)j, ids[j], vocab);
+    }
+    *out = ids;
+    return MSTAR_OK;
+}
+
+static mstar_status node_preprocess(void *self, mstar_step *step, const mstar_node_input *inputs,
+                                    size_t n, mstar_tensor_map *out)
+{
+    ref_node *node = self;
+    mstar_stream *s = mstar_step_context(step)->stream;
+    int64_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += inputs[i].seq_len > 0 ? inputs[i].seq_len : 0;
+    if (total < 1 || total > INT32_MAX)
+        return mstar_error_set(MSTAR_EINVAL, "reference model: a step of %lld tokens",
+                               (long long)total);
+    int32_t *host = NULL;
+    mstar_status st = staging_next(node, total, &host);
+    int64_t at = 0;
+    for (size_t i = 0; st == MSTAR_OK && i < n; i++) {
+        const int32_t *ids = NULL;
+        if (inputs[i].seq_len <= 0)
+            continue;
+        if ((st = row_tokens(node, &inputs[i], i, &ids)) == MSTAR_OK) {
+            memcpy(host + at, ids, (size_t)inputs[i].seq_len * sizeof(int32_t));
+            at += inputs[i].seq_len;
+        }
+    }
+    if (st != MSTAR_OK)
+        return st;
+    mstar_tensor t;
+    if ((st = mstar_tensor_alloc(s, MSTAR_DTYPE_INT32, 1, &total, &t)) != MSTAR_OK)
+        return st;
+    if ((st = mstar_memcpy_async(s, t.data, host, (size_t)total * sizeof(int32_t),
+                                 MSTAR_MEMCPY_H2D)) != MSTAR_OK ||
+        (st = mstar_event_record(node->staged[node->which], s)) != MSTAR_OK) {
+        mstar_tensor_free(s, &t);
+        return st;
+    }
+    return mstar_tensor_map_set_owned(out, "tokens", &t, s);
+}
+
+static mstar_status node_forward(void *self, mstar_step *step, const mstar_tensor_map *inputs,
+                                 mstar_tensor_map *outputs)
+{
+    ref_node *node = self;
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    const mstar_tensor *tokens = mstar_tensor_map_get(inputs, "tokens");
+    if (tokens == NULL || tokens->dtype != MSTAR_DTYPE_INT32 || tokens->ndim != 1)
+        return mstar_error_set(MSTAR_EINVAL, "reference model: forward needs an int32 'tokens' "
+                                             "vector");
+    int64_t rows = (int64_t)ctx->n_requests, vocab = ref_model_config_of(node->model)->vocab;
+    if (rows < 1 || rows > INT32_MAX || tokens->shape[0] > INT32_MAX)
+        return mstar_error_set(MSTAR_ERANGE, "reference model: forward of %lld rows, %lld tokens",
+                               (long long)rows, (long long)tokens->shape[0]);
+    int32_t slot = ctx->has_lease && ctx->slot >= 0 ? ctx->slot : MSTAR_PLAN_EAGER;
+    ref_forward_io io = { .num_tokens = (int32_t)tokens->shape[0],
+                          .num_rows = (int32_t)rows,
+                          .tokens = mstar_tensor_ptr(tokens) };
+    int32_t *positions, capacity;
+    mstar_status st = mstar_kv_cache_plan_buffers(node->kv, slot, 0, &io.plan);
+    if (st == MSTAR_OK)
+        st = mstar_positions_plan_buffer(node->pos, slot, &positions, &capacity);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("reference model forward");
+    io.positions = positions;
+    int64_t logits_shape[2] = { rows, vocab };
+    mstar_tensor logits = { 0 }, next = { 0 };
+    if ((st = mstar_tensor_alloc(ctx->stream, MSTAR_DTYPE_FLOAT32, 2, logits_shape, &logits)) !=
+            MSTAR_OK ||
+        (st = mstar_tensor_alloc(ctx->stream, MSTAR_DTYPE_INT32, 1, &rows, &next)) != MSTAR_OK)
+        goto fail;
+    io.logits = logits.data;
+    io.next_tokens = next.data;
+    if ((st = ref_model_forward(node->model, ctx->stream, &io)) != MSTAR_OK ||
+        (st = mstar_tensor_map_set_owned(outputs, "logits", &logits, ctx->stream)) != MSTAR_OK)
+        goto fail;
+    logits.data = NULL; /* the map owns it now */
+    if ((st = mstar_tensor_map_set_owned(outputs, "next_tokens", &next, ctx->stream)) != MSTAR_OK)
+        goto fail;
+    return MSTAR_OK;
+fail:
+    if (logits.data != NULL)
+        mstar_tensor_free(ctx->stream, &logits);
+    if (next.data != NULL)
+        mstar_tensor_free(ctx->stream, &next);
+    return st;
+}
+
+static const mstar_submodule_ops node_ops = { node_declare, node_preprocess, node_forward };
+
+/* A template row of `len` tokens: token 0, a valid id, from the node's zeros. */
+static mstar_status make_row(void *user, mstar_stream *stream, int64_t len, mstar_tensor_map *out)
+{
+    ref_node *node = user;
+    if (len < 0 || len > node->zeros_len)
+        return mstar_error_set(MSTAR_ERANGE, "reference model: a template row of %lld tokens",
+                               (long long)len);
+    mstar_tensor t;
+    mstar_status st =
+        mstar_tensor_init(&t, node->zeros, mstar_device_cpu(), MSTAR_DTYPE_INT32, 1, &len);
+    return st != MSTAR_OK ? st : mstar_tensor_map_set(out, "tokens", &t);
+}
+
+/* ---- the node --------------------------------------------------------------------------------
+ */
+
+/* The runner's configs for the captures (the runner copies them). */
+static mstar_status make_configs(ref_node *node, const ref_node_options *o,
+                                 mstar_graph_config **out)
+{
+    mstar_graph_config *c = calloc(o->n_captures, sizeof(*c));
+    if (c == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "reference node configs");
+    node->zeros_len = 1;
+    for (size_t i = 0; i < o->n_captures; i++) {
+        const ref_capture_config *rc = &o->captures[i];
+        mstar_graph_config_init(&c[i]);
+        c[i].kind = rc->packed ? MSTAR_GRAPH_PACKED : MSTAR_GRAPH_BATCHED;
+        c[i].capture_graph_walk = rc->walk;
+        c[i].capture_batch_sizes = rc->batch_sizes;
+        c[i].n_capture_batch_sizes = rc->n_batch_sizes;
+        c[i].seq_len = 1;
+        c[i].capture_token_lengths = rc->token_lengths;
+        c[i].n_capture_token_lengths = rc->n_token_lengths;
+        c[i].make_node_input = make_row;
+        c[i].template_user = node;
+        for (size_t j = 0; rc->packed && j < rc->n_token_lengths; j++)
+            node->zeros_len =
+                rc->token_lengths[j] > node->zeros_len ? rc->token_lengths[j] : node->zeros_len;
+    }
+    *out = c;
+    return MSTAR_OK;
+}
+
+static mstar_status node_build(ref_node *node, const ref_node_options *o)
+{
+    mstar_status st;
+    if ((st = mstar_stream_create(node->backend, MSTAR_STREAM_NON_BLOCKING, &node->stream)) !=
+            MSTAR_OK ||
+        (st = ref_model_create(&o->model, &o->kv, node->backend, &node->model)) != MSTAR_OK ||
+        (st = mstar_kv_cache_create(&o->kv, node->backend, &node->kv)) != MSTAR_OK ||
+        (st = mstar_positions_create(node->backend, &node->pos)) != MSTAR_OK ||
+        (st = mstar_step_runner_create(node->backend, node->stream, &node->sr)) != MSTAR_OK ||
+        (st = mstar_kv_cache_register(node->kv, node->sr, KV_KEY)) != MSTAR_OK ||
+        (st = mstar_positions_register(node->pos, node->sr, POS_KEY)) != MSTAR_OK ||
+        (st = mstar_graph_pool_create(node->backend, "ref_model", &node->pool)) != MSTAR_OK ||
+        (st = mstar_event_create(node->backend, &node->staged[0])) != MSTAR_OK ||
+        (st = mstar_event_create(node->backend, &node->staged[1])) != MSTAR_OK ||
+        (st = mstar_step_create(&node->step)) != MSTAR_OK ||
+        (st = mstar_tensor_map_create(&node->preprocessed)) != MSTAR_OK ||
+        (st = mstar_tensor_map_create(&node->eager_outputs)) != MSTAR_OK)
+        return st;
+    mstar_graph_config *configs = NULL;
+    if ((st = make_configs(node, o, &configs)) != MSTAR_OK)
+        return st;
+    node->zeros = calloc((size_t)node->zeros_len, sizeof(int32_t));
+    if (node->zeros == NULL)
+        st = mstar_error_set(MSTAR_ENOMEM, "reference node template");
+    mstar_graph_runner_options ro = { .submodule_name = "ref_model",
+                                      .submodule = &node_ops,
+                                      .submodule_self = node,
+                                      .configs = configs,
+                                      .n_configs = o->n_captures,
+                                      .step_runner = node->sr,
+                                      .pool = node->pool,
+                                      .num_slots = o->num_slots,
+                                      .autocast_dtype = MSTAR_DTYPE_INVALID };
+    if (st == MSTAR_OK)
+        st = mstar_graph_runner_create(&ro, &node->runner);
+    free(configs);
+    return st;
+}
+
+mstar_status ref_node_create(mstar_backend *backend, const ref_node_options *opts, ref_node **out)
+{
+    if (backend == NULL || opts == NULL || out == NULL || (opts->n_captures > 0 && !opts->captures))
+        return mstar_error_set(MSTAR_EINVAL, "reference node: NULL argument");
+    ref_node *node = calloc(1, sizeof(*node));
+    if (node == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "reference node");
+    node->backend = backend;
+    node->commit = true;
+    mstar_status st = node_build(node, opts);
+    if (st != MSTAR_OK) {
+        ref_node_destroy(node);
+        return mstar_error_wrap("reference node");
+    }
+    *out = node;
+    return MSTAR_OK;
+}
+
+static void free_rows(ref_node *node)
+{
+    for (size_t i = 0; i < node->maps_made; i++)
+        mstar_tensor_map_destroy(node->row_maps[i]);
+    free(node->row_maps);
+    free(node->real);
+    free(node->padded);
+    free(node->ids);
+}
+
+void ref_node_destroy(ref_node *node)
+{
+    if (node == NULL)
+        return;
+    if (node->stream != NULL)
+        mstar_stream_synchronize(node->stream);
+    mstar_graph_runner_destroy(node->runner);
+    mstar_tensor_map_destroy(node->preprocessed);
+    mstar_tensor_map_destroy(node->eager_outputs);
+    mstar_step_destroy(node->step);
+    mstar_step_runner_destroy(node->sr);
+    mstar_graph_pool_destroy(node->pool);
+    for (int i = 0; i < 2; i++) {
+        if (node->staged[i] != NULL)
+            mstar_event_synchronize(node->staged[i]);
+        mstar_event_destroy(node->staged[i]);
+        if (node->staging[i] != NULL)
+            mstar_host_free_pinned(node->backend, node->staging[i]);
+    }
+    free_rows(node);
+    mstar_kv_cache_destroy(node->kv);
+    mstar_positions_destroy(node->pos);
+    ref_model_destroy(node->model);
+    mstar_stream_destroy(node->stream);
+    free(node->zeros);
+    free(node);
+}
+
+mstar_status ref_node_capture(ref_node *node)
+{
+    mstar_status st;
+    if ((st = mstar_graph_runner_prepare_for_capture(node->runner, NULL, NULL)) != MSTAR_OK ||
+        (st = mstar_step_runner_build_graph_buffers(node->sr)) != MSTAR_OK ||
+        (st = mstar_graph_runner_warmup_and_capture(node->runner, NULL, 0)) != MSTAR_OK ||
+        (st = mstar_dummy_rows_release_all(mstar_graph_runner_dummy_rows(node->runner))) !=
+            MSTAR_OK)
+        return st;
+    size_t dropped;
+    const mstar_bucket_key *keys = mstar_graph_runner_dropped_buckets(node->runner, &dropped);
+    if (dropped > 0) {
+        char name[MSTAR_BUCKET_NAME_MAX];
+        return mstar_error_set(MSTAR_ESTATE, "reference node: %zu buckets not captured, first %s",
+                               dropped, mstar_bucket_key_format(&keys[0], name, sizeof(name)));
+    }
+    return MSTAR_OK;
+}
+
+mstar_status ref_node_open(ref_node *node, int64_t request)
+{
+    return mstar_step_runner_ingest_request(node->sr, request);
+}
+
+void ref_node_close(ref_node *node, int64_t request)
+{
+    mstar_step_runner_remove_request(node->sr, request);
+}
+
+/* Room for a step of `rows` rows (real or padded). Each array is replaced as soon as it grew,
+ * so a failure part way leaks nothing and leaves a usable (smaller) capacity. */
+static mstar_status ensure_rows(ref_node *node, size_t rows)
+{
+    if (rows <= node->rows_cap)
+        return MSTAR_OK;
+    void *p;
+    if ((p = realloc(node->row_maps, rows * sizeof(*node->row_maps))) == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "reference step of %zu rows", rows);
+    node->row_maps = p;
+    for (; node->maps_made < rows; node->maps_made++) {
+        mstar_status st = mstar_tensor_map_create(&node->row_maps[node->maps_made]);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    if ((p = realloc(node->real, rows * sizeof(*node->real))) == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "reference step of %zu rows", rows);
+    node->real = p;
+    if ((p = realloc(node->padded, rows * sizeof(*node->padded))) == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "reference step of %zu rows", rows);
+    node->padded = p;
+    if ((p = realloc(node->ids, rows * sizeof(*node->ids))) == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "reference step of %zu rows", rows);
+    node->ids = p;
+    node->rows_cap = rows;
+    return MSTAR_OK;
+}
+
+/* Declare the step over `ids` and `inputs`, with the context a replay (or an eager run) needs. */
+static mstar_status declare(ref_node *node, const char *walk, const int64_t *ids,
+                            const mstar_node_input *inputs, size_t count,
+                            const mstar_slot_lease *lease)
+{
+    mstar_step_reset(node->step);
+    bool declared;
+    mstar_status st = node_declare(node, walk, ids, inputs, count, node->step, &declared);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_step_ctx *ctx = mstar_step_context(node->step);
+    ctx->request_ids = ids;
+    ctx->n_requests = count;
+    ctx->graph_walk = walk;
+    ctx->slot = lease != NULL ? lease->slot : -1;
+    ctx->capture = false;
+    ctx->is_preplan = false;
+    ctx->has_lease = lease != NULL;
+    if (lease != NULL)
+        ctx->lease = *lease;
+    ctx->stream = node->stream;
+    ctx->compute_dtype = MSTAR_DTYPE_INVALID;
+    return MSTAR_OK;
+}
+
+static mstar_status check_request(const ref_step_request *r, int64_t *total)
+{
+    if (r == NULL || r->walk == NULL || r->rows == NULL || r->spans == NULL || r->tokens == NULL ||
+        r->n < 1)
+        return mstar_error_set(MSTAR_EINVAL, "reference step: needs a walk, and rows, spans and "
+                                             "tokens for >= 1 rows");
+    *total = 0;
+    for (int32_t i = 0; i < r->n; i++) {
+        if (r->spans[i] < 0)
+            return mstar_error_set(MSTAR_EINVAL, "reference step: spans[%d] is %d", i, r->spans[i]);
+        *total += r->spans[i];
+    }
+    return MSTAR_OK;
+}
+
+/* The step's rows: the real inputs (views of the caller's tokens), padded to the lease's bucket
+ * when there is one; *inputs, *ids and *count are what declare and preprocess take. */
+static mstar_status build_rows(ref_node *node, const ref_step_request *r,
+                               const mstar_slot_lease *lease, const mstar_node_input **inputs,
+                               const int64_t **ids, size_t *count)
+{
+    *count = lease != NULL ? (size_t)lease->bucket.bs : (size_t)r->n;
+    mstar_status st = ensure_rows(node, *count);
+    for (int32_t i = 0, at = 0; st == MSTAR_OK && i < r->n; at += r->spans[i], i++) {
+        int64_t len = r->spans[i];
+        mstar_tensor view;
+        st = mstar_tensor_init(&view, (void *)(r->tokens + at), mstar_device_cpu(),
+                               MSTAR_DTYPE_INT32, 1, &len);
+        if (st == MSTAR_OK)
+            st = mstar_tensor_map_set(node->row_maps[i], "tokens", &view);
+        node->real[i] = (mstar_node_input){ len, node->row_maps[i] };
+    }
+    *inputs = node->real;
+    *ids = r->rows;
+    if (st != MSTAR_OK || lease == NULL)
+        return st;
+    st = mstar_graph_runner_pad_inputs(node->runner, lease, node->real, (size_t)r->n, node->padded);
+    if (st == MSTAR_OK)
+        st = mstar_graph_runner_step_ids(node->runner, lease, r->rows, (size_t)r->n, node->ids);
+    *inputs = node->padded;
+    *ids = node->ids;
+    return st;
+}
+
+/* Declare, admit, plan, preprocess, then replay or run eager; *outputs the forward's outputs. */
+static mstar_status run(ref_node *node, const ref_step_request *r, const mstar_slot_lease *lease,
+                        const mstar_tensor_map **outputs, ref_step_timing *t)
+{
+    const mstar_node_input *inputs;
+    const int64_t *ids;
+    size_t count;
+    mstar_step_admit_result admitted;
+    mstar_status st = build_rows(node, r, lease, &inputs, &ids, &count);
+    if (st == MSTAR_OK)
+        st = declare(node, r->walk, ids, inputs, count, lease);
+    if (st == MSTAR_OK)
+        st = mstar_step_runner_admit(node->sr, node->step, &admitted);
+    if (st == MSTAR_OK && !admitted.ok)
+        st = mstar_error_set(MSTAR_ENOSPC, "reference step: %s", admitted.reason);
+    if (st == MSTAR_OK)
+        st = mstar_step_runner_plan(node->sr, node->step);
+    mstar_tensor_map_clear(node->preprocessed);
+    if (st == MSTAR_OK)
+        st = node_preprocess(node, node->step, inputs, count, node->preprocessed);
+    t->bucket_rows = (int64_t)count;
+    uint64_t t0 = mstar__now_ns();
+    if (st == MSTAR_OK && lease != NULL) {
+        st = mstar_graph_runner_run_forward(node->runner, lease, node->preprocessed, r->plan_done,
+                                            NULL, outputs);
+    } else if (st == MSTAR_OK) {
+        mstar_tensor_map_clear(node->eager_outputs);
+        st = node_forward(node, node->step, node->preprocessed, node->eager_outputs);
+        *outputs = node->eager_outputs;
+    }
+    t->launch_ns = mstar__now_ns() - t0;
+    return st;
+}
+
+/* Copy the first n rows of the outputs to the caller and wait for them. */
+static mstar_status collect(ref_node *node, const mstar_tensor_map *outputs, int32_t n,
+                            float *logits, int32_t *next_tokens)
+{
+    if (logits == NULL && next_tokens == NULL)
+        return MSTAR_OK;
+    const mstar_tensor *l = mstar_tensor_map_get(outputs, "logits");
+    const mstar_tensor *t = mstar_tensor_map_get(outputs, "next_tokens");
+    if (l == NULL || t == NULL)
+        return mstar_error_set(MSTAR_ESTATE, "reference step: the forward left no outputs");
+    size_t vocab = (size_t)ref_model_config_of(node->model)->vocab;
+    mstar_status st = MSTAR_OK;
+    if (logits != NULL)
+        st = mstar_memcpy_async(node->stream, logits, mstar_tensor_ptr(l),
+                                (size_t)n * vocab * sizeof(float), MSTAR_MEMCPY_D2H);
+    if (st == MSTAR_OK && next_tokens != NULL)
+        st = mstar_memcpy_async(node->stream, next_tokens, mstar_tensor_ptr(t),
+                                (size_t)n * sizeof(int32_t), MSTAR_MEMCPY_D2H);
+    return st != MSTAR_OK ? st : mstar_stream_synchronize(node->stream);
+}
+
+mstar_status ref_node_step(ref_node *node, const ref_step_request *req, float *logits,
+                           int32_t *next_tokens, ref_step_timing *timing)
+{
+    int64_t total;
+    mstar_status st = check_request(req, &total);
+    if (st != MSTAR_OK)
+        return st;
+    ref_step_timing t = { .slot = -1 };
+    uint64_t t0 = mstar__now_ns();
+    mstar_slot_lease lease;
+    bool leased = req->use_graphs && mstar_graph_runner_lease_slot(node->runner, req->walk, req->n,
+                                                                   req->slot, total, NULL, &lease);
+    uint64_t t1 = mstar__now_ns();
+    node->commit = req->commit;
+    const mstar_tensor_map *outputs = NULL;
+    st = run(node, req, leased ? &lease : NULL, &outputs, &t);
+    uint64_t t2 = mstar__now_ns();
+    if (st == MSTAR_OK)
+        st = collect(node, outputs, req->n, logits, next_tokens);
+    if (st == MSTAR_OK)
+        st = mstar_step_runner_commit(node->sr, node->step);
+    if (leased) {
+        mstar_status released = mstar_graph_runner_release(node->runner, &lease, req->n);
+        st = st != MSTAR_OK ? st : released;
+    }
+    node->commit = true;
+    if (timing != NULL) {
+        t.replayed = leased;
+        t.slot = leased ? lease.slot : -1;
+        t.select_ns = t1 - t0;
+        t.prepare_ns = t2 - t1 - t.launch_ns;
+        t.finish_ns = mstar__now_ns() - t2;
+        *timing = t;
+    }
+    return st;
+}
+
+mstar_status ref_node_preplan(ref_node *node, const ref_step_request *req, mstar_event *plan_done,
+                              int32_t *slot)
+{
+    int64_t total;
+    mstar_status st = check_request(req, &total);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_slot_lease lease;
+    if (!mstar_graph_runner_lease_slot(node->runner, req->walk, req->n, req->slot, total, NULL,
+                                       &lease))
+        return mstar_error_set(MSTAR_ENOENT,
+                               "reference pre-plan: no captured bucket on walk "
+                               "'%s' for %d rows",
+                               req->walk, req->n);
+    const mstar_node_input *inputs;
+    const int64_t *ids;
+    size_t count;
+    mstar_step_admit_result admitted;
+    node->commit = req->commit;
+    st = build_rows(node, req, &lease, &inputs, &ids, &count);
+    if (st == MSTAR_OK)
+        st = declare(node, req->walk, ids, inputs, count, &lease);
+    if (st == MSTAR_OK)
+        st = mstar_step_runner_pre_admit(node->sr, node->step, &admitted);
+    if (st == MSTAR_OK && !admitted.ok)
+        st = mstar_error_set(MSTAR_ENOSPC, "reference pre-plan: %s", admitted.reason);
+    if (st == MSTAR_OK)
+        st = mstar_step_runner_pre_plan(node->sr, node->step, plan_done);
+    node->commit = true;
+    if (st != MSTAR_OK) {
+        mstar_step_runner_clear_preplan(node->sr, lease.slot);
+        mstar_graph_runner_release(node->runner, &lease, req->n);
+        return st;
+    }
+    *slot = lease.slot;
+    return MSTAR_OK;
+}
+
+mstar_status ref_node_drop_preplan(ref_node *node, const ref_step_request *req, int32_t slot)
+{
+    int64_t total;
+    mstar_status st = check_request(req, &total);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_slot_lease lease;
+    if (slot < 0 ||
+        !mstar_graph_runner_lease_slot(node->runner, req->walk, req->n, slot, total, NULL, &lease))
+        return mstar_error_set(MSTAR_EINVAL,
+                               "reference drop pre-plan: slot %d on walk '%s' "
+                               "names no lease",
+                               slot, req->walk);
+    mstar_step_runner_clear_preplan(node->sr, slot);
+    return mstar_graph_runner_release(node->runner, &lease, req->n);
+}
+
+ref_model *ref_node_model(ref_node *node)
+{
+    return node->model;
+}
+
+mstar_kv_cache *ref_node_kv(ref_node *node)
+{
+    return node->kv;
+}
+
+mstar_positions *ref_node_positions(ref_node *node)
+{
+    return node->pos;
+}
+
+mstar_stream *ref_node_stream(ref_node *node)
+{
+    return node->stream;
+}
+
+mstar_step_runner *ref_node_step_runner(ref_node *node)
+{
+    return node->sr;
+}
+
+mstar_graph_runner *ref_node_runner(ref_node *node)
+{
+    return node->runner;
+}
