@@ -7,5 +7,6 @@
 
 int mstar_bench_wire(int argc, char **argv);
 int mstar_bench_bookkeeper(int argc, char **argv);
+int mstar_bench_graphs(int argc, char **argv);
 
 #endif

@@ -18,6 +18,8 @@ static const struct {
       mstar_bench_wire },
     { "bookkeeper", "store + dereference pairs per second, against the bare hash map",
       mstar_bench_bookkeeper },
+    { "graphs", "reference decode model: eager, replayed and raw-replay steps at bs 1, 8, 32, 64",
+      mstar_bench_graphs },
 };
 
 #define NSUITES (sizeof(suites) / sizeof(suites[0]))
