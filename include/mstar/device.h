@@ -173,6 +173,10 @@ typedef struct mstar_alloc_stats {
 
 void mstar_caching_stats(mstar_backend *backend, mstar_alloc_stats *out);
 void mstar_caching_reset_peak(mstar_backend *backend);
+/* Give every caching-allocator segment that holds no live block back to the device (torch's
+ * empty_cache): before free memory is read for capture planning. *released may be NULL.
+ * MSTAR_ESTATE while a stream of the backend captures. */
+mstar_status mstar_caching_trim(mstar_backend *backend, uint64_t *released);
 
 /* ---------------------------------------------------------------------------------------------
  * Lazy initialisation

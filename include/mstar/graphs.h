@@ -35,6 +35,11 @@ const char *mstar_graph_pool_name(const mstar_graph_pool *pool);
 mstar_backend *mstar_graph_pool_backend(const mstar_graph_pool *pool);
 /* reserved = segments the pool holds; allocated = live blocks (graphs' kept blocks included). */
 void mstar_graph_pool_stats(mstar_graph_pool *pool, mstar_alloc_stats *out);
+/* Give every segment that holds no live block back to the backend (a pool's memory once its
+ * graphs are gone; capture planning trims after each throwaway capture, so free memory and the
+ * next capture's `taken` start clean). *released (may be NULL) gets the bytes. MSTAR_ESTATE while
+ * the pool captures. */
+mstar_status mstar_graph_pool_trim(mstar_graph_pool *pool, uint64_t *released);
 
 /* ---------------------------------------------------------------------------------------------
  * Capture (reference capture_into_graph, capture_with_static_outputs)

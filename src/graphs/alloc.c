@@ -191,6 +191,31 @@ static void release_block(mstar__allocator *a, mstar__block *b)
     free_list_push(a, b);
 }
 
+uint64_t mstar__allocator_trim(mstar__allocator *a)
+{
+    uint64_t released = 0;
+    size_t keep = 0;
+    pthread_mutex_lock(&a->lock);
+    for (size_t i = 0; i < a->segments.len; i++) {
+        struct segment *seg = mstar__vec_at(&a->segments, i);
+        mstar__block *b = seg->first;
+        if (!b->used && b->next == NULL) { /* one free block spanning the segment */
+            free_list_remove(a, b);
+            free(b);
+            mstar__raw_free(a->backend, seg->ptr);
+            a->reserved -= seg->size;
+            released += seg->size;
+            continue;
+        }
+        if (keep != i)
+            *(struct segment *)mstar__vec_at(&a->segments, keep) = *seg;
+        keep++;
+    }
+    a->segments.len = keep;
+    pthread_mutex_unlock(&a->lock);
+    return released;
+}
+
 mstar_status mstar__allocator_free(mstar__allocator *a, void *ptr, bool force)
 {
     pthread_mutex_lock(&a->lock);

@@ -48,6 +48,8 @@ mstar_status mstar__allocator_adopt(mstar__allocator *a, uint64_t tag, mstar__ve
 /* Free every live block tagged `tag` (a capture that failed). */
 void mstar__allocator_release_tag(mstar__allocator *a, uint64_t tag);
 void mstar__allocator_stats(mstar__allocator *a, mstar_alloc_stats *out);
+/* Return every segment that holds no live block to the backend; the bytes released. */
+uint64_t mstar__allocator_trim(mstar__allocator *a);
 void mstar__allocator_reset_peak(mstar__allocator *a);
 
 #endif

@@ -366,6 +366,19 @@ void mstar_caching_reset_peak(mstar_backend *b)
     mstar__allocator_reset_peak(&b->caching);
 }
 
+mstar_status mstar_caching_trim(mstar_backend *b, uint64_t *released)
+{
+    if (b == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_caching_trim: backend is NULL");
+    if (atomic_load(&b->capturing) > 0)
+        return mstar_error_set(MSTAR_ESTATE, "mstar_caching_trim: a stream of the backend is "
+                                             "capturing");
+    uint64_t bytes = mstar__allocator_trim(&b->caching);
+    if (released != NULL)
+        *released = bytes;
+    return MSTAR_OK;
+}
+
 mstar_status mstar_alloc(mstar_stream *s, size_t nbytes, void **out)
 {
     mstar_status st = check_stream(s, "mstar_alloc");

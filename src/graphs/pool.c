@@ -100,6 +100,21 @@ void mstar_graph_pool_stats(mstar_graph_pool *p, mstar_alloc_stats *out)
     mstar__allocator_stats(&p->alloc, out);
 }
 
+mstar_status mstar_graph_pool_trim(mstar_graph_pool *p, uint64_t *released)
+{
+    if (p == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_graph_pool_trim: pool is NULL");
+    pthread_mutex_lock(&p->lock);
+    bool capturing = p->capturing != NULL;
+    pthread_mutex_unlock(&p->lock);
+    if (capturing)
+        return mstar_error_set(MSTAR_ESTATE, "graph pool %s is capturing; trim it after", p->name);
+    uint64_t bytes = mstar__allocator_trim(&p->alloc);
+    if (released != NULL)
+        *released = bytes;
+    return MSTAR_OK;
+}
+
 mstar_status mstar__pool_capture_alloc(mstar_graph_pool *p, size_t nbytes, void **out)
 {
     return mstar__allocator_alloc(&p->alloc, nbytes, p->capture_id, out);
