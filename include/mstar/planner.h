@@ -23,6 +23,7 @@
 
 #include "mstar/core.h"
 #include "mstar/device.h"
+#include "mstar/graphs.h"
 #include "mstar/mesh.h"
 #include "mstar/step.h"
 
@@ -182,6 +183,92 @@ uint64_t mstar_exec_memory_held(const mstar_exec_memory *em);
 size_t mstar_exec_memory_copies(const mstar_exec_memory *em);
 /* Destroy the held copies (per_node is kept). Call right before the real captures. */
 void mstar_exec_memory_release(mstar_exec_memory *em);
+
+/* ---------------------------------------------------------------------------------------------
+ * Sizing (reference size_captures, size_lent_captures)
+ * ------------------------------------------------------------------------------------------- */
+
+/* What sizing learned about one runner: a cost per bucket and one executable-memory measurement
+ * per walk, whose copies it holds until mstar_capture_sizing_release or destroy. */
+typedef struct mstar_capture_sizing mstar_capture_sizing;
+typedef struct mstar_rank_group mstar_rank_group; /* below */
+
+/*
+ * Reference size_captures (graph-runner-spec §4.1), for one runner whose graph buffers are
+ * built. Warm every bucket and every slot up (a slot's first plan builds state of its own, which
+ * must be spent before free memory is read) for its peak; then capture each walk's largest bucket
+ * once, thrown away, keeping the graph: `graph` is the pool bytes it took, `kept` what stayed
+ * live, `outside` per_node × its nodes when the walk's ExecutableMemory measured on it gives a
+ * rate, else the free-memory drop the capture caused beyond its pool bytes. The walk's other
+ * buckets get the largest's graph, kept and outside. The pool is trimmed after each throwaway.
+ * A bucket whose warm-up fails, or whose walk's throwaway capture fails, is unplannable
+ * (has_graph false), logged. `barrier` (may be NULL) is met before each warm-up and capture, so
+ * no rank issues a collective while another is still setting up (§3.1).
+ */
+mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *barrier,
+                                 mstar_capture_sizing **out);
+/* Reference size_lent_captures (§4.4): when `wanted` (agreed with max across ranks first), capture
+ * every other sized bucket once, thrown away, for its own graph, kept and outside. */
+mstar_status mstar_size_lent_captures(mstar_capture_sizing *sizing, bool wanted);
+
+/* The costs, one per bucket in the runner's capture order; `executable` indexes this sizing's
+ * walks. Writable, so agreed values can be put back. */
+mstar_bucket_cost *mstar_capture_sizing_costs(mstar_capture_sizing *sizing, size_t *n);
+mstar_graph_runner *mstar_capture_sizing_runner(const mstar_capture_sizing *sizing);
+size_t mstar_capture_sizing_walks(const mstar_capture_sizing *sizing);
+/* The walk's measurement (owned by the sizing). */
+mstar_exec_memory *mstar_capture_sizing_executable(const mstar_capture_sizing *sizing, size_t walk);
+/* Release every walk's held copies: right before the real captures. */
+void mstar_capture_sizing_release(mstar_capture_sizing *sizing);
+void mstar_capture_sizing_destroy(mstar_capture_sizing *sizing);
+
+/* ---------------------------------------------------------------------------------------------
+ * The startup order of one device (graph-runner-spec §3.1; the reference engine's warmup)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct mstar_capture_startup {
+    mstar_step_runner *step_runner;     /* the device's */
+    mstar_graph_runner *const *runners; /* every runner of the device, in the same order on
+                                           every rank */
+    size_t n_runners;
+    mstar_rank_group *group; /* the joint TP×SP group; NULL: this rank alone */
+    bool bound_reuse;        /* false: reuse of held executable copies unbounded */
+    uint64_t reusable;       /* with bound_reuse: mstar_plan_captures' bound */
+} mstar_capture_startup;
+
+/* What startup did, for the boot log and tests. Byte totals are over every pool of the device. */
+typedef struct mstar_capture_report {
+    uint64_t free_bytes;        /* free memory the plan saw (agreed: the least of any rank) */
+    uint64_t floor;             /* the largest eager step */
+    uint64_t predicted;         /* Σ predicted pool bytes of the plan */
+    uint64_t predicted_outside; /* Σ predicted executable bytes beyond the reused copies */
+    uint64_t taken;             /* Σ pool bytes the real captures reserved */
+    uint64_t outside;           /* free-memory drop of the captures beyond `taken` */
+    size_t buckets;             /* configured, over every runner */
+    size_t planned;             /* in the final plan */
+    size_t captured;            /* captured on every rank (after agreement) */
+    bool resized;               /* size_lent_captures ran (some rank left a bucket out) */
+    double capture_seconds;     /* warm-ups and captures of the planned buckets */
+} mstar_capture_report;
+
+/*
+ * Bring every runner of a device from configured to captured, in the order of §3.1:
+ *   1. prepare_for_capture on every runner, then build the step runner's graph buffers once;
+ *   2. size every runner (mstar_size_captures); agree the costs with max and free memory (read
+ *      after trimming the caching allocator) and the executable credits with min;
+ *   3. plan (mstar_plan_captures over every pool); if any rank left a bucket out (`wanted`, agreed
+ *      with max), size_lent_captures on every runner, agree again and plan again;
+ *   4. release the held executable copies, then warm up and capture the planned buckets, largest
+ *      first, one progress line (info) per bucket, with the group met before each;
+ *   5. release the padding rows' storage; agree capture success with min and drop, on every rank,
+ *      each bucket any rank failed; fail_if_graphs_required with every dropped bucket's name;
+ *   6. post_warmup_validate, log predicted against actual pool bytes, and meet the group once more.
+ * Every rank must call it with runners built from the same configs. `report` may be NULL. Errors
+ * of one bucket drop the bucket; errors of the device, the group (a dead rank: MSTAR_ETIMEDOUT)
+ * or MSTAR_REQUIRE_CUDA_GRAPHS fail startup.
+ */
+mstar_status mstar_capture_startup_run(const mstar_capture_startup *opts,
+                                       mstar_capture_report *report);
 
 /* ---------------------------------------------------------------------------------------------
  * Required graphs (reference fail_if_graphs_required)

@@ -122,6 +122,38 @@ static mstar__block *best_fit(mstar__allocator *a, size_t size)
     return best;
 }
 
+/* Give back every segment that is one free block. Caller holds the lock. */
+static uint64_t trim_locked(mstar__allocator *a)
+{
+    uint64_t released = 0;
+    size_t keep = 0;
+    for (size_t i = 0; i < a->segments.len; i++) {
+        struct segment *seg = mstar__vec_at(&a->segments, i);
+        mstar__block *b = seg->first;
+        if (!b->used && b->next == NULL) {
+            free_list_remove(a, b);
+            free(b);
+            mstar__raw_free(a->backend, seg->ptr);
+            a->reserved -= seg->size;
+            released += seg->size;
+            continue;
+        }
+        if (keep != i)
+            *(struct segment *)mstar__vec_at(&a->segments, keep) = *seg;
+        keep++;
+    }
+    a->segments.len = keep;
+    return released;
+}
+
+uint64_t mstar__allocator_trim(mstar__allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+    uint64_t released = trim_locked(a);
+    pthread_mutex_unlock(&a->lock);
+    return released;
+}
+
 mstar_status mstar__allocator_alloc(mstar__allocator *a, size_t nbytes, uint64_t tag, void **out)
 {
     if (nbytes == 0)
@@ -134,6 +166,13 @@ mstar_status mstar__allocator_alloc(mstar__allocator *a, size_t nbytes, uint64_t
     mstar__block *b = best_fit(a, size);
     if (b == NULL)
         st = add_segment(a, size, &b);
+    if (st == MSTAR_ENOMEM && atomic_load(&a->backend->capturing) == 0 && trim_locked(a) > 0) {
+        /* Cached segments nothing uses stand in the way of this one: give them back and try
+         * again, as torch's caching allocator does before it reports out of memory (never while
+         * capturing: a capture cannot free device memory). */
+        mstar_error_clear();
+        st = add_segment(a, size, &b);
+    }
     if (st == MSTAR_OK && b->size - size >= MSTAR__BLOCK_ROUND) {
         mstar__block *rest = calloc(1, sizeof(*rest));
         if (rest != NULL) {
@@ -189,31 +228,6 @@ static void release_block(mstar__allocator *a, mstar__block *b)
         return; /* p is already on the free list */
     }
     free_list_push(a, b);
-}
-
-uint64_t mstar__allocator_trim(mstar__allocator *a)
-{
-    uint64_t released = 0;
-    size_t keep = 0;
-    pthread_mutex_lock(&a->lock);
-    for (size_t i = 0; i < a->segments.len; i++) {
-        struct segment *seg = mstar__vec_at(&a->segments, i);
-        mstar__block *b = seg->first;
-        if (!b->used && b->next == NULL) { /* one free block spanning the segment */
-            free_list_remove(a, b);
-            free(b);
-            mstar__raw_free(a->backend, seg->ptr);
-            a->reserved -= seg->size;
-            released += seg->size;
-            continue;
-        }
-        if (keep != i)
-            *(struct segment *)mstar__vec_at(&a->segments, keep) = *seg;
-        keep++;
-    }
-    a->segments.len = keep;
-    pthread_mutex_unlock(&a->lock);
-    return released;
 }
 
 mstar_status mstar__allocator_free(mstar__allocator *a, void *ptr, bool force)

@@ -1,0 +1,139 @@
+/*
+ * test_capture_plan_h200.c — capture planning on a real GPU (issue 6's H200 experiment):
+ *
+ *   1. every bucket fits: 7 batch sizes × 2 slots captured; the capture time is printed;
+ *   2. most of the device's memory held back, so only part of the buckets fit: the plan's
+ *      predicted pool bytes are within 10% of what the captures took, every planned bucket
+ *      captures (nothing runs out of memory), and every batch size from 1 to 64 — replayed or,
+ *      for the dropped buckets, eager — gives correct outputs.
+ *
+ * The node is the toy of tests/support (y = x by device copies, a 16 MiB-a-row scratch, 300
+ * extra graph nodes for a measurable executable), sized like a model's decode step: 4 MiB of
+ * output per row. Figures go to stdout for the closing note; nothing here asserts a time.
+ * Skips (77) without a GPU.
+ */
+#include "mstar_test.h"
+#include "mstar_test_toy.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MiB        ((uint64_t)1 << 20)
+#define ROW_FLOATS ((int64_t)1 << 20)
+
+static mstar_test_toy *toy_or_skip(void)
+{
+    mstar_test_toy_options o = { .device = { MSTAR_DEVICE_CUDA, 0 },
+                                 .row_floats = ROW_FLOATS,
+                                 .scratch_per_row = 16 * MiB,
+                                 .extra_nodes = 300 };
+    mstar_test_toy *t = NULL;
+    mstar_status st = mstar_test_toy_create(&o, &t);
+    if (st == MSTAR_ENOTSUP)
+        mstar_test_skip(mstar_last_error());
+    assert_mstar_ok(st);
+    return t;
+}
+
+static mstar_status startup(mstar_test_toy *t, mstar_capture_report *rep)
+{
+    mstar_graph_runner *runners[1] = { mstar_test_toy_runner(t) };
+    mstar_capture_startup s = { mstar_test_toy_step_runner(t), runners, 1, NULL, false, 0 };
+    return mstar_capture_startup_run(&s, rep);
+}
+
+static void print_report(const char *what, const mstar_capture_report *r)
+{
+    printf("%s: %zu of %zu buckets planned, %zu captured%s; capture %.3f s; free %.0f MiB, "
+           "floor %.0f MiB; pool predicted %.1f MiB, took %.1f MiB (%+.1f%%); outside predicted "
+           "%.1f MiB, took %.1f MiB\n",
+           what, r->planned, r->buckets, r->captured, r->resized ? " (resized)" : "",
+           r->capture_seconds, (double)r->free_bytes / MiB, (double)r->floor / MiB,
+           (double)r->predicted / MiB, (double)r->taken / MiB,
+           r->predicted ? 100.0 * ((double)r->taken - (double)r->predicted) / (double)r->predicted
+                        : 0.0,
+           (double)r->predicted_outside / MiB, (double)r->outside / MiB);
+    fflush(stdout);
+}
+
+/* Every batch size from 1 to 64 returns its input; counts the replayed ones. */
+static int check_every_bs(mstar_test_toy *t)
+{
+    size_t floats = (size_t)(64 * ROW_FLOATS);
+    float *x = malloc(floats * sizeof(float)), *y = malloc(floats * sizeof(float));
+    assert_non_null(x);
+    assert_non_null(y);
+    int replays = 0;
+    for (int64_t n = 1; n <= 64; n++) {
+        for (size_t i = 0; i < (size_t)(n * ROW_FLOATS); i++)
+            x[i] = (float)(n * 7919 + (int64_t)(i % 10007));
+        memset(y, 0, (size_t)(n * ROW_FLOATS) * sizeof(float));
+        bool replayed;
+        assert_mstar_ok(mstar_test_toy_step(t, x, n, y, &replayed));
+        if (memcmp(x, y, (size_t)(n * ROW_FLOATS) * sizeof(float)) != 0)
+            fail_msg("bs %lld (%s): output differs from input", (long long)n,
+                     replayed ? "replayed" : "eager");
+        replays += replayed;
+    }
+    free(x);
+    free(y);
+    return replays;
+}
+
+static mstar_capture_report full;
+
+static void test_everything_fits(void **state)
+{
+    (void)state;
+    mstar_test_toy *t = toy_or_skip();
+    assert_mstar_ok(startup(t, &full));
+    print_report("all buckets (7 batch sizes x 2 slots)", &full);
+    assert_int_equal(full.planned, 7);
+    assert_int_equal(full.captured, 7);
+    assert_int_equal(check_every_bs(t), 64);
+    mstar_test_toy_destroy(t);
+}
+
+static void test_most_memory_held_back(void **state)
+{
+    (void)state;
+    if (full.predicted == 0)
+        skip();
+    mstar_test_toy *t = toy_or_skip();
+    mstar_backend *b = mstar_test_toy_backend(t);
+    uint64_t free_bytes, total;
+    assert_mstar_ok(mstar_mem_info(b, &free_bytes, &total));
+    /* Leave the eager floor, room for the largest throwaway, and about half of what every
+     * graph together needs: the rest of the device is held. */
+    uint64_t leave = 2 * full.floor + full.predicted / 2 + 512 * MiB;
+    assert_true(free_bytes > leave);
+    void *held = NULL;
+    assert_mstar_ok(mstar_device_alloc(b, free_bytes - leave, &held));
+    printf("held back %.0f MiB of %.0f MiB free, leaving %.0f MiB\n",
+           (double)(free_bytes - leave) / MiB, (double)free_bytes / MiB, (double)leave / MiB);
+
+    mstar_capture_report rep;
+    assert_mstar_ok(startup(t, &rep));
+    print_report("most memory held back", &rep);
+    assert_true(rep.planned >= 1 && rep.planned < 7);
+    assert_int_equal(rep.captured, rep.planned); /* nothing ran out of memory */
+    double err = ((double)rep.taken - (double)rep.predicted) / (double)rep.predicted;
+    if (err > 0.10 || err < -0.10)
+        fail_msg("predicted %llu pool bytes, captures took %llu (%+.1f%%)",
+                 (unsigned long long)rep.predicted, (unsigned long long)rep.taken, 100.0 * err);
+    int replays = check_every_bs(t);
+    printf("held back: %d of 64 batch sizes replayed, the rest eager, all correct\n", replays);
+    assert_true(replays > 0 && replays < 64);
+    assert_mstar_ok(mstar_device_free(b, held));
+    mstar_test_toy_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_everything_fits),
+        cmocka_unit_test(test_most_memory_held_back),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

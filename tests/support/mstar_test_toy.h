@@ -1,0 +1,43 @@
+/*
+ * mstar_test_toy.h — a toy node for capture-planning tests: one whole-forward runner whose
+ * forward copies its input rows to its output (y = x) through device copies, with a transient
+ * scratch buffer and a chosen number of extra graph nodes, so that each bucket's pool bytes
+ * (kept: the output; extra: the scratch) and executable size are known and scale with bs. It
+ * uses only copies and memsets, so the same toy runs on the host and the CUDA backend.
+ */
+#ifndef MSTAR_TEST_TOY_H
+#define MSTAR_TEST_TOY_H
+
+#include "mstar/mstar.h"
+
+typedef struct mstar_test_toy_options {
+    mstar_device device;
+    const int64_t *batch_sizes; /* NULL: the runner's default 1, 2, 4, 8, 16, 32, 64 */
+    size_t n_batch_sizes;
+    int32_t num_slots;       /* 0: 2 */
+    int64_t row_floats;      /* floats per row in x and y (kept output: bs × 4 × row_floats) */
+    size_t scratch_per_row;  /* transient bytes per row, allocated and freed in the forward */
+    int32_t extra_nodes;     /* memsets added to each forward (graph nodes) */
+    int64_t fail_capture_bs; /* a capture (not a warm-up) of this bs fails; 0: none */
+    const char *name;        /* runner and pool name; NULL: "toy" */
+} mstar_test_toy_options;
+
+typedef struct mstar_test_toy mstar_test_toy;
+
+/* The backend, a compute stream, the node's pool, a step runner and the runner. Nothing is
+ * captured yet: pass mstar_test_toy_runner to mstar_capture_startup_run. */
+mstar_status mstar_test_toy_create(const mstar_test_toy_options *opts, mstar_test_toy **out);
+void mstar_test_toy_destroy(mstar_test_toy *toy);
+
+mstar_backend *mstar_test_toy_backend(mstar_test_toy *toy);
+mstar_step_runner *mstar_test_toy_step_runner(mstar_test_toy *toy);
+mstar_graph_runner *mstar_test_toy_runner(mstar_test_toy *toy);
+mstar_graph_pool *mstar_test_toy_pool(mstar_test_toy *toy);
+
+/* One step of n rows (x: n × row_floats host floats) through the runner when a captured bucket
+ * fits, else eagerly; y (host, n × row_floats) gets the output and *replayed (may be NULL) says
+ * which path ran. */
+mstar_status mstar_test_toy_step(mstar_test_toy *toy, const float *x, int64_t n, float *y,
+                                 bool *replayed);
+
+#endif
