@@ -11,13 +11,17 @@ mstar_status mstar_shape_numel(int32_t ndim, const int64_t *shape, size_t elsize
     if (ndim < 0 || ndim > MSTAR_MAX_NDIM)
         return mstar_error_set(MSTAR_EINVAL, "ndim %d is outside 0..%d", (int)ndim,
                                MSTAR_MAX_NDIM);
+    /* `span` is the product of the dims with zeros counted as one: it bounds the contiguous
+     * strides, which must fit even when a zero dim makes the element count 0. */
     int64_t n = 1;
+    int64_t span = 1;
     for (int32_t i = 0; i < ndim; i++) {
         if (shape[i] < 0)
             return mstar_error_set(MSTAR_EINVAL, "dim %d is negative (%lld)", (int)i,
                                    (long long)shape[i]);
-        if (shape[i] != 0 && n > INT64_MAX / shape[i])
+        if (shape[i] != 0 && span > INT64_MAX / shape[i])
             return mstar_error_set(MSTAR_ERANGE, "shape overflows 64 bits at dim %d", (int)i);
+        span *= shape[i] != 0 ? shape[i] : 1;
         n *= shape[i];
     }
     if (elsize != 0 && n > INT64_MAX / (int64_t)elsize)

@@ -154,6 +154,10 @@ static void test_tensor_views(void **state)
     int64_t huge[2] = { INT64_C(1) << 40, INT64_C(1) << 30 };
     assert_mstar_status(mstar_tensor_init(&t, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, huge),
                         MSTAR_ERANGE);
+    /* a zero dim must not hide strides that overflow */
+    int64_t hidden[3] = { INT64_C(1) << 40, 0, INT64_C(1) << 40 };
+    assert_mstar_status(
+        mstar_tensor_init(&t, NULL, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 3, hidden), MSTAR_ERANGE);
     int64_t big[1] = { INT64_C(1) << 62 };
     assert_mstar_status(mstar_tensor_init(&t, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, big),
                         MSTAR_ERANGE);
