@@ -3,12 +3,14 @@
  *
  * Connecting lazily means a peer need not exist yet: ZeroMQ queues up to the high-water mark and
  * delivers once the peer's inbox is bound. Sends never block: a full queue is MSTAR_EAGAIN and
- * the caller decides (the loop keeps receiving, which is what lets a full peer drain).
+ * the caller decides (the loop keeps receiving, which is what lets a full peer drain). Typed
+ * sends encode with the wire codec and hand the buffer to ZeroMQ without a copy.
  */
 #include "mesh_internal.h"
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
@@ -80,21 +82,73 @@ static mstar_status send_fail(mstar_mesh *mesh, const char *peer)
                            zmq_strerror(err));
 }
 
-mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data, size_t len)
+/* Send `frame` to `peer` without blocking; the frame is consumed either way. */
+static mstar_status send_frame(mstar_mesh *mesh, const char *peer, zmq_msg_t *frame)
 {
-    if (mesh == NULL || peer == NULL || (data == NULL && len > 0))
-        return mstar_error_set(MSTAR_EINVAL, "mstar_mesh_send_raw: %s is NULL",
-                               mesh == NULL   ? "mesh"
-                               : peer == NULL ? "peer"
-                                              : "data");
     void *sock;
     mstar_status st = peer_socket(mesh, peer, &sock);
+    if (st == MSTAR_OK) {
+        for (;;) {
+            if (zmq_msg_send(frame, sock, ZMQ_DONTWAIT) >= 0)
+                return MSTAR_OK; /* ZeroMQ owns the frame now */
+            if (zmq_errno() != EINTR)
+                break;
+        }
+        st = send_fail(mesh, peer);
+    }
+    zmq_msg_close(frame);
+    return st;
+}
+
+static mstar_status check_args(const char *fn, const mstar_mesh *mesh, const char *peer,
+                               bool payload_ok)
+{
+    if (mesh != NULL && peer != NULL && payload_ok)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EINVAL, "%s: %s is NULL", fn,
+                           mesh == NULL   ? "mesh"
+                           : peer == NULL ? "peer"
+                                          : "the payload");
+}
+
+mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data, size_t len)
+{
+    mstar_status st = check_args("mstar_mesh_send_raw", mesh, peer, data != NULL || len == 0);
     if (st != MSTAR_OK)
         return st;
-    for (;;) {
-        if (zmq_send(sock, data, len, ZMQ_DONTWAIT) >= 0)
-            return MSTAR_OK;
-        if (zmq_errno() != EINTR)
-            return send_fail(mesh, peer);
+    zmq_msg_t frame;
+    if (zmq_msg_init_size(&frame, len) != 0)
+        return mstar_error_set(MSTAR_ENOMEM, "mesh %s: a %zu-byte frame to '%s': out of memory",
+                               mesh->entity, len, peer);
+    if (len > 0)
+        memcpy(zmq_msg_data(&frame), data, len);
+    return send_frame(mesh, peer, &frame);
+}
+
+/* ZeroMQ's deallocator for a frame that owns the encoder's buffer. */
+static void free_encoded(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
+{
+    mstar_status st = check_args("mstar_mesh_send", mesh, peer, msg != NULL);
+    if (st != MSTAR_OK)
+        return st;
+    memcpy(msg->from, mesh->entity, sizeof(msg->from));
+    void *data;
+    size_t len;
+    st = mstar_msg_encode(msg, &data, &len);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("mesh %s: message to '%s'", mesh->entity, peer);
+    /* The frame takes the buffer without a copy; ZeroMQ frees it once sent (or on close). */
+    zmq_msg_t frame;
+    if (zmq_msg_init_data(&frame, data, len, free_encoded, NULL) != 0) {
+        free(data);
+        return mstar_error_set(MSTAR_ENOMEM, "mesh %s: message to '%s': out of memory",
+                               mesh->entity, peer);
     }
+    return send_frame(mesh, peer, &frame);
 }

@@ -1,0 +1,95 @@
+/*
+ * recv.c — taking messages out of the inbox.
+ *
+ * Every frame is decoded by the strict codec; a frame that does not decode is logged with the
+ * decoder's reason, counted and skipped, and the next frame is tried, so a peer sending garbage
+ * costs the receiver only the time to reject it. PUSH/PULL carries no sender identity, so the
+ * log line can only say what was wrong, not who sent it.
+ *
+ * Waiting polls the inbox together with the wake-up eventfd: a wake from another thread ends the
+ * wait early (MSTAR_EAGAIN) and stays pending for the loop to drain.
+ */
+#include "mesh_internal.h"
+
+#include "core/vec.h"
+
+#include <errno.h>
+#include <zmq.h>
+
+static void drop_frame(mstar_mesh *mesh, size_t len, const char *reason)
+{
+    mesh->inbox.dropped++;
+    mstar_log(MSTAR_LOG_WARN, "mesh %s: dropped a frame of %zu bytes (%llu so far): %s",
+              mesh->entity, len, (unsigned long long)mesh->inbox.dropped, reason);
+}
+
+/* Receive frames without waiting until one decodes: MSTAR_OK with *out filled, MSTAR_EAGAIN
+ * when the inbox is empty, MSTAR_EIO when ZeroMQ fails. */
+static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
+{
+    mstar__inbox *in = &mesh->inbox;
+    for (;;) {
+        zmq_msg_t frame;
+        zmq_msg_init(&frame);
+        if (zmq_msg_recv(&frame, in->sock, ZMQ_DONTWAIT) < 0) {
+            int err = zmq_errno();
+            zmq_msg_close(&frame);
+            if (err == EINTR)
+                continue;
+            if (err == EAGAIN)
+                return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
+            return mstar_error_set(MSTAR_EIO, "mesh %s: receive: %s", mesh->entity,
+                                   zmq_strerror(err));
+        }
+        size_t len = zmq_msg_size(&frame);
+        bool part_of_multi = in->in_multipart || zmq_msg_more(&frame);
+        in->in_multipart = zmq_msg_more(&frame) != 0;
+        if (part_of_multi) {
+            drop_frame(mesh, len, "part of a multi-frame message (one frame is one message)");
+            zmq_msg_close(&frame);
+            continue;
+        }
+        mstar_msg msg;
+        mstar_status st = mstar_msg_decode(zmq_msg_data(&frame), len, &msg);
+        zmq_msg_close(&frame);
+        if (st == MSTAR_OK) {
+            *out = msg;
+            return MSTAR_OK;
+        }
+        drop_frame(mesh, len, mstar_last_error());
+    }
+}
+
+mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
+{
+    if (mesh == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_mesh_recv: %s is NULL",
+                               mesh == NULL ? "mesh" : "out");
+    uint64_t deadline = 0;
+    if (timeout_ms > 0)
+        deadline = mstar__now_ns() + (uint64_t)timeout_ms * UINT64_C(1000000);
+    for (;;) {
+        mstar_status st = take_one(mesh, out);
+        if (st != MSTAR_EAGAIN || timeout_ms == 0)
+            return st;
+        if (mstar__wake_pending(mesh->wake_fd))
+            return mstar_error_set(MSTAR_EAGAIN, "mesh %s: woken before a message arrived",
+                                   mesh->entity);
+        long wait_ms = -1;
+        if (timeout_ms > 0) {
+            uint64_t now = mstar__now_ns();
+            if (now >= deadline)
+                return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message within %d ms",
+                                       mesh->entity, timeout_ms);
+            wait_ms = (long)((deadline - now + 999999) / 1000000);
+        }
+        zmq_pollitem_t items[2] = {
+            { .socket = mesh->inbox.sock, .events = ZMQ_POLLIN },
+            { .fd = mesh->wake_fd, .events = ZMQ_POLLIN },
+        };
+        if (zmq_poll(items, 2, wait_ms) < 0 && zmq_errno() != EINTR)
+            return mstar_error_set(MSTAR_EIO, "mesh %s: poll: %s", mesh->entity,
+                                   zmq_strerror(zmq_errno()));
+        /* Loop: a readable inbox is taken, a wake or the deadline is reported above. */
+    }
+}
