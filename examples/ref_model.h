@@ -6,7 +6,8 @@
  *   paged causal attention → output projection → residual → RMSNorm → SiLU-gated MLP →
  *   residual ] → final RMSNorm (each row's last token) → logits → greedy argmax
  *
- * Weights are fp32, drawn from a seed (the same seed gives the same model everywhere). The KV
+ * Weights are drawn in fp32 from a seed (the same seed gives the same model everywhere) and held
+ * on the device in its kernels' dtype: fp32 on the host backend, bf16 on CUDA (ref_ops.h). The KV
  * cache holds, per layer, a K pool and a V pool of `num_pages` pages of `page_size` tokens; page 0
  * is the sink page (mstar/resources.h). A forward reads the addressing the KV cache and positions
  * resources planned (mstar_kv_plan, a positions buffer): tokens of all rows are packed, so the

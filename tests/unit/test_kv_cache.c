@@ -485,6 +485,103 @@ static void test_page_accounting_churn(void **state)
     mstar_kv_cache_destroy(kv);
 }
 
+/* The cache and positions as step-runner resources: a shortage is an ok = false result naming the
+ * request, not an error; a leased plan lands in the lease's slot; commit honours the payload;
+ * pre-plans clear per slot or all at once; bad payloads and double registration are refused. */
+static void test_as_step_runner_resources(void **state)
+{
+    (void)state;
+    mstar_kv_cache *kv = make_kv(4, 4, 1, 64); /* 3 usable pages */
+    mstar_positions *pos;
+    assert_mstar_ok(mstar_positions_create(B, &pos));
+    mstar_step_runner *sr;
+    assert_mstar_ok(mstar_step_runner_create(B, S, &sr));
+    assert_mstar_ok(mstar_kv_cache_register(kv, sr, "kv"));
+    assert_mstar_ok(mstar_positions_register(pos, sr, "positions"));
+    assert_mstar_status(mstar_kv_cache_register(kv, sr, "kv2"), MSTAR_ESTATE);
+    assert_true(mstar_step_runner_supports_preplan(sr));
+    mstar_cg_slot_spec specs[2] = { { { "decode", 4, 4, NULL }, 0, 0 },
+                                    { { "decode", 4, 4, NULL }, 1, 0 } };
+    assert_mstar_ok(mstar_step_runner_claim(sr, specs, 2, 4, 4));
+    assert_mstar_ok(mstar_step_runner_build_graph_buffers(sr));
+    assert_mstar_ok(mstar_step_runner_ingest_request(sr, 1));
+    assert_mstar_ok(mstar_step_runner_ingest_request(sr, 2));
+
+    mstar_step *step;
+    assert_mstar_ok(mstar_step_create(&step));
+    mstar_resource_payload commit = { .commit = true };
+    assert_mstar_ok(mstar_step_add_segment(step, 1, 0, 8));
+    assert_mstar_ok(mstar_step_add_segment(step, 2, 0, 8));
+    assert_mstar_ok(mstar_step_set_resource(step, "kv", &commit, sizeof(commit)));
+    assert_mstar_ok(mstar_step_set_resource(step, "positions", &commit, sizeof(commit)));
+    mstar_step_admit_result res;
+    assert_mstar_ok(mstar_step_runner_admit(sr, step, &res));
+    assert_false(res.ok);
+    assert_int_equal(res.request, 2);
+    assert_int_equal(res.pages_short, 1);
+    assert_non_null(strstr(res.reason, "pages short"));
+    assert_int_equal(mstar_kv_cache_free_pages(kv), 3);
+
+    /* A leased step of one row: planned into slot 1, committed by the payload. */
+    mstar_step_reset(step);
+    assert_mstar_ok(mstar_step_add_segment(step, 1, 0, 3));
+    assert_mstar_ok(mstar_step_add_segment(step, -7, 0, 0));
+    assert_mstar_ok(mstar_step_set_resource(step, "kv", &commit, sizeof(commit)));
+    assert_mstar_ok(mstar_step_set_resource(step, "positions", &commit, sizeof(commit)));
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    ctx->has_lease = true;
+    ctx->slot = 1;
+    ctx->lease = (mstar_slot_lease){ 1, { "decode", 4, 4, NULL } };
+    assert_mstar_ok(mstar_step_runner_admit(sr, step, &res));
+    assert_true(res.ok);
+    assert_mstar_ok(mstar_step_runner_plan(sr, step));
+    mstar_kv_plan p;
+    assert_mstar_ok(mstar_kv_cache_plan_buffers(kv, 1, 0, &p));
+    assert_int_equal(p.token_kv_len[2], 3);
+    assert_int_equal(p.token_to_page[3], MSTAR_KV_SINK_PAGE); /* the bucket's tail */
+    assert_mstar_ok(mstar_step_runner_commit(sr, step));
+    assert_int_equal(stream_len(kv, 1, 0, NULL), 3);
+    int64_t at;
+    assert_mstar_ok(mstar_positions_get(pos, 1, &at));
+    assert_int_equal(at, 3);
+
+    /* Pre-plan a page-taking step into slot 0, then drop it: the page comes back. */
+    mstar_step_reset(step);
+    assert_mstar_ok(mstar_step_add_segment(step, 1, 0, 2));
+    assert_mstar_ok(mstar_step_set_resource(step, "kv", &commit, sizeof(commit)));
+    ctx = mstar_step_context(step);
+    ctx->has_lease = true;
+    ctx->lease = (mstar_slot_lease){ 0, { "decode", 4, 4, NULL } };
+    int32_t free_before = mstar_kv_cache_free_pages(kv);
+    assert_mstar_ok(mstar_step_runner_pre_admit(sr, step, &res));
+    assert_true(res.ok);
+    assert_mstar_ok(mstar_step_runner_pre_plan(sr, step, NULL));
+    assert_int_equal(mstar_kv_cache_free_pages(kv), free_before - 1);
+    mstar_step_runner_clear_preplan(sr, -1);
+    assert_int_equal(mstar_kv_cache_free_pages(kv), free_before);
+
+    /* A frozen payload advances nothing; a payload of the wrong size is refused. */
+    mstar_resource_payload frozen = { .commit = false };
+    assert_mstar_ok(mstar_step_set_resource(step, "kv", &frozen, sizeof(frozen)));
+    ctx->has_lease = false;
+    ctx->slot = -1;
+    assert_mstar_ok(mstar_step_runner_admit(sr, step, &res));
+    assert_mstar_ok(mstar_step_runner_plan(sr, step));
+    assert_mstar_ok(mstar_step_runner_commit(sr, step));
+    assert_int_equal(stream_len(kv, 1, 0, NULL), 3);
+    char odd[3] = { 1, 0, 0 };
+    assert_mstar_ok(mstar_step_set_resource(step, "kv", odd, sizeof(odd)));
+    assert_mstar_status(mstar_step_runner_admit(sr, step, &res), MSTAR_EINVAL);
+
+    mstar_step_runner_remove_request(sr, 1);
+    mstar_step_runner_remove_request(sr, 2);
+    assert_int_equal(mstar_kv_cache_free_pages(kv), 3);
+    mstar_step_destroy(step);
+    mstar_step_runner_destroy(sr);
+    mstar_positions_destroy(pos);
+    mstar_kv_cache_destroy(kv);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -499,6 +596,7 @@ int main(void)
         cmocka_unit_test(test_build_plans_only_grows),
         cmocka_unit_test(test_lifecycle),
         cmocka_unit_test(test_page_accounting_churn),
+        cmocka_unit_test(test_as_step_runner_resources),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
