@@ -41,6 +41,13 @@ struct ref_node {
     int64_t *ids;
     size_t rows_cap;
     size_t maps_made; /* row_maps created so far (may exceed rows_cap after a failed grow) */
+    /* The step begun and not ended (ref_node_begin .. ref_node_end). */
+    bool begun;
+    ref_step_request cur;
+    bool leased;
+    bool launched; /* its forward was enqueued: end commits */
+    mstar_slot_lease lease;
+    const mstar_tensor_map *outputs;
 };
 
 /* ---- the submodule ---------------------------------------------------------------------------
@@ -468,17 +475,17 @@ static mstar_status build_rows(ref_node *node, const ref_step_request *r,
     return st;
 }
 
-/* Declare, admit, plan, preprocess, then replay or run eager; *outputs the forward's outputs. */
-static mstar_status run(ref_node *node, const ref_step_request *r, const mstar_slot_lease *lease,
-                        const mstar_tensor_map **outputs, ref_step_timing *t)
+/* Declare, admit, plan and preprocess the begun step. */
+static mstar_status prepare(ref_node *node, ref_step_timing *t)
 {
+    const mstar_slot_lease *lease = node->leased ? &node->lease : NULL;
     const mstar_node_input *inputs;
     const int64_t *ids;
     size_t count;
     mstar_step_admit_result admitted;
-    mstar_status st = build_rows(node, r, lease, &inputs, &ids, &count);
+    mstar_status st = build_rows(node, &node->cur, lease, &inputs, &ids, &count);
     if (st == MSTAR_OK)
-        st = declare(node, r->walk, ids, inputs, count, lease);
+        st = declare(node, node->cur.walk, ids, inputs, count, lease);
     if (st == MSTAR_OK)
         st = mstar_step_runner_admit(node->sr, node->step, &admitted);
     if (st == MSTAR_OK && !admitted.ok)
@@ -489,16 +496,6 @@ static mstar_status run(ref_node *node, const ref_step_request *r, const mstar_s
     if (st == MSTAR_OK)
         st = node_preprocess(node, node->step, inputs, count, node->preprocessed);
     t->bucket_rows = (int64_t)count;
-    uint64_t t0 = mstar__now_ns();
-    if (st == MSTAR_OK && lease != NULL) {
-        st = mstar_graph_runner_run_forward(node->runner, lease, node->preprocessed, r->plan_done,
-                                            NULL, outputs);
-    } else if (st == MSTAR_OK) {
-        mstar_tensor_map_clear(node->eager_outputs);
-        st = node_forward(node, node->step, node->preprocessed, node->eager_outputs);
-        *outputs = node->eager_outputs;
-    }
-    t->launch_ns = mstar__now_ns() - t0;
     return st;
 }
 
@@ -508,8 +505,8 @@ static mstar_status collect(ref_node *node, const mstar_tensor_map *outputs, int
 {
     if (logits == NULL && next_tokens == NULL)
         return MSTAR_OK;
-    const mstar_tensor *l = mstar_tensor_map_get(outputs, "logits");
-    const mstar_tensor *t = mstar_tensor_map_get(outputs, "next_tokens");
+    const mstar_tensor *l = outputs != NULL ? mstar_tensor_map_get(outputs, "logits") : NULL;
+    const mstar_tensor *t = outputs != NULL ? mstar_tensor_map_get(outputs, "next_tokens") : NULL;
     if (l == NULL || t == NULL)
         return mstar_error_set(MSTAR_ESTATE, "reference step: the forward left no outputs");
     size_t vocab = (size_t)ref_model_config_of(node->model)->vocab;
@@ -523,46 +520,103 @@ static mstar_status collect(ref_node *node, const mstar_tensor_map *outputs, int
     return st != MSTAR_OK ? st : mstar_stream_synchronize(node->stream);
 }
 
-mstar_status ref_node_step(ref_node *node, const ref_step_request *req, float *logits,
-                           int32_t *next_tokens, ref_step_timing *timing)
+mstar_status ref_node_begin(ref_node *node, const ref_step_request *req, ref_step_timing *timing)
 {
+    if (node->begun)
+        return mstar_error_set(MSTAR_ESTATE, "reference step: a step is already begun");
     int64_t total;
     mstar_status st = check_request(req, &total);
     if (st != MSTAR_OK)
         return st;
     ref_step_timing t = { .slot = -1 };
     uint64_t t0 = mstar__now_ns();
-    mstar_slot_lease lease;
-    bool leased = req->use_graphs && mstar_graph_runner_lease_slot(node->runner, req->walk, req->n,
-                                                                   req->slot, total, NULL, &lease);
+    node->cur = *req;
+    node->leased =
+        req->use_graphs && mstar_graph_runner_lease_slot(node->runner, req->walk, req->n, req->slot,
+                                                         total, NULL, &node->lease);
     uint64_t t1 = mstar__now_ns();
+    node->begun = true;
+    node->launched = false;
+    node->outputs = NULL;
     node->commit = req->commit;
-    const mstar_tensor_map *outputs = NULL;
-    st = run(node, req, leased ? &lease : NULL, &outputs, &t);
-    uint64_t t2 = mstar__now_ns();
-    if (st == MSTAR_OK)
-        st = collect(node, outputs, req->n, logits, next_tokens);
-    if (st == MSTAR_OK)
-        st = mstar_step_runner_commit(node->sr, node->step);
-    if (leased) {
-        mstar_status released = mstar_graph_runner_release(node->runner, &lease, req->n);
-        st = st != MSTAR_OK ? st : released;
-    }
+    st = prepare(node, &t);
     node->commit = true;
     if (timing != NULL) {
-        t.replayed = leased;
-        t.slot = leased ? lease.slot : -1;
+        t.replayed = node->leased;
+        t.slot = node->leased ? node->lease.slot : -1;
         t.select_ns = t1 - t0;
-        t.prepare_ns = t2 - t1 - t.launch_ns;
-        t.finish_ns = mstar__now_ns() - t2;
+        t.prepare_ns = mstar__now_ns() - t1;
         *timing = t;
     }
+    if (st != MSTAR_OK)
+        ref_node_end(node, NULL, NULL, NULL);
     return st;
+}
+
+mstar_status ref_node_launch(ref_node *node, ref_step_timing *timing)
+{
+    if (!node->begun)
+        return mstar_error_set(MSTAR_ESTATE, "reference step: no step begun");
+    uint64_t t0 = mstar__now_ns();
+    mstar_status st;
+    if (node->leased) {
+        st = mstar_graph_runner_run_forward(node->runner, &node->lease, node->preprocessed,
+                                            node->cur.plan_done, NULL, &node->outputs);
+    } else {
+        mstar_tensor_map_clear(node->eager_outputs);
+        st = node_forward(node, node->step, node->preprocessed, node->eager_outputs);
+        node->outputs = node->eager_outputs;
+    }
+    node->launched = st == MSTAR_OK;
+    if (timing != NULL)
+        timing->launch_ns = mstar__now_ns() - t0;
+    return st;
+}
+
+mstar_status ref_node_end(ref_node *node, float *logits, int32_t *next_tokens,
+                          ref_step_timing *timing)
+{
+    if (!node->begun)
+        return mstar_error_set(MSTAR_ESTATE, "reference step: no step begun");
+    uint64_t t0 = mstar__now_ns();
+    mstar_status st = MSTAR_OK;
+    if (node->launched) {
+        st = collect(node, node->outputs, node->cur.n, logits, next_tokens);
+        if (st == MSTAR_OK)
+            st = mstar_step_runner_commit(node->sr, node->step);
+    }
+    if (node->leased) {
+        mstar_status released = mstar_graph_runner_release(node->runner, &node->lease, node->cur.n);
+        st = st != MSTAR_OK ? st : released;
+    }
+    node->begun = false;
+    node->leased = false;
+    node->launched = false;
+    node->outputs = NULL;
+    if (timing != NULL)
+        timing->finish_ns = mstar__now_ns() - t0;
+    return st;
+}
+
+mstar_status ref_node_step(ref_node *node, const ref_step_request *req, float *logits,
+                           int32_t *next_tokens, ref_step_timing *timing)
+{
+    ref_step_timing t = { .slot = -1 };
+    mstar_status st = ref_node_begin(node, req, &t);
+    if (st != MSTAR_OK)
+        return st; /* begin ended it */
+    st = ref_node_launch(node, &t);
+    mstar_status ended = ref_node_end(node, logits, next_tokens, &t);
+    if (timing != NULL)
+        *timing = t;
+    return st != MSTAR_OK ? st : ended;
 }
 
 mstar_status ref_node_preplan(ref_node *node, const ref_step_request *req, mstar_event *plan_done,
                               int32_t *slot)
 {
+    if (node->begun)
+        return mstar_error_set(MSTAR_ESTATE, "reference pre-plan: end the begun step first");
     int64_t total;
     mstar_status st = check_request(req, &total);
     if (st != MSTAR_OK)

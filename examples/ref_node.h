@@ -86,6 +86,17 @@ typedef struct ref_step_timing {
 mstar_status ref_node_step(ref_node *node, const ref_step_request *req, float *logits,
                            int32_t *next_tokens, ref_step_timing *timing);
 
+/* The same step in the engine's three phases, for callers that time them or re-launch one
+ * prepared step (benchmarks). begin: lease (when use_graphs), pad, declare, admit, plan,
+ * preprocess; on failure it has already ended the step. launch: stage and replay (run_forward),
+ * or enqueue the eager forward; may be called again to re-run the same prepared step. end: copy
+ * the outputs out (as ref_node_step), commit if the forward was launched, release the padding
+ * rows. The request's arrays must stay valid until end. One step at a time. */
+mstar_status ref_node_begin(ref_node *node, const ref_step_request *req, ref_step_timing *timing);
+mstar_status ref_node_launch(ref_node *node, ref_step_timing *timing);
+mstar_status ref_node_end(ref_node *node, float *logits, int32_t *next_tokens,
+                          ref_step_timing *timing);
+
 /* Pre-plan `req` ahead of its step (graph-runner-spec §7.3): lease a slot, declare over the
  * padded rows, pre-admit and pre-plan on the plan stream, record `plan_done` there. *slot is the
  * reserved slot: pass it (and plan_done) in the step's request, whose plan then promotes the

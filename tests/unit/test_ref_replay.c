@@ -312,6 +312,39 @@ static void test_held_outputs_are_copies(void **state)
     ref_twin_close(&T, 5000, N);
 }
 
+/* The step's phases and bad input: a phase out of order is refused, a bad token fails the step
+ * with everything released, and the node steps on normally afterwards. */
+static void test_step_phases_and_bad_input(void **state)
+{
+    (void)state;
+    int32_t cur[2], ones[2] = { 1, 1 }, next[2];
+    int64_t reqs[2] = { 6000, 6001 };
+    ref_twin_open_and_prefill(&T, 6000, 2, cur);
+    assert_mstar_status(ref_node_launch(T.node, NULL), MSTAR_ESTATE);
+    assert_mstar_status(ref_node_end(T.node, NULL, NULL, NULL), MSTAR_ESTATE);
+    ref_step_request r = decode_request(reqs, ones, 2, cur);
+    assert_mstar_ok(ref_node_begin(T.node, &r, NULL));
+    assert_mstar_status(ref_node_begin(T.node, &r, NULL), MSTAR_ESTATE);
+    int32_t slot;
+    assert_mstar_status(ref_node_preplan(T.node, &r, NULL, &slot), MSTAR_ESTATE);
+    assert_mstar_ok(ref_node_end(T.node, NULL, NULL, NULL)); /* never launched: nothing commits */
+    int64_t at;
+    assert_mstar_ok(mstar_positions_get(ref_node_positions(T.node), reqs[0], &at));
+    int32_t bad[2] = { cur[0], VOCAB };
+    ref_step_request b = decode_request(reqs, ones, 2, bad);
+    assert_mstar_status(ref_node_step(T.node, &b, NULL, next, NULL), MSTAR_EINVAL);
+    b.walk = NULL;
+    assert_mstar_status(ref_node_step(T.node, &b, NULL, next, NULL), MSTAR_EINVAL);
+    int64_t after;
+    assert_mstar_ok(mstar_positions_get(ref_node_positions(T.node), reqs[0], &after));
+    assert_int_equal(after, at);
+    int32_t ne[2];
+    assert_mstar_ok(ref_node_step(T.node, &r, NULL, next, NULL));
+    assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, 2, cur, NULL, ne));
+    assert_memory_equal(next, ne, sizeof(ne));
+    ref_twin_close(&T, 6000, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +353,7 @@ int main(void)
         cmocka_unit_test(test_packed_tail_scatters_into_sink),
         cmocka_unit_test(test_padding_never_allocates),
         cmocka_unit_test(test_held_outputs_are_copies),
+        cmocka_unit_test(test_step_phases_and_bad_input),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
