@@ -59,7 +59,15 @@ static mstar_status cuda_raw_alloc(mstar_backend *b, size_t nbytes, void **out)
     mstar_status st = pin(b);
     if (st != MSTAR_OK)
         return st;
+    /* A graph pool grows while a capture is running (allocations made during capture come
+     * from the pool, and the pool may need a new segment). Under cudaStreamCaptureModeGlobal a
+     * cudaMalloc from any thread is refused as a potentially unsafe call, so this thread
+     * switches to relaxed mode for the one call and back. Safe: cudaMalloc does not touch the
+     * capturing stream, and the new segment outlives the graph that may use it. */
+    enum cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cudaThreadExchangeStreamCaptureMode(&mode);
     cudaError_t err = cudaMalloc(out, nbytes);
+    cudaThreadExchangeStreamCaptureMode(&mode);
     if (err == cudaErrorMemoryAllocation) {
         cudaGetLastError();
         return mstar_error_set(MSTAR_ENOMEM, "cuda:%d: cudaMalloc of %zu bytes: out of memory",
@@ -93,8 +101,14 @@ static mstar_status cuda_host_register(mstar_backend *b, void *ptr, size_t nbyte
     mstar_status st = pin(b);
     if (st != MSTAR_OK)
         return st;
-    CUDA_TRY(b, cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable));
-    return MSTAR_OK;
+    cudaError_t err = cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable);
+    if (err == cudaErrorInvalidValue) {
+        /* A read-only mapping (a peer's arena segment is mapped PROT_READ) can only be
+         * registered as read-only. */
+        cudaGetLastError();
+        err = cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
+    }
+    return err == cudaSuccess ? MSTAR_OK : cuda_error(b, err, "cudaHostRegister");
 }
 
 static mstar_status cuda_host_unregister(mstar_backend *b, void *ptr)
