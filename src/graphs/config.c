@@ -5,16 +5,23 @@
  * Token counts in bucket keys are plan tokens: the input tokens times the config's multiplier
  * (plan_tokens_per_input_token; batched CFG packs cond and uncond into one sequence). A BATCHED
  * config's bucket for bs carries seq_len·bs·multiplier tokens; a PACKED config has one bucket per
- * (bs, capture token length) with length > bs: a length equal to bs would make rows of uneven
- * length look like decode (§8.10), and a shorter one would leave rows empty, so those pairs are
- * rejected (not captured) with a warning.
+ * (bs, capture token length).
+ *
+ * A PACKED pair whose token count equals its batch size is refused when the config is validated
+ * (§1, §8.10). A resource that picks its attention plan from the bucket's shape takes bs == tokens
+ * for decode (one token per row), which is wrong for packed rows of uneven length ([2, 1, 1, 0]).
+ * The spec's other way out, forcing the prefill plan kind, needs a step that can say which plan
+ * kind it wants; a step here carries no plan kind, so the runner cannot force one, and a silent
+ * drop would leave the user wondering why the bucket never replays.
  */
 #include "graphs/config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const int64_t default_sizes[] = MSTAR_DEFAULT_CAPTURE_BATCH_SIZES;
+#define N_DEFAULT_SIZES (sizeof(default_sizes) / sizeof(default_sizes[0]))
 
 void mstar_graph_config_init(mstar_graph_config *c)
 {
@@ -23,6 +30,29 @@ void mstar_graph_config_init(mstar_graph_config *c)
     c->caps_eager_batch_size = true;
     c->plan_tokens_per_input_token = 1;
     c->compile_mode = MSTAR_COMPILE_NONE;
+}
+
+mstar_status mstar__check_packed_pairs(const int64_t *sizes, size_t n, const int64_t *tokens,
+                                       size_t m, const char *who)
+{
+    if (sizes == NULL) {
+        sizes = default_sizes;
+        n = N_DEFAULT_SIZES;
+    }
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < m; j++) {
+            if (tokens[j] == sizes[i])
+                return mstar_error_set(MSTAR_EINVAL,
+                                       "%s: packed bucket bs=%lld tokens=%lld has as many tokens "
+                                       "as rows, which a plan that goes by the bucket's shape "
+                                       "takes for decode, wrong for packed rows of uneven length "
+                                       "(§8.10); leave %lld out of the batch sizes or the token "
+                                       "lengths",
+                                       who, (long long)sizes[i], (long long)tokens[j],
+                                       (long long)tokens[j]);
+        }
+    }
+    return MSTAR_OK;
 }
 
 static mstar_status check_sizes(const int64_t *v, size_t n, uint32_t idx, const char *field)
@@ -98,6 +128,12 @@ mstar_status mstar_graph_config_validate(const mstar_graph_config *c, uint32_t i
                                        idx, i, (long long)c->capture_token_lengths[i],
                                        (long long)c->plan_tokens_per_input_token);
         }
+        char who[32];
+        snprintf(who, sizeof(who), "config %u", idx);
+        st = mstar__check_packed_pairs(c->capture_batch_sizes, c->n_capture_batch_sizes,
+                                       c->capture_token_lengths, c->n_capture_token_lengths, who);
+        if (st != MSTAR_OK)
+            return st;
     }
     if (c->n_seq_dims != 0 && c->seq_dims == NULL)
         return mstar_error_set(MSTAR_EINVAL, "config %u: seq_dims is NULL", idx);
@@ -177,8 +213,8 @@ mstar_status mstar__config_copy(const mstar_graph_config *src, uint32_t idx,
     dst->replay_graph_walks = walks;
     dst->n_replay_graph_walks = walks == NULL ? 0 : nw;
     if (src->capture_batch_sizes == NULL) {
-        dst->capture_batch_sizes = dup_array(default_sizes, 7, &failed);
-        dst->n_capture_batch_sizes = 7;
+        dst->capture_batch_sizes = dup_array(default_sizes, N_DEFAULT_SIZES, &failed);
+        dst->n_capture_batch_sizes = N_DEFAULT_SIZES;
     } else {
         dst->capture_batch_sizes =
             dup_array(src->capture_batch_sizes, src->n_capture_batch_sizes, &failed);

@@ -12,6 +12,10 @@
 mstar_status mstar__config_copy(const mstar_graph_config *src, uint32_t idx,
                                 mstar_graph_config *dst);
 void mstar__config_free(mstar_graph_config *c);
+/* Refuse a PACKED (bs, tokens) pair with tokens == bs (§8.10); `sizes` NULL: the default batch
+ * sizes. `who` starts the message ("config 3"). */
+mstar_status mstar__check_packed_pairs(const int64_t *sizes, size_t n, const int64_t *tokens,
+                                       size_t m, const char *who);
 /* A BATCHED config's plan tokens at batch size bs. */
 int64_t mstar__config_batched_tokens(const mstar_graph_config *c, int64_t bs);
 /* The declared seq dim of an input key, or -1. */

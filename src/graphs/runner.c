@@ -78,15 +78,7 @@ static mstar_status build_buckets(mstar_graph_runner *r)
                 continue;
             }
             for (size_t k = 0; k < c->n_capture_token_lengths; k++) {
-                int64_t t = c->capture_token_lengths[k];
-                if (t / c->plan_tokens_per_input_token <= bs) {
-                    mstar_log(MSTAR_LOG_WARN,
-                              "%s config %u: packed bucket bs=%lld tokens=%lld not captured: "
-                              "rows of a packed bucket need more tokens than rows (§8.10)",
-                              r->name, i, (long long)bs, (long long)t);
-                    continue;
-                }
-                mstar_status st = add_bucket(r, i, bs, t);
+                mstar_status st = add_bucket(r, i, bs, c->capture_token_lengths[k]);
                 if (st != MSTAR_OK)
                     return st;
             }
@@ -579,35 +571,35 @@ mstar_status mstar_graph_runner_pad_inputs(mstar_graph_runner *r, const mstar_sl
     return MSTAR_OK;
 }
 
-mstar_status mstar_graph_runner_step_ids(mstar_graph_runner *r, const mstar_slot_lease *lease,
-                                         const int64_t *real_ids, size_t n, int64_t *out)
+/* The real rows first, then the slot's padding rows [n, bs): the one shape of step_ids and
+ * step_metadata: `metadata` picks the slot's dummy_metadata, else its dummy_rids. */
+static mstar_status pad_rows(mstar_graph_runner *r, const mstar_slot_lease *lease, const void *real,
+                             size_t n, bool metadata, void *out)
 {
     const struct bucket *b = NULL;
     mstar_status st = lease_check(r, lease, n, &b);
     if (st != MSTAR_OK)
         return st;
     const struct mstar_graph_slot *s = b->slots[lease->slot];
-    for (size_t i = 0; i < n; i++)
-        out[i] = real_ids[i];
-    for (int64_t i = (int64_t)n; i < b->key.bs; i++)
-        out[i] = s->dummy_rids[i];
+    size_t elem = metadata ? sizeof(*s->dummy_metadata) : sizeof(*s->dummy_rids);
+    const char *pad = metadata ? (const char *)s->dummy_metadata : (const char *)s->dummy_rids;
+    if (n != 0)
+        memcpy(out, real, n * elem);
+    memcpy((char *)out + n * elem, pad + n * elem, ((size_t)b->key.bs - n) * elem);
     return MSTAR_OK;
+}
+
+mstar_status mstar_graph_runner_step_ids(mstar_graph_runner *r, const mstar_slot_lease *lease,
+                                         const int64_t *real_ids, size_t n, int64_t *out)
+{
+    return pad_rows(r, lease, real_ids, n, false, out);
 }
 
 mstar_status mstar_graph_runner_step_metadata(mstar_graph_runner *r, const mstar_slot_lease *lease,
                                               const mstar_forward_info *real, size_t n,
                                               mstar_forward_info *out)
 {
-    const struct bucket *b = NULL;
-    mstar_status st = lease_check(r, lease, n, &b);
-    if (st != MSTAR_OK)
-        return st;
-    const struct mstar_graph_slot *s = b->slots[lease->slot];
-    for (size_t i = 0; i < n; i++)
-        out[i] = real[i];
-    for (int64_t i = (int64_t)n; i < b->key.bs; i++)
-        out[i] = s->dummy_metadata[i];
-    return MSTAR_OK;
+    return pad_rows(r, lease, real, n, true, out);
 }
 
 mstar_status mstar_graph_runner_declare_inputs_for(mstar_graph_runner *r,

@@ -343,6 +343,17 @@ static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_s
         assert_int_equal(padded[i].seq_len, 0);
         assert_true(mstar_is_padding_row(step_ids[i]));
     }
+    /* real info first, then the padding rows' stand-ins (§2.9) */
+    mstar_forward_info real_info[MAX_BS], info[MAX_BS];
+    for (size_t i = 0; i < n; i++)
+        real_info[i] = (mstar_forward_info){ "decode", true, (int64_t)i + 1, 7, 16 };
+    assert_mstar_ok(mstar_graph_runner_step_metadata(f->r, lease, real_info, n, info));
+    for (size_t i = 0; i < bs; i++) {
+        assert_int_equal(info[i].fwd_index, i < n ? (int64_t)i + 1 : 0);
+        assert_int_equal(info[i].max_tokens, i < n ? 16 : 1);
+        assert_true(info[i].requires_cfg == (i < n));
+        assert_string_equal(info[i].graph_walk, "decode");
+    }
     mstar_step *step;
     assert_mstar_ok(mstar_step_create(&step));
     bool declared;
@@ -689,8 +700,9 @@ static void test_two_configs_of_one_walk(void **state)
     fx_destroy(f);
 }
 
-/* §8.10: packed buckets whose tokens do not exceed bs are not captured; validation errors name
- * the config and field. */
+/* §8.10: a packed bucket with as many tokens as rows is refused when the config is checked, with
+ * an error naming the pair (not dropped silently); pairs with fewer tokens than rows are captured
+ * as configured. Validation errors name the config and field. */
 static void test_config_validation(void **state)
 {
     mstar_graph_config c;
@@ -699,12 +711,28 @@ static void test_config_validation(void **state)
     static const int64_t toks[] = { 4, 64 };
     c.capture_token_lengths = toks;
     c.n_capture_token_lengths = 2;
+    assert_mstar_status(mstar_graph_config_validate(&c, 2), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "config 2: packed bucket bs=4 tokens=4"));
+    c.capture_batch_sizes = NULL; /* the defaults hold 64 */
+    c.n_capture_batch_sizes = 0;
+    static const int64_t toks64[] = { 64, 128 };
+    c.capture_token_lengths = toks64;
+    assert_mstar_status(mstar_graph_config_validate(&c, 0), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "bs=64 tokens=64"));
+    base_config(&c);
+    c.kind = MSTAR_GRAPH_PACKED;
+    static const int64_t fewer[] = { 3, 64 };
+    c.capture_token_lengths = fewer;
+    c.n_capture_token_lengths = 2;
     struct fx *f = fx_create(&c, 1, -1);
     size_t n;
-    const mstar_bucket_key *keys = mstar_graph_runner_buckets(f->r, &n);
-    for (size_t i = 0; i < n; i++)
-        assert_true(keys[i].num_tokens > keys[i].bs);
-    assert_int_equal(n, 4 + 2); /* 64 at every bs; 4 only at bs 1 and 2 */
+    mstar_graph_runner_buckets(f->r, &n);
+    assert_int_equal(n, 4 + 4); /* 3 and 64 at every bs, bs 4 and 8 with fewer tokens than rows */
+    fx_capture(f);
+    mstar_bucket_key k;
+    assert_true(mstar_graph_runner_select_bucket(f->r, "decode", 5, 3, NULL, &k));
+    assert_int_equal(k.bs, 8);
+    assert_int_equal(k.num_tokens, 3);
     fx_destroy(f);
 
     base_config(&c);
