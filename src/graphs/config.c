@@ -55,15 +55,17 @@ mstar_status mstar__check_packed_pairs(const int64_t *sizes, size_t n, const int
     return MSTAR_OK;
 }
 
-static mstar_status check_sizes(const int64_t *v, size_t n, uint32_t idx, const char *field)
+mstar_status mstar__check_sizes(const int64_t *v, size_t n, const char *who, const char *field)
 {
+    if (n != 0 && v == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "%s: %s is NULL", who, field);
     for (size_t i = 0; i < n; i++) {
         if (v[i] <= 0)
-            return mstar_error_set(MSTAR_EINVAL, "config %u: %s[%zu] = %lld is not positive", idx,
-                                   field, i, (long long)v[i]);
+            return mstar_error_set(MSTAR_EINVAL, "%s: %s[%zu] = %lld is not positive", who, field,
+                                   i, (long long)v[i]);
         for (size_t j = 0; j < i; j++) {
             if (v[j] == v[i])
-                return mstar_error_set(MSTAR_EINVAL, "config %u: %s lists %lld twice", idx, field,
+                return mstar_error_set(MSTAR_EINVAL, "%s: %s lists %lld twice", who, field,
                                        (long long)v[i]);
         }
     }
@@ -101,10 +103,10 @@ mstar_status mstar_graph_config_validate(const mstar_graph_config *c, uint32_t i
     if (c->plan_tokens_per_input_token < 1)
         return mstar_error_set(MSTAR_EINVAL, "config %u: plan_tokens_per_input_token %lld < 1", idx,
                                (long long)c->plan_tokens_per_input_token);
-    if (c->n_capture_batch_sizes != 0 && c->capture_batch_sizes == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "config %u: capture_batch_sizes is NULL", idx);
-    if ((st = check_sizes(c->capture_batch_sizes, c->n_capture_batch_sizes, idx,
-                          "capture_batch_sizes")) != MSTAR_OK)
+    char who[32];
+    snprintf(who, sizeof(who), "config %u", idx);
+    if ((st = mstar__check_sizes(c->capture_batch_sizes, c->n_capture_batch_sizes, who,
+                                 "capture_batch_sizes")) != MSTAR_OK)
         return st;
     if (c->make_node_input == NULL)
         return mstar_error_set(MSTAR_EINVAL, "config %u: make_node_input (the template) is NULL",
@@ -117,8 +119,8 @@ mstar_status mstar_graph_config_validate(const mstar_graph_config *c, uint32_t i
                                    "config %u: a PACKED config needs "
                                    "capture_token_lengths",
                                    idx);
-        if ((st = check_sizes(c->capture_token_lengths, c->n_capture_token_lengths, idx,
-                              "capture_token_lengths")) != MSTAR_OK)
+        if ((st = mstar__check_sizes(c->capture_token_lengths, c->n_capture_token_lengths, who,
+                                     "capture_token_lengths")) != MSTAR_OK)
             return st;
         for (size_t i = 0; i < c->n_capture_token_lengths; i++) {
             if (c->capture_token_lengths[i] % c->plan_tokens_per_input_token != 0)
@@ -128,8 +130,6 @@ mstar_status mstar_graph_config_validate(const mstar_graph_config *c, uint32_t i
                                        idx, i, (long long)c->capture_token_lengths[i],
                                        (long long)c->plan_tokens_per_input_token);
         }
-        char who[32];
-        snprintf(who, sizeof(who), "config %u", idx);
         st = mstar__check_packed_pairs(c->capture_batch_sizes, c->n_capture_batch_sizes,
                                        c->capture_token_lengths, c->n_capture_token_lengths, who);
         if (st != MSTAR_OK)
@@ -164,14 +164,27 @@ static char *dup_or_null(const char *s, bool *failed)
     return d;
 }
 
-static int64_t *dup_array(const int64_t *v, size_t n, bool *failed)
+int64_t *mstar__sorted_copy(const int64_t *v, size_t n, bool *failed)
 {
     int64_t *d = malloc((n == 0 ? 1 : n) * sizeof(*d));
-    if (d == NULL)
+    if (d == NULL) {
         *failed = true;
-    else if (n != 0)
+        return NULL;
+    }
+    if (n != 0) {
         memcpy(d, v, n * sizeof(*d));
+        qsort(d, n, sizeof(*d), cmp_i64); /* lookups and the capture order rely on it (§8.22) */
+    }
     return d;
+}
+
+int64_t *mstar__sorted_batch_sizes(const int64_t *v, size_t *n, bool *failed)
+{
+    if (v == NULL) {
+        v = default_sizes;
+        *n = N_DEFAULT_SIZES;
+    }
+    return mstar__sorted_copy(v, *n, failed);
 }
 
 void mstar__config_free(mstar_graph_config *c)
@@ -212,15 +225,10 @@ mstar_status mstar__config_copy(const mstar_graph_config *src, uint32_t idx,
     }
     dst->replay_graph_walks = walks;
     dst->n_replay_graph_walks = walks == NULL ? 0 : nw;
-    if (src->capture_batch_sizes == NULL) {
-        dst->capture_batch_sizes = dup_array(default_sizes, N_DEFAULT_SIZES, &failed);
-        dst->n_capture_batch_sizes = N_DEFAULT_SIZES;
-    } else {
-        dst->capture_batch_sizes =
-            dup_array(src->capture_batch_sizes, src->n_capture_batch_sizes, &failed);
-    }
+    dst->capture_batch_sizes =
+        mstar__sorted_batch_sizes(src->capture_batch_sizes, &dst->n_capture_batch_sizes, &failed);
     dst->capture_token_lengths =
-        dup_array(src->capture_token_lengths, src->n_capture_token_lengths, &failed);
+        mstar__sorted_copy(src->capture_token_lengths, src->n_capture_token_lengths, &failed);
     mstar_seq_dim *dims = calloc(src->n_seq_dims + 1, sizeof(*dims));
     if (dims == NULL)
         failed = true;
@@ -234,11 +242,6 @@ mstar_status mstar__config_copy(const mstar_graph_config *src, uint32_t idx,
         mstar__config_free(dst);
         return mstar_error_set(MSTAR_ENOMEM, "config %u: out of memory", idx);
     }
-    /* Sorted, so every lookup and the capture order can rely on it (§8.22). */
-    qsort((int64_t *)dst->capture_batch_sizes, dst->n_capture_batch_sizes, sizeof(int64_t),
-          cmp_i64);
-    qsort((int64_t *)dst->capture_token_lengths, dst->n_capture_token_lengths, sizeof(int64_t),
-          cmp_i64);
     return MSTAR_OK;
 }
 

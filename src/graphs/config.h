@@ -12,6 +12,12 @@
 mstar_status mstar__config_copy(const mstar_graph_config *src, uint32_t idx,
                                 mstar_graph_config *dst);
 void mstar__config_free(mstar_graph_config *c);
+/* Positive and unique; MSTAR_EINVAL naming `who` ("config 3") and the field. */
+mstar_status mstar__check_sizes(const int64_t *v, size_t n, const char *who, const char *field);
+/* A sorted, owned copy (never NULL unless *failed is set). */
+int64_t *mstar__sorted_copy(const int64_t *v, size_t n, bool *failed);
+/* The same for capture batch sizes: `v` NULL gives the defaults and sets *n. */
+int64_t *mstar__sorted_batch_sizes(const int64_t *v, size_t *n, bool *failed);
 /* Refuse a PACKED (bs, tokens) pair with tokens == bs (§8.10); `sizes` NULL: the default batch
  * sizes. `who` starts the message ("config 3"). */
 mstar_status mstar__check_packed_pairs(const int64_t *sizes, size_t n, const int64_t *tokens,

@@ -105,6 +105,43 @@ void mstar__slot_free(struct mstar_graph_slot *s)
     free(s);
 }
 
+mstar_status mstar__slot_new(const mstar_bucket_key *key, uint32_t config_idx,
+                             struct mstar_graph_slot **out)
+{
+    struct mstar_graph_slot *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory");
+    mstar__vec_init(&s->seq_dims, sizeof(int32_t));
+    s->config_idx = config_idx;
+    s->n_rows = (size_t)key->bs;
+    s->dummy_metadata = calloc((size_t)key->bs, sizeof(*s->dummy_metadata));
+    mstar_status st = s->dummy_metadata == NULL
+                          ? mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory")
+                          : mstar_tensor_map_create(&s->static_inputs);
+    if (st == MSTAR_OK)
+        st = mstar_tensor_map_create(&s->static_outputs);
+    if (st != MSTAR_OK) {
+        mstar__slot_free(s);
+        return st;
+    }
+    for (int64_t i = 0; i < key->bs; i++)
+        s->dummy_metadata[i] = mstar_dummy_metadata(key->graph_walk);
+    *out = s;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__admit_and_plan(mstar_step_runner *sr, mstar_step *step)
+{
+    mstar_step_admit_result admit;
+    mstar_status st = mstar_step_runner_admit(sr, step, &admit);
+    if (st == MSTAR_OK && !admit.ok)
+        st = mstar_error_set(MSTAR_ENOSPC, "admit failed for request %lld label %u: %s",
+                             (long long)admit.request, admit.label, admit.reason);
+    if (st == MSTAR_OK)
+        st = mstar_step_runner_plan(sr, step);
+    return st;
+}
+
 static void bucket_uncapture(mstar_graph_runner *r, struct bucket *b)
 {
     for (int32_t i = 0; i < r->num_slots; i++) {
@@ -130,8 +167,7 @@ void mstar_graph_runner_destroy(mstar_graph_runner *r)
         mstar_tensor_map_destroy(t->full);
         mstar_tensor_map_destroy(t->empty);
     }
-    for (size_t i = 0; i < r->warned.len; i++)
-        free(*(char **)mstar__vec_at(&r->warned, i));
+    mstar__stage_warned_free(&r->warned);
     mstar__interned_free(&r->interned, mstar_stream_backend(r->stream));
     mstar_dummy_rows_destroy(r->rows);
     for (size_t i = 0; i < r->n_configs; i++)
@@ -141,7 +177,6 @@ void mstar_graph_runner_destroy(mstar_graph_runner *r)
     mstar__vec_free(&r->dropped);
     mstar__vec_free(&r->specs);
     mstar__vec_free(&r->templates);
-    mstar__vec_free(&r->warned);
     mstar__vec_free(&r->keys);
     mstar_step_destroy(r->step);
     free(r->name);

@@ -1,6 +1,7 @@
 /*
  * runner.h — the whole-forward runner's state, shared by runner.c (registry, lookups, leases,
- * padding) and runner_capture.c (warm-ups, capture, run_forward).
+ * padding) and runner_capture.c (warm-ups, capture, run_forward); the slot type and the helpers
+ * the piecewise runner shares with it.
  */
 #ifndef MSTAR_GRAPHS_RUNNER_H
 #define MSTAR_GRAPHS_RUNNER_H
@@ -71,6 +72,13 @@ mstar_status mstar__runner_template(mstar_graph_runner *r, uint32_t config_idx, 
  * `rows` has room for bucket->key.bs entries. */
 mstar_status mstar__runner_node_inputs(mstar_graph_runner *r, const struct bucket *b,
                                        mstar_node_input *rows);
+/* An empty slot for `key`'s bs rows: maps for static inputs and outputs, the padding rows'
+ * stand-in metadata (dummy_rids and the graph are the caller's to set). */
+mstar_status mstar__slot_new(const mstar_bucket_key *key, uint32_t config_idx,
+                             struct mstar_graph_slot **out);
 void mstar__slot_free(struct mstar_graph_slot *s);
+/* admit then plan; an admit that is not ok is MSTAR_ENOSPC naming the request (§3.2: a capture
+ * that cannot admit fails). */
+mstar_status mstar__admit_and_plan(mstar_step_runner *sr, mstar_step *step);
 
 #endif

@@ -74,13 +74,7 @@ static mstar_status declare(struct spec_run *sr)
 static mstar_status prepare(struct spec_run *sr)
 {
     mstar_graph_runner *r = sr->r;
-    mstar_step_admit_result admit;
-    mstar_status st = mstar_step_runner_admit(r->sr, r->step, &admit);
-    if (st == MSTAR_OK && !admit.ok)
-        st = mstar_error_set(MSTAR_ENOSPC, "admit failed for request %lld label %u: %s",
-                             (long long)admit.request, admit.label, admit.reason);
-    if (st == MSTAR_OK)
-        st = mstar_step_runner_plan(r->sr, r->step);
+    mstar_status st = mstar__admit_and_plan(r->sr, r->step);
     if (st != MSTAR_OK)
         return st;
     mstar_tensor_map_clear(sr->preprocessed);
@@ -113,30 +107,6 @@ static mstar_status capture_run(mstar_stream *stream, void *p)
                                     sr->s->static_outputs);
 }
 
-static mstar_status slot_new(mstar_graph_runner *r, struct bucket *b, struct mstar_graph_slot **out)
-{
-    struct mstar_graph_slot *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory");
-    mstar__vec_init(&s->seq_dims, sizeof(int32_t));
-    s->config_idx = b->config_idx;
-    s->n_rows = (size_t)b->key.bs;
-    s->dummy_metadata = calloc((size_t)b->key.bs, sizeof(*s->dummy_metadata));
-    mstar_status st = s->dummy_metadata == NULL
-                          ? mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory")
-                          : mstar_tensor_map_create(&s->static_inputs);
-    if (st == MSTAR_OK)
-        st = mstar_tensor_map_create(&s->static_outputs);
-    if (st != MSTAR_OK) {
-        mstar__slot_free(s);
-        return st;
-    }
-    for (int64_t i = 0; i < b->key.bs; i++)
-        s->dummy_metadata[i] = mstar_dummy_metadata(b->key.graph_walk);
-    *out = s;
-    return MSTAR_OK;
-}
-
 /*
  * Warm one spec up and, with `capture`, capture it. On success with capture, *out_slot is the
  * captured slot (or, with `throwaway`, *out_graph the caller's graph). *peak: the caching
@@ -158,7 +128,7 @@ static mstar_status run_spec(mstar_graph_runner *r, struct bucket *b, int32_t sl
     if (st == MSTAR_OK)
         st = mstar_tensor_map_create(&sr.preprocessed);
     if (st == MSTAR_OK)
-        st = slot_new(r, b, &sr.s);
+        st = mstar__slot_new(&b->key, b->config_idx, &sr.s);
     if (st == MSTAR_OK) {
         sr.s->dummy_rids = sr.rows;
         st = declare(&sr);
@@ -315,21 +285,6 @@ mstar_status mstar_graph_runner_warmup_and_capture(mstar_graph_runner *r,
 /* ---- run_forward (§5.2) -----------------------------------------------------------------------
  */
 
-static void warn_missing_once(mstar_graph_runner *r, const char *key)
-{
-    for (size_t i = 0; i < r->warned.len; i++) {
-        if (strcmp(*(char **)mstar__vec_at(&r->warned, i), key) == 0)
-            return;
-    }
-    char *copy = strdup(key);
-    if (copy != NULL && mstar__vec_push(&r->warned, &copy) != MSTAR_OK)
-        free(copy);
-    mstar_log(MSTAR_LOG_WARN,
-              "graph runner %s: captured input '%s' is missing at replay; the graph reads its "
-              "previous contents",
-              r->name, key);
-}
-
 static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lease *lease,
                                      const mstar_tensor_map *pre, mstar_event *plan_done,
                                      mstar_signal *launch_started, const mstar_tensor_map **outputs)
@@ -342,30 +297,15 @@ static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lea
                                r->name);
     if (pre == NULL)
         return mstar_error_set(MSTAR_EINVAL, "run_forward(%s): preprocessed is NULL", r->name);
-    for (size_t i = 0; i < mstar_tensor_map_count(pre); i++) {
-        const char *key = mstar_tensor_map_name(pre, i);
-        if (mstar_tensor_map_get(s->static_inputs, key) == NULL)
-            return mstar_error_set(MSTAR_EINVAL,
-                                   "run_forward(%s): input '%s' was not captured; a graph cannot "
-                                   "read it",
-                                   r->name, key);
-    }
-    for (size_t i = 0; i < mstar_tensor_map_count(s->static_inputs); i++) {
-        const char *key = mstar_tensor_map_name(s->static_inputs, i);
-        const mstar_tensor *v = mstar_tensor_map_get(pre, key);
-        if (v == NULL) {
-            warn_missing_once(r, key);
-            continue;
-        }
-        int32_t d = *(int32_t *)mstar__vec_at(&s->seq_dims, i);
-        mstar_status st =
-            mstar__stage(r->stream, mstar_tensor_map_at(s->static_inputs, i), d, v, key);
-        if (st != MSTAR_OK)
-            return mstar_error_wrap("run_forward(%s)", r->name);
-    }
+    char who[MSTAR_NAME_MAX + 32];
+    snprintf(who, sizeof(who), "run_forward(%s)", r->name);
+    mstar_status st =
+        mstar__stage_inputs(r->stream, who, s->static_inputs, &s->seq_dims, pre, false, &r->warned);
+    if (st != MSTAR_OK)
+        return st;
     if (plan_done != NULL) {
         /* On the device: the pre-plan wrote this slot's buffers on the plan stream. */
-        mstar_status st = mstar_stream_wait_event(r->stream, plan_done);
+        st = mstar_stream_wait_event(r->stream, plan_done);
         if (st != MSTAR_OK)
             return st;
     }
@@ -373,7 +313,7 @@ static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lea
      * staging (§5.2.3). */
     if (launch_started != NULL)
         mstar_signal_set(launch_started);
-    mstar_status st = mstar_graph_launch(s->graph, r->stream);
+    st = mstar_graph_launch(s->graph, r->stream);
     if (st == MSTAR_OK)
         st = mstar__step_runner_replay_enqueued(r->sr, lease->slot);
     if (st == MSTAR_OK)

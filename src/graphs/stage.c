@@ -9,11 +9,30 @@
  * [3, n] either way, and staging is one contiguous copy per index of the dims before the seq dim.
  * The buffers are shared across slots and buckets: replays on one device are serialised on one
  * stream (§2.2).
+ *
+ * Staging a step's values (both runners) checks the keys: a value with no static buffer is an
+ * error (a graph cannot read it), and a static buffer with no value keeps its last contents, which
+ * is warned about once per key (§8.17). The piecewise runner also zeroes the tail past the
+ * value's length, because a batched region computes over its padded rows (§6).
  */
 #include "graphs/stage.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+static void warn_missing_once(mstar__vec *warned, const char *who, const char *key)
+{
+    for (size_t i = 0; i < warned->len; i++) {
+        if (strcmp(*(char **)mstar__vec_at(warned, i), key) == 0)
+            return;
+    }
+    char *copy = strdup(key);
+    if (copy != NULL && mstar__vec_push(warned, &copy) != MSTAR_OK)
+        free(copy);
+    mstar_log(MSTAR_LOG_WARN,
+              "%s: captured input '%s' is missing at replay; the graph reads its previous contents",
+              who, key);
+}
 
 static int64_t inner_elems(const mstar_tensor *t, int32_t d)
 {
@@ -24,7 +43,7 @@ static int64_t inner_elems(const mstar_tensor *t, int32_t d)
 }
 
 mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t d,
-                          const mstar_tensor *value, const char *key)
+                          const mstar_tensor *value, const char *key, bool zero_tail)
 {
     if (value->dtype != dst->dtype || value->ndim != dst->ndim)
         return mstar_error_set(MSTAR_EINVAL,
@@ -48,17 +67,53 @@ mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t
     int64_t outer = 1;
     for (int32_t i = 0; i < d; i++)
         outer *= value->shape[i];
-    size_t row = (size_t)(value->shape[d] * inner_elems(value, d)) * es;
-    size_t dst_pitch = d == 0 ? row : (size_t)dst->strides[d - 1] * es;
+    size_t inner = (size_t)inner_elems(value, d) * es;
+    size_t row = (size_t)value->shape[d] * inner;
+    size_t tail = zero_tail ? (size_t)(dst->shape[d] - value->shape[d]) * inner : 0;
+    size_t dst_pitch = d == 0 ? row + tail : (size_t)dst->strides[d - 1] * es;
     const char *src = mstar_tensor_ptr(value);
     char *out = mstar_tensor_ptr(dst);
     for (int64_t o = 0; o < outer; o++) {
-        mstar_status st = mstar_memcpy_async(stream, out + (size_t)o * dst_pitch,
-                                             src + (size_t)o * row, row, MSTAR_MEMCPY_D2D);
+        char *at = out + (size_t)o * dst_pitch;
+        mstar_status st =
+            mstar_memcpy_async(stream, at, src + (size_t)o * row, row, MSTAR_MEMCPY_D2D);
+        if (st == MSTAR_OK && tail != 0)
+            st = mstar_memset_async(stream, at + row, 0, tail);
         if (st != MSTAR_OK)
             return st;
     }
     return MSTAR_OK;
+}
+
+mstar_status mstar__stage_inputs(mstar_stream *stream, const char *who,
+                                 const mstar_tensor_map *statics, const mstar__vec *seq_dims,
+                                 const mstar_tensor_map *values, bool zero_tail, mstar__vec *warned)
+{
+    for (size_t i = 0; i < mstar_tensor_map_count(values); i++) {
+        const char *key = mstar_tensor_map_name(values, i);
+        if (mstar_tensor_map_get(statics, key) == NULL)
+            return mstar_error_set(
+                MSTAR_EINVAL, "%s: input '%s' was not captured; a graph cannot read it", who, key);
+    }
+    for (size_t i = 0; i < mstar_tensor_map_count(statics); i++) {
+        const char *key = mstar_tensor_map_name(statics, i);
+        const mstar_tensor *v = mstar_tensor_map_get(values, key);
+        if (v == NULL) {
+            warn_missing_once(warned, who, key);
+            continue;
+        }
+        int32_t d = seq_dims == NULL ? 0 : *(int32_t *)mstar__vec_at(seq_dims, i);
+        if (mstar__stage(stream, mstar_tensor_map_at(statics, i), d, v, key, zero_tail) != MSTAR_OK)
+            return mstar_error_wrap("%s", who);
+    }
+    return MSTAR_OK;
+}
+
+void mstar__stage_warned_free(mstar__vec *warned)
+{
+    for (size_t i = 0; i < warned->len; i++)
+        free(*(char **)mstar__vec_at(warned, i));
+    mstar__vec_free(warned);
 }
 
 static mstar__interned *find(mstar__vec *v, uint32_t config_idx, const char *key)
@@ -133,7 +188,7 @@ mstar_status mstar__intern(mstar__vec *v, mstar_stream *stream, uint32_t config_
     if (value->ndim > 0)
         view->shape[d] = value->shape[d];
     *seq_dim = d;
-    return mstar__stage(stream, view, d, value, key);
+    return mstar__stage(stream, view, d, value, key, false);
 }
 
 void mstar__interned_free(mstar__vec *v, mstar_backend *b)

@@ -24,9 +24,19 @@ mstar_status mstar__intern(mstar__vec *interned, mstar_stream *stream, uint32_t 
                            const char *key, const mstar_tensor *value, int64_t num_tokens,
                            int32_t declared, mstar_tensor *view, int32_t *seq_dim);
 /* Copy `value` into the leading value->shape[seq_dim] positions of `dst` (a view of an interned
- * buffer) on the seq dim, on `stream`. Other dims must match. */
+ * buffer) on the seq dim, on `stream`; with `zero_tail`, zero dst's positions past them. Other
+ * dims must match. */
 mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t seq_dim,
-                          const mstar_tensor *value, const char *key);
+                          const mstar_tensor *value, const char *key, bool zero_tail);
+/* Stage every entry of `values` into the same-named entry of `statics` (§5.2, §6). A value with
+ * no static entry is MSTAR_EINVAL; a static entry with no value keeps its contents and is warned
+ * about once per key (the keys warned about are kept in `warned`, char *). seq_dims[i] (int32_t)
+ * is the seq dim of statics' i-th entry; NULL: dim 0 for every entry. `who` starts messages. */
+mstar_status mstar__stage_inputs(mstar_stream *stream, const char *who,
+                                 const mstar_tensor_map *statics, const mstar__vec *seq_dims,
+                                 const mstar_tensor_map *values, bool zero_tail,
+                                 mstar__vec *warned);
+void mstar__stage_warned_free(mstar__vec *warned);
 void mstar__interned_free(mstar__vec *interned, mstar_backend *backend);
 
 #endif
