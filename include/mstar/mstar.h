@@ -7,6 +7,7 @@
  *   device.h   device backends (host, CUDA): streams, events, copies, memory, capture
  *   step.h     the step a runner drives: tensor maps, steps, resources, the step runner
  *   graphs.h   the accelerator graph runner: graph pools, capture, buckets, slots, padding rows
+ *   piecewise.h  the piecewise runner: regions inside a step captured into the node's pool
  *   planner.h  capture memory planning and agreement across ranks
  *   resources.h  the reference step resources: paged KV cache (sink page 0), positions
  *   tensors.h  tensor transport between workers: bookkeeping, staging, reading, fan-in
@@ -20,6 +21,7 @@
 #include "mstar/device.h"
 #include "mstar/step.h"
 #include "mstar/graphs.h"
+#include "mstar/piecewise.h"
 #include "mstar/planner.h"
 #include "mstar/resources.h"
 #include "mstar/tensors.h"

@@ -5,155 +5,16 @@
  */
 #include "mstar_test.h"
 
+#include "counter_resource.h"
+
 #include "graphs/stage.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_SLOTS 2
-#define MAX_BS    64
-#define MAX_PAD   4096
-
-/* ---- a counting resource: lengths per request, pages = tokens, plan = lengths per slot ------- */
-
-struct counter {
-    int64_t lens[64];
-    int64_t pad_lens[MAX_PAD];
-    int64_t resv[64]; /* pages held per request: a reset keeps them unless freed */
-    int64_t pad_resv[MAX_PAD];
-    int64_t pages_used;
-    int64_t capacity;
-    float *plan_buf[MAX_SLOTS]; /* static: the graphs read it at fixed addresses */
-    int builds;
-    int capture_plans_with_dirty_rows; /* §8.24: a capture-time plan saw state left over */
-    int ingested;
-    mstar_stream *preplan_stream;
-    bool pending[MAX_SLOTS];
-    mstar_backend *b;
-};
-
-static int64_t *len_of(struct counter *c, int64_t rid)
-{
-    return rid >= 0 ? &c->lens[rid] : &c->pad_lens[-rid - 1];
-}
-
-static int64_t *resv_of(struct counter *c, int64_t rid)
-{
-    return rid >= 0 ? &c->resv[rid] : &c->pad_resv[-rid - 1];
-}
-
-static mstar_status c_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
-{
-    struct counter *c = self;
-    size_t n;
-    const mstar_step_segment *seg = mstar_step_segments(step, &n);
-    for (size_t i = 0; i < n; i++) {
-        int64_t need = *len_of(c, seg[i].request) + seg[i].span;
-        int64_t *held = resv_of(c, seg[i].request);
-        if (need <= *held)
-            continue;
-        if (c->pages_used + need - *held > c->capacity) {
-            out->ok = false;
-            out->request = seg[i].request;
-            return MSTAR_OK;
-        }
-        c->pages_used += need - *held;
-        *held = need;
-    }
-    return MSTAR_OK;
-}
-
-static mstar_status c_plan(void *self, mstar_step *step)
-{
-    struct counter *c = self;
-    mstar_step_ctx *ctx = mstar_step_context(step);
-    if (ctx->slot < 0)
-        return MSTAR_OK;
-    c->pending[ctx->slot] = false; /* promote */
-    for (size_t i = 0; i < ctx->n_requests; i++) {
-        int64_t rid = ctx->request_ids[i];
-        if (ctx->capture && *len_of(c, rid) != 0)
-            c->capture_plans_with_dirty_rows++;
-        c->plan_buf[ctx->slot][i] = (float)*len_of(c, rid);
-    }
-    return MSTAR_OK;
-}
-
-static mstar_status c_commit(void *self, mstar_step *step)
-{
-    struct counter *c = self;
-    size_t n;
-    const mstar_step_segment *seg = mstar_step_segments(step, &n);
-    for (size_t i = 0; i < n; i++)
-        *len_of(c, seg[i].request) += seg[i].span;
-    return MSTAR_OK;
-}
-
-static mstar_status c_pre_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
-{
-    return MSTAR_OK;
-}
-
-static mstar_status c_pre_plan(void *self, mstar_step *step)
-{
-    struct counter *c = self;
-    mstar_step_ctx *ctx = mstar_step_context(step);
-    c->preplan_stream = ctx->stream;
-    c->pending[ctx->lease.slot] = true;
-    return MSTAR_OK;
-}
-
-static void c_clear_preplan(void *self, int32_t slot)
-{
-    struct counter *c = self;
-    for (int i = 0; i < MAX_SLOTS; i++) {
-        if (slot < 0 || slot == i)
-            c->pending[i] = false;
-    }
-}
-
-static mstar_status c_ingest(void *self, int64_t rid)
-{
-    ((struct counter *)self)->ingested++;
-    return MSTAR_OK;
-}
-
-static mstar_status c_reset(void *self, int64_t rid, bool free_storage)
-{
-    struct counter *c = self;
-    if (free_storage) {
-        c->pages_used -= *resv_of(c, rid);
-        *resv_of(c, rid) = 0;
-    }
-    *len_of(c, rid) = 0;
-    return MSTAR_OK;
-}
-
-static mstar_status c_build(void *self, const mstar_cg_slot_spec *specs, size_t n, int64_t max_bs,
-                            int64_t max_seq_len)
-{
-    struct counter *c = self;
-    c->builds++;
-    for (int s = 0; s < MAX_SLOTS; s++) {
-        if (c->plan_buf[s] == NULL &&
-            mstar_caching_alloc(c->b, MAX_BS * sizeof(float), (void **)&c->plan_buf[s]) != MSTAR_OK)
-            return mstar_last_status();
-    }
-    return MSTAR_OK;
-}
-
-static const mstar_resource_ops counter_ops = {
-    .supports_preplan = true,
-    .admit = c_admit,
-    .plan = c_plan,
-    .commit = c_commit,
-    .pre_admit = c_pre_admit,
-    .pre_plan = c_pre_plan,
-    .clear_preplan = c_clear_preplan,
-    .ingest_request = c_ingest,
-    .reset_request = c_reset,
-    .build_graph_buffers = c_build,
-};
+#define MAX_SLOTS MSTAR_TEST_COUNTER_SLOTS
+#define MAX_BS    MSTAR_TEST_COUNTER_ROWS
+#define MAX_PAD   MSTAR_TEST_COUNTER_PADDING
 
 /* ---- the toy submodule ------------------------------------------------------------------------
  */
@@ -215,7 +76,7 @@ static void fwd_kernel(void *p)
         a->y[i] = 2.0f * a->x[i] + a->plan[i];
 }
 
-static struct counter *the_counter;
+static mstar_test_counter *the_counter;
 
 static mstar_status forward(void *self, mstar_step *step, const mstar_tensor_map *in,
                             mstar_tensor_map *out)
@@ -258,7 +119,7 @@ struct fx {
     mstar_stream *s;
     mstar_graph_pool *pool;
     mstar_step_runner *sr;
-    struct counter kv;
+    mstar_test_counter kv;
     struct toy toy;
     mstar_graph_runner *r;
 };
@@ -285,11 +146,11 @@ static struct fx *fx_create(const mstar_graph_config *configs, size_t n, int64_t
     assert_mstar_ok(mstar_stream_create(f->b, 0, &f->s));
     assert_mstar_ok(mstar_graph_pool_create(f->b, "toy", &f->pool));
     assert_mstar_ok(mstar_step_runner_create(f->b, f->s, &f->sr));
-    f->kv.capacity = 1000;
-    f->kv.b = f->b;
+    mstar_test_counter_init(&f->kv, f->b, 1000);
     the_counter = &f->kv;
     f->toy.fail_bs = fail_bs;
-    assert_mstar_ok(mstar_step_runner_add_resource(f->sr, "kv", &counter_ops, &f->kv, NULL, 0));
+    assert_mstar_ok(
+        mstar_step_runner_add_resource(f->sr, "kv", &mstar_test_counter_ops, &f->kv, NULL, 0));
     mstar_graph_runner_options o = { "toy", &toy_ops,           &f->toy, configs, n, f->sr, f->pool,
                                      0,     MSTAR_DTYPE_INVALID };
     assert_mstar_ok(mstar_graph_runner_create(&o, &f->r));
@@ -309,8 +170,7 @@ static void fx_destroy(struct fx *f)
 {
     mstar_graph_runner_destroy(f->r);
     mstar_step_runner_destroy(f->sr);
-    for (int s = 0; s < MAX_SLOTS; s++)
-        mstar_caching_free(f->b, f->kv.plan_buf[s]);
+    mstar_test_counter_free(&f->kv);
     mstar_graph_pool_destroy(f->pool);
     mstar_stream_destroy(f->s);
     mstar_backend_destroy(f->b);
