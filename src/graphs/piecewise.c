@@ -107,76 +107,27 @@ static mstar_status config_copy(const mstar_piecewise_config *src, mstar_piecewi
     return MSTAR_OK;
 }
 
-/* ---- shapes -----------------------------------------------------------------------------------
+/* ---- shapes ----------------------------------------------------------------------------------
  */
-
-static int cmp_shape_desc(const void *pa, const void *pb)
-{
-    const struct pw_shape *a = *(struct pw_shape *const *)pa, *b = *(struct pw_shape *const *)pb;
-    if (a->key.bs != b->key.bs)
-        return a->key.bs > b->key.bs ? -1 : 1;
-    return (a->key.num_tokens < b->key.num_tokens) - (a->key.num_tokens > b->key.num_tokens);
-}
-
-static void shape_free(struct pw_shape *s)
-{
-    if (s == NULL)
-        return;
-    free(s->seq_lens);
-    free(s->slots);
-    free(s);
-}
-
-/* bs rows: BATCHED seq_len each; PACKED t spread as t / bs each, the first also t % bs
- * (reference distribute_tokens). */
-static mstar_status add_shape(mstar_piecewise_runner *pw, int64_t bs, int64_t tokens)
-{
-    struct pw_shape *s = calloc(1, sizeof(*s));
-    if (s == NULL || (s->seq_lens = calloc((size_t)bs, sizeof(*s->seq_lens))) == NULL ||
-        (s->slots = calloc((size_t)pw->num_slots, sizeof(*s->slots))) == NULL) {
-        shape_free(s);
-        return mstar_error_set(MSTAR_ENOMEM, "%s: out of memory", pw->who);
-    }
-    s->key = (mstar_bucket_key){ MSTAR_PIECEWISE_WALK, bs, tokens, pw->label };
-    for (int64_t i = 0; i < bs; i++)
-        s->seq_lens[i] = pw->config.kind == MSTAR_GRAPH_BATCHED
-                             ? pw->config.seq_len
-                             : tokens / bs + (i == 0 ? tokens % bs : 0);
-    mstar_status st = mstar__vec_push(&pw->shapes, &s);
-    if (st != MSTAR_OK)
-        shape_free(s);
-    return st;
-}
 
 static mstar_status build_shapes(mstar_piecewise_runner *pw)
 {
     const mstar_piecewise_config *c = &pw->config;
+    bool batched = c->kind == MSTAR_GRAPH_BATCHED;
+    size_t n = batched ? 1 : c->n_total_tokens;
     for (size_t i = 0; i < c->n_capture_batch_sizes; i++) {
         int64_t bs = c->capture_batch_sizes[i];
-        size_t n = c->kind == MSTAR_GRAPH_BATCHED ? 1 : c->n_total_tokens;
         for (size_t k = 0; k < n; k++) {
-            int64_t tokens = c->kind == MSTAR_GRAPH_BATCHED ? c->seq_len * bs : c->total_tokens[k];
-            mstar_status st = add_shape(pw, bs, tokens);
+            mstar_bucket_key key = { MSTAR_PIECEWISE_WALK, bs,
+                                     batched ? c->seq_len * bs : c->total_tokens[k], pw->label };
+            /* rows: seq_len each, or the total spread over bs rows (distribute_tokens) */
+            mstar_status st = mstar__buckets_add(&pw->set, &key, 0, batched ? c->seq_len : 0,
+                                                 batched ? 0 : key.num_tokens);
             if (st != MSTAR_OK)
                 return st;
         }
     }
-    qsort(pw->shapes.data, pw->shapes.len, sizeof(struct pw_shape *), cmp_shape_desc);
-    for (size_t i = 0; i < pw->shapes.len; i++) {
-        mstar_status st = mstar__vec_push(&pw->keys, &mstar__pw_shape_at(pw, i)->key);
-        if (st != MSTAR_OK)
-            return st;
-    }
-    return MSTAR_OK;
-}
-
-void mstar__pw_uncapture(mstar_piecewise_runner *pw, struct pw_shape *s)
-{
-    for (int32_t i = 0; i < pw->num_slots; i++) {
-        mstar__slot_free(s->slots[i]);
-        s->slots[i] = NULL;
-    }
-    s->captured = false;
+    return mstar__buckets_order(&pw->set);
 }
 
 /* ---- create / destroy -------------------------------------------------------------------------
@@ -186,16 +137,9 @@ void mstar_piecewise_runner_destroy(mstar_piecewise_runner *pw)
 {
     if (pw == NULL)
         return;
-    for (size_t i = 0; i < pw->shapes.len; i++) {
-        mstar__pw_uncapture(pw, mstar__pw_shape_at(pw, i));
-        shape_free(mstar__pw_shape_at(pw, i));
-    }
+    mstar__buckets_free(&pw->set);
     mstar_dummy_rows_destroy(pw->rows);
     mstar__stage_warned_free(&pw->warned);
-    mstar__vec_free(&pw->shapes);
-    mstar__vec_free(&pw->keys);
-    mstar__vec_free(&pw->dropped);
-    mstar__vec_free(&pw->specs);
     mstar_step_destroy(pw->step);
     config_free(&pw->config);
     free(pw->ids);
@@ -237,10 +181,7 @@ mstar_status mstar_piecewise_runner_create(const mstar_piecewise_runner_options 
     mstar_piecewise_runner *pw = calloc(1, sizeof(*pw));
     if (pw == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "mstar_piecewise_runner_create: out of memory");
-    mstar__vec_init(&pw->shapes, sizeof(struct pw_shape *));
-    mstar__vec_init(&pw->keys, sizeof(mstar_bucket_key));
-    mstar__vec_init(&pw->dropped, sizeof(mstar_bucket_key));
-    mstar__vec_init(&pw->specs, sizeof(mstar_cg_slot_spec));
+    mstar__buckets_init(&pw->set, NULL, 0); /* who and num_slots once known */
     mstar__vec_init(&pw->warned, sizeof(char *));
     pw->sr = o->step_runner;
     pw->stream = mstar_step_runner_compute_stream(o->step_runner);
@@ -257,6 +198,8 @@ mstar_status mstar_piecewise_runner_create(const mstar_piecewise_runner_options 
     if (st == MSTAR_OK &&
         ((pw->label = strdup(o->label)) == NULL || (pw->who = strdup(who)) == NULL))
         st = mstar_error_set(MSTAR_ENOMEM, "mstar_piecewise_runner_create: out of memory");
+    pw->set.who = pw->who;
+    pw->set.num_slots = pw->num_slots;
     if (st == MSTAR_OK)
         st = config_copy(o->config, &pw->config);
     if (st == MSTAR_OK) {
@@ -298,54 +241,23 @@ mstar_dummy_rows *mstar_piecewise_runner_dummy_rows(mstar_piecewise_runner *pw)
 
 const mstar_bucket_key *mstar_piecewise_runner_buckets(const mstar_piecewise_runner *pw, size_t *n)
 {
-    *n = pw->keys.len;
-    return pw->keys.data;
+    *n = pw->set.keys.len;
+    return pw->set.keys.data;
 }
 
 mstar_status mstar_piecewise_runner_prepare_for_capture(mstar_piecewise_runner *pw,
                                                         const mstar_cg_slot_spec **specs, size_t *n)
 {
-    pw->specs.len = 0;
-    int64_t max_bs = 0, max_tokens = 0;
-    for (size_t i = 0; i < pw->shapes.len; i++) {
-        const struct pw_shape *s = mstar__pw_shape_at(pw, i);
-        for (int32_t slot = 0; slot < pw->num_slots; slot++) {
-            mstar_cg_slot_spec spec = { s->key, slot, 0 };
-            mstar_status st = mstar__vec_push(&pw->specs, &spec);
-            if (st != MSTAR_OK)
-                return st;
-        }
-        if (s->key.bs > max_bs)
-            max_bs = s->key.bs;
-        if (s->key.num_tokens > max_tokens)
-            max_tokens = s->key.num_tokens;
-    }
-    if (mstar_step_runner_claim(pw->sr, pw->specs.data, pw->specs.len, max_bs, max_tokens) !=
-        MSTAR_OK)
-        return mstar_error_wrap("%s: prepare_for_capture", pw->who);
-    if (specs != NULL)
-        *specs = pw->specs.data;
-    if (n != NULL)
-        *n = pw->specs.len;
-    return MSTAR_OK;
+    return mstar__buckets_claim(&pw->set, pw->sr, specs, n);
 }
 
 /* ---- lookups (§6, §8.21) ----------------------------------------------------------------------
  */
 
-struct pw_shape *mstar__pw_find(const mstar_piecewise_runner *pw, const mstar_bucket_key *key)
-{
-    for (size_t i = 0; key != NULL && i < pw->shapes.len; i++) {
-        if (mstar_bucket_key_equal(&mstar__pw_shape_at(pw, i)->key, key))
-            return mstar__pw_shape_at(pw, i);
-    }
-    return NULL;
-}
-
 /* The captured shape a batch replays on. The batch pads to the smallest CONFIGURED bs that holds
  * it, and only shapes of exactly that bs answer: when that shape was dropped the region runs
  * eager, even if a larger one is captured (the reference piecewise lookup; §8.21). */
-static struct pw_shape *lookup(const mstar_piecewise_runner *pw, int64_t bs, int64_t total)
+static struct bucket *lookup(const mstar_piecewise_runner *pw, int64_t bs, int64_t total)
 {
     const mstar_piecewise_config *c = &pw->config;
     int64_t padded = -1;
@@ -355,9 +267,9 @@ static struct pw_shape *lookup(const mstar_piecewise_runner *pw, int64_t bs, int
     }
     if (padded < 0 || (c->kind == MSTAR_GRAPH_PACKED && total < 0))
         return NULL;
-    struct pw_shape *best = NULL;
-    for (size_t i = 0; i < pw->shapes.len; i++) {
-        struct pw_shape *s = mstar__pw_shape_at(pw, i);
+    struct bucket *best = NULL;
+    for (size_t i = 0; i < pw->set.all.len; i++) {
+        struct bucket *s = mstar__buckets_at(&pw->set, i);
         if (!s->captured || s->key.bs != padded)
             continue;
         if (c->kind == MSTAR_GRAPH_BATCHED)
@@ -377,7 +289,7 @@ bool mstar_piecewise_runner_can_run(const mstar_piecewise_runner *pw, int64_t bs
 bool mstar_piecewise_runner_lease_slot(const mstar_piecewise_runner *pw, int64_t bs, int64_t total,
                                        mstar_slot_lease *out)
 {
-    const struct pw_shape *s = lookup(pw, bs, total);
+    const struct bucket *s = lookup(pw, bs, total);
     if (s != NULL && out != NULL)
         *out = (mstar_slot_lease){ pw->slot, s->key };
     return s != NULL;
@@ -408,42 +320,32 @@ const mstar_graph_slot *mstar_piecewise_runner_slot_for(const mstar_piecewise_ru
 {
     if (lease == NULL || lease->slot < 0 || lease->slot >= pw->num_slots)
         return NULL;
-    const struct pw_shape *s = mstar__pw_find(pw, &lease->bucket);
+    const struct bucket *s = mstar__buckets_find(&pw->set, &lease->bucket);
     return s != NULL && s->captured ? s->slots[lease->slot] : NULL;
 }
 
 const mstar_bucket_key *mstar_piecewise_runner_dropped_shapes(const mstar_piecewise_runner *pw,
                                                               size_t *n)
 {
-    *n = pw->dropped.len;
-    return pw->dropped.data;
+    *n = pw->set.dropped.len;
+    return pw->set.dropped.data;
 }
 
 mstar_status mstar_piecewise_runner_drop_shape(mstar_piecewise_runner *pw,
                                                const mstar_bucket_key *key)
 {
-    struct pw_shape *s = mstar__pw_find(pw, key);
-    if (s == NULL)
-        return mstar_error_set(MSTAR_ENOENT, "%s: no such shape", pw->who);
-    if (!s->captured)
-        return MSTAR_OK;
-    mstar__pw_uncapture(pw, s);
-    return mstar__vec_push(&pw->dropped, &s->key);
+    return mstar__buckets_drop(&pw->set, key);
 }
 
 bool mstar_piecewise_runner_any_graphs(const mstar_piecewise_runner *pw)
 {
-    for (size_t i = 0; i < pw->shapes.len; i++) {
-        if (mstar__pw_shape_at(pw, i)->captured)
-            return true;
-    }
-    return false;
+    return mstar__buckets_any_captured(&pw->set);
 }
 
 /* ---- the region's step ------------------------------------------------------------------------
  */
 
-static void fill_ctx(mstar_piecewise_runner *pw, const struct pw_shape *s, int32_t slot,
+static void fill_ctx(mstar_piecewise_runner *pw, const struct bucket *s, int32_t slot,
                      const int64_t *ids, bool capture)
 {
     *mstar_step_context(pw->step) = (mstar_step_ctx){
@@ -460,7 +362,7 @@ static void fill_ctx(mstar_piecewise_runner *pw, const struct pw_shape *s, int32
     };
 }
 
-mstar_status mstar__pw_declare(mstar_piecewise_runner *pw, const struct pw_shape *s, int32_t slot,
+mstar_status mstar__pw_declare(mstar_piecewise_runner *pw, const struct bucket *s, int32_t slot,
                                const int64_t *ids, const int64_t *lens, bool capture,
                                bool *declared)
 {
@@ -471,7 +373,7 @@ mstar_status mstar__pw_declare(mstar_piecewise_runner *pw, const struct pw_shape
         return MSTAR_OK;
     if (pw->config.declare_step(pw->config.user, ids, lens, (size_t)s->key.bs, pw->step,
                                 declared) != MSTAR_OK)
-        return mstar_error_wrap("%s: declare_step", pw->who);
+        return mstar_error_wrap("declare_step"); /* callers name the region */
     if (!*declared)
         mstar_step_reset(pw->step);
     fill_ctx(pw, s, slot, ids, capture); /* the declaration must not move the context */
@@ -483,7 +385,7 @@ mstar_status mstar__pw_declare(mstar_piecewise_runner *pw, const struct pw_shape
 
 /* Steps 1–2 of run: the real batch size, the total tokens (-1 without seq_lens) and the shape. */
 static mstar_status resolve(mstar_piecewise_runner *pw, const int64_t *ids, const int64_t *lens,
-                            size_t n, int64_t *real_bs, int64_t *total, struct pw_shape **out)
+                            size_t n, int64_t *real_bs, int64_t *total, struct bucket **out)
 {
     bool arrays = ids != NULL || lens != NULL;
     if (*real_bs < 0 && !arrays)
@@ -522,7 +424,7 @@ static mstar_status replay(mstar_piecewise_runner *pw, const struct mstar_graph_
 }
 
 /* Step 5 of run: the region's own step around the replay. */
-static mstar_status step_and_replay(mstar_piecewise_runner *pw, const struct pw_shape *s,
+static mstar_status step_and_replay(mstar_piecewise_runner *pw, const struct bucket *s,
                                     const struct mstar_graph_slot *g, const int64_t *ids,
                                     const int64_t *lens, int64_t real_bs)
 {
@@ -534,7 +436,7 @@ static mstar_status step_and_replay(mstar_piecewise_runner *pw, const struct pw_
     memcpy(pw->ids, ids, (size_t)real_bs * sizeof(*ids));
     memcpy(pw->ids + real_bs, g->dummy_rids + real_bs,
            (size_t)(s->key.bs - real_bs) * sizeof(*ids));
-    const mstar_piecewise_shape shape = { s->key.bs, s->seq_lens, s->key.num_tokens };
+    const mstar_piecewise_shape shape = { s->key.bs, s->row_lens, s->key.num_tokens };
     bool declared = false;
     mstar_status st = mstar_piecewise_replay_seq_lens(&pw->config, &shape, lens, real_bs, pw->lens);
     if (st == MSTAR_OK)
@@ -563,7 +465,7 @@ mstar_status mstar_piecewise_runner_run(mstar_piecewise_runner *pw,
         return mstar_error_set(MSTAR_EINVAL, "mstar_piecewise_runner_run: runner, static_inputs "
                                              "and out must not be NULL");
     int64_t total;
-    struct pw_shape *s;
+    struct bucket *s;
     mstar_status st = resolve(pw, request_ids, seq_lens, n, &real_bs, &total, &s);
     if (st != MSTAR_OK)
         return st;

@@ -20,7 +20,7 @@
 /* What one spec needs while it is warmed and captured (reference WarmedRegion). */
 struct region_run {
     mstar_piecewise_runner *pw;
-    struct pw_shape *shape;
+    struct bucket *shape;
     int32_t slot;
     mstar_piecewise_shape view;
     mstar_piecewise_call call;
@@ -58,14 +58,9 @@ static mstar_status prepare(struct region_run *rr, bool first)
     mstar_piecewise_runner *pw = rr->pw;
     bool declared = false;
     mstar_status st = mstar__pw_declare(pw, rr->shape, rr->slot, rr->g->dummy_rids,
-                                        rr->shape->seq_lens, true, &declared);
-    if (st == MSTAR_OK && first) {
-        const char *blocked[8];
-        size_t nb = mstar_blocked_capture_resources(pw->sr, pw->step, blocked, 8);
-        if (nb != 0)
-            st = mstar_error_set(MSTAR_ENOTSUP, "resource '%s'%s cannot capture this step",
-                                 blocked[0], nb > 1 ? " and others" : "");
-    }
+                                        rr->shape->row_lens, true, &declared);
+    if (st == MSTAR_OK && first)
+        st = mstar__spec_capturable(pw->sr, pw->step);
     if (st == MSTAR_OK && declared)
         st = mstar__admit_and_plan(pw->sr, pw->step);
     return st;
@@ -112,20 +107,16 @@ static mstar_status warm_up(struct region_run *rr)
     return st;
 }
 
-/*
- * Warm one spec up and, with `capture`, capture it. On success with capture, *out_slot is the
- * captured slot or, with `out_graph`, the caller takes the graph. *peak: the caching allocator's
- * peak above the pre-warm baseline.
- */
-static mstar_status run_spec(mstar_piecewise_runner *pw, struct pw_shape *shape, int32_t slot,
-                             bool capture, unsigned flags, struct mstar_graph_slot **out_slot,
-                             mstar_graph **out_graph, mstar_capture_stats *stats, uint64_t *peak)
+/* Warm one spec up (mstar__spec_fn) and, as the job asks, capture it. */
+static mstar_status run_spec(void *runner, struct bucket *shape, int32_t slot,
+                             const mstar__spec_job *job, struct mstar_graph_slot **slot_out)
 {
+    mstar_piecewise_runner *pw = runner;
     char key[80];
     snprintf(key, sizeof(key), "%lld_%lld_slot%d", (long long)shape->key.bs,
              (long long)shape->key.num_tokens, (int)slot);
     struct region_run rr = { pw,    shape,
-                             slot,  { shape->key.bs, shape->seq_lens, shape->key.num_tokens },
+                             slot,  { shape->key.bs, shape->row_lens, shape->key.num_tokens },
                              { 0 }, NULL,
                              NULL };
     const int64_t *rows = NULL;
@@ -138,22 +129,18 @@ static mstar_status run_spec(mstar_piecewise_runner *pw, struct pw_shape *shape,
         st = make_static_inputs(&rr);
     }
     /* The static buffers stay for the graph's life: the peak is what the eager step adds. */
-    mstar_backend *b = mstar_stream_backend(pw->stream);
-    mstar_alloc_stats base;
-    mstar_caching_stats(b, &base);
-    mstar_caching_reset_peak(b);
+    mstar_backend *backend = mstar_stream_backend(pw->stream);
+    uint64_t base;
+    mstar__spec_peak_begin(backend, &base);
     if (st == MSTAR_OK)
         st = prepare(&rr, true);
     if (st == MSTAR_OK)
         st = warm_up(&rr);
-    if (peak != NULL) {
-        mstar_alloc_stats now;
-        mstar_caching_stats(b, &now);
-        *peak = now.peak > base.allocated ? now.peak - base.allocated : 0;
-    }
-    if (st == MSTAR_OK && capture)
+    mstar__spec_peak_end(backend, base, job);
+    if (st == MSTAR_OK && job->capture)
         st = mstar_capture_with_static_outputs(pw->stream, pw->pool, capture_region, &rr, rr.warm,
-                                               flags, &rr.g->graph, rr.g->static_outputs, stats);
+                                               job->flags, &rr.g->graph, rr.g->static_outputs,
+                                               job->stats);
     /* Every exit path: the rows hold nothing once this spec is done (§8.30). */
     mstar_status reset = rows == NULL
                              ? MSTAR_OK
@@ -162,100 +149,24 @@ static mstar_status run_spec(mstar_piecewise_runner *pw, struct pw_shape *shape,
         st = reset;
     mstar_tensor_map_destroy(rr.warm);
     mstar_step_reset(pw->step);
-    if (st == MSTAR_OK && capture && out_graph != NULL) {
-        *out_graph = rr.g->graph;
-        rr.g->graph = NULL;
-        mstar__slot_free(rr.g);
-    } else if (st == MSTAR_OK && capture) {
-        *out_slot = rr.g;
-    } else {
-        mstar__slot_free(rr.g);
-    }
-    if (st != MSTAR_OK) {
-        char name[MSTAR_BUCKET_NAME_MAX];
-        mstar_error_wrap("%s: %s slot %d", pw->who,
-                         mstar_bucket_key_format(&shape->key, name, sizeof(name)), (int)slot);
-    }
-    return st;
-}
-
-static mstar_status find_or_fail(mstar_piecewise_runner *pw, const mstar_bucket_key *key,
-                                 struct pw_shape **out)
-{
-    *out = mstar__pw_find(pw, key);
-    if (*out == NULL)
-        return mstar_error_set(MSTAR_ENOENT, "%s: no such shape", pw->who);
-    return MSTAR_OK;
+    return mstar__spec_finish(&pw->set, shape, slot, job, st, rr.g, slot_out);
 }
 
 mstar_status mstar_piecewise_runner_warm_bucket(mstar_piecewise_runner *pw,
                                                 const mstar_bucket_key *key, uint64_t *peak)
 {
-    struct pw_shape *s;
-    mstar_status st = find_or_fail(pw, key, &s);
-    uint64_t most = 0;
-    for (int32_t slot = 0; st == MSTAR_OK && slot < pw->num_slots; slot++) {
-        uint64_t p = 0;
-        st = run_spec(pw, s, slot, false, 0, NULL, NULL, NULL, &p);
-        if (p > most)
-            most = p;
-    }
-    if (st == MSTAR_OK && peak != NULL)
-        *peak = most;
-    return st;
+    return mstar__buckets_warm(&pw->set, run_spec, pw, key, peak);
 }
 
 mstar_status mstar_piecewise_runner_capture_throwaway(mstar_piecewise_runner *pw,
                                                       const mstar_bucket_key *key, unsigned flags,
                                                       mstar_graph **out, mstar_capture_stats *stats)
 {
-    struct pw_shape *s;
-    mstar_status st = find_or_fail(pw, key, &s);
-    if (st == MSTAR_OK && out == NULL)
-        st = mstar_error_set(MSTAR_EINVAL, "capture_throwaway: out is NULL");
-    return st != MSTAR_OK ? st : run_spec(pw, s, 0, true, flags, NULL, out, stats, NULL);
-}
-
-static bool is_planned(const mstar_bucket_key *planned, size_t n, const mstar_bucket_key *k)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (mstar_bucket_key_equal(&planned[i], k))
-            return true;
-    }
-    return false;
+    return mstar__buckets_throwaway(&pw->set, run_spec, pw, key, flags, out, stats);
 }
 
 mstar_status mstar_piecewise_runner_warmup_and_capture(mstar_piecewise_runner *pw,
                                                        const mstar_bucket_key *planned, size_t n)
 {
-    if (!mstar_step_runner_buffers_built(pw->sr))
-        return mstar_error_set(MSTAR_ESTATE,
-                               "%s: build the graph buffers first (every runner's "
-                               "prepare_for_capture, then mstar_step_runner_build_graph_buffers)",
-                               pw->who);
-    pw->dropped.len = 0;
-    for (size_t i = 0; i < pw->shapes.len; i++) { /* capture order: largest first */
-        struct pw_shape *s = mstar__pw_shape_at(pw, i);
-        if (s->captured)
-            continue;
-        mstar_status st = MSTAR_OK;
-        if (planned != NULL && !is_planned(planned, n, &s->key)) {
-            if ((st = mstar__vec_push(&pw->dropped, &s->key)) != MSTAR_OK)
-                return st;
-            continue;
-        }
-        for (int32_t slot = 0; st == MSTAR_OK && slot < pw->num_slots; slot++)
-            st = run_spec(pw, s, slot, true, 0, &s->slots[slot], NULL, NULL, NULL);
-        if (st == MSTAR_OK) {
-            s->captured = true;
-            continue;
-        }
-        /* A hole in a shape's slots would let a lease land on nothing: drop it whole (§2.3). */
-        mstar_log(MSTAR_LOG_WARN, "%s: dropped a shape: %s", pw->who, mstar_last_error());
-        mstar__pw_uncapture(pw, s);
-        if ((st = mstar__vec_push(&pw->dropped, &s->key)) != MSTAR_OK)
-            return st;
-    }
-    mstar_error_clear();
-    return MSTAR_OK;
+    return mstar__buckets_capture(&pw->set, run_spec, pw, pw->sr, planned, n);
 }

@@ -2,11 +2,9 @@
  * runner.c — the whole-forward runner (reference AcceleratorGraphRunner): buckets and slots, the
  * tightest-fit lookups, leases, padding, capture with warm-ups, and run_forward.
  *
- * Every configured bucket exists from creation, in capture order (descending (bs, num_tokens),
- * §3.6); capture marks the ones that made it, and lookups see only those. A bucket's slots are
- * captured together: if any slot fails the whole bucket is dropped, so no lease can land on a
- * hole (§2.3). Keys point at strings of the runner's own config copies, so they stay valid for
- * the runner's life.
+ * The buckets (every configured one, in capture order) live in an mstar__buckets (buckets.c),
+ * shared with the piecewise runner; lookups see only the captured ones. Keys point at strings of
+ * the runner's own config copies, so they stay valid for the runner's life.
  */
 #include "graphs/runner.h"
 
@@ -18,116 +16,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define bucket_at mstar__bucket_at
-
 static const mstar_graph_config *config_of(const mstar_graph_runner *r, const struct bucket *b)
 {
     return &r->configs[b->config_idx];
-}
-
-static int cmp_bucket_desc(const void *pa, const void *pb)
-{
-    const struct bucket *a = *(struct bucket *const *)pa, *b = *(struct bucket *const *)pb;
-    if (a->key.bs != b->key.bs)
-        return a->key.bs > b->key.bs ? -1 : 1;
-    if (a->key.num_tokens != b->key.num_tokens)
-        return a->key.num_tokens > b->key.num_tokens ? -1 : 1;
-    return (a->config_idx > b->config_idx) - (a->config_idx < b->config_idx);
-}
-
-static mstar_status add_bucket(mstar_graph_runner *r, uint32_t idx, int64_t bs, int64_t tokens)
-{
-    const mstar_graph_config *c = &r->configs[idx];
-    struct bucket *b = calloc(1, sizeof(*b));
-    if (b == NULL || (b->slots = calloc((size_t)r->num_slots, sizeof(*b->slots))) == NULL) {
-        free(b);
-        return mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory");
-    }
-    b->key = (mstar_bucket_key){ c->capture_graph_walk, bs, tokens, c->cg_key_info };
-    b->config_idx = idx;
-    for (size_t i = 0; i < r->buckets.len; i++) {
-        if (mstar_bucket_key_equal(&bucket_at(r, i)->key, &b->key)) {
-            char name[MSTAR_BUCKET_NAME_MAX];
-            free(b->slots);
-            free(b);
-            return mstar_error_set(MSTAR_EINVAL,
-                                   "config %u: bucket %s is already captured by config %u (give "
-                                   "one of them a cg_key_info)",
-                                   idx, mstar_bucket_key_format(&b->key, name, sizeof(name)),
-                                   bucket_at(r, i)->config_idx);
-        }
-    }
-    mstar_status st = mstar__vec_push(&r->buckets, &b);
-    if (st != MSTAR_OK) {
-        free(b->slots);
-        free(b);
-    }
-    return st;
 }
 
 static mstar_status build_buckets(mstar_graph_runner *r)
 {
     for (uint32_t i = 0; i < r->n_configs; i++) {
         const mstar_graph_config *c = &r->configs[i];
+        bool batched = c->kind == MSTAR_GRAPH_BATCHED;
+        size_t n = batched ? 1 : c->n_capture_token_lengths;
         for (size_t j = 0; j < c->n_capture_batch_sizes; j++) {
             int64_t bs = c->capture_batch_sizes[j];
-            if (c->kind == MSTAR_GRAPH_BATCHED) {
-                mstar_status st = add_bucket(r, i, bs, mstar__config_batched_tokens(c, bs));
-                if (st != MSTAR_OK)
-                    return st;
-                continue;
-            }
-            for (size_t k = 0; k < c->n_capture_token_lengths; k++) {
-                mstar_status st = add_bucket(r, i, bs, c->capture_token_lengths[k]);
+            for (size_t k = 0; k < n; k++) {
+                mstar_bucket_key key = { c->capture_graph_walk, bs,
+                                         batched ? mstar__config_batched_tokens(c, bs)
+                                                 : c->capture_token_lengths[k],
+                                         c->cg_key_info };
+                /* rows: seq_len each, or the input tokens (plan tokens / multiplier) spread */
+                mstar_status st = mstar__buckets_add(
+                    &r->set, &key, i, batched ? c->seq_len : 0,
+                    batched ? 0 : key.num_tokens / c->plan_tokens_per_input_token);
                 if (st != MSTAR_OK)
                     return st;
             }
         }
     }
-    qsort(r->buckets.data, r->buckets.len, sizeof(struct bucket *), cmp_bucket_desc);
-    for (size_t i = 0; i < r->buckets.len; i++) {
-        mstar_status st = mstar__vec_push(&r->keys, &bucket_at(r, i)->key);
-        if (st != MSTAR_OK)
-            return st;
-    }
-    return MSTAR_OK;
-}
-
-void mstar__slot_free(struct mstar_graph_slot *s)
-{
-    if (s == NULL)
-        return;
-    mstar_graph_destroy(s->graph);
-    mstar_tensor_map_destroy(s->static_inputs);
-    mstar_tensor_map_destroy(s->static_outputs);
-    mstar__vec_free(&s->seq_dims);
-    free(s->dummy_metadata);
-    free(s);
-}
-
-mstar_status mstar__slot_new(const mstar_bucket_key *key, uint32_t config_idx,
-                             struct mstar_graph_slot **out)
-{
-    struct mstar_graph_slot *s = calloc(1, sizeof(*s));
-    if (s == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory");
-    mstar__vec_init(&s->seq_dims, sizeof(int32_t));
-    s->config_idx = config_idx;
-    s->n_rows = (size_t)key->bs;
-    s->dummy_metadata = calloc((size_t)key->bs, sizeof(*s->dummy_metadata));
-    mstar_status st = s->dummy_metadata == NULL
-                          ? mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory")
-                          : mstar_tensor_map_create(&s->static_inputs);
-    if (st == MSTAR_OK)
-        st = mstar_tensor_map_create(&s->static_outputs);
-    if (st != MSTAR_OK) {
-        mstar__slot_free(s);
-        return st;
-    }
-    for (int64_t i = 0; i < key->bs; i++)
-        s->dummy_metadata[i] = mstar_dummy_metadata(key->graph_walk);
-    *out = s;
-    return MSTAR_OK;
+    return mstar__buckets_order(&r->set);
 }
 
 mstar_status mstar__admit_and_plan(mstar_step_runner *sr, mstar_step *step)
@@ -142,26 +58,11 @@ mstar_status mstar__admit_and_plan(mstar_step_runner *sr, mstar_step *step)
     return st;
 }
 
-static void bucket_uncapture(mstar_graph_runner *r, struct bucket *b)
-{
-    for (int32_t i = 0; i < r->num_slots; i++) {
-        mstar__slot_free(b->slots[i]);
-        b->slots[i] = NULL;
-    }
-    b->captured = false;
-}
-
 void mstar_graph_runner_destroy(mstar_graph_runner *r)
 {
     if (r == NULL)
         return;
-    for (size_t i = 0; i < r->buckets.len; i++) {
-        struct bucket *b = bucket_at(r, i);
-        bucket_uncapture(r, b);
-        free(b->declare_rows);
-        free(b->slots);
-        free(b);
-    }
+    mstar__buckets_free(&r->set);
     for (size_t i = 0; i < r->templates.len; i++) {
         struct template_row *t = mstar__vec_at(&r->templates, i);
         mstar_tensor_map_destroy(t->full);
@@ -173,13 +74,10 @@ void mstar_graph_runner_destroy(mstar_graph_runner *r)
     for (size_t i = 0; i < r->n_configs; i++)
         mstar__config_free(&r->configs[i]);
     free(r->configs);
-    mstar__vec_free(&r->buckets);
-    mstar__vec_free(&r->dropped);
-    mstar__vec_free(&r->specs);
     mstar__vec_free(&r->templates);
-    mstar__vec_free(&r->keys);
     mstar_step_destroy(r->step);
     free(r->name);
+    free(r->who);
     free(r);
 }
 
@@ -203,13 +101,10 @@ mstar_status mstar_graph_runner_create(const mstar_graph_runner_options *o,
     mstar_graph_runner *r = calloc(1, sizeof(*r));
     if (r == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "mstar_graph_runner_create: out of memory");
-    mstar__vec_init(&r->buckets, sizeof(struct bucket *));
-    mstar__vec_init(&r->dropped, sizeof(mstar_bucket_key));
-    mstar__vec_init(&r->specs, sizeof(mstar_cg_slot_spec));
+    mstar__buckets_init(&r->set, NULL, 0); /* who and num_slots once known */
     mstar__vec_init(&r->interned, sizeof(mstar__interned));
     mstar__vec_init(&r->templates, sizeof(struct template_row));
     mstar__vec_init(&r->warned, sizeof(char *));
-    mstar__vec_init(&r->keys, sizeof(mstar_bucket_key));
     r->sub = o->submodule;
     r->sub_self = o->submodule_self;
     r->sr = o->step_runner;
@@ -220,9 +115,16 @@ mstar_status mstar_graph_runner_create(const mstar_graph_runner_options *o,
     mstar_status st = MSTAR_OK;
     if (r->num_slots == 0)
         st = mstar_step_runner_default_num_slots(o->step_runner, &r->num_slots);
-    if (st == MSTAR_OK && ((r->name = strdup(o->submodule_name)) == NULL ||
-                           (r->configs = calloc(o->n_configs + 1, sizeof(*r->configs))) == NULL))
+    size_t who_len = strlen(o->submodule_name) + sizeof("graph runner ");
+    if (st == MSTAR_OK &&
+        ((r->name = strdup(o->submodule_name)) == NULL || (r->who = malloc(who_len)) == NULL ||
+         (r->configs = calloc(o->n_configs + 1, sizeof(*r->configs))) == NULL))
         st = mstar_error_set(MSTAR_ENOMEM, "mstar_graph_runner_create: out of memory");
+    if (st == MSTAR_OK) {
+        snprintf(r->who, who_len, "graph runner %s", r->name);
+        r->set.who = r->who;
+        r->set.num_slots = r->num_slots;
+    }
     for (size_t i = 0; st == MSTAR_OK && i < o->n_configs; i++) {
         st = mstar__config_copy(&o->configs[i], (uint32_t)i, &r->configs[i]);
         if (st == MSTAR_OK)
@@ -260,8 +162,8 @@ mstar_dummy_rows *mstar_graph_runner_dummy_rows(mstar_graph_runner *r)
 
 const mstar_bucket_key *mstar_graph_runner_buckets(const mstar_graph_runner *r, size_t *n)
 {
-    *n = r->keys.len;
-    return r->keys.data;
+    *n = r->set.keys.len;
+    return r->set.keys.data;
 }
 
 /* ---- templates --------------------------------------------------------------------------------
@@ -320,25 +222,15 @@ mstar_status mstar__runner_template(mstar_graph_runner *r, uint32_t idx, int64_t
     return MSTAR_OK;
 }
 
-/* Input tokens of row i when a packed bucket's tokens are spread over bs rows: each gets n / bs
- * and the first also n % bs (reference distribute_tokens). */
-static int64_t packed_row_len(const mstar_graph_config *c, const mstar_bucket_key *k, int64_t i)
-{
-    int64_t n = k->num_tokens / c->plan_tokens_per_input_token;
-    return n / k->bs + (i == 0 ? n % k->bs : 0);
-}
-
 mstar_status mstar__runner_node_inputs(mstar_graph_runner *r, const struct bucket *b,
                                        mstar_node_input *rows)
 {
-    const mstar_graph_config *c = config_of(r, b);
     for (int64_t i = 0; i < b->key.bs; i++) {
-        int64_t len = c->kind == MSTAR_GRAPH_BATCHED ? c->seq_len : packed_row_len(c, &b->key, i);
         struct template_row *t;
-        mstar_status st = mstar__runner_template(r, b->config_idx, len, &t);
+        mstar_status st = mstar__runner_template(r, b->config_idx, b->row_lens[i], &t);
         if (st != MSTAR_OK)
             return st;
-        rows[i] = (mstar_node_input){ len, t->full };
+        rows[i] = (mstar_node_input){ b->row_lens[i], t->full };
     }
     return MSTAR_OK;
 }
@@ -349,30 +241,7 @@ mstar_status mstar__runner_node_inputs(mstar_graph_runner *r, const struct bucke
 mstar_status mstar_graph_runner_prepare_for_capture(mstar_graph_runner *r,
                                                     const mstar_cg_slot_spec **specs, size_t *n)
 {
-    r->specs.len = 0;
-    int64_t max_bs = 0, max_tokens = 0;
-    for (size_t i = 0; i < r->buckets.len; i++) {
-        struct bucket *b = bucket_at(r, i);
-        for (int32_t s = 0; s < r->num_slots; s++) {
-            mstar_cg_slot_spec spec = { b->key, s, b->config_idx };
-            mstar_status st = mstar__vec_push(&r->specs, &spec);
-            if (st != MSTAR_OK)
-                return st;
-        }
-        if (b->key.bs > max_bs)
-            max_bs = b->key.bs;
-        if (b->key.num_tokens > max_tokens)
-            max_tokens = b->key.num_tokens;
-    }
-    mstar_status st =
-        mstar_step_runner_claim(r->sr, r->specs.data, r->specs.len, max_bs, max_tokens);
-    if (st != MSTAR_OK)
-        return mstar_error_wrap("graph runner %s: prepare_for_capture", r->name);
-    if (specs != NULL)
-        *specs = r->specs.data;
-    if (n != NULL)
-        *n = r->specs.len;
-    return MSTAR_OK;
+    return mstar__buckets_claim(&r->set, r->sr, specs, n);
 }
 
 /* ---- lookups (§2.4–2.7) -----------------------------------------------------------------------
@@ -385,11 +254,7 @@ static bool key_info_equal(const char *a, const char *b)
 
 struct bucket *mstar__runner_find_bucket(const mstar_graph_runner *r, const mstar_bucket_key *key)
 {
-    for (size_t i = 0; i < r->buckets.len; i++) {
-        if (mstar_bucket_key_equal(&bucket_at(r, i)->key, key))
-            return bucket_at(r, i);
-    }
-    return NULL;
+    return mstar__buckets_find(&r->set, key);
 }
 
 static bool candidate(const mstar_graph_runner *r, const struct bucket *b, const char *walk,
@@ -403,8 +268,8 @@ static const struct bucket *select_bucket(const mstar_graph_runner *r, const cha
                                           int64_t num_tokens, const char *key)
 {
     const struct bucket *best = NULL;
-    for (size_t i = 0; walk != NULL && i < r->buckets.len; i++) {
-        const struct bucket *b = bucket_at(r, i);
+    for (size_t i = 0; walk != NULL && i < r->set.all.len; i++) {
+        const struct bucket *b = mstar__buckets_at(&r->set, i);
         if (!candidate(r, b, walk, bs, key))
             continue;
         /* The request counts input tokens; the bucket counts the tokens its plan carries. */
@@ -422,8 +287,8 @@ static const struct bucket *select_batched(const mstar_graph_runner *r, const ch
                                            int64_t bs, const char *key)
 {
     const struct bucket *best = NULL;
-    for (size_t i = 0; walk != NULL && i < r->buckets.len; i++) {
-        const struct bucket *b = bucket_at(r, i);
+    for (size_t i = 0; walk != NULL && i < r->set.all.len; i++) {
+        const struct bucket *b = mstar__buckets_at(&r->set, i);
         const mstar_graph_config *c = config_of(r, b);
         if (!candidate(r, b, walk, bs, key) || c->kind != MSTAR_GRAPH_BATCHED ||
             b->key.num_tokens != mstar__config_batched_tokens(c, b->key.bs))
@@ -478,8 +343,8 @@ bool mstar_graph_runner_can_run(const mstar_graph_runner *r, const char *walk, i
 
 bool mstar_graph_runner_captures_walk(const mstar_graph_runner *r, const char *walk)
 {
-    for (size_t i = 0; walk != NULL && i < r->buckets.len; i++) {
-        const struct bucket *b = bucket_at(r, i);
+    for (size_t i = 0; walk != NULL && i < r->set.all.len; i++) {
+        const struct bucket *b = mstar__buckets_at(&r->set, i);
         if (b->captured && mstar__config_replays(config_of(r, b), walk))
             return true;
     }
@@ -488,11 +353,7 @@ bool mstar_graph_runner_captures_walk(const mstar_graph_runner *r, const char *w
 
 bool mstar_graph_runner_any_graphs(const mstar_graph_runner *r)
 {
-    for (size_t i = 0; i < r->buckets.len; i++) {
-        if (bucket_at(r, i)->captured)
-            return true;
-    }
-    return false;
+    return mstar__buckets_any_captured(&r->set);
 }
 
 int64_t mstar_graph_runner_max_batch_size_for(const mstar_graph_runner *r, const char *walk)
@@ -545,28 +406,6 @@ const mstar_graph_slot *mstar_graph_runner_slot_for(const mstar_graph_runner *r,
     return b == NULL ? NULL : b->slots[lease->slot];
 }
 
-const mstar_graph *mstar_graph_slot_graph(const mstar_graph_slot *s)
-{
-    return s->graph;
-}
-
-const mstar_tensor_map *mstar_graph_slot_static_inputs(const mstar_graph_slot *s)
-{
-    return s->static_inputs;
-}
-
-const mstar_tensor_map *mstar_graph_slot_static_outputs(const mstar_graph_slot *s)
-{
-    return s->static_outputs;
-}
-
-const int64_t *mstar_graph_slot_dummy_rids(const mstar_graph_slot *s, size_t *n)
-{
-    if (n != NULL)
-        *n = s->n_rows;
-    return s->dummy_rids;
-}
-
 /* ---- padding (§2.9, §2.10) --------------------------------------------------------------------
  */
 
@@ -594,10 +433,9 @@ mstar_status mstar_graph_runner_pad_inputs(mstar_graph_runner *r, const mstar_sl
     mstar_status st = lease_check(r, lease, n, &b);
     if (st != MSTAR_OK)
         return st;
-    const mstar_graph_config *c = config_of(r, b);
     struct template_row *t;
-    int64_t len = c->kind == MSTAR_GRAPH_BATCHED ? c->seq_len : packed_row_len(c, &b->key, 1);
-    if ((st = mstar__runner_template(r, b->config_idx, len, &t)) != MSTAR_OK)
+    /* any row's template serves: padding cuts it to length 0 */
+    if ((st = mstar__runner_template(r, b->config_idx, b->row_lens[0], &t)) != MSTAR_OK)
         return st;
     for (size_t i = 0; i < n; i++)
         out[i] = inputs[i];
@@ -676,18 +514,11 @@ mstar_status mstar_graph_runner_release(mstar_graph_runner *r, const mstar_slot_
 
 const mstar_bucket_key *mstar_graph_runner_dropped_buckets(const mstar_graph_runner *r, size_t *n)
 {
-    *n = r->dropped.len;
-    return r->dropped.data;
+    *n = r->set.dropped.len;
+    return r->set.dropped.data;
 }
 
 mstar_status mstar_graph_runner_drop_bucket(mstar_graph_runner *r, const mstar_bucket_key *key)
 {
-    struct bucket *b = mstar__runner_find_bucket(r, key);
-    if (b == NULL)
-        return mstar_error_set(MSTAR_ENOENT, "graph runner %s: no such bucket", r->name);
-    if (b->captured) {
-        bucket_uncapture(r, b);
-        return mstar__vec_push(&r->dropped, &b->key);
-    }
-    return MSTAR_OK;
+    return mstar__buckets_drop(&r->set, key);
 }

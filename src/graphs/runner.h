@@ -1,7 +1,7 @@
 /*
  * runner.h — the whole-forward runner's state, shared by runner.c (registry, lookups, leases,
- * padding) and runner_capture.c (warm-ups, capture, run_forward); the slot type and the helpers
- * the piecewise runner shares with it.
+ * padding) and runner_capture.c (warm-ups, capture, run_forward), and a step helper the piecewise
+ * runner shares with it.
  */
 #ifndef MSTAR_GRAPHS_RUNNER_H
 #define MSTAR_GRAPHS_RUNNER_H
@@ -9,25 +9,7 @@
 #include "mstar/graphs.h"
 
 #include "core/vec.h"
-
-struct mstar_graph_slot {
-    mstar_graph *graph;
-    mstar_tensor_map *static_inputs;  /* views of interned buffers */
-    mstar_tensor_map *static_outputs; /* views of the graph's pool blocks */
-    mstar__vec seq_dims;              /* int32_t per static input, same order */
-    const int64_t *dummy_rids;        /* bs handles, owned by the dummy-row pool */
-    size_t n_rows;
-    mstar_forward_info *dummy_metadata;
-    uint32_t config_idx;
-};
-
-struct bucket {
-    mstar_bucket_key key;
-    uint32_t config_idx;
-    bool captured;
-    struct mstar_graph_slot **slots; /* num_slots, NULL until captured */
-    mstar_node_input *declare_rows;  /* declare_inputs_for's cache */
-};
+#include "graphs/buckets.h"
 
 struct template_row {
     uint32_t config_idx;
@@ -48,20 +30,13 @@ struct mstar_graph_runner {
     int32_t num_slots;
     mstar_dtype autocast;
     mstar_dummy_rows *rows;
-    mstar__vec buckets;   /* struct bucket *, capture order */
-    mstar__vec dropped;   /* mstar_bucket_key */
-    mstar__vec specs;     /* mstar_cg_slot_spec */
+    char *who;            /* "graph runner <name>", for messages */
+    mstar__buckets set;   /* every configured bucket, capture order */
     mstar__vec interned;  /* mstar__interned */
     mstar__vec templates; /* struct template_row */
     mstar__vec warned;    /* char *: captured keys found missing at staging, warned once */
-    mstar__vec keys;      /* mstar_bucket_key of every bucket, capture order */
     mstar_step *step;     /* scratch for captures */
 };
-
-static inline struct bucket *mstar__bucket_at(const mstar_graph_runner *r, size_t i)
-{
-    return *(struct bucket **)mstar__vec_at(&r->buckets, i);
-}
 
 /* The bucket registered under `key` (captured or not), or NULL. */
 struct bucket *mstar__runner_find_bucket(const mstar_graph_runner *r, const mstar_bucket_key *key);
@@ -72,11 +47,6 @@ mstar_status mstar__runner_template(mstar_graph_runner *r, uint32_t config_idx, 
  * `rows` has room for bucket->key.bs entries. */
 mstar_status mstar__runner_node_inputs(mstar_graph_runner *r, const struct bucket *b,
                                        mstar_node_input *rows);
-/* An empty slot for `key`'s bs rows: maps for static inputs and outputs, the padding rows'
- * stand-in metadata (dummy_rids and the graph are the caller's to set). */
-mstar_status mstar__slot_new(const mstar_bucket_key *key, uint32_t config_idx,
-                             struct mstar_graph_slot **out);
-void mstar__slot_free(struct mstar_graph_slot *s);
 /* admit then plan; an admit that is not ok is MSTAR_ENOSPC naming the request (§3.2: a capture
  * that cannot admit fails). */
 mstar_status mstar__admit_and_plan(mstar_step_runner *sr, mstar_step *step);

@@ -107,42 +107,32 @@ static mstar_status capture_run(mstar_stream *stream, void *p)
                                     sr->s->static_outputs);
 }
 
-/*
- * Warm one spec up and, with `capture`, capture it. On success with capture, *out_slot is the
- * captured slot (or, with `throwaway`, *out_graph the caller's graph). *peak: the caching
- * allocator's peak above the pre-warm baseline.
- */
-static mstar_status run_spec(mstar_graph_runner *r, struct bucket *b, int32_t slot, bool capture,
-                             unsigned flags, struct mstar_graph_slot **out_slot,
-                             mstar_graph **out_graph, mstar_capture_stats *stats, uint64_t *peak)
+/* Warm one spec up (mstar__spec_fn) and, as the job asks, capture it. */
+static mstar_status run_spec(void *runner, struct bucket *b, int32_t slot,
+                             const mstar__spec_job *job, struct mstar_graph_slot **slot_out)
 {
+    mstar_graph_runner *r = runner;
     char key[48];
     snprintf(key, sizeof(key), "%u_slot%d", b->config_idx, (int)slot);
     struct spec_run sr = { r, b, slot, NULL, NULL, NULL, NULL };
-    mstar_status st = mstar_dummy_rows_ensure(r->rows, key, b->key.bs, &sr.rows);
-    if (st != MSTAR_OK)
-        return st;
-    sr.inputs = calloc((size_t)b->key.bs, sizeof(*sr.inputs));
-    st = sr.inputs == NULL ? mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory")
-                           : mstar__runner_node_inputs(r, b, sr.inputs);
+    mstar_status st = mstar__slot_new(&b->key, b->config_idx, &sr.s);
+    if (st == MSTAR_OK)
+        st = mstar_dummy_rows_ensure(r->rows, key, b->key.bs, &sr.rows);
+    if (st == MSTAR_OK) {
+        sr.s->dummy_rids = sr.rows;
+        sr.inputs = calloc((size_t)b->key.bs, sizeof(*sr.inputs));
+        st = sr.inputs == NULL ? mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory")
+                               : mstar__runner_node_inputs(r, b, sr.inputs);
+    }
     if (st == MSTAR_OK)
         st = mstar_tensor_map_create(&sr.preprocessed);
     if (st == MSTAR_OK)
-        st = mstar__slot_new(&b->key, b->config_idx, &sr.s);
-    if (st == MSTAR_OK) {
-        sr.s->dummy_rids = sr.rows;
         st = declare(&sr);
-    }
-    if (st == MSTAR_OK) {
-        const char *blocked[8];
-        size_t nb = mstar_blocked_capture_resources(r->sr, r->step, blocked, 8);
-        if (nb != 0)
-            st = mstar_error_set(MSTAR_ENOTSUP, "resource '%s'%s cannot capture this step",
-                                 blocked[0], nb > 1 ? " and others" : "");
-    }
-    mstar_alloc_stats base;
-    mstar_caching_stats(mstar_stream_backend(r->stream), &base);
-    mstar_caching_reset_peak(mstar_stream_backend(r->stream));
+    if (st == MSTAR_OK)
+        st = mstar__spec_capturable(r->sr, r->step);
+    mstar_backend *backend = mstar_stream_backend(r->stream);
+    uint64_t base;
+    mstar__spec_peak_begin(backend, &base);
     if (st == MSTAR_OK)
         st = prepare(&sr);
     if (st == MSTAR_OK)
@@ -162,124 +152,42 @@ static mstar_status run_spec(mstar_graph_runner *r, struct bucket *b, int32_t sl
     }
     if (st == MSTAR_OK)
         st = mstar_stream_synchronize(r->stream);
-    if (peak != NULL) {
-        mstar_alloc_stats now;
-        mstar_caching_stats(mstar_stream_backend(r->stream), &now);
-        *peak = now.peak > base.allocated ? now.peak - base.allocated : 0;
-    }
-    if (st == MSTAR_OK && capture) {
-        st = mstar_capture_into_graph(r->stream, r->pool, capture_run, &sr, flags, &sr.s->graph,
-                                      stats);
+    mstar__spec_peak_end(backend, base, job);
+    if (st == MSTAR_OK && job->capture) {
+        st = mstar_capture_into_graph(r->stream, r->pool, capture_run, &sr, job->flags,
+                                      &sr.s->graph, job->stats);
         /* The outputs live in the graph's pool blocks now; the map only views them. */
         mstar__tensor_map_disown(sr.s->static_outputs);
     }
-    mstar_status reset = mstar_dummy_rows_reset(r->rows, sr.rows, (size_t)b->key.bs, false);
+    /* Back to clean rows; their storage stays until release_all, for the next capture. */
+    mstar_status reset = sr.rows == NULL
+                             ? MSTAR_OK
+                             : mstar_dummy_rows_reset(r->rows, sr.rows, (size_t)b->key.bs, false);
     if (st == MSTAR_OK)
         st = reset;
     mstar_tensor_map_destroy(sr.preprocessed);
     free(sr.inputs);
     mstar_step_reset(r->step);
-    if (st == MSTAR_OK && capture && out_graph != NULL) {
-        *out_graph = sr.s->graph;
-        sr.s->graph = NULL;
-        mstar__slot_free(sr.s);
-    } else if (st == MSTAR_OK && capture) {
-        *out_slot = sr.s;
-    } else {
-        mstar__slot_free(sr.s);
-    }
-    if (st != MSTAR_OK) {
-        char name[MSTAR_BUCKET_NAME_MAX];
-        mstar_error_wrap("%s: %s slot %d", r->name,
-                         mstar_bucket_key_format(&b->key, name, sizeof(name)), (int)slot);
-    }
-    return st;
-}
-
-static mstar_status find_or_fail(mstar_graph_runner *r, const mstar_bucket_key *key,
-                                 struct bucket **out)
-{
-    *out = key == NULL ? NULL : mstar__runner_find_bucket(r, key);
-    if (*out == NULL)
-        return mstar_error_set(MSTAR_ENOENT, "graph runner %s: no such bucket", r->name);
-    return MSTAR_OK;
+    return mstar__spec_finish(&r->set, b, slot, job, st, sr.s, slot_out);
 }
 
 mstar_status mstar_graph_runner_warm_bucket(mstar_graph_runner *r, const mstar_bucket_key *key,
                                             uint64_t *peak)
 {
-    struct bucket *b;
-    mstar_status st = find_or_fail(r, key, &b);
-    uint64_t most = 0;
-    for (int32_t s = 0; st == MSTAR_OK && s < r->num_slots; s++) {
-        uint64_t p = 0;
-        st = run_spec(r, b, s, false, 0, NULL, NULL, NULL, &p);
-        if (p > most)
-            most = p;
-    }
-    if (st == MSTAR_OK && peak != NULL)
-        *peak = most;
-    return st;
+    return mstar__buckets_warm(&r->set, run_spec, r, key, peak);
 }
 
 mstar_status mstar_graph_runner_capture_throwaway(mstar_graph_runner *r,
                                                   const mstar_bucket_key *key, unsigned flags,
                                                   mstar_graph **out, mstar_capture_stats *stats)
 {
-    struct bucket *b;
-    mstar_status st = find_or_fail(r, key, &b);
-    if (st == MSTAR_OK && out == NULL)
-        st = mstar_error_set(MSTAR_EINVAL, "capture_throwaway: out is NULL");
-    return st != MSTAR_OK ? st : run_spec(r, b, 0, true, flags, NULL, out, stats, NULL);
-}
-
-static bool is_planned(const mstar_bucket_key *planned, size_t n, const mstar_bucket_key *k)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (mstar_bucket_key_equal(&planned[i], k))
-            return true;
-    }
-    return false;
+    return mstar__buckets_throwaway(&r->set, run_spec, r, key, flags, out, stats);
 }
 
 mstar_status mstar_graph_runner_warmup_and_capture(mstar_graph_runner *r,
                                                    const mstar_bucket_key *planned, size_t n)
 {
-    if (!mstar_step_runner_buffers_built(r->sr))
-        return mstar_error_set(MSTAR_ESTATE,
-                               "graph runner %s: build the graph buffers first (every runner's "
-                               "prepare_for_capture, then mstar_step_runner_build_graph_buffers)",
-                               r->name);
-    r->dropped.len = 0;
-    for (size_t i = 0; i < r->buckets.len; i++) { /* capture order: largest first */
-        struct bucket *b = mstar__bucket_at(r, i);
-        if (b->captured)
-            continue;
-        if (planned != NULL && !is_planned(planned, n, &b->key)) {
-            mstar_status st = mstar__vec_push(&r->dropped, &b->key);
-            if (st != MSTAR_OK)
-                return st;
-            continue;
-        }
-        mstar_status st = MSTAR_OK;
-        for (int32_t s = 0; st == MSTAR_OK && s < r->num_slots; s++)
-            st = run_spec(r, b, s, true, 0, &b->slots[s], NULL, NULL, NULL);
-        if (st == MSTAR_OK) {
-            b->captured = true;
-            continue;
-        }
-        /* A hole in a bucket's slots would let a lease land on nothing: drop it whole (§2.3). */
-        mstar_log(MSTAR_LOG_WARN, "graph runner %s: dropped a bucket: %s", r->name,
-                  mstar_last_error());
-        for (int32_t s = 0; s < r->num_slots; s++) {
-            mstar__slot_free(b->slots[s]);
-            b->slots[s] = NULL;
-        }
-        if ((st = mstar__vec_push(&r->dropped, &b->key)) != MSTAR_OK)
-            return st;
-    }
-    mstar_error_clear();
-    return MSTAR_OK;
+    return mstar__buckets_capture(&r->set, run_spec, r, r->sr, planned, n);
 }
 
 /* ---- run_forward (§5.2) -----------------------------------------------------------------------
