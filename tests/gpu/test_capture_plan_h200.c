@@ -7,13 +7,17 @@
  *      captures (nothing runs out of memory), and every batch size from 1 to 64 — replayed or,
  *      for the dropped buckets, eager — gives correct outputs.
  *
- * The node is the toy of tests/support (y = x by device copies, a 16 MiB-a-row scratch, 300
- * extra graph nodes for a measurable executable), sized like a model's decode step: 4 MiB of
- * output per row. Figures go to stdout for the closing note; nothing here asserts a time.
- * Skips (77) without a GPU.
+ * Twice: on the toy of tests/support (y = x by device copies, a 16 MiB-a-row scratch, 300 extra
+ * graph nodes for a measurable executable, 4 MiB of output per row), whose sizes are controlled;
+ * and on the reference decode model (examples/ref_node.h) with a 65536-token vocabulary, whose
+ * fp32 logits are the kept output, checked against its eager twin in bf16 (relative 1e-2). The
+ * reference model with its default config also gives the capture time of 7 batch sizes × 2
+ * slots. Figures go to stdout for the closing note; nothing here asserts a time. Skips (77)
+ * without a GPU.
  */
 #include "mstar_test.h"
 #include "mstar_test_toy.h"
+#include "ref_twin.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,9 +108,9 @@ static void test_most_memory_held_back(void **state)
     mstar_backend *b = mstar_test_toy_backend(t);
     uint64_t free_bytes, total;
     assert_mstar_ok(mstar_mem_info(b, &free_bytes, &total));
-    /* Leave the eager floor, room for the largest throwaway, and about half of what every
-     * graph together needs: the rest of the device is held. */
-    uint64_t leave = 2 * full.floor + full.predicted / 2 + 512 * MiB;
+    /* Leave the eager floor twice (sizing warms a bucket up while its throwaway captures),
+     * a third of what every graph together took, and 64 MiB: the rest of the device is held. */
+    uint64_t leave = 2 * full.floor + full.taken / 3 + 64 * MiB;
     assert_true(free_bytes > leave);
     void *held = NULL;
     assert_mstar_ok(mstar_device_alloc(b, free_bytes - leave, &held));
@@ -129,11 +133,96 @@ static void test_most_memory_held_back(void **state)
     mstar_test_toy_destroy(t);
 }
 
+/* ---- the reference model ----------------------------------------------------------------------
+ */
+
+static const mstar_kv_cache_config ref_kv = {
+    .num_pages = 1024, .page_size = 16, .num_labels = 1, .max_seq_len = 512
+};
+
+static int32_t every_bs[64];
+
+/* Every batch size 1..64 against the eager twin; returns how many replayed. */
+static int ref_check_every_bs(ref_twin *t, const char *what)
+{
+    for (int32_t i = 0; i < 64; i++)
+        every_bs[i] = i + 1;
+    int replays;
+    double worst = ref_twin_decode_batch_sizes(t, 1000, every_bs, 64, &replays);
+    printf("%s: %d of 64 batch sizes replayed, the rest eager; largest relative difference to "
+           "eager %g\n",
+           what, replays, worst);
+    return replays;
+}
+
+static mstar_status ref_startup(ref_twin *t, mstar_capture_report *rep)
+{
+    mstar_graph_runner *runners[1] = { ref_node_runner(t->node) };
+    mstar_capture_startup s = { ref_node_step_runner(t->node), runners, 1, NULL, false, 0 };
+    return mstar_capture_startup_run(&s, rep);
+}
+
+static void test_reference_model_capture_time(void **state)
+{
+    (void)state;
+    mstar_backend *b = mstar_test_cuda_or_skip(0);
+    ref_model_config cfg = ref_model_config_default();
+    ref_capture_config decode[] = { { .walk = "decode" } }; /* 1, 2, 4, ..., 64 */
+    ref_twin t;
+    assert_mstar_ok(ref_twin_create_uncaptured(&t, b, &cfg, &ref_kv, decode, 1, 1e-2));
+    mstar_capture_report rep;
+    assert_mstar_ok(ref_startup(&t, &rep));
+    print_report("reference model, default config, 7 batch sizes x 2 slots", &rep);
+    assert_int_equal(rep.captured, 7);
+    assert_int_equal(ref_check_every_bs(&t, "reference model"), 64);
+    ref_twin_destroy(&t);
+    mstar_backend_destroy(b);
+}
+
+static void test_reference_model_memory_held_back(void **state)
+{
+    (void)state;
+    mstar_backend *b = mstar_test_cuda_or_skip(0);
+    ref_model_config cfg = ref_model_config_default();
+    cfg.vocab = 65536; /* fp32 logits: 256 KiB a row, 16 MiB a slot at bs 64 */
+    ref_capture_config decode[] = { { .walk = "decode" } };
+    ref_twin t;
+    assert_mstar_ok(ref_twin_create_uncaptured(&t, b, &cfg, &ref_kv, decode, 1, 1e-2));
+    mstar_capture_report all;
+    assert_mstar_ok(ref_startup(&t, &all));
+    print_report("reference model, vocab 65536, everything", &all);
+    ref_twin_destroy(&t);
+
+    assert_mstar_ok(ref_twin_create_uncaptured(&t, b, &cfg, &ref_kv, decode, 1, 1e-2));
+    uint64_t free_bytes, total;
+    assert_mstar_ok(mstar_mem_info(b, &free_bytes, &total));
+    /* As for the toy: the floor twice, a third of what the graphs took, 16 MiB. */
+    uint64_t leave = 2 * all.floor + all.taken / 3 + 16 * MiB;
+    assert_true(free_bytes > leave);
+    void *held = NULL;
+    assert_mstar_ok(mstar_device_alloc(b, free_bytes - leave, &held));
+    mstar_capture_report rep;
+    assert_mstar_ok(ref_startup(&t, &rep));
+    print_report("reference model, vocab 65536, most memory held back", &rep);
+    assert_int_equal(rep.captured, rep.planned);
+    double err = ((double)rep.taken - (double)rep.predicted) / (double)rep.predicted;
+    if (err > 0.10 || err < -0.10)
+        fail_msg("predicted %llu pool bytes, captures took %llu (%+.1f%%)",
+                 (unsigned long long)rep.predicted, (unsigned long long)rep.taken, 100.0 * err);
+    assert_mstar_ok(mstar_device_free(b, held)); /* the steps' eager rows need room too */
+    int replays = ref_check_every_bs(&t, "reference model held back");
+    assert_true(rep.planned < 7 ? replays < 64 : replays == 64);
+    ref_twin_destroy(&t);
+    mstar_backend_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_everything_fits),
         cmocka_unit_test(test_most_memory_held_back),
+        cmocka_unit_test(test_reference_model_capture_time),
+        cmocka_unit_test(test_reference_model_memory_held_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

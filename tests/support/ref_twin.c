@@ -10,10 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-mstar_status ref_twin_create(ref_twin *t, mstar_backend *backend, const ref_model_config *cfg,
-                             const mstar_kv_cache_config *kv_cfg,
-                             const ref_capture_config *captures, size_t n_captures,
-                             double tolerance)
+mstar_status ref_twin_create_uncaptured(ref_twin *t, mstar_backend *backend,
+                                        const ref_model_config *cfg,
+                                        const mstar_kv_cache_config *kv_cfg,
+                                        const ref_capture_config *captures, size_t n_captures,
+                                        double tolerance)
 {
     memset(t, 0, sizeof(*t));
     t->backend = backend;
@@ -25,8 +26,19 @@ mstar_status ref_twin_create(ref_twin *t, mstar_backend *backend, const ref_mode
     };
     mstar_status st;
     if ((st = ref_node_create(backend, &o, &t->node)) != MSTAR_OK ||
-        (st = ref_node_capture(t->node)) != MSTAR_OK ||
         (st = ref_eager_create(cfg, kv_cfg, backend, &t->eager)) != MSTAR_OK)
+        ref_twin_destroy(t);
+    return st;
+}
+
+mstar_status ref_twin_create(ref_twin *t, mstar_backend *backend, const ref_model_config *cfg,
+                             const mstar_kv_cache_config *kv_cfg,
+                             const ref_capture_config *captures, size_t n_captures,
+                             double tolerance)
+{
+    mstar_status st =
+        ref_twin_create_uncaptured(t, backend, cfg, kv_cfg, captures, n_captures, tolerance);
+    if (st == MSTAR_OK && (st = ref_node_capture(t->node)) != MSTAR_OK)
         ref_twin_destroy(t);
     return st;
 }
@@ -198,8 +210,12 @@ double ref_twin_compare(const ref_twin *t, const float *got, const float *want, 
     return rel;
 }
 
-double ref_twin_replay_every_batch_size(ref_twin *t, int64_t first, int32_t max_bs, int *padded)
+/* The decode loop of the public helpers: one step at each of sizes[0..nsizes) (ascending) over
+ * requests [first, first + the largest size); `require_replay` fails a step that ran eager. */
+static double decode_sizes(ref_twin *t, int64_t first, const int32_t *sizes, int32_t nsizes,
+                           bool require_replay, int *padded, int *replays)
 {
+    int32_t max_bs = sizes[nsizes - 1];
     size_t v = (size_t)t->cfg.vocab, all = ref_twin_pools_bytes(t);
     int32_t *cur = malloc((size_t)max_bs * sizeof(int32_t));
     int32_t *ones = malloc((size_t)max_bs * sizeof(int32_t));
@@ -217,8 +233,10 @@ double ref_twin_replay_every_batch_size(ref_twin *t, int64_t first, int32_t max_
     ref_twin_open_and_prefill(t, first, max_bs, cur);
     double worst = 0;
     *padded = 0;
+    *replays = 0;
     char what[80];
-    for (int32_t bs = 1; bs <= max_bs; bs++) {
+    for (int32_t k = 0; k < nsizes; k++) {
+        int32_t bs = sizes[k];
         ref_step_timing timing;
         ref_step_request r = { .walk = "decode",
                                .rows = reqs,
@@ -230,8 +248,10 @@ double ref_twin_replay_every_batch_size(ref_twin *t, int64_t first, int32_t max_
                                .slot = -1 };
         ref_twin_read_pools(t, true, before);
         assert_mstar_ok(ref_node_step(t->node, &r, lg, ng, &timing));
-        assert_true(timing.replayed);
+        if (require_replay)
+            assert_true(timing.replayed);
         *padded += timing.bucket_rows > bs;
+        *replays += timing.replayed;
         assert_mstar_ok(ref_eager_step(t->eager, reqs, ones, bs, cur, le, ne));
         snprintf(what, sizeof(what), "logits at batch size %d (bucket %lld)", bs,
                  (long long)timing.bucket_rows);
@@ -259,4 +279,23 @@ double ref_twin_replay_every_batch_size(ref_twin *t, int64_t first, int32_t max_
     free(after);
     free(twin_pools);
     return worst;
+}
+
+double ref_twin_replay_every_batch_size(ref_twin *t, int64_t first, int32_t max_bs, int *padded)
+{
+    int32_t *sizes = malloc((size_t)max_bs * sizeof(int32_t));
+    assert_non_null(sizes);
+    for (int32_t i = 0; i < max_bs; i++)
+        sizes[i] = i + 1;
+    int replays;
+    double worst = decode_sizes(t, first, sizes, max_bs, true, padded, &replays);
+    free(sizes);
+    return worst;
+}
+
+double ref_twin_decode_batch_sizes(ref_twin *t, int64_t first, const int32_t *sizes, int32_t nsizes,
+                                   int *replays)
+{
+    int padded;
+    return decode_sizes(t, first, sizes, nsizes, false, &padded, replays);
 }

@@ -29,6 +29,12 @@ mstar_status ref_twin_create(ref_twin *t, mstar_backend *backend, const ref_mode
                              const mstar_kv_cache_config *kv_cfg,
                              const ref_capture_config *captures, size_t n_captures,
                              double tolerance);
+/* Both sides, nothing captured yet (for tests that capture through mstar_capture_startup_run). */
+mstar_status ref_twin_create_uncaptured(ref_twin *t, mstar_backend *backend,
+                                        const ref_model_config *cfg,
+                                        const mstar_kv_cache_config *kv_cfg,
+                                        const ref_capture_config *captures, size_t n_captures,
+                                        double tolerance);
 void ref_twin_destroy(ref_twin *t);
 
 /* Open n requests from `first` on both sides and prefill distinct prompts; next[i] gets each
@@ -60,5 +66,10 @@ double ref_twin_compare(const ref_twin *t, const float *got, const float *want, 
  * pages. Opens and closes requests [first, first + max_bs). Returns the largest relative
  * difference seen and counts the padded batch sizes in *padded. */
 double ref_twin_replay_every_batch_size(ref_twin *t, int64_t first, int32_t max_bs, int *padded);
+/* The same checks at the batch sizes sizes[0..nsizes) (ascending), where a batch size no
+ * captured bucket fits (a dropped bucket) runs eager through the node's submodule; *replays
+ * counts the replayed ones. */
+double ref_twin_decode_batch_sizes(ref_twin *t, int64_t first, const int32_t *sizes, int32_t nsizes,
+                                   int *replays);
 
 #endif

@@ -3,10 +3,12 @@
  * host backend, one rank: everything fits; a memory budget that fits only part of the buckets
  * (sizing, resizing, a plan that captures without running out, lookups that fall through, the
  * dropped buckets run eager with correct outputs); MSTAR_REQUIRE_CUDA_GRAPHS=1 turning the drops
- * into a failure that names them; a failed capture dropped.
+ * into a failure that names them; a failed capture dropped; the reference decode model under a
+ * budget, every batch size 1..64 exactly equal to the eager twin, replayed or not.
  */
 #include "mstar_test.h"
 #include "mstar_test_toy.h"
+#include "ref_twin.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +166,69 @@ static void test_failed_capture_is_dropped(void **state)
     mstar_test_toy_destroy(t);
 }
 
+/* ---- the reference model ----------------------------------------------------------------------
+ */
+
+static const mstar_kv_cache_config ref_kv = {
+    .num_pages = 512, .page_size = 16, .num_labels = 1, .max_seq_len = 128
+};
+
+static ref_model_config ref_cfg(void)
+{
+    ref_model_config cfg = ref_model_config_small();
+    cfg.vocab = 4096; /* logits, the kept output, are 16 KiB a row */
+    cfg.hidden = 32;
+    cfg.head_dim = 16;
+    cfg.mlp = 64;
+    return cfg;
+}
+
+static mstar_status ref_startup(ref_twin *t, mstar_capture_report *rep)
+{
+    mstar_graph_runner *runners[1] = { ref_node_runner(t->node) };
+    mstar_capture_startup s = { ref_node_step_runner(t->node), runners, 1, NULL, false, 0 };
+    return mstar_capture_startup_run(&s, rep);
+}
+
+static void test_reference_model_under_a_budget(void **state)
+{
+    (void)state;
+    const uint64_t lots = (uint64_t)1 << 40;
+    ref_model_config cfg = ref_cfg();
+    ref_capture_config decode[] = { { .walk = "decode" } }; /* 1, 2, 4, ..., 64 */
+    mstar_backend *b;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &b));
+    assert_mstar_ok(mstar_backend_set_memory_budget(b, lots));
+    ref_twin t;
+    assert_mstar_ok(ref_twin_create_uncaptured(&t, b, &cfg, &ref_kv, decode, 1, 0.0));
+    mstar_capture_report full;
+    assert_mstar_ok(ref_startup(&t, &full));
+    assert_int_equal(full.captured, 7);
+    ref_twin_destroy(&t);
+
+    /* What the model and its twin hold, then room for the floor and a little less than what
+     * every graph took: the plan (at least as large as what capture takes) cannot hold them all,
+     * and the cheapest bucket (one 2 MiB segment) fits. */
+    assert_mstar_ok(ref_twin_create_uncaptured(&t, b, &cfg, &ref_kv, decode, 1, 0.0));
+    uint64_t free_bytes, total;
+    assert_mstar_ok(mstar_mem_info(b, &free_bytes, &total));
+    assert_true(full.taken > 2 * MiB);
+    assert_mstar_ok(
+        mstar_backend_set_memory_budget(b, lots - free_bytes + full.floor + full.taken - MiB));
+    mstar_capture_report rep;
+    assert_mstar_ok(ref_startup(&t, &rep));
+    assert_true(rep.planned >= 1 && rep.planned < 7);
+    assert_int_equal(rep.captured, rep.planned);
+    assert_mstar_ok(mstar_backend_set_memory_budget(b, lots)); /* the steps need their own room */
+    /* Both sides of the buckets that made it, and of those that did not. */
+    static const int32_t sizes[] = { 1, 2, 3, 8, 9, 17, 33, 64 };
+    int replays;
+    ref_twin_decode_batch_sizes(&t, 1000, sizes, 8, &replays);
+    assert_true(replays > 0 && replays < 8);
+    ref_twin_destroy(&t);
+    mstar_backend_destroy(b);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -183,6 +248,7 @@ int main(void)
         cmocka_unit_test(test_everything_fits),
         cmocka_unit_test(test_budget_fits_part_of_the_buckets),
         cmocka_unit_test(test_failed_capture_is_dropped),
+        cmocka_unit_test(test_reference_model_under_a_budget),
         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
