@@ -1,0 +1,200 @@
+/*
+ * ucx_engine.h — remote tensor reads over UCX (internal API).
+ *
+ * The UCX engine takes the place of the reference system's Mooncake engine
+ * (MooncakeTransferEngine): a producer registers memory and hands out a session id and a remote
+ * key per region; a consumer reads byte ranges of that memory into its own buffers. The async
+ * reader (AsyncMooncakeReader) runs those reads on a pool of threads and gives completion handles.
+ *
+ * Layout of the module:
+ *   ucx_engine.h    this API
+ *   ucx_internal.h  the structures the .c files share
+ *   ucx_config.c    configuration, environment knobs, session ids ("ip:port")
+ *   ucx_rkey.c      the remote-key envelope that travels in descriptors
+ *   ucx_engine.c    context, worker, listener, the progress thread, memory registration
+ *   ucx_peer.c      endpoints: the cache of connections per session, accepted connections
+ *   ucx_read.c      the two read protocols (get, active messages) and the producer's side of AM
+ *   ucx_reader.c    the async reader: worker threads, batches per session, completion handles
+ *
+ * Threads: one progress thread per engine owns the UCP worker; every worker call (endpoints, gets,
+ * active messages) runs on it. Other threads hand it batches through a locked queue and an
+ * eventfd. Registration works on the UCP context, which is created thread-safe, so
+ * register/unregister may be called from any thread. The read handles and the reader are
+ * thread-safe; the engine's functions are thread-safe unless noted.
+ */
+#ifndef MSTAR_TENSORS_UCX_ENGINE_H
+#define MSTAR_TENSORS_UCX_ENGINE_H
+
+#include "mstar/core.h"
+#include "mstar/wire.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * Configuration
+ * ------------------------------------------------------------------------------------------- */
+
+typedef enum mstar__ucx_transport {
+    MSTAR__UCX_TCP = 0,  /* UCX over TCP sockets (UCX_TLS=tcp) */
+    MSTAR__UCX_RDMA = 1, /* UCX over RDMA verbs (UCX_TLS=rc,ud,self); needs a verbs device */
+} mstar__ucx_transport;
+
+typedef enum mstar__ucx_read_protocol {
+    /* The consumer asks with an active message; the producer checks the range against its
+     * registered regions and replies with the bytes (rendezvous for large ones). */
+    MSTAR__UCX_READ_AM = 0,
+    /* ucp_get_nbx with the unpacked remote key (emulated by UCX over TCP). */
+    MSTAR__UCX_READ_GET = 1,
+} mstar__ucx_read_protocol;
+
+#define MSTAR__UCX_ADDRESS_MAX 63 /* bytes of an address or host name, without the terminator */
+
+typedef struct mstar__ucx_config {
+    mstar__ucx_transport transport;
+    mstar__ucx_read_protocol read_protocol;
+    /* The address the engine listens on and puts into its session id: a numeric IPv4/IPv6
+     * address or a host name resolved once at create. Must be one peers can reach (not a
+     * wildcard). */
+    char address[MSTAR__UCX_ADDRESS_MAX + 1];
+    uint16_t port; /* 0 = an ephemeral port */
+} mstar__ucx_config;
+
+/* Defaults: tcp, the AM read protocol, 127.0.0.1, port 0. */
+void mstar__ucx_config_init(mstar__ucx_config *cfg);
+/* Overlay the environment knobs MSTAR_UCX_ADDRESS, MSTAR_UCX_PORT and MSTAR_UCX_READ_PROTOCOL
+ * (docs/environment.md). MSTAR_EINVAL naming the variable on a bad value; `cfg` is unchanged
+ * then. */
+mstar_status mstar__ucx_config_from_env(mstar__ucx_config *cfg);
+/* "tcp" / "rdma", "am" / "get". */
+const char *mstar__ucx_transport_name(mstar__ucx_transport t);
+const char *mstar__ucx_read_protocol_name(mstar__ucx_read_protocol p);
+
+/* ---------------------------------------------------------------------------------------------
+ * The engine
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct mstar__ucx_engine mstar__ucx_engine;
+
+/* Create a UCP context and worker, open a listener on cfg->address:cfg->port and start the
+ * progress thread. MSTAR_ENOTSUP when the transport is rdma and no verbs device exists;
+ * MSTAR_EREMOTE when UCX refuses (the message carries UCX's reason); MSTAR_EIO when the address
+ * cannot be resolved or bound. Nothing is left behind on failure. */
+mstar_status mstar__ucx_engine_create(const mstar__ucx_config *cfg, mstar__ucx_engine **out);
+
+/* Stop the progress thread, fail reads still queued or in flight with MSTAR_ECANCELED (their
+ * waiters return), close every endpoint and the listener, unmap regions still registered (with a
+ * warning) and release the worker and context. NULL is a no-op. Must not race with other calls
+ * on the same engine except reads that are waiting (they fail). */
+void mstar__ucx_engine_destroy(mstar__ucx_engine *e);
+
+/* "ip:port" of the listener: a valid name (≤ 255 bytes of [A-Za-z0-9_.:-]), fit for a
+ * descriptor's source_session_id. Valid for the life of the engine. */
+const char *mstar__ucx_engine_session_id(const mstar__ucx_engine *e);
+
+const mstar__ucx_config *mstar__ucx_engine_config(const mstar__ucx_engine *e);
+
+/* Register [ptr, ptr + nbytes) for remote reads and write its remote key (the envelope of
+ * ucx_rkey.c, at most MSTAR_REMOTE_KEY_MAX bytes) to key[0..*key_len). Registering the same
+ * (ptr, nbytes) again counts a reference and gives the same key; a different length at a
+ * registered ptr is MSTAR_EEXIST; a sub-range of a registered region (another ptr) is a region of
+ * its own. nbytes may be 0 (a region nothing can be read from, for zero-size tensors). */
+mstar_status mstar__ucx_engine_register(mstar__ucx_engine *e, void *ptr, uint64_t nbytes,
+                                        uint8_t key[MSTAR_REMOTE_KEY_MAX], uint32_t *key_len);
+
+/* Drop one reference to the region registered at ptr; the last one refuses new reads of it,
+ * waits for replies still sending from it (AM protocol) and unmaps it, so the caller may free
+ * the memory when this returns. MSTAR_ENOENT if ptr is not registered. */
+mstar_status mstar__ucx_engine_unregister(mstar__ucx_engine *e, void *ptr);
+
+typedef struct mstar__ucx_engine_stats {
+    size_t regions;      /* registered regions (distinct ptrs) */
+    size_t peers;        /* cached outgoing endpoints (sessions this engine reads from) */
+    size_t accepted;     /* endpoints accepted by the listener */
+    size_t reads_active; /* reads started on the worker and not yet finished */
+    uint64_t reads_done; /* reads finished, successfully or not, since create */
+    uint64_t batches;    /* batches started since create */
+    uint64_t am_refused; /* AM read requests this engine refused as producer */
+} mstar__ucx_engine_stats;
+
+/* A consistent snapshot (taken on the progress thread). */
+void mstar__ucx_engine_get_stats(mstar__ucx_engine *e, mstar__ucx_engine_stats *out);
+
+/* ---------------------------------------------------------------------------------------------
+ * Reads (reference TransferReadInfo)
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct mstar__ucx_read_info {
+    const char *session;       /* the producer's session id (source_session_id) */
+    void *local_ptr;           /* where the bytes land; nbytes writable bytes */
+    uint64_t remote_addr;      /* producer address (descriptor address + offset) */
+    uint64_t nbytes;           /* 0 is a read that completes at once */
+    const uint8_t *remote_key; /* the envelope from the producer's register */
+    uint32_t remote_key_len;
+} mstar__ucx_read_info;
+
+/* Read a batch whose infos all name the same session, with the engine's configured protocol, and
+ * block until every read has finished (the local buffers are no longer written by anyone). The
+ * session and keys are validated first (MSTAR_EPROTO naming the field; nothing is read then). A
+ * failed read fails the batch with the first error: MSTAR_EREMOTE (connection, refusal by the
+ * producer), MSTAR_EPROTO (a malformed reply) or MSTAR_ECANCELED (engine destroyed). Called by
+ * the reader's threads; any thread may call it. */
+mstar_status mstar__ucx_engine_read(mstar__ucx_engine *e, const mstar__ucx_read_info *infos,
+                                    size_t n);
+
+/* The same with an explicit protocol (tests and the benchmark compare the two). */
+mstar_status mstar__ucx_engine_read_with(mstar__ucx_engine *e, mstar__ucx_read_protocol proto,
+                                         const mstar__ucx_read_info *infos, size_t n);
+
+/* ---------------------------------------------------------------------------------------------
+ * The async reader (reference AsyncMooncakeReader)
+ * ------------------------------------------------------------------------------------------- */
+
+#define MSTAR__UCX_READER_THREADS 3   /* reference max_workers */
+#define MSTAR__UCX_READER_BATCH   500 /* reference max_batch_size */
+
+typedef struct mstar__ucx_reader mstar__ucx_reader;
+typedef struct mstar__ucx_read_handle mstar__ucx_read_handle;
+
+/* Called once on a reader thread when a submission finishes (successfully or not), after its
+ * handle is complete; e.g. to write an eventfd that wakes the consumer's loop. Must not block. */
+typedef void (*mstar__ucx_read_done_fn)(void *arg);
+
+/* A reader over `engine` with `threads` worker threads (1..64) that cut each session's reads
+ * into batches of at most `max_batch` (1..65536). The engine must outlive the reader. */
+mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned threads,
+                                      unsigned max_batch, mstar__ucx_reader **out);
+
+/* Queue a list of reads (copied: infos, session strings and keys may be freed on return); one
+ * of the reader's threads groups them by session and reads each group in batches. *out is a
+ * handle the caller owns (release it); an empty list gives a handle that is already complete.
+ * `done` (may be NULL) is called when it completes. MSTAR_ECLOSED after shutdown. The local
+ * buffers must stay valid until the handle is complete. */
+mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
+                                      size_t n, mstar__ucx_read_done_fn done, void *done_arg,
+                                      mstar__ucx_read_handle **out);
+
+/* MSTAR_EAGAIN while the reads run; MSTAR_OK when every byte landed; otherwise the error of the
+ * submission, with its message set as this thread's last error every time it is polled. One
+ * handle's failure says nothing about any other handle. */
+mstar_status mstar__ucx_read_handle_poll(mstar__ucx_read_handle *h);
+/* Block until complete or `timeout_ms` passes (< 0 = no limit): the poll result, or
+ * MSTAR_ETIMEDOUT. */
+mstar_status mstar__ucx_read_handle_wait(mstar__ucx_read_handle *h, int64_t timeout_ms);
+/* The failure message ("" while running or on success). Valid until the handle is released. */
+const char *mstar__ucx_read_handle_error(mstar__ucx_read_handle *h);
+/* Give up the caller's reference; the reads go on if still running (the buffers must stay
+ * valid until they finish: wait_all or shutdown). NULL is a no-op. */
+void mstar__ucx_read_handle_release(mstar__ucx_read_handle *h);
+
+/* Submissions not yet complete. */
+size_t mstar__ucx_reader_inflight(mstar__ucx_reader *r);
+
+/* Block until nothing is in flight. Returns the first error of a submission that failed since the
+ * previous wait_all (and forgets it, so one failure is reported once), else MSTAR_OK. */
+mstar_status mstar__ucx_reader_wait_all(mstar__ucx_reader *r);
+
+/* Refuse new submissions, let queued and running ones finish, join the threads. Idempotent. */
+void mstar__ucx_reader_shutdown(mstar__ucx_reader *r);
+
+/* shutdown, then free. Handles still held by callers stay valid until released. NULL: no-op. */
+void mstar__ucx_reader_destroy(mstar__ucx_reader *r);
+
+#endif

@@ -1,0 +1,423 @@
+/*
+ * ucx_reader.c — the async reader (reference AsyncMooncakeReader) over a UCX engine.
+ *
+ * submit() copies a list of reads into a task and queues it; one of the reader's threads takes
+ * it, groups the reads by session, and reads each group in batches of at most max_batch, each a
+ * blocking mstar__ucx_engine_read. A task fails at its first failed batch (the rest of it is not
+ * read) and completes its handle. Several tasks run at once, one per thread, in no particular
+ * order — as in the reference, where batches run concurrently on a thread pool.
+ *
+ * A handle is shared by the caller and the task (two references), so either may let go first.
+ * wait_all reports a failure once: it returns the first error since the previous wait_all.
+ */
+#include "tensors/ucx/ucx_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct mstar__ucx_read_handle {
+    atomic_int refs;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    mstar_status status;
+    char error[256];
+};
+
+typedef struct read_task {
+    struct read_task *next;
+    mstar__ucx_read_handle *handle;
+    mstar__ucx_read_info *infos; /* copies; their strings and keys live after them */
+    size_t n;
+    mstar__ucx_read_done_fn done;
+    void *done_arg;
+} read_task;
+
+struct mstar__ucx_reader {
+    mstar__ucx_engine *engine;
+    unsigned max_batch;
+    unsigned nthreads;
+    unsigned started;
+    pthread_t *threads;
+    pthread_mutex_t lock;
+    pthread_cond_t work; /* a task was queued, or closing */
+    pthread_cond_t idle; /* inflight went down */
+    read_task *head, *tail;
+    size_t inflight; /* submitted, not complete */
+    bool closing;
+    bool joined;
+    mstar_status first_error;
+    char first_message[256];
+};
+
+/* ---- handles -------------------------------------------------------------------------------- */
+
+static mstar__ucx_read_handle *handle_new(int refs)
+{
+    mstar__ucx_read_handle *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return NULL;
+    atomic_init(&h->refs, refs);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&h->lock, NULL);
+    return h;
+}
+
+static void handle_complete(mstar__ucx_read_handle *h, mstar_status st, const char *msg)
+{
+    pthread_mutex_lock(&h->lock);
+    h->status = st;
+    if (st != MSTAR_OK)
+        snprintf(h->error, sizeof(h->error), "%s", msg);
+    h->done = true;
+    pthread_cond_broadcast(&h->cond);
+    pthread_mutex_unlock(&h->lock);
+}
+
+/* The result once done; sets this thread's last error for a failure. */
+static mstar_status handle_result(mstar__ucx_read_handle *h)
+{
+    if (h->status != MSTAR_OK)
+        return mstar_error_set(h->status, "%s", h->error);
+    return MSTAR_OK;
+}
+
+mstar_status mstar__ucx_read_handle_poll(mstar__ucx_read_handle *h)
+{
+    if (h == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "ucx read handle is NULL");
+    pthread_mutex_lock(&h->lock);
+    mstar_status st = h->done ? handle_result(h) : MSTAR_EAGAIN;
+    pthread_mutex_unlock(&h->lock);
+    return st;
+}
+
+mstar_status mstar__ucx_read_handle_wait(mstar__ucx_read_handle *h, int64_t timeout_ms)
+{
+    if (h == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "ucx read handle is NULL");
+    struct timespec deadline;
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    if (timeout_ms > 0) {
+        deadline.tv_sec += timeout_ms / 1000;
+        deadline.tv_nsec += (timeout_ms % 1000) * 1000000;
+        if (deadline.tv_nsec >= 1000000000) {
+            deadline.tv_sec++;
+            deadline.tv_nsec -= 1000000000;
+        }
+    }
+    pthread_mutex_lock(&h->lock);
+    while (!h->done) {
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&h->cond, &h->lock);
+        } else if (pthread_cond_timedwait(&h->cond, &h->lock, &deadline) == ETIMEDOUT && !h->done) {
+            pthread_mutex_unlock(&h->lock);
+            return mstar_error_set(MSTAR_ETIMEDOUT, "ucx read: not complete after %lld ms",
+                                   (long long)timeout_ms);
+        }
+    }
+    mstar_status st = handle_result(h);
+    pthread_mutex_unlock(&h->lock);
+    return st;
+}
+
+const char *mstar__ucx_read_handle_error(mstar__ucx_read_handle *h)
+{
+    pthread_mutex_lock(&h->lock);
+    const char *msg = h->done ? h->error : "";
+    pthread_mutex_unlock(&h->lock);
+    return msg; /* written once, before done: stable from here on */
+}
+
+void mstar__ucx_read_handle_release(mstar__ucx_read_handle *h)
+{
+    if (h == NULL || atomic_fetch_sub(&h->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&h->cond);
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+/* ---- running a task ------------------------------------------------------------------------- */
+
+typedef struct by_session {
+    const char *session;
+    size_t index;
+} by_session;
+
+static int cmp_by_session(const void *a, const void *b)
+{
+    const by_session *x = a, *y = b;
+    int c = strcmp(x->session, y->session);
+    if (c != 0)
+        return c;
+    return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* Group by session (keeping submission order within a group) and read batch by batch. */
+static mstar_status run_task(mstar__ucx_reader *r, read_task *t)
+{
+    by_session *order = malloc(t->n * sizeof(*order));
+    size_t cap = t->n < r->max_batch ? t->n : r->max_batch;
+    mstar__ucx_read_info *chunk = malloc(cap * sizeof(*chunk));
+    if (order == NULL || chunk == NULL) {
+        free(order);
+        free(chunk);
+        return mstar_error_set(MSTAR_ENOMEM, "ucx reader: out of memory for %zu reads", t->n);
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        order[i].session = t->infos[i].session;
+        order[i].index = i;
+    }
+    qsort(order, t->n, sizeof(*order), cmp_by_session);
+    mstar_status st = MSTAR_OK;
+    size_t i = 0;
+    while (st == MSTAR_OK && i < t->n) {
+        size_t k = 0;
+        const char *session = order[i].session;
+        while (i < t->n && k < cap && strcmp(order[i].session, session) == 0)
+            chunk[k++] = t->infos[order[i++].index];
+        st = mstar__ucx_engine_read(r->engine, chunk, k);
+    }
+    free(order);
+    free(chunk);
+    return st;
+}
+
+static void finish_task(mstar__ucx_reader *r, read_task *t, mstar_status st)
+{
+    char msg[256] = "";
+    if (st != MSTAR_OK)
+        snprintf(msg, sizeof(msg), "%s", mstar_last_error());
+    handle_complete(t->handle, st, msg);
+    if (t->done != NULL)
+        t->done(t->done_arg);
+    pthread_mutex_lock(&r->lock);
+    r->inflight--;
+    if (st != MSTAR_OK && r->first_error == MSTAR_OK) {
+        r->first_error = st;
+        snprintf(r->first_message, sizeof(r->first_message), "%s", msg);
+    }
+    pthread_cond_broadcast(&r->idle);
+    pthread_mutex_unlock(&r->lock);
+    mstar__ucx_read_handle_release(t->handle);
+    free(t);
+}
+
+static void *reader_main(void *arg)
+{
+    mstar__ucx_reader *r = arg;
+    for (;;) {
+        pthread_mutex_lock(&r->lock);
+        while (r->head == NULL && !r->closing)
+            pthread_cond_wait(&r->work, &r->lock);
+        read_task *t = r->head;
+        if (t != NULL) {
+            r->head = t->next;
+            if (r->head == NULL)
+                r->tail = NULL;
+        }
+        pthread_mutex_unlock(&r->lock);
+        if (t == NULL)
+            return NULL; /* closing and drained */
+        finish_task(r, t, run_task(r, t));
+    }
+}
+
+/* ---- the reader ----------------------------------------------------------------------------- */
+
+mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned threads,
+                                      unsigned max_batch, mstar__ucx_reader **out)
+{
+    if (engine == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "ucx reader: engine and out are required");
+    if (threads < 1 || threads > 64)
+        return mstar_error_set(MSTAR_EINVAL, "ucx reader: threads=%u, expected 1..64", threads);
+    if (max_batch < 1 || max_batch > 65536)
+        return mstar_error_set(MSTAR_EINVAL, "ucx reader: max_batch=%u, expected 1..65536",
+                               max_batch);
+    mstar__ucx_reader *r = calloc(1, sizeof(*r));
+    pthread_t *tids = calloc(threads, sizeof(*tids));
+    if (r == NULL || tids == NULL) {
+        free(r);
+        free(tids);
+        return mstar_error_set(MSTAR_ENOMEM, "ucx reader: out of memory");
+    }
+    r->engine = engine;
+    r->max_batch = max_batch;
+    r->nthreads = threads;
+    r->threads = tids;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->work, NULL);
+    pthread_cond_init(&r->idle, NULL);
+    for (unsigned i = 0; i < threads; i++) {
+        int rc = pthread_create(&r->threads[i], NULL, reader_main, r);
+        if (rc != 0) {
+            mstar__ucx_reader_destroy(r);
+            return mstar_error_set(MSTAR_EIO, "ucx reader: starting thread %u: %s", i,
+                                   strerror(rc));
+        }
+        r->started++;
+    }
+    *out = r;
+    return MSTAR_OK;
+}
+
+static mstar_status check_info(const mstar__ucx_read_info *in, size_t i, size_t *blob)
+{
+    if (in->session == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "ucx submit: read %zu: session is NULL", i);
+    size_t slen = strnlen(in->session, MSTAR_NAME_MAX + 1);
+    if (slen > MSTAR_NAME_MAX)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "ucx submit: read %zu: session is longer than %d "
+                               "bytes",
+                               i, MSTAR_NAME_MAX);
+    if (in->nbytes > 0 && in->local_ptr == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "ucx submit: read %zu: local_ptr is NULL", i);
+    if (in->remote_key_len > MSTAR_REMOTE_KEY_MAX ||
+        (in->remote_key_len > 0 && in->remote_key == NULL))
+        return mstar_error_set(MSTAR_EINVAL,
+                               "ucx submit: read %zu: remote_key_len %u (at most %d, with a key)",
+                               i, in->remote_key_len, MSTAR_REMOTE_KEY_MAX);
+    *blob += slen + 1 + in->remote_key_len;
+    return MSTAR_OK;
+}
+
+/* One allocation: the task, the infos, then their strings and keys. */
+static mstar_status copy_task(const mstar__ucx_read_info *infos, size_t n, read_task **out)
+{
+    size_t blob = 0;
+    for (size_t i = 0; i < n; i++) {
+        mstar_status st = check_info(&infos[i], i, &blob);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    read_task *t = malloc(sizeof(*t) + n * sizeof(*infos) + blob);
+    if (t == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "ucx submit: out of memory for %zu reads", n);
+    memset(t, 0, sizeof(*t));
+    t->infos = (mstar__ucx_read_info *)(t + 1);
+    t->n = n;
+    char *p = (char *)(t->infos + n);
+    for (size_t i = 0; i < n; i++) {
+        t->infos[i] = infos[i];
+        size_t slen = strlen(infos[i].session);
+        memcpy(p, infos[i].session, slen + 1);
+        t->infos[i].session = p;
+        p += slen + 1;
+        if (infos[i].remote_key_len > 0) {
+            memcpy(p, infos[i].remote_key, infos[i].remote_key_len);
+            t->infos[i].remote_key = (const uint8_t *)p;
+            p += infos[i].remote_key_len;
+        } else {
+            t->infos[i].remote_key = NULL;
+        }
+    }
+    *out = t;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
+                                      size_t n, mstar__ucx_read_done_fn done, void *done_arg,
+                                      mstar__ucx_read_handle **out)
+{
+    if (r == NULL || out == NULL || (infos == NULL && n > 0))
+        return mstar_error_set(MSTAR_EINVAL, "ucx submit: reader, infos and out are required");
+    if (n == 0) {
+        mstar__ucx_read_handle *h = handle_new(1);
+        if (h == NULL)
+            return mstar_error_set(MSTAR_ENOMEM, "ucx submit: out of memory");
+        handle_complete(h, MSTAR_OK, "");
+        *out = h;
+        return MSTAR_OK;
+    }
+    read_task *t = NULL;
+    mstar_status st = copy_task(infos, n, &t);
+    if (st != MSTAR_OK)
+        return st;
+    t->done = done;
+    t->done_arg = done_arg;
+    t->handle = handle_new(2); /* the caller's and the task's */
+    if (t->handle == NULL) {
+        free(t);
+        return mstar_error_set(MSTAR_ENOMEM, "ucx submit: out of memory");
+    }
+    pthread_mutex_lock(&r->lock);
+    if (r->closing) {
+        pthread_mutex_unlock(&r->lock);
+        mstar__ucx_read_handle_release(t->handle);
+        mstar__ucx_read_handle_release(t->handle);
+        free(t);
+        return mstar_error_set(MSTAR_ECLOSED, "ucx submit: the reader is shut down");
+    }
+    if (r->tail != NULL)
+        r->tail->next = t;
+    else
+        r->head = t;
+    r->tail = t;
+    r->inflight++;
+    *out = t->handle;
+    pthread_cond_signal(&r->work);
+    pthread_mutex_unlock(&r->lock);
+    return MSTAR_OK;
+}
+
+size_t mstar__ucx_reader_inflight(mstar__ucx_reader *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->inflight;
+    pthread_mutex_unlock(&r->lock);
+    return n;
+}
+
+mstar_status mstar__ucx_reader_wait_all(mstar__ucx_reader *r)
+{
+    pthread_mutex_lock(&r->lock);
+    while (r->inflight > 0)
+        pthread_cond_wait(&r->idle, &r->lock);
+    mstar_status st = r->first_error;
+    char msg[256];
+    snprintf(msg, sizeof(msg), "%s", r->first_message);
+    r->first_error = MSTAR_OK;
+    r->first_message[0] = '\0';
+    pthread_mutex_unlock(&r->lock);
+    if (st != MSTAR_OK)
+        return mstar_error_set(st, "%s", msg);
+    return MSTAR_OK;
+}
+
+void mstar__ucx_reader_shutdown(mstar__ucx_reader *r)
+{
+    if (r == NULL)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->closing = true;
+    bool join = !r->joined;
+    r->joined = true;
+    pthread_cond_broadcast(&r->work);
+    pthread_mutex_unlock(&r->lock);
+    if (!join)
+        return;
+    for (unsigned i = 0; i < r->started; i++)
+        pthread_join(r->threads[i], NULL);
+}
+
+void mstar__ucx_reader_destroy(mstar__ucx_reader *r)
+{
+    if (r == NULL)
+        return;
+    mstar__ucx_reader_shutdown(r);
+    pthread_cond_destroy(&r->idle);
+    pthread_cond_destroy(&r->work);
+    pthread_mutex_destroy(&r->lock);
+    free(r->threads);
+    free(r);
+}
