@@ -20,6 +20,8 @@ static const struct {
       mstar_bench_bookkeeper },
     { "graphs", "reference decode model: eager, replayed and raw-replay steps at bs 1, 8, 32, 64",
       mstar_bench_graphs },
+    { "ucx", "remote reads over UCX/TCP (get, AM) against a raw loopback TCP stream",
+      mstar_bench_ucx },
 };
 
 #define NSUITES (sizeof(suites) / sizeof(suites[0]))

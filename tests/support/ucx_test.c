@@ -10,7 +10,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,13 +72,18 @@ void ucx_test_fill(void *buf, size_t n, uint64_t seed)
         p[i] = pattern_byte(seed, i);
 }
 
-size_t ucx_test_check(const void *buf, size_t n, uint64_t seed)
+size_t ucx_test_check_at(const void *buf, size_t n, uint64_t seed, size_t offset)
 {
     const uint8_t *p = buf;
     for (size_t i = 0; i < n; i++)
-        if (p[i] != pattern_byte(seed, i))
+        if (p[i] != pattern_byte(seed, offset + i))
             return i;
     return SIZE_MAX;
+}
+
+size_t ucx_test_check(const void *buf, size_t n, uint64_t seed)
+{
+    return ucx_test_check_at(buf, n, seed, 0);
 }
 
 int ucx_test_blackhole(char session_out[MSTAR_NAME_MAX + 1])
@@ -146,18 +150,6 @@ static int producer_main(int argc, char **argv)
     return rc;
 }
 
-static void enter_netns(const char *netns)
-{
-    char path[256];
-    snprintf(path, sizeof(path), "/var/run/netns/%s", netns);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) {
-        fprintf(stderr, "producer: entering netns %s: %s\n", netns, strerror(errno));
-        _exit(9);
-    }
-    close(fd);
-}
-
 void ucx_test_producer_start(ucx_test_producer *p, uint64_t nbytes, uint64_t seed,
                              const char *address, const char *netns)
 {
@@ -167,20 +159,25 @@ void ucx_test_producer_start(ucx_test_producer *p, uint64_t nbytes, uint64_t see
     char a_nbytes[32], a_seed[32];
     snprintf(a_nbytes, sizeof(a_nbytes), "%llu", (unsigned long long)nbytes);
     snprintf(a_seed, sizeof(a_seed), "%llu", (unsigned long long)seed);
+    char self[4096];
+    ssize_t self_len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    assert_true(self_len > 0);
+    self[self_len] = '\0';
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        if (netns != NULL)
-            enter_netns(netns);
         dup2(down[0], 0);
         dup2(up[1], 1);
-        char *args[] = { "ucx-producer",
-                         "--ucx-producer",
-                         a_nbytes,
-                         a_seed,
-                         (char *)(address != NULL ? address : "127.0.0.1"),
-                         NULL };
-        execv("/proc/self/exe", args);
+        char *addr = (char *)(address != NULL ? address : "127.0.0.1");
+        if (netns != NULL) {
+            /* ip netns exec also mounts the namespace's own /sys, where UCX finds its devices */
+            char *args[] = { "ip",     "netns", "exec", (char *)netns, self, "--ucx-producer",
+                             a_nbytes, a_seed,  addr,   NULL };
+            execvp("ip", args);
+        } else {
+            char *args[] = { self, "--ucx-producer", a_nbytes, a_seed, addr, NULL };
+            execv(self, args);
+        }
         _exit(10);
     }
     close(down[0]);

@@ -24,6 +24,8 @@ int ucx_test_fds(void);
 void ucx_test_fill(void *buf, size_t n, uint64_t seed);
 /* The first mismatching offset, or SIZE_MAX when every byte matches. */
 size_t ucx_test_check(const void *buf, size_t n, uint64_t seed);
+/* The same for bytes that were read from `offset` of a filled buffer. */
+size_t ucx_test_check_at(const void *buf, size_t n, uint64_t seed, size_t offset);
 
 /* A TCP listener on 127.0.0.1 that never accepts nor speaks: reads from its session stay
  * pending until the fd is closed (then they fail). Writes its session to session_out. */

@@ -70,7 +70,16 @@ static void test_config_env(void **state)
     setenv("MSTAR_UCX_READ_PROTOCOL", "get", 1);
     setenv("MSTAR_UCX_PORT", "4567", 1);
     setenv("MSTAR_UCX_ADDRESS", "::1", 1);
+    setenv("MSTAR_UCX_AM_EAGER_MAX", "0", 1);
+    setenv("MSTAR_UCX_READ_TIMEOUT_S", "2.5", 1);
     assert_mstar_ok(mstar__ucx_config_from_env(&cfg));
+    assert_int_equal(cfg.am_eager_max, 0);
+    assert_true(cfg.read_timeout_s == 2.5);
+    setenv("MSTAR_UCX_READ_TIMEOUT_S", "-1", 1);
+    assert_mstar_status(mstar__ucx_config_from_env(&cfg), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "MSTAR_UCX_READ_TIMEOUT_S"));
+    unsetenv("MSTAR_UCX_READ_TIMEOUT_S");
+    unsetenv("MSTAR_UCX_AM_EAGER_MAX");
     assert_int_equal(cfg.read_protocol, MSTAR__UCX_READ_GET);
     assert_int_equal(cfg.port, 4567);
     assert_string_equal(cfg.address, "::1");
@@ -531,6 +540,44 @@ static void test_bad_rkey_get(void **state)
     mstar__ucx_engine_destroy(a);
 }
 
+/* A peer that never answers: the batch fails with MSTAR_ETIMEDOUT after read_timeout_s, its
+ * endpoint is dropped, and the engine goes on reading from others. */
+static void test_read_timeout(void **state)
+{
+    (void)state;
+    char hole[MSTAR_NAME_MAX + 1];
+    int hole_fd = ucx_test_blackhole(hole);
+    mstar__ucx_engine *a = new_engine();
+    mstar__ucx_config cfg;
+    mstar__ucx_config_init(&cfg);
+    cfg.read_timeout_s = 0.2;
+    mstar__ucx_engine *b;
+    assert_mstar_ok(mstar__ucx_engine_create(&cfg, &b));
+    region r;
+    region_make(a, &r, 4096, 12);
+    uint8_t dst[4096];
+    for (size_t p = 0; p < 2; p++) {
+        mstar__ucx_read_info ri[3];
+        for (int i = 0; i < 3; i++)
+            ri[i] = info_for(a, &r, dst, 0, 4096);
+        ri[0].session = ri[1].session = ri[2].session = hole;
+        ri[1].nbytes = 0; /* done at once, yet the batch still fails as a whole */
+        mstar__ucx_engine_stats before, after;
+        mstar__ucx_engine_get_stats(b, &before);
+        assert_mstar_status(mstar__ucx_engine_read_with(b, protos[p], ri, 3), MSTAR_ETIMEDOUT);
+        assert_non_null(strstr(mstar_last_error(), "no answer within 0.2 s"));
+        assert_non_null(strstr(mstar_last_error(), hole));
+        mstar__ucx_engine_get_stats(b, &after);
+        assert_int_equal(after.peers, before.peers); /* the hole's endpoint came and went */
+        ri[0] = info_for(a, &r, dst, 0, 4096);
+        assert_mstar_ok(mstar__ucx_engine_read_with(b, protos[p], ri, 1));
+    }
+    region_drop(a, &r);
+    mstar__ucx_engine_destroy(b);
+    mstar__ucx_engine_destroy(a);
+    close(hole_fd);
+}
+
 /* ---- shutdown ------------------------------------------------------------------------------- */
 
 typedef struct pending_read {
@@ -639,6 +686,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_consumer_checks),
         cmocka_unit_test(test_unknown_session),
         cmocka_unit_test(test_bad_rkey_get),
+        cmocka_unit_test(test_read_timeout),
         cmocka_unit_test(test_destroy_with_read_waiting),
         cmocka_unit_test(test_nothing_left_behind),
     };

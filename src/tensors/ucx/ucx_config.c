@@ -30,6 +30,8 @@ void mstar__ucx_config_init(mstar__ucx_config *cfg)
     cfg->read_protocol = MSTAR__UCX_READ_AM;
     snprintf(cfg->address, sizeof(cfg->address), "127.0.0.1");
     cfg->port = 0;
+    cfg->am_eager_max = MSTAR__UCX_AM_EAGER_MAX_DEFAULT;
+    cfg->read_timeout_s = MSTAR__UCX_READ_TIMEOUT_DEFAULT;
 }
 
 mstar_status mstar__ucx_config_from_env(mstar__ucx_config *cfg)
@@ -54,6 +56,16 @@ mstar_status mstar__ucx_config_from_env(mstar__ucx_config *cfg)
     if (st != MSTAR_OK)
         return st;
     next.read_protocol = (mstar__ucx_read_protocol)proto;
+    int64_t eager;
+    st = mstar_env_get_int("MSTAR_UCX_AM_EAGER_MAX", (int64_t)next.am_eager_max, 0,
+                           INT64_C(1) << 30, &eager);
+    if (st != MSTAR_OK)
+        return st;
+    next.am_eager_max = (uint64_t)eager;
+    st = mstar_env_get_double("MSTAR_UCX_READ_TIMEOUT_S", next.read_timeout_s, 0, 86400,
+                              &next.read_timeout_s);
+    if (st != MSTAR_OK)
+        return st;
     *cfg = next;
     return MSTAR_OK;
 }

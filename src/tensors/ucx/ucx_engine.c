@@ -101,6 +101,8 @@ static void progress_all(mstar__ucx_engine *e)
 /* Sleep until the worker has events or someone writes the eventfd (at most timeout_ms). */
 static void wait_events(mstar__ucx_engine *e, int timeout_ms)
 {
+    if (e->reap_needed)
+        return; /* a peer failed or closed since the last reap: nothing will wake us for it */
     ucs_status_t us = ucp_worker_arm(e->worker);
     if (us == UCS_ERR_BUSY)
         return; /* events arrived meanwhile: progress again */
@@ -150,7 +152,7 @@ static void *progress_main(void *arg)
         if (take_queue(e))
             break;
         progress_all(e);
-        wait_events(e, -1);
+        wait_events(e, mstar__ucx_batch_expire(e));
     }
     shutdown_worker(e);
     return NULL;
@@ -277,6 +279,9 @@ void mstar__ucx_engine_destroy(mstar__ucx_engine *e)
         e->stopping = true;
         pthread_mutex_unlock(&e->lock);
         wake(e);
+        /* Its threads' reads fail from here on, so this returns once their current batches
+         * are failed by the progress thread. */
+        mstar__ucx_reader_destroy(e->reader);
         pthread_join(e->thread, NULL);
     }
     if (e->listener != NULL)
@@ -353,6 +358,21 @@ mstar_status mstar__ucx_engine_create(const mstar__ucx_config *cfg, mstar__ucx_e
               mstar__ucx_read_protocol_name(e->cfg.read_protocol));
     *out = e;
     return MSTAR_OK;
+}
+
+mstar_status mstar__ucx_engine_reader(mstar__ucx_engine *e, mstar__ucx_reader **out)
+{
+    if (e == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "ucx engine reader: engine and out are required");
+    mstar_status st = MSTAR_OK;
+    pthread_mutex_lock(&e->lock);
+    if (e->reader == NULL)
+        st = mstar__ucx_reader_create(e, MSTAR__UCX_READER_THREADS, MSTAR__UCX_READER_BATCH,
+                                      &e->reader);
+    if (st == MSTAR_OK)
+        *out = e->reader;
+    pthread_mutex_unlock(&e->lock);
+    return st;
 }
 
 const char *mstar__ucx_engine_session_id(const mstar__ucx_engine *e)

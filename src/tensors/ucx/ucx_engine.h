@@ -55,13 +55,24 @@ typedef struct mstar__ucx_config {
      * wildcard). */
     char address[MSTAR__UCX_ADDRESS_MAX + 1];
     uint16_t port; /* 0 = an ephemeral port */
+    /* AM replies up to this many bytes go eagerly (copied through UCX's buffers: one message);
+     * larger ones by rendezvous (UCX puts the producer's memory straight into the consumer's
+     * buffer, after a handshake that costs two more trips). */
+    uint64_t am_eager_max;
+    /* A batch of reads still unfinished this long after it started fails with MSTAR_ETIMEDOUT,
+     * and its endpoint is closed (the peer is taken for dead); 0 = wait as long as it takes. */
+    double read_timeout_s;
 } mstar__ucx_config;
 
-/* Defaults: tcp, the AM read protocol, 127.0.0.1, port 0. */
+#define MSTAR__UCX_AM_EAGER_MAX_DEFAULT (256 * 1024)
+#define MSTAR__UCX_READ_TIMEOUT_DEFAULT 120.0
+
+/* Defaults: tcp, the AM read protocol, 127.0.0.1, port 0, eager AM replies up to 256 KiB, a
+ * read timeout of 120 s. */
 void mstar__ucx_config_init(mstar__ucx_config *cfg);
-/* Overlay the environment knobs MSTAR_UCX_ADDRESS, MSTAR_UCX_PORT and MSTAR_UCX_READ_PROTOCOL
- * (docs/environment.md). MSTAR_EINVAL naming the variable on a bad value; `cfg` is unchanged
- * then. */
+/* Overlay the environment knobs MSTAR_UCX_ADDRESS, MSTAR_UCX_PORT, MSTAR_UCX_READ_PROTOCOL,
+ * MSTAR_UCX_AM_EAGER_MAX and MSTAR_UCX_READ_TIMEOUT_S (docs/environment.md). MSTAR_EINVAL naming
+ * the variable on a bad value; `cfg` is unchanged then. */
 mstar_status mstar__ucx_config_from_env(mstar__ucx_config *cfg);
 /* "tcp" / "rdma", "am" / "get". */
 const char *mstar__ucx_transport_name(mstar__ucx_transport t);
@@ -79,10 +90,11 @@ typedef struct mstar__ucx_engine mstar__ucx_engine;
  * cannot be resolved or bound. Nothing is left behind on failure. */
 mstar_status mstar__ucx_engine_create(const mstar__ucx_config *cfg, mstar__ucx_engine **out);
 
-/* Stop the progress thread, fail reads still queued or in flight with MSTAR_ECANCELED (their
- * waiters return), close every endpoint and the listener, unmap regions still registered (with a
- * warning) and release the worker and context. NULL is a no-op. Must not race with other calls
- * on the same engine except reads that are waiting (they fail). */
+/* Stop taking reads, fail those still queued or in flight with MSTAR_ECANCELED (their waiters
+ * return; so do the submissions of the engine's reader, which is then destroyed), close every
+ * endpoint and the listener, unmap regions still registered (with a warning) and release the
+ * worker and context. NULL is a no-op. Must not race with other calls on the same engine, except
+ * reads that are waiting (they fail) and the engine's own reader. */
 void mstar__ucx_engine_destroy(mstar__ucx_engine *e);
 
 /* "ip:port" of the listener: a valid name (≤ 255 bytes of [A-Za-z0-9_.:-]), fit for a
@@ -134,7 +146,8 @@ typedef struct mstar__ucx_read_info {
  * block until every read has finished (the local buffers are no longer written by anyone). The
  * session and keys are validated first (MSTAR_EPROTO naming the field; nothing is read then). A
  * failed read fails the batch with the first error: MSTAR_EREMOTE (connection, refusal by the
- * producer), MSTAR_EPROTO (a malformed reply) or MSTAR_ECANCELED (engine destroyed). Called by
+ * producer), MSTAR_EPROTO (a malformed reply), MSTAR_ETIMEDOUT (cfg.read_timeout_s) or
+ * MSTAR_ECANCELED (engine destroyed). Called by
  * the reader's threads; any thread may call it. */
 mstar_status mstar__ucx_engine_read(mstar__ucx_engine *e, const mstar__ucx_read_info *infos,
                                     size_t n);
@@ -153,12 +166,18 @@ mstar_status mstar__ucx_engine_read_with(mstar__ucx_engine *e, mstar__ucx_read_p
 typedef struct mstar__ucx_reader mstar__ucx_reader;
 typedef struct mstar__ucx_read_handle mstar__ucx_read_handle;
 
+/* The engine's own reader (reference get_async_reader), created on the first call with the
+ * reference's defaults and destroyed by mstar__ucx_engine_destroy in the right order: reads
+ * still queued or running then fail with MSTAR_ECANCELED rather than wait for their peers. */
+mstar_status mstar__ucx_engine_reader(mstar__ucx_engine *e, mstar__ucx_reader **out);
+
 /* Called once on a reader thread when a submission finishes (successfully or not), after its
  * handle is complete; e.g. to write an eventfd that wakes the consumer's loop. Must not block. */
 typedef void (*mstar__ucx_read_done_fn)(void *arg);
 
 /* A reader over `engine` with `threads` worker threads (1..64) that cut each session's reads
- * into batches of at most `max_batch` (1..65536). The engine must outlive the reader. */
+ * into batches of at most `max_batch` (1..65536). The engine must outlive a reader made here;
+ * mstar__ucx_engine_reader gives one the engine owns. */
 mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned threads,
                                       unsigned max_batch, mstar__ucx_reader **out);
 

@@ -113,8 +113,9 @@ typedef struct mstar__ucx_peer {
     bool cached;                      /* in e->sessions */
     bool failed;                      /* the endpoint reported an error */
     bool closing;                     /* ucp_ep_close_nbx issued */
+    mstar_status fail_status;         /* what reads on it fail with once it failed */
     uint32_t ops;                     /* reads using this peer */
-    char error[192];                  /* why it failed */
+    char error[192];                  /* why it failed, for the reads' messages */
 } mstar__ucx_peer;
 
 typedef struct mstar__ucx_batch mstar__ucx_batch;
@@ -137,8 +138,12 @@ typedef struct mstar__ucx_op {
 } mstar__ucx_op;
 
 struct mstar__ucx_batch {
-    mstar__ucx_batch *next;  /* e->queue */
-    mstar__ucx_batch *wnext; /* e->waiting */
+    mstar__ucx_batch *next;          /* e->queue */
+    mstar__ucx_batch *wnext;         /* e->waiting */
+    mstar__ucx_batch *anext, *aprev; /* e->active: started, not finished (progress thread) */
+    mstar__ucx_peer *peer;           /* the session's endpoint, once started */
+    uint64_t deadline_ns;            /* 0 = none */
+    bool started;                    /* in e->active */
     mstar__ucx_read_protocol proto;
     const char *session;
     struct sockaddr_storage addr;
@@ -169,11 +174,13 @@ struct mstar__ucx_engine {
     bool stopping;
     mstar__u64map regions_by_ptr; /* base → region */
     mstar__u64map regions_by_id;  /* id → region (live regions only) */
+    mstar__ucx_reader *reader;    /* the engine's own, made on demand */
     uint64_t next_region_id;
 
     /* progress thread only */
     bool shutting_down; /* shutdown started: failures are cancellations */
     bool reap_needed;   /* a peer failed, closed or lost its last op */
+    mstar__ucx_batch *active;
     mstar__ucx_peer *peers;
     mstar__strmap sessions; /* session → peer (outgoing, not failed) */
     mstar__u64map pending;  /* AM req_id → op waiting for its reply */
@@ -195,6 +202,10 @@ mstar__ucx_peer *mstar__ucx_peer_get(mstar__ucx_engine *e, mstar__ucx_batch *b);
 void mstar__ucx_peer_on_conn_request(ucp_conn_request_h req, void *arg);
 /* Free peers that are closed and unused; start closing failed ones. */
 void mstar__ucx_peer_reap(mstar__ucx_engine *e);
+/* Take a peer for dead: out of the cache, its waiting reads failed with `st` and `why` (as are
+ * those UCX fails later), its endpoint closed at the next reap. No-op if it already failed. */
+void mstar__ucx_peer_fail(mstar__ucx_engine *e, mstar__ucx_peer *p, mstar_status st,
+                          const char *why);
 /* Close every endpoint (shutdown). */
 void mstar__ucx_peer_close_all(mstar__ucx_engine *e);
 /* True while some peer is not freed yet. */
@@ -209,6 +220,8 @@ void mstar__ucx_peer_op_done(mstar__ucx_peer *p);
 mstar_status mstar__ucx_read_setup(mstar__ucx_engine *e);
 /* Start every op of a batch (progress thread). */
 void mstar__ucx_batch_start(mstar__ucx_engine *e, mstar__ucx_batch *b);
+/* Time out the batches past their deadline; the milliseconds until the next deadline (-1: none). */
+int mstar__ucx_batch_expire(mstar__ucx_engine *e);
 /* Fail a batch none of whose ops started (queue drained at shutdown, no endpoint). */
 void mstar__ucx_batch_fail(mstar__ucx_engine *e, mstar__ucx_batch *b, mstar_status st,
                            const char *msg);

@@ -24,26 +24,31 @@ static void uncache(mstar__ucx_engine *e, mstar__ucx_peer *p)
     atomic_fetch_sub(&e->stat_peers, 1);
 }
 
-static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t us)
+void mstar__ucx_peer_fail(mstar__ucx_engine *e, mstar__ucx_peer *p, mstar_status st,
+                          const char *why)
 {
-    mstar__ucx_peer *p = arg;
-    mstar__ucx_engine *e = p->e;
-    (void)ep;
     if (p->failed)
         return;
     p->failed = true;
+    p->fail_status = e->shutting_down ? MSTAR_ECANCELED : st;
     e->reap_needed = true;
-    snprintf(p->error, sizeof(p->error), "%s", ucs_status_string(us));
+    snprintf(p->error, sizeof(p->error), "%s", why);
     if (p->accepted)
-        mstar_log(MSTAR_LOG_DEBUG, "ucx %s: a consumer's connection ended: %s", e->session,
-                  p->error);
+        mstar_log(MSTAR_LOG_DEBUG, "ucx %s: a consumer's connection ended: %s", e->session, why);
     else if (!e->shutting_down) /* reads that it fails report it; this is for the record */
         mstar_log(MSTAR_LOG_INFO, "ucx %s: connection to %s ended: %s", e->session, p->session,
-                  p->error);
+                  why);
     uncache(e, p);
-    char msg[320];
-    snprintf(msg, sizeof(msg), "ucx session %s: connection failed: %s", p->session, p->error);
-    mstar__ucx_read_fail_pending(e, p, e->shutting_down ? MSTAR_ECANCELED : MSTAR_EREMOTE, msg);
+    mstar__ucx_read_fail_pending(e, p, p->fail_status, p->error);
+}
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t us)
+{
+    mstar__ucx_peer *p = arg;
+    char why[128];
+    (void)ep;
+    snprintf(why, sizeof(why), "connection failed: %s", ucs_status_string(us));
+    mstar__ucx_peer_fail(p->e, p, MSTAR_EREMOTE, why);
 }
 
 static void on_closed(void *request, ucs_status_t us, void *user_data)
@@ -118,16 +123,15 @@ mstar__ucx_peer *mstar__ucx_peer_get(mstar__ucx_engine *e, mstar__ucx_batch *b)
         snprintf(b->error, sizeof(b->error), "%s", mstar_last_error());
         return NULL;
     }
+    link_peer(e, p); /* from here on the reap closes and frees it */
     if (mstar__strmap_put(&e->sessions, p->session, len, (uint64_t)(uintptr_t)p) != MSTAR_OK) {
-        /* Uncached, it still serves this batch and is closed by the next reap once idle. */
-        p->failed = true;
-        snprintf(p->error, sizeof(p->error), "out of memory for the session cache");
-        e->reap_needed = true;
-    } else {
-        p->cached = true;
-        atomic_fetch_add(&e->stat_peers, 1);
+        mstar__ucx_peer_fail(e, p, MSTAR_ENOMEM, "out of memory for the session cache");
+        b->status = MSTAR_ENOMEM;
+        snprintf(b->error, sizeof(b->error), "ucx session %s: out of memory", b->session);
+        return NULL;
     }
-    link_peer(e, p);
+    p->cached = true;
+    atomic_fetch_add(&e->stat_peers, 1);
     return p;
 }
 
