@@ -146,6 +146,7 @@ static void test_create_errors(void **state)
     (void)state;
     mstar__ucx_engine *e = NULL;
     mstar__ucx_config cfg;
+    mstar__ucx_engine_destroy(new_engine()); /* one-time state (UCX's, a sanitizer's) first */
     int threads = ucx_test_threads(), fds = ucx_test_fds();
 
     mstar__ucx_config_init(&cfg);
