@@ -25,8 +25,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         s[n] = '\0';
         struct sockaddr_storage sa;
         socklen_t len;
-        if (mstar__ucx_session_parse(s, "fuzz", &sa, &len) == MSTAR_OK &&
-            sa.ss_family != AF_INET && sa.ss_family != AF_INET6)
+        if (mstar__ucx_session_parse(s, "fuzz", &sa, &len) == MSTAR_OK && sa.ss_family != AF_INET &&
+            sa.ss_family != AF_INET6)
             abort();
         free(s);
         return 0;

@@ -178,10 +178,10 @@ static void test_read_across_veth(void **state)
             };
             ri[i] = one;
         }
-        mstar__ucx_read_handle *h;
-        assert_mstar_ok(mstar__ucx_reader_submit(r, ri, 4, NULL, NULL, &h));
-        assert_mstar_ok(mstar__ucx_read_handle_wait(h, -1));
-        mstar__ucx_read_handle_release(h);
+        mstar_completion *h;
+        assert_mstar_ok(mstar__ucx_reader_submit(r, ri, 4, -1, &h));
+        assert_mstar_ok(mstar_completion_wait(h, -1));
+        mstar_completion_release(h);
         assert_int_equal(ucx_test_check(dst, size, 501), SIZE_MAX);
         uint64_t after = rx_bytes(ns_b, veth_b);
         if (after - before < size)

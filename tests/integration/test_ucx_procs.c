@@ -39,10 +39,10 @@ static mstar__ucx_read_info read_of(const ucx_test_producer *p, void *dst, uint6
     return ri;
 }
 
-static void wait_ok(mstar__ucx_read_handle *h)
+static void wait_ok(mstar_completion *h)
 {
-    assert_mstar_ok(mstar__ucx_read_handle_wait(h, -1));
-    mstar__ucx_read_handle_release(h);
+    assert_mstar_ok(mstar_completion_wait(h, -1));
+    mstar_completion_release(h);
 }
 
 /* Every size from nothing to the largest, at offsets, on both protocols. */
@@ -65,8 +65,8 @@ static void test_sizes(void **state)
             uint64_t off = (i * 4099) % 4096;
             memset(dst, 0, n);
             mstar__ucx_read_info ri = read_of(&p, dst, off, n);
-            mstar__ucx_read_handle *h;
-            assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h));
+            mstar_completion *h;
+            assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
             wait_ok(h);
             size_t bad = ucx_test_check_at(dst, n, 101, off);
             if (bad != SIZE_MAX)
@@ -99,7 +99,7 @@ static void test_many_concurrent(void **state)
         mstar__ucx_read_info *infos = calloc(n, sizeof(*infos));
         uint64_t *offs = calloc(n, sizeof(*offs));
         uint8_t *dst = calloc(n, 16384);
-        mstar__ucx_read_handle **h = calloc((n + per - 1) / per, sizeof(*h));
+        mstar_completion **h = calloc((n + per - 1) / per, sizeof(*h));
         for (size_t i = 0; i < n; i++) {
             uint64_t len = 1 + mstar_test_rand(&seed) % 16384;
             offs[i] = mstar_test_rand(&seed) % (8 * MIB - len);
@@ -107,7 +107,7 @@ static void test_many_concurrent(void **state)
         }
         for (size_t s = 0; s * per < n; s++) {
             size_t k = n - s * per < per ? n - s * per : per;
-            assert_mstar_ok(mstar__ucx_reader_submit(r, infos + s * per, k, NULL, NULL, &h[s]));
+            assert_mstar_ok(mstar__ucx_reader_submit(r, infos + s * per, k, -1, &h[s]));
         }
         assert_mstar_ok(mstar__ucx_reader_wait_all(r));
         for (size_t s = 0; s * per < n; s++)
@@ -140,27 +140,27 @@ static void test_dead_peer_mid_read(void **state)
         assert_mstar_ok(mstar__ucx_engine_reader(c, &r));
         uint8_t *dst = malloc(16 * MIB);
         mstar__ucx_read_info ri = read_of(&dying, dst, 0, 4096);
-        mstar__ucx_read_handle *h;
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h));
+        mstar_completion *h;
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
         wait_ok(h); /* connected */
 
         ucx_test_producer_kill(&dying, SIGSTOP); /* it can no longer answer */
         ri = read_of(&dying, dst, 0, 16 * MIB);
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h));
-        assert_mstar_status(mstar__ucx_read_handle_wait(h, 100), MSTAR_ETIMEDOUT);
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+        assert_mstar_status(mstar_completion_wait(h, 100), MSTAR_ETIMEDOUT);
         ucx_test_producer_kill(&dying, SIGKILL);
-        assert_mstar_status(mstar__ucx_read_handle_wait(h, -1), MSTAR_EREMOTE);
-        assert_non_null(strstr(mstar__ucx_read_handle_error(h), dying.session));
-        mstar__ucx_read_handle_release(h);
+        assert_mstar_status(mstar_completion_wait(h, -1), MSTAR_EREMOTE);
+        assert_non_null(strstr(mstar_last_error(), dying.session));
+        mstar_completion_release(h);
 
         /* The dead session again: refused quickly, a clear error, nothing hangs. */
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h));
-        assert_mstar_status(mstar__ucx_read_handle_wait(h, -1), MSTAR_EREMOTE);
-        mstar__ucx_read_handle_release(h);
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+        assert_mstar_status(mstar_completion_wait(h, -1), MSTAR_EREMOTE);
+        mstar_completion_release(h);
         assert_mstar_status(mstar__ucx_reader_wait_all(r), MSTAR_EREMOTE);
 
         ri = read_of(&live, dst, 0, MIB);
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
         wait_ok(h);
         assert_int_equal(ucx_test_check(dst, MIB, 302), SIZE_MAX);
         assert_mstar_ok(mstar__ucx_reader_wait_all(r));
@@ -187,17 +187,17 @@ static void test_shutdown_with_reads_in_flight(void **state)
     assert_mstar_ok(mstar__ucx_engine_reader(c, &r));
     uint8_t *dst = malloc(4 * MIB);
     mstar__ucx_read_info ri = read_of(&p, dst, 0, 4096);
-    mstar__ucx_read_handle *h[10];
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h[0]));
+    mstar_completion *h[10];
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h[0]));
     wait_ok(h[0]);
     ucx_test_producer_kill(&p, SIGSTOP);
     ri = read_of(&p, dst, 0, 4 * MIB);
     for (int i = 0; i < 10; i++) /* 3 run (one per thread), 7 wait in the queue */
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h[i]));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h[i]));
     mstar__ucx_engine_destroy(c);
     for (int i = 0; i < 10; i++) {
-        assert_mstar_status(mstar__ucx_read_handle_poll(h[i]), MSTAR_ECANCELED);
-        mstar__ucx_read_handle_release(h[i]);
+        assert_mstar_status(mstar_completion_poll(h[i]), MSTAR_ECANCELED);
+        mstar_completion_release(h[i]);
     }
     free(dst);
     ucx_test_producer_kill(&p, SIGCONT);

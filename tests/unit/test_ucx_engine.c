@@ -446,6 +446,71 @@ static void test_am_refusals(void **state)
     mstar__ucx_engine_destroy(a);
 }
 
+/* Without a key (as the reference's descriptors come) the AM producer finds the region by
+ * address: overlapping regions, their edges, and what is not registered (refused). */
+static void test_am_by_address(void **state)
+{
+    (void)state;
+    mstar__ucx_engine *a = new_engine(), *b = new_engine();
+    region big, sub, other;
+    region_make(a, &big, 1 << 20, 21);
+    region_make(a, &other, 4096, 22);
+    sub.buf = big.buf + 65536; /* a sub-range registered on its own, inside big */
+    assert_mstar_ok(mstar__ucx_engine_register(a, sub.buf, 4096, sub.key, &sub.key_len));
+    uint8_t *dst = malloc(1 << 20);
+    struct {
+        uint8_t *base;
+        uint64_t off, n;
+        uint64_t seed, seed_off;
+    } ok[] = {
+        { big.buf, 0, 1 << 20, 21, 0 },      { big.buf, 65536, 4096, 21, 65536 },
+        { big.buf, 65000, 2000, 21, 65000 }, { big.buf, (1 << 20) - 1, 1, 21, (1 << 20) - 1 },
+        { other.buf, 0, 4096, 22, 0 },       { other.buf, 100, 1, 22, 100 },
+    };
+    for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+        mstar__ucx_read_info ri = { mstar__ucx_engine_session_id(a),
+                                    dst,
+                                    (uint64_t)(uintptr_t)ok[i].base + ok[i].off,
+                                    ok[i].n,
+                                    NULL,
+                                    0 };
+        memset(dst, 0, ok[i].n);
+        assert_mstar_ok(mstar__ucx_engine_read_with(b, MSTAR__UCX_READ_AM, &ri, 1));
+        assert_int_equal(ucx_test_check_at(dst, ok[i].n, ok[i].seed, ok[i].seed_off), SIZE_MAX);
+    }
+    /* One byte past the big region, and memory never registered: refused. */
+    uint8_t *unreg = malloc(4096);
+    uint64_t bad[][2] = { { (uint64_t)(uintptr_t)big.buf + (1 << 20) - 10, 11 },
+                          { (uint64_t)(uintptr_t)unreg, 16 } };
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    for (size_t i = 0; i < 2; i++) {
+        mstar__ucx_read_info ri = {
+            mstar__ucx_engine_session_id(a), dst, bad[i][0], bad[i][1], NULL, 0
+        };
+        assert_mstar_status(mstar__ucx_engine_read_with(b, MSTAR__UCX_READ_AM, &ri, 1),
+                            MSTAR_EREMOTE);
+        assert_non_null(strstr(mstar_last_error(), "no registered region holds the range"));
+    }
+    /* The parent unregistered: the sub-range alone still reads, the rest is refused. */
+    assert_mstar_ok(mstar__ucx_engine_unregister(a, big.buf));
+    mstar__ucx_read_info ri = {
+        mstar__ucx_engine_session_id(a), dst, (uint64_t)(uintptr_t)sub.buf, 4096, NULL, 0
+    };
+    assert_mstar_ok(mstar__ucx_engine_read_with(b, MSTAR__UCX_READ_AM, &ri, 1));
+    assert_int_equal(ucx_test_check_at(dst, 4096, 21, 65536), SIZE_MAX);
+    ri.remote_addr = (uint64_t)(uintptr_t)big.buf;
+    assert_mstar_status(mstar__ucx_engine_read_with(b, MSTAR__UCX_READ_AM, &ri, 1), MSTAR_EREMOTE);
+    mstar_test_log_capture_end();
+    assert_int_equal(mstar_test_log_count("refused a read"), 3);
+    assert_mstar_ok(mstar__ucx_engine_unregister(a, sub.buf));
+    free(big.buf);
+    free(unreg);
+    free(dst);
+    region_drop(a, &other);
+    mstar__ucx_engine_destroy(b);
+    mstar__ucx_engine_destroy(a);
+}
+
 /* What the consumer rejects before anything touches the network. */
 static void test_consumer_checks(void **state)
 {
@@ -467,7 +532,10 @@ static void test_consumer_checks(void **state)
     ri[0].session = "not a session";
     assert_mstar_status(mstar__ucx_engine_read(b, ri, 1), MSTAR_EPROTO);
     ri[0] = info_for(a, &r, dst, 0, 10);
-    ri[0].remote_key_len = 0;
+    ri[0].remote_key_len = 0; /* get needs a key; AM reads by address (test_am_by_address) */
+    assert_mstar_status(mstar__ucx_engine_read_with(b, MSTAR__UCX_READ_GET, ri, 1), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "remote_key is missing"));
+    ri[0].remote_addr = UINT64_MAX - 4;
     assert_mstar_status(mstar__ucx_engine_read(b, ri, 1), MSTAR_EPROTO);
     assert_mstar_status(mstar__ucx_engine_read_with(b, (mstar__ucx_read_protocol)5, ri, 1),
                         MSTAR_EINVAL);
@@ -684,6 +752,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_many_reads_one_batch),
         cmocka_unit_test(test_register_rules),
         cmocka_unit_test(test_am_refusals),
+        cmocka_unit_test(test_am_by_address),
         cmocka_unit_test(test_consumer_checks),
         cmocka_unit_test(test_unknown_session),
         cmocka_unit_test(test_bad_rkey_get),

@@ -2,16 +2,16 @@
  * test_ucx_reader.c — the async reader (reference AsyncMooncakeReader) over two in-process
  * producers: grouping by session in batches of at most max_batch, handles that poll / wait /
  * fail with a message, a failure that does not poison later polls (transport-spec §8.11),
- * wait_all reporting a failure once, done callbacks, shutdown with reads in flight, and the
- * argument checks.
+ * wait_all reporting a failure once, the eventfd each finish writes, shutdown with reads in
+ * flight, and the argument checks.
  */
 #include "ucx_test.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 typedef struct producer {
@@ -63,11 +63,13 @@ static mstar__ucx_engine *consumer_open(mstar__ucx_read_protocol proto)
     return e;
 }
 
-static atomic_int done_calls;
-static void count_done(void *arg)
+/* Completions finished so far, as counted by the eventfd they write. */
+static uint64_t wakeups(int efd)
 {
-    (void)arg;
-    atomic_fetch_add(&done_calls, 1);
+    uint64_t n = 0;
+    if (read(efd, &n, sizeof(n)) != sizeof(n))
+        return 0;
+    return n;
 }
 
 /* Many submissions, each mixing two sessions, on both protocols; every byte checked. */
@@ -84,8 +86,8 @@ static void test_submit_many(void **state)
             mstar__ucx_reader_create(c, MSTAR__UCX_READER_THREADS, MSTAR__UCX_READER_BATCH, &r));
         enum { SUBMITS = 40, PER = 32, SLICE = 8192 };
         uint8_t *dst = calloc(SUBMITS * PER, SLICE);
-        mstar__ucx_read_handle *h[SUBMITS];
-        atomic_store(&done_calls, 0);
+        mstar_completion *h[SUBMITS];
+        int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         for (int s = 0; s < SUBMITS; s++) {
             mstar__ucx_read_info infos[PER];
             for (int i = 0; i < PER; i++) {
@@ -93,15 +95,15 @@ static void test_submit_many(void **state)
                 uint64_t off = (uint64_t)((s * PER + i) % 128) * SLICE;
                 infos[i] = read_of(p, dst + (size_t)(s * PER + i) * SLICE, off, SLICE);
             }
-            assert_mstar_ok(mstar__ucx_reader_submit(r, infos, PER, count_done, NULL, &h[s]));
+            assert_mstar_ok(mstar__ucx_reader_submit(r, infos, PER, efd, &h[s]));
         }
         assert_mstar_ok(mstar__ucx_reader_wait_all(r));
         assert_int_equal(mstar__ucx_reader_inflight(r), 0);
-        assert_int_equal(atomic_load(&done_calls), SUBMITS);
+        assert_int_equal(wakeups(efd), SUBMITS);
+        close(efd);
         for (int s = 0; s < SUBMITS; s++) {
-            assert_mstar_ok(mstar__ucx_read_handle_poll(h[s]));
-            assert_string_equal(mstar__ucx_read_handle_error(h[s]), "");
-            mstar__ucx_read_handle_release(h[s]);
+            assert_mstar_ok(mstar_completion_poll(h[s]));
+            mstar_completion_release(h[s]);
             for (int i = 0; i < PER; i++) {
                 const producer *p = (i % 2) ? &p2 : &p1;
                 uint64_t off = (uint64_t)((s * PER + i) % 128) * SLICE;
@@ -137,11 +139,11 @@ static void test_batches_of_at_most_max(void **state)
     for (size_t i = 0; i < n; i++)
         infos[i] = i < 1234 ? read_of(&p1, dst + i * 64, i * 64, 64)
                             : read_of(&p2, dst + i * 64, (i - 1234) * 64, 64);
-    mstar__ucx_read_handle *h;
-    assert_mstar_ok(mstar__ucx_reader_submit(r, infos, n, NULL, NULL, &h));
+    mstar_completion *h;
+    assert_mstar_ok(mstar__ucx_reader_submit(r, infos, n, -1, &h));
     free(infos); /* the reader copied them */
-    assert_mstar_ok(mstar__ucx_read_handle_wait(h, -1));
-    mstar__ucx_read_handle_release(h);
+    assert_mstar_ok(mstar_completion_wait(h, -1));
+    mstar_completion_release(h);
     assert_memory_equal(dst, p1.buf, 1234 * 64);
     assert_memory_equal(dst + 1234 * 64, p2.buf, 600 * 64);
     mstar__ucx_engine_stats st;
@@ -171,29 +173,29 @@ static void test_failure_does_not_poison(void **state)
     memcpy(forged, p.key, p.key_len);
     forged[0] = 'X';
     bad.remote_key = forged;
-    mstar__ucx_read_handle *hb, *hg;
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &bad, 1, NULL, NULL, &hb));
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ok, 1, NULL, NULL, &hg));
-    assert_mstar_status(mstar__ucx_read_handle_wait(hb, -1), MSTAR_EPROTO);
+    mstar_completion *hb, *hg;
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &bad, 1, -1, &hb));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ok, 1, -1, &hg));
+    assert_mstar_status(mstar_completion_wait(hb, -1), MSTAR_EPROTO);
     assert_non_null(strstr(mstar_last_error(), "remote_key"));
-    assert_mstar_ok(mstar__ucx_read_handle_wait(hg, -1));
+    assert_mstar_ok(mstar_completion_wait(hg, -1));
     /* Polling the failed handle again gives the same error, and the good one stays good. */
     for (int i = 0; i < 3; i++) {
         mstar_error_clear();
-        assert_mstar_status(mstar__ucx_read_handle_poll(hb), MSTAR_EPROTO);
-        assert_non_null(strstr(mstar__ucx_read_handle_error(hb), "bad magic"));
-        assert_mstar_ok(mstar__ucx_read_handle_poll(hg));
+        assert_mstar_status(mstar_completion_poll(hb), MSTAR_EPROTO);
+        assert_non_null(strstr(mstar_last_error(), "bad magic"));
+        assert_mstar_ok(mstar_completion_poll(hg));
     }
     assert_mstar_status(mstar__ucx_reader_wait_all(r), MSTAR_EPROTO);
     assert_mstar_ok(mstar__ucx_reader_wait_all(r)); /* reported once */
-    mstar__ucx_read_handle_release(hb);
-    mstar__ucx_read_handle_release(hg);
+    mstar_completion_release(hb);
+    mstar_completion_release(hg);
     /* Later reads work. */
     memset(good, 0, sizeof(good));
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ok, 1, NULL, NULL, &hg));
-    assert_mstar_ok(mstar__ucx_read_handle_wait(hg, 10000));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ok, 1, -1, &hg));
+    assert_mstar_ok(mstar_completion_wait(hg, 10000));
     assert_int_equal(ucx_test_check(good, 4096, 5), SIZE_MAX);
-    mstar__ucx_read_handle_release(hg);
+    mstar_completion_release(hg);
     mstar__ucx_reader_destroy(r);
     mstar__ucx_engine_destroy(c);
     producer_close(&p);
@@ -214,25 +216,27 @@ static void test_pending_then_peer_gone(void **state)
     uint8_t dst[4096];
     mstar__ucx_read_info ri = read_of(&p, dst, 0, 4096);
     ri.session = hole;
-    mstar__ucx_read_handle *h;
-    atomic_store(&done_calls, 0);
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, count_done, NULL, &h));
-    assert_int_equal(mstar__ucx_read_handle_poll(h), MSTAR_EAGAIN);
-    assert_mstar_status(mstar__ucx_read_handle_wait(h, 50), MSTAR_ETIMEDOUT);
+    mstar_completion *h;
+    int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, efd, &h));
+    assert_int_equal(mstar_completion_poll(h), MSTAR_EAGAIN);
+    assert_mstar_status(mstar_completion_wait(h, 50), MSTAR_ETIMEDOUT);
     assert_int_equal(mstar__ucx_reader_inflight(r), 1);
-    assert_string_equal(mstar__ucx_read_handle_error(h), "");
+    assert_int_equal(wakeups(efd), 0);
     close(fd); /* the kernel resets the half-open connection */
-    mstar_status st = mstar__ucx_read_handle_wait(h, -1);
+    mstar_status st = mstar_completion_wait(h, -1);
     assert_true(st == MSTAR_EREMOTE);
-    assert_non_null(strstr(mstar__ucx_read_handle_error(h), hole));
-    assert_int_equal(atomic_load(&done_calls), 1);
+    assert_non_null(strstr(mstar_last_error(), hole));
+    assert_mstar_status(mstar__ucx_reader_wait_all(r), MSTAR_EREMOTE); /* the finish is over */
+    assert_int_equal(wakeups(efd), 1);
+    close(efd);
     assert_int_equal(mstar__ucx_reader_inflight(r), 0);
-    mstar__ucx_read_handle_release(h);
+    mstar_completion_release(h);
     /* The same reader reads from a live session afterwards. */
     ri = read_of(&p, dst, 0, 4096);
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h));
-    assert_mstar_ok(mstar__ucx_read_handle_wait(h, -1));
-    mstar__ucx_read_handle_release(h);
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+    assert_mstar_ok(mstar_completion_wait(h, -1));
+    mstar_completion_release(h);
     mstar__ucx_reader_destroy(r);
     mstar__ucx_engine_destroy(c);
     producer_close(&p);
@@ -250,25 +254,25 @@ static void test_shutdown_with_reads_in_flight(void **state)
     assert_mstar_ok(mstar__ucx_reader_create(c, 3, 500, &r));
     enum { N = 6 };
     uint8_t *dst = malloc((size_t)N * (8 << 20));
-    mstar__ucx_read_handle *h[N];
+    mstar_completion *h[N];
     for (int i = 0; i < N; i++) {
         mstar__ucx_read_info ri = read_of(&p, dst + (size_t)i * (8 << 20), 0, 8 << 20);
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h[i]));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h[i]));
         if (i % 2)
-            mstar__ucx_read_handle_release(h[i]); /* let go while it runs */
+            mstar_completion_release(h[i]); /* let go while it runs */
     }
     mstar__ucx_reader_shutdown(r);
     assert_int_equal(mstar__ucx_reader_inflight(r), 0);
     for (int i = 0; i < N; i++) {
         assert_int_equal(ucx_test_check(dst + (size_t)i * (8 << 20), 8 << 20, 4), SIZE_MAX);
         if (i % 2 == 0) {
-            assert_mstar_ok(mstar__ucx_read_handle_poll(h[i]));
-            mstar__ucx_read_handle_release(h[i]);
+            assert_mstar_ok(mstar_completion_poll(h[i]));
+            mstar_completion_release(h[i]);
         }
     }
     mstar__ucx_read_info ri = read_of(&p, dst, 0, 10);
-    mstar__ucx_read_handle *late = NULL;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &late), MSTAR_ECLOSED);
+    mstar_completion *late = NULL;
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &late), MSTAR_ECLOSED);
     assert_null(late);
     mstar__ucx_reader_shutdown(r);
     mstar__ucx_reader_destroy(r);
@@ -287,31 +291,31 @@ static void test_arguments(void **state)
     assert_mstar_status(mstar__ucx_reader_create(NULL, 3, 500, &r), MSTAR_EINVAL);
     assert_null(r);
     assert_mstar_ok(mstar__ucx_reader_create(c, 3, 500, &r));
-    mstar__ucx_read_handle *h = NULL;
+    mstar_completion *h = NULL;
     /* An empty list: a handle that is already complete. */
-    assert_mstar_ok(mstar__ucx_reader_submit(r, NULL, 0, NULL, NULL, &h));
-    assert_mstar_ok(mstar__ucx_read_handle_poll(h));
-    mstar__ucx_read_handle_release(h);
+    assert_mstar_ok(mstar__ucx_reader_submit(r, NULL, 0, -1, &h));
+    assert_mstar_ok(mstar_completion_poll(h));
+    mstar_completion_release(h);
     uint8_t dst[16], key[8] = { 0 };
     mstar__ucx_read_info ri = { NULL, dst, 0, 16, key, sizeof(key) };
     h = NULL;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h), MSTAR_EINVAL);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &h), MSTAR_EINVAL);
     ri.session = "127.0.0.1:9";
     ri.remote_key_len = MSTAR_REMOTE_KEY_MAX + 1;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h), MSTAR_EINVAL);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &h), MSTAR_EINVAL);
     ri.remote_key_len = sizeof(key);
     ri.local_ptr = NULL;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h), MSTAR_EINVAL);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &h), MSTAR_EINVAL);
     char longs[300];
     memset(longs, '1', sizeof(longs) - 1);
     longs[sizeof(longs) - 1] = '\0';
     ri.local_ptr = dst;
     ri.session = longs;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h), MSTAR_EINVAL);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &h), MSTAR_EINVAL);
     assert_null(h);
     assert_int_equal(mstar__ucx_reader_inflight(r), 0);
-    assert_mstar_status(mstar__ucx_read_handle_poll(NULL), MSTAR_EINVAL);
-    mstar__ucx_read_handle_release(NULL);
+    assert_mstar_status(mstar_completion_poll(NULL), MSTAR_EINVAL);
+    mstar_completion_release(NULL);
     mstar__ucx_reader_destroy(NULL);
     mstar__ucx_reader_destroy(r);
     mstar__ucx_engine_destroy(c);
@@ -330,10 +334,10 @@ static void test_nothing_left_behind(void **state)
     assert_mstar_ok(mstar__ucx_reader_create(c, 3, 500, &r));
     uint8_t dst[1 << 16];
     mstar__ucx_read_info ri = read_of(&p, dst, 0, sizeof(dst));
-    mstar__ucx_read_handle *h;
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, NULL, &h));
-    assert_mstar_ok(mstar__ucx_read_handle_wait(h, -1));
-    mstar__ucx_read_handle_release(h);
+    mstar_completion *h;
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+    assert_mstar_ok(mstar_completion_wait(h, -1));
+    mstar_completion_release(h);
     mstar__ucx_reader_destroy(r);
     mstar__ucx_engine_destroy(c);
     producer_close(&p);

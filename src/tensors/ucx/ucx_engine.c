@@ -232,24 +232,6 @@ static mstar_status open_worker(mstar__ucx_engine *e)
     return MSTAR_OK;
 }
 
-static void free_regions(mstar__ucx_engine *e)
-{
-    size_t it = 0;
-    uint64_t key, val;
-    size_t left = mstar__u64map_len(&e->regions_by_ptr);
-    if (left > 0)
-        mstar_log(MSTAR_LOG_WARN, "ucx: %zu regions still registered at destroy; unmapping them",
-                  left);
-    while (mstar__u64map_next(&e->regions_by_ptr, &it, &key, &val)) {
-        mstar__ucx_region *r = (mstar__ucx_region *)(uintptr_t)val;
-        if (r->memh != NULL)
-            ucp_mem_unmap(e->ctx, r->memh);
-        free(r);
-    }
-    mstar__u64map_free(&e->regions_by_ptr);
-    mstar__u64map_free(&e->regions_by_id);
-}
-
 /* Batches still waiting once the worker is gone can never finish on their own: fail them, and
  * wait until every waiting reader has left e->lock. */
 static void release_waiters(mstar__ucx_engine *e)
@@ -290,7 +272,7 @@ void mstar__ucx_engine_destroy(mstar__ucx_engine *e)
         ucp_worker_destroy(e->worker); /* callbacks of requests it purges run here */
     mstar__ucx_peer_free_all(e);
     release_waiters(e);
-    free_regions(e);
+    mstar__ucx_regions_free(e);
     if (e->ctx != NULL)
         ucp_cleanup(e->ctx);
     mstar__strmap_free(&e->sessions);
@@ -328,8 +310,7 @@ mstar_status mstar__ucx_engine_create(const mstar__ucx_config *cfg, mstar__ucx_e
     e->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     pthread_mutex_init(&e->lock, NULL);
     pthread_cond_init(&e->cond, NULL);
-    mstar__u64map_init(&e->regions_by_ptr);
-    mstar__u64map_init(&e->regions_by_id);
+    mstar__ucx_regions_init(e);
     mstar__u64map_init(&e->pending);
     mstar__strmap_init(&e->sessions);
     mstar_status st = MSTAR_OK;
@@ -398,159 +379,12 @@ void mstar__ucx_engine_get_stats(mstar__ucx_engine *e, mstar__ucx_engine_stats *
     out->am_refused = atomic_load(&e->stat_refused);
 }
 
-/* ---- registration --------------------------------------------------------------------------- */
-
-/* A second registration of a registered ptr: the same length counts a reference, another one
- * is refused. Called with e->lock held. */
-static mstar_status register_again(mstar__ucx_region *r, void *ptr, uint64_t nbytes, uint8_t *key,
-                                   uint32_t *key_len)
-{
-    if (r->len != nbytes)
-        return mstar_error_set(MSTAR_EEXIST,
-                               "ucx register: ptr %p is registered with %llu bytes, not %llu "
-                               "(unregister it first)",
-                               ptr, (unsigned long long)r->len, (unsigned long long)nbytes);
-    r->refs++;
-    memcpy(key, r->key, r->key_len);
-    *key_len = r->key_len;
-    return MSTAR_OK;
-}
-
-/* Map the memory and build the region's key (outside the lock: pinning can be slow). */
-static mstar_status map_region(mstar__ucx_engine *e, mstar__ucx_region *r)
-{
-    void *packed = NULL;
-    size_t packed_len = 0;
-    if (r->len > 0) {
-        ucp_mem_map_params_t mp;
-        memset(&mp, 0, sizeof(mp));
-        mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                        UCP_MEM_MAP_PARAM_FIELD_PROT;
-        mp.address = (void *)(uintptr_t)r->base;
-        mp.length = r->len;
-        mp.prot = UCP_MEM_MAP_PROT_LOCAL_READ | UCP_MEM_MAP_PROT_LOCAL_WRITE |
-                  UCP_MEM_MAP_PROT_REMOTE_READ;
-        ucs_status_t us = ucp_mem_map(e->ctx, &mp, &r->memh);
-        if (us != UCS_OK) {
-            r->memh = NULL;
-            return mstar__ucx_error(us, "ucx register: mapping %llu bytes at 0x%llx",
-                                    (unsigned long long)r->len, (unsigned long long)r->base);
-        }
-        us = ucp_rkey_pack(e->ctx, r->memh, &packed, &packed_len);
-        if (us != UCS_OK) {
-            ucp_mem_unmap(e->ctx, r->memh);
-            r->memh = NULL;
-            return mstar__ucx_error(us, "ucx register: packing the remote key");
-        }
-    }
-    mstar__ucx_key_view v = { r->id, r->base, r->len, packed, (uint32_t)packed_len };
-    mstar_status st =
-        packed_len > MSTAR_REMOTE_KEY_MAX
-            ? mstar_error_set(MSTAR_ERANGE, "ucx register: UCX key of %zu bytes", packed_len)
-            : mstar__ucx_key_pack(&v, r->key, sizeof(r->key), &r->key_len);
-    if (packed != NULL)
-        ucp_rkey_buffer_release(packed);
-    if (st != MSTAR_OK && r->memh != NULL) {
-        ucp_mem_unmap(e->ctx, r->memh);
-        r->memh = NULL;
-    }
-    return st;
-}
-
-mstar_status mstar__ucx_engine_register(mstar__ucx_engine *e, void *ptr, uint64_t nbytes,
-                                        uint8_t key[MSTAR_REMOTE_KEY_MAX], uint32_t *key_len)
-{
-    uint64_t end;
-    if (e == NULL || ptr == NULL || key == NULL || key_len == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "ucx register: engine, ptr, key and key_len are "
-                                             "required");
-    if (!mstar__add_u64((uint64_t)(uintptr_t)ptr, nbytes, &end))
-        return mstar_error_set(MSTAR_EINVAL, "ucx register: ptr %p + nbytes %llu overflows", ptr,
-                               (unsigned long long)nbytes);
-    pthread_mutex_lock(&e->lock);
-    uint64_t found;
-    if (mstar__u64map_get(&e->regions_by_ptr, (uint64_t)(uintptr_t)ptr, &found)) {
-        mstar_status st =
-            register_again((mstar__ucx_region *)(uintptr_t)found, ptr, nbytes, key, key_len);
-        pthread_mutex_unlock(&e->lock);
-        return st;
-    }
-    uint64_t id = ++e->next_region_id;
-    pthread_mutex_unlock(&e->lock);
-
-    mstar__ucx_region *r = calloc(1, sizeof(*r));
-    if (r == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "ucx register: out of memory");
-    r->id = id;
-    r->base = (uint64_t)(uintptr_t)ptr;
-    r->len = nbytes;
-    r->refs = 1;
-    mstar_status st = map_region(e, r);
-    if (st != MSTAR_OK) {
-        free(r);
-        return st;
-    }
-
-    pthread_mutex_lock(&e->lock);
-    if (mstar__u64map_get(&e->regions_by_ptr, r->base, &found)) {
-        /* Another thread registered the same ptr meanwhile: use its region, drop ours. */
-        st = register_again((mstar__ucx_region *)(uintptr_t)found, ptr, nbytes, key, key_len);
-        pthread_mutex_unlock(&e->lock);
-        if (r->memh != NULL)
-            ucp_mem_unmap(e->ctx, r->memh);
-        free(r);
-        return st;
-    }
-    st = mstar__u64map_put(&e->regions_by_ptr, r->base, (uint64_t)(uintptr_t)r);
-    if (st == MSTAR_OK) {
-        st = mstar__u64map_put(&e->regions_by_id, r->id, (uint64_t)(uintptr_t)r);
-        if (st != MSTAR_OK)
-            mstar__u64map_remove(&e->regions_by_ptr, r->base, NULL);
-    }
-    pthread_mutex_unlock(&e->lock);
-    if (st != MSTAR_OK) {
-        if (r->memh != NULL)
-            ucp_mem_unmap(e->ctx, r->memh);
-        free(r);
-        return mstar_error_set(MSTAR_ENOMEM, "ucx register: out of memory");
-    }
-    memcpy(key, r->key, r->key_len);
-    *key_len = r->key_len;
-    return MSTAR_OK;
-}
-
-mstar_status mstar__ucx_engine_unregister(mstar__ucx_engine *e, void *ptr)
-{
-    if (e == NULL || ptr == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "ucx unregister: engine and ptr are required");
-    pthread_mutex_lock(&e->lock);
-    uint64_t found;
-    if (!mstar__u64map_get(&e->regions_by_ptr, (uint64_t)(uintptr_t)ptr, &found)) {
-        pthread_mutex_unlock(&e->lock);
-        return mstar_error_set(MSTAR_ENOENT, "ucx unregister: ptr %p is not registered", ptr);
-    }
-    mstar__ucx_region *r = (mstar__ucx_region *)(uintptr_t)found;
-    if (--r->refs > 0) {
-        pthread_mutex_unlock(&e->lock);
-        return MSTAR_OK;
-    }
-    /* No new read finds it from here on; replies already sending from it must end before the
-     * caller may free the memory. */
-    mstar__u64map_remove(&e->regions_by_ptr, r->base, NULL);
-    mstar__u64map_remove(&e->regions_by_id, r->id, NULL);
-    while (r->sending > 0)
-        pthread_cond_wait(&e->cond, &e->lock);
-    pthread_mutex_unlock(&e->lock);
-    if (r->memh != NULL)
-        ucp_mem_unmap(e->ctx, r->memh);
-    free(r);
-    return MSTAR_OK;
-}
-
 /* ---- reads ---------------------------------------------------------------------------------- */
 
-/* Check one read against its key before anything touches the network. */
-static mstar_status prepare_op(mstar__ucx_op *op, const mstar__ucx_read_info *info, size_t i)
+/* Check one read against its key before anything touches the network. Without a key only
+ * the AM protocol can read (the producer finds the region by address). */
+static mstar_status prepare_op(mstar__ucx_op *op, const mstar__ucx_read_info *info, size_t i,
+                               mstar__ucx_read_protocol proto)
 {
     char what[64];
     snprintf(what, sizeof(what), "read %zu: remote_key", i);
@@ -562,11 +396,21 @@ static mstar_status prepare_op(mstar__ucx_op *op, const mstar__ucx_read_info *in
     if (op->local == NULL)
         return mstar_error_set(MSTAR_EINVAL, "read %zu: local_ptr is NULL for %llu bytes", i,
                                (unsigned long long)op->len);
+    uint64_t end;
+    if (!mstar__add_u64(op->raddr, op->len, &end))
+        return mstar_error_set(MSTAR_EPROTO, "read %zu: address 0x%llx + %llu bytes overflows", i,
+                               (unsigned long long)op->raddr, (unsigned long long)op->len);
+    if (info->remote_key_len == 0 && proto == MSTAR__UCX_READ_AM)
+        return MSTAR_OK; /* region_id 0: look it up by address */
+    if (info->remote_key_len == 0)
+        return mstar_error_set(MSTAR_EPROTO,
+                               "%s is missing: the get protocol needs the producer's key (the AM "
+                               "protocol reads by address)",
+                               what);
     mstar_status st = mstar__ucx_key_parse(info->remote_key, info->remote_key_len, what, &op->key);
     if (st != MSTAR_OK)
         return st;
-    uint64_t end, key_end = op->key.base + op->key.len;
-    if (!mstar__add_u64(op->raddr, op->len, &end) || op->raddr < op->key.base || end > key_end)
+    if (op->raddr < op->key.base || end > op->key.base + op->key.len)
         return mstar_error_set(MSTAR_EPROTO,
                                "read %zu: [0x%llx, +%llu) is outside the key's region [0x%llx, "
                                "+%llu)",
@@ -600,7 +444,7 @@ static mstar_status make_batch(const mstar__ucx_read_info *infos, size_t n,
         mstar__ucx_session_parse(session, "source_session_id", &b->addr, &b->addr_len);
     for (size_t i = 0; st == MSTAR_OK && i < n; i++) {
         ops[i].batch = b;
-        st = prepare_op(&ops[i], &infos[i], i);
+        st = prepare_op(&ops[i], &infos[i], i, proto);
     }
     if (st != MSTAR_OK) {
         free(ops);

@@ -26,6 +26,7 @@
 #define MSTAR_TENSORS_UCX_ENGINE_H
 
 #include "mstar/core.h"
+#include "mstar/tensors.h"
 #include "mstar/wire.h"
 
 /* ---------------------------------------------------------------------------------------------
@@ -164,16 +165,11 @@ mstar_status mstar__ucx_engine_read_with(mstar__ucx_engine *e, mstar__ucx_read_p
 #define MSTAR__UCX_READER_BATCH   500 /* reference max_batch_size */
 
 typedef struct mstar__ucx_reader mstar__ucx_reader;
-typedef struct mstar__ucx_read_handle mstar__ucx_read_handle;
 
 /* The engine's own reader (reference get_async_reader), created on the first call with the
  * reference's defaults and destroyed by mstar__ucx_engine_destroy in the right order: reads
  * still queued or running then fail with MSTAR_ECANCELED rather than wait for their peers. */
 mstar_status mstar__ucx_engine_reader(mstar__ucx_engine *e, mstar__ucx_reader **out);
-
-/* Called once on a reader thread when a submission finishes (successfully or not), after its
- * handle is complete; e.g. to write an eventfd that wakes the consumer's loop. Must not block. */
-typedef void (*mstar__ucx_read_done_fn)(void *arg);
 
 /* A reader over `engine` with `threads` worker threads (1..64) that cut each session's reads
  * into batches of at most `max_batch` (1..65536). The engine must outlive a reader made here;
@@ -183,25 +179,12 @@ mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned thread
 
 /* Queue a list of reads (copied: infos, session strings and keys may be freed on return); one
  * of the reader's threads groups them by session and reads each group in batches. *out is a
- * handle the caller owns (release it); an empty list gives a handle that is already complete.
- * `done` (may be NULL) is called when it completes. MSTAR_ECLOSED after shutdown. The local
- * buffers must stay valid until the handle is complete. */
+ * completion handle (mstar/tensors.h: poll, wait, release) the caller owns; when it finishes,
+ * 1 is written to wake_fd (-1: none). An empty list gives a handle that is already complete.
+ * MSTAR_ECLOSED after shutdown. The local buffers must stay valid until the handle finishes.
+ * One handle's failure says nothing about any other handle (§8.11). */
 mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
-                                      size_t n, mstar__ucx_read_done_fn done, void *done_arg,
-                                      mstar__ucx_read_handle **out);
-
-/* MSTAR_EAGAIN while the reads run; MSTAR_OK when every byte landed; otherwise the error of the
- * submission, with its message set as this thread's last error every time it is polled. One
- * handle's failure says nothing about any other handle. */
-mstar_status mstar__ucx_read_handle_poll(mstar__ucx_read_handle *h);
-/* Block until complete or `timeout_ms` passes (< 0 = no limit): the poll result, or
- * MSTAR_ETIMEDOUT. */
-mstar_status mstar__ucx_read_handle_wait(mstar__ucx_read_handle *h, int64_t timeout_ms);
-/* The failure message ("" while running or on success). Valid until the handle is released. */
-const char *mstar__ucx_read_handle_error(mstar__ucx_read_handle *h);
-/* Give up the caller's reference; the reads go on if still running (the buffers must stay
- * valid until they finish: wait_all or shutdown). NULL is a no-op. */
-void mstar__ucx_read_handle_release(mstar__ucx_read_handle *h);
+                                      size_t n, int wake_fd, mstar_completion **out);
 
 /* Submissions not yet complete. */
 size_t mstar__ucx_reader_inflight(mstar__ucx_reader *r);

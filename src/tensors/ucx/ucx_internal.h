@@ -26,7 +26,7 @@
 #define MSTAR__UCX_AM_READ_REPLY 2
 
 /* AM headers, little-endian on the wire:
- *   request: req_id u64 | region_id u64 | addr u64 | len u64
+ *   request: req_id u64 | region_id u64 (0: none, find the region by address) | addr u64 | len u64
  *   reply:   req_id u64 | code u32 | 0 u32 | len u64 */
 #define MSTAR__UCX_AM_REQ_LEN   32
 #define MSTAR__UCX_AM_REPLY_LEN 24
@@ -50,6 +50,7 @@ enum {
     MSTAR__UCX_REPLY_OK = 0,
     MSTAR__UCX_REPLY_NOT_REGISTERED = 1, /* no live region with that id */
     MSTAR__UCX_REPLY_OUT_OF_RANGE = 2,   /* the range leaves the region */
+    MSTAR__UCX_REPLY_NO_REGION = 3,      /* (no key) no region holds the range */
 };
 
 /* ---- regions (producer side) ---------------------------------------------------------------- */
@@ -64,6 +65,19 @@ typedef struct mstar__ucx_region {
     uint32_t key_len;
     uint8_t key[MSTAR_REMOTE_KEY_MAX];
 } mstar__ucx_region;
+
+typedef struct mstar__ucx_engine mstar__ucx_engine;
+
+/* ucx_regions.c; the lookups run with e->lock held. */
+void mstar__ucx_regions_init(mstar__ucx_engine *e);
+/* Unmap what is still registered (with a warning) and free the tables (destroy). */
+void mstar__ucx_regions_free(mstar__ucx_engine *e);
+mstar__ucx_region *mstar__ucx_region_by_id(const mstar__ucx_engine *e, uint64_t id);
+/* A live region that holds all of [addr, addr + len), or NULL. */
+mstar__ucx_region *mstar__ucx_region_containing(const mstar__ucx_engine *e, uint64_t addr,
+                                                uint64_t len);
+/* Whether [addr, addr + len) lies inside the region. */
+bool mstar__ucx_region_covers(const mstar__ucx_region *r, uint64_t addr, uint64_t len);
 
 /* ---- the remote-key envelope (ucx_rkey.c) --------------------------------------------------- */
 
@@ -101,8 +115,6 @@ mstar_status mstar__ucx_config_read(mstar__ucx_transport transport, ucp_config_t
 mstar_status mstar__ucx_rdma_available(void);
 
 /* ---- peers and reads (progress thread only) ------------------------------------------------- */
-
-typedef struct mstar__ucx_engine mstar__ucx_engine;
 
 typedef struct mstar__ucx_peer {
     mstar__ucx_engine *e;
@@ -174,6 +186,8 @@ struct mstar__ucx_engine {
     bool stopping;
     mstar__u64map regions_by_ptr; /* base → region */
     mstar__u64map regions_by_id;  /* id → region (live regions only) */
+    mstar__vec regions_by_base;   /* the live regions, sorted by base (unique) */
+    uint64_t regions_max_len;     /* the longest region ever registered */
     mstar__ucx_reader *reader;    /* the engine's own, made on demand */
     uint64_t next_region_id;
 

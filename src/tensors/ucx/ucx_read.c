@@ -242,11 +242,13 @@ static const char *refusal_reason(uint32_t code)
 {
     switch (code) {
     case MSTAR__UCX_REPLY_NOT_REGISTERED:
-        return "the producer refused: no registered region has this key's id (unregistered?)";
+        return "no registered region has the key's id (unregistered?)";
     case MSTAR__UCX_REPLY_OUT_OF_RANGE:
-        return "the producer refused: the range is not inside the registered region";
+        return "the range is not inside the registered region";
+    case MSTAR__UCX_REPLY_NO_REGION:
+        return "no registered region holds the range";
     default:
-        return "the producer refused with an unknown code";
+        return "unknown reason";
     }
 }
 
@@ -277,7 +279,7 @@ static ucs_status_t on_reply(void *arg, const void *header, size_t header_length
     op->req_id = 0;
     mstar__u64map_remove(&e->pending, req_id, NULL);
     if (code != MSTAR__UCX_REPLY_OK) {
-        op_fail(e, op, MSTAR_EREMOTE, "%s", refusal_reason(code));
+        op_fail(e, op, MSTAR_EREMOTE, "the producer refused: %s", refusal_reason(code));
     } else if (len != op->len || length != op->len) {
         op_fail(e, op, MSTAR_EPROTO, "the reply says %llu bytes and carries %zu",
                 (unsigned long long)len, length);
@@ -333,23 +335,22 @@ static void on_reply_sent(void *request, ucs_status_t us, void *user_data)
     reply_done(user_data, us);
 }
 
-/* Look the range up; on success the region is pinned (sending++) until the reply is sent. */
+/* Look the range up — in the region the key named, or, without a key, in any region that holds
+ * it — and on success pin that region (sending++) until the reply is sent. */
 static uint32_t check_range(mstar__ucx_engine *e, uint64_t region_id, uint64_t addr, uint64_t len,
                             mstar__ucx_region **out)
 {
     uint32_t code = MSTAR__UCX_REPLY_OK;
-    uint64_t found, end;
     pthread_mutex_lock(&e->lock);
-    if (!mstar__u64map_get(&e->regions_by_id, region_id, &found)) {
-        code = MSTAR__UCX_REPLY_NOT_REGISTERED;
-    } else {
-        mstar__ucx_region *r = (mstar__ucx_region *)(uintptr_t)found;
-        if (!mstar__add_u64(addr, len, &end) || addr < r->base || end > r->base + r->len) {
-            code = MSTAR__UCX_REPLY_OUT_OF_RANGE;
-        } else {
-            r->sending++;
-            *out = r;
-        }
+    mstar__ucx_region *r = region_id != 0 ? mstar__ucx_region_by_id(e, region_id)
+                                          : mstar__ucx_region_containing(e, addr, len);
+    if (r == NULL)
+        code = region_id != 0 ? MSTAR__UCX_REPLY_NOT_REGISTERED : MSTAR__UCX_REPLY_NO_REGION;
+    else if (!mstar__ucx_region_covers(r, addr, len))
+        code = MSTAR__UCX_REPLY_OUT_OF_RANGE;
+    if (code == MSTAR__UCX_REPLY_OK) {
+        r->sending++;
+        *out = r;
     }
     pthread_mutex_unlock(&e->lock);
     return code;
@@ -387,10 +388,9 @@ static ucs_status_t on_request(void *arg, const void *header, size_t header_leng
     uint32_t code = check_range(e, region_id, addr, len, &r->region);
     if (code != MSTAR__UCX_REPLY_OK) {
         atomic_fetch_add(&e->stat_refused, 1);
-        mstar_log(MSTAR_LOG_WARN, "ucx %s: refused a read of [0x%llx, +%llu) in region %llu: %s",
+        mstar_log(MSTAR_LOG_WARN, "ucx %s: refused a read of [0x%llx, +%llu) (region id %llu): %s",
                   e->session, (unsigned long long)addr, (unsigned long long)len,
-                  (unsigned long long)region_id,
-                  code == MSTAR__UCX_REPLY_NOT_REGISTERED ? "no such region" : "out of range");
+                  (unsigned long long)region_id, refusal_reason(code));
     }
     mstar__ucx_put_u64(r->hdr, req_id);
     mstar__ucx_put_u64(r->hdr + 8, code);

@@ -7,10 +7,13 @@
  * read) and completes its handle. Several tasks run at once, one per thread, in no particular
  * order — as in the reference, where batches run concurrently on a thread pool.
  *
- * A handle is shared by the caller and the task (two references), so either may let go first.
- * wait_all reports a failure once: it returns the first error since the previous wait_all.
+ * The completion handle (the library's Future, tensors/completion.h) is shared by the caller and
+ * the task, so either may let go first; finishing it writes the caller's eventfd. wait_all
+ * reports a failure once: it returns the first error since the previous wait_all.
  */
 #include "tensors/ucx/ucx_internal.h"
+
+#include "tensors/completion.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,22 +21,11 @@
 #include <string.h>
 #include <time.h>
 
-struct mstar__ucx_read_handle {
-    atomic_int refs;
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool done;
-    mstar_status status;
-    char error[256];
-};
-
 typedef struct read_task {
     struct read_task *next;
-    mstar__ucx_read_handle *handle;
+    mstar_completion *done;
     mstar__ucx_read_info *infos; /* copies; their strings and keys live after them */
     size_t n;
-    mstar__ucx_read_done_fn done;
-    void *done_arg;
 } read_task;
 
 struct mstar__ucx_reader {
@@ -52,98 +44,6 @@ struct mstar__ucx_reader {
     mstar_status first_error;
     char first_message[256];
 };
-
-/* ---- handles -------------------------------------------------------------------------------- */
-
-static mstar__ucx_read_handle *handle_new(int refs)
-{
-    mstar__ucx_read_handle *h = calloc(1, sizeof(*h));
-    if (h == NULL)
-        return NULL;
-    atomic_init(&h->refs, refs);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cond, &ca);
-    pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&h->lock, NULL);
-    return h;
-}
-
-static void handle_complete(mstar__ucx_read_handle *h, mstar_status st, const char *msg)
-{
-    pthread_mutex_lock(&h->lock);
-    h->status = st;
-    if (st != MSTAR_OK)
-        snprintf(h->error, sizeof(h->error), "%s", msg);
-    h->done = true;
-    pthread_cond_broadcast(&h->cond);
-    pthread_mutex_unlock(&h->lock);
-}
-
-/* The result once done; sets this thread's last error for a failure. */
-static mstar_status handle_result(mstar__ucx_read_handle *h)
-{
-    if (h->status != MSTAR_OK)
-        return mstar_error_set(h->status, "%s", h->error);
-    return MSTAR_OK;
-}
-
-mstar_status mstar__ucx_read_handle_poll(mstar__ucx_read_handle *h)
-{
-    if (h == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "ucx read handle is NULL");
-    pthread_mutex_lock(&h->lock);
-    mstar_status st = h->done ? handle_result(h) : MSTAR_EAGAIN;
-    pthread_mutex_unlock(&h->lock);
-    return st;
-}
-
-mstar_status mstar__ucx_read_handle_wait(mstar__ucx_read_handle *h, int64_t timeout_ms)
-{
-    if (h == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "ucx read handle is NULL");
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    if (timeout_ms > 0) {
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (timeout_ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-    }
-    pthread_mutex_lock(&h->lock);
-    while (!h->done) {
-        if (timeout_ms < 0) {
-            pthread_cond_wait(&h->cond, &h->lock);
-        } else if (pthread_cond_timedwait(&h->cond, &h->lock, &deadline) == ETIMEDOUT && !h->done) {
-            pthread_mutex_unlock(&h->lock);
-            return mstar_error_set(MSTAR_ETIMEDOUT, "ucx read: not complete after %lld ms",
-                                   (long long)timeout_ms);
-        }
-    }
-    mstar_status st = handle_result(h);
-    pthread_mutex_unlock(&h->lock);
-    return st;
-}
-
-const char *mstar__ucx_read_handle_error(mstar__ucx_read_handle *h)
-{
-    pthread_mutex_lock(&h->lock);
-    const char *msg = h->done ? h->error : "";
-    pthread_mutex_unlock(&h->lock);
-    return msg; /* written once, before done: stable from here on */
-}
-
-void mstar__ucx_read_handle_release(mstar__ucx_read_handle *h)
-{
-    if (h == NULL || atomic_fetch_sub(&h->refs, 1) != 1)
-        return;
-    pthread_cond_destroy(&h->cond);
-    pthread_mutex_destroy(&h->lock);
-    free(h);
-}
 
 /* ---- running a task ------------------------------------------------------------------------- */
 
@@ -196,9 +96,8 @@ static void finish_task(mstar__ucx_reader *r, read_task *t, mstar_status st)
     char msg[256] = "";
     if (st != MSTAR_OK)
         snprintf(msg, sizeof(msg), "%s", mstar_last_error());
-    handle_complete(t->handle, st, msg);
-    if (t->done != NULL)
-        t->done(t->done_arg);
+    mstar__completion_finish(t->done, st, msg);
+    mstar_completion_release(t->done);
     pthread_mutex_lock(&r->lock);
     r->inflight--;
     if (st != MSTAR_OK && r->first_error == MSTAR_OK) {
@@ -207,7 +106,6 @@ static void finish_task(mstar__ucx_reader *r, read_task *t, mstar_status st)
     }
     pthread_cond_broadcast(&r->idle);
     pthread_mutex_unlock(&r->lock);
-    mstar__ucx_read_handle_release(t->handle);
     free(t);
 }
 
@@ -326,35 +224,31 @@ static mstar_status copy_task(const mstar__ucx_read_info *infos, size_t n, read_
 }
 
 mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
-                                      size_t n, mstar__ucx_read_done_fn done, void *done_arg,
-                                      mstar__ucx_read_handle **out)
+                                      size_t n, int wake_fd, mstar_completion **out)
 {
     if (r == NULL || out == NULL || (infos == NULL && n > 0))
         return mstar_error_set(MSTAR_EINVAL, "ucx submit: reader, infos and out are required");
+    mstar_completion *c = NULL;
     if (n == 0) {
-        mstar__ucx_read_handle *h = handle_new(1);
-        if (h == NULL)
-            return mstar_error_set(MSTAR_ENOMEM, "ucx submit: out of memory");
-        handle_complete(h, MSTAR_OK, "");
-        *out = h;
-        return MSTAR_OK;
+        mstar_status st = mstar__completion_create(-1, &c);
+        if (st == MSTAR_OK) {
+            mstar__completion_finish(c, MSTAR_OK, NULL);
+            *out = c;
+        }
+        return st;
     }
     read_task *t = NULL;
     mstar_status st = copy_task(infos, n, &t);
+    if (st == MSTAR_OK && (st = mstar__completion_create(wake_fd, &c)) != MSTAR_OK)
+        free(t);
     if (st != MSTAR_OK)
         return st;
-    t->done = done;
-    t->done_arg = done_arg;
-    t->handle = handle_new(2); /* the caller's and the task's */
-    if (t->handle == NULL) {
-        free(t);
-        return mstar_error_set(MSTAR_ENOMEM, "ucx submit: out of memory");
-    }
+    t->done = mstar__completion_retain(c); /* the task's reference; the caller has the other */
     pthread_mutex_lock(&r->lock);
     if (r->closing) {
         pthread_mutex_unlock(&r->lock);
-        mstar__ucx_read_handle_release(t->handle);
-        mstar__ucx_read_handle_release(t->handle);
+        mstar_completion_release(c);
+        mstar_completion_release(c);
         free(t);
         return mstar_error_set(MSTAR_ECLOSED, "ucx submit: the reader is shut down");
     }
@@ -364,7 +258,7 @@ mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_rea
         r->head = t;
     r->tail = t;
     r->inflight++;
-    *out = t->handle;
+    *out = c;
     pthread_cond_signal(&r->work);
     pthread_mutex_unlock(&r->lock);
     return MSTAR_OK;
