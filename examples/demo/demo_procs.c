@@ -1,0 +1,149 @@
+/*
+ * demo_procs.c — private directories, forking workers, signals (see demo_procs.h).
+ */
+#include "demo_procs.h"
+
+#include "demo_worker.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static mstar_status make_dir(char *buf, size_t size, const char *parent, const char *prefix)
+{
+    snprintf(buf, size, "%s/%s-XXXXXX", parent, prefix);
+    if (mkdtemp(buf) == NULL)
+        return mstar_error_set(MSTAR_EIO, "cannot create a private directory under %s: %s", parent,
+                               strerror(errno));
+    return MSTAR_OK;
+}
+
+mstar_status demo_dirs_create(demo_dirs *d)
+{
+    memset(d, 0, sizeof(*d));
+    struct stat sb;
+    const char *shm_parent =
+        stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : "/tmp";
+    mstar_status st = make_dir(d->shm, sizeof(d->shm), shm_parent, "mstar-demo");
+    if (st != MSTAR_OK) {
+        d->shm[0] = '\0';
+        return st;
+    }
+    st = make_dir(d->ipc, sizeof(d->ipc), "/tmp", "mstar-demo-ipc");
+    if (st != MSTAR_OK) {
+        d->ipc[0] = '\0';
+        demo_dirs_remove(d);
+    }
+    return st;
+}
+
+/* "mstar_<entity>_0x<uuid>" or "mstar_arena_<entity>_<pid>_<token>.seg<N>" (shm.h). */
+static bool made_by(const char *name, const char *entity)
+{
+    size_t len = strlen(entity);
+    const char *rest = strncmp(name, "mstar_arena_", 12) == 0 ? name + 12
+                       : strncmp(name, "mstar_", 6) == 0      ? name + 6
+                                                              : NULL;
+    return rest != NULL && strncmp(rest, entity, len) == 0 && rest[len] == '_';
+}
+
+int demo_dirs_count_shm(const demo_dirs *d, const char *entity)
+{
+    DIR *dir = opendir(d->shm);
+    if (dir == NULL)
+        return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL)
+        n += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 &&
+             (entity == NULL || made_by(e->d_name, entity));
+    closedir(dir);
+    return n;
+}
+
+/* The directory's plain entries (no recursion: the demo creates no subdirectories). */
+static void remove_dir(char *path)
+{
+    if (path[0] == '\0')
+        return;
+    DIR *dir = opendir(path);
+    if (dir != NULL) {
+        int fd = dirfd(dir);
+        struct dirent *e;
+        while ((e = readdir(dir)) != NULL) {
+            if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+                unlinkat(fd, e->d_name, 0);
+        }
+        closedir(dir);
+    }
+    rmdir(path);
+    path[0] = '\0';
+}
+
+void demo_dirs_remove(demo_dirs *d)
+{
+    remove_dir(d->shm);
+    remove_dir(d->ipc);
+}
+
+mstar_status demo_spawn_worker(const demo_options *opts, int rank, const demo_dirs *dirs,
+                               pid_t *pid)
+{
+    pid_t parent = getpid();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t child = fork();
+    if (child < 0)
+        return mstar_error_set(MSTAR_EIO, "fork of worker %d: %s", rank, strerror(errno));
+    if (child > 0) {
+        *pid = child;
+        return MSTAR_OK;
+    }
+    /* The child: die with the driver; leave Ctrl-C to the driver, which shuts workers down. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent)
+        _exit(1);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_DFL);
+    exit(demo_worker_main(opts, rank, dirs->ipc, dirs->shm));
+}
+
+static volatile sig_atomic_t pending_signal;
+
+static void on_signal(int sig)
+{
+    pending_signal = sig;
+}
+
+void demo_signals_install(void)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int demo_signal_pending(void)
+{
+    return pending_signal;
+}
+
+const char *demo_describe_exit(int status, char *buf, size_t size)
+{
+    if (WIFEXITED(status))
+        snprintf(buf, size, "exited with code %d", WEXITSTATUS(status));
+    else if (WIFSIGNALED(status))
+        snprintf(buf, size, "killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+    else
+        snprintf(buf, size, "ended with status 0x%x", status);
+    return buf;
+}

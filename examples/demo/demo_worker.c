@@ -1,0 +1,530 @@
+/*
+ * demo_worker.c — a worker process: its loop, the per-request protocol and the services its
+ * component uses (see demo_worker.h).
+ *
+ * The loop: read every message in the inbox; collect the reads that landed and hand them to the
+ * component; answer drains whose reads have all landed; run one component step; sleep in poll()
+ * on the inbox and the manager's event fd only when there was nothing to do. At SHUTDOWN it
+ * waits (a bounded time) until every tensor it produced has been acknowledged, then reports its
+ * counters to the conductor and exits.
+ */
+#include "demo_worker.h"
+
+#include "demo_link.h"
+
+#include "core/vec.h"
+
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef enum wstate {
+    W_NONE = 0, /* nothing heard yet (or only early inputs) */
+    W_OPEN,
+    W_FAILED,   /* failed here (FAIL_REQUESTS sent); waiting for the conductor's drain */
+    W_DRAINING, /* stopped; READS_DONE once no read of it is copying */
+    W_DRAINED,  /* READS_DONE sent; waiting for the forced removal */
+    W_REMOVED,
+} wstate;
+
+typedef struct wreq {
+    wstate state;
+    int32_t max_new;
+    mstar__vec early; /* mstar_msg: INPUT_SIGNALS that arrived before NEW_REQUEST */
+} wreq;
+
+struct demo_worker {
+    const demo_options *opts;
+    const demo_config *cfg;
+    int rank;
+    char entity[32];
+    char next[32]; /* where outputs go: the next component's worker, or the api server */
+    bool last;     /* the walk's last component */
+    const demo_component_ops *ops;
+    void *comp;
+    mstar_backend *backend;
+    demo_link link;
+    wreq *reqs; /* [cfg->requests], by request id */
+    demo_step_stats steps;
+    double busy_s;
+    int64_t done, failed, removed_soft, removed_force, drained;
+    int64_t draining; /* requests in W_DRAINING */
+    bool shutdown;
+    double shutdown_by;
+};
+
+/* ---- services for the component ------------------------------------------------------------- */
+
+const demo_config *demo_worker_config(const demo_worker *w)
+{
+    return w->cfg;
+}
+
+mstar_backend *demo_worker_backend(demo_worker *w)
+{
+    return w->backend;
+}
+
+mstar_comm *demo_worker_comm(demo_worker *w)
+{
+    return w->link.comm;
+}
+
+bool demo_worker_graphs(const demo_worker *w)
+{
+    return w->opts->graphs;
+}
+
+int32_t demo_worker_max_new(const demo_worker *w, int64_t rid)
+{
+    return w->reqs[rid].max_new;
+}
+
+void demo_worker_count_step(demo_worker *w, const char *walk, const demo_step_info *info)
+{
+    demo_step_stats_add(&w->steps, walk, info);
+    w->busy_s += info->seconds;
+}
+
+mstar_status demo_worker_emit(demo_worker *w, int64_t rid, const char *signal,
+                              const mstar_tensor *t)
+{
+    mstar_rid r = mstar_rid_from_int(rid);
+    mstar_edge edge;
+    const char *next_node =
+        w->last ? "emit_to_client" : demo_component_name(w->cfg->worker_component[1 - w->rank]);
+    mstar_status st = demo_link_stage_output(&w->link, &r, signal, next_node, t, &edge);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_msg m;
+    mstar_msg_init(&m, w->last ? MSTAR_MSG_RESULT_TENSORS : MSTAR_MSG_INPUT_SIGNALS);
+    m.request_id = r;
+    snprintf(m.graph_walk, sizeof(m.graph_walk), "%s", DEMO_WALK);
+    if (w->last)
+        snprintf(m.text, sizeof(m.text), "text"); /* the modality */
+    st = mstar_msg_add_edge(&m, &edge);
+    if (st == MSTAR_OK)
+        st = demo_send(w->link.mesh, w->next, &m);
+    mstar_msg_clear(&m);
+    mstar_edge_clear(&edge);
+    return st;
+}
+
+mstar_status demo_worker_done(demo_worker *w, int64_t rid)
+{
+    mstar_rid r = mstar_rid_from_int(rid);
+    mstar_msg m;
+    mstar_msg_init(&m, MSTAR_MSG_WORKER_GRAPHS_DONE);
+    m.request_id = r;
+    m.is_first_tp_rank = true;
+    mstar_tx_info *tx = NULL;
+    mstar_rx_info *rx = NULL;
+    uint32_t ntx = 0, nrx = 0;
+    mstar_status st = mstar_comm_get_tx_info(w->link.comm, &r, &tx, &ntx);
+    if (st == MSTAR_OK)
+        st = mstar_comm_get_rx_info(w->link.comm, &r, &rx, &nrx);
+    for (uint32_t i = 0; st == MSTAR_OK && i < ntx; i++)
+        st = mstar_msg_add_tx(&m, &tx[i]);
+    for (uint32_t i = 0; st == MSTAR_OK && i < nrx; i++)
+        st = mstar_msg_add_rx(&m, &rx[i]);
+    if (st == MSTAR_OK)
+        st = demo_send(w->link.mesh, DEMO_CONDUCTOR, &m);
+    free(tx);
+    free(rx);
+    mstar_msg_clear(&m);
+    w->done += st == MSTAR_OK;
+    return st;
+}
+
+/* Printable ASCII only, as the wire takes it. */
+static void copy_reason(char *dst, size_t size, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] != '\0' && i + 1 < size; i++)
+        dst[i] = (src[i] >= 0x20 && src[i] <= 0x7e) ? src[i] : '?';
+    dst[i] = '\0';
+}
+
+void demo_worker_fail(demo_worker *w, int64_t rid, const char *reason)
+{
+    mstar_log(MSTAR_LOG_ERROR, "request %lld failed: %s", (long long)rid, reason);
+    mstar_rid r = mstar_rid_from_int(rid);
+    mstar_msg m;
+    mstar_msg_init(&m, MSTAR_MSG_FAIL_REQUESTS);
+    copy_reason(m.text, sizeof(m.text), reason);
+    if (mstar_msg_add_rid(&m, &r) != MSTAR_OK ||
+        demo_send(w->link.mesh, DEMO_CONDUCTOR, &m) != MSTAR_OK)
+        mstar_log(MSTAR_LOG_ERROR, "cannot report the failure of request %lld: %s", (long long)rid,
+                  mstar_last_error());
+    mstar_msg_clear(&m);
+    w->failed++;
+    w->ops->drop(w->comp, rid);
+    if (w->reqs[rid].state == W_OPEN || w->reqs[rid].state == W_NONE)
+        w->reqs[rid].state = W_FAILED;
+}
+
+/* ---- the request protocol -------------------------------------------------------------------- */
+
+/* The request a message names, or NULL (logged) when it names none of this run's. */
+static wreq *req_of(demo_worker *w, const mstar_msg *m)
+{
+    if (m->request_id.is_str || m->request_id.num < 0 || m->request_id.num >= w->cfg->requests) {
+        char buf[MSTAR_RID_STRLEN];
+        mstar_log(MSTAR_LOG_WARN, "%s from %s names request '%s', not one of this run's 0..%d",
+                  mstar_msg_type_name(m->type), m->from, mstar_rid_format(&m->request_id, buf),
+                  w->cfg->requests - 1);
+        return NULL;
+    }
+    return &w->reqs[m->request_id.num];
+}
+
+static void drop_early(demo_worker *w, wreq *r, const mstar_rid *rid)
+{
+    for (size_t i = 0; i < r->early.len; i++) {
+        mstar_msg *m = mstar__vec_at(&r->early, i);
+        mstar_comm_ack_unread_tensors(w->link.comm, rid, m->edges, m->nedges);
+        mstar_msg_clear(m);
+    }
+    r->early.len = 0;
+}
+
+static void start_reads(demo_worker *w, const mstar_rid *rid, const mstar_msg *m)
+{
+    if (m->nedges == 0)
+        return;
+    if (mstar_comm_start_read_tensors(w->link.comm, rid, m->edges, m->nedges, NULL) != MSTAR_OK)
+        demo_worker_fail(w, rid->num, mstar_last_error());
+}
+
+static void on_new_request(demo_worker *w, wreq *r, const mstar_msg *m)
+{
+    if (r->state != W_NONE) {
+        if (r->state == W_OPEN)
+            mstar_log(MSTAR_LOG_WARN, "NEW_REQUEST %lld again; ignored",
+                      (long long)m->request_id.num);
+        else
+            mstar_comm_ack_unread_tensors(w->link.comm, &m->request_id, m->edges, m->nedges);
+        return;
+    }
+    r->state = W_OPEN;
+    int64_t max_new = mstar_msg_get_kv(m, DEMO_KV_MAX_NEW, -1);
+    if (max_new < 1 || max_new > w->cfg->output_max) {
+        char why[128];
+        snprintf(why, sizeof(why), "NEW_REQUEST: %s %lld is not in [1, %d]", DEMO_KV_MAX_NEW,
+                 (long long)max_new, w->cfg->output_max);
+        demo_worker_fail(w, m->request_id.num, why);
+        return;
+    }
+    r->max_new = (int32_t)max_new;
+    start_reads(w, &m->request_id, m);
+    for (size_t i = 0; i < r->early.len; i++) {
+        mstar_msg *e = mstar__vec_at(&r->early, i);
+        start_reads(w, &m->request_id, e);
+        mstar_msg_clear(e);
+    }
+    r->early.len = 0;
+}
+
+/* Takes ownership of *m (moves it into the early list). */
+static void on_input_signals(demo_worker *w, wreq *r, mstar_msg *m)
+{
+    switch (r->state) {
+    case W_NONE:
+        if (mstar__vec_push(&r->early, m) == MSTAR_OK) {
+            mstar_msg_init(m, MSTAR_MSG_INVALID); /* moved */
+            return;
+        }
+        demo_worker_fail(w, m->request_id.num, "out of memory buffering early inputs");
+        mstar_comm_ack_unread_tensors(w->link.comm, &m->request_id, m->edges, m->nedges);
+        return;
+    case W_OPEN:
+        start_reads(w, &m->request_id, m);
+        return;
+    default: /* drained or removed: the producer may already have freed these bytes */
+        mstar_comm_ack_unread_tensors(w->link.comm, &m->request_id, m->edges, m->nedges);
+        return;
+    }
+}
+
+static void on_drain(demo_worker *w, wreq *r, const mstar_msg *m)
+{
+    w->ops->drop(w->comp, m->request_id.num);
+    drop_early(w, r, &m->request_id);
+    if (r->state == W_NONE || r->state == W_OPEN || r->state == W_FAILED) {
+        r->state = W_DRAINING;
+        w->draining++;
+    } else if (r->state != W_DRAINING) /* drained or removed already: answer again */
+        demo_send_simple(w->link.mesh, DEMO_CONDUCTOR, MSTAR_MSG_READS_DONE, &m->request_id);
+}
+
+static void on_remove(demo_worker *w, wreq *r, const mstar_msg *m)
+{
+    w->ops->drop(w->comp, m->request_id.num);
+    drop_early(w, r, &m->request_id);
+    if (r->state == W_DRAINING)
+        w->draining--;
+    mstar_status st = m->force ? mstar_comm_force_cleanup_request(w->link.comm, &m->request_id)
+                               : mstar_comm_cleanup_request(w->link.comm, &m->request_id);
+    if (st != MSTAR_OK)
+        mstar_log(MSTAR_LOG_ERROR, "REMOVE_REQUEST %lld%s: %s", (long long)m->request_id.num,
+                  m->force ? " (force)" : "", mstar_last_error());
+    if (m->force)
+        w->removed_force++;
+    else
+        w->removed_soft++;
+    r->state = W_REMOVED;
+}
+
+static void handle(demo_worker *w, mstar_msg *m)
+{
+    switch (m->type) {
+    case MSTAR_MSG_TENSOR_RECEIVED:
+    case MSTAR_MSG_UNPERSIST_TENSORS:
+        if (mstar_comm_handle_message(w->link.comm, m) != MSTAR_OK)
+            mstar_log(MSTAR_LOG_WARN, "%s from %s: %s", mstar_msg_type_name(m->type), m->from,
+                      mstar_last_error());
+        return;
+    case MSTAR_MSG_SHUTDOWN:
+        if (!w->shutdown) {
+            w->shutdown = true;
+            w->shutdown_by = demo_now() + 3.0;
+        }
+        return;
+    default:
+        break;
+    }
+    wreq *r = NULL;
+    switch (m->type) {
+    case MSTAR_MSG_NEW_REQUEST:
+        if ((r = req_of(w, m)) != NULL)
+            on_new_request(w, r, m);
+        return;
+    case MSTAR_MSG_INPUT_SIGNALS:
+        if ((r = req_of(w, m)) != NULL)
+            on_input_signals(w, r, m);
+        return;
+    case MSTAR_MSG_DRAIN_REQUEST:
+        if ((r = req_of(w, m)) != NULL)
+            on_drain(w, r, m);
+        return;
+    case MSTAR_MSG_REMOVE_REQUEST:
+        if ((r = req_of(w, m)) != NULL)
+            on_remove(w, r, m);
+        return;
+    default:
+        mstar_log(MSTAR_LOG_WARN, "%s from %s: not a message a worker takes; ignored",
+                  mstar_msg_type_name(m->type), m->from);
+        return;
+    }
+}
+
+/* Hand every landed read to the component (or release it, if the request stopped meanwhile). */
+static void collect_ready(demo_worker *w)
+{
+    mstar_ready_set set;
+    if (mstar_comm_get_ready_tensors(w->link.comm, &set) != MSTAR_OK) {
+        mstar_log(MSTAR_LOG_ERROR, "get_ready_tensors: %s", mstar_last_error());
+        return;
+    }
+    for (uint32_t i = 0; i < set.nfailed; i++) {
+        const mstar_read_failure *f = &set.failed[i];
+        char why[600];
+        snprintf(why, sizeof(why), "reading %s: %s", f->edge_name, f->message);
+        if (!f->rid.is_str && f->rid.num >= 0 && f->rid.num < w->cfg->requests &&
+            w->reqs[f->rid.num].state == W_OPEN)
+            demo_worker_fail(w, f->rid.num, why);
+    }
+    for (uint32_t i = 0; i < set.nrequests; i++) {
+        const mstar_rid *rid = &set.rids[i];
+        bool open = !rid->is_str && rid->num >= 0 && rid->num < w->cfg->requests &&
+                    w->reqs[rid->num].state == W_OPEN;
+        for (uint32_t e = set.edge_start[i]; e < set.edge_start[i + 1]; e++) {
+            const mstar_edge *edge = &set.edges[e];
+            if (open && w->ops->input(w->comp, rid->num, edge) != MSTAR_OK) {
+                demo_worker_fail(w, rid->num, mstar_last_error());
+                open = false;
+                continue;
+            }
+            if (!open) {
+                for (uint32_t t = 0; t < edge->ntensors; t++)
+                    mstar_comm_dereference(w->link.comm, edge->tensor_info[t].uuid, 1);
+            }
+        }
+    }
+    mstar_ready_set_clear(&set);
+}
+
+/* READS_DONE for every draining request none of whose reads is still copying (§2.7). */
+static void answer_drains(demo_worker *w)
+{
+    for (int32_t i = 0; w->draining > 0 && i < w->cfg->requests; i++) {
+        if (w->reqs[i].state != W_DRAINING)
+            continue;
+        mstar_rid rid = mstar_rid_from_int(i);
+        if (mstar_comm_has_inflight_reads(w->link.comm, &rid))
+            continue;
+        if (demo_send_simple(w->link.mesh, DEMO_CONDUCTOR, MSTAR_MSG_READS_DONE, &rid) != MSTAR_OK)
+            mstar_log(MSTAR_LOG_ERROR, "READS_DONE %d: %s", i, mstar_last_error());
+        w->reqs[i].state = W_DRAINED;
+        w->drained++;
+        w->draining--;
+    }
+}
+
+/* ---- the report --------------------------------------------------------------------------------
+ */
+
+static mstar_status report(demo_worker *w)
+{
+    mstar_arena_stats arena = { 0 };
+    if (mstar_comm_transport(w->link.comm) == MSTAR_TRANSPORT_ARENA &&
+        mstar_comm_arena_stats(w->link.comm, &arena) != MSTAR_OK)
+        return mstar_error_wrap("arena stats");
+    int64_t open = 0;
+    for (int32_t i = 0; i < w->cfg->requests; i++)
+        open += w->reqs[i].state != W_NONE && w->reqs[i].state != W_REMOVED;
+    const struct {
+        const char *key;
+        int64_t value;
+    } counters[] = {
+        { "rank", w->rank },
+        { "tensors_held", (int64_t)mstar_comm_num_tensors(w->link.comm) },
+        { "live_slots", (int64_t)arena.live_slots },
+        { "spill_files", (int64_t)arena.spill_files },
+        { "open_requests", open },
+        { "done", w->done },
+        { "failed", w->failed },
+        { "removed_soft", w->removed_soft },
+        { "removed_force", w->removed_force },
+        { "drained", w->drained },
+        { "busy_us", (int64_t)(w->busy_s * 1e6) },
+        { "graphs", w->opts->graphs },
+    };
+    size_t next = 0;
+    bool first = true;
+    mstar_status st = MSTAR_OK;
+    while (st == MSTAR_OK && (first || next < w->steps.n)) {
+        mstar_msg m;
+        mstar_msg_init(&m, MSTAR_MSG_HELLO);
+        st = mstar_msg_add_kv(&m, "report", 1);
+        for (size_t i = 0; first && st == MSTAR_OK && i < sizeof(counters) / sizeof(counters[0]);
+             i++)
+            st = mstar_msg_add_kv(&m, counters[i].key, counters[i].value);
+        if (st == MSTAR_OK)
+            st = demo_step_stats_to_kv(&w->steps, &next, 1, &m);
+        if (st == MSTAR_OK && next == w->steps.n)
+            st = mstar_msg_add_kv(&m, "report_end", 1);
+        if (st == MSTAR_OK)
+            st = demo_send(w->link.mesh, DEMO_CONDUCTOR, &m);
+        mstar_msg_clear(&m);
+        first = false;
+    }
+    return st;
+}
+
+/* ---- setup and the loop ---------------------------------------------------------------------- */
+
+static mstar_status setup(demo_worker *w, const char *ipc_dir, const char *shm_dir)
+{
+    w->reqs = calloc((size_t)w->cfg->requests, sizeof(*w->reqs));
+    if (w->reqs == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "%d request slots", w->cfg->requests);
+    for (int32_t i = 0; i < w->cfg->requests; i++)
+        mstar__vec_init(&w->reqs[i].early, sizeof(mstar_msg));
+    mstar_device dev = { w->opts->device, 0 };
+    mstar_status st = mstar_backend_create(dev, &w->backend);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("device %s",
+                                w->opts->device == MSTAR_DEVICE_CUDA ? "cuda" : "host");
+    demo_link_options lo = { w->entity, ipc_dir, shm_dir, w->opts->transport, w->backend };
+    if ((st = demo_link_open(&lo, &w->link)) != MSTAR_OK)
+        return st;
+    double t0 = demo_now();
+    if ((st = w->ops->create(w, &w->comp)) != MSTAR_OK)
+        return st;
+    mstar_msg hello;
+    mstar_msg_init(&hello, MSTAR_MSG_HELLO);
+    st = mstar_msg_add_kv(&hello, "rank", w->rank);
+    if (st == MSTAR_OK)
+        st = mstar_msg_add_kv(&hello, "pid", (int64_t)getpid());
+    if (st == MSTAR_OK)
+        st = mstar_msg_add_kv(&hello, "startup_us", (int64_t)((demo_now() - t0) * 1e6));
+    if (st == MSTAR_OK)
+        st = demo_send(w->link.mesh, DEMO_CONDUCTOR, &hello);
+    mstar_msg_clear(&hello);
+    return st;
+}
+
+static void teardown(demo_worker *w)
+{
+    if (w->comp != NULL)
+        w->ops->destroy(w->comp);
+    for (int32_t i = 0; w->reqs != NULL && i < w->cfg->requests; i++) {
+        mstar_rid rid = mstar_rid_from_int(i);
+        drop_early(w, &w->reqs[i], &rid);
+        mstar__vec_free(&w->reqs[i].early);
+    }
+    free(w->reqs);
+    demo_link_close(&w->link);
+    mstar_backend_destroy(w->backend);
+}
+
+static void wait_for_work(demo_worker *w, int timeout_ms)
+{
+    struct pollfd fds[2] = {
+        { mstar_mesh_inbox_fd(w->link.mesh), POLLIN, 0 },
+        { mstar_comm_event_fd(w->link.comm), POLLIN, 0 },
+    };
+    poll(fds, fds[1].fd >= 0 ? 2 : 1, timeout_ms);
+    if (fds[1].fd >= 0 && (fds[1].revents & POLLIN))
+        mstar_comm_event_drain(w->link.comm);
+}
+
+static mstar_status run(demo_worker *w)
+{
+    for (;;) {
+        mstar_msg m;
+        while (mstar_mesh_recv(w->link.mesh, 0, &m) == MSTAR_OK) {
+            handle(w, &m);
+            mstar_msg_clear(&m);
+        }
+        collect_ready(w);
+        answer_drains(w);
+        bool worked = false;
+        mstar_status st = w->ops->step(w->comp, &worked);
+        if (st != MSTAR_OK)
+            return st;
+        if (w->shutdown && !worked &&
+            (mstar_comm_num_tensors(w->link.comm) == 0 || demo_now() > w->shutdown_by))
+            return report(w);
+        if (!worked)
+            wait_for_work(w, 50);
+    }
+}
+
+int demo_worker_main(const demo_options *opts, int rank, const char *ipc_dir, const char *shm_dir)
+{
+    demo_worker w;
+    memset(&w, 0, sizeof(w));
+    w.opts = opts;
+    w.cfg = &opts->cfg;
+    w.rank = rank;
+    demo_worker_entity(rank, w.entity);
+    mstar_log_set_entity(w.entity);
+    demo_component comp = w.cfg->worker_component[rank];
+    w.ops = comp == DEMO_ENCODER ? &demo_encoder_component : &demo_decoder_component;
+    w.last = comp == DEMO_DECODER;
+    if (w.last)
+        snprintf(w.next, sizeof(w.next), "%s", DEMO_API_SERVER);
+    else
+        demo_worker_entity(demo_config_worker_of(w.cfg, DEMO_DECODER), w.next);
+    mstar_status st = setup(&w, ipc_dir, shm_dir);
+    if (st == MSTAR_OK)
+        st = run(&w);
+    if (st != MSTAR_OK)
+        fprintf(stderr, "mstar demo: %s (%s): %s\n", w.entity, demo_component_name(comp),
+                mstar_last_error());
+    teardown(&w);
+    return st == MSTAR_OK ? 0 : 1;
+}
