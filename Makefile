@@ -1,6 +1,7 @@
 # mstar-c — the two commands of the README, and a few more for developers.
 #
-#   make demo     install what is missing, build, run the demo (the main job)
+#   make demo     install what is missing, build, run the demo (the main job);
+#                 DEMO_ARGS="--abort-rate 0.2" passes options to it
 #   make check    install what is missing, build, run every test: all but gpu in the normal
 #                 build, then unit + integration again under ASan+UBSan, then each fuzz target
 #   make install  install headers, libraries, pkg-config and CMake files (PREFIX=/usr/local)
@@ -11,6 +12,7 @@ BUILD  ?= build
 SANBUILD ?= build-asan
 PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
+DEMO_ARGS ?=
 
 .PHONY: all deps build demo check check-main check-asan install bench format clean
 
@@ -24,7 +26,7 @@ build: deps
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 demo: build
-	$(BUILD)/mstar demo
+	$(BUILD)/mstar demo $(DEMO_ARGS)
 
 check-main: build
 	ctest --test-dir $(BUILD) -LE gpu --output-on-failure -j $(JOBS)

@@ -344,6 +344,7 @@ int demo_main(int argc, char **argv)
         shut_down(&run);
     kill_workers(&run);
     close_links(&run);
+    run.t_shutdown = demo_now();
     /* What a killed worker could not clean up is swept with the directory; anything else left
      * there is a leak. */
     run.shm_left = run.dirs.shm[0] != '\0' ? demo_dirs_count_shm(&run.dirs, NULL) : 0;
@@ -361,6 +362,7 @@ int demo_main(int argc, char **argv)
         if (demo_signal_pending() == 0 && demo_check_eager(&run) != MSTAR_OK)
             demo_run_fail(&run, "self-check: %s", mstar_last_error());
     }
+    run.t_checked = demo_now();
     demo_report_summary(&run);
     if (run.fatal[0] != '\0')
         fprintf(stderr, "mstar demo: FAILED: %s\n", run.fatal);

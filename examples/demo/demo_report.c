@@ -31,7 +31,8 @@ void demo_report_progress(demo_run *run, bool final)
  */
 
 typedef struct figures {
-    double serve_s, tok_per_s;
+    double startup_s, serve_s, shutdown_s, check_s;
+    double tok_per_s;
     int64_t dec_tokens; /* tokens the decoder produced (prefill and decode rows) */
     double dec_s, dec_tok_per_s;
     double p50_ms, p99_ms, max_ms;
@@ -43,6 +44,11 @@ static void compute(const demo_run *run, figures *f)
 {
     memset(f, 0, sizeof(*f));
     f->serve_s = run->t_end > run->t_serve ? run->t_end - run->t_serve : 0.0;
+    double serving_from = run->t_serve > 0 ? run->t_serve : run->t_shutdown;
+    double serving_to = run->t_end > 0 ? run->t_end : run->t_shutdown;
+    f->startup_s = serving_from - run->t_start;
+    f->shutdown_s = run->t_shutdown - serving_to;
+    f->check_s = run->t_checked - run->t_shutdown;
     f->tok_per_s = f->serve_s > 0 ? (double)run->tokens_out / f->serve_s : 0.0;
     const demo_step_stats *st = &run->report[run->dec_rank].steps;
     int64_t us = 0;
@@ -175,7 +181,7 @@ static void text_summary(demo_run *run, const figures *f)
             "bytes", "tx ms", "rx ms");
     for (size_t i = 0; i < run->traffic.n; i++) {
         const demo_edge_stats *e = &run->traffic.e[i];
-        char route[128];
+        char route[600];
         snprintf(route, sizeof(route), "%s -> %s", e->source, e->dest);
         fprintf(o, "               %-12s %-52s %8lld %10lld %8.2f %8.2f\n", e->name, route,
                 (long long)(e->tx_count > e->rx_count ? e->tx_count : e->rx_count),
@@ -194,6 +200,9 @@ static void text_summary(demo_run *run, const figures *f)
     }
     fprintf(o, "\n  self-check   %d of %d completed requests rerun eagerly: %s\n", run->checked,
             run->done, run->mismatches == 0 ? "identical tokens" : run->mismatch);
+    fprintf(o,
+            "  time         startup %.2f s, serving %.2f s, shutdown %.2f s, self-check %.2f s\n",
+            f->startup_s, f->serve_s, f->shutdown_s, f->check_s);
     fprintf(o, "  graphs       encoder %s; decoder %s\n",
             run->opts->graphs ? "captured per (batch size, tokens)" : "off (--no-graphs)",
             "eager: the reference model's graph-runner node is not on main yet");
@@ -225,8 +234,14 @@ static void json_summary(demo_run *run, const figures *f)
             run->opts->device == MSTAR_DEVICE_CUDA ? "cuda" : "host",
             demo_transport_name(run->opts->transport), run->opts->graphs ? "true" : "false");
     json_str(o, run->dirs.shm);
+    fprintf(o, ", \"ipc_dir\": ");
+    json_str(o, run->dirs.ipc);
     fprintf(o,
-            ",\n \"requests\": {\"total\": %d, \"completed\": %d, \"aborted\": %d, "
+            ",\n \"time_s\": {\"startup\": %.3f, \"serve\": %.3f, \"shutdown\": %.3f, "
+            "\"self_check\": %.3f},",
+            f->startup_s, f->serve_s, f->shutdown_s, f->check_s);
+    fprintf(o,
+            "\n \"requests\": {\"total\": %d, \"completed\": %d, \"aborted\": %d, "
             "\"failed\": %d, \"not_started\": %d, \"abort_too_late\": %d},\n",
             run->cfg->requests, run->done, run->aborted, run->failed,
             run->cfg->requests - run->next_submit, f->too_late);

@@ -1,8 +1,11 @@
 /*
  * demo_requests.c — the requests of one run, drawn from the config's seed with the C library's
  * 48-bit generator (nrand48/erand48: the same sequence on every glibc), so a seed names a run.
+ * One stream draws the prompts and lengths, another the aborts.
  */
 #include "demo.h"
+
+#include "core/u64map.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,16 @@ const char *demo_abort_point_name(demo_abort_point p)
     return "?";
 }
 
+/* A generator state from a seed, mixed first: nearby seeds (7, 8) must not give correlated
+ * sequences, and the raw 48-bit LCG's first draws from a small seed are poorly spread. */
+static void seed_state(uint64_t seed, unsigned short state[3])
+{
+    uint64_t mixed = mstar__hash_u64(seed + UINT64_C(0x9e3779b97f4a7c15));
+    state[0] = (unsigned short)mixed;
+    state[1] = (unsigned short)(mixed >> 16);
+    state[2] = (unsigned short)(mixed >> 32);
+}
+
 /* Uniform in [lo, hi]. */
 static int32_t uniform(unsigned short state[3], int32_t lo, int32_t hi)
 {
@@ -31,8 +44,9 @@ static int32_t uniform(unsigned short state[3], int32_t lo, int32_t hi)
 mstar_status demo_requests_generate(const demo_config *cfg, double abort_rate,
                                     demo_request_spec **out)
 {
-    unsigned short state[3] = { (unsigned short)cfg->seed, (unsigned short)(cfg->seed >> 16),
-                                (unsigned short)(cfg->seed >> 32) ^ 0x330e };
+    unsigned short state[3], aborts[3];
+    seed_state(cfg->seed, state);
+    seed_state(cfg->seed ^ UINT64_C(0xab0127), aborts);
     demo_request_spec *specs = calloc((size_t)cfg->requests, sizeof(*specs));
     if (specs == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "demo: %d request specs", cfg->requests);
@@ -47,10 +61,11 @@ mstar_status demo_requests_generate(const demo_config *cfg, double abort_rate,
         }
         for (int32_t t = 0; t < s->prompt_len; t++)
             s->prompt[t] = uniform(state, 0, cfg->model.vocab - 1);
-        /* Drawn for every request, so the prompts do not depend on the abort rate. */
-        double roll = erand48(state);
-        demo_abort_point point = (demo_abort_point)uniform(state, 1, 3);
-        int32_t delay = uniform(state, 1, 20);
+        /* A stream of their own, drawn for every request: the prompts do not depend on the
+         * abort rate, nor the aborts on the prompt lengths. */
+        double roll = erand48(aborts);
+        demo_abort_point point = (demo_abort_point)uniform(aborts, 1, 3);
+        int32_t delay = uniform(aborts, 1, 20);
         if (roll < abort_rate) {
             s->abort_point = point;
             s->abort_delay_ms = delay;

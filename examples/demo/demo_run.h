@@ -82,7 +82,8 @@ typedef struct demo_run {
     int32_t inflight;
     int32_t done, aborted, failed;
     int64_t tokens_out;
-    double t_start, t_serve, t_end;
+    double t_start, t_serve, t_end; /* started, serving from, serving until */
+    double t_shutdown, t_checked;   /* the workers gone; the self-check done */
     bool stop_submitting;
     bool killed;     /* the fault injection fired */
     char fatal[512]; /* the first reason the run fails, "" while none */

@@ -347,9 +347,13 @@ static void on_abort(demo_run *run, dreq *r, const mstar_msg *m)
     start_drain(run, r, false, m->text);
 }
 
+/* A worker's report comes in parts (the first carries its counters) and is sent again until
+ * the conductor acknowledges it with a second SHUTDOWN; a repeat starts over. */
 static void merge_report(demo_run *run, int rank, const mstar_msg *m)
 {
     demo_worker_report *rep = &run->report[rank];
+    if (mstar_msg_get_kv(m, "rank", -1) >= 0)
+        memset(rep, 0, sizeof(*rep));
     struct {
         const char *key;
         int64_t *dst;
@@ -372,6 +376,12 @@ static void merge_report(demo_run *run, int rank, const mstar_msg *m)
         if (strcmp(kv->key, "report_end") == 0) {
             rep->in = true;
             known = true;
+            mstar_msg bye;
+            mstar_msg_init(&bye, MSTAR_MSG_SHUTDOWN);
+            snprintf(bye.text, sizeof(bye.text), "report received");
+            if (demo_send(run->cond.mesh, run->worker_name[rank], &bye) != MSTAR_OK)
+                demo_run_fail(run, "conductor: %s", mstar_last_error());
+            mstar_msg_clear(&bye);
         }
         for (size_t c = 0; !known && c < sizeof(counters) / sizeof(counters[0]); c++) {
             if (strcmp(kv->key, counters[c].key) == 0) {

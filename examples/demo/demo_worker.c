@@ -49,9 +49,11 @@ struct demo_worker {
     demo_step_stats steps;
     double busy_s;
     int64_t done, failed, removed_soft, removed_force, drained;
-    int64_t draining; /* requests in W_DRAINING */
-    bool shutdown;
-    double shutdown_by;
+    int64_t draining;    /* requests in W_DRAINING */
+    bool shutdown;       /* SHUTDOWN arrived: finish, then report */
+    double shutdown_by;  /* ... waiting for acknowledgements until then at most */
+    double report_again; /* when the report goes out (again) */
+    bool bye;            /* the conductor has the report: exit */
 };
 
 /* ---- services for the component ------------------------------------------------------------- */
@@ -286,10 +288,11 @@ static void handle(demo_worker *w, mstar_msg *m)
                       mstar_last_error());
         return;
     case MSTAR_MSG_SHUTDOWN:
-        if (!w->shutdown) {
-            w->shutdown = true;
-            w->shutdown_by = demo_now() + 3.0;
-        }
+        /* The first asks for the report; the second says it arrived (demo_run.h). */
+        if (w->shutdown)
+            w->bye = true;
+        w->shutdown = true;
+        w->shutdown_by = demo_now() + 3.0;
         return;
     default:
         break;
@@ -495,9 +498,19 @@ static mstar_status run(demo_worker *w)
         mstar_status st = w->ops->step(w->comp, &worked);
         if (st != MSTAR_OK)
             return st;
-        if (w->shutdown && !worked &&
-            (mstar_comm_num_tensors(w->link.comm) == 0 || demo_now() > w->shutdown_by))
-            return report(w);
+        if (w->bye)
+            return MSTAR_OK;
+        double now = demo_now();
+        if (w->shutdown && !worked && now >= w->report_again &&
+            (mstar_comm_num_tensors(w->link.comm) == 0 || now > w->shutdown_by)) {
+            /* Sent again until acknowledged: a mesh drops what is queued when it closes. */
+            if ((st = report(w)) != MSTAR_OK)
+                return st;
+            w->report_again = now + 1.0;
+            if (now > w->shutdown_by + 10.0)
+                return mstar_error_set(MSTAR_ETIMEDOUT, "the conductor did not acknowledge the "
+                                                        "report");
+        }
         if (!worked)
             wait_for_work(w, 50);
     }

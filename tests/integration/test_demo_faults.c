@@ -1,0 +1,58 @@
+/*
+ * test_demo_faults.c — `mstar demo` when things go wrong: worker 1 (the decoder) is SIGKILLed
+ * mid-run, and the driver itself gets SIGTERM. Either way the driver names what failed, exits
+ * non-zero, tears the unfinished requests down, and leaves no file, directory or process behind.
+ */
+#include "demo_harness.h"
+
+static void test_kill_worker_1(void **state)
+{
+    const char *cfg = demo_write_file("small.yaml", demo_small_config);
+    const char *args[] = { "--config",     cfg, "--kill-worker", "1",
+                           "--kill-after", "3", "--json",        NULL };
+    demo_result r = demo_run(300, args);
+    assert_int_equal(demo_exit_code(&r), 1);
+    assert_non_null(strstr(r.out, "\"ok\": false"));
+    /* The reason names the worker, its component and how it died, on stderr too. */
+    assert_non_null(strstr(r.err, "FAILED: worker_1 (decoder, pid "));
+    assert_non_null(strstr(r.err, "killed by signal 9"));
+    assert_non_null(strstr(r.out, "\"died\": true"));
+    /* The requests in flight failed, each with the reason; the rest never started. */
+    long long failed = demo_json_int(&r, "failed");
+    assert_true(failed > 0);
+    assert_true(demo_json_int(&r, "completed") >= 3);
+    assert_int_equal(demo_json_int(&r, "completed") + demo_json_int(&r, "aborted") + failed +
+                         demo_json_int(&r, "not_started"),
+                     16);
+    assert_non_null(strstr(r.out, "\"failed_requests\": [{\"id\": "));
+    assert_int_equal(demo_json_int(&r, "unaccounted_requests"), 0);
+    /* The survivors released everything; the dead worker's leftovers were swept. */
+    assert_int_equal(demo_json_int(&r, "tensors_held"), 0);
+    assert_int_equal(demo_json_int(&r, "live_arena_slots"), 0);
+    assert_int_equal(demo_json_int(&r, "shm_files_left"), 0);
+    /* The completed ones still match an eager run. */
+    assert_int_equal(demo_json_int(&r, "mismatches"), 0);
+    demo_expect_clean(&r);
+    demo_result_free(&r);
+}
+
+static void test_sigterm_to_the_driver(void **state)
+{
+    const char *cfg = demo_write_file("small.yaml", demo_small_config);
+    const char *args[] = { "--config", cfg, "--requests", "100000", "--json", NULL };
+    demo_result r = demo_run_sig(300, SIGTERM, 3.0, args);
+    assert_int_equal(demo_exit_code(&r), 128 + SIGTERM);
+    assert_non_null(strstr(r.err, "interrupted by signal 15"));
+    assert_int_equal(demo_json_int(&r, "unaccounted_requests"), 0);
+    demo_expect_clean(&r);
+    demo_result_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kill_worker_1),
+        cmocka_unit_test(test_sigterm_to_the_driver),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
