@@ -76,11 +76,8 @@ static mstar_status create(demo_worker *w, void **self)
     c->w = w;
     mstar__vec_init(&c->waiting, sizeof(dec_req *));
     mstar__vec_init(&c->active, sizeof(dec_req *));
-    mstar_status st = demo_decoder_create(demo_worker_backend(w), demo_worker_config(w), &c->dec);
-    if (st == MSTAR_OK && demo_worker_graphs(w) && !demo_decoder_graphs(c->dec))
-        mstar_log(MSTAR_LOG_WARN,
-                  "decoder: the reference model's graph-runner node is not built yet; its steps "
-                  "run eagerly");
+    mstar_status st = demo_decoder_create(demo_worker_backend(w), demo_worker_config(w),
+                                          demo_worker_graphs(w), &c->dec);
     if (st != MSTAR_OK) {
         destroy(c);
         return st;

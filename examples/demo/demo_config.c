@@ -45,10 +45,10 @@ void demo_config_defaults(demo_config *cfg)
     cfg->encoder_layers = 1;
     cfg->encoder_seed = 2;
     sizes_set(&cfg->encoder_batch_sizes, (const int64_t[]){ 1, 2, 4, 8 }, 4);
-    sizes_set(&cfg->encoder_token_lengths, (const int64_t[]){ 64, 128, 256 }, 3);
+    sizes_set(&cfg->encoder_token_lengths, (const int64_t[]){ 32, 64, 128, 256 }, 4);
     sizes_set(&cfg->decode_batch_sizes, (const int64_t[]){ 1, 2, 4, 8, 16 }, 5);
     sizes_set(&cfg->prefill_batch_sizes, (const int64_t[]){ 1, 2, 4 }, 3);
-    sizes_set(&cfg->prefill_token_lengths, (const int64_t[]){ 64, 128, 256 }, 3);
+    sizes_set(&cfg->prefill_token_lengths, (const int64_t[]){ 32, 64, 128 }, 3);
     cfg->max_batch = 16;
     cfg->page_size = 16;
     cfg->kv_pages = 256;
