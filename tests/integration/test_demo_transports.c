@@ -6,64 +6,69 @@
  */
 #include "demo_harness.h"
 
-static void run_passing(const char *transport, const char *abort_rate, bool graphs)
+/* The small config over `transport` with more options (NULL-terminated); the run must pass. */
+static demo_result run_small(const char *transport, const char *const *extra)
 {
-    const char *cfg = demo_write_file("small.yaml", demo_small_config);
-    const char *args[] = {
-        "--config", cfg,      "--transport", transport, "--abort-rate",
-        abort_rate, "--json", "--timeout",   "120",     graphs ? NULL : "--no-graphs",
-        NULL
-    };
+    const char *args[16] = { "--config", demo_write_file("small.yaml", demo_small_config),
+                             "--transport", transport, "--json" };
+    size_t n = 5;
+    for (size_t i = 0; extra[i] != NULL && n < 15; i++)
+        args[n++] = extra[i];
+    args[n] = NULL;
     demo_result r = demo_run(300, args);
     demo_expect_pass(&r, 16);
-    /* The traffic table saw all three edges of the walk. */
+    /* The traffic table saw the edges of the walk. */
     assert_non_null(strstr(r.out, "\"signal\": \"prompt\""));
     assert_non_null(strstr(r.out, "\"signal\": \"enc_hidden\""));
     if (demo_json_int(&r, "completed") > 0)
         assert_non_null(strstr(r.out, "\"signal\": \"tokens\""));
-    if (abort_rate[0] == '0' && abort_rate[1] == '\0')
-        assert_int_equal(demo_json_int(&r, "completed"), 16);
+    return r;
+}
+
+static void run_all_complete(const char *transport, const char *const *extra)
+{
+    demo_result r = run_small(transport, extra);
+    assert_int_equal(demo_json_int(&r, "completed"), 16);
     demo_result_free(&r);
 }
 
-static void test_files(void **state)
+/* Aborts mid-walk go through the drain (READS_DONE) and force cleanup. */
+static void run_aborts(const char *transport, const char *seed)
 {
-    run_passing("files", "0", true);
-}
-
-static void test_arena(void **state)
-{
-    run_passing("arena", "0", true);
-}
-
-/* Aborts mid-walk go through the drain (READS_DONE) and force cleanup on every transport. */
-static void test_files_aborts(void **state)
-{
-    const char *cfg = demo_write_file("small.yaml", demo_small_config);
-    const char *args[] = { "--config", cfg,      "--transport", "files",  "--abort-rate",
-                           "0.5",      "--seed", "11",          "--json", NULL };
-    demo_result r = demo_run(300, args);
-    demo_expect_pass(&r, 16);
+    const char *extra[] = { "--abort-rate", "0.5", "--seed", seed, NULL };
+    demo_result r = run_small(transport, extra);
     assert_true(demo_json_int(&r, "aborted") > 0);
     assert_true(demo_json_int(&r, "removed_force") > 0);
     demo_result_free(&r);
 }
 
+static const char *const no_options[] = { NULL };
+
+static void test_files(void **state)
+{
+    run_all_complete("files", no_options);
+}
+
+static void test_arena(void **state)
+{
+    run_all_complete("arena", no_options);
+}
+
+static void test_files_aborts(void **state)
+{
+    run_aborts("files", "11");
+}
+
 static void test_arena_aborts(void **state)
 {
-    const char *cfg = demo_write_file("small.yaml", demo_small_config);
-    const char *args[] = { "--config", cfg,      "--transport", "arena",  "--abort-rate",
-                           "0.5",      "--seed", "12",          "--json", NULL };
-    demo_result r = demo_run(300, args);
-    demo_expect_pass(&r, 16);
-    assert_true(demo_json_int(&r, "aborted") > 0);
-    demo_result_free(&r);
+    run_aborts("arena", "12");
 }
 
 /* --no-graphs: every step eager, the same tokens (the self-check compares them). */
 static void test_arena_no_graphs(void **state)
 {
-    run_passing("arena", "0", false);
+    const char *extra[] = { "--no-graphs", NULL };
+    run_all_complete("arena", extra);
 }
 
 static void test_ucx_tcp_not_built(void **state)
