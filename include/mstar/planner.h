@@ -25,6 +25,7 @@
 #include "mstar/device.h"
 #include "mstar/graphs.h"
 #include "mstar/mesh.h"
+#include "mstar/piecewise.h"
 #include "mstar/step.h"
 
 #ifdef __cplusplus
@@ -207,6 +208,11 @@ typedef struct mstar_rank_group mstar_rank_group; /* below */
  */
 mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *barrier,
                                  mstar_capture_sizing **out);
+/* The same for a piecewise region (reference PiecewiseAcceleratorGraphRunner.size_captures):
+ * its shapes are buckets of walk MSTAR_PIECEWISE_WALK, one executable measurement for the
+ * region. */
+mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
+                                           mstar_rank_group *barrier, mstar_capture_sizing **out);
 /* Reference size_lent_captures (§4.4): when `wanted` (agreed with max across ranks first), capture
  * every other sized bucket once, thrown away, for its own graph, kept and outside. */
 mstar_status mstar_size_lent_captures(mstar_capture_sizing *sizing, bool wanted);
@@ -214,7 +220,6 @@ mstar_status mstar_size_lent_captures(mstar_capture_sizing *sizing, bool wanted)
 /* The costs, one per bucket in the runner's capture order; `executable` indexes this sizing's
  * walks. Writable, so agreed values can be put back. */
 mstar_bucket_cost *mstar_capture_sizing_costs(mstar_capture_sizing *sizing, size_t *n);
-mstar_graph_runner *mstar_capture_sizing_runner(const mstar_capture_sizing *sizing);
 size_t mstar_capture_sizing_walks(const mstar_capture_sizing *sizing);
 /* The walk's measurement (owned by the sizing). */
 mstar_exec_memory *mstar_capture_sizing_executable(const mstar_capture_sizing *sizing, size_t walk);
@@ -228,12 +233,13 @@ void mstar_capture_sizing_destroy(mstar_capture_sizing *sizing);
 
 typedef struct mstar_capture_startup {
     mstar_step_runner *step_runner;     /* the device's */
-    mstar_graph_runner *const *runners; /* every runner of the device, in the same order on
-                                           every rank */
+    mstar_graph_runner *const *runners; /* every whole-forward runner of the device */
     size_t n_runners;
-    mstar_rank_group *group; /* the joint TP×SP group; NULL: this rank alone */
-    bool bound_reuse;        /* false: reuse of held executable copies unbounded */
-    uint64_t reusable;       /* with bound_reuse: mstar_plan_captures' bound */
+    mstar_piecewise_runner *const *piecewise; /* every piecewise region of the device */
+    size_t n_piecewise;                       /* both lists in the same order on every rank */
+    mstar_rank_group *group;                  /* the joint TP×SP group; NULL: this rank alone */
+    bool bound_reuse;                         /* false: reuse of held executable copies unbounded */
+    uint64_t reusable;                        /* with bound_reuse: mstar_plan_captures' bound */
 } mstar_capture_startup;
 
 /* What startup did, for the boot log and tests. Byte totals are over every pool of the device. */

@@ -9,7 +9,7 @@
  * every throwaway, so each throwaway's `taken` is its whole footprint and free memory read later
  * does not count segments nothing uses.
  */
-#include "graphs/runner.h"
+#include "graphs/capturer.h"
 
 #include "graphs/rank_group.h"
 
@@ -24,7 +24,7 @@ struct walk {
 };
 
 struct mstar_capture_sizing {
-    mstar_graph_runner *runner;
+    mstar__capturer c;
     mstar_rank_group *barrier;
     mstar_bucket_cost *costs; /* capture order */
     bool *own;                /* the cost is the bucket's own throwaway's, not its walk's */
@@ -48,21 +48,20 @@ static const char *name_of(const mstar_bucket_key *key, char *buf)
  * walk's executable-memory measurement on the kept graph. The caller met the barrier. */
 static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memory *em)
 {
-    mstar_graph_runner *r = s->runner;
-    mstar_backend *backend = mstar_graph_pool_backend(r->pool);
+    mstar_graph_pool *pool = s->c.ops->pool(s->c.r);
+    mstar_backend *backend = mstar_graph_pool_backend(pool);
     mstar_capture_cost *c = &s->costs[i].cost;
     uint64_t free_before, free_after, total;
     /* Warm-ups leave cached segments behind; the capture may need that memory. */
     mstar_status st = mstar_caching_trim(backend, NULL);
     if (st == MSTAR_OK)
-        st = mstar_graph_pool_trim(r->pool, NULL);
+        st = mstar_graph_pool_trim(pool, NULL);
     if (st == MSTAR_OK)
         st = mstar_mem_info(backend, &free_before, &total);
     mstar_graph *g = NULL;
     mstar_capture_stats stats;
     if (st == MSTAR_OK)
-        st = mstar_graph_runner_capture_throwaway(r, &s->costs[i].key, MSTAR_CAPTURE_KEEP_GRAPH, &g,
-                                                  &stats);
+        st = s->c.ops->throwaway(s->c.r, &s->costs[i].key, MSTAR_CAPTURE_KEEP_GRAPH, &g, &stats);
     /* The throwaway's own warm-ups cached segments again; they are not the graph's. */
     if (st == MSTAR_OK)
         st = mstar_caching_trim(backend, NULL);
@@ -84,7 +83,7 @@ static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memo
     }
     mstar_graph_destroy(g);
     if (g != NULL && st == MSTAR_OK)
-        st = mstar_graph_pool_trim(r->pool, NULL);
+        st = mstar_graph_pool_trim(pool, NULL);
     return st;
 }
 
@@ -118,7 +117,7 @@ static mstar_status warm_all(mstar_capture_sizing *s)
         if (st != MSTAR_OK)
             return st;
         uint64_t peak = 0;
-        st = mstar_graph_runner_warm_bucket(s->runner, &s->costs[i].key, &peak);
+        st = s->c.ops->warm(s->c.r, &s->costs[i].key, &peak);
         if (st == MSTAR_OK) {
             s->costs[i].cost.peak = peak;
             continue;
@@ -126,7 +125,7 @@ static mstar_status warm_all(mstar_capture_sizing *s)
         /* An error of the bucket, not of the device: it simply cannot be planned. */
         char name[MSTAR_BUCKET_NAME_MAX];
         mstar_log(MSTAR_LOG_WARN, "size_captures(%s): %s cannot be warmed up, so not captured: %s",
-                  s->runner->name, name_of(&s->costs[i].key, name), mstar_last_error());
+                  s->c.ops->name(s->c.r), name_of(&s->costs[i].key, name), mstar_last_error());
         s->costs[i].cost.has_graph = false;
         s->costs[i].cost.peak = 0;
         s->own[i] = true; /* nothing to size later either */
@@ -150,7 +149,7 @@ static mstar_status size_walks(mstar_capture_sizing *s)
             mstar_log(MSTAR_LOG_WARN,
                       "size_captures(%s): the throwaway capture of %s failed, so walk %s is not "
                       "captured: %s",
-                      s->runner->name, name_of(&s->costs[big].key, name), s->walks[w].name,
+                      s->c.ops->name(s->c.r), name_of(&s->costs[big].key, name), s->walks[w].name,
                       mstar_last_error());
             s->costs[big].cost.has_graph = false;
             s->own[big] = true;
@@ -168,18 +167,15 @@ static mstar_status size_walks(mstar_capture_sizing *s)
     return MSTAR_OK;
 }
 
-mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *barrier,
-                                 mstar_capture_sizing **out)
+mstar_status mstar__size_captures(mstar__capturer c, mstar_rank_group *barrier,
+                                  mstar_capture_sizing **out)
 {
-    if (runner == NULL || out == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "size_captures: %s is NULL",
-                               runner == NULL ? "runner" : "out");
     mstar_capture_sizing *s = calloc(1, sizeof(*s));
     if (s == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "size_captures: out of memory");
-    s->runner = runner;
+    s->c = c;
     s->barrier = barrier;
-    const mstar_bucket_key *keys = mstar_graph_runner_buckets(runner, &s->n);
+    const mstar_bucket_key *keys = c.ops->buckets(c.r, &s->n);
     s->costs = calloc(s->n ? s->n : 1, sizeof(*s->costs));
     s->own = calloc(s->n ? s->n : 1, sizeof(*s->own));
     mstar_status st = s->costs == NULL || s->own == NULL
@@ -187,8 +183,8 @@ mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *b
                           : MSTAR_OK;
     for (size_t i = 0; st == MSTAR_OK && i < s->n; i++) {
         s->costs[i].key = keys[i];
-        s->costs[i].config_idx = mstar__runner_find_bucket(runner, &keys[i])->config_idx;
-        s->costs[i].cost.slots = (uint32_t)runner->num_slots;
+        s->costs[i].config_idx = c.ops->config_idx(c.r, &keys[i]);
+        s->costs[i].cost.slots = (uint32_t)c.ops->num_slots(c.r);
     }
     if (st == MSTAR_OK)
         st = find_walks(s);
@@ -198,10 +194,28 @@ mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *b
         st = size_walks(s);
     if (st != MSTAR_OK) {
         mstar_capture_sizing_destroy(s);
-        return mstar_error_wrap("size_captures(%s)", runner->name);
+        return mstar_error_wrap("size_captures(%s)", c.ops->name(c.r));
     }
     *out = s;
     return MSTAR_OK;
+}
+
+mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *barrier,
+                                 mstar_capture_sizing **out)
+{
+    if (runner == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "size_captures: %s is NULL",
+                               runner == NULL ? "runner" : "out");
+    return mstar__size_captures(mstar__capturer_whole(runner), barrier, out);
+}
+
+mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
+                                           mstar_rank_group *barrier, mstar_capture_sizing **out)
+{
+    if (runner == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "size_captures: %s is NULL",
+                               runner == NULL ? "runner" : "out");
+    return mstar__size_captures(mstar__capturer_piecewise(runner), barrier, out);
 }
 
 mstar_status mstar_size_lent_captures(mstar_capture_sizing *s, bool wanted)
@@ -222,7 +236,7 @@ mstar_status mstar_size_lent_captures(mstar_capture_sizing *s, bool wanted)
             mstar_log(MSTAR_LOG_WARN,
                       "size_lent_captures(%s): the throwaway capture of %s failed, so it is not "
                       "captured: %s",
-                      s->runner->name, name_of(&s->costs[i].key, name), mstar_last_error());
+                      s->c.ops->name(s->c.r), name_of(&s->costs[i].key, name), mstar_last_error());
             s->costs[i].cost.has_graph = false;
             s->own[i] = true;
         }
@@ -234,11 +248,6 @@ mstar_bucket_cost *mstar_capture_sizing_costs(mstar_capture_sizing *s, size_t *n
 {
     *n = s->n;
     return s->costs;
-}
-
-mstar_graph_runner *mstar_capture_sizing_runner(const mstar_capture_sizing *s)
-{
-    return s->runner;
 }
 
 size_t mstar_capture_sizing_walks(const mstar_capture_sizing *s)

@@ -10,8 +10,9 @@
  * hangs once the step holds a collective). Values are laid out in runner order, then each
  * runner's capture order — both derived from the configs, identical on every rank.
  */
-#include "graphs/runner.h"
+#include "graphs/capturer.h"
 
+#include "core/vec.h"
 #include "graphs/rank_group.h"
 
 #include <inttypes.h>
@@ -37,6 +38,8 @@ struct pool_in {
 
 struct startup {
     const mstar_capture_startup *o;
+    mstar__capturer *caps; /* the whole-forward runners, then the piecewise ones */
+    size_t ncaps;
     mstar_rank_group *group;
     mstar_backend *backend;
     mstar_capture_sizing **sizings;
@@ -64,11 +67,11 @@ static int64_t clamp_i64(uint64_t v)
 
 static mstar_status collect_pools(struct startup *s)
 {
-    s->pools = calloc(s->o->n_runners ? s->o->n_runners : 1, sizeof(*s->pools));
+    s->pools = calloc(s->ncaps ? s->ncaps : 1, sizeof(*s->pools));
     if (s->pools == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "capture startup: out of memory");
-    for (size_t ri = 0; ri < s->o->n_runners; ri++) {
-        mstar_graph_pool *pool = s->o->runners[ri]->pool;
+    for (size_t ri = 0; ri < s->ncaps; ri++) {
+        mstar_graph_pool *pool = s->caps[ri].ops->pool(s->caps[ri].r);
         size_t p = 0;
         while (p < s->npools && s->pools[p].pool != pool)
             p++;
@@ -84,8 +87,8 @@ static mstar_status collect_pools(struct startup *s)
 
 static mstar_status prepare(struct startup *s)
 {
-    for (size_t ri = 0; ri < s->o->n_runners; ri++) {
-        mstar_status st = mstar_graph_runner_prepare_for_capture(s->o->runners[ri], NULL, NULL);
+    for (size_t ri = 0; ri < s->ncaps; ri++) {
+        mstar_status st = s->caps[ri].ops->prepare(s->caps[ri].r);
         if (st != MSTAR_OK)
             return st;
     }
@@ -97,7 +100,7 @@ static mstar_status prepare(struct startup *s)
 static size_t total_buckets(const struct startup *s)
 {
     size_t n = 0;
-    for (size_t ri = 0; ri < s->o->n_runners; ri++) {
+    for (size_t ri = 0; ri < s->ncaps; ri++) {
         size_t k;
         mstar_capture_sizing_costs(s->sizings[ri], &k);
         n += k;
@@ -127,7 +130,7 @@ static mstar_status agree_costs(struct startup *s)
     mstar_status st = most == NULL || least == NULL
                           ? mstar_error_set(MSTAR_ENOMEM, "capture startup: out of memory")
                           : read_free(s);
-    for (size_t ri = 0, k = 0; st == MSTAR_OK && ri < s->o->n_runners; ri++) {
+    for (size_t ri = 0, k = 0; st == MSTAR_OK && ri < s->ncaps; ri++) {
         size_t nb;
         mstar_bucket_cost *costs = mstar_capture_sizing_costs(s->sizings[ri], &nb);
         for (size_t i = 0; i < nb; i++, k += COST_WORDS) {
@@ -146,7 +149,7 @@ static mstar_status agree_costs(struct startup *s)
     }
     if (st == MSTAR_OK)
         st = mstar_agree_across_ranks(s->group, least, s->ncredits + 1, MSTAR_REDUCE_MIN);
-    for (size_t ri = 0, k = 0; st == MSTAR_OK && ri < s->o->n_runners; ri++) {
+    for (size_t ri = 0, k = 0; st == MSTAR_OK && ri < s->ncaps; ri++) {
         size_t nb;
         mstar_bucket_cost *costs = mstar_capture_sizing_costs(s->sizings[ri], &nb);
         for (size_t i = 0; i < nb; i++, k += COST_WORDS) {
@@ -175,12 +178,12 @@ static mstar_status agree_costs(struct startup *s)
 
 static mstar_status size_all(struct startup *s)
 {
-    s->sizings = calloc(s->o->n_runners ? s->o->n_runners : 1, sizeof(*s->sizings));
-    s->credit_base = calloc(s->o->n_runners ? s->o->n_runners : 1, sizeof(*s->credit_base));
+    s->sizings = calloc(s->ncaps ? s->ncaps : 1, sizeof(*s->sizings));
+    s->credit_base = calloc(s->ncaps ? s->ncaps : 1, sizeof(*s->credit_base));
     if (s->sizings == NULL || s->credit_base == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "capture startup: out of memory");
-    for (size_t ri = 0; ri < s->o->n_runners; ri++) {
-        mstar_status st = mstar_size_captures(s->o->runners[ri], s->group, &s->sizings[ri]);
+    for (size_t ri = 0; ri < s->ncaps; ri++) {
+        mstar_status st = mstar__size_captures(s->caps[ri], s->group, &s->sizings[ri]);
         if (st != MSTAR_OK)
             return st;
         s->credit_base[ri] = s->ncredits;
@@ -189,7 +192,7 @@ static mstar_status size_all(struct startup *s)
     s->credits = calloc(s->ncredits ? s->ncredits : 1, sizeof(*s->credits));
     if (s->credits == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "capture startup: out of memory");
-    for (size_t ri = 0; ri < s->o->n_runners; ri++) {
+    for (size_t ri = 0; ri < s->ncaps; ri++) {
         for (size_t w = 0; w < mstar_capture_sizing_walks(s->sizings[ri]); w++)
             s->credits[s->credit_base[ri] + w] =
                 mstar_exec_memory_held(mstar_capture_sizing_executable(s->sizings[ri], w));
@@ -207,9 +210,9 @@ static mstar_status plan(struct startup *s)
         s->pools[p].costs.len = 0;
         s->pools[p].origins.len = 0;
     }
-    for (size_t ri = 0; st == MSTAR_OK && ri < s->o->n_runners; ri++) {
+    for (size_t ri = 0; st == MSTAR_OK && ri < s->ncaps; ri++) {
         struct pool_in *pi = s->pools;
-        while (pi->pool != s->o->runners[ri]->pool)
+        while (pi->pool != s->caps[ri].ops->pool(s->caps[ri].r))
             pi++;
         size_t nb;
         const mstar_bucket_cost *costs = mstar_capture_sizing_costs(s->sizings[ri], &nb);
@@ -262,8 +265,8 @@ static bool is_planned(const struct startup *s, size_t runner, size_t bucket)
 static mstar_status capture_planned(struct startup *s)
 {
     size_t total = planned_count(s), done = 0;
-    for (size_t ri = 0; ri < s->o->n_runners; ri++) {
-        mstar_graph_runner *r = s->o->runners[ri];
+    for (size_t ri = 0; ri < s->ncaps; ri++) {
+        mstar__capturer c = s->caps[ri];
         size_t nb;
         const mstar_bucket_cost *costs = mstar_capture_sizing_costs(s->sizings[ri], &nb);
         bool any = false;
@@ -275,18 +278,19 @@ static mstar_status capture_planned(struct startup *s)
                 return st;
             char name[MSTAR_BUCKET_NAME_MAX];
             mstar_log(MSTAR_LOG_INFO, "capturing %zu/%zu: %s %s (%" PRIu32 " slot%s)", ++done,
-                      total, r->name, mstar_bucket_key_format(&costs[i].key, name, sizeof(name)),
+                      total, c.ops->name(c.r),
+                      mstar_bucket_key_format(&costs[i].key, name, sizeof(name)),
                       costs[i].cost.slots, costs[i].cost.slots == 1 ? "" : "s");
             /* One bucket per call, largest first; each call marks the buckets it was not given
              * as dropped, so after the last call the dropped list is exactly the uncaptured. */
-            st = mstar_graph_runner_warmup_and_capture(r, &costs[i].key, 1);
+            st = c.ops->capture(c.r, &costs[i].key, 1);
             if (st != MSTAR_OK)
                 return st;
             any = true;
         }
         if (!any) {
             static const mstar_bucket_key none;
-            mstar_status st = mstar_graph_runner_warmup_and_capture(r, &none, 0);
+            mstar_status st = c.ops->capture(c.r, &none, 0);
             if (st != MSTAR_OK)
                 return st;
         }
@@ -294,10 +298,10 @@ static mstar_status capture_planned(struct startup *s)
     return MSTAR_OK;
 }
 
-static bool locally_dropped(mstar_graph_runner *r, const mstar_bucket_key *key)
+static bool locally_dropped(mstar__capturer c, const mstar_bucket_key *key)
 {
     size_t n;
-    const mstar_bucket_key *dropped = mstar_graph_runner_dropped_buckets(r, &n);
+    const mstar_bucket_key *dropped = c.ops->dropped(c.r, &n);
     for (size_t i = 0; i < n; i++) {
         if (mstar_bucket_key_equal(&dropped[i], key))
             return true;
@@ -312,26 +316,26 @@ static mstar_status agree_success(struct startup *s, size_t *captured)
     int64_t *ok = calloc(n + 1, sizeof(int64_t));
     if (ok == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "capture startup: out of memory");
-    for (size_t ri = 0, k = 0; ri < s->o->n_runners; ri++) {
+    for (size_t ri = 0, k = 0; ri < s->ncaps; ri++) {
         size_t nb;
         const mstar_bucket_cost *costs = mstar_capture_sizing_costs(s->sizings[ri], &nb);
         for (size_t i = 0; i < nb; i++, k++)
-            ok[k] = !locally_dropped(s->o->runners[ri], &costs[i].key);
+            ok[k] = !locally_dropped(s->caps[ri], &costs[i].key);
     }
     mstar_status st = mstar_agree_across_ranks(s->group, ok, n, MSTAR_REDUCE_MIN);
     *captured = 0;
-    for (size_t ri = 0, k = 0; st == MSTAR_OK && ri < s->o->n_runners; ri++) {
-        mstar_graph_runner *r = s->o->runners[ri];
+    for (size_t ri = 0, k = 0; st == MSTAR_OK && ri < s->ncaps; ri++) {
+        mstar__capturer c = s->caps[ri];
         size_t nb;
         const mstar_bucket_cost *costs = mstar_capture_sizing_costs(s->sizings[ri], &nb);
         for (size_t i = 0; st == MSTAR_OK && i < nb; i++, k++) {
             *captured += ok[k] != 0;
-            if (ok[k] != 0 || locally_dropped(r, &costs[i].key))
+            if (ok[k] != 0 || locally_dropped(c, &costs[i].key))
                 continue;
             char name[MSTAR_BUCKET_NAME_MAX];
             mstar_log(MSTAR_LOG_WARN, "%s: dropping %s, which another rank failed to capture",
-                      r->name, mstar_bucket_key_format(&costs[i].key, name, sizeof(name)));
-            st = mstar_graph_runner_drop_bucket(r, &costs[i].key);
+                      c.ops->name(c.r), mstar_bucket_key_format(&costs[i].key, name, sizeof(name)));
+            st = c.ops->drop(c.r, &costs[i].key);
         }
     }
     free(ok);
@@ -341,9 +345,9 @@ static mstar_status agree_success(struct startup *s, size_t *captured)
 static mstar_status require_graphs(struct startup *s)
 {
     size_t n = 0;
-    for (size_t ri = 0; ri < s->o->n_runners; ri++) {
+    for (size_t ri = 0; ri < s->ncaps; ri++) {
         size_t k;
-        mstar_graph_runner_dropped_buckets(s->o->runners[ri], &k);
+        s->caps[ri].ops->dropped(s->caps[ri].r, &k);
         n += k;
     }
     char(*names)[MSTAR_BUCKET_NAME_MAX] = calloc(n ? n : 1, sizeof(*names));
@@ -351,9 +355,9 @@ static mstar_status require_graphs(struct startup *s)
     mstar_status st = names == NULL || list == NULL
                           ? mstar_error_set(MSTAR_ENOMEM, "capture startup: out of memory")
                           : MSTAR_OK;
-    for (size_t ri = 0, j = 0; st == MSTAR_OK && ri < s->o->n_runners; ri++) {
+    for (size_t ri = 0, j = 0; st == MSTAR_OK && ri < s->ncaps; ri++) {
         size_t k;
-        const mstar_bucket_key *d = mstar_graph_runner_dropped_buckets(s->o->runners[ri], &k);
+        const mstar_bucket_key *d = s->caps[ri].ops->dropped(s->caps[ri].r, &k);
         for (size_t i = 0; i < k; i++, j++)
             list[j] = mstar_bucket_key_format(&d[i], names[j], sizeof(names[j]));
     }
@@ -403,7 +407,7 @@ static mstar_status decide(struct startup *s, mstar_capture_report *rep)
         st = mstar_agree_across_ranks(s->group, &wanted, 1, MSTAR_REDUCE_MAX);
     if (st == MSTAR_OK && wanted) {
         rep->resized = true;
-        for (size_t ri = 0; st == MSTAR_OK && ri < s->o->n_runners; ri++)
+        for (size_t ri = 0; st == MSTAR_OK && ri < s->ncaps; ri++)
             st = mstar_size_lent_captures(s->sizings[ri], true);
         if (st == MSTAR_OK)
             st = agree_costs(s);
@@ -434,7 +438,7 @@ static mstar_status run(struct startup *s, mstar_capture_report *rep)
     }
 
     /* The copies' memory goes back to the driver, which hands it to the real executables. */
-    for (size_t ri = 0; ri < s->o->n_runners; ri++)
+    for (size_t ri = 0; ri < s->ncaps; ri++)
         mstar_capture_sizing_release(s->sizings[ri]);
     uint64_t free_before, free_after, total;
     st = mstar_mem_info(s->backend, &free_before, &total);
@@ -447,8 +451,8 @@ static mstar_status run(struct startup *s, mstar_capture_report *rep)
     if (st == MSTAR_OK)
         st = capture_planned(s);
     rep->capture_seconds = (double)(mstar__now_ns() - t0) / 1e9;
-    for (size_t ri = 0; st == MSTAR_OK && ri < s->o->n_runners; ri++)
-        st = mstar_dummy_rows_release_all(mstar_graph_runner_dummy_rows(s->o->runners[ri]));
+    for (size_t ri = 0; st == MSTAR_OK && ri < s->ncaps; ri++)
+        st = mstar_dummy_rows_release_all(s->caps[ri].ops->rows(s->caps[ri].r));
     if (st == MSTAR_OK)
         st = mstar_caching_trim(s->backend, NULL);
     if (st == MSTAR_OK)
@@ -470,28 +474,45 @@ static mstar_status run(struct startup *s, mstar_capture_report *rep)
     return st;
 }
 
+/* Both lists as capturers, each checked to drive the device's step runner. */
+static mstar_status collect_runners(struct startup *s)
+{
+    const mstar_capture_startup *o = s->o;
+    s->caps = calloc(o->n_runners + o->n_piecewise + 1, sizeof(*s->caps));
+    if (s->caps == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "capture startup: out of memory");
+    for (size_t i = 0; i < o->n_runners + o->n_piecewise; i++) {
+        bool whole = i < o->n_runners;
+        void *r = whole ? (void *)o->runners[i] : (void *)o->piecewise[i - o->n_runners];
+        if (r == NULL)
+            return mstar_error_set(MSTAR_EINVAL, "capture startup: %s[%zu] is NULL",
+                                   whole ? "runners" : "piecewise", whole ? i : i - o->n_runners);
+        mstar__capturer c = whole ? mstar__capturer_whole(r) : mstar__capturer_piecewise(r);
+        if (c.ops->step_runner(c.r) != o->step_runner)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "capture startup: %s drives another step runner than the "
+                                   "device's",
+                                   c.ops->name(c.r));
+        s->caps[s->ncaps++] = c;
+    }
+    return MSTAR_OK;
+}
+
 mstar_status mstar_capture_startup_run(const mstar_capture_startup *opts,
                                        mstar_capture_report *report)
 {
-    if (opts == NULL || opts->step_runner == NULL || (opts->n_runners > 0 && opts->runners == NULL))
-        return mstar_error_set(MSTAR_EINVAL, "capture startup: %s is NULL",
-                               opts == NULL                ? "opts"
-                               : opts->step_runner == NULL ? "step_runner"
-                                                           : "runners");
-    for (size_t ri = 0; ri < opts->n_runners; ri++) {
-        if (opts->runners[ri] == NULL || opts->runners[ri]->sr != opts->step_runner)
-            return mstar_error_set(MSTAR_EINVAL,
-                                   "capture startup: runners[%zu] is NULL or drives another "
-                                   "step runner",
-                                   ri);
-    }
+    if (opts == NULL || opts->step_runner == NULL ||
+        (opts->n_runners > 0 && opts->runners == NULL) ||
+        (opts->n_piecewise > 0 && opts->piecewise == NULL))
+        return mstar_error_set(MSTAR_EINVAL, "capture startup: opts, its step_runner or a runner "
+                                             "list is NULL");
     struct startup s;
     memset(&s, 0, sizeof(s));
     s.o = opts;
     s.backend = mstar_step_runner_backend(opts->step_runner);
     mstar_rank_group *single = NULL;
-    mstar_status st = MSTAR_OK;
-    if (opts->group == NULL)
+    mstar_status st = collect_runners(&s);
+    if (st == MSTAR_OK && opts->group == NULL)
         st = mstar_rank_group_create_single(&single);
     s.group = opts->group != NULL ? opts->group : single;
     mstar_capture_report rep;
@@ -503,7 +524,7 @@ mstar_status mstar_capture_startup_run(const mstar_capture_startup *opts,
 
     if (s.have_plan)
         mstar_capture_plan_clear(&s.plan);
-    for (size_t ri = 0; s.sizings != NULL && ri < opts->n_runners; ri++)
+    for (size_t ri = 0; s.sizings != NULL && ri < s.ncaps; ri++)
         mstar_capture_sizing_destroy(s.sizings[ri]);
     for (size_t p = 0; p < s.npools; p++) {
         mstar__vec_free(&s.pools[p].costs);
@@ -513,6 +534,7 @@ mstar_status mstar_capture_startup_run(const mstar_capture_startup *opts,
     free(s.sizings);
     free(s.credit_base);
     free(s.credits);
+    free(s.caps);
     mstar_rank_group_destroy(single);
     if (st != MSTAR_OK)
         return mstar_error_wrap("capture startup");

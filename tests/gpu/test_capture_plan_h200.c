@@ -43,7 +43,9 @@ static mstar_test_toy *toy_or_skip(void)
 static mstar_status startup(mstar_test_toy *t, mstar_capture_report *rep)
 {
     mstar_graph_runner *runners[1] = { mstar_test_toy_runner(t) };
-    mstar_capture_startup s = { mstar_test_toy_step_runner(t), runners, 1, NULL, false, 0 };
+    mstar_capture_startup s = { .step_runner = mstar_test_toy_step_runner(t),
+                                .runners = runners,
+                                .n_runners = 1 };
     return mstar_capture_startup_run(&s, rep);
 }
 
@@ -158,7 +160,9 @@ static int ref_check_every_bs(ref_twin *t, const char *what)
 static mstar_status ref_startup(ref_twin *t, mstar_capture_report *rep)
 {
     mstar_graph_runner *runners[1] = { ref_node_runner(t->node) };
-    mstar_capture_startup s = { ref_node_step_runner(t->node), runners, 1, NULL, false, 0 };
+    mstar_capture_startup s = { .step_runner = ref_node_step_runner(t->node),
+                                .runners = runners,
+                                .n_runners = 1 };
     return mstar_capture_startup_run(&s, rep);
 }
 

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <cmocka.h>
 
 #include "mstar/mstar.h"
@@ -51,6 +52,25 @@ void mstar_test_skip(const char *why) __attribute__((noreturn));
 /* The backend of CUDA device `index`; skips the test program (77) with the reason when CUDA is not
  * built in or no GPU is there. */
 mstar_backend *mstar_test_cuda_or_skip(int index);
+
+/* Run fn(rank, arg) for ranks 0..n-1, each in a forked process that exits with what fn returns,
+ * and wait for them all; after timeout_s seconds the ones still running are killed. codes[rank]
+ * gets each exit code (-signal if killed by one, -1000 if killed on the timeout). Returns the
+ * number of ranks that did not exit 0. Ranks report their own failures on stderr. */
+typedef int (*mstar_test_rank_fn)(int rank, void *arg);
+int mstar_test_run_ranks(int n, mstar_test_rank_fn fn, void *arg, int timeout_s, int *codes);
+
+/* Inside a rank's function: unless `cond`, print "rank R: file:line: <message> (last error: ...)"
+ * on stderr and return 1 from the function. */
+#define MSTAR_RANK_CHECK(rank, cond, ...)                                                          \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "rank %d: %s:%d: ", (rank), __FILE__, __LINE__);                       \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fprintf(stderr, " (last error: %s)\n", mstar_last_error());                            \
+            return 1;                                                                              \
+        }                                                                                          \
+    } while (0)
 
 /* Seeded xorshift for reproducible random tests. */
 uint64_t mstar_test_rand(uint64_t *state);

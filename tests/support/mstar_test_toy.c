@@ -19,6 +19,7 @@ struct mstar_test_toy {
     mstar_graph_pool *pool;
     mstar_step_runner *sr;
     mstar_graph_runner *runner;
+    mstar_piecewise_runner *region;
     float *template_row; /* host memory: what capture rows carry */
 };
 
@@ -63,18 +64,12 @@ static mstar_status preprocess(void *self, mstar_step *step, const mstar_node_in
 }
 
 /* y = x by a device copy; a scratch of scratch_per_row × rows set and given back; extra_nodes
- * more memsets on a small buffer. */
-static mstar_status forward(void *self, mstar_step *step, const mstar_tensor_map *in,
-                            mstar_tensor_map *out)
+ * more memsets on a small buffer. The whole forward and the region both run this. */
+static mstar_status copy_rows(mstar_test_toy *t, mstar_stream *s, const mstar_tensor *x,
+                              bool capture, mstar_tensor_map *out)
 {
-    mstar_test_toy *t = self;
-    mstar_step_ctx *ctx = mstar_step_context(step);
-    mstar_stream *s = ctx->stream;
-    const mstar_tensor *x = mstar_tensor_map_get(in, "x");
-    if (x == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "toy forward: no input x");
     int64_t rows = x->shape[0];
-    if (ctx->capture && mstar_stream_is_capturing(s) && rows == t->o.fail_capture_bs)
+    if (capture && mstar_stream_is_capturing(s) && rows == t->o.fail_capture_bs)
         return mstar_error_set(MSTAR_EDEVICE, "toy: injected capture failure at bs %lld",
                                (long long)rows);
     mstar_tensor y;
@@ -104,7 +99,58 @@ static mstar_status forward(void *self, mstar_step *step, const mstar_tensor_map
     return st;
 }
 
+static mstar_status forward(void *self, mstar_step *step, const mstar_tensor_map *in,
+                            mstar_tensor_map *out)
+{
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    const mstar_tensor *x = mstar_tensor_map_get(in, "x");
+    if (x == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "toy forward: no input x");
+    return copy_rows(self, ctx->stream, x, ctx->capture, out);
+}
+
 static const mstar_submodule_ops toy_ops = { declare_step, preprocess, forward };
+
+/* ---- the region ------------------------------------------------------------------------------ */
+
+static mstar_status region_fn(void *user, const mstar_piecewise_call *call, mstar_tensor_map *out)
+{
+    return copy_rows(user, call->stream, mstar_tensor_map_get(call->static_inputs, "h"), true, out);
+}
+
+static mstar_status region_statics(void *user, const mstar_piecewise_shape *shape,
+                                   mstar_stream *stream, mstar_tensor_map *out)
+{
+    mstar_test_toy *t = user;
+    int64_t dims[2] = { shape->bs, t->o.row_floats };
+    mstar_tensor h;
+    mstar_status st = mstar_tensor_alloc(stream, MSTAR_DTYPE_FLOAT32, 2, dims, &h);
+    if (st == MSTAR_OK)
+        st = mstar_memset_async(stream, h.data, 0, mstar_tensor_nbytes(&h));
+    if (st == MSTAR_OK)
+        return mstar_tensor_map_set_owned(out, "h", &h, stream);
+    mstar_tensor_free(stream, &h);
+    return st;
+}
+
+static mstar_status create_region(mstar_test_toy *t)
+{
+    mstar_piecewise_config c;
+    mstar_piecewise_config_init(&c);
+    c.capture_fn = region_fn;
+    c.make_static_inputs = region_statics;
+    c.user = t;
+    c.capture_batch_sizes = t->o.batch_sizes;
+    c.n_capture_batch_sizes = t->o.batch_sizes ? t->o.n_batch_sizes : 0;
+    c.seq_len = 1;
+    mstar_piecewise_runner_options o = { .label = "mlp",
+                                         .config = &c,
+                                         .step_runner = t->sr,
+                                         .pool = t->pool,
+                                         .num_slots = t->o.num_slots,
+                                         .node_name = t->name };
+    return mstar_piecewise_runner_create(&o, &t->region);
+}
 
 static mstar_status make_row(void *user, mstar_stream *s, int64_t len, mstar_tensor_map *out)
 {
@@ -151,6 +197,8 @@ mstar_status mstar_test_toy_create(const mstar_test_toy_options *opts, mstar_tes
         };
         st = mstar_graph_runner_create(&ro, &t->runner);
     }
+    if (st == MSTAR_OK && opts->region)
+        st = create_region(t);
     if (st != MSTAR_OK) {
         mstar_test_toy_destroy(t);
         return st;
@@ -163,6 +211,7 @@ void mstar_test_toy_destroy(mstar_test_toy *t)
 {
     if (t == NULL)
         return;
+    mstar_piecewise_runner_destroy(t->region);
     mstar_graph_runner_destroy(t->runner);
     mstar_step_runner_destroy(t->sr);
     mstar_graph_pool_destroy(t->pool);
@@ -190,6 +239,45 @@ mstar_graph_runner *mstar_test_toy_runner(mstar_test_toy *t)
 mstar_graph_pool *mstar_test_toy_pool(mstar_test_toy *t)
 {
     return t->pool;
+}
+
+mstar_piecewise_runner *mstar_test_toy_region(mstar_test_toy *t)
+{
+    return t->region;
+}
+
+mstar_status mstar_test_toy_region_step(mstar_test_toy *t, const float *x, int64_t n, float *y,
+                                        bool *replayed)
+{
+    *replayed = t->region != NULL && mstar_piecewise_runner_can_run(t->region, n, -1);
+    if (!*replayed)
+        return MSTAR_OK;
+    /* The rows arrive on the device, as a region's inputs do inside a forward. */
+    int64_t dims[2] = { n, t->o.row_floats };
+    mstar_tensor h;
+    mstar_tensor_map *in = NULL;
+    mstar_status st = mstar_tensor_alloc(t->stream, MSTAR_DTYPE_FLOAT32, 2, dims, &h);
+    if (st != MSTAR_OK)
+        return st;
+    size_t bytes = mstar_tensor_nbytes(&h);
+    st = mstar_memcpy_async(t->stream, h.data, x, bytes, MSTAR_MEMCPY_H2D);
+    if (st == MSTAR_OK)
+        st = mstar_tensor_map_create(&in);
+    if (st == MSTAR_OK)
+        st = mstar_tensor_map_set(in, "h", &h);
+    mstar_piecewise_output out;
+    if (st == MSTAR_OK)
+        st = mstar_piecewise_runner_run(t->region, in, NULL, NULL, 0, n, &out);
+    mstar_tensor view;
+    if (st == MSTAR_OK)
+        st = mstar_piecewise_output_get_view(&out, "y", &view);
+    if (st == MSTAR_OK)
+        st = mstar_memcpy_async(t->stream, y, mstar_tensor_ptr(&view), bytes, MSTAR_MEMCPY_D2H);
+    if (st == MSTAR_OK)
+        st = mstar_stream_synchronize(t->stream);
+    mstar_tensor_map_destroy(in);
+    mstar_tensor_free(t->stream, &h);
+    return st;
 }
 
 /* Rows of n real inputs, each a [1, row_floats] view of the caller's x. */

@@ -4,6 +4,8 @@
  * scratch buffer and a chosen number of extra graph nodes, so that each bucket's pool bytes
  * (kept: the output; extra: the scratch) and executable size are known and scale with bs. It
  * uses only copies and memsets, so the same toy runs on the host and the CUDA backend.
+ * Optionally the node also has a piecewise region "mlp" in the same pool, doing the same (y = h,
+ * with the scratch) over its own static input buffer.
  */
 #ifndef MSTAR_TEST_TOY_H
 #define MSTAR_TEST_TOY_H
@@ -20,6 +22,7 @@ typedef struct mstar_test_toy_options {
     int32_t extra_nodes;     /* memsets added to each forward (graph nodes) */
     int64_t fail_capture_bs; /* a capture (not a warm-up) of this bs fails; 0: none */
     const char *name;        /* runner and pool name; NULL: "toy" */
+    bool region;             /* add the piecewise region "mlp" (same batch sizes) */
 } mstar_test_toy_options;
 
 typedef struct mstar_test_toy mstar_test_toy;
@@ -33,11 +36,18 @@ mstar_backend *mstar_test_toy_backend(mstar_test_toy *toy);
 mstar_step_runner *mstar_test_toy_step_runner(mstar_test_toy *toy);
 mstar_graph_runner *mstar_test_toy_runner(mstar_test_toy *toy);
 mstar_graph_pool *mstar_test_toy_pool(mstar_test_toy *toy);
+/* The piecewise region, or NULL without opts.region. */
+mstar_piecewise_runner *mstar_test_toy_region(mstar_test_toy *toy);
 
 /* One step of n rows (x: n × row_floats host floats) through the runner when a captured bucket
  * fits, else eagerly; y (host, n × row_floats) gets the output and *replayed (may be NULL) says
  * which path ran. */
 mstar_status mstar_test_toy_step(mstar_test_toy *toy, const float *x, int64_t n, float *y,
                                  bool *replayed);
+
+/* Run the region over n rows (x: n × row_floats host floats) when a captured shape serves n;
+ * y gets its output. *replayed = false (and y untouched) when no shape does. */
+mstar_status mstar_test_toy_region_step(mstar_test_toy *toy, const float *x, int64_t n, float *y,
+                                        bool *replayed);
 
 #endif

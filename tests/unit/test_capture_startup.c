@@ -32,7 +32,9 @@ static mstar_test_toy *toy_new(int64_t fail_bs)
 static mstar_status startup(mstar_test_toy *t, mstar_capture_report *rep)
 {
     mstar_graph_runner *runners[1] = { mstar_test_toy_runner(t) };
-    mstar_capture_startup s = { mstar_test_toy_step_runner(t), runners, 1, NULL, false, 0 };
+    mstar_capture_startup s = { .step_runner = mstar_test_toy_step_runner(t),
+                                .runners = runners,
+                                .n_runners = 1 };
     return mstar_capture_startup_run(&s, rep);
 }
 
@@ -166,6 +168,55 @@ static void test_failed_capture_is_dropped(void **state)
     mstar_test_toy_destroy(t);
 }
 
+/* A node with a whole-forward runner and a piecewise region in one pool: one plan over both. */
+static void test_whole_forward_and_piecewise_in_one_pool(void **state)
+{
+    (void)state;
+    mstar_test_toy_options o = { .device = mstar_device_cpu(),
+                                 .row_floats = ROW_FLOATS,
+                                 .scratch_per_row = 512 * KiB,
+                                 .fail_capture_bs = 8,
+                                 .region = true };
+    mstar_test_toy *t;
+    assert_mstar_ok(mstar_test_toy_create(&o, &t));
+    mstar_graph_runner *runners[1] = { mstar_test_toy_runner(t) };
+    mstar_piecewise_runner *regions[1] = { mstar_test_toy_region(t) };
+    mstar_capture_startup s = { .step_runner = mstar_test_toy_step_runner(t),
+                                .runners = runners,
+                                .n_runners = 1,
+                                .piecewise = regions,
+                                .n_piecewise = 1 };
+    mstar_capture_report rep;
+    mstar_test_log_capture_begin(MSTAR_LOG_INFO);
+    assert_mstar_ok(mstar_capture_startup_run(&s, &rep));
+    mstar_test_log_capture_end();
+    assert_int_equal(rep.buckets, 14);
+    assert_int_equal(rep.planned, 14);
+    assert_int_equal(rep.captured, 12); /* bs 8 failed in both */
+    assert_true(mstar_test_log_contains("capture plan: pool toy captures 14 of 14 buckets"));
+    assert_true(mstar_test_log_contains("__piecewise__[bs=64,tokens=64,key=mlp]"));
+    size_t nd;
+    const mstar_bucket_key *d = mstar_piecewise_runner_dropped_shapes(regions[0], &nd);
+    assert_int_equal(nd, 1);
+    assert_int_equal(d[0].bs, 8);
+    static float x[64 * ROW_FLOATS], y[64 * ROW_FLOATS];
+    int ran = 0;
+    for (int k = 0; k < NPROBES; k++) {
+        int64_t n = probe_sizes[k];
+        for (int64_t i = 0; i < n * ROW_FLOATS; i++)
+            x[i] = (float)(n * 31 + i % 101);
+        bool replayed;
+        assert_mstar_ok(mstar_test_toy_region_step(t, x, n, y, &replayed));
+        if (replayed)
+            assert_memory_equal(x, y, (size_t)n * ROW_FLOATS * sizeof(float));
+        ran += replayed;
+        /* The region pads to the next configured bs and needs that exact shape (§8.21). */
+        assert_int_equal(replayed, !(n > 4 && n <= 8));
+    }
+    assert_true(ran > 0);
+    mstar_test_toy_destroy(t);
+}
+
 /* ---- the reference model ----------------------------------------------------------------------
  */
 
@@ -186,7 +237,9 @@ static ref_model_config ref_cfg(void)
 static mstar_status ref_startup(ref_twin *t, mstar_capture_report *rep)
 {
     mstar_graph_runner *runners[1] = { ref_node_runner(t->node) };
-    mstar_capture_startup s = { ref_node_step_runner(t->node), runners, 1, NULL, false, 0 };
+    mstar_capture_startup s = { .step_runner = ref_node_step_runner(t->node),
+                                .runners = runners,
+                                .n_runners = 1 };
     return mstar_capture_startup_run(&s, rep);
 }
 
@@ -235,7 +288,9 @@ static void test_bad_options(void **state)
     assert_mstar_status(mstar_capture_startup_run(NULL, NULL), MSTAR_EINVAL);
     mstar_test_toy *t = toy_new(0), *other = toy_new(0);
     mstar_graph_runner *runners[1] = { mstar_test_toy_runner(other) };
-    mstar_capture_startup s = { mstar_test_toy_step_runner(t), runners, 1, NULL, false, 0 };
+    mstar_capture_startup s = { .step_runner = mstar_test_toy_step_runner(t),
+                                .runners = runners,
+                                .n_runners = 1 };
     assert_mstar_status(mstar_capture_startup_run(&s, NULL), MSTAR_EINVAL);
     assert_non_null(strstr(mstar_last_error(), "another step runner"));
     mstar_test_toy_destroy(other);
@@ -248,6 +303,7 @@ int main(void)
         cmocka_unit_test(test_everything_fits),
         cmocka_unit_test(test_budget_fits_part_of_the_buckets),
         cmocka_unit_test(test_failed_capture_is_dropped),
+        cmocka_unit_test(test_whole_forward_and_piecewise_in_one_pool),
         cmocka_unit_test(test_reference_model_under_a_budget),
         cmocka_unit_test(test_bad_options),
     };
