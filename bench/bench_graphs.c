@@ -10,7 +10,9 @@
  *     lease + stage + replay, commit, release);
  *   - forward, eager: the prepared step's eager forward enqueued again and again;
  *   - replay, runner: the prepared step replayed through the runner again and again — select
- *     (lease_slot), stage and launch (run_forward); its host time is the runner's host overhead;
+ *     (lease_slot), stage and launch (run_forward); its host time is the runner's host overhead.
+ *     The node's preprocess built the tokens in the slot's static input (zero-copy staging), so
+ *     staging enqueues nothing, and the graph records its slot's replay event itself (§8.4);
  * against the floor measured in the same run on the same graph:
  *   - replay, raw: mstar_graph_launch of the bucket's graph in a tight loop (cudaGraphLaunch on
  *     CUDA, the recorded calls on the host backend), and the host time of one launch call.

@@ -149,12 +149,21 @@ static mstar_status node_preprocess(void *self, mstar_step *step, const mstar_no
     }
     if (st != MSTAR_OK)
         return st;
+    /* A replay's tokens go straight into the buffer its graph reads, so run_forward stages
+     * nothing (the upload is this step's either way). Captures and eager steps get their own. */
+    const mstar_step_ctx *ctx = mstar_step_context(step);
+    bool in_place = ctx->has_lease && !ctx->capture;
     mstar_tensor t;
-    if ((st = mstar_tensor_alloc(s, MSTAR_DTYPE_INT32, 1, &total, &t)) != MSTAR_OK)
+    st = in_place ? mstar_graph_runner_static_input(node->runner, &ctx->lease, "tokens", total, &t)
+                  : mstar_tensor_alloc(s, MSTAR_DTYPE_INT32, 1, &total, &t);
+    if (st != MSTAR_OK)
         return st;
-    if ((st = mstar_memcpy_async(s, t.data, host, (size_t)total * sizeof(int32_t),
-                                 MSTAR_MEMCPY_H2D)) != MSTAR_OK ||
-        (st = mstar_event_record(node->staged[node->which], s)) != MSTAR_OK) {
+    if ((st = mstar_memcpy_async(s, mstar_tensor_ptr(&t), host, (size_t)total * sizeof(int32_t),
+                                 MSTAR_MEMCPY_H2D)) == MSTAR_OK)
+        st = mstar_event_record(node->staged[node->which], s);
+    if (in_place)
+        return st == MSTAR_OK ? mstar_tensor_map_set(out, "tokens", &t) : st;
+    if (st != MSTAR_OK) {
         mstar_tensor_free(s, &t);
         return st;
     }

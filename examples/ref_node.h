@@ -6,7 +6,9 @@
  * pool, and a whole-forward graph runner whose submodule is the model:
  *   declare_step  one segment per row (label 0, the row's tokens) plus both resources' payloads
  *   preprocess    the rows' token ids (host int32 "tokens" tensors) packed into one device
- *                 tensor "tokens", through pinned staging
+ *                 tensor "tokens", through pinned staging; for a replay that tensor is the
+ *                 slot's static input itself (mstar_graph_runner_static_input), so run_forward
+ *                 stages without a copy
  *   forward       the model over the step's rows and tokens against the slot's plan (the eager
  *                 state when there is no lease), outputs "logits" [rows, vocab] float32 and
  *                 "next_tokens" [rows] int32

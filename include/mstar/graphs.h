@@ -340,10 +340,27 @@ mstar_status mstar_graph_runner_release(mstar_graph_runner *runner, const mstar_
                                         int64_t real_bs);
 
 /*
+ * Zero-copy staging (a C addition): the leased slot's static input `key` — the buffer its graph
+ * reads — as a view narrowed to `len` on the key's seq dim (0 <= len <= the bucket's captured
+ * length; a 0-dim input ignores len). A preprocess that writes the step's value into this view
+ * (on the compute stream) and puts the view itself in `preprocessed` saves run_forward the copy:
+ * staging finds the value already in place and enqueues nothing for that key. The buffer is
+ * shared by every bucket and slot of the lease's config, as staging's copies are: what is written
+ * holds until the next write or staging of the same key, so write it for the step about to be
+ * replayed, after the previous replay was enqueued (stream order does the rest). Positions past
+ * `len` keep their contents, as after a staging copy. MSTAR_ENOENT: the lease names no captured
+ * bucket or slot, or the bucket captured no input `key`; MSTAR_ERANGE: len out of range.
+ */
+mstar_status mstar_graph_runner_static_input(const mstar_graph_runner *runner,
+                                             const mstar_slot_lease *lease, const char *key,
+                                             int64_t len, mstar_tensor *out);
+
+/*
  * Stage `preprocessed` into the slot's static inputs (each narrowed on its recorded seq dim, on
  * the compute stream), make the compute stream wait for `plan_done` (may be NULL) on the device,
  * set `launch_started` (may be NULL) just before the launch, replay, and point *outputs at the
- * slot's static outputs (views; valid until the slot's next replay). An unknown key is
+ * slot's static outputs (views; valid until the slot's next replay). A value that already is
+ * the static buffer (mstar_graph_runner_static_input) is not copied. An unknown key is
  * MSTAR_EINVAL; a captured key missing from `preprocessed` keeps its last contents and is warned
  * about once per key (§8.17). launch_started is set on every path, failures included (§8.27).
  */

@@ -572,6 +572,20 @@ mstar_status mstar_event_record(mstar_event *e, mstar_stream *s)
     return st;
 }
 
+mstar_status mstar__event_record_in_capture(mstar_event *e, mstar_stream *s)
+{
+    mstar_status st = check_stream(s, "mstar__event_record_in_capture");
+    if (st != MSTAR_OK)
+        return st;
+    if (e == NULL || e->backend != s->backend)
+        return mstar_error_set(MSTAR_EINVAL, "recording an event into a capture: the event is "
+                                             "NULL or belongs to another backend");
+    if (!s->capturing)
+        return mstar_error_set(MSTAR_ESTATE, "recording an event into a capture: the stream "
+                                             "does not capture");
+    return s->backend->ops->event_record_in_capture(e, s);
+}
+
 mstar_status mstar_event_query(mstar_event *e)
 {
     if (e == NULL)

@@ -41,6 +41,8 @@ typedef struct mstar__backend_ops {
     mstar_status (*event_create)(mstar_event *e);
     void (*event_destroy)(mstar_event *e);
     mstar_status (*event_record)(mstar_event *e, mstar_stream *s);
+    /* While `s` captures: the graph records `e` at this point each time it is launched. */
+    mstar_status (*event_record_in_capture)(mstar_event *e, mstar_stream *s);
     mstar_status (*event_query)(mstar_event *e);
     mstar_status (*event_synchronize)(mstar_event *e);
 
@@ -120,6 +122,12 @@ mstar_status mstar__cuda_backend_create(mstar_backend *b);
  * finds the pool that owns a block. */
 mstar_status mstar__backend_add_pool(mstar_backend *b, mstar_graph_pool *pool);
 void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool);
+
+/* While `s` captures: put a record of `e` into the graph at this point, so that every launch of
+ * the graph records `e` there on the device, with no host call per launch (CUDA: an external
+ * event-record node; host: nothing, a host replay has run all its work when it returns).
+ * MSTAR_ESTATE when `s` does not capture. */
+mstar_status mstar__event_record_in_capture(mstar_event *e, mstar_stream *s);
 
 /* Raw allocation with the shared bookkeeping (budget, registry); the allocators use these. */
 mstar_status mstar__raw_alloc(mstar_backend *b, size_t nbytes, void **out);

@@ -186,6 +186,12 @@ static mstar_status host_event_record(mstar_event *e, mstar_stream *s)
     return MSTAR_OK;
 }
 
+/* A host replay has run all its work when it returns: the event has nothing to wait for. */
+static mstar_status host_event_record_in_capture(mstar_event *e, mstar_stream *s)
+{
+    return MSTAR_OK;
+}
+
 static mstar_status host_event_query(mstar_event *e)
 {
     return MSTAR_OK;
@@ -269,6 +275,7 @@ static const mstar__backend_ops host_ops = {
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,
     .event_record = host_event_record,
+    .event_record_in_capture = host_event_record_in_capture,
     .event_query = host_event_query,
     .event_synchronize = host_event_query,
     .memcpy_async = host_memcpy_async,

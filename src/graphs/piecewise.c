@@ -418,8 +418,8 @@ static mstar_status resolve(mstar_piecewise_runner *pw, const int64_t *ids, cons
 static mstar_status replay(mstar_piecewise_runner *pw, const struct mstar_graph_slot *g)
 {
     mstar_status st = mstar_graph_launch(g->graph, pw->stream);
-    if (st == MSTAR_OK) /* a later pre-plan of this slot waits for it (§8.4) */
-        st = mstar__step_runner_replay_enqueued(pw->sr, pw->slot);
+    if (st == MSTAR_OK) /* the graph recorded the slot's replay event (§8.4) */
+        mstar__step_runner_replay_launched(pw->sr, pw->slot);
     return st;
 }
 

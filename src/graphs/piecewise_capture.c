@@ -12,6 +12,7 @@
  */
 #include "graphs/piecewise.h"
 
+#include "graphs/backend.h"
 #include "graphs/step_runner.h"
 
 #include <stdio.h>
@@ -26,13 +27,16 @@ struct region_run {
     mstar_piecewise_call call;
     struct mstar_graph_slot *g; /* static inputs, and the graph once captured */
     mstar_tensor_map *warm;     /* the last warm-up's outputs: their shapes fix the capture's */
+    mstar_event *replayed;      /* the slot's replay event, recorded after the region's work */
 };
 
 static mstar_status capture_region(mstar_stream *stream, void *p, mstar_tensor_map *outputs)
 {
     struct region_run *rr = p;
-    (void)stream; /* rr->call.stream is this stream */
-    return rr->pw->config.capture_fn(rr->pw->config.user, &rr->call, outputs);
+    mstar_status st = rr->pw->config.capture_fn(rr->pw->config.user, &rr->call, outputs);
+    /* Each replay marks the end of the region's work for a later pre-plan of the slot (§8.4);
+     * only the copies of its outputs out of the pool follow, and they read no plan buffer. */
+    return st != MSTAR_OK ? st : mstar__event_record_in_capture(rr->replayed, stream);
 }
 
 static mstar_status make_static_inputs(struct region_run *rr)
@@ -118,7 +122,7 @@ static mstar_status run_spec(void *runner, struct bucket *shape, int32_t slot,
     struct region_run rr = { pw,    shape,
                              slot,  { shape->key.bs, shape->row_lens, shape->key.num_tokens },
                              { 0 }, NULL,
-                             NULL };
+                             NULL,  NULL };
     const int64_t *rows = NULL;
     mstar_status st = mstar__slot_new(&shape->key, 0, &rr.g);
     if (st == MSTAR_OK)
@@ -137,6 +141,8 @@ static mstar_status run_spec(void *runner, struct bucket *shape, int32_t slot,
     if (st == MSTAR_OK)
         st = warm_up(&rr);
     mstar__spec_peak_end(backend, base, job);
+    if (st == MSTAR_OK && job->capture)
+        st = mstar__step_runner_replay_event(pw->sr, slot, &rr.replayed);
     if (st == MSTAR_OK && job->capture)
         st = mstar_capture_with_static_outputs(pw->stream, pw->pool, capture_region, &rr, rr.warm,
                                                job->flags, &rr.g->graph, rr.g->static_outputs,

@@ -11,6 +11,7 @@
  */
 #include "graphs/runner.h"
 
+#include "graphs/backend.h"
 #include "graphs/config.h"
 #include "graphs/stage.h"
 #include "graphs/step_runner.h"
@@ -30,6 +31,7 @@ struct spec_run {
     mstar_node_input *inputs;
     mstar_tensor_map *preprocessed;
     struct mstar_graph_slot *s; /* static inputs land here */
+    mstar_event *replayed;      /* the slot's replay event, recorded at the end of the graph */
 };
 
 static mstar_forward_fn forward_of(const mstar_graph_runner *r, const struct bucket *b)
@@ -103,8 +105,10 @@ static mstar_status prepare(struct spec_run *sr)
 static mstar_status capture_run(mstar_stream *stream, void *p)
 {
     struct spec_run *sr = p;
-    return forward_of(sr->r, sr->b)(sr->r->sub_self, sr->r->step, sr->s->static_inputs,
-                                    sr->s->static_outputs);
+    mstar_status st = forward_of(sr->r, sr->b)(sr->r->sub_self, sr->r->step, sr->s->static_inputs,
+                                               sr->s->static_outputs);
+    /* Last: each replay then marks its own end for a later pre-plan of the slot (§8.4). */
+    return st != MSTAR_OK ? st : mstar__event_record_in_capture(sr->replayed, stream);
 }
 
 /* Warm one spec up (mstar__spec_fn) and, as the job asks, capture it. */
@@ -114,7 +118,7 @@ static mstar_status run_spec(void *runner, struct bucket *b, int32_t slot,
     mstar_graph_runner *r = runner;
     char key[48];
     snprintf(key, sizeof(key), "%u_slot%d", b->config_idx, (int)slot);
-    struct spec_run sr = { r, b, slot, NULL, NULL, NULL, NULL };
+    struct spec_run sr = { r, b, slot, NULL, NULL, NULL, NULL, NULL };
     mstar_status st = mstar__slot_new(&b->key, b->config_idx, &sr.s);
     if (st == MSTAR_OK)
         st = mstar_dummy_rows_ensure(r->rows, key, b->key.bs, &sr.rows);
@@ -153,6 +157,8 @@ static mstar_status run_spec(void *runner, struct bucket *b, int32_t slot,
     if (st == MSTAR_OK)
         st = mstar_stream_synchronize(r->stream);
     mstar__spec_peak_end(backend, base, job);
+    if (st == MSTAR_OK && job->capture)
+        st = mstar__step_runner_replay_event(r->sr, slot, &sr.replayed);
     if (st == MSTAR_OK && job->capture) {
         st = mstar_capture_into_graph(r->stream, r->pool, capture_run, &sr, job->flags,
                                       &sr.s->graph, job->stats);
@@ -193,6 +199,37 @@ mstar_status mstar_graph_runner_warmup_and_capture(mstar_graph_runner *r,
 /* ---- run_forward (§5.2) -----------------------------------------------------------------------
  */
 
+mstar_status mstar_graph_runner_static_input(const mstar_graph_runner *r,
+                                             const mstar_slot_lease *lease, const char *key,
+                                             int64_t len, mstar_tensor *out)
+{
+    if (r == NULL || key == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "mstar_graph_runner_static_input: runner, key and out are required");
+    const mstar_graph_slot *s = mstar_graph_runner_slot_for(r, lease);
+    if (s == NULL)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "%s: static input '%s': the lease names no captured bucket or slot",
+                               r->who, key);
+    for (size_t i = 0; i < mstar_tensor_map_count(s->static_inputs); i++) {
+        if (strcmp(mstar_tensor_map_name(s->static_inputs, i), key) != 0)
+            continue;
+        /* The slot's view is the bucket's captured length; the step's is a prefix of it. */
+        *out = *mstar_tensor_map_at(s->static_inputs, i);
+        if (out->ndim == 0)
+            return MSTAR_OK;
+        int32_t d = *(const int32_t *)mstar__vec_at(&s->seq_dims, i);
+        if (len < 0 || len > out->shape[d])
+            return mstar_error_set(MSTAR_ERANGE,
+                                   "%s: static input '%s': length %lld outside 0..%lld (its "
+                                   "captured length on seq dim %d)",
+                                   r->who, key, (long long)len, (long long)out->shape[d], (int)d);
+        out->shape[d] = len;
+        return MSTAR_OK;
+    }
+    return mstar_error_set(MSTAR_ENOENT, "%s: the bucket captured no input '%s'", r->who, key);
+}
+
 static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lease *lease,
                                      const mstar_tensor_map *pre, mstar_event *plan_done,
                                      mstar_signal *launch_started, const mstar_tensor_map **outputs)
@@ -205,10 +242,8 @@ static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lea
                                r->name);
     if (pre == NULL)
         return mstar_error_set(MSTAR_EINVAL, "run_forward(%s): preprocessed is NULL", r->name);
-    char who[MSTAR_NAME_MAX + 32];
-    snprintf(who, sizeof(who), "run_forward(%s)", r->name);
-    mstar_status st =
-        mstar__stage_inputs(r->stream, who, s->static_inputs, &s->seq_dims, pre, false, &r->warned);
+    mstar_status st = mstar__stage_inputs(r->stream, r->who, s->static_inputs, &s->seq_dims, pre,
+                                          false, &r->warned);
     if (st != MSTAR_OK)
         return st;
     if (plan_done != NULL) {
@@ -222,11 +257,12 @@ static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lea
     if (launch_started != NULL)
         mstar_signal_set(launch_started);
     st = mstar_graph_launch(s->graph, r->stream);
-    if (st == MSTAR_OK)
-        st = mstar__step_runner_replay_enqueued(r->sr, lease->slot);
-    if (st == MSTAR_OK)
-        *outputs = s->static_outputs;
-    return st;
+    if (st != MSTAR_OK)
+        return st;
+    /* The graph recorded the slot's replay event itself (capture_run). */
+    mstar__step_runner_replay_launched(r->sr, lease->slot);
+    *outputs = s->static_outputs;
+    return MSTAR_OK;
 }
 
 mstar_status mstar_graph_runner_run_forward(mstar_graph_runner *r, const mstar_slot_lease *lease,

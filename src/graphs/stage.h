@@ -25,7 +25,8 @@ mstar_status mstar__intern(mstar__vec *interned, mstar_stream *stream, uint32_t 
                            int32_t declared, mstar_tensor *view, int32_t *seq_dim);
 /* Copy `value` into the leading value->shape[seq_dim] positions of `dst` (a view of an interned
  * buffer) on the seq dim, on `stream`; with `zero_tail`, zero dst's positions past them. Other
- * dims must match. */
+ * dims must match. A value that is dst's own storage in dst's layout (narrowed on the seq dim) is
+ * already in place: no copy, only the tail. */
 mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t seq_dim,
                           const mstar_tensor *value, const char *key, bool zero_tail);
 /* Stage every entry of `values` into the same-named entry of `statics` (§5.2, §6). A value with

@@ -12,8 +12,10 @@
 #include "graphs/step_runner.h"
 
 #include "core/vec.h"
+#include "graphs/backend.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +40,10 @@ struct mstar_step_runner {
     bool built;
     pthread_mutex_t lease_lock;
     uint64_t lease_counter;
-    mstar__vec slot_events; /* mstar_event *, by slot; NULL until a replay used the slot */
+    /* By slot: the event the slot's graphs record at the end of each replay (NULL until a graph
+     * of the slot was captured), and whether such a graph has been launched since. */
+    mstar_event *slot_events[MSTAR__MAX_SLOTS];
+    atomic_bool slot_replayed[MSTAR__MAX_SLOTS];
 };
 
 mstar_status mstar_step_runner_create(mstar_backend *b, mstar_stream *compute,
@@ -62,7 +67,8 @@ mstar_status mstar_step_runner_create(mstar_backend *b, mstar_stream *compute,
     sr->compute = compute;
     mstar__vec_init(&sr->resources, sizeof(struct resource));
     mstar__vec_init(&sr->claims, sizeof(mstar_cg_slot_spec));
-    mstar__vec_init(&sr->slot_events, sizeof(mstar_event *));
+    for (int i = 0; i < MSTAR__MAX_SLOTS; i++)
+        atomic_init(&sr->slot_replayed[i], false);
     pthread_mutex_init(&sr->lease_lock, NULL);
     *out = sr;
     return MSTAR_OK;
@@ -74,11 +80,10 @@ void mstar_step_runner_destroy(mstar_step_runner *sr)
         return;
     for (size_t i = 0; i < sr->resources.len; i++)
         free(((struct resource *)mstar__vec_at(&sr->resources, i))->key);
-    for (size_t i = 0; i < sr->slot_events.len; i++)
-        mstar_event_destroy(*(mstar_event **)mstar__vec_at(&sr->slot_events, i));
+    for (int i = 0; i < MSTAR__MAX_SLOTS; i++)
+        mstar_event_destroy(sr->slot_events[i]);
     mstar__vec_free(&sr->resources);
     mstar__vec_free(&sr->claims);
-    mstar__vec_free(&sr->slot_events);
     mstar_stream_destroy(sr->plan);
     pthread_mutex_destroy(&sr->lease_lock);
     free(sr);
@@ -282,11 +287,10 @@ mstar_status mstar_step_runner_pre_plan(mstar_step_runner *sr, mstar_step *step,
     /* §8.4: the slot's buffers may still be read by the last replay that used it (the device
      * can lag two steps behind); the plan stream waits for that replay first. */
     int32_t slot = mstar_step_context(step)->lease.slot;
-    if (slot >= 0 && (size_t)slot < sr->slot_events.len) {
-        mstar_event *last = *(mstar_event **)mstar__vec_at(&sr->slot_events, (size_t)slot);
-        if (last != NULL && (st = mstar_stream_wait_event(sr->plan, last)) != MSTAR_OK)
-            return st;
-    }
+    if (slot >= 0 && slot < MSTAR__MAX_SLOTS &&
+        atomic_load_explicit(&sr->slot_replayed[slot], memory_order_acquire) &&
+        (st = mstar_stream_wait_event(sr->plan, sr->slot_events[slot])) != MSTAR_OK)
+        return st;
     st = run_phase(sr, step, "pre-plan", offsetof(mstar_resource_ops, pre_plan), true);
     if (st == MSTAR_OK && plan_done != NULL)
         st = mstar_event_record(plan_done, sr->plan);
@@ -425,19 +429,25 @@ int32_t mstar__step_runner_next_slot(mstar_step_runner *sr, int32_t num_slots)
     return slot;
 }
 
-mstar_status mstar__step_runner_replay_enqueued(mstar_step_runner *sr, int32_t slot)
+mstar_status mstar__step_runner_replay_event(mstar_step_runner *sr, int32_t slot, mstar_event **out)
 {
-    while (sr->slot_events.len <= (size_t)slot) {
-        mstar_event *none = NULL;
-        mstar_status st = mstar__vec_push(&sr->slot_events, &none);
+    if (slot < 0 || slot >= MSTAR__MAX_SLOTS)
+        return mstar_error_set(MSTAR_EINVAL, "replay event of slot %d: slots are 0..%d", (int)slot,
+                               MSTAR__MAX_SLOTS - 1);
+    /* Created at startup, while the runners capture: the plan thread reads the pointer only
+     * after the replay_launched store that publishes it. */
+    if (sr->slot_events[slot] == NULL) {
+        mstar_status st = mstar_event_create(sr->backend, &sr->slot_events[slot]);
         if (st != MSTAR_OK)
             return st;
     }
-    mstar_event **e = mstar__vec_at(&sr->slot_events, (size_t)slot);
-    if (*e == NULL) {
-        mstar_status st = mstar_event_create(sr->backend, e);
-        if (st != MSTAR_OK)
-            return st;
-    }
-    return mstar_event_record(*e, sr->compute);
+    *out = sr->slot_events[slot];
+    return MSTAR_OK;
+}
+
+void mstar__step_runner_replay_launched(mstar_step_runner *sr, int32_t slot)
+{
+    /* A graph of the slot records its event only if it was captured with it, which created it. */
+    if (slot >= 0 && slot < MSTAR__MAX_SLOTS && sr->slot_events[slot] != NULL)
+        atomic_store_explicit(&sr->slot_replayed[slot], true, memory_order_release);
 }

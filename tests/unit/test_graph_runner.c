@@ -7,6 +7,7 @@
 
 #include "counter_resource.h"
 
+#include "graphs/backend.h"
 #include "graphs/stage.h"
 
 #include <stdlib.h>
@@ -450,6 +451,103 @@ static void test_staging_keys_and_waiters(void **state)
     fx_destroy(f);
 }
 
+/* Zero-copy staging: the leased slot's static input, narrowed to the step's length, is the
+ * buffer the graph reads; a value built there is not copied at run_forward, any other value is;
+ * positions past the length keep their contents. Bad leases, keys and lengths are refused. */
+static void test_zero_copy_staging(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    mstar_slot_lease l;
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, -1, 2, NULL, &l));
+    assert_int_equal(l.bucket.bs, 2);
+    const mstar_tensor *captured = mstar_tensor_map_get(
+        mstar_graph_slot_static_inputs(mstar_graph_runner_slot_for(f->r, &l)), "x");
+    mstar_tensor x, x1;
+    assert_mstar_ok(mstar_graph_runner_static_input(f->r, &l, "x", 2, &x));
+    assert_ptr_equal(mstar_tensor_ptr(&x), mstar_tensor_ptr(captured));
+    assert_int_equal(x.ndim, 1);
+    assert_int_equal(x.shape[0], 2);
+    assert_int_equal(x.dtype, MSTAR_DTYPE_FLOAT32);
+    assert_mstar_ok(mstar_graph_runner_static_input(f->r, &l, "x", 1, &x1));
+    assert_ptr_equal(mstar_tensor_ptr(&x1), mstar_tensor_ptr(captured));
+    assert_int_equal(x1.shape[0], 1);
+    assert_int_equal(x1.strides[0], captured->strides[0]);
+    mstar_tensor bad;
+    assert_mstar_status(mstar_graph_runner_static_input(f->r, &l, "x", 3, &bad), MSTAR_ERANGE);
+    assert_mstar_status(mstar_graph_runner_static_input(f->r, &l, "x", -1, &bad), MSTAR_ERANGE);
+    assert_mstar_status(mstar_graph_runner_static_input(f->r, &l, "bogus", 2, &bad), MSTAR_ENOENT);
+    mstar_slot_lease none = { 5, l.bucket };
+    assert_mstar_status(mstar_graph_runner_static_input(f->r, &none, "x", 2, &bad), MSTAR_ENOENT);
+    assert_mstar_status(mstar_graph_runner_static_input(f->r, &l, "x", 2, NULL), MSTAR_EINVAL);
+
+    const float *plan = f->kv.plan_buf[l.slot];
+    mstar_tensor_map *pre;
+    assert_mstar_ok(mstar_tensor_map_create(&pre));
+    const mstar_tensor_map *outs = NULL;
+    /* Built in place: run_forward enqueues no copy, and the graph reads what was written. */
+    ((float *)mstar_tensor_ptr(&x))[0] = 3;
+    ((float *)mstar_tensor_ptr(&x))[1] = 4;
+    assert_mstar_ok(mstar_tensor_map_set(pre, "x", &x));
+    uint64_t before = f->s->enqueued;
+    assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, NULL, &outs));
+    assert_int_equal(f->s->enqueued, before);
+    const float *y = mstar_tensor_map_get(outs, "y")->data;
+    assert_true(y[0] == 2.0f * 3 + plan[0] && y[1] == 2.0f * 4 + plan[1]);
+    /* Any other source is copied in: one copy. */
+    float v[2] = { 5, 6 };
+    mstar_tensor t;
+    int64_t two = 2;
+    assert_mstar_ok(mstar_tensor_init(&t, v, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, &two));
+    assert_mstar_ok(mstar_tensor_map_set(pre, "x", &t));
+    before = f->s->enqueued;
+    assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, NULL, &outs));
+    assert_int_equal(f->s->enqueued, before + 1);
+    assert_true(y[0] == 2.0f * 5 + plan[0] && y[1] == 2.0f * 6 + plan[1]);
+    /* Narrowed to one row: no copy, and the position past it keeps its contents. */
+    ((float *)mstar_tensor_ptr(&x1))[0] = 7;
+    assert_mstar_ok(mstar_tensor_map_set(pre, "x", &x1));
+    before = f->s->enqueued;
+    assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, NULL, &outs));
+    assert_int_equal(f->s->enqueued, before);
+    assert_true(y[0] == 2.0f * 7 + plan[0] && y[1] == 2.0f * 6 + plan[1]);
+    mstar_tensor_map_destroy(pre);
+    fx_destroy(f);
+}
+
+/* §8.4 through the runner: a replay's graph records its slot's event, so the next pre-plan of
+ * that slot waits for it on the plan stream; a slot no replay used is not waited for. */
+static void test_replay_event_orders_preplan(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    mstar_stream *plan = mstar_step_runner_plan_stream(f->sr);
+    float xs[1] = { 1 };
+    mstar_slot_lease used;
+    replay_step(f, 1, xs, &used);
+    mstar_step *step;
+    assert_mstar_ok(mstar_step_create(&step));
+    char payload = 1;
+    assert_mstar_ok(mstar_step_set_resource(step, "kv", &payload, 1));
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    ctx->has_lease = true;
+    ctx->lease = (mstar_slot_lease){ 1 - used.slot, used.bucket };
+    uint64_t waits = plan->waits;
+    assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, NULL));
+    assert_int_equal(plan->waits, waits);
+    ctx->lease = used;
+    assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, NULL));
+    assert_int_equal(plan->waits, waits + 1);
+    assert_non_null(plan->last_waited);
+    mstar_step_runner_clear_preplan(f->sr, -1);
+    mstar_step_destroy(step);
+    fx_destroy(f);
+}
+
 /* §8.13 / §8.8: padding rows allocate nothing, and nothing stays resident after release. */
 static void test_padding_never_allocates(void **state)
 {
@@ -505,7 +603,7 @@ static void test_interning_order_and_trailing_dims(void **state)
 }
 
 /* §8.11: with a declared seq dim, an ambiguous [3, n] with n = 3 narrows dim 1 (mrope), not the
- * first dim of size n. */
+ * first dim of size n. Staging the buffer's own narrowed view copies nothing (zero-copy). */
 static void test_declared_seq_dim(void **state)
 {
     mstar_backend *b;
@@ -533,6 +631,22 @@ static void test_declared_seq_dim(void **state)
     const float zeroed[9] = { -1, -2, 0, -3, -4, 0, -5, -6, 0 };
     for (int i = 0; i < 9; i++)
         assert_true(st[i] == zeroed[i]);
+    /* the buffer's own storage narrowed to [3, 2] (in place, not contiguous): no copy, with
+     * zero_tail one memset per row; in another layout it is a non-contiguous value, refused */
+    mstar_tensor in_place = view;
+    in_place.shape[1] = 2;
+    ((float *)view.data)[0] = 10;
+    uint64_t before = s->enqueued;
+    assert_mstar_ok(mstar__stage(s, &view, d, &in_place, "mrope", false));
+    assert_int_equal(s->enqueued, before);
+    assert_mstar_ok(mstar__stage(s, &view, d, &in_place, "mrope", true));
+    assert_int_equal(s->enqueued, before + 3);
+    const float kept[9] = { 10, -2, 0, -3, -4, 0, -5, -6, 0 };
+    for (int i = 0; i < 9; i++)
+        assert_true(st[i] == kept[i]);
+    in_place.strides[0] = 1;
+    in_place.strides[1] = 3;
+    assert_mstar_status(mstar__stage(s, &view, d, &in_place, "mrope", false), MSTAR_EINVAL);
     /* undeclared, the same value's seq dim is the first of size 3: dim 0 */
     assert_mstar_ok(mstar__intern(&interned, s, 1, "mrope", &a, 3, -1, &view, &d));
     assert_int_equal(d, 0);
@@ -698,6 +812,8 @@ int main(void)
         cmocka_unit_test(test_key_info_mismatch_misses),
         cmocka_unit_test(test_staging_keys_and_waiters),
         cmocka_unit_test(test_padding_never_allocates),
+        cmocka_unit_test(test_zero_copy_staging),
+        cmocka_unit_test(test_replay_event_orders_preplan),
         cmocka_unit_test(test_interning_order_and_trailing_dims),
         cmocka_unit_test(test_declared_seq_dim),
         cmocka_unit_test(test_two_configs_of_one_walk),

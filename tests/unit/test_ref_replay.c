@@ -9,12 +9,16 @@
  *   - §8.9: a packed bucket with fewer real tokens than it captured, next to a resident request:
  *     that request's KV is unchanged, the padded tail scatters into the sink page;
  *   - §8.13 (and §8.8): padding never allocates — not at capture, not at replay;
- *   - §8.19: outputs held across steps must be copies: the static outputs are overwritten.
+ *   - §8.19: outputs held across steps must be copies: the static outputs are overwritten;
+ *   - zero-copy staging: a replay's tokens are built in the static input, the launch copies
+ *     nothing.
  * The batch sizes go up to MSTAR_TEST_REPLAY_MAX_BS (default 64).
  */
 #include "mstar_test.h"
 
 #include "ref_twin.h"
+
+#include "graphs/backend.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -345,6 +349,29 @@ static void test_step_phases_and_bad_input(void **state)
     ref_twin_close(&T, 6000, 2);
 }
 
+/* Zero-copy staging in the node: a replayed step's tokens are uploaded (in preprocess) straight
+ * into the slot's static input, so the launch enqueues nothing besides the graph — no staging
+ * copy — and the step still gives the eager twin's tokens. */
+static void test_replay_stages_in_place(void **state)
+{
+    (void)state;
+    int32_t cur[3], ones[3] = { 1, 1, 1 }, next[3], ne[3];
+    int64_t reqs[3] = { 7000, 7001, 7002 };
+    ref_twin_open_and_prefill(&T, 7000, 3, cur);
+    ref_step_request r = decode_request(reqs, ones, 3, cur);
+    ref_step_timing t;
+    assert_mstar_ok(ref_node_begin(T.node, &r, &t));
+    assert_true(t.replayed);
+    assert_int_equal(t.bucket_rows, 4); /* padded: the view is narrowed to the 3 real tokens */
+    uint64_t before = ref_node_stream(T.node)->enqueued;
+    assert_mstar_ok(ref_node_launch(T.node, NULL));
+    assert_int_equal(ref_node_stream(T.node)->enqueued, before);
+    assert_mstar_ok(ref_node_end(T.node, NULL, next, NULL));
+    assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, 3, cur, NULL, ne));
+    assert_memory_equal(next, ne, sizeof(ne));
+    ref_twin_close(&T, 7000, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +381,7 @@ int main(void)
         cmocka_unit_test(test_padding_never_allocates),
         cmocka_unit_test(test_held_outputs_are_copies),
         cmocka_unit_test(test_step_phases_and_bad_input),
+        cmocka_unit_test(test_replay_stages_in_place),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

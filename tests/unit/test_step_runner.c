@@ -207,11 +207,27 @@ static void test_preplan_stream_slot_wait_and_clear(void **state)
     assert_true(ctx->is_preplan);
     assert_null(strstr(f->log, "pos")); /* only pre-planning resources */
     assert_int_equal(plan->waits, 0);
-    /* A replay on slot 1; the next pre-plan of slot 1 waits for it (§8.4), of slot 0 does not. */
-    assert_mstar_ok(mstar__step_runner_replay_enqueued(f->sr, 1));
+    /* A graph of slot 1 records the slot's event at its end; capturing it is no replay yet. */
+    mstar_event *replayed;
+    assert_mstar_status(mstar__step_runner_replay_event(f->sr, -1, &replayed), MSTAR_EINVAL);
+    assert_mstar_status(mstar__step_runner_replay_event(f->sr, MSTAR__MAX_SLOTS, &replayed),
+                        MSTAR_EINVAL);
+    assert_mstar_ok(mstar__step_runner_replay_event(f->sr, 1, &replayed));
+    assert_mstar_status(mstar__event_record_in_capture(replayed, f->s), MSTAR_ESTATE);
+    mstar_graph *g;
+    assert_mstar_ok(mstar_stream_begin_capture(f->s));
+    assert_mstar_ok(mstar__event_record_in_capture(replayed, f->s));
+    assert_mstar_ok(mstar_stream_end_capture(f->s, &g));
+    assert_mstar_ok(mstar_graph_instantiate(g, false));
+    assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, done));
+    assert_int_equal(plan->waits, 0);
+    /* Launched on slot 1: the next pre-plan of slot 1 waits for it (§8.4), of slot 0 does not. */
+    assert_mstar_ok(mstar_graph_launch(g, f->s));
+    mstar__step_runner_replay_launched(f->sr, 1);
     assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, done));
     assert_int_equal(plan->waits, 1);
-    assert_non_null(plan->last_waited);
+    assert_ptr_equal(plan->last_waited, replayed);
+    mstar__step_runner_replay_launched(f->sr, 0); /* no graph of slot 0 records an event */
     ctx->lease.slot = 0;
     assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, done));
     assert_int_equal(plan->waits, 1);
@@ -228,6 +244,7 @@ static void test_preplan_stream_slot_wait_and_clear(void **state)
     f->kv.capturable = false;
     assert_int_equal(mstar_blocked_capture_resources(f->sr, step, keys, 4), 1);
     assert_string_equal(keys[0], "kv");
+    mstar_graph_destroy(g);
     mstar_event_destroy(done);
     mstar_step_destroy(step);
 }

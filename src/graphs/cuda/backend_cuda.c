@@ -1,9 +1,11 @@
 /*
  * backend_cuda.c — the CUDA backend: the CUDA runtime (linked statically) behind the vtable.
  *
- * Every call that creates or touches device state first makes this backend's device current
- * (cudaSetDevice), so a backend for cuda:N > 0 never lands work on device 0 — the runtime's
- * current device is per thread, and the runner's threads are not all ours.
+ * Every call that creates device state first makes this backend's device current (pin), so a
+ * backend for cuda:N > 0 never lands work on device 0 — the runtime's current device is per
+ * thread, and the runner's threads are not all ours. Calls on a stream, an event or a graph
+ * (copies, records, waits, launches) need no pin: the handle names its device. They are the
+ * replay path, which therefore makes exactly the CUDA calls the step needs.
  *
  * Capture uses stream capture in cudaStreamCaptureModeGlobal (see mstar_stream_begin_capture).
  * mstar_launch becomes a host node (cudaLaunchHostFunc) whose argument copy the graph owns.
@@ -37,6 +39,12 @@ static mstar_status cuda_error(mstar_backend *b, cudaError_t err, const char *wh
 
 static mstar_status pin(mstar_backend *b)
 {
+    /* cudaGetDevice only reads the thread's current device; cudaSetDevice does more (it makes
+     * the primary context current), so it is skipped when the thread is already there. Asked
+     * each time rather than cached: other code on the thread may switch devices. */
+    int current = -1;
+    if (cudaGetDevice(&current) == cudaSuccess && current == b->device.index)
+        return MSTAR_OK;
     cudaError_t err = cudaSetDevice(b->device.index);
     return err == cudaSuccess ? MSTAR_OK : cuda_error(b, err, "cudaSetDevice");
 }
@@ -190,6 +198,14 @@ static void cuda_event_destroy(mstar_event *e)
 static mstar_status cuda_event_record(mstar_event *e, mstar_stream *s)
 {
     CUDA_TRY(e->backend, cudaEventRecord(e->native, s->native));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_event_record_in_capture(mstar_event *e, mstar_stream *s)
+{
+    /* External: a node of the graph that records `e` on every launch, not the capture-internal
+     * fork/join marker a plain record inside a capture would be. */
+    CUDA_TRY(e->backend, cudaEventRecordWithFlags(e->native, s->native, cudaEventRecordExternal));
     return MSTAR_OK;
 }
 
@@ -370,6 +386,7 @@ static const mstar__backend_ops cuda_ops = {
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
     .event_record = cuda_event_record,
+    .event_record_in_capture = cuda_event_record_in_capture,
     .event_query = cuda_event_query,
     .event_synchronize = cuda_event_synchronize,
     .memcpy_async = cuda_memcpy_async,
