@@ -506,6 +506,21 @@ void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_e
     mstar__strmap_free(&done);
 }
 
+/* ACKs and UNPERSIST concern tensors this entity produced. A copy read from another entity is
+ * held by this process's nodes alone; a message naming one is a peer's mistake and must not free
+ * it under them. Unknown uuids pass (the bookkeeper logs them as no-ops). */
+static bool produced_here(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_id uuid)
+{
+    uint32_t slot = mstar__bk_find(&comm->bk, uuid);
+    if (slot == MSTAR__BK_NONE || !(mstar__bk_at(&comm->bk, slot)->flags & MSTAR__BK_FOREIGN))
+        return true;
+    mstar_log(MSTAR_LOG_WARN,
+              "%s from '%s' names 0x%016llx, a tensor this process read from "
+              "another entity: ignored",
+              mstar_msg_type_name(msg->type), msg->from, (unsigned long long)uuid);
+    return false;
+}
+
 mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg)
 {
     if (msg == NULL)
@@ -522,11 +537,13 @@ mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg)
                           (unsigned long long)c->uuid);
                 continue;
             }
-            mstar__bk_dereference(&comm->bk, c->uuid, c->count, &comm->collected);
+            if (produced_here(comm, msg, c->uuid))
+                mstar__bk_dereference(&comm->bk, c->uuid, c->count, &comm->collected);
         }
         /* A failed read still ends that delivery: the consumer will not read it again. */
         for (uint32_t i = 0; i < msg->nuuids; i++)
-            mstar__bk_dereference(&comm->bk, msg->uuids[i], 1, &comm->collected);
+            if (produced_here(comm, msg, msg->uuids[i]))
+                mstar__bk_dereference(&comm->bk, msg->uuids[i], 1, &comm->collected);
         mstar__comm_collect(comm);
         return MSTAR_OK;
     }
@@ -541,7 +558,8 @@ mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg)
                           (unsigned long long)c->uuid);
                 continue;
             }
-            if (mstar__bk_increment(&comm->bk, c->uuid, c->count))
+            if (produced_here(comm, msg, c->uuid) &&
+                mstar__bk_increment(&comm->bk, c->uuid, c->count))
                 mstar__bk_set_persist(&comm->bk, c->uuid, false, &comm->collected);
         }
         mstar__comm_collect(comm);

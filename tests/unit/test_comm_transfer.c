@@ -138,6 +138,16 @@ static void test_roundtrip(void **state)
     assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
     assert_int_equal(count_files(w->dir), 0);
+    /* A peer ACKing the consumer's own copy (a mistake) cannot free it under its node. */
+    mstar_msg stray;
+    mstar_msg_init(&stray, MSTAR_MSG_TENSOR_RECEIVED);
+    assert_mstar_ok(mstar_msg_add_count(&stray, infos[0].uuid, 5));
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    assert_mstar_ok(mstar_comm_handle_message(w->c, &stray));
+    mstar_test_log_capture_end();
+    assert_true(mstar_test_log_contains("read from another entity"));
+    mstar_msg_clear(&stray);
+    assert_int_equal(mstar_comm_num_tensors(w->c), 5);
     if (w->kind == MSTAR_TRANSPORT_ARENA) {
         mstar_arena_stats st;
         assert_mstar_ok(mstar_comm_arena_stats(w->p, &st));
