@@ -7,6 +7,7 @@
 
 int mstar_bench_wire(int argc, char **argv);
 int mstar_bench_bookkeeper(int argc, char **argv);
+int mstar_bench_transport(int argc, char **argv);
 int mstar_bench_graphs(int argc, char **argv);
 /* bench_ucx.c: UCX get and AM reads against a raw loopback TCP stream. */
 int mstar_bench_ucx(int argc, char **argv);

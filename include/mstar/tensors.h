@@ -84,6 +84,10 @@ mstar_status mstar_transport_kind_from_name(const char *name, mstar_transport_ki
 /* How the manager sends a control message (ACKs) to another entity. It must not keep `msg`. */
 typedef mstar_status (*mstar_comm_send_fn)(void *ctx, const char *peer, mstar_msg *msg);
 
+/* A ready-made sender over the control mesh: ctx is the mstar_mesh *. A peer whose queue is
+ * full is retried for up to 5 s (it drains its inbox in its loop) before the error is returned. */
+mstar_status mstar_comm_send_via_mesh(void *mesh, const char *peer, mstar_msg *msg);
+
 typedef struct mstar_comm_options {
     const char *entity;   /* required: this process's name on the mesh */
     int32_t entity_index; /* for tensor ids; -1: mstar_entity_index(entity) */

@@ -18,6 +18,9 @@ static const struct {
       mstar_bench_wire },
     { "bookkeeper", "store + dereference pairs per second, against the bare hash map",
       mstar_bench_bookkeeper },
+    { "transport", "tensor handoffs between two processes: round trip and throughput, against "
+                   "memcpy and a raw ZeroMQ ping-pong",
+      mstar_bench_transport },
     { "graphs", "reference decode model: eager, replayed and raw-replay steps at bs 1, 8, 32, 64",
       mstar_bench_graphs },
     { "ucx", "remote reads over UCX/TCP (get, AM) against a raw loopback TCP stream",

@@ -119,7 +119,9 @@ static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t siz
                              "arena segment %s/%s: cannot commit %llu bytes: %s", a->dir->path,
                              s->name, (unsigned long long)size, strerror(rc));
     } else {
-        void *p = mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        /* MAP_POPULATE: the committed pages are mapped now, not faulted in by the first copies. */
+        void *p =
+            mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (p == MAP_FAILED)
             st = mstar_error_set(MSTAR_EIO, "mmap arena segment %s: %s", s->name, strerror(errno));
         else

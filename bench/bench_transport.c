@@ -1,0 +1,470 @@
+/*
+ * bench_transport.c — `mstar bench transport [--transport files|arena] [--json] [--quick]`.
+ *
+ * A producer (this process, worker_0) and a consumer (a forked process, worker_1) on one host,
+ * talking over the control mesh (ipc), for tensors of 4 KiB to 64 MiB:
+ *   - round trip of one handoff: store, stage, INPUT_SIGNALS, the consumer's read and release,
+ *     its TENSOR_RECEIVED, and the producer freeing the tensor — p50 and p99;
+ *   - sustained throughput with up to 8 tensors in flight.
+ * In the same run, two baselines: single-thread memcpy bandwidth (64 MiB buffers, out of cache)
+ * and a raw ZeroMQ ipc PUSH/PULL ping-pong of 64 bytes between two processes. Figures are
+ * reported as ratios to them: throughput / memcpy, and the 4 KiB round trip / the ping-pong.
+ *
+ * Both processes set glibc's mmap threshold high, so freed receive buffers are reused rather
+ * than returned to the kernel and faulted in again — what a serving process's caching
+ * allocator does; without it a 64 MiB read spends more time in page faults than in copying.
+ */
+#include "bench.h"
+
+#include "core/vec.h"
+#include "mstar/mstar.h"
+
+#include <malloc.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define NSIZES 6
+static const uint64_t sizes[NSIZES] = { 4u << 10, 64u << 10, 1u << 20,
+                                        4u << 20, 16u << 20, 64u << 20 };
+#define IN_FLIGHT 8
+
+typedef struct row {
+    uint64_t size;
+    double p50_us, p99_us;
+    double gbps;
+} row;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, size_t n, double q)
+{
+    qsort(v, n, sizeof(double), cmp_double);
+    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+static void fail(const char *what)
+{
+    fprintf(stderr, "mstar bench transport: %s: %s\n", what, mstar_last_error());
+    exit(1);
+}
+
+#define CHECK(expr)             \
+    do {                        \
+        if ((expr) != MSTAR_OK) \
+            fail(#expr);        \
+    } while (0)
+
+/* ---- baselines ------------------------------------------------------------------------------ */
+
+static double memcpy_gbps(void)
+{
+    size_t n = 64u << 20;
+    char *a = malloc(n), *b = malloc(n);
+    if (a == NULL || b == NULL)
+        fail("memcpy buffers");
+    memset(a, 1, n);
+    memset(b, 2, n);
+    double best = 0;
+    for (int r = 0; r < 8; r++) {
+        uint64_t t0 = mstar__now_ns();
+        memcpy(b, a, n);
+        double s = (double)(mstar__now_ns() - t0) * 1e-9;
+        best = (double)n / s / 1e9 > best ? (double)n / s / 1e9 : best;
+        a[r] = b[n - 1 - (size_t)r];
+    }
+    free(a);
+    free(b);
+    return best;
+}
+
+/* Raw ZeroMQ: two processes, a PULL each, PUSH to the other, 64-byte messages, waiting in
+ * zmq_poll as an event loop does. Returns the p50 round trip in µs (p99 in *p99). */
+static double zmq_pingpong_us(const char *dir, int iters, double *p99)
+{
+    char a[512], b[512];
+    snprintf(a, sizeof(a), "ipc://%s/pp_a.ipc", dir);
+    snprintf(b, sizeof(b), "ipc://%s/pp_b.ipc", dir);
+    int ready[2];
+    if (pipe(ready) != 0)
+        fail("pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        void *ctx = zmq_ctx_new();
+        void *in = zmq_socket(ctx, ZMQ_PULL), *out = zmq_socket(ctx, ZMQ_PUSH);
+        zmq_bind(in, b);
+        zmq_connect(out, a);
+        char c = 'r';
+        if (write(ready[1], &c, 1) != 1)
+            _exit(1);
+        char buf[64];
+        for (int i = 0; i < iters + 10; i++) {
+            zmq_pollitem_t it = { in, 0, ZMQ_POLLIN, 0 };
+            zmq_poll(&it, 1, -1);
+            if (zmq_recv(in, buf, sizeof(buf), 0) < 0)
+                _exit(1);
+            zmq_send(out, buf, sizeof(buf), 0);
+        }
+        zmq_close(in);
+        zmq_close(out);
+        zmq_ctx_term(ctx);
+        _exit(0);
+    }
+    char c;
+    if (read(ready[0], &c, 1) != 1)
+        fail("ping-pong child");
+    void *ctx = zmq_ctx_new();
+    void *in = zmq_socket(ctx, ZMQ_PULL), *out = zmq_socket(ctx, ZMQ_PUSH);
+    zmq_bind(in, a);
+    zmq_connect(out, b);
+    double *rt = calloc((size_t)iters, sizeof(double));
+    char buf[64] = { 0 };
+    for (int i = 0; i < iters + 10; i++) {
+        uint64_t t0 = mstar__now_ns();
+        zmq_send(out, buf, sizeof(buf), 0);
+        zmq_pollitem_t it = { in, 0, ZMQ_POLLIN, 0 };
+        zmq_poll(&it, 1, -1);
+        if (zmq_recv(in, buf, sizeof(buf), 0) < 0)
+            fail("ping-pong receive");
+        if (i >= 10) /* the first ones include connecting */
+            rt[i - 10] = (double)(mstar__now_ns() - t0) * 1e-3;
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    int linger = 0;
+    zmq_setsockopt(out, ZMQ_LINGER, &linger, sizeof(linger));
+    zmq_close(in);
+    zmq_close(out);
+    zmq_ctx_term(ctx);
+    close(ready[0]);
+    close(ready[1]);
+    double p50 = percentile(rt, (size_t)iters, 0.5);
+    *p99 = percentile(rt, (size_t)iters, 0.99);
+    free(rt);
+    return p50;
+}
+
+/* ---- the transport -------------------------------------------------------------------------- */
+
+typedef struct setup {
+    mstar_transport_kind kind;
+    const char *ipc_dir;
+    const char *shm_dir;
+} setup;
+
+static mstar_comm *make_comm(const setup *s, const char *entity, mstar_mesh *mesh)
+{
+    mstar_comm_options o;
+    mstar_comm_options_init(&o);
+    o.entity = entity;
+    o.transport = s->kind;
+    o.shm_dir = s->shm_dir;
+    o.send = mstar_comm_send_via_mesh;
+    o.send_ctx = mesh;
+    mstar_comm *c;
+    CHECK(mstar_comm_create(&o, &c));
+    return c;
+}
+
+static mstar_mesh *make_mesh(const setup *s, const char *entity)
+{
+    mstar_mesh_options mo = { MSTAR_MESH_IPC, s->ipc_dir, NULL, 0 };
+    mstar_mesh *mesh;
+    CHECK(mstar_mesh_create(entity, &mo, &mesh));
+    return mesh;
+}
+
+static void send_simple(mstar_mesh *mesh, const char *peer, mstar_msg_type type)
+{
+    mstar_msg m;
+    mstar_msg_init(&m, type);
+    while (mstar_mesh_send(mesh, peer, &m) == MSTAR_EAGAIN) {
+    }
+    mstar_msg_clear(&m);
+}
+
+/* The consumer: read, release, ACK; until SHUTDOWN (then confirm and wait for the goodbye). */
+static void consumer(const setup *s)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    mstar_mesh *mesh = make_mesh(s, "worker_1");
+    mstar_comm *c = make_comm(s, "worker_1", mesh);
+    send_simple(mesh, "worker_0", MSTAR_MSG_HELLO);
+    int shutdowns = 0;
+    while (shutdowns < 2) {
+        mstar_msg m;
+        if (mstar_mesh_recv(mesh, -1, &m) != MSTAR_OK)
+            continue;
+        if (m.type == MSTAR_MSG_INPUT_SIGNALS) {
+            CHECK(mstar_comm_start_read_tensors(c, &m.request_id, m.edges, m.nedges, NULL));
+            mstar_ready_set set;
+            CHECK(mstar_comm_get_ready_tensors(c, &set));
+            for (uint32_t e = 0; e < set.nedges; e++)
+                for (uint32_t i = 0; i < set.edges[e].ntensors; i++)
+                    CHECK(mstar_comm_dereference(c, set.edges[e].tensor_info[i].uuid, 1));
+            mstar_ready_set_clear(&set);
+        } else if (m.type == MSTAR_MSG_SHUTDOWN) {
+            if (++shutdowns == 1)
+                send_simple(mesh, "worker_0", MSTAR_MSG_SHUTDOWN);
+        }
+        mstar_msg_clear(&m);
+    }
+    mstar_comm_destroy(c);
+    mstar_mesh_destroy(mesh);
+    _exit(0);
+}
+
+static void no_release(void *ctx, void *data)
+{
+}
+
+typedef struct producer {
+    mstar_mesh *mesh;
+    mstar_comm *comm;
+    int64_t next_rid;
+} producer;
+
+/* Store, hold for one destination, stage and send one tensor. */
+static void send_one(producer *p, void *bytes, uint64_t size)
+{
+    mstar_rid rid = mstar_rid_from_int(p->next_rid++);
+    mstar_output o;
+    memset(&o, 0, sizeof(o));
+    o.signal = "x";
+    int64_t n = (int64_t)size;
+    CHECK(mstar_tensor_init(&o.tensor, bytes, mstar_device_cpu(), MSTAR_DTYPE_UINT8, 1, &n));
+    o.release = no_release;
+    mstar_tensor_info info;
+    CHECK(mstar_comm_store_and_return_tensor_info(p->comm, &rid, &o, 1, NULL, &info));
+    CHECK(mstar_comm_increment_ref(p->comm, info.uuid, 1));
+    CHECK(mstar_comm_register_for_send(p->comm, &rid, &info, 1));
+    mstar_msg m;
+    mstar_msg_init(&m, MSTAR_MSG_INPUT_SIGNALS);
+    m.request_id = rid;
+    mstar_edge e;
+    mstar_edge_init(&e);
+    snprintf(e.name, sizeof(e.name), "x");
+    snprintf(e.next_node, sizeof(e.next_node), "node");
+    e.ntensors = 1;
+    e.tensor_info = &info;
+    CHECK(mstar_msg_add_edge(&m, &e));
+    mstar_status st;
+    while ((st = mstar_mesh_send(p->mesh, "worker_1", &m)) == MSTAR_EAGAIN) {
+    }
+    if (st != MSTAR_OK)
+        fail("send INPUT_SIGNALS");
+    mstar_msg_clear(&m);
+    CHECK(mstar_comm_cleanup_request(p->comm, &rid)); /* freed by the ACK */
+}
+
+/* Handle messages until at most `outstanding` tensors are held. */
+static void wait_held(producer *p, size_t outstanding)
+{
+    while (mstar_comm_num_tensors(p->comm) > outstanding) {
+        mstar_msg m;
+        if (mstar_mesh_recv(p->mesh, -1, &m) != MSTAR_OK)
+            continue;
+        if (m.type == MSTAR_MSG_TENSOR_RECEIVED)
+            CHECK(mstar_comm_handle_message(p->comm, &m));
+        mstar_msg_clear(&m);
+    }
+}
+
+static void measure(producer *p, uint64_t size, bool quick, row *out)
+{
+    void *bytes = malloc(size);
+    if (bytes == NULL)
+        fail("source buffer");
+    memset(bytes, 0x5a, size);
+    int iters = size <= (1u << 20) ? (quick ? 200 : 1000) : (quick ? 10 : 40);
+    if (size >= (64u << 20))
+        iters = quick ? 5 : 20;
+    double *rt = calloc((size_t)iters, sizeof(double));
+    for (int i = 0; i < iters + 3; i++) {
+        uint64_t t0 = mstar__now_ns();
+        send_one(p, bytes, size);
+        wait_held(p, 0);
+        if (i >= 3) /* warm-up: mappings, first faults */
+            rt[i - 3] = (double)(mstar__now_ns() - t0) * 1e-3;
+    }
+    out->size = size;
+    out->p50_us = percentile(rt, (size_t)iters, 0.5);
+    out->p99_us = percentile(rt, (size_t)iters, 0.99);
+    free(rt);
+    /* Throughput: keep IN_FLIGHT handoffs going for at least ~512 MiB (or 256 handoffs). */
+    uint64_t total = quick ? (128u << 20) : (512u << 20);
+    long n = (long)(total / size);
+    if (n < 16)
+        n = 16;
+    if (n > (quick ? 2000 : 8000))
+        n = quick ? 2000 : 8000;
+    /* Warm-up: the slots (and segments, and the consumer's mappings of them) that IN_FLIGHT
+     * handoffs of this size use are created before the clock starts. */
+    for (int i = 0; i < IN_FLIGHT; i++)
+        send_one(p, bytes, size);
+    wait_held(p, 0);
+    uint64_t t0 = mstar__now_ns();
+    for (long i = 0; i < n; i++) {
+        wait_held(p, IN_FLIGHT - 1);
+        send_one(p, bytes, size);
+    }
+    wait_held(p, 0);
+    double s = (double)(mstar__now_ns() - t0) * 1e-9;
+    out->gbps = (double)size * (double)n / s / 1e9;
+    free(bytes);
+}
+
+static void run_transport(const setup *s, bool quick, row *rows)
+{
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork");
+    if (pid == 0)
+        consumer(s);
+    producer p = { make_mesh(s, "worker_0"), NULL, 1 };
+    p.comm = make_comm(s, "worker_0", p.mesh);
+    for (;;) {
+        mstar_msg m;
+        if (mstar_mesh_recv(p.mesh, -1, &m) != MSTAR_OK)
+            continue;
+        bool hello = m.type == MSTAR_MSG_HELLO;
+        mstar_msg_clear(&m);
+        if (hello)
+            break;
+    }
+    for (int i = 0; i < NSIZES; i++)
+        measure(&p, sizes[i], quick, &rows[i]);
+    send_simple(p.mesh, "worker_1", MSTAR_MSG_SHUTDOWN);
+    for (;;) {
+        mstar_msg m;
+        if (mstar_mesh_recv(p.mesh, -1, &m) != MSTAR_OK)
+            continue;
+        bool done = m.type == MSTAR_MSG_SHUTDOWN;
+        mstar_msg_clear(&m);
+        if (done)
+            break;
+    }
+    send_simple(p.mesh, "worker_1", MSTAR_MSG_SHUTDOWN);
+    int status;
+    waitpid(pid, &status, 0);
+    mstar_comm_destroy(p.comm);
+    mstar_mesh_destroy(p.mesh);
+}
+
+static const char *human(uint64_t size, char *buf, size_t n)
+{
+    if (size >= (1u << 20))
+        snprintf(buf, n, "%llu MiB", (unsigned long long)(size >> 20));
+    else
+        snprintf(buf, n, "%llu KiB", (unsigned long long)(size >> 10));
+    return buf;
+}
+
+static void remove_tree(const char *dir)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "mstar bench transport: could not remove %s\n", dir);
+}
+
+int mstar_bench_transport(int argc, char **argv)
+{
+    bool json = false, quick = false;
+    int nkinds = 2;
+    mstar_transport_kind kinds[2] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--quick") == 0) {
+            quick = true;
+        } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
+            if (mstar_transport_kind_from_name(argv[++i], &kinds[0]) != MSTAR_OK ||
+                kinds[0] == MSTAR_TRANSPORT_LOCAL) {
+                fprintf(stderr, "mstar bench transport: --transport files|arena\n");
+                return 2;
+            }
+            nkinds = 1;
+        } else {
+            fprintf(stderr, "usage: mstar bench transport [--transport files|arena] [--json] "
+                            "[--quick]\n");
+            return 2;
+        }
+    }
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
+    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
+    if (mkdtemp(ipc_dir) == NULL || mkdtemp(shm_dir) == NULL) {
+        fprintf(stderr, "mstar bench transport: cannot create scratch directories\n");
+        return 1;
+    }
+    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "256", 0);
+    double memcpy_bw = memcpy_gbps();
+    double zmq_p99;
+    double zmq_p50 = zmq_pingpong_us(ipc_dir, quick ? 500 : 3000, &zmq_p99);
+    row rows[2][NSIZES];
+    for (int k = 0; k < nkinds; k++) {
+        setup s = { kinds[k], ipc_dir, shm_dir };
+        run_transport(&s, quick, rows[k]);
+    }
+    remove_tree(ipc_dir);
+    remove_tree(shm_dir);
+    if (json) {
+        printf("{\"suite\":\"transport\",\"memcpy_gbps\":%.3f,\"zmq_pingpong_p50_us\":%.2f,"
+               "\"zmq_pingpong_p99_us\":%.2f,\"in_flight\":%d,\"transports\":[",
+               memcpy_bw, zmq_p50, zmq_p99, IN_FLIGHT);
+        for (int k = 0; k < nkinds; k++) {
+            printf("%s{\"transport\":\"%s\",\"sizes\":[", k ? "," : "",
+                   mstar_transport_kind_name(kinds[k]));
+            for (int i = 0; i < NSIZES; i++) {
+                const row *r = &rows[k][i];
+                printf("%s{\"bytes\":%llu,\"rt_p50_us\":%.2f,\"rt_p99_us\":%.2f,\"gbps\":%.3f,"
+                       "\"vs_memcpy\":%.3f,\"rt_vs_zmq\":%.2f}",
+                       i ? "," : "", (unsigned long long)r->size, r->p50_us, r->p99_us, r->gbps,
+                       r->gbps / memcpy_bw, r->p50_us / zmq_p50);
+            }
+            printf("]}");
+        }
+        printf("]}\n");
+        return 0;
+    }
+    printf("transport: one producer, one consumer, ipc control mesh; %d in flight\n", IN_FLIGHT);
+    printf("baselines: memcpy %.2f GB/s (64 MiB, one thread); ZeroMQ ipc ping-pong 64 B "
+           "p50 %.1f us, p99 %.1f us\n\n",
+           memcpy_bw, zmq_p50, zmq_p99);
+    for (int k = 0; k < nkinds; k++) {
+        printf("%s\n  %-8s %12s %12s %10s %10s %10s\n", mstar_transport_kind_name(kinds[k]), "size",
+               "rt p50 us", "rt p99 us", "rt/zmq", "GB/s", "/memcpy");
+        for (int i = 0; i < NSIZES; i++) {
+            const row *r = &rows[k][i];
+            char h[32];
+            printf("  %-8s %12.1f %12.1f %9.2fx %10.2f %9.2fx\n", human(r->size, h, sizeof(h)),
+                   r->p50_us, r->p99_us, r->p50_us / zmq_p50, r->gbps, r->gbps / memcpy_bw);
+        }
+        printf("\n");
+    }
+    for (int k = 0; k < nkinds; k++) {
+        if (kinds[k] != MSTAR_TRANSPORT_ARENA)
+            continue;
+        double worst = 1e9;
+        for (int i = 2; i < NSIZES; i++)
+            worst = rows[k][i].gbps / memcpy_bw < worst ? rows[k][i].gbps / memcpy_bw : worst;
+        printf("targets: arena throughput >= 0.45x memcpy at >= 1 MiB: %.2fx (%s); 4 KiB arena "
+               "round trip <= 3x ZeroMQ ping-pong: %.2fx (%s)\n",
+               worst, worst >= 0.45 ? "met" : "NOT met", rows[k][0].p50_us / zmq_p50,
+               rows[k][0].p50_us / zmq_p50 <= 3 ? "met" : "NOT met");
+    }
+    return 0;
+}

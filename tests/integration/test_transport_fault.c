@@ -1,0 +1,129 @@
+/*
+ * test_transport_fault.c — a consumer SIGKILLed mid-run. The producer keeps serving the other
+ * consumer (which verifies every byte it gets); what the dead one never acknowledged — tensors
+ * sent before and after its death, persisted ones included — is reclaimed by force cleanup of
+ * its requests (the conductor treats a dead reader as drained); the segments the dead process
+ * left are swept by the next manager started in the directory. Nothing is left at the end. Runs
+ * for each transport of the table (transport_world.h).
+ */
+#include "transport_world.h"
+
+static void run(mstar_transport_kind kind, int64_t tensors)
+{
+    world_cfg cfg = { kind,
+                      mstar_test_tmpdir("fault-shm"),
+                      mstar_test_tmpdir("fault-ipc"),
+                      tensors,
+                      1 << 20,
+                      0xfa0170u + (uint64_t)kind,
+                      60 };
+    producer p = { 0 };
+    p.cfg = &cfg;
+    p.rng = cfg.seed;
+    for (int i = 0; i < NCONS; i++) {
+        p.pids[i] = fork();
+        assert_true(p.pids[i] >= 0);
+        if (p.pids[i] == 0)
+            consumer_main(&cfg, i);
+    }
+    p.mesh = world_mesh(&cfg, PRODUCER);
+    p.comm = world_comm(&cfg, PRODUCER, p.mesh);
+    int hellos = 0;
+    while (hellos < NCONS) {
+        mstar_msg m;
+        if (mstar_mesh_recv(p.mesh, 1000, &m) != MSTAR_OK)
+            continue;
+        hellos += m.type == MSTAR_MSG_HELLO;
+        mstar_msg_clear(&m);
+    }
+    double until = world_now() + WORLD_DEADLINE_S;
+    int64_t requests = 0;
+    for (; p.stored < cfg.tensors; requests++) {
+        if (requests == cfg.kill_after) {
+            kill(p.pids[1], SIGKILL);
+            int status;
+            assert_int_equal(waitpid(p.pids[1], &status, 0), p.pids[1]);
+            assert_true(WIFSIGNALED(status));
+            reader_died(&p, 1);
+        }
+        prod_request(&p, requests, 1 + (int)(prod_rand(&p) % 4));
+        while (prod_pump(&p, 0)) {
+        }
+        /* Bounded by what the live consumer acknowledges; the dead one's share stays. */
+        while (mstar_comm_num_tensors(p.comm) > 400 && world_now() < until)
+            prod_pump(&p, 100);
+    }
+    while (p.nunpersist > 0)
+        prod_unpersist_one(&p, p.nunpersist - 1);
+    while (p.ndrains > 0 && world_now() < until)
+        prod_pump(&p, 100);
+    /* The live consumer's report comes after all its ACKs (one sender, one order). */
+    world_send_simple(PRODUCER, p.mesh, consumer_names[0], MSTAR_MSG_SHUTDOWN, NULL);
+    while (!p.reports_in[0] && world_now() < until)
+        prod_pump(&p, 100);
+    assert_true(p.reports_in[0]);
+    assert_int_equal(p.reports[0].bad, 0);
+    assert_int_equal(p.reports[0].failed, 0);
+    assert_int_equal(p.reports[0].tensors, p.sent_tensors[0] + p.aborted_deliveries[0]);
+    size_t orphaned = mstar_comm_num_tensors(p.comm);
+    assert_true(orphaned > 0); /* the dead consumer left unacknowledged tensors */
+    for (int64_t r = 0; r < requests; r++) {
+        mstar_rid rid = mstar_rid_from_int(r);
+        assert_mstar_ok(mstar_comm_force_cleanup_request(p.comm, &rid));
+    }
+    assert_int_equal(mstar_comm_num_tensors(p.comm), 0);
+    if (kind == MSTAR_TRANSPORT_ARENA) {
+        mstar_arena_stats s;
+        assert_mstar_ok(mstar_comm_arena_stats(p.comm, &s));
+        assert_int_equal(s.live_slots, 0);
+        assert_int_equal(s.spill_files, 0);
+    }
+    world_send_simple(PRODUCER, p.mesh, consumer_names[0], MSTAR_MSG_SHUTDOWN, NULL);
+    int status;
+    assert_int_equal(waitpid(p.pids[0], &status, 0), p.pids[0]);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    mstar_comm_destroy(p.comm);
+    mstar_mesh_destroy(p.mesh);
+    free(p.unpersist);
+    free(p.drains);
+    /* The killed consumer's own arena segment is an orphan until the next start sweeps it. */
+    int left = mstar_test_count_dir(cfg.shm_dir);
+    assert_int_equal(left, kind == MSTAR_TRANSPORT_ARENA ? 1 : 0);
+    mstar_comm_options o;
+    mstar_comm_options_init(&o);
+    o.entity = "worker_9";
+    o.transport = kind;
+    o.shm_dir = cfg.shm_dir;
+    mstar_comm *sweeper;
+    assert_mstar_ok(mstar_comm_create(&o, &sweeper));
+    mstar_comm_destroy(sweeper);
+    assert_int_equal(mstar_test_count_dir(cfg.shm_dir), 0);
+    printf("%s: %lld tensors, %zu left unacknowledged by the killed consumer, reclaimed\n",
+           mstar_transport_kind_name(kind), (long long)p.stored, orphaned);
+}
+
+static void test_fault(void **state)
+{
+    const char *names = mstar_env_get_string("MSTAR_TEST_TRANSPORTS", "files,arena");
+    int64_t tensors;
+    assert_mstar_ok(
+        mstar_env_get_int("MSTAR_TEST_FAULT_TENSORS", 600, 100, INT64_C(1) << 40, &tensors));
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", names);
+    for (char *save = NULL, *name = strtok_r(buf, ",", &save); name != NULL;
+         name = strtok_r(NULL, ",", &save)) {
+        mstar_transport_kind kind;
+        assert_mstar_ok(mstar_transport_kind_from_name(name, &kind));
+        run(kind, tensors);
+    }
+}
+
+int main(void)
+{
+    if (access("/dev/shm", W_OK) == 0)
+        setenv("TMPDIR", "/dev/shm", 1);
+    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "16", 0);
+    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "8", 0);
+    const struct CMUnitTest tests[] = { cmocka_unit_test(test_fault) };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,587 @@
+/*
+ * transport_world.h — one producer process and two consumer processes talking over the control
+ * mesh, shared by the soak and fault tests of the tensor transport.
+ *
+ * The producer (the test process itself, entity worker_0) plays a worker and the conductor: it
+ * stores random tensors (sizes log-uniform from 0 B to a cap, random dtypes and shapes, 0-dim and
+ * empty ones included), routes each to one or both consumers, persists some (sent on as the
+ * conductor would, then UNPERSISTed with the count it sent, before or after the ACKs arrive),
+ * aborts some requests mid-flight (DRAIN_REQUEST to the readers, READS_DONE back, then force
+ * cleanup), and soft-cleans the others at once (deferred until their ACKs arrive).
+ *
+ * Each consumer (forked, worker_1 and worker_2) reads what it is sent, checks every byte against
+ * the pattern the uuid determines, holds a few delivered edges before consuming them (so drains
+ * find tensors in use), and reports what it verified when told to stop.
+ *
+ * Every process has a private shm directory and ipc directory under a tmpdir, so nothing touches
+ * other runs. Before a process destroys its mesh (linger 0: undelivered messages are dropped) it
+ * waits for its peer to confirm receipt of its last message.
+ *
+ * The transports to run are a table (files, arena) that MSTAR_TEST_TRANSPORTS (a comma-separated
+ * list of transport names) overrides, so another transport runs the same tests by name.
+ */
+#ifndef MSTAR_TEST_TRANSPORT_WORLD_H
+#define MSTAR_TEST_TRANSPORT_WORLD_H
+
+#include "mstar_test.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PRODUCER "worker_0"
+#define NCONS    2
+static const char *const consumer_names[NCONS] = { "worker_1", "worker_2" };
+
+/* Abort the whole test rather than hang: every wait is bounded by this. */
+#define WORLD_DEADLINE_S 600
+
+typedef struct world_cfg {
+    mstar_transport_kind kind;
+    const char *shm_dir;
+    const char *ipc_dir;
+    int64_t tensors;    /* total tensors stored */
+    uint64_t max_bytes; /* size cap (log-uniform below it) */
+    uint64_t seed;
+    int64_t kill_after; /* fault test: SIGKILL worker_2 after this many requests; -1: never */
+} world_cfg;
+
+/* What a consumer reports when told to stop (HELLO with these keys). */
+typedef struct cons_report {
+    int64_t tensors; /* descriptors delivered and verified */
+    int64_t bytes;   /* bytes verified */
+    int64_t bad;     /* descriptors whose bytes or shape were wrong */
+    int64_t left;    /* tensors the consumer still held after its last release (must be 0) */
+    int64_t failed;  /* read failures reported by get_ready_tensors */
+} cons_report;
+
+/* ---- the byte pattern --------------------------------------------------------------------- */
+
+static inline uint64_t pattern_word(mstar_tensor_id uuid, uint64_t i)
+{
+    return (uuid ^ (i * UINT64_C(0x9E3779B97F4A7C15))) * UINT64_C(0xBF58476D1CE4E5B9) + i;
+}
+
+static inline void pattern_fill(mstar_tensor_id uuid, uint8_t *p, uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = pattern_word(uuid, i / 8);
+        memcpy(p + i, &w, 8);
+    }
+    if (i < n) {
+        uint64_t w = pattern_word(uuid, i / 8);
+        memcpy(p + i, &w, (size_t)(n - i));
+    }
+}
+
+static inline bool pattern_check(mstar_tensor_id uuid, const uint8_t *p, uint64_t n)
+{
+    uint64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w = pattern_word(uuid, i / 8), got;
+        memcpy(&got, p + i, 8);
+        if (got != w)
+            return false;
+    }
+    if (i < n) {
+        uint64_t w = pattern_word(uuid, i / 8);
+        return memcmp(p + i, &w, (size_t)(n - i)) == 0;
+    }
+    return true;
+}
+
+/* ---- small helpers ------------------------------------------------------------------------ */
+
+static inline double world_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static inline void world_die(const char *who, const char *what)
+{
+    fprintf(stderr, "[%s] FAILED: %s (%s)\n", who, what, mstar_last_error());
+    fflush(stderr);
+    _exit(1);
+}
+
+#define WORLD_CHECK(who, expr)     \
+    do {                           \
+        if ((expr) != MSTAR_OK)    \
+            world_die(who, #expr); \
+    } while (0)
+
+static inline mstar_mesh *world_mesh(const world_cfg *cfg, const char *entity)
+{
+    mstar_mesh_options mo = { MSTAR_MESH_IPC, cfg->ipc_dir, NULL, 0 };
+    mstar_mesh *mesh;
+    WORLD_CHECK(entity, mstar_mesh_create(entity, &mo, &mesh));
+    return mesh;
+}
+
+static inline mstar_comm *world_comm(const world_cfg *cfg, const char *entity, mstar_mesh *mesh)
+{
+    mstar_comm_options o;
+    mstar_comm_options_init(&o);
+    o.entity = entity;
+    o.transport = cfg->kind;
+    o.shm_dir = cfg->shm_dir;
+    o.send = mstar_comm_send_via_mesh;
+    o.send_ctx = mesh;
+    mstar_comm *c;
+    WORLD_CHECK(entity, mstar_comm_create(&o, &c));
+    return c;
+}
+
+/* Send, retrying while the peer's queue is full (it is draining it). */
+static inline void world_send(const char *who, mstar_mesh *mesh, const char *peer, mstar_msg *msg)
+{
+    double until = world_now() + WORLD_DEADLINE_S;
+    for (;;) {
+        mstar_status st = mstar_mesh_send(mesh, peer, msg);
+        if (st == MSTAR_OK)
+            return;
+        if (st != MSTAR_EAGAIN || world_now() > until)
+            world_die(who, "mstar_mesh_send");
+        struct timespec ts = { 0, 1000000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+static inline void world_send_simple(const char *who, mstar_mesh *mesh, const char *peer,
+                                     mstar_msg_type type, const mstar_rid *rid)
+{
+    mstar_msg m;
+    mstar_msg_init(&m, type);
+    if (rid != NULL)
+        m.request_id = *rid;
+    world_send(who, mesh, peer, &m);
+    mstar_msg_clear(&m);
+}
+
+/* ---- consumer ----------------------------------------------------------------------------- */
+
+#define CONS_HOLD 3 /* delivered edges a consumer keeps before consuming the oldest */
+
+typedef struct held_edge {
+    mstar_rid rid;
+    mstar_edge edge;
+} held_edge;
+
+static inline void verify_edge(mstar_comm *c, const mstar_edge *e, cons_report *rep)
+{
+    for (uint32_t i = 0; i < e->ntensors; i++) {
+        const mstar_tensor_info *info = &e->tensor_info[i];
+        mstar_tensor t;
+        bool ok = mstar_comm_get_tensor(c, info->uuid, &t) == MSTAR_OK && t.dtype == info->dtype &&
+                  t.ndim == info->ndim && mstar_tensor_nbytes(&t) == info->nbytes;
+        for (int32_t d = 0; ok && d < t.ndim; d++)
+            ok = t.shape[d] == info->dims[d];
+        ok = ok && pattern_check(info->uuid, mstar_tensor_ptr(&t), info->nbytes);
+        rep->tensors++;
+        rep->bytes += (int64_t)info->nbytes;
+        if (!ok) {
+            rep->bad++;
+            fprintf(stderr, "[consumer] tensor 0x%016llx of %llu bytes is wrong\n",
+                    (unsigned long long)info->uuid, (unsigned long long)info->nbytes);
+        }
+    }
+}
+
+static inline void consume(const char *me, mstar_comm *c, held_edge *h)
+{
+    for (uint32_t i = 0; i < h->edge.ntensors; i++)
+        WORLD_CHECK(me, mstar_comm_dereference(c, h->edge.tensor_info[i].uuid, 1));
+    mstar_edge_clear(&h->edge);
+}
+
+/* The consumer process: returns only through _exit. */
+static inline void consumer_main(const world_cfg *cfg, int index)
+{
+    const char *me = consumer_names[index];
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    mstar_log_set_entity(me);
+    mstar_mesh *mesh = world_mesh(cfg, me);
+    mstar_comm *c = world_comm(cfg, me, mesh);
+    world_send_simple(me, mesh, PRODUCER, MSTAR_MSG_HELLO, NULL);
+    cons_report rep = { 0 };
+    held_edge held[CONS_HOLD + 1];
+    int nheld = 0;
+    bool stop = false;
+    double until = world_now() + WORLD_DEADLINE_S;
+    while (!stop) {
+        if (world_now() > until)
+            world_die(me, "deadline");
+        mstar_msg m;
+        mstar_status st = mstar_mesh_recv(mesh, 1000, &m);
+        if (st == MSTAR_EAGAIN)
+            continue;
+        if (st != MSTAR_OK)
+            world_die(me, "mstar_mesh_recv");
+        if (m.type == MSTAR_MSG_INPUT_SIGNALS) {
+            WORLD_CHECK(me,
+                        mstar_comm_start_read_tensors(c, &m.request_id, m.edges, m.nedges, NULL));
+            mstar_ready_set set;
+            WORLD_CHECK(me, mstar_comm_get_ready_tensors(c, &set));
+            rep.failed += set.nfailed;
+            for (uint32_t r = 0; r < set.nrequests; r++) {
+                for (uint32_t k = set.edge_start[r]; k < set.edge_start[r + 1]; k++) {
+                    verify_edge(c, &set.edges[k], &rep);
+                    held[nheld].rid = set.rids[r];
+                    held[nheld].edge = set.edges[k];
+                    mstar_edge_init(&set.edges[k]); /* moved */
+                    if (++nheld > CONS_HOLD) {
+                        consume(me, c, &held[0]);
+                        memmove(&held[0], &held[1], (size_t)(--nheld) * sizeof(held[0]));
+                    }
+                }
+            }
+            mstar_ready_set_clear(&set);
+        } else if (m.type == MSTAR_MSG_DRAIN_REQUEST) {
+            /* The request is aborted: its nodes stop (their inputs are not released), reads
+             * drain, then everything of it goes and READS_DONE tells the conductor. */
+            int w = 0;
+            for (int i = 0; i < nheld; i++) {
+                if (mstar_rid_equal(&held[i].rid, &m.request_id))
+                    mstar_edge_clear(&held[i].edge);
+                else
+                    held[w++] = held[i];
+            }
+            nheld = w;
+            WORLD_CHECK(me, mstar_comm_cleanup_request(c, &m.request_id));
+            while (mstar_comm_has_inflight_reads(c, &m.request_id)) {
+                mstar_ready_set set;
+                WORLD_CHECK(me, mstar_comm_get_ready_tensors(c, &set));
+                mstar_ready_set_clear(&set);
+            }
+            WORLD_CHECK(me, mstar_comm_force_cleanup_request(c, &m.request_id));
+            world_send_simple(me, mesh, PRODUCER, MSTAR_MSG_READS_DONE, &m.request_id);
+        } else if (m.type == MSTAR_MSG_SHUTDOWN) {
+            stop = true;
+        }
+        mstar_msg_clear(&m);
+    }
+    for (int i = 0; i < nheld; i++)
+        consume(me, c, &held[i]);
+    rep.left = (int64_t)mstar_comm_num_tensors(c);
+    mstar_msg r;
+    mstar_msg_init(&r, MSTAR_MSG_HELLO);
+    mstar_msg_add_kv(&r, "tensors", rep.tensors);
+    mstar_msg_add_kv(&r, "bytes", rep.bytes);
+    mstar_msg_add_kv(&r, "bad", rep.bad);
+    mstar_msg_add_kv(&r, "left", rep.left);
+    mstar_msg_add_kv(&r, "failed", rep.failed);
+    world_send(me, mesh, PRODUCER, &r);
+    mstar_msg_clear(&r);
+    /* Wait for the producer's goodbye: our last messages have then arrived. */
+    for (;;) {
+        if (world_now() > until)
+            world_die(me, "deadline waiting for goodbye");
+        mstar_msg m;
+        if (mstar_mesh_recv(mesh, 1000, &m) != MSTAR_OK)
+            continue;
+        bool bye = m.type == MSTAR_MSG_SHUTDOWN;
+        mstar_msg_clear(&m);
+        if (bye)
+            break;
+    }
+    mstar_comm_destroy(c);
+    mstar_mesh_destroy(mesh);
+    _exit(rep.bad == 0 && rep.left == 0 && rep.failed == 0 ? 0 : 3);
+}
+
+/* ---- producer ----------------------------------------------------------------------------- */
+
+typedef struct pending_unpersist {
+    mstar_tensor_id uuid;
+    int64_t k;
+} pending_unpersist;
+
+typedef struct drain {
+    mstar_rid rid;
+    bool waiting[NCONS]; /* READS_DONE still to come from each consumer */
+} drain;
+
+typedef struct producer {
+    const world_cfg *cfg;
+    mstar_mesh *mesh;
+    mstar_comm *comm;
+    uint64_t rng;
+    pid_t pids[NCONS];
+    bool dead[NCONS];
+    pending_unpersist *unpersist;
+    size_t nunpersist, cap_unpersist;
+    drain *drains;
+    size_t ndrains, cap_drains;
+    bool reports_in[NCONS];
+    cons_report reports[NCONS];
+    int64_t sent_tensors[NCONS]; /* descriptors sent to each consumer (deliveries) */
+    int64_t sent_bytes[NCONS];
+    int64_t aborted_deliveries[NCONS]; /* of requests aborted: may or may not be delivered */
+    int64_t aborted_requests;
+    int64_t persisted;
+    int64_t stored;
+} producer;
+
+static inline uint64_t prod_rand(producer *p)
+{
+    return mstar_test_rand(&p->rng);
+}
+
+/* A size log-uniform in [1, max], or 0 with 2% probability. */
+static inline uint64_t random_size(producer *p)
+{
+    if (prod_rand(p) % 50 == 0)
+        return 0;
+    double u = (double)(prod_rand(p) >> 11) / (double)(UINT64_C(1) << 53);
+    double lmax = __builtin_log((double)p->cfg->max_bytes);
+    uint64_t n = (uint64_t)__builtin_exp(u * lmax);
+    return n < 1 ? 1 : (n > p->cfg->max_bytes ? p->cfg->max_bytes : n);
+}
+
+static inline mstar_tensor random_tensor(producer *p)
+{
+    static const mstar_dtype dtypes[] = { MSTAR_DTYPE_BOOL,    MSTAR_DTYPE_UINT8,
+                                          MSTAR_DTYPE_INT8,    MSTAR_DTYPE_INT16,
+                                          MSTAR_DTYPE_INT32,   MSTAR_DTYPE_INT64,
+                                          MSTAR_DTYPE_FLOAT16, MSTAR_DTYPE_BFLOAT16,
+                                          MSTAR_DTYPE_FLOAT32, MSTAR_DTYPE_FLOAT64 };
+    mstar_dtype dt = dtypes[prod_rand(p) % 10];
+    size_t es = mstar_dtype_size(dt);
+    int64_t numel = (int64_t)(random_size(p) / es);
+    int64_t shape[3] = { numel, 1, 1 };
+    int32_t ndim = 1;
+    uint64_t r = prod_rand(p);
+    if (numel == 1 && r % 3 == 0) {
+        ndim = 0; /* a scalar */
+    } else if (numel == 0 && r % 2 == 0) {
+        ndim = 2;
+        shape[0] = 3;
+        shape[1] = 0;
+    } else if (numel % 4 == 0 && r % 3 == 1) {
+        ndim = 3;
+        shape[0] = numel / 4;
+        shape[1] = 2;
+        shape[2] = 2;
+    } else if (numel % 2 == 0 && r % 3 == 2) {
+        ndim = 2;
+        shape[0] = 2;
+        shape[1] = numel / 2;
+    }
+    mstar_tensor t;
+    if (mstar_tensor_init(&t, NULL, mstar_device_cpu(), dt, ndim, shape) != MSTAR_OK)
+        world_die(PRODUCER, "tensor shape");
+    uint64_t n = mstar_tensor_nbytes(&t);
+    t.data = malloc(n + 1);
+    if (t.data == NULL)
+        world_die(PRODUCER, "malloc");
+    return t;
+}
+
+static inline void release_free(void *ctx, void *data)
+{
+    free(data);
+}
+
+/* A reader of drain i is done (READS_DONE, or it died: a dead reader reads nothing more); when
+ * none is left, the request is force-cleaned. */
+static inline void drain_reader_done(producer *p, size_t i, int reader)
+{
+    p->drains[i].waiting[reader] = false;
+    for (int c = 0; c < NCONS; c++)
+        if (p->drains[i].waiting[c])
+            return;
+    WORLD_CHECK(PRODUCER, mstar_comm_force_cleanup_request(p->comm, &p->drains[i].rid));
+    p->drains[i] = p->drains[--p->ndrains];
+}
+
+static inline void drain_done(producer *p, const mstar_rid *rid, const char *from)
+{
+    for (size_t i = 0; i < p->ndrains; i++) {
+        if (!mstar_rid_equal(&p->drains[i].rid, rid))
+            continue;
+        for (int c = 0; c < NCONS; c++)
+            if (strcmp(from, consumer_names[c]) == 0)
+                drain_reader_done(p, i, c);
+        return;
+    }
+}
+
+/* The conductor learns that consumer c died: it will send no READS_DONE. */
+static inline void reader_died(producer *p, int c)
+{
+    p->dead[c] = true;
+    for (size_t i = p->ndrains; i-- > 0;)
+        drain_reader_done(p, i, c);
+}
+
+/* Handle one message; false when none came within timeout_ms. */
+static inline bool prod_pump(producer *p, int timeout_ms)
+{
+    mstar_msg m;
+    mstar_status st = mstar_mesh_recv(p->mesh, timeout_ms, &m);
+    if (st == MSTAR_EAGAIN)
+        return false;
+    if (st != MSTAR_OK)
+        world_die(PRODUCER, "mstar_mesh_recv");
+    if (m.type == MSTAR_MSG_TENSOR_RECEIVED) {
+        WORLD_CHECK(PRODUCER, mstar_comm_handle_message(p->comm, &m));
+    } else if (m.type == MSTAR_MSG_READS_DONE) {
+        drain_done(p, &m.request_id, m.from);
+    } else if (m.type == MSTAR_MSG_HELLO && mstar_msg_get_kv(&m, "tensors", -1) >= 0) {
+        for (int i = 0; i < NCONS; i++) {
+            if (strcmp(m.from, consumer_names[i]) != 0)
+                continue;
+            p->reports_in[i] = true;
+            p->reports[i].tensors = mstar_msg_get_kv(&m, "tensors", 0);
+            p->reports[i].bytes = mstar_msg_get_kv(&m, "bytes", 0);
+            p->reports[i].bad = mstar_msg_get_kv(&m, "bad", 0);
+            p->reports[i].left = mstar_msg_get_kv(&m, "left", 0);
+            p->reports[i].failed = mstar_msg_get_kv(&m, "failed", 0);
+        }
+    }
+    mstar_msg_clear(&m);
+    return true;
+}
+
+static inline void prod_unpersist_one(producer *p, size_t i)
+{
+    mstar_msg m;
+    mstar_msg_init(&m, MSTAR_MSG_UNPERSIST_TENSORS);
+    mstar_msg_add_count(&m, p->unpersist[i].uuid, p->unpersist[i].k);
+    WORLD_CHECK(PRODUCER, mstar_comm_handle_message(p->comm, &m));
+    mstar_msg_clear(&m);
+    p->unpersist[i] = p->unpersist[--p->nunpersist];
+}
+
+/* One request: k tensors, each to one or both consumers, some persisted, some aborted. */
+static inline void prod_request(producer *p, int64_t index, int k)
+{
+    mstar_rid rid = mstar_rid_from_int(index);
+    mstar_output outs[8];
+    for (int i = 0; i < k; i++) {
+        memset(&outs[i], 0, sizeof(outs[i]));
+        outs[i].signal = "x";
+        outs[i].tensor = random_tensor(p);
+        outs[i].release = release_free;
+    }
+    mstar_tensor_info infos[8];
+    WORLD_CHECK(PRODUCER, mstar_comm_store_and_return_tensor_info(p->comm, &rid, outs, (uint32_t)k,
+                                                                  NULL, infos));
+    p->stored += k;
+    /* The bytes follow the uuid the store minted; the store kept the buffers (no copy). */
+    for (int i = 0; i < k; i++) {
+        mstar_tensor t;
+        WORLD_CHECK(PRODUCER, mstar_comm_get_tensor(p->comm, infos[i].uuid, &t));
+        pattern_fill(infos[i].uuid, mstar_tensor_ptr(&t), infos[i].nbytes);
+    }
+    mstar_tensor_id held[8];
+    int dest[8];
+    bool persist[8];
+    for (int i = 0; i < k; i++) {
+        held[i] = infos[i].uuid;
+        /* 1: worker_1, 2: worker_2, 3: both. A dead consumer keeps getting some (the producer
+         * does not know at once): they are never read, and must be reclaimed. */
+        dest[i] = (int)(prod_rand(p) % 3) + 1;
+        persist[i] = prod_rand(p) % 5 == 0;
+    }
+    WORLD_CHECK(PRODUCER, mstar_comm_increment_ref_batch_uniform(p->comm, held, (uint32_t)k, 1));
+    /* Routed edges: one per consumer, with the non-persisted descriptors it gets. Persisted
+     * ones are held by their marker and sent on "by the conductor". */
+    mstar_edge per[NCONS], routed[NCONS];
+    uint32_t nrouted = 0;
+    for (int c = 0; c < NCONS; c++) {
+        mstar_edge_init(&per[c]);
+        mstar_edge_init(&routed[c]);
+        snprintf(per[c].name, sizeof(per[c].name), "x");
+        snprintf(per[c].next_node, sizeof(per[c].next_node), "node");
+        snprintf(routed[c].name, sizeof(routed[c].name), "x");
+    }
+    for (int i = 0; i < k; i++) {
+        if (persist[i]) {
+            WORLD_CHECK(PRODUCER, mstar_comm_set_persist(p->comm, infos[i].uuid, true));
+            p->persisted++;
+        }
+        for (int c = 0; c < NCONS; c++) {
+            if (!(dest[i] & (1 << c)))
+                continue;
+            WORLD_CHECK(PRODUCER, mstar_edge_add_tensor(&per[c], &infos[i]));
+            if (!persist[i])
+                WORLD_CHECK(PRODUCER, mstar_edge_add_tensor(&routed[c], &infos[i]));
+        }
+    }
+    for (int c = 0; c < NCONS; c++)
+        if (routed[c].ntensors > 0)
+            routed[nrouted++] = routed[c];
+    WORLD_CHECK(PRODUCER,
+                mstar_comm_set_output_ref_counts(p->comm, held, (uint32_t)k, routed, nrouted));
+    uint32_t count = (uint32_t)k;
+    WORLD_CHECK(PRODUCER, mstar_comm_register_for_send_uuids(p->comm, &rid, 1, &count, held));
+    WORLD_CHECK(PRODUCER, mstar_comm_refresh_shm_placement(p->comm, per, NCONS));
+    bool abort_it = prod_rand(p) % 10 == 0;
+    drain d = { rid, { false } };
+    int readers = 0;
+    for (int c = 0; c < NCONS; c++) {
+        if (per[c].ntensors == 0)
+            continue;
+        mstar_msg m;
+        mstar_msg_init(&m, MSTAR_MSG_INPUT_SIGNALS);
+        m.request_id = rid;
+        WORLD_CHECK(PRODUCER, mstar_msg_add_edge(&m, &per[c]));
+        world_send(PRODUCER, p->mesh, consumer_names[c], &m);
+        mstar_msg_clear(&m);
+        for (uint32_t i = 0; i < per[c].ntensors; i++) {
+            if (abort_it) {
+                p->aborted_deliveries[c]++;
+            } else {
+                p->sent_tensors[c]++;
+                p->sent_bytes[c] += (int64_t)per[c].tensor_info[i].nbytes;
+            }
+        }
+        if (abort_it && !p->dead[c]) {
+            world_send_simple(PRODUCER, p->mesh, consumer_names[c], MSTAR_MSG_DRAIN_REQUEST, &rid);
+            d.waiting[c] = true;
+            readers++;
+        }
+    }
+    if (abort_it) {
+        p->aborted_requests++;
+        if (readers == 0) {
+            WORLD_CHECK(PRODUCER, mstar_comm_force_cleanup_request(p->comm, &rid));
+        } else {
+            if (p->ndrains == p->cap_drains) {
+                p->cap_drains = p->cap_drains ? p->cap_drains * 2 : 16;
+                p->drains = realloc(p->drains, p->cap_drains * sizeof(*p->drains));
+            }
+            p->drains[p->ndrains++] = d;
+        }
+    } else {
+        for (int i = 0; i < k; i++) {
+            if (!persist[i])
+                continue;
+            int64_t kk = ((dest[i] & 1) != 0) + ((dest[i] & 2) != 0);
+            if (p->nunpersist == p->cap_unpersist) {
+                p->cap_unpersist = p->cap_unpersist ? p->cap_unpersist * 2 : 16;
+                p->unpersist = realloc(p->unpersist, p->cap_unpersist * sizeof(*p->unpersist));
+            }
+            p->unpersist[p->nunpersist++] = (pending_unpersist){ infos[i].uuid, kk };
+        }
+        /* Request done here: soft cleanup, the rest waits for ACKs and UNPERSIST. */
+        WORLD_CHECK(PRODUCER, mstar_comm_cleanup_request(p->comm, &rid));
+    }
+    for (int c = 0; c < NCONS; c++) {
+        mstar_edge_clear(&per[c]);
+    }
+    for (uint32_t c = 0; c < nrouted; c++)
+        mstar_edge_clear(&routed[c]);
+}
+
+#endif
