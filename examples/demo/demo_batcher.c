@@ -121,7 +121,6 @@ static mstar_status input(void *self, int64_t rid, const mstar_edge *edge)
     }
     if (st == MSTAR_OK)
         st = demo_decoder_codebook(c->dec, &states, r->prompt);
-    mstar_comm_dereference(comm, uuid, 1); /* the usage reference: the prompt is ours now */
     if (st == MSTAR_OK)
         st = mstar__vec_push(&c->waiting, &r);
     if (st != MSTAR_OK && r != NULL) {

@@ -83,7 +83,6 @@ static mstar_status input(void *self, int64_t rid, const mstar_edge *edge)
             st = mstar_error_set(MSTAR_EPROTO, "encoder: prompt token %d is %d, not in [0, %d)", t,
                                  item.prompt[t], cfg->model.vocab);
     }
-    mstar_comm_dereference(comm, info->uuid, 1); /* the usage reference: we have our copy */
     if (st == MSTAR_OK)
         st = mstar__vec_push(&c->queue, &item);
     if (st != MSTAR_OK)

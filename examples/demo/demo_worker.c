@@ -347,12 +347,10 @@ static void collect_ready(demo_worker *w)
             if (open && w->ops->input(w->comp, rid->num, edge) != MSTAR_OK) {
                 demo_worker_fail(w, rid->num, mstar_last_error());
                 open = false;
-                continue;
             }
-            if (!open) {
-                for (uint32_t t = 0; t < edge->ntensors; t++)
-                    mstar_comm_dereference(w->link.comm, edge->tensor_info[t].uuid, 1);
-            }
+            /* The usage references: the component has what it needs (or the request is gone). */
+            for (uint32_t t = 0; t < edge->ntensors; t++)
+                mstar_comm_dereference(w->link.comm, edge->tensor_info[t].uuid, 1);
         }
     }
     mstar_ready_set_clear(&set);

@@ -23,9 +23,9 @@ typedef struct demo_component_ops {
     /* Build the component (and capture its graphs). */
     mstar_status (*create)(demo_worker *w, void **self);
     void (*destroy)(void *self);
-    /* A ready input edge of an open request. Each descriptor carries one usage reference the
-     * component releases (mstar_comm_dereference(uuid, 1)) once it has what it needs. An error
-     * fails the request. */
+    /* A ready input edge of an open request: the component takes what it needs during the call
+     * (the worker releases the descriptors' usage references when it returns). An error fails
+     * the request. */
     mstar_status (*input)(void *self, int64_t rid, const mstar_edge *edge);
     /* Run one step if there is work (*worked = false otherwise). Requests a step cannot serve
      * are failed through demo_worker_fail; an error return is fatal for the worker. */

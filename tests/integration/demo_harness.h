@@ -190,6 +190,21 @@ static inline const char *demo_json_str(const demo_result *r, const char *key, c
     return buf;
 }
 
+/* The sum of `field` ("replays" or "eager") over the summary's step rows of `walk`. */
+static inline long long demo_json_steps(const demo_result *r, const char *walk, const char *field)
+{
+    char pat[64], fpat[64];
+    snprintf(pat, sizeof(pat), "\"walk\": \"%s\"", walk);
+    snprintf(fpat, sizeof(fpat), "\"%s\": ", field);
+    long long sum = 0;
+    for (const char *at = strstr(r->out, pat); at != NULL; at = strstr(at + 1, pat)) {
+        const char *f = strstr(at, fpat);
+        assert_non_null(f);
+        sum += strtoll(f + strlen(fpat), NULL, 10);
+    }
+    return sum;
+}
+
 static inline bool demo_path_exists(const char *path)
 {
     struct stat sb;

@@ -25,10 +25,18 @@ static demo_result run_small(const char *transport, const char *const *extra)
     return r;
 }
 
-static void run_all_complete(const char *transport, const char *const *extra)
+static void run_all_complete(const char *transport, const char *const *extra, bool graphs)
 {
     demo_result r = run_small(transport, extra);
     assert_int_equal(demo_json_int(&r, "completed"), 16);
+    /* With graphs every encoder and decode step fits a captured bucket (the small config's
+     * prompts fit the largest ones); without, none replays. */
+    const char *walks[] = { "encode", "decode" };
+    for (size_t i = 0; i < 2; i++) {
+        long long replays = demo_json_steps(&r, walks[i], "replays");
+        long long eager = demo_json_steps(&r, walks[i], "eager");
+        assert_true(graphs ? replays > 0 && eager == 0 : replays == 0 && eager > 0);
+    }
     demo_result_free(&r);
 }
 
@@ -46,12 +54,12 @@ static const char *const no_options[] = { NULL };
 
 static void test_files(void **state)
 {
-    run_all_complete("files", no_options);
+    run_all_complete("files", no_options, true);
 }
 
 static void test_arena(void **state)
 {
-    run_all_complete("arena", no_options);
+    run_all_complete("arena", no_options, true);
 }
 
 static void test_files_aborts(void **state)
@@ -68,7 +76,7 @@ static void test_arena_aborts(void **state)
 static void test_arena_no_graphs(void **state)
 {
     const char *extra[] = { "--no-graphs", NULL };
-    run_all_complete("arena", extra);
+    run_all_complete("arena", extra, false);
 }
 
 static void test_ucx_tcp_not_built(void **state)
