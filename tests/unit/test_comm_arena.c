@@ -7,6 +7,8 @@
  */
 #include "comm_harness.h"
 
+#include "core/vec.h"
+
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -38,7 +40,7 @@ static int teardown(void **state)
     const char *knobs[] = { "MSTAR_SHM_ARENA_SEGMENT_MB", "MSTAR_SHM_ARENA_MAX_SEGMENTS",
                             "MSTAR_SHM_ARENA_SPILL",      "MSTAR_SHM_ARENA_FULL_TIMEOUT_S",
                             "MSTAR_SHM_ARENA_SLOT_TTL_S", "MSTAR_SHM_ARENA_PEER_SWEEP_S",
-                            "MSTAR_SHM_ARENA_PIN_MAX_MB" };
+                            "MSTAR_SHM_ARENA_PIN_MAX_MB", "MSTAR_SHM_ARENA_SPILL_AFTER_S" };
     for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++)
         unsetenv(knobs[i]);
     free(w);
@@ -123,6 +125,61 @@ static void test_fragmentation_spills(void **state)
     assert_int_equal(mstar_comm_num_tensors(p), 0);
     mstar_comm_destroy(c);
     mstar_comm_destroy(p);
+}
+
+/* SPILL_AFTER_S: with spilling on, a full arena first waits (backpressure) for the grace
+ * period, then spills. */
+static void test_spill_after_grace(void **state)
+{
+    world *w = *state;
+    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "1", 1);
+    setenv("MSTAR_SHM_ARENA_SPILL_AFTER_S", "0.05", 1);
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_rid rid = mstar_rid_from_int(9);
+    mstar_tensor_info a = stage(p, &rid, 768 * 1024, 1, MSTAR_OK);
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    uint64_t t0 = mstar__now_ns();
+    mstar_tensor_info b = stage(p, &rid, 512 * 1024, 2, MSTAR_OK);
+    uint64_t waited = mstar__now_ns() - t0;
+    mstar_test_log_capture_end();
+    unsetenv("MSTAR_SHM_ARENA_SPILL_AFTER_S");
+    assert_true(mstar_test_log_contains("backpressuring"));
+    assert_true(waited >= 50 * 1000 * 1000);
+    assert_string_equal(b.shm_segment, "");
+    assert_int_equal(stats(p).spill_files, 1);
+    ack(p, a.uuid);
+    ack(p, b.uuid);
+    assert_int_equal(mstar_comm_num_tensors(p), 0);
+    mstar_comm_destroy(p);
+}
+
+/* Tensor ids restart with the process, so the per-uuid files an earlier incarnation of this
+ * entity left (it was killed) are removed when it starts again; other entities' stay. */
+static void test_stale_files_swept_at_start(void **state)
+{
+    world *w = *state;
+    pid_t pid = fork();
+    if (pid == 0) {
+        sender s = { NULL, "worker_0" };
+        mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_FILES, w->dir, &s);
+        mstar_rid rid = mstar_rid_from_int(1);
+        stage(p, &rid, 100, 1, MSTAR_OK);
+        _exit(0); /* killed: no teardown */
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    mstar_comm *other = make_comm("worker_1", MSTAR_TRANSPORT_FILES, w->dir, &w->sc);
+    mstar_rid rid = mstar_rid_from_int(2);
+    mstar_tensor_info x = stage(other, &rid, 100, 2, MSTAR_OK);
+    assert_int_equal(mstar_test_count_dir(w->dir), 2);
+    mstar_comm *again = make_comm("worker_0", MSTAR_TRANSPORT_FILES, w->dir, &w->sp);
+    assert_int_equal(mstar_test_count_dir(w->dir), 1);          /* worker_1's file stays */
+    mstar_tensor_info y = stage(again, &rid, 100, 3, MSTAR_OK); /* the same uuid is free again */
+    assert_int_equal(mstar_id_counter(y.uuid), 1);
+    ack(again, y.uuid);
+    ack(other, x.uuid);
+    mstar_comm_destroy(again);
+    mstar_comm_destroy(other);
 }
 
 /* Strict mode: no spill; a full arena fails after FULL_TIMEOUT_S and stages nothing. */
@@ -350,6 +407,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_fragmentation_spills, setup, teardown),
         cmocka_unit_test_setup_teardown(test_strict_mode_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_spill_after_grace, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_files_swept_at_start, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ttl_backstop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_growth_and_dedicated_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_peer_eviction, setup, teardown),
