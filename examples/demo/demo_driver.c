@@ -44,9 +44,10 @@ static void reap(demo_run *run, bool expected)
         if (expected && WIFEXITED(status) && WEXITSTATUS(status) == 0)
             continue;
         char how[96], why[256];
-        snprintf(why, sizeof(why), "%s (%s, pid %d) %s", run->worker_name[w],
+        snprintf(why, sizeof(why), "%s (%s, pid %d) %s%s", run->worker_name[w],
                  demo_component_name(run->cfg->worker_component[w]), (int)got,
-                 demo_describe_exit(status, how, sizeof(how)));
+                 demo_describe_exit(status, how, sizeof(how)),
+                 run->hello[w] ? "" : " during startup (its error is on stderr)");
         if (was_alive && !expected) {
             run->died[w] = true;
             demo_run_fail(run, "%s", why);
@@ -302,14 +303,15 @@ static mstar_status start(demo_run *run)
             return st;
         run->alive[w] = true;
     }
-    fprintf(
-        stderr,
-        "mstar demo: driver pid %d; %s (%s) pid %d; %s (%s) pid %d; device %s; transport %s; "
-        "graphs %s; shm %s\n",
-        (int)getpid(), run->worker_name[0], demo_component_name(run->cfg->worker_component[0]),
-        (int)run->pid[0], run->worker_name[1], demo_component_name(run->cfg->worker_component[1]),
-        (int)run->pid[1], run->opts->device == MSTAR_DEVICE_CUDA ? "cuda" : "host",
-        demo_transport_name(run->opts->transport), run->opts->graphs ? "on" : "off", run->dirs.shm);
+    fprintf(stderr,
+            "mstar demo: driver pid %d; %s (%s) pid %d; %s (%s) pid %d; device %s; transport %s; "
+            "graphs %s; shm %s; ipc %s\n",
+            (int)getpid(), run->worker_name[0], demo_component_name(run->cfg->worker_component[0]),
+            (int)run->pid[0], run->worker_name[1],
+            demo_component_name(run->cfg->worker_component[1]), (int)run->pid[1],
+            run->opts->device == MSTAR_DEVICE_CUDA ? "cuda" : "host",
+            demo_transport_name(run->opts->transport), run->opts->graphs ? "on" : "off",
+            run->dirs.shm, run->dirs.ipc);
     if ((st = demo_requests_generate(run->cfg, run->opts->abort_rate, &run->specs)) != MSTAR_OK)
         return st;
     if ((run->reqs = calloc((size_t)run->cfg->requests, sizeof(*run->reqs))) == NULL)

@@ -21,16 +21,9 @@ void demo_worker_entity(int rank, char out[32])
 
 mstar_status demo_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
 {
-    double until = demo_now() + 10.0;
-    for (;;) {
-        mstar_status st = mstar_mesh_send(mesh, peer, msg);
-        if (st != MSTAR_EAGAIN || demo_now() > until)
-            return st != MSTAR_OK
-                       ? mstar_error_wrap("send %s to %s", mstar_msg_type_name(msg->type), peer)
-                       : MSTAR_OK;
-        struct timespec pause = { 0, 1000000 };
-        nanosleep(&pause, NULL);
-    }
+    mstar_status st = mstar_comm_send_via_mesh(mesh, peer, msg);
+    return st != MSTAR_OK ? mstar_error_wrap("send %s to %s", mstar_msg_type_name(msg->type), peer)
+                          : MSTAR_OK;
 }
 
 mstar_status demo_send_simple(mstar_mesh *mesh, const char *peer, mstar_msg_type type,
@@ -43,12 +36,6 @@ mstar_status demo_send_simple(mstar_mesh *mesh, const char *peer, mstar_msg_type
     mstar_status st = demo_send(mesh, peer, &m);
     mstar_msg_clear(&m);
     return st;
-}
-
-/* The manager's way out for acknowledgements. */
-static mstar_status comm_send(void *ctx, const char *peer, mstar_msg *msg)
-{
-    return demo_send(ctx, peer, msg);
 }
 
 mstar_status demo_link_open(const demo_link_options *o, demo_link *out)
@@ -65,7 +52,7 @@ mstar_status demo_link_open(const demo_link_options *o, demo_link *out)
         o->transport == DEMO_TRANSPORT_FILES ? MSTAR_TRANSPORT_FILES : MSTAR_TRANSPORT_ARENA;
     co.shm_dir = o->shm_dir;
     co.backend = o->backend;
-    co.send = comm_send;
+    co.send = mstar_comm_send_via_mesh;
     co.send_ctx = out->mesh;
     co.enable_prof = true;
     st = mstar_comm_create(&co, &out->comm);

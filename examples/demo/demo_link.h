@@ -26,8 +26,9 @@ mstar_status demo_link_open(const demo_link_options *opts, demo_link *out);
 /* Destroy the manager, then the mesh. Safe on a zeroed or half-opened link. */
 void demo_link_close(demo_link *l);
 
-/* Send, waiting out a full peer queue (MSTAR_EAGAIN) for up to 10 s while the peer drains it.
- * The sender's own inbox is not read meanwhile, which the demo's volumes never need. */
+/* Send, waiting out a full peer queue for a while (mstar_comm_send_via_mesh); the error names
+ * the message and the peer. The sender's own inbox is not read meanwhile, which the demo's
+ * volumes never need. */
 mstar_status demo_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg);
 /* A message with only a type and a request id (DRAIN_REQUEST, READS_DONE, ...). */
 mstar_status demo_send_simple(mstar_mesh *mesh, const char *peer, mstar_msg_type type,

@@ -15,13 +15,46 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static void remove_dir(char *path);
+
+/* parent/<prefix>-<our pid>-XXXXXX, 0700: the pid lets a later run sweep it if we are killed. */
 static mstar_status make_dir(char *buf, size_t size, const char *parent, const char *prefix)
 {
-    snprintf(buf, size, "%s/%s-XXXXXX", parent, prefix);
+    snprintf(buf, size, "%s/%s-%d-XXXXXX", parent, prefix, (int)getpid());
     if (mkdtemp(buf) == NULL)
         return mstar_error_set(MSTAR_EIO, "cannot create a private directory under %s: %s", parent,
                                strerror(errno));
     return MSTAR_OK;
+}
+
+/* Remove `parent`/<prefix>-<pid>-XXXXXX directories of ours whose driver <pid> is gone (it was
+ * SIGKILLed and could not clean up). A live process with that pid keeps its directory. */
+static int sweep_dead_runs(const char *parent, const char *prefix)
+{
+    DIR *dir = opendir(parent);
+    if (dir == NULL)
+        return 0;
+    int removed = 0;
+    size_t len = strlen(prefix);
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        if (strncmp(e->d_name, prefix, len) != 0 || e->d_name[len] != '-')
+            continue;
+        char *end;
+        long pid = strtol(e->d_name + len + 1, &end, 10);
+        char path[512];
+        snprintf(path, sizeof(path), "%s/%s", parent, e->d_name);
+        struct stat sb;
+        if (pid <= 0 || *end != '-' || strlen(end) != 7 || lstat(path, &sb) != 0 ||
+            !S_ISDIR(sb.st_mode) || sb.st_uid != getuid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        remove_dir(path);
+        removed++;
+    }
+    closedir(dir);
+    return removed;
 }
 
 mstar_status demo_dirs_create(demo_dirs *d)
@@ -30,6 +63,11 @@ mstar_status demo_dirs_create(demo_dirs *d)
     struct stat sb;
     const char *shm_parent =
         stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : "/tmp";
+    int swept =
+        sweep_dead_runs(shm_parent, "mstar-demo") + sweep_dead_runs("/tmp", "mstar-demo-ipc");
+    if (swept > 0)
+        fprintf(stderr, "mstar demo: removed %d directories of runs whose driver was killed\n",
+                swept);
     mstar_status st = make_dir(d->shm, sizeof(d->shm), shm_parent, "mstar-demo");
     if (st != MSTAR_OK) {
         d->shm[0] = '\0';

@@ -2,9 +2,10 @@
  * demo_procs.h — the driver's process plumbing: the run's private directories, forking the
  * workers, signals, and describing how a worker ended.
  *
- * Each run gets its own shm directory (/dev/shm/mstar-demo-XXXXXX, or under /tmp without
- * /dev/shm) and its own inbox directory (/tmp/mstar-demo-ipc-XXXXXX), both 0700 and removed
- * at the end on every path the driver survives (SIGINT and SIGTERM included). Workers are
+ * Each run gets its own shm directory (/dev/shm/mstar-demo-<pid>-XXXXXX, or under /tmp without
+ * /dev/shm) and its own inbox directory (/tmp/mstar-demo-ipc-<pid>-XXXXXX), both 0700 and
+ * removed at the end on every path the driver survives (SIGINT and SIGTERM included); those of
+ * a driver that was SIGKILLed (its pid gone) are removed by the next run. Workers are
  * forked before the driver creates any ZeroMQ context or device state and die with the driver
  * (PR_SET_PDEATHSIG), so a killed driver leaves no worker behind.
  */

@@ -194,7 +194,7 @@ static void text_summary(demo_run *run, const figures *f)
             (long long)held_total(run, 0), (long long)held_total(run, 1),
             (long long)held_total(run, 2), run->shm_left);
     for (int w = 0; w < DEMO_WORKERS; w++) {
-        if (run->died[w])
+        if (run->died[w] && run->swept[w] > 0)
             fprintf(o, "; %d files the dead %s left were removed", run->swept[w],
                     run->worker_name[w]);
     }

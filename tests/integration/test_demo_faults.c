@@ -2,6 +2,7 @@
  * test_demo_faults.c — `mstar demo` when things go wrong: worker 1 (the decoder) is SIGKILLed
  * mid-run, and the driver itself gets SIGTERM. Either way the driver names what failed, exits
  * non-zero, tears the unfinished requests down, and leaves no file, directory or process behind.
+ * A SIGKILLed driver leaves its directories to the next run, and no process.
  */
 #include "demo_harness.h"
 
@@ -48,11 +49,42 @@ static void test_sigterm_to_the_driver(void **state)
     demo_result_free(&r);
 }
 
+/* A SIGKILLed driver cannot clean up: its workers die with it (PR_SET_PDEATHSIG) and the next
+ * run removes its directories. */
+static void test_sigkill_to_the_driver(void **state)
+{
+    const char *cfg = demo_write_file("small.yaml", demo_small_config);
+    const char *args[] = { "--config", cfg, "--requests", "100000", NULL };
+    demo_result r = demo_run_sig(300, SIGKILL, 3.0, args);
+    assert_int_equal(demo_exit_code(&r), 128 + SIGKILL);
+    char shm[256], ipc[256];
+    demo_startup_dir(&r, "shm", shm, sizeof(shm));
+    demo_startup_dir(&r, "ipc", ipc, sizeof(ipc));
+    for (int w = 0; w < 2; w++) {
+        pid_t pid = demo_worker_pid(&r, w);
+        for (int i = 0; i < 500 && !demo_pid_gone(pid); i++) {
+            struct timespec pause = { 0, 10 * 1000 * 1000 };
+            nanosleep(&pause, NULL);
+        }
+        assert_true(demo_pid_gone(pid));
+    }
+    assert_true(demo_path_exists(shm));
+    assert_true(demo_path_exists(ipc));
+    const char *next[] = { "--config", cfg, "--requests", "2", "--json", NULL };
+    demo_result n = demo_run(300, next);
+    demo_expect_pass(&n, 2);
+    assert_false(demo_path_exists(shm));
+    assert_false(demo_path_exists(ipc));
+    demo_result_free(&n);
+    demo_result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kill_worker_1),
         cmocka_unit_test(test_sigterm_to_the_driver),
+        cmocka_unit_test(test_sigkill_to_the_driver),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
