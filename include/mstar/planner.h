@@ -345,8 +345,9 @@ int32_t mstar_rank_group_size(const mstar_rank_group *group);
 /*
  * Reduce values[0..n) elementwise over every rank with `reduce`, in place (written only on
  * success). Every rank must call it with the same n and reduce, in the same order of calls;
- * values come in an order derived from the configs. MSTAR_ETIMEDOUT naming the ranks that did not
- * answer, MSTAR_EPROTO if a rank sent a different number of values.
+ * values come in an order derived from the configs. n = 0 is a barrier: it returns once every
+ * rank has called it. MSTAR_ETIMEDOUT naming the ranks that did not answer, MSTAR_EPROTO if a rank
+ * sent a different number of values.
  */
 mstar_status mstar_agree_across_ranks(mstar_rank_group *group, int64_t *values, size_t n,
                                       mstar_reduce reduce);

@@ -58,6 +58,8 @@ static int agree_on_two_gpus(int rank, void *arg)
         return rc;
     MSTAR_RANK_CHECK(rank, mstar_rank_group_rank(g) == rank && mstar_rank_group_size(g) == 2,
                      "ids");
+    MSTAR_RANK_CHECK(rank, mstar_agree_across_ranks(g, NULL, 0, MSTAR_REDUCE_MIN) == MSTAR_OK,
+                     "barrier");
     int64_t v[3] = { rank, 10 - rank, rank ? INT64_MIN : INT64_MAX };
     MSTAR_RANK_CHECK(rank, mstar_agree_across_ranks(g, v, 3, MSTAR_REDUCE_MIN) == MSTAR_OK, "min");
     MSTAR_RANK_CHECK(rank, v[0] == 0 && v[1] == 9 && v[2] == INT64_MIN, "min: %lld %lld %lld",

@@ -173,8 +173,11 @@ static mstar_status nccl_reduce(mstar_rank_group *base, int64_t *values, size_t 
                                "NCCL on cuda:%d: the communicator was aborted "
                                "after an earlier failure",
                                g->device);
-    if (n == 0)
-        return MSTAR_OK;
+    int64_t none = 0;
+    if (n == 0) { /* an empty agreement is a barrier: reduce one value nobody reads */
+        values = &none;
+        n = 1;
+    }
     cudaError_t err = cudaSetDevice(g->device);
     if (err != cudaSuccess)
         return cuda_error(g, err, "cudaSetDevice");
