@@ -187,6 +187,8 @@ static void serve(demo_run *run)
             demo_run_fail(run, "drains did not finish");
             break;
         }
+        if (demo_signal_again())
+            break;
     }
     run->t_end = demo_now();
     demo_report_progress(run, true);
@@ -195,6 +197,10 @@ static void serve(demo_run *run)
 /* Wait for the last acknowledgements, stop the workers and collect their reports. */
 static void shut_down(demo_run *run)
 {
+    if (demo_signal_again()) {
+        kill_workers(run);
+        return;
+    }
     double until = demo_now() + 3.0;
     while (mstar_comm_num_tensors(run->pre.comm) > 0 && demo_now() < until)
         turn(run, 20);

@@ -151,11 +151,12 @@ mstar_status demo_spawn_worker(const demo_options *opts, int rank, const demo_di
     exit(demo_worker_main(opts, rank, dirs->ipc, dirs->shm));
 }
 
-static volatile sig_atomic_t pending_signal;
+static volatile sig_atomic_t pending_signal, signal_count;
 
 static void on_signal(int sig)
 {
     pending_signal = sig;
+    signal_count++;
 }
 
 void demo_signals_install(void)
@@ -172,6 +173,11 @@ void demo_signals_install(void)
 int demo_signal_pending(void)
 {
     return pending_signal;
+}
+
+bool demo_signal_again(void)
+{
+    return signal_count > 1;
 }
 
 const char *demo_describe_exit(int status, char *buf, size_t size)

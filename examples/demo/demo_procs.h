@@ -35,8 +35,10 @@ mstar_status demo_spawn_worker(const demo_options *opts, int rank, const demo_di
 
 /* SIGINT and SIGTERM set a flag (and interrupt poll); SIGPIPE is ignored. */
 void demo_signals_install(void);
-/* The signal that asked the driver to stop, or 0. */
+/* The signal that asked the driver to stop, or 0. The first one drains what is in flight and
+ * shuts the workers down; a second one (demo_signal_again) kills them at once. */
 int demo_signal_pending(void);
+bool demo_signal_again(void);
 
 /* "exited with code 3", "killed by signal 9 (Killed)". */
 const char *demo_describe_exit(int status, char *buf, size_t size);
