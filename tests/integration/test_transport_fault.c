@@ -120,8 +120,6 @@ static void test_fault(void **state)
 
 int main(void)
 {
-    if (access("/dev/shm", W_OK) == 0)
-        setenv("TMPDIR", "/dev/shm", 1);
     setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "16", 0);
     setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "8", 0);
     const struct CMUnitTest tests[] = { cmocka_unit_test(test_fault) };
