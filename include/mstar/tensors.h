@@ -11,10 +11,12 @@
  *     its bytes have landed, gathers sharded inputs (fan-in) and hands the tensors to the node.
  *
  * Transports: "local" (one process: nothing is staged, only this entity's tensors can be read),
- * "files" (one file per tensor in the shm directory) and "arena" (named shared-memory segments
- * with an allocator, spilling to files when full). MSTAR_SHM_ARENA picks files (0) or the arena
- * (1, AUTO); every entity of a deployment must use the same setting (an arena descriptor cannot
- * be read by a files consumer, which fails loudly; a files descriptor is read by both).
+ * "files" (one file per tensor in the shm directory), "arena" (named shared-memory segments
+ * with an allocator, spilling to files when full) and "ucx-tcp" / "ucx-rdma" (other machines
+ * read the tensor's own memory over UCX; host memory only; MSTAR_UCX_* knobs, see
+ * docs/remote-transport.md). MSTAR_SHM_ARENA picks files (0) or the arena (1, AUTO); every
+ * entity of a deployment must use the same setting (an arena descriptor cannot be read by a
+ * files consumer, which fails loudly; a files descriptor is read by both).
  *
  * Devices: without a backend every tensor is host memory. With a backend (mstar/device.h)
  * tensors on the backend's device are staged with device-to-host copies (synchronised before
@@ -74,12 +76,18 @@ typedef enum mstar_transport_kind {
     MSTAR_TRANSPORT_LOCAL = 1,
     MSTAR_TRANSPORT_FILES = 2,
     MSTAR_TRANSPORT_ARENA = 3,
+    MSTAR_TRANSPORT_UCX_TCP = 4,  /* remote reads over UCX on TCP (docs/remote-transport.md) */
+    MSTAR_TRANSPORT_UCX_RDMA = 5, /* remote reads over UCX on RDMA verbs (needs a verbs device) */
 } mstar_transport_kind;
 
-/* "local", "files", "arena"; NULL for an unknown kind. */
+/* "local", "files", "arena", "ucx-tcp", "ucx-rdma"; NULL for an unknown kind. */
 const char *mstar_transport_kind_name(mstar_transport_kind kind);
 /* Parse one of those names (case-insensitive). */
 mstar_status mstar_transport_kind_from_name(const char *name, mstar_transport_kind *out);
+/* The library form of --tensor-comm-protocol: "shm" → MSTAR_TRANSPORT_DEFAULT (MSTAR_SHM_ARENA
+ * picks files or the arena), "tcp" → MSTAR_TRANSPORT_UCX_TCP, "rdma" → MSTAR_TRANSPORT_UCX_RDMA
+ * (case-insensitive). MSTAR_EINVAL naming the value otherwise. */
+mstar_status mstar_transport_kind_from_protocol(const char *protocol, mstar_transport_kind *out);
 
 /* How the manager sends a control message (ACKs) to another entity. It must not keep `msg`. */
 typedef mstar_status (*mstar_comm_send_fn)(void *ctx, const char *peer, mstar_msg *msg);
@@ -94,7 +102,7 @@ typedef struct mstar_comm_options {
     mstar_transport_kind transport;
     const char *shm_dir;       /* NULL: /dev/shm, else /tmp/mstar_shm */
     const char *shm_namespace; /* NULL: none; see below */
-    const char *session_id;    /* NULL: the host name */
+    const char *session_id;    /* NULL: the host name; must be NULL for UCX (its listener's) */
     mstar_backend *backend;    /* NULL: host tensors only; borrowed, must outlive the comm */
     mstar_comm_send_fn send;   /* required for any ACK to leave the process */
     void *send_ctx;

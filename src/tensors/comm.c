@@ -15,25 +15,51 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-static const char *const kind_names[] = { "default", "local", "files", "arena" };
+static const char *const kind_names[] = { "default", "local",   "files",
+                                          "arena",   "ucx-tcp", "ucx-rdma" };
+#define KIND_LAST 5
 
 const char *mstar_transport_kind_name(mstar_transport_kind kind)
 {
-    if ((int)kind < 1 || (int)kind > 3)
+    if ((int)kind < 1 || (int)kind > KIND_LAST)
         return NULL;
     return kind_names[kind];
 }
 
 mstar_status mstar_transport_kind_from_name(const char *name, mstar_transport_kind *out)
 {
-    for (int k = 1; name != NULL && k <= 3; k++) {
+    for (int k = 1; name != NULL && k <= KIND_LAST; k++) {
         if (strcasecmp(name, kind_names[k]) == 0) {
             *out = (mstar_transport_kind)k;
             return MSTAR_OK;
         }
     }
-    return mstar_error_set(MSTAR_EINVAL, "transport '%s' is not one of local, files, arena",
+    return mstar_error_set(MSTAR_EINVAL,
+                           "transport '%s' is not one of local, files, arena, ucx-tcp, ucx-rdma",
                            name != NULL ? name : "(null)");
+}
+
+mstar_status mstar_transport_kind_from_protocol(const char *protocol, mstar_transport_kind *out)
+{
+    static const struct {
+        const char *name;
+        mstar_transport_kind kind;
+    } protocols[] = { { "shm", MSTAR_TRANSPORT_DEFAULT },
+                      { "tcp", MSTAR_TRANSPORT_UCX_TCP },
+                      { "rdma", MSTAR_TRANSPORT_UCX_RDMA } };
+    for (size_t i = 0; protocol != NULL && i < 3; i++) {
+        if (strcasecmp(protocol, protocols[i].name) == 0) {
+            *out = protocols[i].kind;
+            return MSTAR_OK;
+        }
+    }
+    return mstar_error_set(MSTAR_EINVAL, "tensor comm protocol '%s' is not one of shm, tcp, rdma",
+                           protocol != NULL ? protocol : "(null)");
+}
+
+static bool kind_is_ucx(mstar_transport_kind kind)
+{
+    return kind == MSTAR_TRANSPORT_UCX_TCP || kind == MSTAR_TRANSPORT_UCX_RDMA;
 }
 
 void mstar_comm_options_init(mstar_comm_options *opts)
@@ -145,9 +171,21 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
         st = mstar_error_set(MSTAR_EIO, "eventfd: %s", strerror(errno));
         goto fail;
     }
-    if ((st = mstar__local_engine_create(opts->session_id, &comm->engine)) != MSTAR_OK)
+    if (kind_is_ucx(kind) && opts->session_id != NULL) {
+        st = mstar_error_set(MSTAR_EINVAL,
+                             "comm options: session_id must be NULL for %s (the "
+                             "UCX listener's address is the session id; see "
+                             "MSTAR_UCX_ADDRESS)",
+                             mstar_transport_kind_name(kind));
         goto fail;
-    if (kind != MSTAR_TRANSPORT_LOCAL && (st = open_shm(comm, opts)) != MSTAR_OK)
+    }
+    st = kind_is_ucx(kind)
+             ? mstar__ucx_transfer_engine_create(kind == MSTAR_TRANSPORT_UCX_RDMA, &comm->engine)
+             : mstar__local_engine_create(opts->session_id, &comm->engine);
+    if (st != MSTAR_OK)
+        goto fail;
+    if (kind != MSTAR_TRANSPORT_LOCAL && !kind_is_ucx(kind) &&
+        (st = open_shm(comm, opts)) != MSTAR_OK)
         goto fail;
     comm->env.entity = comm->entity;
     comm->env.engine = comm->engine;
@@ -164,6 +202,10 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
         break;
     case MSTAR_TRANSPORT_FILES:
         st = mstar__transport_files_create(&comm->env, &comm->transport);
+        break;
+    case MSTAR_TRANSPORT_UCX_TCP:
+    case MSTAR_TRANSPORT_UCX_RDMA:
+        st = mstar__transport_ucx_create(&comm->env, &comm->transport);
         break;
     default:
         st = mstar__transport_arena_create(&comm->env, &comm->transport);

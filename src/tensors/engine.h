@@ -56,5 +56,8 @@ struct mstar__transfer_engine {
 
 /* The no-op engine; session_id NULL: the host name. */
 mstar_status mstar__local_engine_create(const char *session_id, mstar__transfer_engine **out);
+/* The UCX engine (src/tensors/ucx/ucx_transfer_engine.c) over TCP, or over RDMA verbs; the
+ * MSTAR_UCX_* knobs configure it. */
+mstar_status mstar__ucx_transfer_engine_create(bool rdma, mstar__transfer_engine **out);
 
 #endif

@@ -84,6 +84,8 @@ struct mstar__transport {
 mstar_status mstar__transport_local_create(const mstar__transport_env *env, mstar__transport **out);
 mstar_status mstar__transport_files_create(const mstar__transport_env *env, mstar__transport **out);
 mstar_status mstar__transport_arena_create(const mstar__transport_env *env, mstar__transport **out);
+/* src/tensors/ucx/ucx_transport.c; env->engine must be the UCX engine. */
+mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar__transport **out);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

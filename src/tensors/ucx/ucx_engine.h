@@ -130,6 +130,11 @@ typedef struct mstar__ucx_engine_stats {
 /* A consistent snapshot (taken on the progress thread). */
 void mstar__ucx_engine_get_stats(mstar__ucx_engine *e, mstar__ucx_engine_stats *out);
 
+/* The engine behind a transfer engine made by mstar__ucx_transfer_engine_create (tensors/engine.h);
+ * NULL for any other engine. */
+struct mstar__transfer_engine;
+mstar__ucx_engine *mstar__ucx_transfer_engine_ucx(struct mstar__transfer_engine *e);
+
 /* ---------------------------------------------------------------------------------------------
  * Reads (reference TransferReadInfo)
  * ------------------------------------------------------------------------------------------- */

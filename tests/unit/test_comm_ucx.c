@@ -1,0 +1,335 @@
+/*
+ * test_comm_ucx.c — the communication manager over UCX on TCP (kind ucx-tcp), producer and
+ * consumers in one process, each manager with its own UCX engine (so every byte crosses a
+ * loopback socket): bytes and ACKs gated on the read's completion, the producer's memory
+ * registered until the last ACK and no longer, a read in flight that cleanup must neither ACK
+ * nor free (§8.2, §2.7 has_inflight_reads), a failed read reported once without poisoning later
+ * polls (§8.11), descriptors from the wire that are refused, and the protocol names.
+ */
+#include "comm_harness.h"
+#include "ucx_test.h"
+
+#include "tensors/comm_internal.h"
+
+#include <poll.h>
+#include <unistd.h>
+
+typedef struct world {
+    bus b;
+    sender sp, sc, sd;
+    mstar_comm *p; /* worker_0, the producer */
+    mstar_comm *c; /* worker_1 */
+    mstar_comm *d; /* worker_2 */
+} world;
+
+static int setup(void **state)
+{
+    world *w = calloc(1, sizeof(*w));
+    w->sp = (sender){ &w->b, "worker_0" };
+    w->sc = (sender){ &w->b, "worker_1" };
+    w->sd = (sender){ &w->b, "worker_2" };
+    w->p = make_comm("worker_0", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sp);
+    w->c = make_comm("worker_1", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sc);
+    w->d = make_comm("worker_2", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sd);
+    *state = w;
+    return 0;
+}
+
+static mstar__ucx_engine *ucx_of(mstar_comm *c)
+{
+    return mstar__ucx_transfer_engine_ucx(c->engine);
+}
+
+static size_t regions_of(mstar_comm *c)
+{
+    mstar__ucx_engine_stats st;
+    mstar__ucx_engine_get_stats(ucx_of(c), &st);
+    return st.regions;
+}
+
+static int teardown(void **state)
+{
+    world *w = *state;
+    mstar_comm_destroy(w->p);
+    mstar_comm_destroy(w->c);
+    mstar_comm_destroy(w->d);
+    bus_clear(&w->b);
+    free(w);
+    return 0;
+}
+
+/* Store, hold, route to `fanout` destinations and stage `n` outputs of the producer. */
+static void produce(world *w, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n, int fanout,
+                    mstar_tensor_info *infos)
+{
+    mstar_output o[8];
+    for (uint32_t i = 0; i < n; i++)
+        o[i] = output_of("sig", ts[i]);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, o, n, NULL, infos));
+    mstar_tensor_id held[8];
+    for (uint32_t i = 0; i < n; i++)
+        held[i] = infos[i].uuid;
+    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w->p, held, n, 1));
+    mstar_edge routed[4];
+    for (int k = 0; k < fanout; k++)
+        routed[k] = edge_of("sig", "node", infos, n);
+    assert_mstar_ok(mstar_comm_set_output_ref_counts(w->p, held, n, routed, (uint32_t)fanout));
+    for (int k = 0; k < fanout; k++)
+        mstar_edge_clear(&routed[k]);
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, infos, n));
+}
+
+/* Wait for every completion of a read, then release the list. */
+static void wait_list(mstar_completion_list *l, mstar_status want)
+{
+    for (uint32_t i = 0; i < l->n; i++)
+        assert_int_equal(mstar_completion_wait(l->items[i], 10000), want);
+    mstar_completion_list_clear(l);
+}
+
+static void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)
+{
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(c, uuid, &got));
+    assert_int_equal(got.dtype, want->dtype);
+    assert_int_equal(got.ndim, want->ndim);
+    uint64_t n = mstar_tensor_nbytes(want);
+    if (n > 0)
+        assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
+}
+
+/* Every dtype and shape, zero-size and 0-dim included, and a large tensor: the read is
+ * asynchronous (a completion, the event fd), no ACK before it landed, the ACK frees the
+ * producer's tensor and unregisters its memory. */
+static void test_roundtrip(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(1);
+    int64_t s_a[3] = { 2, 3, 5 }, s_b[1] = { 0 }, s_d[2] = { 4, 0 }, s_big[2] = { 1024, 1024 };
+    mstar_tensor ts[6] = {
+        make_tensor(MSTAR_DTYPE_FLOAT32, 3, s_a, 1),  make_tensor(MSTAR_DTYPE_BOOL, 1, s_b, 2),
+        make_tensor(MSTAR_DTYPE_FLOAT64, 0, NULL, 3), make_tensor(MSTAR_DTYPE_INT8, 2, s_d, 4),
+        make_tensor(MSTAR_DTYPE_BFLOAT16, 3, s_a, 5), make_tensor(MSTAR_DTYPE_FLOAT32, 2, s_big, 6),
+    };
+    mstar_tensor_info infos[6];
+    produce(w, &rid, ts, 6, 1, infos);
+    assert_int_equal(regions_of(w->p), 4); /* the two zero-byte tensors need none */
+    assert_string_equal(infos[0].source_session_id, mstar_comm_session_id(w->p));
+    mstar_edge e = edge_of("sig", "node", infos, 6);
+    mstar_completion_list done;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
+    assert_int_equal(done.n, 1);
+    assert_true(mstar_comm_has_inflight_reads(w->c, &rid) ||
+                mstar_completion_poll(done.items[0]) == MSTAR_OK);
+    struct pollfd pfd = { mstar_comm_event_fd(w->c), POLLIN, 0 };
+    assert_int_equal(poll(&pfd, 1, 10000), 1); /* the finish wakes the loop */
+    wait_list(&done, MSTAR_OK);
+    mstar_comm_event_drain(w->c);
+    assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
+    assert_int_equal(bus_count(&w->b, "worker_0"), 0); /* no ACK before collection */
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 1);
+    for (int i = 0; i < 6; i++) {
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+        assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[i].uuid), 1);
+    }
+    assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_int_equal(regions_of(w->p), 0); /* collected: unregistered */
+    for (int i = 0; i < 6; i++)
+        assert_mstar_ok(mstar_comm_dereference(w->c, infos[i].uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    mstar_ready_set_clear(&set);
+    mstar_edge_clear(&e);
+    for (int i = 0; i < 6; i++)
+        free(ts[i].data);
+}
+
+/* Two consumers read the same tensors; the producer keeps them registered until both ACKed. */
+static void test_two_consumers(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(2);
+    int64_t shape[1] = { 100000 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT32, 1, shape, 9);
+    mstar_tensor_info info;
+    produce(w, &rid, &t, 1, 2, &info);
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    mstar_comm *readers[2] = { w->c, w->d };
+    for (int k = 0; k < 2; k++) {
+        mstar_completion_list done;
+        assert_mstar_ok(mstar_comm_start_read_tensors(readers[k], &rid, &e, 1, &done));
+        wait_list(&done, MSTAR_OK);
+        mstar_ready_set set;
+        expect_ready(readers[k], &set, 1);
+        check_bytes(readers[k], info.uuid, &t);
+        mstar_ready_set_clear(&set);
+        assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
+        assert_int_equal(regions_of(w->p), k == 0 ? 1 : 0);
+        assert_mstar_ok(mstar_comm_dereference(readers[k], info.uuid, 1));
+    }
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    mstar_edge_clear(&e);
+    free(t.data);
+}
+
+/* A read that cannot finish (its session is a socket that never answers): in flight, cleanup
+ * neither ACKs nor frees it (§8.2) and force cleanup is refused; when the socket goes away the
+ * edge fails once, with the session in the message, and a later read works (§8.11). */
+static void test_read_in_flight_then_failed(void **state)
+{
+    world *w = *state;
+    char hole[MSTAR_NAME_MAX + 1];
+    int fd = ucx_test_blackhole(hole);
+    mstar_rid rid = mstar_rid_from_int(3);
+    int64_t shape[1] = { 4096 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, shape, 4);
+    mstar_tensor_info info;
+    produce(w, &rid, &t, 1, 1, &info);
+    mstar_tensor_info stalled = info;
+    snprintf(stalled.source_session_id, sizeof(stalled.source_session_id), "%s", hole);
+    mstar_edge e = edge_of("sig", "node", &stalled, 1);
+    mstar_completion_list done;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
+    assert_int_equal(done.n, 1);
+    assert_true(mstar_comm_has_inflight_reads(w->c, &rid));
+    assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid));
+    assert_int_equal(bus_count(&w->b, "worker_0"), 0); /* not ACKed while in flight */
+    assert_int_equal(mstar_comm_num_tensors(w->c), 1); /* and not freed */
+    assert_mstar_status(mstar_comm_force_cleanup_request(w->c, &rid), MSTAR_ESTATE);
+    close(fd);
+    wait_list(&done, MSTAR_EREMOTE);
+    mstar_ready_set set;
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
+    assert_int_equal(set.nedges, 0);
+    assert_int_equal(set.nfailed, 1);
+    assert_int_equal(set.failed[0].status, MSTAR_EREMOTE);
+    assert_non_null(strstr(set.failed[0].message, hole));
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set)); /* reported once */
+    assert_int_equal(set.nfailed, 0);
+    mstar_ready_set_clear(&set);
+    assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
+
+    /* The real descriptor still reads (a new request on the same consumer). */
+    mstar_rid rid2 = mstar_rid_from_int(4);
+    mstar_edge e2 = edge_of("sig", "node", &info, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid2, &e2, 1, &done));
+    wait_list(&done, MSTAR_OK);
+    expect_ready(w->c, &set, 1);
+    check_bytes(w->c, info.uuid, &t);
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid));
+    assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid2));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_int_equal(regions_of(w->p), 0);
+    mstar_edge_clear(&e);
+    mstar_edge_clear(&e2);
+    free(t.data);
+}
+
+/* What another process could send: refused before anything is read, nothing kept; and an
+ * address the producer never registered is refused by the producer, failing only that edge. */
+static void test_bad_descriptors(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(5);
+    int64_t shape[1] = { 64 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, shape, 5);
+    mstar_tensor_info info;
+    produce(w, &rid, &t, 1, 1, &info);
+    mstar_tensor_info bad[4];
+    for (int i = 0; i < 4; i++)
+        bad[i] = info;
+    snprintf(bad[0].source_session_id, sizeof(bad[0].source_session_id), "myhost"); /* shm's */
+    snprintf(bad[1].shm_segment, sizeof(bad[1].shm_segment), "mstar_arena_1_2_3");
+    bad[2].remote_key_len = 12;
+    memcpy(bad[2].remote_key, "not-a-key!!!", 12);
+    bad[3].address = UINT64_MAX - 10;
+    for (int i = 0; i < 4; i++) {
+        mstar_edge e = edge_of("sig", "node", &bad[i], 1);
+        mstar_completion_list done;
+        assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done), MSTAR_EPROTO);
+        assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+        mstar_edge_clear(&e);
+    }
+    /* A well-formed descriptor whose range the producer never registered. */
+    mstar_tensor_info stray = info;
+    uint8_t *unreg = malloc(64);
+    stray.address = (uint64_t)(uintptr_t)unreg;
+    mstar_edge e = edge_of("sig", "node", &stray, 1);
+    mstar_completion_list done;
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
+    wait_list(&done, MSTAR_EREMOTE);
+    mstar_test_log_capture_end();
+    assert_true(mstar_test_log_contains("refused a read"));
+    mstar_ready_set set;
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
+    assert_int_equal(set.nfailed, 1);
+    assert_non_null(strstr(set.failed[0].message, "no registered region holds the range"));
+    mstar_ready_set_clear(&set);
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid));
+    assert_int_equal(regions_of(w->p), 0);
+    mstar_edge_clear(&e);
+    free(unreg);
+    free(t.data);
+}
+
+static void test_protocols_and_options(void **state)
+{
+    (void)state;
+    mstar_transport_kind k;
+    assert_mstar_ok(mstar_transport_kind_from_protocol("tcp", &k));
+    assert_int_equal(k, MSTAR_TRANSPORT_UCX_TCP);
+    assert_mstar_ok(mstar_transport_kind_from_protocol("RDMA", &k));
+    assert_int_equal(k, MSTAR_TRANSPORT_UCX_RDMA);
+    assert_mstar_ok(mstar_transport_kind_from_protocol("shm", &k));
+    assert_int_equal(k, MSTAR_TRANSPORT_DEFAULT);
+    assert_mstar_status(mstar_transport_kind_from_protocol("ib", &k), MSTAR_EINVAL);
+    assert_mstar_status(mstar_transport_kind_from_protocol(NULL, &k), MSTAR_EINVAL);
+    assert_string_equal(mstar_transport_kind_name(MSTAR_TRANSPORT_UCX_TCP), "ucx-tcp");
+    assert_mstar_ok(mstar_transport_kind_from_name("ucx-rdma", &k));
+    assert_int_equal(k, MSTAR_TRANSPORT_UCX_RDMA);
+
+    mstar_comm_options o;
+    mstar_comm_options_init(&o);
+    o.entity = "worker_5";
+    o.transport = MSTAR_TRANSPORT_UCX_TCP;
+    o.session_id = "somehost:1";
+    mstar_comm *c = NULL;
+    assert_mstar_status(mstar_comm_create(&o, &c), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "session_id"));
+    o.session_id = NULL;
+    if (mstar_test_count_dir("/sys/class/infiniband") <= 0) {
+        o.transport = MSTAR_TRANSPORT_UCX_RDMA;
+        assert_mstar_status(mstar_comm_create(&o, &c), MSTAR_ENOTSUP);
+        assert_non_null(strstr(mstar_last_error(), "no RDMA verbs device"));
+    }
+    assert_null(c);
+    o.transport = MSTAR_TRANSPORT_UCX_TCP;
+    assert_mstar_ok(mstar_comm_create(&o, &c));
+    assert_false(mstar_comm_needs_cpu_tensor(c));
+    assert_false(mstar_comm_stamps_shm_placement(c));
+    assert_non_null(strstr(mstar_comm_session_id(c), "127.0.0.1:"));
+    mstar_comm_destroy(c);
+}
+
+#define IN_WORLD(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+
+int main(int argc, char **argv)
+{
+    ucx_test_setup(argc, argv);
+    const struct CMUnitTest tests[] = {
+        IN_WORLD(test_roundtrip),
+        IN_WORLD(test_two_consumers),
+        IN_WORLD(test_read_in_flight_then_failed),
+        IN_WORLD(test_bad_descriptors),
+        cmocka_unit_test(test_protocols_and_options),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
