@@ -141,10 +141,16 @@ mstar_status mstar_device_free(mstar_backend *backend, void *ptr);
 /* Page-locked host memory (cudaHostAlloc; plain memory on the host backend). Thread-safe. */
 mstar_status mstar_host_alloc_pinned(mstar_backend *backend, size_t nbytes, void **out);
 mstar_status mstar_host_free_pinned(mstar_backend *backend, void *ptr);
+/* Flags of mstar_host_register. */
+#define MSTAR_HOST_REGISTER_READ_ONLY 1u /* the range is mapped read-only (a peer's segment) */
+
 /* Pin (and unpin) existing host memory so copies from/to it are asynchronous. A range may be
- * registered once; unregistering takes the pointer that was registered. Host backend: the range
- * is recorded and checked, nothing else. Thread-safe. */
-mstar_status mstar_host_register(mstar_backend *backend, void *ptr, size_t nbytes);
+ * registered once; unregistering takes the pointer that was registered. A read-only mapping must
+ * say so (flags MSTAR_HOST_REGISTER_READ_ONLY): the device then only reads it. Memory that cannot
+ * be pinned (on CUDA, a file mapping outside tmpfs) fails with MSTAR_EDEVICE and stays usable
+ * for synchronous copies. Host backend: the range is recorded and checked, nothing else.
+ * Thread-safe. */
+mstar_status mstar_host_register(mstar_backend *backend, void *ptr, size_t nbytes, unsigned flags);
 mstar_status mstar_host_unregister(mstar_backend *backend, void *ptr);
 
 /* The caching allocator: blocks carved from raw segments and kept for reuse. For buffers that

@@ -278,7 +278,7 @@ static bool overlaps_registered(mstar_backend *b, const char *p, size_t n)
     return false;
 }
 
-mstar_status mstar_host_register(mstar_backend *b, void *ptr, size_t nbytes)
+mstar_status mstar_host_register(mstar_backend *b, void *ptr, size_t nbytes, unsigned flags)
 {
     if (b == NULL || ptr == NULL || nbytes == 0)
         return mstar_error_set(MSTAR_EINVAL, "mstar_host_register: backend and ptr must not be "
@@ -290,7 +290,9 @@ mstar_status mstar_host_register(mstar_backend *b, void *ptr, size_t nbytes)
         return mstar_error_set(
             MSTAR_EEXIST, "mstar_host_register: [%p, +%zu) overlaps a range already registered",
             ptr, nbytes);
-    mstar_status st = b->ops->host_register(b, ptr, nbytes);
+    if ((flags & ~MSTAR_HOST_REGISTER_READ_ONLY) != 0)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_host_register: unknown flags 0x%x", flags);
+    mstar_status st = b->ops->host_register(b, ptr, nbytes, flags);
     if (st != MSTAR_OK)
         return st;
     pthread_mutex_lock(&b->lock);

@@ -29,7 +29,7 @@ typedef struct mstar__backend_ops {
     void (*raw_free)(mstar_backend *b, void *ptr);
     mstar_status (*host_alloc_pinned)(mstar_backend *b, size_t nbytes, void **out);
     void (*host_free_pinned)(mstar_backend *b, void *ptr);
-    mstar_status (*host_register)(mstar_backend *b, void *ptr, size_t nbytes);
+    mstar_status (*host_register)(mstar_backend *b, void *ptr, size_t nbytes, unsigned flags);
     mstar_status (*host_unregister)(mstar_backend *b, void *ptr);
     mstar_status (*mem_info)(mstar_backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
 

@@ -129,7 +129,7 @@ static void host_raw_free(mstar_backend *b, void *ptr)
     free(ptr);
 }
 
-static mstar_status host_register(mstar_backend *b, void *ptr, size_t nbytes)
+static mstar_status host_register(mstar_backend *b, void *ptr, size_t nbytes, unsigned flags)
 {
     return MSTAR_OK; /* host memory is as pinned as it gets here; backend.c tracks the range */
 }

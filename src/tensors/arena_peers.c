@@ -110,7 +110,7 @@ mstar_status mstar__arena_peers_get(mstar__arena_peers *p, const char *name,
         return st;
     }
     if (p->hooks.pin != NULL)
-        fresh.pinned = p->hooks.pin(p->hooks.ctx, fresh.base, fresh.size);
+        fresh.pinned = p->hooks.pin(p->hooks.ctx, fresh.base, fresh.size, true);
     *slot(p, at) = fresh;
     *out = slot(p, at);
     return MSTAR_OK;

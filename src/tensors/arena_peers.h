@@ -29,7 +29,7 @@ typedef struct mstar__arena_peer {
 
 typedef struct mstar__arena_peer_hooks {
     /* Try to pin a new mapping; true if pinned (then unpin runs before it is unmapped). */
-    bool (*pin)(void *ctx, const void *base, uint64_t len);
+    bool (*pin)(void *ctx, const void *base, uint64_t len, bool read_only);
     void (*unpin)(void *ctx, const void *base, uint64_t len);
     void *ctx;
 } mstar__arena_peer_hooks;

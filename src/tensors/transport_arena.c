@@ -107,7 +107,8 @@ static mstar_status read_knobs(arena_knobs *k)
 
 /* ---- pinning -------------------------------------------------------------------------------- */
 
-static bool pin(void *ctx, const void *base, uint64_t len)
+/* `read_only`: a peer's segment, which this process maps PROT_READ. */
+static bool pin(void *ctx, const void *base, uint64_t len, bool read_only)
 {
     arena_transport *a = ctx;
     mstar_backend *backend = a->base.env->backend;
@@ -122,7 +123,8 @@ static bool pin(void *ctx, const void *base, uint64_t len)
         a->warned_pin_budget = true;
         return false;
     }
-    if (mstar_host_register(backend, (void *)base, (size_t)len) != MSTAR_OK) {
+    unsigned flags = read_only ? MSTAR_HOST_REGISTER_READ_ONLY : 0;
+    if (mstar_host_register(backend, (void *)base, (size_t)len, flags) != MSTAR_OK) {
         mstar_log(MSTAR_LOG_WARN,
                   "shm arena: pinning %llu bytes failed (%s); copies from it "
                   "stay synchronous",
@@ -149,7 +151,7 @@ static void pin_new_segments(arena_transport *a)
         void *base;
         uint64_t len;
         mstar__arena_segment_span(a->arena, a->pinned_segments, &base, &len);
-        if (!pin(a, base, len))
+        if (!pin(a, base, len, false))
             break;
     }
 }

@@ -32,6 +32,9 @@ static void roundtrip(mstar_transport_kind kind)
     mstar_backend *b = mstar_test_cuda_or_skip(0);
     mstar_stream *s;
     assert_mstar_ok(mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &s));
+    /* The arena lives on tmpfs, as in a deployment: CUDA cannot pin a file mapping on a disk
+     * file system (the default TMPDIR), and pinned bytes are asserted below. */
+    setenv("TMPDIR", "/dev/shm", 1);
     const char *dir = mstar_test_tmpdir("cuda-comm");
     bus bb = { 0 };
     sender sp = { &bb, "worker_0" }, sc = { &bb, "worker_1" };

@@ -57,7 +57,7 @@ static void test_copies_events_and_host_work(void **state)
     assert_int_equal(acc, 4);
 
     char *reg = malloc(1 << 16);
-    assert_mstar_ok(mstar_host_register(b, reg, 1 << 16));
+    assert_mstar_ok(mstar_host_register(b, reg, 1 << 16, 0));
     assert_mstar_ok(mstar_memcpy_async(s, reg, dev, 1 << 16, MSTAR_MEMCPY_D2H));
     assert_mstar_ok(mstar_stream_synchronize(s));
     assert_int_equal(reg[2], 0x55);

@@ -124,14 +124,16 @@ static void test_pinned_and_register(void **state)
     assert_mstar_status(mstar_host_free_pinned(b, p), MSTAR_EINVAL);
 
     char *buf = malloc(8192);
-    assert_mstar_ok(mstar_host_register(b, buf, 4096));
-    assert_mstar_status(mstar_host_register(b, buf + 100, 10), MSTAR_EEXIST);
-    assert_mstar_ok(mstar_host_register(b, buf + 4096, 4096)); /* adjacent is fine */
+    assert_mstar_ok(mstar_host_register(b, buf, 4096, 0));
+    assert_mstar_status(mstar_host_register(b, buf + 100, 10, 0), MSTAR_EEXIST);
+    /* adjacent is fine */
+    assert_mstar_ok(mstar_host_register(b, buf + 4096, 4096, MSTAR_HOST_REGISTER_READ_ONLY));
     assert_mstar_status(mstar_host_unregister(b, buf + 1), MSTAR_EINVAL);
     assert_mstar_ok(mstar_host_unregister(b, buf));
     assert_mstar_ok(mstar_host_unregister(b, buf + 4096));
     assert_mstar_status(mstar_host_unregister(b, buf), MSTAR_EINVAL);
-    assert_mstar_status(mstar_host_register(b, buf, 0), MSTAR_EINVAL);
+    assert_mstar_status(mstar_host_register(b, buf, 0, 0), MSTAR_EINVAL);
+    assert_mstar_status(mstar_host_register(b, buf, 4096, 0x80), MSTAR_EINVAL); /* unknown flag */
     free(buf);
     mstar_backend_destroy(b);
 }

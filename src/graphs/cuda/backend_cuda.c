@@ -104,18 +104,17 @@ static void cuda_host_free_pinned(mstar_backend *b, void *ptr)
     cudaFreeHost(ptr);
 }
 
-static mstar_status cuda_host_register(mstar_backend *b, void *ptr, size_t nbytes)
+static mstar_status cuda_host_register(mstar_backend *b, void *ptr, size_t nbytes, unsigned flags)
 {
     mstar_status st = pin(b);
     if (st != MSTAR_OK)
         return st;
-    cudaError_t err = cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable);
-    if (err == cudaErrorInvalidValue) {
-        /* A read-only mapping (a peer's arena segment is mapped PROT_READ) can only be
-         * registered as read-only. */
-        cudaGetLastError();
-        err = cudaHostRegister(ptr, nbytes, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-    }
+    /* A PROT_READ mapping (a peer's arena segment) can only be registered read-only; a
+     * writable one must not be, or copies into it fail. */
+    unsigned cuda_flags = cudaHostRegisterPortable;
+    if (flags & MSTAR_HOST_REGISTER_READ_ONLY)
+        cuda_flags |= cudaHostRegisterReadOnly;
+    cudaError_t err = cudaHostRegister(ptr, nbytes, cuda_flags);
     return err == cudaSuccess ? MSTAR_OK : cuda_error(b, err, "cudaHostRegister");
 }
 
@@ -127,9 +126,12 @@ static mstar_status cuda_host_unregister(mstar_backend *b, void *ptr)
 
 static mstar_status cuda_mem_info(mstar_backend *b, uint64_t *free_bytes, uint64_t *total_bytes)
 {
-    mstar_status st = pin(b);
-    if (st != MSTAR_OK)
-        return st;
+    /* cuMemGetInfo is a driver call: it needs the device's primary context current on this
+     * thread, which cudaSetDevice makes so (pin() skips it when cudaGetDevice already reports
+     * the device, which is also what it reports before any context exists). Not a hot path. */
+    cudaError_t err = cudaSetDevice(b->device.index);
+    if (err != cudaSuccess)
+        return cuda_error(b, err, "cudaSetDevice");
     struct cuda_impl *impl = b->impl;
     size_t f = 0, t = 0;
     if (impl->mem_get_info != NULL) {
