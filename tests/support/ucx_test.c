@@ -49,13 +49,43 @@ void ucx_test_setup(int argc, char **argv)
         exit(producer_main(argc, argv));
 }
 
+/* Whether UCX's own "async" thread (global, shared by every context) is running. */
+static bool ucx_async_thread_alive(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    bool alive = false;
+    struct dirent *ent;
+    while (d != NULL && !alive && (ent = readdir(d)) != NULL) {
+        char path[300], name[32] = "";
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", ent->d_name);
+        FILE *f = fopen(path, "r");
+        if (f != NULL) {
+            alive = fgets(name, sizeof(name), f) != NULL && strcmp(name, "async\n") == 0;
+            fclose(f);
+        }
+    }
+    if (d != NULL)
+        closedir(d);
+    return alive;
+}
+
+/* With no engine left, UCX stops its async thread (and closes its fds) a little later, on its
+ * own: wait for that (up to 5 s) so a census counts only what the engine itself left. */
+static void ucx_quiesce(void)
+{
+    for (int i = 0; i < 500 && ucx_async_thread_alive(); i++)
+        usleep(10000);
+}
+
 int ucx_test_threads(void)
 {
+    ucx_quiesce();
     return mstar_test_count_dir("/proc/self/task");
 }
 
 int ucx_test_fds(void)
 {
+    ucx_quiesce();
     return mstar_test_count_dir("/proc/self/fd");
 }
 

@@ -16,7 +16,8 @@
  * allocator; UCX reads these at load time, so the test re-executes itself once with them set). */
 void ucx_test_setup(int argc, char **argv);
 
-/* Threads and open fds of this process. */
+/* Threads and open fds of this process, counted once UCX's own async thread has stopped (it
+ * outlives the last engine briefly). Call with no engine alive. */
 int ucx_test_threads(void);
 int ucx_test_fds(void);
 
