@@ -24,6 +24,15 @@ typedef struct mstar__wkey {
     uint32_t len;
 } mstar__wkey;
 
+/* One kind of map keyed by field names: its keys, which of them a map may hold (`allowed`) and
+ * which it must (`required`), as bits indexed like `keys`. */
+typedef struct mstar__wmap {
+    const mstar__wkey *keys;
+    int nkeys;
+    uint64_t allowed;
+    uint64_t required;
+} mstar__wmap;
+
 /* ---- reader ---------------------------------------------------------------------------------- */
 
 typedef struct mstar__rd {
@@ -34,7 +43,6 @@ typedef struct mstar__rd {
 
 void mstar__rd_init(mstar__rd *r, const void *data, size_t len);
 
-bool mstar__rd_next_is_nil(const mstar__rd *r);
 /* Consume a nil if one is next; true if it did. */
 bool mstar__rd_nil(mstar__rd *r);
 
@@ -64,35 +72,21 @@ mstar_status mstar__rd_array(mstar__rd *r, const mstar__wpath *path, uint32_t ma
 /* A map header of at most `max` entries, each (key and value) at least `min_bytes` long. */
 mstar_status mstar__rd_map(mstar__rd *r, const mstar__wpath *path, uint32_t max, uint32_t min_bytes,
                            uint32_t *n);
-/* Take `n` descriptors out of the message's budget (MSTAR_WIRE_MAX_TENSORS in all). */
-mstar_status mstar__rd_take_tensors(mstar__rd *r, const mstar__wpath *path, uint32_t n);
-
-/* The keys of one map being read: which are allowed, which were seen (a repeat is an error),
- * and where to start looking for the next one (encoders write keys in table order, so the
- * next key is usually the next entry). */
-typedef struct mstar__rd_keys {
-    const mstar__wkey *keys;
-    int nkeys;
-    uint64_t allowed;
-    uint64_t seen;
-    int next;
-} mstar__rd_keys;
-
-static inline mstar__rd_keys mstar__rd_keys_of(const mstar__wkey *keys, int nkeys, uint64_t allowed)
-{
-    mstar__rd_keys k = { keys, nkeys, allowed, 0, 0 };
-    return k;
-}
-
-/* Read a map key (a string) and look it up among the allowed keys: *field is its index, or -1
- * for a key this build does not know (skip its value). `path` names the map. */
-mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, mstar__rd_keys *km, int *field);
 /* Skip one value of any type, checking it as strictly as a known one (counts against bytes;
  * extension types rejected); nothing is allocated. */
 mstar_status mstar__rd_skip(mstar__rd *r, const mstar__wpath *path);
-/* Fail naming the first key of `required` the map did not have. */
-mstar_status mstar__rd_require(const mstar__wpath *path, const mstar__rd_keys *km,
-                               uint64_t required);
+
+/* Reads the value of a map's known key: `field` indexes the map's keys, `path` names the field. */
+typedef mstar_status (*mstar__rd_field_fn)(mstar__rd *r, const mstar__wpath *path, int field,
+                                           void *ctx);
+
+/* A map of `map`'s kind: its header, then per entry the key (a string), looked up among the
+ * allowed keys, and its value, read by `read_field` for a known key and skipped for a key this
+ * build does not know. A repeated key is an error, and so is a required key missing at the end.
+ * `path` names the map. Encoders write keys in table order, so the lookup tries the key after
+ * the last one found first. */
+mstar_status mstar__rd_fields(mstar__rd *r, const mstar__wpath *path, const mstar__wmap *map,
+                              mstar__rd_field_fn read_field, void *ctx);
 
 /* ---- writer ---------------------------------------------------------------------------------- */
 
@@ -104,20 +98,12 @@ typedef struct mstar__wr {
     uint32_t tensors_left; /* descriptors the rest of this message may still hold */
 } mstar__wr;
 
-void mstar__wr_init(mstar__wr *w);
-/* Hand the buffer over (MSTAR_OK) or free it and return the sticky error; also rejects a result
- * over MSTAR_WIRE_MAX_MESSAGE (EINVAL naming `root`). */
-mstar_status mstar__wr_finish(mstar__wr *w, const char *root, void **data, size_t *len);
-/* Free the buffer after an encoder failed. */
-void mstar__wr_discard(mstar__wr *w);
-
 void mstar__wr_map(mstar__wr *w, uint32_t n);
 void mstar__wr_array(mstar__wr *w, uint32_t n);
 void mstar__wr_key(mstar__wr *w, const mstar__wkey *key);
 void mstar__wr_uint(mstar__wr *w, uint64_t v);
 void mstar__wr_int(mstar__wr *w, int64_t v);
 void mstar__wr_bool(mstar__wr *w, bool v);
-void mstar__wr_nil(mstar__wr *w);
 void mstar__wr_double(mstar__wr *w, double v);
 void mstar__wr_str(mstar__wr *w, const char *s, size_t len);
 /* A NUL-terminated string. */
@@ -125,8 +111,22 @@ void mstar__wr_cstr(mstar__wr *w, const char *s);
 void mstar__wr_bin(mstar__wr *w, const void *s, size_t len);
 void mstar__wr_rid(mstar__wr *w, const mstar_rid *rid);
 
-/* Take `n` descriptors out of the message's budget (EINVAL naming `path` past it). */
-mstar_status mstar__wr_take_tensors(mstar__wr *w, const mstar__wpath *path, uint32_t n);
+/* Writes the value of field `field` of `value`; `path` names the field. */
+typedef mstar_status (*mstar__wr_field_fn)(mstar__wr *w, const mstar__wpath *path, int field,
+                                           const void *value);
+
+/* A map of the fields of `value` whose bits are set in `present` (indexing map->keys), in key
+ * order: each key, then its value through `write_field`. Stops at the first failure. */
+mstar_status mstar__wr_fields(mstar__wr *w, const mstar__wpath *path, const mstar__wmap *map,
+                              uint64_t present, mstar__wr_field_fn write_field, const void *value);
+
+/* ---- the descriptor budget ---------------------------------------------------------------------
+ *
+ * A message holds at most MSTAR_WIRE_MAX_TENSORS descriptors in all, across its edges. Reader and
+ * writer each start with that budget (tensors_left) and take every descriptor array out of it:
+ * past it is `code` (EPROTO reading, EINVAL writing) naming `path`. */
+mstar_status mstar__wire_take_tensors(mstar_status code, const mstar__wpath *path,
+                                      uint32_t *tensors_left, uint32_t n);
 
 /* ---- whole buffers ----------------------------------------------------------------------------
  *

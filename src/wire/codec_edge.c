@@ -28,8 +28,9 @@ static const mstar__wkey keys[F_COUNT] = {
     [F_TOTAL_FANIN] = { "_total_fanin", 12 },  [F_SHARD_DIM] = { "_shard_dim", 10 },
 };
 
-#define REQUIRED ((1u << F_NEXT_NODE) | (1u << F_NAME))
-#define ALL      ((UINT64_C(1) << F_COUNT) - 1)
+#define REQUIRED ((UINT64_C(1) << F_NEXT_NODE) | (UINT64_C(1) << F_NAME))
+
+static const mstar__wmap edge_map = { keys, F_COUNT, (UINT64_C(1) << F_COUNT) - 1, REQUIRED };
 
 /* ---- decoding -------------------------------------------------------------------------------- */
 
@@ -42,8 +43,9 @@ static mstar_status read_shard_dim(mstar__rd *r, const mstar__wpath *path, int32
     return mstar__rd_int32(r, path, 0, MSTAR_MAX_NDIM - 1, out);
 }
 
-static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field, mstar_edge *out)
+static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field, void *ctx)
 {
+    mstar_edge *out = ctx;
     switch (field) {
     case F_NEXT_NODE:
         return mstar__rd_name(r, path, true, out->next_node);
@@ -65,35 +67,12 @@ static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field
     return mstar__wire_fail(MSTAR_EPROTO, path, "unhandled field");
 }
 
-static mstar_status read_edge(mstar__rd *r, const mstar__wpath *path, mstar_edge *out)
-{
-    uint32_t n;
-    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
-    if (st != MSTAR_OK)
-        return st;
-    mstar__rd_keys km = mstar__rd_keys_of(keys, F_COUNT, ALL);
-    for (uint32_t i = 0; i < n; i++) {
-        int field;
-        if ((st = mstar__rd_key(r, path, &km, &field)) != MSTAR_OK)
-            return st;
-        if (field < 0) {
-            st = mstar__rd_skip(r, path);
-        } else {
-            mstar__wpath pf = mstar__wpath_key(path, keys[field].name);
-            st = read_field(r, &pf, field, out);
-        }
-        if (st != MSTAR_OK)
-            return st;
-    }
-    /* Every rule of mstar__wire_check_edge was enforced by the reads above (names validated,
-     * counts and ranges passed to the reader). */
-    return mstar__rd_require(path, &km, REQUIRED);
-}
-
 mstar_status mstar__edge_read(mstar__rd *r, const mstar__wpath *path, mstar_edge *out)
 {
     mstar_edge_init(out);
-    mstar_status st = read_edge(r, path, out);
+    /* Every rule of mstar__wire_check_edge is enforced as the fields are read (names validated,
+     * counts and ranges passed to the reader). */
+    mstar_status st = mstar__rd_fields(r, path, &edge_map, read_field, out);
     if (st != MSTAR_OK)
         mstar_edge_clear(out);
     return st;
@@ -101,21 +80,23 @@ mstar_status mstar__edge_read(mstar__rd *r, const mstar__wpath *path, mstar_edge
 
 /* ---- encoding -------------------------------------------------------------------------------- */
 
-static uint32_t present(const mstar_edge *edge)
+/* The fields that differ from their defaults, plus the required ones. */
+static uint64_t present(const mstar_edge *edge)
 {
-    uint32_t m = REQUIRED;
-    m |= (uint32_t)(edge->ntensors != 0) << F_TENSOR_INFO;
-    m |= (uint32_t)edge->persist << F_PERSIST;
-    m |= (uint32_t)edge->is_streaming << F_IS_STREAMING;
-    m |= (uint32_t)edge->persist_for_loop << F_PERSIST_FOR_LOOP;
-    m |= (uint32_t)(edge->total_fanin != 1) << F_TOTAL_FANIN;
-    m |= (uint32_t)(edge->shard_dim != -1) << F_SHARD_DIM;
+    uint64_t m = REQUIRED;
+    m |= (uint64_t)(edge->ntensors != 0) << F_TENSOR_INFO;
+    m |= (uint64_t)edge->persist << F_PERSIST;
+    m |= (uint64_t)edge->is_streaming << F_IS_STREAMING;
+    m |= (uint64_t)edge->persist_for_loop << F_PERSIST_FOR_LOOP;
+    m |= (uint64_t)(edge->total_fanin != 1) << F_TOTAL_FANIN;
+    m |= (uint64_t)(edge->shard_dim != -1) << F_SHARD_DIM;
     return m;
 }
 
 static mstar_status write_field(mstar__wr *w, const mstar__wpath *path, int field,
-                                const mstar_edge *edge)
+                                const void *value)
 {
+    const mstar_edge *edge = value;
     switch (field) {
     case F_NEXT_NODE:
         mstar__wr_cstr(w, edge->next_node);
@@ -149,17 +130,7 @@ mstar_status mstar__edge_write(mstar__wr *w, const mstar__wpath *path, const mst
     mstar_status st = mstar__wire_check_edge(MSTAR_EINVAL, path, edge);
     if (st != MSTAR_OK)
         return st;
-    uint32_t m = present(edge);
-    mstar__wr_map(w, (uint32_t)__builtin_popcount(m));
-    for (int f = 0; f < F_COUNT; f++) {
-        if (m >> f & 1) {
-            mstar__wr_key(w, &keys[f]);
-            mstar__wpath pf = mstar__wpath_key(path, keys[f].name);
-            if ((st = write_field(w, &pf, f, edge)) != MSTAR_OK)
-                return st;
-        }
-    }
-    return MSTAR_OK;
+    return mstar__wr_fields(w, path, &edge_map, present(edge), write_field, edge);
 }
 
 /* ---- stand-alone ----------------------------------------------------------------------------- */

@@ -50,9 +50,11 @@ static const mstar__wkey keys[F_COUNT] = {
     [F_REMOTE_KEY] = { "remote_key", 10 },
 };
 
-#define REQUIRED \
-    ((1u << F_UUID) | (1u << F_DIMS) | (1u << F_DTYPE) | (1u << F_NBYTES) | (1u << F_SOURCE_ENTITY))
-#define ALL ((UINT64_C(1) << F_COUNT) - 1)
+#define REQUIRED                                                                    \
+    ((UINT64_C(1) << F_UUID) | (UINT64_C(1) << F_DIMS) | (UINT64_C(1) << F_DTYPE) | \
+     (UINT64_C(1) << F_NBYTES) | (UINT64_C(1) << F_SOURCE_ENTITY))
+
+static const mstar__wmap info_map = { keys, F_COUNT, (UINT64_C(1) << F_COUNT) - 1, REQUIRED };
 
 /* ---- decoding -------------------------------------------------------------------------------- */
 
@@ -106,9 +108,16 @@ static mstar_status read_remote_key(mstar__rd *r, const mstar__wpath *path, msta
     return MSTAR_OK;
 }
 
-static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field,
-                               mstar_tensor_info *out, int32_t *nstride)
+/* The descriptor being read, and how many stride entries it had (-1: none yet). */
+typedef struct info_reading {
+    mstar_tensor_info *info;
+    int32_t nstride;
+} info_reading;
+
+static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field, void *ctx)
 {
+    info_reading *in = ctx;
+    mstar_tensor_info *out = in->info;
     switch (field) {
     case F_UUID:
         return mstar__rd_uint(r, path, &out->uuid);
@@ -121,7 +130,7 @@ static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field
     case F_SOURCE_ENTITY:
         return mstar__rd_name(r, path, false, out->source_entity);
     case F_STRIDE:
-        return read_shape(r, path, out->stride, nstride);
+        return read_shape(r, path, out->stride, &in->nstride);
     case F_ADDRESS:
         return mstar__rd_uint(r, path, &out->address);
     case F_OFFSET:
@@ -154,35 +163,18 @@ static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field
 /* Read into *info, which is in init state. */
 static mstar_status read_info(mstar__rd *r, const mstar__wpath *path, mstar_tensor_info *info)
 {
-    uint32_t n;
-    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
+    info_reading in = { info, -1 };
+    mstar_status st = mstar__rd_fields(r, path, &info_map, read_field, &in);
     if (st != MSTAR_OK)
         return st;
-    mstar__rd_keys km = mstar__rd_keys_of(keys, F_COUNT, ALL);
-    int32_t nstride = -1;
-    for (uint32_t i = 0; i < n; i++) {
-        int field;
-        if ((st = mstar__rd_key(r, path, &km, &field)) != MSTAR_OK)
-            return st;
-        if (field < 0) {
-            st = mstar__rd_skip(r, path);
-        } else {
-            mstar__wpath pf = mstar__wpath_key(path, keys[field].name);
-            st = read_field(r, &pf, field, info, &nstride);
-        }
-        if (st != MSTAR_OK)
-            return st;
-    }
-    if ((st = mstar__rd_require(path, &km, REQUIRED)) != MSTAR_OK)
-        return st;
-    if (nstride >= 0 && nstride != info->ndim) {
+    if (in.nstride >= 0 && in.nstride != info->ndim) {
         mstar__wpath pf = mstar__wpath_key(path, keys[F_STRIDE].name);
-        return mstar__wire_fail(MSTAR_EPROTO, &pf, "%d entries, but dims has %d", (int)nstride,
+        return mstar__wire_fail(MSTAR_EPROTO, &pf, "%d entries, but dims has %d", (int)in.nstride,
                                 (int)info->ndim);
     }
     if ((st = mstar__wire_check_info(MSTAR_EPROTO, path, info, false)) != MSTAR_OK)
         return st;
-    if (nstride < 0)
+    if (in.nstride < 0)
         mstar_shape_contiguous_strides(info->ndim, info->dims, info->stride);
     return MSTAR_OK;
 }
@@ -202,7 +194,7 @@ mstar_status mstar__infos_read(mstar__rd *r, const mstar__wpath *path, mstar_edg
     mstar_status st = mstar__rd_array(r, path, MSTAR_WIRE_MAX_TENSORS, INFO_MIN_BYTES, &n);
     if (st != MSTAR_OK)
         return st;
-    if ((st = mstar__rd_take_tensors(r, path, n)) != MSTAR_OK)
+    if ((st = mstar__wire_take_tensors(MSTAR_EPROTO, path, &r->tensors_left, n)) != MSTAR_OK)
         return st;
     if ((st = mstar__wire_alloc(n, sizeof(mstar_tensor_info), (void **)&edge->tensor_info)) !=
         MSTAR_OK)
@@ -226,20 +218,20 @@ static bool strides_contiguous(const mstar_tensor_info *info)
 }
 
 /* The fields that differ from their defaults, plus the required ones. */
-static uint32_t present(const mstar_tensor_info *info)
+static uint64_t present(const mstar_tensor_info *info)
 {
-    uint32_t m = REQUIRED;
-    m |= (uint32_t)!strides_contiguous(info) << F_STRIDE;
-    m |= (uint32_t)(info->address != 0) << F_ADDRESS;
-    m |= (uint32_t)(info->offset != 0) << F_OFFSET;
-    m |= (uint32_t)(info->source_tp_size != 1) << F_TP_SIZE;
-    m |= (uint32_t)(info->source_tp_rank != 0) << F_TP_RANK;
-    m |= (uint32_t)(info->source_session_id[0] != '\0') << F_SESSION;
-    m |= (uint32_t)(info->shm_segment[0] != '\0') << F_SHM_SEGMENT;
-    m |= (uint32_t)(info->shm_offset != 0) << F_SHM_OFFSET;
-    m |= (uint32_t)(info->source_node_name[0] != '\0') << F_NODE;
-    m |= (uint32_t)(info->source_graph_walk[0] != '\0') << F_WALK;
-    m |= (uint32_t)(info->remote_key_len != 0) << F_REMOTE_KEY;
+    uint64_t m = REQUIRED;
+    m |= (uint64_t)!strides_contiguous(info) << F_STRIDE;
+    m |= (uint64_t)(info->address != 0) << F_ADDRESS;
+    m |= (uint64_t)(info->offset != 0) << F_OFFSET;
+    m |= (uint64_t)(info->source_tp_size != 1) << F_TP_SIZE;
+    m |= (uint64_t)(info->source_tp_rank != 0) << F_TP_RANK;
+    m |= (uint64_t)(info->source_session_id[0] != '\0') << F_SESSION;
+    m |= (uint64_t)(info->shm_segment[0] != '\0') << F_SHM_SEGMENT;
+    m |= (uint64_t)(info->shm_offset != 0) << F_SHM_OFFSET;
+    m |= (uint64_t)(info->source_node_name[0] != '\0') << F_NODE;
+    m |= (uint64_t)(info->source_graph_walk[0] != '\0') << F_WALK;
+    m |= (uint64_t)(info->remote_key_len != 0) << F_REMOTE_KEY;
     return m;
 }
 
@@ -250,42 +242,61 @@ static void write_shape(mstar__wr *w, const int64_t *v, int32_t n)
         mstar__wr_int(w, v[i]);
 }
 
-static void write_field(mstar__wr *w, int field, const mstar_tensor_info *info)
+static mstar_status write_field(mstar__wr *w, const mstar__wpath *path, int field,
+                                const void *value)
 {
+    const mstar_tensor_info *info = value;
     switch (field) {
     case F_UUID:
-        return mstar__wr_uint(w, info->uuid);
+        mstar__wr_uint(w, info->uuid);
+        break;
     case F_DIMS:
-        return write_shape(w, info->dims, info->ndim);
+        write_shape(w, info->dims, info->ndim);
+        break;
     case F_DTYPE:
-        return mstar__wr_cstr(w, mstar_dtype_name(info->dtype));
+        mstar__wr_cstr(w, mstar_dtype_name(info->dtype));
+        break;
     case F_NBYTES:
-        return mstar__wr_uint(w, info->nbytes);
+        mstar__wr_uint(w, info->nbytes);
+        break;
     case F_SOURCE_ENTITY:
-        return mstar__wr_cstr(w, info->source_entity);
+        mstar__wr_cstr(w, info->source_entity);
+        break;
     case F_STRIDE:
-        return write_shape(w, info->stride, info->ndim);
+        write_shape(w, info->stride, info->ndim);
+        break;
     case F_ADDRESS:
-        return mstar__wr_uint(w, info->address);
+        mstar__wr_uint(w, info->address);
+        break;
     case F_OFFSET:
-        return mstar__wr_uint(w, info->offset);
+        mstar__wr_uint(w, info->offset);
+        break;
     case F_TP_SIZE:
-        return mstar__wr_int(w, info->source_tp_size);
+        mstar__wr_int(w, info->source_tp_size);
+        break;
     case F_TP_RANK:
-        return mstar__wr_int(w, info->source_tp_rank);
+        mstar__wr_int(w, info->source_tp_rank);
+        break;
     case F_SESSION:
-        return mstar__wr_cstr(w, info->source_session_id);
+        mstar__wr_cstr(w, info->source_session_id);
+        break;
     case F_SHM_SEGMENT:
-        return mstar__wr_cstr(w, info->shm_segment);
+        mstar__wr_cstr(w, info->shm_segment);
+        break;
     case F_SHM_OFFSET:
-        return mstar__wr_uint(w, info->shm_offset);
+        mstar__wr_uint(w, info->shm_offset);
+        break;
     case F_NODE:
-        return mstar__wr_cstr(w, info->source_node_name);
+        mstar__wr_cstr(w, info->source_node_name);
+        break;
     case F_WALK:
-        return mstar__wr_cstr(w, info->source_graph_walk);
+        mstar__wr_cstr(w, info->source_graph_walk);
+        break;
     case F_REMOTE_KEY:
-        return mstar__wr_bin(w, info->remote_key, info->remote_key_len);
+        mstar__wr_bin(w, info->remote_key, info->remote_key_len);
+        break;
     }
+    return MSTAR_OK;
 }
 
 mstar_status mstar__info_write(mstar__wr *w, const mstar__wpath *path,
@@ -294,20 +305,13 @@ mstar_status mstar__info_write(mstar__wr *w, const mstar__wpath *path,
     mstar_status st = mstar__wire_check_info(MSTAR_EINVAL, path, info, true);
     if (st != MSTAR_OK)
         return st;
-    uint32_t m = present(info);
-    mstar__wr_map(w, (uint32_t)__builtin_popcount(m));
-    for (int f = 0; f < F_COUNT; f++) {
-        if (m >> f & 1) {
-            mstar__wr_key(w, &keys[f]);
-            write_field(w, f, info);
-        }
-    }
-    return MSTAR_OK;
+    return mstar__wr_fields(w, path, &info_map, present(info), write_field, info);
 }
 
 mstar_status mstar__infos_write(mstar__wr *w, const mstar__wpath *path, const mstar_edge *edge)
 {
-    mstar_status st = mstar__wr_take_tensors(w, path, edge->ntensors);
+    mstar_status st =
+        mstar__wire_take_tensors(MSTAR_EINVAL, path, &w->tensors_left, edge->ntensors);
     if (st != MSTAR_OK)
         return st;
     mstar__wr_array(w, edge->ntensors);

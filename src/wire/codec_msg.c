@@ -23,6 +23,8 @@ static const mstar__wkey envelope_keys[E_COUNT] = {
 
 #define ENVELOPE_ALL ((UINT64_C(1) << E_COUNT) - 1)
 
+static const mstar__wmap envelope_map = { envelope_keys, E_COUNT, ENVELOPE_ALL, ENVELOPE_ALL };
+
 /* ---- decoding the body's fields -------------------------------------------------------------- */
 
 /* Reads one element of an array-shaped field (or one entry, key and value, of a map-shaped one)
@@ -120,66 +122,59 @@ static mstar_status read_kv_elem(mstar__rd *r, const mstar__wpath *path, void *e
     return mstar__rd_int(r, path, &kv->value);
 }
 
-/* One rx (dest != NULL) or tx (dest == NULL) record into the given fields. */
-static mstar_status read_prof(mstar__rd *r, const mstar__wpath *path, char *edge_name, char *source,
-                              char *dest, int64_t *count, int64_t *num_bytes, double *time_s)
+/* Where the fields of one rx or tx record being read go; dest is NULL for tx. */
+typedef struct prof_fields {
+    char *edge_name, *source, *dest;
+    int64_t *count, *num_bytes;
+    double *time_s;
+} prof_fields;
+
+static mstar_status read_prof_field(mstar__rd *r, const mstar__wpath *path, int field, void *ctx)
+{
+    prof_fields *p = ctx;
+    switch ((mstar__prof_field)field) {
+    case P_EDGE_NAME:
+        return mstar__rd_name(r, path, false, p->edge_name);
+    case P_SOURCE_ENTITY:
+        return mstar__rd_name(r, path, false, p->source);
+    case P_DEST_ENTITY:
+        return mstar__rd_name(r, path, false, p->dest);
+    case P_COUNT:
+        return mstar__rd_int(r, path, p->count);
+    case P_NUM_BYTES:
+        return mstar__rd_int(r, path, p->num_bytes);
+    case P_TIME:
+        return mstar__rd_double(r, path, p->time_s);
+    case P_COUNT_:
+        break;
+    }
+    return mstar__wire_fail(MSTAR_EPROTO, path, "unhandled field");
+}
+
+/* Every field of a record is required: rx has them all, tx all but dest_entity. */
+static mstar_status read_prof(mstar__rd *r, const mstar__wpath *path, prof_fields *p)
 {
     uint64_t all = (UINT64_C(1) << P_COUNT_) - 1;
-    if (dest == NULL)
+    if (p->dest == NULL)
         all &= ~(UINT64_C(1) << P_DEST_ENTITY);
-    uint32_t n;
-    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
-    mstar__rd_keys km = mstar__rd_keys_of(mstar__prof_keys, P_COUNT_, all);
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        int f;
-        st = mstar__rd_key(r, path, &km, &f);
-        if (st != MSTAR_OK)
-            break;
-        if (f < 0) {
-            st = mstar__rd_skip(r, path);
-            continue;
-        }
-        mstar__wpath pf = mstar__wpath_key(path, mstar__prof_keys[f].name);
-        switch ((mstar__prof_field)f) {
-        case P_EDGE_NAME:
-            st = mstar__rd_name(r, &pf, false, edge_name);
-            break;
-        case P_SOURCE_ENTITY:
-            st = mstar__rd_name(r, &pf, false, source);
-            break;
-        case P_DEST_ENTITY:
-            st = mstar__rd_name(r, &pf, false, dest);
-            break;
-        case P_COUNT:
-            st = mstar__rd_int(r, &pf, count);
-            break;
-        case P_NUM_BYTES:
-            st = mstar__rd_int(r, &pf, num_bytes);
-            break;
-        case P_TIME:
-            st = mstar__rd_double(r, &pf, time_s);
-            break;
-        case P_COUNT_:
-            break;
-        }
-    }
-    if (st != MSTAR_OK)
-        return st;
-    return mstar__rd_require(path, &km, all);
+    mstar__wmap map = { mstar__prof_keys, P_COUNT_, all, all };
+    return mstar__rd_fields(r, path, &map, read_prof_field, p);
 }
 
 static mstar_status read_rx_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
 {
     mstar_rx_info *rx = elem;
-    return read_prof(r, path, rx->edge_name, rx->source_entity, rx->dest_entity, &rx->count,
-                     &rx->num_bytes, &rx->time_s);
+    prof_fields p = { rx->edge_name, rx->source_entity, rx->dest_entity,
+                      &rx->count,    &rx->num_bytes,    &rx->time_s };
+    return read_prof(r, path, &p);
 }
 
 static mstar_status read_tx_elem(mstar__rd *r, const mstar__wpath *path, void *elem)
 {
     mstar_tx_info *tx = elem;
-    return read_prof(r, path, tx->edge_name, tx->source_entity, NULL, &tx->count, &tx->num_bytes,
-                     &tx->time_s);
+    prof_fields p = { tx->edge_name, tx->source_entity, NULL,
+                      &tx->count,    &tx->num_bytes,    &tx->time_s };
+    return read_prof(r, path, &p);
 }
 
 /* Smallest wire sizes of elements, to check counts against the bytes present before allocating:
@@ -215,8 +210,8 @@ static mstar_status read_one_edge(mstar__rd *r, const mstar__wpath *path, mstar_
     return mstar__edge_read(r, path, &msg->edges[0]);
 }
 
-static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, mstar__body_field field,
-                               mstar_msg *msg)
+static mstar_status read_body_value(mstar__rd *r, const mstar__wpath *path, mstar__body_field field,
+                                    mstar_msg *msg)
 {
     int32_t source;
     mstar_status st;
@@ -280,30 +275,26 @@ static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, mstar__bo
     return mstar__wire_fail(MSTAR_EPROTO, path, "unhandled field");
 }
 
-static mstar_status read_body(mstar__rd *r, const mstar__wpath *path, mstar_msg *msg)
+/* A field's value, then the field's rules. */
+static mstar_status read_body_field(mstar__rd *r, const mstar__wpath *path, int field, void *ctx)
+{
+    mstar_msg *msg = ctx;
+    mstar_status st = read_body_value(r, path, (mstar__body_field)field, msg);
+    if (st == MSTAR_OK)
+        st = mstar__body_check_field(MSTAR_EPROTO, path, msg, (mstar__body_field)field, false);
+    return st;
+}
+
+/* The body of msg's type (already set), named "<TYPE>.body" in errors. */
+static mstar_status read_body(mstar__rd *r, mstar_msg *msg)
 {
     const mstar__body_schema *schema = &mstar__body_schemas[msg->type];
-    uint32_t n;
-    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
-    mstar__rd_keys km = mstar__rd_keys_of(mstar__body_keys, B_COUNT_, schema->fields);
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        int f;
-        st = mstar__rd_key(r, path, &km, &f);
-        if (st != MSTAR_OK)
-            break;
-        if (f < 0) {
-            st = mstar__rd_skip(r, path);
-            continue;
-        }
-        mstar__wpath pf = mstar__wpath_key(path, mstar__body_keys[f].name);
-        st = read_field(r, &pf, (mstar__body_field)f, msg);
-        if (st == MSTAR_OK)
-            st = mstar__body_check_field(MSTAR_EPROTO, &pf, msg, (mstar__body_field)f, false);
-    }
+    mstar__wmap map = { mstar__body_keys, B_COUNT_, schema->fields, schema->required };
+    mstar__wpath typed = mstar__wpath_key(NULL, mstar_msg_type_name(msg->type));
+    mstar__wpath path = mstar__wpath_key(&typed, "body");
+    mstar_status st = mstar__rd_fields(r, &path, &map, read_body_field, msg);
     if (st == MSTAR_OK)
-        st = mstar__rd_require(path, &km, schema->required);
-    if (st == MSTAR_OK)
-        st = mstar__body_check_all(MSTAR_EPROTO, path, msg);
+        st = mstar__body_check_all(MSTAR_EPROTO, &path, msg);
     return st;
 }
 
@@ -335,60 +326,55 @@ static mstar_status read_version(mstar__rd *r, const mstar__wpath *path)
     return st;
 }
 
+/* The envelope being read: the body is read once the version and the type are known. */
+typedef struct envelope {
+    mstar_msg *msg;
+    char from[MSTAR_NAME_MAX + 1];
+    bool have_version, have_type;
+    const char *body_at; /* where a body that came before them starts */
+    bool body_done;
+} envelope;
+
+static mstar_status read_envelope_field(mstar__rd *r, const mstar__wpath *path, int field,
+                                        void *ctx)
+{
+    envelope *e = ctx;
+    mstar_msg_type type;
+    mstar_status st;
+    switch (field) {
+    case E_V:
+        st = read_version(r, path);
+        e->have_version = st == MSTAR_OK;
+        return st;
+    case E_TYPE:
+        if ((st = read_type(r, path, &type)) == MSTAR_OK)
+            mstar__msg_set_type(e->msg, type); /* still in init state: no body read yet */
+        e->have_type = st == MSTAR_OK;
+        return st;
+    case E_FROM:
+        return mstar__rd_name(r, path, false, e->from);
+    case E_BODY:
+        if (e->have_version && e->have_type) {
+            e->body_done = true;
+            return read_body(r, e->msg);
+        }
+        e->body_at = r->p;
+        return mstar__rd_skip(r, path);
+    }
+    return mstar__wire_fail(MSTAR_EPROTO, path, "unhandled field");
+}
+
 static mstar_status read_message(mstar__rd *r, const mstar__wpath *root, void *out)
 {
-    mstar_msg *msg = out;
-    char from[MSTAR_NAME_MAX + 1] = "";
-    const char *body_at = NULL;
-    bool body_done = false;
-    uint32_t n;
-    mstar_status st = mstar__rd_map(r, root, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
-    mstar__rd_keys km = mstar__rd_keys_of(envelope_keys, E_COUNT, ENVELOPE_ALL);
-    for (uint32_t i = 0; st == MSTAR_OK && i < n; i++) {
-        int f;
-        mstar_msg_type type;
-        st = mstar__rd_key(r, root, &km, &f);
-        if (st != MSTAR_OK)
-            break;
-        mstar__wpath pf = mstar__wpath_key(root, f >= 0 ? envelope_keys[f].name : "");
-        switch (f) {
-        case E_V:
-            st = read_version(r, &pf);
-            break;
-        case E_TYPE:
-            if ((st = read_type(r, &pf, &type)) == MSTAR_OK)
-                mstar__msg_set_type(msg, type); /* still in init state: no body read yet */
-            break;
-        case E_FROM:
-            st = mstar__rd_name(r, &pf, false, from);
-            break;
-        case E_BODY:
-            if ((km.seen & ((1u << E_V) | (1u << E_TYPE))) == ((1u << E_V) | (1u << E_TYPE))) {
-                mstar__wpath typed = mstar__wpath_key(NULL, mstar_msg_type_name(msg->type));
-                mstar__wpath pb = mstar__wpath_key(&typed, "body");
-                st = read_body(r, &pb, msg);
-                body_done = true;
-            } else {
-                body_at = r->p;
-                st = mstar__rd_skip(r, &pf);
-            }
-            break;
-        default:
-            st = mstar__rd_skip(r, root);
-            break;
-        }
-    }
-    if (st == MSTAR_OK)
-        st = mstar__rd_require(root, &km, ENVELOPE_ALL);
-    if (st == MSTAR_OK && !body_done) {
+    envelope e = { .msg = out };
+    mstar_status st = mstar__rd_fields(r, root, &envelope_map, read_envelope_field, &e);
+    if (st == MSTAR_OK && !e.body_done) {
         mstar__rd late = *r;
-        late.p = body_at;
-        mstar__wpath typed = mstar__wpath_key(NULL, mstar_msg_type_name(msg->type));
-        mstar__wpath pb = mstar__wpath_key(&typed, "body");
-        st = read_body(&late, &pb, msg);
+        late.p = e.body_at;
+        st = read_body(&late, e.msg);
     }
     if (st == MSTAR_OK)
-        memcpy(msg->from, from, sizeof(from));
+        memcpy(e.msg->from, e.from, sizeof(e.from));
     return st;
 }
 
@@ -467,10 +453,11 @@ static void write_prof(mstar__wr *w, const char *edge_name, const char *source, 
     mstar__wr_double(w, time_s);
 }
 
-static mstar_status write_field(mstar__wr *w, const mstar__wpath *path, mstar__body_field field,
-                                const mstar_msg *msg)
+static mstar_status write_body_field(mstar__wr *w, const mstar__wpath *path, int field,
+                                     const void *value)
 {
-    switch (field) {
+    const mstar_msg *msg = value;
+    switch ((mstar__body_field)field) {
     case B_REQUEST_ID:
         mstar__wr_rid(w, &msg->request_id);
         break;
@@ -583,15 +570,8 @@ static mstar_status write_body(mstar__wr *w, const mstar__wpath *path, const mst
         st = mstar__body_check_all(MSTAR_EINVAL, path, msg);
     if (st != MSTAR_OK)
         return st;
-    mstar__wr_map(w, (uint32_t)__builtin_popcountll(fields));
-    for (int f = 0; st == MSTAR_OK && f < B_COUNT_; f++) {
-        if ((fields >> f & 1) == 0)
-            continue;
-        mstar__wpath pf = mstar__wpath_key(path, mstar__body_keys[f].name);
-        mstar__wr_key(w, &mstar__body_keys[f]);
-        st = write_field(w, &pf, (mstar__body_field)f, msg);
-    }
-    return st;
+    mstar__wmap map = { mstar__body_keys, B_COUNT_, schema->fields, schema->required };
+    return mstar__wr_fields(w, path, &map, fields, write_body_field, msg);
 }
 
 static mstar_status write_message(mstar__wr *w, const mstar__wpath *root, const void *value)

@@ -78,14 +78,9 @@ void mstar__rd_init(mstar__rd *r, const void *data, size_t len)
     r->tensors_left = MSTAR_WIRE_MAX_TENSORS;
 }
 
-bool mstar__rd_next_is_nil(const mstar__rd *r)
-{
-    return r->p < r->end && mp_typeof(*r->p) == MP_NIL;
-}
-
 bool mstar__rd_nil(mstar__rd *r)
 {
-    if (!mstar__rd_next_is_nil(r))
+    if (r->p >= r->end || mp_typeof(*r->p) != MP_NIL)
         return false;
     r->p++;
     return true;
@@ -330,45 +325,6 @@ mstar_status mstar__rd_map(mstar__rd *r, const mstar__wpath *path, uint32_t max,
     return check_count(r, path, *n, max, min_bytes);
 }
 
-mstar_status mstar__rd_take_tensors(mstar__rd *r, const mstar__wpath *path, uint32_t n)
-{
-    if (n > r->tensors_left)
-        return mstar__wire_fail(MSTAR_EPROTO, path,
-                                "%u descriptors, past the message's limit of %d in all", n,
-                                MSTAR_WIRE_MAX_TENSORS);
-    r->tensors_left -= n;
-    return MSTAR_OK;
-}
-
-mstar_status mstar__rd_key(mstar__rd *r, const mstar__wpath *path, mstar__rd_keys *km, int *field)
-{
-    enum mp_type t;
-    if (!peek(r, path, &t))
-        return MSTAR_EPROTO;
-    if (t != MP_STR)
-        return mstar__wire_fail(MSTAR_EPROTO, path, "a key is %s, expected a string", type_name(t));
-    const char *s;
-    uint32_t len;
-    mstar_status st = mstar__rd_str(r, path, &s, &len);
-    if (st != MSTAR_OK)
-        return st;
-    *field = -1;
-    for (int i = 0; i < km->nkeys; i++) {
-        int f = (km->next + i) % km->nkeys;
-        const mstar__wkey *k = &km->keys[f];
-        if ((km->allowed >> f & 1) == 0 || k->len != len || k->name[0] != s[0] ||
-            memcmp(k->name, s, len) != 0)
-            continue;
-        if (km->seen >> f & 1)
-            return mstar__wire_fail(MSTAR_EPROTO, path, "duplicate key '%s'", k->name);
-        km->seen |= UINT64_C(1) << f;
-        km->next = f + 1;
-        *field = f;
-        break;
-    }
-    return MSTAR_OK;
-}
-
 /* One scalar, read with the same checks as a known field and thrown away. */
 static mstar_status skip_scalar(mstar__rd *r, const mstar__wpath *path, enum mp_type t)
 {
@@ -433,14 +389,72 @@ mstar_status mstar__rd_skip(mstar__rd *r, const mstar__wpath *path)
     return MSTAR_OK;
 }
 
-mstar_status mstar__rd_require(const mstar__wpath *path, const mstar__rd_keys *km,
-                               uint64_t required)
+/* The keys of one map being read: which were seen (a repeat is an error) and where to start
+ * looking for the next one. */
+typedef struct read_keys {
+    const mstar__wmap *map;
+    uint64_t seen;
+    int next;
+} read_keys;
+
+/* Read a map key (a string) and look it up among the allowed keys: *field is its index, or -1
+ * for a key this build does not know. `path` names the map. */
+static mstar_status read_key(mstar__rd *r, const mstar__wpath *path, read_keys *km, int *field)
 {
-    uint64_t missing = required & ~km->seen;
+    enum mp_type t;
+    if (!peek(r, path, &t))
+        return MSTAR_EPROTO;
+    if (t != MP_STR)
+        return mstar__wire_fail(MSTAR_EPROTO, path, "a key is %s, expected a string", type_name(t));
+    const char *s;
+    uint32_t len;
+    mstar_status st = mstar__rd_str(r, path, &s, &len);
+    if (st != MSTAR_OK)
+        return st;
+    const mstar__wmap *map = km->map;
+    *field = -1;
+    for (int i = 0; i < map->nkeys; i++) {
+        int f = (km->next + i) % map->nkeys;
+        const mstar__wkey *k = &map->keys[f];
+        if ((map->allowed >> f & 1) == 0 || k->len != len || k->name[0] != s[0] ||
+            memcmp(k->name, s, len) != 0)
+            continue;
+        if (km->seen >> f & 1)
+            return mstar__wire_fail(MSTAR_EPROTO, path, "duplicate key '%s'", k->name);
+        km->seen |= UINT64_C(1) << f;
+        km->next = f + 1;
+        *field = f;
+        break;
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar__rd_fields(mstar__rd *r, const mstar__wpath *path, const mstar__wmap *map,
+                              mstar__rd_field_fn read_field, void *ctx)
+{
+    uint32_t n;
+    mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
+    if (st != MSTAR_OK)
+        return st;
+    read_keys km = { map, 0, 0 };
+    for (uint32_t i = 0; i < n; i++) {
+        int field;
+        if ((st = read_key(r, path, &km, &field)) != MSTAR_OK)
+            return st;
+        if (field < 0) {
+            st = mstar__rd_skip(r, path);
+        } else {
+            mstar__wpath pf = mstar__wpath_key(path, map->keys[field].name);
+            st = read_field(r, &pf, field, ctx);
+        }
+        if (st != MSTAR_OK)
+            return st;
+    }
+    uint64_t missing = map->required & ~km.seen;
     if (missing == 0)
         return MSTAR_OK;
-    int f = __builtin_ctzll(missing);
-    return mstar__wire_fail(MSTAR_EPROTO, path, "missing required field '%s'", km->keys[f].name);
+    return mstar__wire_fail(MSTAR_EPROTO, path, "missing required field '%s'",
+                            map->keys[__builtin_ctzll(missing)].name);
 }
 
 mstar_status mstar__decode_root(const char *root, mstar__read_fn read, const void *data, size_t len,

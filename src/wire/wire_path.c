@@ -1,9 +1,10 @@
 /*
- * wire_path.c — field paths and the error messages that name them (see wire_internal.h).
+ * wire_path.c — field paths, the error messages that name them, and the checks of one field that
+ * encoder and decoder share (names, text, the descriptor budget; see wire_internal.h, codec.h).
  *
  * Paths are formatted only on the error path; the happy path just links frames on the stack.
  */
-#include "wire_internal.h"
+#include "codec.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -94,5 +95,15 @@ mstar_status mstar__wire_check_text(mstar_status code, const mstar__wpath *path,
         if (c < 0x20 || c > 0x7e)
             return mstar__wire_fail(code, path, "byte 0x%02x at %zu (printable ASCII only)", c, i);
     }
+    return MSTAR_OK;
+}
+
+mstar_status mstar__wire_take_tensors(mstar_status code, const mstar__wpath *path,
+                                      uint32_t *tensors_left, uint32_t n)
+{
+    if (n > *tensors_left)
+        return mstar__wire_fail(code, path, "%u descriptors, past the message's limit of %d in all",
+                                n, MSTAR_WIRE_MAX_TENSORS);
+    *tensors_left -= n;
     return MSTAR_OK;
 }

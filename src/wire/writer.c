@@ -14,7 +14,7 @@
 #define WR_INITIAL    512
 #define WR_MAX_SCALAR 9 /* a type byte and 8 payload bytes */
 
-void mstar__wr_init(mstar__wr *w)
+static void wr_init(mstar__wr *w)
 {
     w->data = NULL;
     w->len = 0;
@@ -23,25 +23,28 @@ void mstar__wr_init(mstar__wr *w)
     w->tensors_left = MSTAR_WIRE_MAX_TENSORS;
 }
 
-void mstar__wr_discard(mstar__wr *w)
+/* Free the buffer after an encoder failed. */
+static void wr_discard(mstar__wr *w)
 {
     free(w->data);
-    mstar__wr_init(w);
+    wr_init(w);
 }
 
-mstar_status mstar__wr_finish(mstar__wr *w, const char *root, void **data, size_t *len)
+/* Hand the buffer over (MSTAR_OK) or free it and return the sticky error; also rejects a result
+ * over MSTAR_WIRE_MAX_MESSAGE (EINVAL naming `root`). */
+static mstar_status wr_finish(mstar__wr *w, const char *root, void **data, size_t *len)
 {
     mstar_status st = w->status;
     if (st == MSTAR_OK && w->len > MSTAR_WIRE_MAX_MESSAGE)
         st = mstar_error_set(MSTAR_EINVAL, "%s: encodes to %zu bytes, at most %u", root, w->len,
                              MSTAR_WIRE_MAX_MESSAGE);
     if (st != MSTAR_OK) {
-        mstar__wr_discard(w);
+        wr_discard(w);
         return st;
     }
     *data = w->data;
     *len = w->len;
-    mstar__wr_init(w);
+    wr_init(w);
     return MSTAR_OK;
 }
 
@@ -117,13 +120,6 @@ void mstar__wr_bool(mstar__wr *w, bool v)
         commit(w, mp_encode_bool(p, v));
 }
 
-void mstar__wr_nil(mstar__wr *w)
-{
-    char *p = reserve(w, 1);
-    if (p != NULL)
-        commit(w, mp_encode_nil(p));
-}
-
 void mstar__wr_double(mstar__wr *w, double v)
 {
     char *p = reserve(w, WR_MAX_SCALAR);
@@ -158,13 +154,19 @@ void mstar__wr_rid(mstar__wr *w, const mstar_rid *rid)
         mstar__wr_int(w, rid->num);
 }
 
-mstar_status mstar__wr_take_tensors(mstar__wr *w, const mstar__wpath *path, uint32_t n)
+mstar_status mstar__wr_fields(mstar__wr *w, const mstar__wpath *path, const mstar__wmap *map,
+                              uint64_t present, mstar__wr_field_fn write_field, const void *value)
 {
-    if (n > w->tensors_left)
-        return mstar__wire_fail(MSTAR_EINVAL, path,
-                                "%u descriptors, past the message's limit of %d in all", n,
-                                MSTAR_WIRE_MAX_TENSORS);
-    w->tensors_left -= n;
+    mstar__wr_map(w, (uint32_t)__builtin_popcountll(present));
+    for (int f = 0; f < map->nkeys; f++) {
+        if ((present >> f & 1) == 0)
+            continue;
+        mstar__wr_key(w, &map->keys[f]);
+        mstar__wpath pf = mstar__wpath_key(path, map->keys[f].name);
+        mstar_status st = write_field(w, &pf, f, value);
+        if (st != MSTAR_OK)
+            return st;
+    }
     return MSTAR_OK;
 }
 
@@ -175,11 +177,11 @@ mstar_status mstar__encode_root(const char *root, mstar__write_fn write, const v
         return mstar_error_set(MSTAR_EINVAL, "encoding %s: NULL argument", root);
     mstar__wpath path = mstar__wpath_key(NULL, root);
     mstar__wr w;
-    mstar__wr_init(&w);
+    wr_init(&w);
     mstar_status st = write(&w, &path, value);
     if (st != MSTAR_OK) {
-        mstar__wr_discard(&w);
+        wr_discard(&w);
         return st;
     }
-    return mstar__wr_finish(&w, root, data, len);
+    return wr_finish(&w, root, data, len);
 }
