@@ -8,7 +8,7 @@
  * it (plus any reserved ahead by admit). A stream's page array is sized for max_seq_len once, at
  * ingest, so admit never allocates and can reserve all or nothing.
  *
- * The end of the file adapts the cache to the step runner's resource interface (mstar/step.h).
+ * The end of the file describes the cache's calls to the step-runner adapter (resource.h).
  *
  * A plan block for (slot, label) is laid out as page_table[rows * pages_per_row],
  * token_to_page[tokens], token_to_cache[tokens], token_row[tokens], token_kv_len[tokens],
@@ -16,8 +16,8 @@
  */
 #include "mstar/resources.h"
 
-#include "plan_store.h"
 #include "requests.h"
+#include "resource.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,8 +45,10 @@ struct mstar_kv_cache {
     mstar__plan_store plans;
     int32_t slot_rows, slot_tokens;   /* capacity of the slot blocks */
     int32_t eager_rows, eager_tokens; /* capacity of the eager blocks */
-    char *resource_key;               /* set by mstar_kv_cache_register */
+    mstar__resource_adapter adapter;  /* what a step runner calls */
 };
+
+static const mstar__resource_class kv_class;
 
 static int32_t page_take(mstar_kv_cache *kv)
 {
@@ -130,6 +132,7 @@ mstar_status mstar_kv_cache_create(const mstar_kv_cache_config *config, mstar_ba
     kv->ring_count = config->num_pages;
     mstar__u64map_init(&kv->requests);
     mstar__plan_store_init(&kv->plans, backend, config->num_labels);
+    mstar__resource_adapter_init(&kv->adapter, &kv_class, kv, &kv->plans);
     /* The sink is whatever the allocator hands out first; the kernels and plans assume page 0. */
     int32_t sink = page_take(kv);
     if (sink != MSTAR_KV_SINK_PAGE) {
@@ -148,12 +151,12 @@ void mstar_kv_cache_destroy(mstar_kv_cache *kv)
     if (kv == NULL)
         return;
     size_t it = 0;
-    uint64_t key, val;
-    while (mstar__u64map_next(&kv->requests, &it, &key, &val))
-        request_free(kv, (kv_request *)(uintptr_t)val);
+    kv_request *r;
+    while ((r = mstar__requests_next(&kv->requests, &it)) != NULL)
+        request_free(kv, r);
     mstar__u64map_free(&kv->requests);
     mstar__plan_store_free(&kv->plans);
-    free(kv->resource_key);
+    mstar__resource_adapter_free(&kv->adapter);
     free(kv->ring);
     free(kv);
 }
@@ -235,9 +238,8 @@ static void next_epoch(mstar_kv_cache *kv)
     if (++kv->epoch != 0)
         return;
     size_t it = 0;
-    uint64_t key, val;
-    while (mstar__u64map_next(&kv->requests, &it, &key, &val)) {
-        kv_request *r = (kv_request *)(uintptr_t)val;
+    kv_request *r;
+    while ((r = mstar__requests_next(&kv->requests, &it)) != NULL) {
         for (int32_t l = 0; l < kv->cfg.num_labels; l++)
             r->streams[l].mark = 0;
     }
@@ -552,131 +554,85 @@ mstar_status mstar_kv_cache_stream(const mstar_kv_cache *kv, int64_t request, in
     return MSTAR_OK;
 }
 
-/* ---- as a step-runner resource ---------------------------------------------------------------
- */
+/* ---- for the step-runner adapter (resource.h) ------------------------------------------------ */
 
-static mstar_status res_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
+static mstar_status class_admit(void *res, const mstar_resource_step *step,
+                                mstar_step_admit_result *out)
 {
-    mstar_kv_cache *kv = self;
-    mstar_resource_step rs;
-    mstar_status st = mstar__resource_view(step, kv->resource_key, &rs);
-    if (st == MSTAR_OK)
-        st = mstar_kv_cache_admit(kv, &rs, out);
-    if (st == MSTAR_ENOSPC) {
-        out->ready = true; /* short of pages: a result (out->ok is false), not an error */
-        mstar_error_clear();
-        return MSTAR_OK;
-    }
-    return st;
+    return mstar_kv_cache_admit(res, step, out);
 }
 
-static mstar_status res_plan_into(mstar_kv_cache *kv, mstar_step *step, bool preplan)
+/* Eager: as many rows and tokens as the largest label has. */
+static void class_eager_size(void *res, const mstar_resource_step *step, int64_t *max_rows,
+                             int64_t *max_tokens)
 {
-    mstar_step_ctx *ctx = mstar_step_context(step);
-    mstar_resource_step rs;
-    mstar_status st = mstar__resource_view(step, kv->resource_key, &rs);
-    if (st != MSTAR_OK)
-        return st;
-    /* Eager: as many rows and tokens as the largest label has. */
+    const mstar_kv_cache *kv = res;
     int64_t rows[MSTAR_KV_MAX_LABELS] = { 0 }, tokens[MSTAR_KV_MAX_LABELS] = { 0 };
-    int64_t max_rows = 0, max_tokens = 0;
-    for (size_t i = 0; i < rs.num_segments; i++) {
-        uint32_t l = rs.segments[i].label;
+    *max_rows = *max_tokens = 0;
+    for (size_t i = 0; i < step->num_segments; i++) {
+        uint32_t l = step->segments[i].label;
         if (l >= (uint32_t)kv->cfg.num_labels)
             continue; /* plan refuses it with the reason */
         rows[l]++;
-        tokens[l] += rs.segments[i].span;
-        max_rows = rows[l] > max_rows ? rows[l] : max_rows;
-        max_tokens = tokens[l] > max_tokens ? tokens[l] : max_tokens;
-    }
-    int32_t slot, bucket_rows, bucket_tokens;
-    st = mstar__resource_target(ctx, preplan, max_rows, max_tokens, &slot, &bucket_rows,
-                                &bucket_tokens);
-    if (st != MSTAR_OK)
-        return mstar_error_wrap("kv cache plan");
-    return mstar_kv_cache_plan(kv, slot, &rs, bucket_rows, bucket_tokens, preplan, ctx->stream);
-}
-
-static mstar_status res_plan(void *self, mstar_step *step)
-{
-    return res_plan_into(self, step, false);
-}
-
-static mstar_status res_pre_plan(void *self, mstar_step *step)
-{
-    return res_plan_into(self, step, true);
-}
-
-static mstar_status res_commit(void *self, mstar_step *step)
-{
-    mstar_kv_cache *kv = self;
-    mstar_resource_step rs;
-    mstar_status st = mstar__resource_view(step, kv->resource_key, &rs);
-    return st != MSTAR_OK ? st : mstar_kv_cache_commit(kv, &rs);
-}
-
-static void res_clear_preplan(void *self, int32_t slot)
-{
-    mstar_kv_cache *kv = self;
-    for (int32_t s = 0; s < kv->plans.num_slots; s++) {
-        if (slot < 0 || s == slot)
-            mstar_kv_cache_clear_preplan(kv, s);
+        tokens[l] += step->segments[i].span;
+        *max_rows = rows[l] > *max_rows ? rows[l] : *max_rows;
+        *max_tokens = tokens[l] > *max_tokens ? tokens[l] : *max_tokens;
     }
 }
 
-static mstar_status res_ingest(void *self, int64_t request)
+static mstar_status class_plan(void *res, int32_t slot, const mstar_resource_step *step,
+                               int32_t rows, int32_t tokens, bool preplan, mstar_stream *stream)
 {
-    return mstar_kv_cache_ingest(self, request);
+    return mstar_kv_cache_plan(res, slot, step, rows, tokens, preplan, stream);
 }
 
-static mstar_status res_reset(void *self, int64_t request, bool free_storage)
+static mstar_status class_commit(void *res, const mstar_resource_step *step)
 {
-    return mstar_kv_cache_reset(self, request, free_storage);
+    return mstar_kv_cache_commit(res, step);
 }
 
-static void res_remove(void *self, int64_t request)
+static void class_clear_preplan(void *res, int32_t slot)
 {
-    if (mstar_kv_cache_remove(self, request) != MSTAR_OK)
-        mstar_log(MSTAR_LOG_DEBUG, "kv cache: %s", mstar_last_error());
+    mstar_kv_cache_clear_preplan(res, slot);
 }
 
-static mstar_status res_build(void *self, const mstar_cg_slot_spec *specs, size_t n, int64_t max_bs,
-                              int64_t max_seq_len)
+static mstar_status class_ingest(void *res, int64_t request)
 {
-    /* Page tables are sized by the cache's own max_seq_len, which admit enforces per stream;
-     * the claims size the slots, rows and tokens. */
-    mstar_kv_cache *kv = self;
-    if (n == 0)
-        return MSTAR_OK;
-    int64_t slots = 0, rows = 0, tokens = 0;
-    for (size_t i = 0; i < n; i++) {
-        slots = specs[i].slot + 1 > slots ? specs[i].slot + 1 : slots;
-        rows = specs[i].bucket.bs > rows ? specs[i].bucket.bs : rows;
-        tokens = specs[i].bucket.num_tokens > tokens ? specs[i].bucket.num_tokens : tokens;
-    }
-    if (rows > INT32_MAX || tokens > INT32_MAX || slots > INT32_MAX)
-        return mstar_error_set(MSTAR_ERANGE, "kv cache: capture jobs of %lld rows and %lld tokens",
-                               (long long)rows, (long long)tokens);
-    return mstar_kv_cache_build_plans(kv, (int32_t)slots, (int32_t)rows, (int32_t)tokens);
+    return mstar_kv_cache_ingest(res, request);
 }
 
-static const mstar_resource_ops kv_resource_ops = {
-    .supports_preplan = true,
-    .admit = res_admit,
-    .plan = res_plan,
-    .commit = res_commit,
-    .pre_admit = res_admit,
-    .pre_plan = res_pre_plan,
-    .clear_preplan = res_clear_preplan,
-    .ingest_request = res_ingest,
-    .reset_request = res_reset,
-    .remove_request = res_remove,
-    .build_graph_buffers = res_build,
+static mstar_status class_reset(void *res, int64_t request, bool free_storage)
+{
+    return mstar_kv_cache_reset(res, request, free_storage);
+}
+
+static mstar_status class_remove(void *res, int64_t request)
+{
+    return mstar_kv_cache_remove(res, request);
+}
+
+static mstar_status class_build(void *res, int32_t slots, int32_t rows, int32_t tokens)
+{
+    return mstar_kv_cache_build_plans(res, slots, rows, tokens);
+}
+
+static const mstar__resource_class kv_class = {
+    .what = "kv cache",
+    .admit = class_admit,
+    .eager_size = class_eager_size,
+    .plan = class_plan,
+    .commit = class_commit,
+    .clear_preplan = class_clear_preplan,
+    .ingest = class_ingest,
+    .reset = class_reset,
+    .remove = class_remove,
+    .build = class_build,
 };
 
 mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_runner *step_runner,
                                      const char *key)
 {
-    return mstar__resource_register(step_runner, key, &kv_resource_ops, kv,
-                                    kv != NULL ? &kv->resource_key : NULL, "kv cache");
+    if (kv == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "kv cache register: NULL argument");
+    return mstar__resource_adapter_register(&kv->adapter, step_runner, key);
 }

@@ -203,29 +203,6 @@ mstar_status mstar__plan_store_check_slot(const mstar__plan_store *ps, int32_t s
                            what, slot, ps->num_slots);
 }
 
-mstar_status mstar__resource_step_check(const mstar_resource_step *step, int32_t num_labels,
-                                        const char *what)
-{
-    if (step == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "%s: step is NULL", what);
-    if (step->num_segments > 0 && step->segments == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "%s: step.segments is NULL for %zu segments", what,
-                               step->num_segments);
-    if (step->num_segments > INT32_MAX)
-        return mstar_error_set(MSTAR_EINVAL, "%s: %zu segments, at most %d", what,
-                               step->num_segments, INT32_MAX);
-    for (size_t i = 0; i < step->num_segments; i++) {
-        const mstar_step_segment *g = &step->segments[i];
-        if (g->label >= (uint32_t)num_labels)
-            return mstar_error_set(MSTAR_EINVAL, "%s: segments[%zu].label %u, not below %d", what,
-                                   i, g->label, num_labels);
-        if (g->span < 0 || g->span > INT32_MAX)
-            return mstar_error_set(MSTAR_EINVAL, "%s: segments[%zu].span %lld, not in [0, %d]",
-                                   what, i, (long long)g->span, INT32_MAX);
-    }
-    return MSTAR_OK;
-}
-
 static bool same_segments(const mstar__vec *v, const mstar_resource_step *step)
 {
     if (v->len != step->num_segments)
@@ -280,59 +257,4 @@ const mstar_step_segment *mstar__plan_store_take_pending(mstar__plan_store *ps, 
     ps->has_pending[slot] = false;
     *n = ps->pending[slot].len;
     return ps->pending[slot].data;
-}
-
-mstar_status mstar__resource_view(const mstar_step *step, const char *key, mstar_resource_step *out)
-{
-    size_t size = 0, n = 0;
-    const mstar_resource_payload *p = mstar_step_resource(step, key, &size);
-    if (p == NULL || size != sizeof(*p))
-        return mstar_error_set(MSTAR_EINVAL,
-                               "resource '%s': the step's payload has %zu bytes, a "
-                               "mstar_resource_payload has %zu",
-                               key, size, sizeof(*p));
-    out->segments = mstar_step_segments(step, &n);
-    out->num_segments = n;
-    out->commit = p->commit;
-    return MSTAR_OK;
-}
-
-mstar_status mstar__resource_target(const mstar_step_ctx *ctx, bool preplan, int64_t eager_rows,
-                                    int64_t eager_tokens, int32_t *slot, int32_t *rows,
-                                    int32_t *tokens)
-{
-    int64_t r = eager_rows, t = eager_tokens;
-    *slot = MSTAR_PLAN_EAGER;
-    if (ctx->has_lease && (preplan || ctx->slot >= 0)) {
-        *slot = preplan ? ctx->lease.slot : ctx->slot;
-        r = ctx->lease.bucket.bs;
-        t = ctx->lease.bucket.num_tokens;
-    }
-    if (r < 0 || r > INT32_MAX || t < 0 || t > INT32_MAX)
-        return mstar_error_set(MSTAR_ERANGE, "a bucket of %lld rows and %lld tokens", (long long)r,
-                               (long long)t);
-    *rows = (int32_t)r;
-    *tokens = (int32_t)t;
-    return MSTAR_OK;
-}
-
-mstar_status mstar__resource_register(mstar_step_runner *step_runner, const char *key,
-                                      const mstar_resource_ops *ops, void *self, char **key_slot,
-                                      const char *what)
-{
-    if (self == NULL || step_runner == NULL || key == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "%s register: NULL argument", what);
-    if (*key_slot != NULL)
-        return mstar_error_set(MSTAR_ESTATE, "%s register: already registered as '%s'", what,
-                               *key_slot);
-    char *copy = strdup(key);
-    if (copy == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "%s register", what);
-    mstar_status st = mstar_step_runner_add_resource(step_runner, key, ops, self, NULL, 0);
-    if (st != MSTAR_OK) {
-        free(copy);
-        return st;
-    }
-    *key_slot = copy;
-    return MSTAR_OK;
 }

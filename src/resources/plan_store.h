@@ -65,11 +65,6 @@ mstar_status mstar__plan_store_upload(mstar__plan_store *ps, int32_t slot, int32
 mstar_status mstar__plan_store_check_slot(const mstar__plan_store *ps, int32_t slot,
                                           const char *what);
 
-/* Check a step's shape: segments present when counted, labels below num_labels, spans >= 0.
- * MSTAR_EINVAL naming the segment, with `what` (the resource) first. */
-mstar_status mstar__resource_step_check(const mstar_resource_step *step, int32_t num_labels,
-                                        const char *what);
-
 /* Whether slot's pending pre-plan covers exactly these segments for the same bucket `shape` (the
  * resource's encoding of the bucket's size); if so it is promoted (the pending record is
  * dropped: the buffers already hold the plan). */
@@ -82,26 +77,6 @@ bool mstar__plan_store_promote(mstar__plan_store *ps, int32_t slot, const mstar_
 mstar_status mstar__plan_store_written(mstar__plan_store *ps, int32_t slot,
                                        const mstar_resource_step *step, int64_t shape,
                                        bool preplan);
-
-/* ---- what both resources do as step-runner resources (mstar/step.h) ---- */
-
-/* The step as a resource registered under `key` sees it: the step's segments and the payload's
- * commit flag. MSTAR_EINVAL for a payload of the wrong size. */
-mstar_status mstar__resource_view(const mstar_step *step, const char *key,
-                                  mstar_resource_step *out);
-
-/* Where a plan goes: a pre-plan to the lease's slot, a leased step to its slot, both for the
- * lease's bucket (rows = bs, tokens = num_tokens); an unleased step to the eager state, for
- * `eager_rows` rows and `eager_tokens` tokens. MSTAR_ERANGE for a bucket past int32. */
-mstar_status mstar__resource_target(const mstar_step_ctx *ctx, bool preplan, int64_t eager_rows,
-                                    int64_t eager_tokens, int32_t *slot, int32_t *rows,
-                                    int32_t *tokens);
-
-/* Register `self` with a step runner under `key` (no dependencies) and keep a copy of the key in
- * *key_slot, which must be NULL (a resource registers once). `what` names the resource. */
-mstar_status mstar__resource_register(mstar_step_runner *step_runner, const char *key,
-                                      const mstar_resource_ops *ops, void *self, char **key_slot,
-                                      const char *what);
 
 /* Forget slot's pending pre-plan. Returns its segments (count in *n; NULL if none), valid until
  * the next call on the store. */

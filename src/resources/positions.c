@@ -4,12 +4,12 @@
  * One counter per real request, shared by its labels. A plan block is `tokens` int32 positions,
  * one per token of the step in segment order, zero past the step's tokens. Rows of one request in
  * one step (its labels) must agree on their span; commit advances each request once by it. The
- * end of the file adapts the resource to the step runner (mstar/step.h).
+ * end of the file describes the resource's calls to the step-runner adapter (resource.h).
  */
 #include "mstar/resources.h"
 
-#include "plan_store.h"
 #include "requests.h"
+#include "resource.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +25,10 @@ struct mstar_positions {
     uint32_t epoch;
     mstar__plan_store plans;
     int32_t slot_tokens, eager_tokens;
-    char *resource_key; /* set by mstar_positions_register */
+    mstar__resource_adapter adapter; /* what a step runner calls */
 };
+
+static const mstar__resource_class positions_class;
 
 mstar_status mstar_positions_create(mstar_backend *backend, mstar_positions **out)
 {
@@ -37,6 +39,7 @@ mstar_status mstar_positions_create(mstar_backend *backend, mstar_positions **ou
         return mstar_error_set(MSTAR_ENOMEM, "positions");
     mstar__u64map_init(&pos->requests);
     mstar__plan_store_init(&pos->plans, backend, 1);
+    mstar__resource_adapter_init(&pos->adapter, &positions_class, pos, &pos->plans);
     *out = pos;
     return MSTAR_OK;
 }
@@ -46,12 +49,12 @@ void mstar_positions_destroy(mstar_positions *pos)
     if (pos == NULL)
         return;
     size_t it = 0;
-    uint64_t key, val;
-    while (mstar__u64map_next(&pos->requests, &it, &key, &val))
-        free((pos_request *)(uintptr_t)val);
+    pos_request *r;
+    while ((r = mstar__requests_next(&pos->requests, &it)) != NULL)
+        free(r);
     mstar__u64map_free(&pos->requests);
     mstar__plan_store_free(&pos->plans);
-    free(pos->resource_key);
+    mstar__resource_adapter_free(&pos->adapter);
     free(pos);
 }
 
@@ -127,10 +130,11 @@ static mstar_status mark_requests(mstar_positions *pos, const mstar_resource_ste
     if (st != MSTAR_OK)
         return st;
     if (++pos->epoch == 0) {
+        /* Wrapped: clear every mark so no request looks already seen. */
         size_t it = 0;
-        uint64_t key, val;
-        while (mstar__u64map_next(&pos->requests, &it, &key, &val))
-            ((pos_request *)(uintptr_t)val)->mark = 0;
+        pos_request *r;
+        while ((r = mstar__requests_next(&pos->requests, &it)) != NULL)
+            r->mark = 0;
         pos->epoch = 1;
     }
     *tokens = 0;
@@ -257,109 +261,72 @@ mstar_status mstar_positions_get(const mstar_positions *pos, int64_t request, in
     return st;
 }
 
-/* ---- as a step-runner resource ---------------------------------------------------------------
- */
+/* ---- for the step-runner adapter (resource.h) ------------------------------------------------ */
 
-static mstar_status res_plan_into(mstar_positions *pos, mstar_step *step, bool preplan)
+/* Eager: a row per segment, every token of the step. */
+static void class_eager_size(void *res, const mstar_resource_step *step, int64_t *rows,
+                             int64_t *tokens)
 {
-    mstar_step_ctx *ctx = mstar_step_context(step);
-    mstar_resource_step rs;
-    mstar_status st = mstar__resource_view(step, pos->resource_key, &rs);
-    if (st != MSTAR_OK)
-        return st;
-    int64_t tokens = 0;
-    for (size_t i = 0; i < rs.num_segments; i++)
-        tokens += rs.segments[i].span;
-    int32_t slot, rows, bucket_tokens;
-    st = mstar__resource_target(ctx, preplan, (int64_t)rs.num_segments, tokens, &slot, &rows,
-                                &bucket_tokens);
-    if (st != MSTAR_OK)
-        return mstar_error_wrap("positions plan");
-    return mstar_positions_plan(pos, slot, &rs, bucket_tokens, preplan, ctx->stream);
+    *rows = (int64_t)step->num_segments;
+    *tokens = 0;
+    for (size_t i = 0; i < step->num_segments; i++)
+        *tokens += step->segments[i].span;
 }
 
-static mstar_status res_plan(void *self, mstar_step *step)
+static mstar_status class_plan(void *res, int32_t slot, const mstar_resource_step *step,
+                               int32_t rows, int32_t tokens, bool preplan, mstar_stream *stream)
 {
-    return res_plan_into(self, step, false);
+    return mstar_positions_plan(res, slot, step, tokens, preplan, stream);
 }
 
-static mstar_status res_pre_plan(void *self, mstar_step *step)
+static mstar_status class_commit(void *res, const mstar_resource_step *step)
 {
-    return res_plan_into(self, step, true);
+    return mstar_positions_commit(res, step);
 }
 
-static mstar_status res_admit(void *self, mstar_step *step, mstar_step_admit_result *out)
+static void class_clear_preplan(void *res, int32_t slot)
 {
-    /* Positions reserve nothing; a pre-plan's admit is the same. */
-    return MSTAR_OK;
+    mstar_positions_clear_preplan(res, slot);
 }
 
-static mstar_status res_commit(void *self, mstar_step *step)
+static mstar_status class_ingest(void *res, int64_t request)
 {
-    mstar_positions *pos = self;
-    mstar_resource_step rs;
-    mstar_status st = mstar__resource_view(step, pos->resource_key, &rs);
-    return st != MSTAR_OK ? st : mstar_positions_commit(pos, &rs);
+    return mstar_positions_ingest(res, request);
 }
 
-static void res_clear_preplan(void *self, int32_t slot)
+/* A position counter has no storage to hand back. */
+static mstar_status class_reset(void *res, int64_t request, bool free_storage)
 {
-    mstar_positions *pos = self;
-    for (int32_t s = 0; s < pos->plans.num_slots; s++) {
-        if (slot < 0 || s == slot)
-            mstar_positions_clear_preplan(pos, s);
-    }
+    return mstar_positions_reset(res, request);
 }
 
-static mstar_status res_ingest(void *self, int64_t request)
+static mstar_status class_remove(void *res, int64_t request)
 {
-    return mstar_positions_ingest(self, request);
+    return mstar_positions_remove(res, request);
 }
 
-static mstar_status res_reset(void *self, int64_t request, bool free_storage)
+static mstar_status class_build(void *res, int32_t slots, int32_t rows, int32_t tokens)
 {
-    return mstar_positions_reset(self, request);
+    return mstar_positions_build_plans(res, slots, tokens);
 }
 
-static void res_remove(void *self, int64_t request)
-{
-    if (mstar_positions_remove(self, request) != MSTAR_OK)
-        mstar_log(MSTAR_LOG_DEBUG, "positions: %s", mstar_last_error());
-}
-
-static mstar_status res_build(void *self, const mstar_cg_slot_spec *specs, size_t n, int64_t max_bs,
-                              int64_t max_seq_len)
-{
-    int64_t slots = 0, tokens = 0;
-    for (size_t i = 0; i < n; i++) {
-        slots = specs[i].slot + 1 > slots ? specs[i].slot + 1 : slots;
-        tokens = specs[i].bucket.num_tokens > tokens ? specs[i].bucket.num_tokens : tokens;
-    }
-    if (n == 0)
-        return MSTAR_OK;
-    if (tokens > INT32_MAX || slots > INT32_MAX)
-        return mstar_error_set(MSTAR_ERANGE, "positions: capture jobs of %lld tokens",
-                               (long long)tokens);
-    return mstar_positions_build_plans(self, (int32_t)slots, (int32_t)tokens);
-}
-
-static const mstar_resource_ops positions_resource_ops = {
-    .supports_preplan = true,
-    .admit = res_admit,
-    .plan = res_plan,
-    .commit = res_commit,
-    .pre_admit = res_admit,
-    .pre_plan = res_pre_plan,
-    .clear_preplan = res_clear_preplan,
-    .ingest_request = res_ingest,
-    .reset_request = res_reset,
-    .remove_request = res_remove,
-    .build_graph_buffers = res_build,
+/* Positions reserve nothing: no admit. */
+static const mstar__resource_class positions_class = {
+    .what = "positions",
+    .eager_size = class_eager_size,
+    .plan = class_plan,
+    .commit = class_commit,
+    .clear_preplan = class_clear_preplan,
+    .ingest = class_ingest,
+    .reset = class_reset,
+    .remove = class_remove,
+    .build = class_build,
 };
 
 mstar_status mstar_positions_register(mstar_positions *pos, mstar_step_runner *step_runner,
                                       const char *key)
 {
-    return mstar__resource_register(step_runner, key, &positions_resource_ops, pos,
-                                    pos != NULL ? &pos->resource_key : NULL, "positions");
+    if (pos == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "positions register: NULL argument");
+    return mstar__resource_adapter_register(&pos->adapter, step_runner, key);
 }

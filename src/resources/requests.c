@@ -39,3 +39,11 @@ mstar_status mstar__requests_take(mstar__u64map *map, int64_t request, const cha
         mstar__u64map_remove(map, (uint64_t)request, NULL);
     return st;
 }
+
+void *mstar__requests_next(const mstar__u64map *map, size_t *it)
+{
+    uint64_t val;
+    if (!mstar__u64map_next(map, it, NULL, &val))
+        return NULL;
+    return (void *)(uintptr_t)val;
+}

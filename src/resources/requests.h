@@ -27,4 +27,8 @@ mstar_status mstar__requests_add(mstar__u64map *map, int64_t request, void *reco
 mstar_status mstar__requests_take(mstar__u64map *map, int64_t request, const char *what,
                                   void **out);
 
+/* Every record in turn: `size_t it = 0; while ((r = mstar__requests_next(map, &it)) != NULL)`;
+ * NULL after the last. */
+void *mstar__requests_next(const mstar__u64map *map, size_t *it);
+
 #endif
