@@ -92,6 +92,13 @@ static int setup(void **state)
     if (sh("ip netns add %s", ns_a) != 0)
         mstar_test_skip("cannot create a network namespace here (no CAP_SYS_ADMIN?)");
     made = true;
+    /* `ip netns exec` remounts / and /sys for the namespace; where that is impossible (a chroot
+     * that is not a mount point, a container without CAP_SYS_ADMIN over mounts) the test cannot
+     * run here at all, which is a skip, not a failure of the code under test. */
+    if (sh("ip netns exec %s true >/dev/null 2>&1", ns_a) != 0) {
+        cleanup();
+        mstar_test_skip("cannot enter a network namespace here (`ip netns exec` failed)");
+    }
     char cmds[10][256];
     snprintf(cmds[0], 256, "ip netns add %s", ns_b);
     snprintf(cmds[1], 256, "ip link add %s type veth peer name %s", veth_a, veth_b);
