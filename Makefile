@@ -5,7 +5,7 @@
 #   make check    install what is missing, build, run every test: all but gpu in the normal
 #                 build, then unit + integration again under ASan+UBSan, then each fuzz target
 #   make install  install headers, libraries, pkg-config and CMake files (PREFIX=/usr/local)
-#   make bench    run the benchmark suite
+#   make bench    run every benchmark suite: report in bench-report/ (docs/bench/: the latest)
 #   make format   clang-format every C source
 JOBS   ?= $(shell nproc)
 BUILD  ?= build

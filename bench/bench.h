@@ -1,15 +1,189 @@
 /*
- * bench.h — the benchmark suites behind `mstar bench <suite>` (src/cli/cmd_bench.c). Each prints
- * its figures as ratios to a baseline measured in the same run and returns an exit code.
+ * bench.h — the benchmark suites behind `mstar bench <suite>` (src/cli/cmd_bench.c). Each suite
+ * measures its figures and a baseline in the same run, fills a result struct, and has three
+ * faces over it: a text table (its own command), JSON (--json, and report.json), and the issue
+ * targets it checks. `mstar bench all` (bench_all.c) runs every suite in one process and writes
+ * the Markdown report with plots (bench_report.c).
  */
 #ifndef MSTAR_BENCH_H
 #define MSTAR_BENCH_H
 
+#include "mstar/mstar.h"
+
+#include <stdio.h>
+
+/* The command of each suite: the arguments after `bench`, a main()-style exit code. */
 int mstar_bench_wire(int argc, char **argv);
 int mstar_bench_bookkeeper(int argc, char **argv);
 int mstar_bench_transport(int argc, char **argv);
 int mstar_bench_graphs(int argc, char **argv);
 /* bench_ucx.c: UCX get and AM reads against a raw loopback TCP stream. */
 int mstar_bench_ucx(int argc, char **argv);
+/* bench_all.c: every suite, then the report. */
+int mstar_bench_all(int argc, char **argv);
+
+/* ---- shared helpers (bench_util.c) ---------------------------------------------- */
+
+/* Progress lines on stderr ("[  12.3 s] transport: arena, 4 MiB") so that a long run does not
+ * look hung; off until enabled. */
+void mstar_bench_progress_enable(bool on);
+void mstar_bench_progress(const char *suite, const char *fmt, ...) MSTAR_PRINTF(2, 3);
+
+/* "4 KiB", "64 MiB". */
+void mstar_bench_size_name(uint64_t bytes, char *buf, size_t cap);
+
+/* `,"key":v` in a JSON object: v with `digits` significant digits, null when not finite
+ * (core/json.h writes the values). */
+void mstar_bench_json_field(FILE *out, const char *key, double v, int digits);
+
+/* [--json] [--quick], the options of the simplest suites: false, after printing `usage` on
+ * stderr, for anything else. */
+bool mstar_bench_parse_flags(int argc, char **argv, const char *usage, bool *json, bool *quick);
+
+/* ---- issue targets -------------------------------------------------------------------------- */
+
+typedef enum mstar_bench_verdict {
+    MSTAR_BENCH_MET = 0,
+    MSTAR_BENCH_NOT_MET = 1,
+    MSTAR_BENCH_NOT_APPLICABLE = 2, /* measured, but the bar is for another device */
+} mstar_bench_verdict;
+
+typedef struct mstar_bench_target {
+    const char *name; /* what is compared, e.g. "arena throughput at >= 1 MiB / memcpy" */
+    const char *bar;  /* e.g. ">= 0.45x" */
+    double measured;  /* the figure held against the bar */
+    char shown[64];   /* that figure as the report shows it, with where it was worst */
+    mstar_bench_verdict verdict;
+} mstar_bench_target;
+
+const char *mstar_bench_verdict_name(mstar_bench_verdict v); /* "met", "NOT met", "n/a" */
+void mstar_bench_targets_print(const mstar_bench_target *t, size_t n, FILE *out);
+
+/* ---- wire ----------------------------------------------------------------------------------- */
+
+#define MSTAR_BENCH_WIRE_CASES 3
+
+typedef struct mstar_bench_wire_row {
+    const char *message;
+    size_t bytes;
+    double memcpy_ns, check_ns, encode_ns, decode_ns; /* per message; memcpy, check: baselines */
+} mstar_bench_wire_row;
+
+typedef struct mstar_bench_wire_result {
+    int rounds;
+    long iters;
+    mstar_bench_wire_row rows[MSTAR_BENCH_WIRE_CASES];
+} mstar_bench_wire_result;
+
+mstar_status mstar_bench_wire_run(bool quick, mstar_bench_wire_result *out);
+void mstar_bench_wire_json(const mstar_bench_wire_result *r, FILE *out);
+
+/* ---- bookkeeper ----------------------------------------------------------------------------- */
+
+#define MSTAR_BENCH_BOOKKEEPER_ROWS 4
+
+typedef struct mstar_bench_bookkeeper_result {
+    int window;
+    long pairs;
+    struct {
+        const char *name;
+        double pairs_per_s;
+    } rows[MSTAR_BENCH_BOOKKEEPER_ROWS]; /* rows[0]: the baseline (the bare hash map) */
+} mstar_bench_bookkeeper_result;
+
+mstar_status mstar_bench_bookkeeper_run(bool quick, mstar_bench_bookkeeper_result *out);
+void mstar_bench_bookkeeper_json(const mstar_bench_bookkeeper_result *r, FILE *out);
+/* bookkeeper >= 5 M pairs/s. */
+size_t mstar_bench_bookkeeper_targets(const mstar_bench_bookkeeper_result *r,
+                                      mstar_bench_target *out);
+
+/* ---- transport ------------------------------------------------------------------------------ */
+
+#define MSTAR_BENCH_TRANSPORT_SIZES 6
+#define MSTAR_BENCH_TRANSPORT_KINDS 2
+
+typedef struct mstar_bench_transport_row {
+    uint64_t bytes;
+    double rt_p50_us, rt_p99_us; /* one handoff's round trip */
+    double gbps;                 /* sustained, in_flight handoffs in flight */
+} mstar_bench_transport_row;
+
+typedef struct mstar_bench_transport_result {
+    double memcpy_gbps;            /* baseline: one thread, 64 MiB */
+    double zmq_p50_us, zmq_p99_us; /* baseline: raw ZeroMQ ipc ping-pong of 64 bytes */
+    int in_flight;
+    int nsizes; /* 4 KiB to 64 MiB; --quick: to 16 MiB */
+    int nkinds;
+    mstar_transport_kind kinds[MSTAR_BENCH_TRANSPORT_KINDS];
+    mstar_bench_transport_row rows[MSTAR_BENCH_TRANSPORT_KINDS][MSTAR_BENCH_TRANSPORT_SIZES];
+} mstar_bench_transport_result;
+
+/* kinds: files and/or the arena. */
+mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
+                                       mstar_bench_transport_result *out);
+void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out);
+/* With the arena measured: its throughput at >= 1 MiB >= 0.45x memcpy, its 4 KiB round trip
+ * <= 3x the ZeroMQ ping-pong. */
+size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r,
+                                     mstar_bench_target *out);
+
+/* ---- ucx ------------------------------------------------------------------------------------ */
+
+#define MSTAR_BENCH_UCX_MAX_SIZES 16
+
+typedef struct mstar_bench_ucx_options {
+    uint64_t min_size, max_size; /* by x4 */
+    uint64_t volume;             /* bytes moved per throughput point */
+} mstar_bench_ucx_options;
+
+typedef struct mstar_bench_ucx_row {
+    uint64_t bytes;
+    double tcp_gbps, get_gbps, am_gbps; /* tcp: baseline, a raw loopback stream */
+    double tcp_us, get_us, am_us;       /* one read (one request/reply for tcp), median */
+} mstar_bench_ucx_row;
+
+typedef struct mstar_bench_ucx_result {
+    mstar_bench_ucx_options opts;
+    char tls[64];         /* UCX_TLS */
+    const char *protocol; /* the engine's default read protocol */
+    size_t nrows;
+    mstar_bench_ucx_row rows[MSTAR_BENCH_UCX_MAX_SIZES];
+} mstar_bench_ucx_result;
+
+/* {4 KiB, 64 MiB, 256 MiB}; quick: up to 4 MiB, 16 MiB per point. */
+void mstar_bench_ucx_options_init(mstar_bench_ucx_options *o, bool quick);
+mstar_status mstar_bench_ucx_run(const mstar_bench_ucx_options *o, mstar_bench_ucx_result *out);
+void mstar_bench_ucx_json(const mstar_bench_ucx_result *r, FILE *out);
+/* get and AM each >= 0.6x the TCP stream at >= 1 MiB. */
+size_t mstar_bench_ucx_targets(const mstar_bench_ucx_result *r, mstar_bench_target *out);
+
+/* ---- graphs --------------------------------------------------------------------------------- */
+
+#define MSTAR_BENCH_GRAPHS_SIZES 4
+
+typedef struct mstar_bench_graphs_row {
+    int64_t bs;
+    double eager_step_us, replay_step_us; /* whole steps, wall */
+    double eager_fwd_us, runner_us;       /* one prepared step re-run, wall */
+    double raw_us;                        /* baseline: one raw launch, wall */
+    double overhead_us, launch_us;        /* host time: select + stage + launch; one raw launch */
+} mstar_bench_graphs_row;
+
+typedef struct mstar_bench_graphs_result {
+    char device[32]; /* the backend's name */
+    char model[128]; /* the model's sizes, the requests and their prompts */
+    bool cuda;
+    int iters;
+    mstar_bench_graphs_row rows[MSTAR_BENCH_GRAPHS_SIZES];
+} mstar_bench_graphs_result;
+
+mstar_status mstar_bench_graphs_run(bool cuda, bool quick, mstar_bench_graphs_result *out);
+void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out);
+/* Runner host overhead <= 1.5x the raw launch call, replay <= 1.05x the raw replay (worst batch
+ * size); bars for CUDA, not applicable on the host backend. */
+size_t mstar_bench_graphs_targets(const mstar_bench_graphs_result *r, mstar_bench_target *out);
+
+/* The most targets one suite reports. */
+#define MSTAR_BENCH_MAX_TARGETS 2
 
 #endif

@@ -14,6 +14,7 @@
  */
 #include "bench.h"
 
+#include "core/json.h"
 #include "core/u64map.h"
 #include "core/vec.h"
 #include "mstar/mstar.h"
@@ -177,55 +178,84 @@ static double rate(run_fn fn, long pairs)
     return best;
 }
 
-int mstar_bench_bookkeeper(int argc, char **argv)
+mstar_status mstar_bench_bookkeeper_run(bool quick, mstar_bench_bookkeeper_result *out)
 {
-    bool json = false, quick = false;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0)
-            json = true;
-        else if (strcmp(argv[i], "--quick") == 0)
-            quick = true;
-        else {
-            fprintf(stderr, "usage: mstar bench bookkeeper [--json] [--quick]\n");
-            return 2;
-        }
-    }
-    long pairs = quick ? 200000 : 2000000;
-    struct {
+    static const struct {
         const char *name;
         run_fn fn;
-        double pps;
-    } rows[] = {
-        { "u64map put+remove (baseline)", run_map, 0 },
-        { "bookkeeper store+dereference", run_bk, 0 },
-        { "bookkeeper, batches of 64", run_bk_batch, 0 },
-        { "manager store_batch+dereference", run_comm, 0 },
+    } levels[MSTAR_BENCH_BOOKKEEPER_ROWS] = {
+        { "u64map put+remove (baseline)", run_map },
+        { "bookkeeper store+dereference", run_bk },
+        { "bookkeeper, batches of 64", run_bk_batch },
+        { "manager store_batch+dereference", run_comm },
     };
-    size_t n = sizeof(rows) / sizeof(rows[0]);
-    for (size_t i = 0; i < n; i++) {
-        rows[i].pps = rate(rows[i].fn, pairs);
-        if (rows[i].pps < 0) {
-            fprintf(stderr, "mstar bench bookkeeper: %s failed: %s\n", rows[i].name,
-                    mstar_last_error());
-            return 1;
-        }
+    memset(out, 0, sizeof(*out));
+    out->window = WINDOW;
+    out->pairs = quick ? 50000 : 2000000;
+    for (size_t i = 0; i < MSTAR_BENCH_BOOKKEEPER_ROWS; i++) {
+        mstar_bench_progress("bookkeeper", "%s", levels[i].name);
+        out->rows[i].name = levels[i].name;
+        out->rows[i].pairs_per_s = rate(levels[i].fn, out->pairs);
+        if (out->rows[i].pairs_per_s < 0)
+            return mstar_error_wrap("%s", levels[i].name);
     }
-    double base = rows[0].pps;
-    bool met = rows[1].pps >= 5e6;
+    return MSTAR_OK;
+}
+
+size_t mstar_bench_bookkeeper_targets(const mstar_bench_bookkeeper_result *r,
+                                      mstar_bench_target *out)
+{
+    double pps = r->rows[1].pairs_per_s;
+    mstar_bench_target t = { "bookkeeper store + dereference pairs/s", ">= 5,000,000", pps, "",
+                             pps >= 5e6 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET };
+    snprintf(t.shown, sizeof(t.shown), "%.2f M", pps / 1e6);
+    out[0] = t;
+    return 1;
+}
+
+void mstar_bench_bookkeeper_json(const mstar_bench_bookkeeper_result *r, FILE *out)
+{
+    mstar_bench_target t;
+    mstar_bench_bookkeeper_targets(r, &t);
+    fprintf(out, "{\"suite\":\"bookkeeper\",\"window\":%d,\"pairs\":%ld,\"results\":[", r->window,
+            r->pairs);
+    for (size_t i = 0; i < MSTAR_BENCH_BOOKKEEPER_ROWS; i++) {
+        fprintf(out, "%s{\"name\":", i ? "," : "");
+        mstar__json_string(out, r->rows[i].name);
+        mstar_bench_json_field(out, "pairs_per_s", r->rows[i].pairs_per_s, 6);
+        mstar_bench_json_field(out, "ratio_to_baseline",
+                               r->rows[i].pairs_per_s / r->rows[0].pairs_per_s, 4);
+        fprintf(out, "}");
+    }
+    fprintf(out, "],\"target_pairs_per_s\":5000000,\"target_met\":%s}\n",
+            t.verdict == MSTAR_BENCH_MET ? "true" : "false");
+}
+
+int mstar_bench_bookkeeper(int argc, char **argv)
+{
+    bool json, quick;
+    if (!mstar_bench_parse_flags(argc, argv, "usage: mstar bench bookkeeper [--json] [--quick]",
+                                 &json, &quick))
+        return 2;
+    mstar_bench_progress_enable(!json);
+    mstar_bench_bookkeeper_result r;
+    if (mstar_bench_bookkeeper_run(quick, &r) != MSTAR_OK) {
+        fprintf(stderr, "mstar bench bookkeeper: %s\n", mstar_last_error());
+        return 1;
+    }
     if (json) {
-        printf("{\"suite\":\"bookkeeper\",\"window\":%d,\"pairs\":%ld,\"results\":[", WINDOW,
-               pairs);
-        for (size_t i = 0; i < n; i++)
-            printf("%s{\"name\":\"%s\",\"pairs_per_s\":%.0f,\"ratio_to_baseline\":%.3f}",
-                   i ? "," : "", rows[i].name, rows[i].pps, rows[i].pps / base);
-        printf("],\"target_pairs_per_s\":5000000,\"target_met\":%s}\n", met ? "true" : "false");
+        mstar_bench_bookkeeper_json(&r, stdout);
         return 0;
     }
+    double base = r.rows[0].pairs_per_s;
     printf("bookkeeper: store + dereference pairs per second, one core, %d tensors live\n\n",
-           WINDOW);
+           r.window);
     printf("  %-34s %14s %10s\n", "", "pairs/s", "vs map");
-    for (size_t i = 0; i < n; i++)
-        printf("  %-34s %14.0f %9.2fx\n", rows[i].name, rows[i].pps, rows[i].pps / base);
-    printf("\n  target: bookkeeper >= 5,000,000 pairs/s: %s\n", met ? "met" : "NOT met");
+    for (size_t i = 0; i < MSTAR_BENCH_BOOKKEEPER_ROWS; i++)
+        printf("  %-34s %14.0f %9.2fx\n", r.rows[i].name, r.rows[i].pairs_per_s,
+               r.rows[i].pairs_per_s / base);
+    mstar_bench_target t;
+    printf("\n");
+    mstar_bench_targets_print(&t, mstar_bench_bookkeeper_targets(&r, &t), stdout);
     return 0;
 }

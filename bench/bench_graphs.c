@@ -2,7 +2,8 @@
  * bench_graphs.c — `mstar bench graphs [--device host|cuda] [--json] [--quick]`: the reference
  * decode model (examples/ref_node.h, default size) through the graph runner at batch sizes 1, 8,
  * 32 and 64, with 64 requests prefilled (64 tokens each) and frozen decode steps (commit false:
- * every step rewrites the same positions, so every iteration does the same work).
+ * every step rewrites the same positions, so every iteration does the same work). --quick, for
+ * tests (sanitizer builds included), takes the small model and 16-token prompts.
  *
  * Per batch size, each timed back to back with one wait at the end (as a serving loop that
  * consumes its outputs on the device runs them):
@@ -21,6 +22,7 @@
  */
 #include "bench.h"
 
+#include "core/json.h"
 #include "core/vec.h"
 #include "mstar/mstar.h"
 #include "ref_node.h"
@@ -32,16 +34,10 @@
 #define REQUESTS 64
 #define PROMPT   64
 
-static const int64_t sizes[] = { 1, 8, 32, 64 };
-#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+#define NSIZES MSTAR_BENCH_GRAPHS_SIZES
+static const int64_t sizes[NSIZES] = { 1, 8, 32, 64 };
 
-typedef struct row {
-    int64_t bs;
-    double eager_step_us, replay_step_us; /* whole steps, wall */
-    double eager_fwd_us, runner_us;       /* one prepared step re-run, wall */
-    double raw_us;                        /* one raw launch, wall */
-    double overhead_us, launch_us;        /* host time: select + stage + launch; one raw launch */
-} row;
+typedef mstar_bench_graphs_row row;
 
 static int usage(void)
 {
@@ -157,13 +153,14 @@ static mstar_status measure(ref_node *node, int64_t bs, int iters, const int64_t
     return st;
 }
 
-/* 64 requests with 64-token prompts, prefilled eagerly. */
-static mstar_status prefill(ref_node *node, int64_t *reqs, int32_t *tokens, int32_t vocab)
+/* REQUESTS requests with prompts of `len` (<= PROMPT) tokens, prefilled eagerly. */
+static mstar_status prefill(ref_node *node, int32_t len, int64_t *reqs, int32_t *tokens,
+                            int32_t vocab)
 {
-    int32_t prompt[PROMPT], len = PROMPT, next;
+    int32_t prompt[PROMPT], next;
     for (int32_t i = 0; i < REQUESTS; i++) {
         reqs[i] = i;
-        for (int32_t j = 0; j < PROMPT; j++)
+        for (int32_t j = 0; j < len; j++)
             prompt[j] = (i * 131 + j * 17) % vocab;
         ref_step_request r = { .walk = "prefill",
                                .rows = &reqs[i],
@@ -183,35 +180,71 @@ static mstar_status prefill(ref_node *node, int64_t *reqs, int32_t *tokens, int3
     return MSTAR_OK;
 }
 
-static void print_rows(const char *device, const row *rows, size_t n, int iters, bool json)
+void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out)
 {
-    if (json) {
-        printf("{\"suite\":\"graphs\",\"device\":\"%s\",\"iterations\":%d,\"results\":[", device,
-               iters);
-        for (size_t i = 0; i < n; i++) {
-            const row *r = &rows[i];
-            printf("%s{\"bs\":%lld,\"eager_step_us\":%.2f,\"replay_step_us\":%.2f,"
-                   "\"eager_forward_us\":%.2f,\"runner_replay_us\":%.2f,\"raw_replay_us\":%.2f,"
-                   "\"runner_over_raw\":%.3f,\"host_overhead_us\":%.2f,\"raw_launch_us\":%.2f,"
-                   "\"overhead_over_launch\":%.3f,\"eager_over_runner\":%.2f}",
-                   i ? "," : "", (long long)r->bs, r->eager_step_us, r->replay_step_us,
-                   r->eager_fwd_us, r->runner_us, r->raw_us, r->runner_us / r->raw_us,
-                   r->overhead_us, r->launch_us, r->overhead_us / r->launch_us,
-                   r->eager_fwd_us / r->runner_us);
-        }
-        printf("]}\n");
-        return;
+    fprintf(out, "{\"suite\":\"graphs\",\"device\":");
+    mstar__json_string(out, r->device);
+    fprintf(out, ",\"model\":");
+    mstar__json_string(out, r->model);
+    fprintf(out, ",\"iterations\":%d,\"results\":[", r->iters);
+    for (size_t i = 0; i < NSIZES; i++) {
+        const row *w = &r->rows[i];
+        fprintf(out, "%s{\"bs\":%lld", i ? "," : "", (long long)w->bs);
+        mstar_bench_json_field(out, "eager_step_us", w->eager_step_us, 5);
+        mstar_bench_json_field(out, "replay_step_us", w->replay_step_us, 5);
+        mstar_bench_json_field(out, "eager_forward_us", w->eager_fwd_us, 5);
+        mstar_bench_json_field(out, "runner_replay_us", w->runner_us, 5);
+        mstar_bench_json_field(out, "raw_replay_us", w->raw_us, 5);
+        mstar_bench_json_field(out, "runner_over_raw", w->runner_us / w->raw_us, 4);
+        mstar_bench_json_field(out, "host_overhead_us", w->overhead_us, 5);
+        mstar_bench_json_field(out, "raw_launch_us", w->launch_us, 5);
+        mstar_bench_json_field(out, "overhead_over_launch", w->overhead_us / w->launch_us, 4);
+        mstar_bench_json_field(out, "eager_over_runner", w->eager_fwd_us / w->runner_us, 4);
+        fprintf(out, "}");
     }
-    printf("graphs: the reference decode model (%s), frozen decode steps, %d iterations each\n\n",
-           device, iters);
+    fprintf(out, "]}\n");
+}
+
+size_t mstar_bench_graphs_targets(const mstar_bench_graphs_result *r, mstar_bench_target *out)
+{
+    size_t over = 0, replay = 0; /* the worst batch size of each */
+    for (size_t i = 1; i < NSIZES; i++) {
+        const row *w = &r->rows[i], *o = &r->rows[over], *p = &r->rows[replay];
+        over = w->overhead_us / w->launch_us > o->overhead_us / o->launch_us ? i : over;
+        replay = w->runner_us / w->raw_us > p->runner_us / p->raw_us ? i : replay;
+    }
+    const row *o = &r->rows[over], *p = &r->rows[replay];
+    double ov = o->overhead_us / o->launch_us, rp = p->runner_us / p->raw_us;
+    mstar_bench_target t[2] = {
+        { "runner host overhead / raw launch call (worst bs)", "<= 1.5x", ov, "",
+          !r->cuda    ? MSTAR_BENCH_NOT_APPLICABLE
+          : ov <= 1.5 ? MSTAR_BENCH_MET
+                      : MSTAR_BENCH_NOT_MET },
+        { "runner replay / raw replay (worst bs)", "<= 1.05x", rp, "",
+          !r->cuda     ? MSTAR_BENCH_NOT_APPLICABLE
+          : rp <= 1.05 ? MSTAR_BENCH_MET
+                       : MSTAR_BENCH_NOT_MET },
+    };
+    snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (bs %lld)", ov, (long long)o->bs);
+    snprintf(t[1].shown, sizeof(t[1].shown), "%.3fx (bs %lld)", rp, (long long)p->bs);
+    out[0] = t[0];
+    out[1] = t[1];
+    return 2;
+}
+
+static void print_table(const mstar_bench_graphs_result *r)
+{
+    printf("graphs: the reference decode model (%s), frozen decode steps, %d iterations each\n"
+           "  model: %s\n\n",
+           r->device, r->iters, r->model);
     printf("  %4s %11s %11s %11s %11s %11s %8s %11s %11s %8s\n", "bs", "step eager", "step replay",
            "fwd eager", "replay", "raw replay", "vs raw", "overhead", "raw launch", "vs launch");
-    for (size_t i = 0; i < n; i++) {
-        const row *r = &rows[i];
+    for (size_t i = 0; i < NSIZES; i++) {
+        const row *w = &r->rows[i];
         printf("  %4lld %11.1f %11.1f %11.1f %11.1f %11.1f %7.3fx %11.2f %11.2f %7.2fx\n",
-               (long long)r->bs, r->eager_step_us, r->replay_step_us, r->eager_fwd_us, r->runner_us,
-               r->raw_us, r->runner_us / r->raw_us, r->overhead_us, r->launch_us,
-               r->overhead_us / r->launch_us);
+               (long long)w->bs, w->eager_step_us, w->replay_step_us, w->eager_fwd_us, w->runner_us,
+               w->raw_us, w->runner_us / w->raw_us, w->overhead_us, w->launch_us,
+               w->overhead_us / w->launch_us);
     }
     printf("\n  microseconds per step (wall, back to back). step: a whole step; fwd eager: the "
            "eager forward\n  of a prepared step; replay: the same step replayed through the "
@@ -219,6 +252,58 @@ static void print_rows(const char *device, const row *rows, size_t n, int iters,
            "floor). overhead: the runner's host\n  time per replay; raw launch: the host time of "
            "one bare launch call.\n  bars (H200): replay <= 1.05x raw replay, overhead <= 1.5x "
            "raw launch.\n");
+    mstar_bench_target t[MSTAR_BENCH_MAX_TARGETS];
+    mstar_bench_targets_print(t, mstar_bench_graphs_targets(r, t), stdout);
+}
+
+mstar_status mstar_bench_graphs_run(bool cuda, bool quick, mstar_bench_graphs_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    mstar_device dev = { cuda ? MSTAR_DEVICE_CUDA : MSTAR_DEVICE_CPU, 0 };
+    mstar_backend *b;
+    mstar_status st = mstar_backend_create(dev, &b);
+    if (st != MSTAR_OK)
+        return st;
+    snprintf(out->device, sizeof(out->device), "%s", mstar_backend_name(b));
+    out->cuda = cuda;
+    /* The host backend computes in fp32 on one core: far fewer iterations. --quick (for tests,
+     * sanitizer builds included) also takes the small model and short prompts. */
+    int iters = cuda ? (quick ? 50 : 500) : (quick ? 2 : 8);
+    int32_t prompt = quick ? 16 : PROMPT;
+    out->iters = iters;
+    ref_capture_config captures[] = {
+        { .walk = "decode", .batch_sizes = sizes, .n_batch_sizes = NSIZES },
+    };
+    ref_node_options o = { .model = quick ? ref_model_config_small() : ref_model_config_default(),
+                           .kv = { .num_pages = REQUESTS * (prompt / 16 + 1) + 1,
+                                   .page_size = 16,
+                                   .num_labels = 1,
+                                   .max_seq_len = 256 },
+                           .captures = captures,
+                           .n_captures = 1 };
+    ref_node *node = NULL;
+    int64_t reqs[REQUESTS];
+    int32_t tokens[REQUESTS], ones[REQUESTS];
+    for (int i = 0; i < REQUESTS; i++)
+        ones[i] = 1;
+    snprintf(out->model, sizeof(out->model),
+             "vocab %d, hidden %d, %d heads x %d, MLP %d, %d layers; %d requests, %d-token prompts",
+             (int)o.model.vocab, (int)o.model.hidden, (int)o.model.heads, (int)o.model.head_dim,
+             (int)o.model.mlp, (int)o.model.layers, REQUESTS, (int)prompt);
+    mstar_bench_progress("graphs", "%s: capture %d batch sizes, prefill %d requests", out->device,
+                         (int)NSIZES, REQUESTS);
+    st = ref_node_create(b, &o, &node);
+    if (st == MSTAR_OK)
+        st = ref_node_capture(node);
+    if (st == MSTAR_OK)
+        st = prefill(node, prompt, reqs, tokens, o.model.vocab);
+    for (size_t i = 0; st == MSTAR_OK && i < NSIZES; i++) {
+        mstar_bench_progress("graphs", "bs %lld, %d iterations", (long long)sizes[i], iters);
+        st = measure(node, sizes[i], iters, reqs, ones, tokens, &out->rows[i]);
+    }
+    ref_node_destroy(node);
+    mstar_backend_destroy(b);
+    return st;
 }
 
 int mstar_bench_graphs(int argc, char **argv)
@@ -235,42 +320,15 @@ int mstar_bench_graphs(int argc, char **argv)
         else
             return usage();
     }
-    mstar_device dev = { cuda ? MSTAR_DEVICE_CUDA : MSTAR_DEVICE_CPU, 0 };
-    mstar_backend *b;
-    if (mstar_backend_create(dev, &b) != MSTAR_OK) {
+    mstar_bench_progress_enable(!json);
+    mstar_bench_graphs_result r;
+    if (mstar_bench_graphs_run(cuda, quick, &r) != MSTAR_OK) {
         fprintf(stderr, "mstar bench graphs: %s\n", mstar_last_error());
         return 1;
     }
-    /* The host backend computes in fp32 on one core: far fewer iterations. */
-    int iters = cuda ? (quick ? 50 : 500) : (quick ? 2 : 8);
-    ref_capture_config captures[] = {
-        { .walk = "decode", .batch_sizes = sizes, .n_batch_sizes = NSIZES },
-    };
-    ref_node_options o = { .model = ref_model_config_default(),
-                           .kv = { .num_pages = REQUESTS * (PROMPT / 16 + 1) + 1,
-                                   .page_size = 16,
-                                   .num_labels = 1,
-                                   .max_seq_len = 256 },
-                           .captures = captures,
-                           .n_captures = 1 };
-    ref_node *node = NULL;
-    int64_t reqs[REQUESTS];
-    int32_t tokens[REQUESTS], ones[REQUESTS];
-    for (int i = 0; i < REQUESTS; i++)
-        ones[i] = 1;
-    row rows[NSIZES];
-    mstar_status st = ref_node_create(b, &o, &node);
-    if (st == MSTAR_OK)
-        st = ref_node_capture(node);
-    if (st == MSTAR_OK)
-        st = prefill(node, reqs, tokens, o.model.vocab);
-    for (size_t i = 0; st == MSTAR_OK && i < NSIZES; i++)
-        st = measure(node, sizes[i], iters, reqs, ones, tokens, &rows[i]);
-    if (st != MSTAR_OK)
-        fprintf(stderr, "mstar bench graphs: %s\n", mstar_last_error());
+    if (json)
+        mstar_bench_graphs_json(&r, stdout);
     else
-        print_rows(mstar_backend_name(b), rows, NSIZES, iters, json);
-    ref_node_destroy(node);
-    mstar_backend_destroy(b);
-    return st == MSTAR_OK ? 0 : 1;
+        print_table(&r);
+    return 0;
 }

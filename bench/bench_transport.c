@@ -16,9 +16,11 @@
  */
 #include "bench.h"
 
+#include "core/json.h"
 #include "core/vec.h"
 #include "mstar/mstar.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -29,16 +31,12 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define NSIZES 6
+#define NSIZES MSTAR_BENCH_TRANSPORT_SIZES
 static const uint64_t sizes[NSIZES] = { 4u << 10, 64u << 10, 1u << 20,
                                         4u << 20, 16u << 20, 64u << 20 };
 #define IN_FLIGHT 8
 
-typedef struct row {
-    uint64_t size;
-    double p50_us, p99_us;
-    double gbps;
-} row;
+typedef mstar_bench_transport_row row;
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -287,9 +285,10 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     if (bytes == NULL)
         fail("source buffer");
     memset(bytes, 0x5a, size);
-    int iters = size <= (1u << 20) ? (quick ? 200 : 1000) : (quick ? 10 : 40);
+    /* --quick is for tests, sanitizer builds included: few handoffs of the large sizes. */
+    int iters = size <= (1u << 20) ? (quick ? 100 : 1000) : (quick ? 5 : 40);
     if (size >= (64u << 20))
-        iters = quick ? 5 : 20;
+        iters = 20; /* --quick stops at 16 MiB */
     double *rt = calloc((size_t)iters, sizeof(double));
     for (int i = 0; i < iters + 3; i++) {
         uint64_t t0 = mstar__now_ns();
@@ -298,17 +297,15 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
         if (i >= 3) /* warm-up: mappings, first faults */
             rt[i - 3] = (double)(mstar__now_ns() - t0) * 1e-3;
     }
-    out->size = size;
-    out->p50_us = percentile(rt, (size_t)iters, 0.5);
-    out->p99_us = percentile(rt, (size_t)iters, 0.99);
+    out->bytes = size;
+    out->rt_p50_us = percentile(rt, (size_t)iters, 0.5);
+    out->rt_p99_us = percentile(rt, (size_t)iters, 0.99);
     free(rt);
-    /* Throughput: keep IN_FLIGHT handoffs going for at least ~512 MiB (or 256 handoffs). */
-    uint64_t total = quick ? (128u << 20) : (512u << 20);
-    long n = (long)(total / size);
-    if (n < 16)
-        n = 16;
-    if (n > (quick ? 2000 : 8000))
-        n = quick ? 2000 : 8000;
+    /* Throughput: IN_FLIGHT handoffs in flight moving about 512 MiB (--quick: 64 MiB), in
+     * 16..8000 handoffs (--quick: 8..1000). */
+    uint64_t total = quick ? (64u << 20) : (512u << 20);
+    long n = (long)(total / size), least = quick ? IN_FLIGHT : 16, most = quick ? 1000 : 8000;
+    n = n < least ? least : n > most ? most : n;
     /* Warm-up: the slots (and segments, and the consumer's mappings of them) that IN_FLIGHT
      * handoffs of this size use are created before the clock starts. */
     for (int i = 0; i < IN_FLIGHT; i++)
@@ -325,7 +322,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     free(bytes);
 }
 
-static void run_transport(const setup *s, bool quick, row *rows)
+static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
 {
     pid_t pid = fork();
     if (pid < 0)
@@ -343,8 +340,12 @@ static void run_transport(const setup *s, bool quick, row *rows)
         if (hello)
             break;
     }
-    for (int i = 0; i < NSIZES; i++)
+    for (int i = 0; i < nsizes; i++) {
+        char h[32];
+        mstar_bench_size_name(sizes[i], h, sizeof(h));
+        mstar_bench_progress("transport", "%s, %s", mstar_transport_kind_name(s->kind), h);
         measure(&p, sizes[i], quick, &rows[i]);
+    }
     send_simple(p.mesh, "worker_1", MSTAR_MSG_SHUTDOWN);
     for (;;) {
         mstar_msg m;
@@ -362,21 +363,125 @@ static void run_transport(const setup *s, bool quick, row *rows)
     mstar_mesh_destroy(p.mesh);
 }
 
-static const char *human(uint64_t size, char *buf, size_t n)
-{
-    if (size >= (1u << 20))
-        snprintf(buf, n, "%llu MiB", (unsigned long long)(size >> 20));
-    else
-        snprintf(buf, n, "%llu KiB", (unsigned long long)(size >> 10));
-    return buf;
-}
-
 static void remove_tree(const char *dir)
 {
     char cmd[4200];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "mstar bench transport: could not remove %s\n", dir);
+}
+
+mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
+                                       mstar_bench_transport_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (nkinds < 1 || nkinds > MSTAR_BENCH_TRANSPORT_KINDS)
+        return mstar_error_set(MSTAR_EINVAL, "nkinds: %d, want 1..%d", nkinds,
+                               MSTAR_BENCH_TRANSPORT_KINDS);
+    for (int k = 0; k < nkinds; k++)
+        if (kinds[k] != MSTAR_TRANSPORT_FILES && kinds[k] != MSTAR_TRANSPORT_ARENA)
+            return mstar_error_set(MSTAR_EINVAL, "kinds[%d]: %s, want files or arena", k,
+                                   mstar_transport_kind_name(kinds[k]));
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
+    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
+    if (mkdtemp(ipc_dir) == NULL)
+        return mstar_error_set(MSTAR_EIO, "%s: %s", ipc_dir, strerror(errno));
+    if (mkdtemp(shm_dir) == NULL) {
+        mstar_status st = mstar_error_set(MSTAR_EIO, "%s: %s", shm_dir, strerror(errno));
+        remove_tree(ipc_dir);
+        return st;
+    }
+    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "256", 0);
+    mstar_bench_progress("transport", "baselines: memcpy, ZeroMQ ping-pong");
+    out->memcpy_gbps = memcpy_gbps();
+    out->zmq_p50_us = zmq_pingpong_us(ipc_dir, quick ? 500 : 3000, &out->zmq_p99_us);
+    out->in_flight = IN_FLIGHT;
+    out->nsizes = quick ? NSIZES - 1 : NSIZES; /* --quick, for tests: no 64 MiB handoffs */
+    out->nkinds = nkinds;
+    for (int k = 0; k < nkinds; k++) {
+        out->kinds[k] = kinds[k];
+        setup s = { kinds[k], ipc_dir, shm_dir };
+        run_transport(&s, quick, out->nsizes, out->rows[k]);
+    }
+    remove_tree(ipc_dir);
+    remove_tree(shm_dir);
+    return MSTAR_OK;
+}
+
+size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, mstar_bench_target *out)
+{
+    for (int k = 0; k < r->nkinds; k++) {
+        if (r->kinds[k] != MSTAR_TRANSPORT_ARENA)
+            continue;
+        const row *rows = r->rows[k];
+        int worst = 2; /* the lowest ratio at >= 1 MiB */
+        for (int i = 2; i < r->nsizes; i++)
+            worst = rows[i].gbps < rows[worst].gbps ? i : worst;
+        char h[32];
+        mstar_bench_size_name(rows[worst].bytes, h, sizeof(h));
+        double bw = rows[worst].gbps / r->memcpy_gbps, rt = rows[0].rt_p50_us / r->zmq_p50_us;
+        mstar_bench_target t[2] = {
+            { "arena throughput at >= 1 MiB / memcpy (lowest)", ">= 0.45x", bw, "",
+              bw >= 0.45 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+            { "4 KiB arena round trip p50 / raw ZeroMQ ping-pong p50", "<= 3x", rt, "",
+              rt <= 3 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+        };
+        snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (at %s)", bw, h);
+        snprintf(t[1].shown, sizeof(t[1].shown), "%.2fx", rt);
+        out[0] = t[0];
+        out[1] = t[1];
+        return 2;
+    }
+    return 0;
+}
+
+void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out)
+{
+    fprintf(out, "{\"suite\":\"transport\",\"in_flight\":%d", r->in_flight);
+    mstar_bench_json_field(out, "memcpy_gbps", r->memcpy_gbps, 4);
+    mstar_bench_json_field(out, "zmq_pingpong_p50_us", r->zmq_p50_us, 4);
+    mstar_bench_json_field(out, "zmq_pingpong_p99_us", r->zmq_p99_us, 4);
+    fprintf(out, ",\"transports\":[");
+    for (int k = 0; k < r->nkinds; k++) {
+        fprintf(out, "%s{\"transport\":\"%s\",\"sizes\":[", k ? "," : "",
+                mstar_transport_kind_name(r->kinds[k]));
+        for (int i = 0; i < r->nsizes; i++) {
+            const row *w = &r->rows[k][i];
+            fprintf(out, "%s{\"bytes\":%llu", i ? "," : "", (unsigned long long)w->bytes);
+            mstar_bench_json_field(out, "rt_p50_us", w->rt_p50_us, 4);
+            mstar_bench_json_field(out, "rt_p99_us", w->rt_p99_us, 4);
+            mstar_bench_json_field(out, "gbps", w->gbps, 4);
+            mstar_bench_json_field(out, "vs_memcpy", w->gbps / r->memcpy_gbps, 3);
+            mstar_bench_json_field(out, "rt_vs_zmq", w->rt_p50_us / r->zmq_p50_us, 3);
+            fprintf(out, "}");
+        }
+        fprintf(out, "]}");
+    }
+    fprintf(out, "]}\n");
+}
+
+static void print_table(const mstar_bench_transport_result *r)
+{
+    printf("transport: one producer, one consumer, ipc control mesh; %d in flight\n", r->in_flight);
+    printf("baselines: memcpy %.2f GB/s (64 MiB, one thread); ZeroMQ ipc ping-pong 64 B "
+           "p50 %.1f us, p99 %.1f us\n\n",
+           r->memcpy_gbps, r->zmq_p50_us, r->zmq_p99_us);
+    for (int k = 0; k < r->nkinds; k++) {
+        printf("%s\n  %-8s %12s %12s %10s %10s %10s\n", mstar_transport_kind_name(r->kinds[k]),
+               "size", "rt p50 us", "rt p99 us", "rt/zmq", "GB/s", "/memcpy");
+        for (int i = 0; i < r->nsizes; i++) {
+            const row *w = &r->rows[k][i];
+            char h[32];
+            mstar_bench_size_name(w->bytes, h, sizeof(h));
+            printf("  %-8s %12.1f %12.1f %9.2fx %10.2f %9.2fx\n", h, w->rt_p50_us, w->rt_p99_us,
+                   w->rt_p50_us / r->zmq_p50_us, w->gbps, w->gbps / r->memcpy_gbps);
+        }
+        printf("\n");
+    }
+    mstar_bench_target t[MSTAR_BENCH_MAX_TARGETS];
+    mstar_bench_targets_print(t, mstar_bench_transport_targets(r, t), stdout);
 }
 
 int mstar_bench_transport(int argc, char **argv)
@@ -391,8 +496,9 @@ int mstar_bench_transport(int argc, char **argv)
             quick = true;
         } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
             if (mstar_transport_kind_from_name(argv[++i], &kinds[0]) != MSTAR_OK ||
-                kinds[0] == MSTAR_TRANSPORT_LOCAL) {
-                fprintf(stderr, "mstar bench transport: --transport files|arena\n");
+                (kinds[0] != MSTAR_TRANSPORT_FILES && kinds[0] != MSTAR_TRANSPORT_ARENA)) {
+                fprintf(stderr, "mstar bench transport: --transport files|arena (UCX reads: "
+                                "mstar bench ucx)\n");
                 return 2;
             }
             nkinds = 1;
@@ -402,69 +508,15 @@ int mstar_bench_transport(int argc, char **argv)
             return 2;
         }
     }
-    mallopt(M_MMAP_THRESHOLD, 256 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
-    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
-    if (mkdtemp(ipc_dir) == NULL || mkdtemp(shm_dir) == NULL) {
-        fprintf(stderr, "mstar bench transport: cannot create scratch directories\n");
+    mstar_bench_progress_enable(!json);
+    mstar_bench_transport_result r;
+    if (mstar_bench_transport_run(kinds, nkinds, quick, &r) != MSTAR_OK) {
+        fprintf(stderr, "mstar bench transport: %s\n", mstar_last_error());
         return 1;
     }
-    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "256", 0);
-    double memcpy_bw = memcpy_gbps();
-    double zmq_p99;
-    double zmq_p50 = zmq_pingpong_us(ipc_dir, quick ? 500 : 3000, &zmq_p99);
-    row rows[2][NSIZES];
-    for (int k = 0; k < nkinds; k++) {
-        setup s = { kinds[k], ipc_dir, shm_dir };
-        run_transport(&s, quick, rows[k]);
-    }
-    remove_tree(ipc_dir);
-    remove_tree(shm_dir);
-    if (json) {
-        printf("{\"suite\":\"transport\",\"memcpy_gbps\":%.3f,\"zmq_pingpong_p50_us\":%.2f,"
-               "\"zmq_pingpong_p99_us\":%.2f,\"in_flight\":%d,\"transports\":[",
-               memcpy_bw, zmq_p50, zmq_p99, IN_FLIGHT);
-        for (int k = 0; k < nkinds; k++) {
-            printf("%s{\"transport\":\"%s\",\"sizes\":[", k ? "," : "",
-                   mstar_transport_kind_name(kinds[k]));
-            for (int i = 0; i < NSIZES; i++) {
-                const row *r = &rows[k][i];
-                printf("%s{\"bytes\":%llu,\"rt_p50_us\":%.2f,\"rt_p99_us\":%.2f,\"gbps\":%.3f,"
-                       "\"vs_memcpy\":%.3f,\"rt_vs_zmq\":%.2f}",
-                       i ? "," : "", (unsigned long long)r->size, r->p50_us, r->p99_us, r->gbps,
-                       r->gbps / memcpy_bw, r->p50_us / zmq_p50);
-            }
-            printf("]}");
-        }
-        printf("]}\n");
-        return 0;
-    }
-    printf("transport: one producer, one consumer, ipc control mesh; %d in flight\n", IN_FLIGHT);
-    printf("baselines: memcpy %.2f GB/s (64 MiB, one thread); ZeroMQ ipc ping-pong 64 B "
-           "p50 %.1f us, p99 %.1f us\n\n",
-           memcpy_bw, zmq_p50, zmq_p99);
-    for (int k = 0; k < nkinds; k++) {
-        printf("%s\n  %-8s %12s %12s %10s %10s %10s\n", mstar_transport_kind_name(kinds[k]), "size",
-               "rt p50 us", "rt p99 us", "rt/zmq", "GB/s", "/memcpy");
-        for (int i = 0; i < NSIZES; i++) {
-            const row *r = &rows[k][i];
-            char h[32];
-            printf("  %-8s %12.1f %12.1f %9.2fx %10.2f %9.2fx\n", human(r->size, h, sizeof(h)),
-                   r->p50_us, r->p99_us, r->p50_us / zmq_p50, r->gbps, r->gbps / memcpy_bw);
-        }
-        printf("\n");
-    }
-    for (int k = 0; k < nkinds; k++) {
-        if (kinds[k] != MSTAR_TRANSPORT_ARENA)
-            continue;
-        double worst = 1e9;
-        for (int i = 2; i < NSIZES; i++)
-            worst = rows[k][i].gbps / memcpy_bw < worst ? rows[k][i].gbps / memcpy_bw : worst;
-        printf("targets: arena throughput >= 0.45x memcpy at >= 1 MiB: %.2fx (%s); 4 KiB arena "
-               "round trip <= 3x ZeroMQ ping-pong: %.2fx (%s)\n",
-               worst, worst >= 0.45 ? "met" : "NOT met", rows[k][0].p50_us / zmq_p50,
-               rows[k][0].p50_us / zmq_p50 <= 3 ? "met" : "NOT met");
-    }
+    if (json)
+        mstar_bench_transport_json(&r, stdout);
+    else
+        print_table(&r);
     return 0;
 }

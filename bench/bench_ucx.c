@@ -17,6 +17,7 @@
  */
 #include "bench.h"
 
+#include "core/json.h"
 #include "core/vec.h"
 #include "tensors/ucx/ucx_engine.h"
 
@@ -35,11 +36,7 @@
 #define MIB    (UINT64_C(1) << 20)
 #define ROUNDS 3
 
-typedef struct bench_opts {
-    uint64_t min_size;
-    uint64_t max_size;
-    uint64_t volume; /* bytes moved per throughput point */
-} bench_opts;
+typedef mstar_bench_ucx_options bench_opts;
 
 static uint8_t pattern(uint64_t i)
 {
@@ -314,38 +311,32 @@ static double ucx_latency(mstar__ucx_engine *e, mstar__ucx_read_protocol proto, 
     return us;
 }
 
-static void format_size(uint64_t n, char *buf, size_t cap)
-{
-    if (n >= MIB)
-        snprintf(buf, cap, "%llu MiB", (unsigned long long)(n / MIB));
-    else
-        snprintf(buf, cap, "%llu KiB", (unsigned long long)(n / 1024));
-}
-
-static int run(const bench_opts *o, const ucx_child *uc, int tcp_fd)
+static mstar_status run(const bench_opts *o, const ucx_child *uc, int tcp_fd,
+                        mstar_bench_ucx_result *out)
 {
     mstar__ucx_config cfg;
     mstar__ucx_config_init(&cfg);
     mstar__ucx_engine *e;
-    if (mstar__ucx_config_from_env(&cfg) != MSTAR_OK ||
-        mstar__ucx_engine_create(&cfg, &e) != MSTAR_OK) {
-        fprintf(stderr, "mstar bench ucx: %s\n", mstar_last_error());
-        return 1;
-    }
+    mstar_status st = mstar__ucx_config_from_env(&cfg);
+    if (st == MSTAR_OK)
+        st = mstar__ucx_engine_create(&cfg, &e);
+    if (st != MSTAR_OK)
+        return st;
+    out->protocol = mstar__ucx_read_protocol_name(cfg.read_protocol);
     uint64_t dst_len = o->max_size * 2 > 64 * MIB ? o->max_size * 2 : 64 * MIB;
     uint8_t *dst = malloc(dst_len);
     if (dst == NULL) {
         mstar__ucx_engine_destroy(e);
-        return 1;
+        return mstar_error_set(MSTAR_ENOMEM, "bench ucx: %llu bytes to read into",
+                               (unsigned long long)dst_len);
     }
     memset(dst, 0, dst_len);
-    printf("UCX over TCP on loopback (UCX_TLS=%s), %llu MiB per throughput point\n",
-           getenv("UCX_TLS") ? getenv("UCX_TLS") : "tcp", (unsigned long long)(o->volume / MIB));
-    printf("%-8s %11s %11s %11s %7s %7s %9s %9s %9s\n", "size", "tcp GB/s", "get GB/s", "am GB/s",
-           "get/tcp", "am/tcp", "tcp us", "get us", "am us");
-    double worst[2] = { 1e9, 1e9 };
-    bool all_ok = true;
-    for (uint64_t s = o->min_size; s <= o->max_size; s *= 4) {
+    for (uint64_t s = o->min_size; s <= o->max_size && out->nrows < MSTAR_BENCH_UCX_MAX_SIZES;
+         s *= 4) {
+        char name[32];
+        mstar_bench_size_name(s, name, sizeof(name));
+        mstar_bench_progress("ucx", "%s: TCP stream, get, AM", name);
+        mstar_error_clear(); /* so that a failure below is told by the error it sets, or none */
         bool ok[8];
         /* Best of ROUNDS, the three interleaved: other load on the machine lowers a point, it
          * never raises one, and interleaving exposes all three to the same conditions. */
@@ -360,35 +351,137 @@ static int run(const bench_opts *o, const ucx_child *uc, int tcp_fd)
             bw_get = g > bw_get ? g : bw_get;
             bw_am = a > bw_am ? a : bw_am;
         }
-        double lat_tcp = tcp_latency(tcp_fd, dst, s, &ok[3]);
-        double lat_get = ucx_latency(e, MSTAR__UCX_READ_GET, uc, dst, s, &ok[4]);
-        double lat_am = ucx_latency(e, MSTAR__UCX_READ_AM, uc, dst, s, &ok[5]);
+        mstar_bench_ucx_row *r = &out->rows[out->nrows];
+        r->bytes = s;
+        r->tcp_gbps = bw_tcp;
+        r->get_gbps = bw_get;
+        r->am_gbps = bw_am;
+        r->tcp_us = tcp_latency(tcp_fd, dst, s, &ok[3]);
+        r->get_us = ucx_latency(e, MSTAR__UCX_READ_GET, uc, dst, s, &ok[4]);
+        r->am_us = ucx_latency(e, MSTAR__UCX_READ_AM, uc, dst, s, &ok[5]);
+        bool all_ok = true;
         for (int i = 0; i < 6; i++)
             all_ok = all_ok && ok[i];
         if (!all_ok) {
-            fprintf(stderr,
-                    "mstar bench ucx: a read at %llu bytes failed or read wrong bytes: "
-                    "%s\n",
-                    (unsigned long long)s, mstar_last_error());
+            /* A UCX read that failed set its error; the TCP stream and a wrong byte set none. */
+            st = mstar_last_status() != MSTAR_OK
+                     ? mstar_error_wrap("a read of %s failed", name)
+                     : mstar_error_set(MSTAR_EREMOTE,
+                                       "a read of %s failed on TCP or read wrong bytes", name);
             break;
         }
-        char name[32];
-        format_size(s, name, sizeof(name));
-        printf("%-8s %11.2f %11.2f %11.2f %7.2f %7.2f %9.1f %9.1f %9.1f\n", name, bw_tcp, bw_get,
-               bw_am, bw_get / bw_tcp, bw_am / bw_tcp, lat_tcp, lat_get, lat_am);
-        if (s >= MIB) {
-            worst[0] = bw_get / bw_tcp < worst[0] ? bw_get / bw_tcp : worst[0];
-            worst[1] = bw_am / bw_tcp < worst[1] ? bw_am / bw_tcp : worst[1];
-        }
-        fflush(stdout);
+        out->nrows++;
     }
-    if (all_ok && worst[0] < 1e9)
-        printf("lowest ratio to the TCP stream at >= 1 MiB: get %.2f, am %.2f (target 0.60; "
-               "default protocol: %s)\n",
-               worst[0], worst[1], mstar__ucx_read_protocol_name(cfg.read_protocol));
     free(dst);
     mstar__ucx_engine_destroy(e);
-    return all_ok ? 0 : 1;
+    return st;
+}
+
+void mstar_bench_ucx_options_init(mstar_bench_ucx_options *o, bool quick)
+{
+    o->min_size = 4096;
+    o->max_size = quick ? 4 * MIB : 64 * MIB;
+    o->volume = quick ? 16 * MIB : 256 * MIB;
+}
+
+mstar_status mstar_bench_ucx_run(const mstar_bench_ucx_options *o, mstar_bench_ucx_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    out->opts = *o;
+    snprintf(out->tls, sizeof(out->tls), "%s", getenv("UCX_TLS") ? getenv("UCX_TLS") : "tcp");
+    if (o->min_size == 0 || o->min_size > o->max_size || o->max_size > 1024 * MIB)
+        return mstar_error_set(MSTAR_EINVAL, "need 0 < min_size <= max_size <= 1 GiB");
+    signal(SIGPIPE, SIG_IGN);
+    ucx_child uc;
+    pid_t tcp_pid = -1;
+    mstar_bench_progress("ucx", "starting the producer and the TCP server");
+    if (!start_ucx_child(&uc, o->max_size))
+        return mstar_error_set(MSTAR_EIO, "the UCX producer process did not start");
+    int tcp_fd = start_tcp_child(&tcp_pid, o->max_size);
+    mstar_status st = tcp_fd < 0 ? mstar_error_set(MSTAR_EIO, "the TCP server did not start")
+                                 : run(o, &uc, tcp_fd, out);
+    if (tcp_fd >= 0)
+        close(tcp_fd); /* the server sees EOF and exits */
+    close(uc.ctl);     /* so does the producer */
+    waitpid(uc.pid, NULL, 0);
+    if (tcp_pid > 0)
+        waitpid(tcp_pid, NULL, 0);
+    return st;
+}
+
+size_t mstar_bench_ucx_targets(const mstar_bench_ucx_result *r, mstar_bench_target *out)
+{
+    size_t get = SIZE_MAX, am = SIZE_MAX; /* the lowest ratio at >= 1 MiB of each */
+    for (size_t i = 0; i < r->nrows; i++) {
+        const mstar_bench_ucx_row *w = &r->rows[i];
+        if (w->bytes < MIB)
+            continue;
+        if (get == SIZE_MAX ||
+            w->get_gbps / w->tcp_gbps < r->rows[get].get_gbps / r->rows[get].tcp_gbps)
+            get = i;
+        if (am == SIZE_MAX || w->am_gbps / w->tcp_gbps < r->rows[am].am_gbps / r->rows[am].tcp_gbps)
+            am = i;
+    }
+    if (get == SIZE_MAX)
+        return 0;
+    double g = r->rows[get].get_gbps / r->rows[get].tcp_gbps;
+    double a = r->rows[am].am_gbps / r->rows[am].tcp_gbps;
+    mstar_bench_target t[2] = {
+        { "UCX TCP AM read at >= 1 MiB / raw TCP stream (lowest)", ">= 0.6x", a, "",
+          a >= 0.6 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+        { "UCX TCP get at >= 1 MiB / raw TCP stream (lowest)", ">= 0.6x", g, "",
+          g >= 0.6 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+    };
+    char h[32];
+    mstar_bench_size_name(r->rows[am].bytes, h, sizeof(h));
+    snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (at %s)", a, h);
+    mstar_bench_size_name(r->rows[get].bytes, h, sizeof(h));
+    snprintf(t[1].shown, sizeof(t[1].shown), "%.2fx (at %s)", g, h);
+    out[0] = t[0];
+    out[1] = t[1];
+    return 2;
+}
+
+void mstar_bench_ucx_json(const mstar_bench_ucx_result *r, FILE *out)
+{
+    fprintf(out, "{\"suite\":\"ucx\",\"tls\":");
+    mstar__json_string(out, r->tls);
+    fprintf(out, ",\"default_protocol\":");
+    mstar__json_string(out, r->protocol);
+    fprintf(out, ",\"volume_bytes\":%llu,\"sizes\":[", (unsigned long long)r->opts.volume);
+    for (size_t i = 0; i < r->nrows; i++) {
+        const mstar_bench_ucx_row *w = &r->rows[i];
+        fprintf(out, "%s{\"bytes\":%llu", i ? "," : "", (unsigned long long)w->bytes);
+        mstar_bench_json_field(out, "tcp_gbps", w->tcp_gbps, 4);
+        mstar_bench_json_field(out, "get_gbps", w->get_gbps, 4);
+        mstar_bench_json_field(out, "am_gbps", w->am_gbps, 4);
+        mstar_bench_json_field(out, "get_vs_tcp", w->get_gbps / w->tcp_gbps, 3);
+        mstar_bench_json_field(out, "am_vs_tcp", w->am_gbps / w->tcp_gbps, 3);
+        mstar_bench_json_field(out, "tcp_us", w->tcp_us, 4);
+        mstar_bench_json_field(out, "get_us", w->get_us, 4);
+        mstar_bench_json_field(out, "am_us", w->am_us, 4);
+        fprintf(out, "}");
+    }
+    fprintf(out, "]}\n");
+}
+
+static void print_table(const mstar_bench_ucx_result *r)
+{
+    printf("UCX over TCP on loopback (UCX_TLS=%s), %llu MiB per throughput point\n", r->tls,
+           (unsigned long long)(r->opts.volume / MIB));
+    printf("%-8s %11s %11s %11s %7s %7s %9s %9s %9s\n", "size", "tcp GB/s", "get GB/s", "am GB/s",
+           "get/tcp", "am/tcp", "tcp us", "get us", "am us");
+    for (size_t i = 0; i < r->nrows; i++) {
+        const mstar_bench_ucx_row *w = &r->rows[i];
+        char name[32];
+        mstar_bench_size_name(w->bytes, name, sizeof(name));
+        printf("%-8s %11.2f %11.2f %11.2f %7.2f %7.2f %9.1f %9.1f %9.1f\n", name, w->tcp_gbps,
+               w->get_gbps, w->am_gbps, w->get_gbps / w->tcp_gbps, w->am_gbps / w->tcp_gbps,
+               w->tcp_us, w->get_us, w->am_us);
+    }
+    printf("default read protocol: %s\n", r->protocol);
+    mstar_bench_target t[MSTAR_BENCH_MAX_TARGETS];
+    mstar_bench_targets_print(t, mstar_bench_ucx_targets(r, t), stdout);
 }
 
 static bool parse_u64(const char *s, uint64_t *out)
@@ -404,25 +497,32 @@ static bool parse_u64(const char *s, uint64_t *out)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: mstar bench ucx [--quick] [--min BYTES] [--max BYTES] [--volume-mib N]\n"
+    fprintf(out, "usage: mstar bench ucx [--json] [--quick] [--min BYTES] [--max BYTES] "
+                 "[--volume-mib N]\n"
                  "  sizes go from --min (4096) to --max (64 MiB) by x4; each throughput point\n"
-                 "  moves --volume-mib (256) MiB; --quick is --max 4 MiB --volume-mib 32.\n"
+                 "  moves --volume-mib (256) MiB; --quick is --max 4 MiB --volume-mib 16.\n"
                  "  UCX_* variables are passed to UCX;\n"
                  "  MSTAR_UCX_READ_PROTOCOL names the default protocol shown.\n");
 }
 
 int mstar_bench_ucx(int argc, char **argv)
 {
-    bench_opts o = { 4096, 64 * MIB, 256 * MIB };
+    bench_opts o;
+    mstar_bench_ucx_options_init(&o, false);
+    bool json = false;
     for (int i = 1; i < argc; i++) {
         bool ok = i + 1 < argc;
         if (strcmp(argv[i], "--help") == 0) {
             usage(stdout);
             return 0;
         } else if (strcmp(argv[i], "--quick") == 0) {
-            o.max_size = 4 * MIB;
-            o.volume = 32 * MIB;
+            bench_opts q;
+            mstar_bench_ucx_options_init(&q, true);
+            o.max_size = q.max_size;
+            o.volume = q.volume;
             ok = true;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = ok = true;
         } else if (ok && strcmp(argv[i], "--min") == 0) {
             ok = parse_u64(argv[++i], &o.min_size);
         } else if (ok && strcmp(argv[i], "--max") == 0) {
@@ -442,20 +542,14 @@ int mstar_bench_ucx(int argc, char **argv)
         fprintf(stderr, "mstar bench ucx: need --min <= --max <= 1 GiB\n");
         return 2;
     }
-    signal(SIGPIPE, SIG_IGN);
-    ucx_child uc;
-    pid_t tcp_pid = -1;
-    if (!start_ucx_child(&uc, o.max_size)) {
-        fprintf(stderr, "mstar bench ucx: the producer process did not start\n");
-        return 1;
-    }
-    int tcp_fd = start_tcp_child(&tcp_pid, o.max_size);
-    int rc = tcp_fd < 0 ? 1 : run(&o, &uc, tcp_fd);
-    if (tcp_fd >= 0)
-        close(tcp_fd); /* the server sees EOF and exits */
-    close(uc.ctl);     /* so does the producer */
-    waitpid(uc.pid, NULL, 0);
-    if (tcp_pid > 0)
-        waitpid(tcp_pid, NULL, 0);
-    return rc;
+    mstar_bench_progress_enable(!json);
+    mstar_bench_ucx_result r;
+    mstar_status st = mstar_bench_ucx_run(&o, &r);
+    if (st != MSTAR_OK)
+        fprintf(stderr, "mstar bench ucx: %s\n", mstar_last_error());
+    if (json)
+        mstar_bench_ucx_json(&r, stdout);
+    else
+        print_table(&r);
+    return st == MSTAR_OK ? 0 : 1;
 }

@@ -3,9 +3,11 @@
  * 4 KiB round-trip hot path (a one-uuid TENSOR_RECEIVED, a one-descriptor INPUT_SIGNALS) and a
  * larger WORKER_GRAPHS_DONE, against two baselines measured in the same run over the same encoded
  * bytes: memcpy, and msgpuck's mp_check (a bare validating scan, no field checks, no output).
+ * `mstar bench wire [--json] [--quick]`.
  */
 #include "bench.h"
 
+#include "core/json.h"
 #include "core/vec.h"
 #include "mstar/mstar.h"
 
@@ -138,43 +140,93 @@ static mstar_status build(bench_case *c, mstar_msg_type type, const char *name)
     return st;
 }
 
-int mstar_bench_wire(int argc, char **argv)
+mstar_status mstar_bench_wire_run(bool quick, mstar_bench_wire_result *out)
 {
-    long iters = 5000;
-    if (argc > 1 && strcmp(argv[1], "--quick") == 0)
-        iters = 500;
-    bench_case cases[3];
     static const struct {
         mstar_msg_type type;
         const char *name;
-    } kinds[] = {
+    } kinds[MSTAR_BENCH_WIRE_CASES] = {
         { MSTAR_MSG_TENSOR_RECEIVED, "TENSOR_RECEIVED, 1 uuid" },
         { MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS, 1 descriptor" },
         { MSTAR_MSG_WORKER_GRAPHS_DONE, "WORKER_GRAPHS_DONE, 8 signals" },
     };
+    memset(out, 0, sizeof(*out));
+    out->rounds = ROUNDS;
+    out->iters = quick ? 200 : 5000;
+    for (size_t k = 0; k < MSTAR_BENCH_WIRE_CASES; k++) {
+        mstar_bench_progress("wire", "%s", kinds[k].name);
+        bench_case c;
+        mstar_status st = build(&c, kinds[k].type, kinds[k].name);
+        if (st != MSTAR_OK) {
+            mstar_msg_clear(&c.msg);
+            return st;
+        }
+        long n = k == 2 ? out->iters / 8 : out->iters;
+        mstar_bench_wire_row *r = &out->rows[k];
+        r->message = c.name;
+        r->bytes = c.len;
+        r->memcpy_ns = time_op(op_memcpy, &c, n);
+        r->check_ns = time_op(op_mp_check, &c, n);
+        r->encode_ns = time_op(op_encode, &c, n);
+        r->decode_ns = r->encode_ns < 0 ? -1 : time_op(op_decode, &c, n);
+        free(c.bytes);
+        mstar_msg_clear(&c.msg);
+        if (r->encode_ns < 0 || r->decode_ns < 0)
+            return MSTAR_EPROTO; /* the codec's error is in mstar_last_error */
+    }
+    return MSTAR_OK;
+}
+
+void mstar_bench_wire_json(const mstar_bench_wire_result *r, FILE *out)
+{
+    fprintf(out, "{\"suite\":\"wire\",\"rounds\":%d,\"iterations\":%ld,\"results\":[", r->rounds,
+            r->iters);
+    for (size_t k = 0; k < MSTAR_BENCH_WIRE_CASES; k++) {
+        const mstar_bench_wire_row *w = &r->rows[k];
+        fprintf(out, "%s{\"message\":", k ? "," : "");
+        mstar__json_string(out, w->message);
+        fprintf(out, ",\"bytes\":%zu", w->bytes);
+        mstar_bench_json_field(out, "memcpy_ns", w->memcpy_ns, 4);
+        mstar_bench_json_field(out, "mp_check_ns", w->check_ns, 4);
+        mstar_bench_json_field(out, "encode_ns", w->encode_ns, 4);
+        mstar_bench_json_field(out, "decode_ns", w->decode_ns, 4);
+        mstar_bench_json_field(out, "encode_over_check", w->encode_ns / w->check_ns, 4);
+        mstar_bench_json_field(out, "decode_over_check", w->decode_ns / w->check_ns, 4);
+        fprintf(out, "}");
+    }
+    fprintf(out, "]}\n");
+}
+
+static void print_table(const mstar_bench_wire_result *r)
+{
     printf("wire: ns per message (fastest of %d rounds of %ld); ratios to memcpy and mp_check of "
            "the same bytes\n",
-           ROUNDS, iters);
+           r->rounds, r->iters);
     printf("%-32s %6s %9s %9s %9s %9s %10s %10s\n", "message", "bytes", "memcpy", "mp_check",
            "encode", "decode", "enc/check", "dec/check");
-    int rc = 0;
-    for (size_t k = 0; k < sizeof(kinds) / sizeof(kinds[0]); k++) {
-        bench_case *c = &cases[k];
-        if (build(c, kinds[k].type, kinds[k].name) != MSTAR_OK) {
-            fprintf(stderr, "mstar bench wire: %s\n", mstar_last_error());
-            return 1;
-        }
-        long n = k == 2 ? iters / 8 : iters;
-        double copy = time_op(op_memcpy, c, n), check = time_op(op_mp_check, c, n);
-        double enc = time_op(op_encode, c, n), dec = time_op(op_decode, c, n);
-        if (enc < 0 || dec < 0) {
-            fprintf(stderr, "mstar bench wire: %s\n", mstar_last_error());
-            rc = 1;
-        }
-        printf("%-32s %6zu %9.1f %9.1f %9.1f %9.1f %9.1fx %9.1fx\n", c->name, c->len, copy, check,
-               enc, dec, enc / check, dec / check);
-        free(c->bytes);
-        mstar_msg_clear(&c->msg);
+    for (size_t k = 0; k < MSTAR_BENCH_WIRE_CASES; k++) {
+        const mstar_bench_wire_row *w = &r->rows[k];
+        printf("%-32s %6zu %9.1f %9.1f %9.1f %9.1f %9.1fx %9.1fx\n", w->message, w->bytes,
+               w->memcpy_ns, w->check_ns, w->encode_ns, w->decode_ns, w->encode_ns / w->check_ns,
+               w->decode_ns / w->check_ns);
     }
-    return rc;
+}
+
+int mstar_bench_wire(int argc, char **argv)
+{
+    bool json, quick;
+    if (!mstar_bench_parse_flags(argc, argv, "usage: mstar bench wire [--json] [--quick]", &json,
+                                 &quick))
+        return 2;
+    mstar_bench_progress_enable(!json);
+    mstar_bench_wire_result r;
+    if (mstar_bench_wire_run(quick, &r) != MSTAR_OK) {
+        fprintf(stderr, "mstar bench wire: %s\n", mstar_last_error());
+        return 1;
+    }
+    if (json)
+        mstar_bench_wire_json(&r, stdout);
+    else
+        print_table(&r);
+    return 0;
 }

@@ -4,6 +4,8 @@
  */
 #include "demo_run.h"
 
+#include "core/json.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -211,32 +213,17 @@ static void text_summary(demo_run *run, const figures *f)
 
 /* ---- JSON ----------------------------------------------------------------------------------- */
 
-static void json_str(FILE *o, const char *s)
-{
-    fputc('"', o);
-    for (; *s != '\0'; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            fprintf(o, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(o, "\\u%04x", c);
-        else
-            fputc(c, o);
-    }
-    fputc('"', o);
-}
-
 static void json_summary(demo_run *run, const figures *f)
 {
     FILE *o = stdout;
     fprintf(o, "{\"ok\": %s, \"reason\": ", run->fatal[0] == '\0' ? "true" : "false");
-    json_str(o, run->fatal);
+    mstar__json_string(o, run->fatal);
     fprintf(o, ", \"device\": \"%s\", \"transport\": \"%s\", \"graphs\": %s, \"shm_dir\": ",
             run->opts->device == MSTAR_DEVICE_CUDA ? "cuda" : "host",
             demo_transport_name(run->opts->transport), run->opts->graphs ? "true" : "false");
-    json_str(o, run->dirs.shm);
+    mstar__json_string(o, run->dirs.shm);
     fprintf(o, ", \"ipc_dir\": ");
-    json_str(o, run->dirs.ipc);
+    mstar__json_string(o, run->dirs.ipc);
     fprintf(o,
             ",\n \"time_s\": {\"startup\": %.3f, \"serve\": %.3f, \"shutdown\": %.3f, "
             "\"self_check\": %.3f},",
@@ -251,7 +238,7 @@ static void json_summary(demo_run *run, const figures *f)
         if (run->reqs[i].state != R_FAILED)
             continue;
         fprintf(o, "%s{\"id\": %d, \"reason\": ", k++ ? ", " : "", i);
-        json_str(o, run->reqs[i].reason);
+        mstar__json_string(o, run->reqs[i].reason);
         fputc('}', o);
     }
     fprintf(o,
@@ -273,7 +260,7 @@ static void json_summary(demo_run *run, const figures *f)
                 "\"died\": %s, \"exit\": ",
                 w ? ", " : "", run->worker_name[w], component_of(run, w), run->startup_s[w],
                 run->died[w] ? "true" : "false");
-        json_str(o, how);
+        mstar__json_string(o, how);
         fprintf(o,
                 ", \"report\": %s, \"busy_s\": %.4f, \"removed_soft\": %lld, "
                 "\"removed_force\": %lld, \"drained\": %lld}",
@@ -315,7 +302,7 @@ static void json_summary(demo_run *run, const figures *f)
             demo_walk_unfinished(run));
     fprintf(o, " \"self_check\": {\"sampled\": %d, \"mismatches\": %d, \"first\": ", run->checked,
             run->mismatches);
-    json_str(o, run->mismatch);
+    mstar__json_string(o, run->mismatch);
     fprintf(o, "}\n}\n");
 }
 

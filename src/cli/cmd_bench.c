@@ -1,11 +1,11 @@
 /*
- * cmd_bench.c — `mstar bench <suite>`. Suites register here as they land (bench/bench.h).
+ * cmd_bench.c — `mstar bench <suite>`. Suites register here as they land (bench/bench.h);
+ * `mstar bench all` runs them all and writes the report (bench/bench_all.c).
  */
 #include "commands.h"
 
 #include "bench.h"
 
-#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -18,8 +18,9 @@ static const struct {
       mstar_bench_wire },
     { "bookkeeper", "store + dereference pairs per second, against the bare hash map",
       mstar_bench_bookkeeper },
-    { "transport", "tensor handoffs between two processes: round trip and throughput, against "
-                   "memcpy and a raw ZeroMQ ping-pong",
+    { "transport",
+      "tensor handoffs between two processes: round trip and throughput, against "
+      "memcpy and a raw ZeroMQ ping-pong",
       mstar_bench_transport },
     { "graphs", "reference decode model: eager, replayed and raw-replay steps at bs 1, 8, 32, 64",
       mstar_bench_graphs },
@@ -31,10 +32,13 @@ static const struct {
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: mstar bench <suite> [--quick]\n\nsuites:\n");
+    fprintf(out, "usage: mstar bench <suite> [options]\n\nsuites:\n");
     for (size_t i = 0; i < NSUITES; i++)
         fprintf(out, "  %-10s %s\n", suites[i].name, suites[i].summary);
-    fprintf(out, "  %-10s every suite in turn\n", "all");
+    fprintf(out,
+            "  %-10s every suite in one run, then a Markdown report with SVG plots\n"
+            "             [--out DIR] [--quick] [--device host|cuda]\n",
+            "all");
 }
 
 int mstar_cmd_bench(int argc, char **argv)
@@ -43,19 +47,12 @@ int mstar_cmd_bench(int argc, char **argv)
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
-    bool all = strcmp(argv[1], "all") == 0;
-    int rc = 0, ran = 0;
-    for (size_t i = 0; i < NSUITES; i++) {
-        if (all || strcmp(argv[1], suites[i].name) == 0) {
-            int r = suites[i].run(argc - 1, argv + 1);
-            rc = rc != 0 ? rc : r;
-            ran++;
-        }
-    }
-    if (ran == 0) {
-        fprintf(stderr, "mstar bench: unknown suite '%s'\n\n", argv[1]);
-        usage(stderr);
-        return 2;
-    }
-    return rc;
+    if (strcmp(argv[1], "all") == 0)
+        return mstar_bench_all(argc - 1, argv + 1);
+    for (size_t i = 0; i < NSUITES; i++)
+        if (strcmp(argv[1], suites[i].name) == 0)
+            return suites[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "mstar bench: unknown suite '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
 }

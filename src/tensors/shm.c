@@ -3,6 +3,8 @@
  */
 #include "tensors/shm.h"
 
+#include "core/fs.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,25 +14,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static mstar_status mkdir_p(const char *path)
-{
-    char tmp[MSTAR__SHM_PATH_MAX];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof(tmp))
-        return mstar_error_set(MSTAR_EINVAL, "shm_dir '%s' is empty or too long", path);
-    memcpy(tmp, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (tmp[i] != '/' && tmp[i] != '\0')
-            continue;
-        char saved = tmp[i];
-        tmp[i] = '\0';
-        if (mkdir(tmp, 0700) != 0 && errno != EEXIST)
-            return mstar_error_set(MSTAR_EIO, "shm_dir: mkdir %s: %s", tmp, strerror(errno));
-        tmp[i] = saved;
-    }
-    return MSTAR_OK;
-}
 
 mstar_status mstar__shm_dir_open(const char *path, const char *ns, mstar__shm_dir *out)
 {
@@ -52,7 +35,7 @@ mstar_status mstar__shm_dir_open(const char *path, const char *ns, mstar__shm_di
     if (strlen(path) >= sizeof(out->path))
         return mstar_error_set(MSTAR_EINVAL, "shm_dir is longer than %zu bytes",
                                sizeof(out->path) - 1);
-    mstar_status st = mkdir_p(path);
+    mstar_status st = mstar__mkdir_p("shm_dir", path, 0700);
     if (st != MSTAR_OK)
         return st;
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);

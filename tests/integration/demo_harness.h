@@ -1,8 +1,8 @@
 /*
  * demo_harness.h — what the `mstar demo` integration tests share: running the real binary
- * ($MSTAR_TEST_BUILD_DIR/mstar) with a small config, capturing its stdout and stderr, reading
- * fields of its --json summary, and checking that a run left nothing behind (its private shm and
- * inbox directories, its worker processes).
+ * ($MSTAR_TEST_BUILD_DIR/mstar; the `mstar bench all` test runs it the same way) with a small
+ * config, capturing its stdout and stderr, reading fields of its --json summary, and checking
+ * that a run left nothing behind (its private shm and inbox directories, its worker processes).
  */
 #ifndef MSTAR_TEST_DEMO_HARNESS_H
 #define MSTAR_TEST_DEMO_HARNESS_H
@@ -87,10 +87,10 @@ static inline const char *demo_write_file(const char *name, const char *text)
     return p;
 }
 
-/* Run `mstar demo <args...>` (NULL-terminated), sending it `sig` after `signal_after_s` seconds
- * when sig != 0, and killing it if it runs past `timeout_s`. */
-static inline demo_result demo_run_sig(int timeout_s, int sig, double signal_after_s,
-                                       const char *const *args)
+/* Run `mstar <command> <args...>` (args NULL-terminated), sending it `sig` after
+ * `signal_after_s` seconds when sig != 0, and killing it if it runs past `timeout_s`. */
+static inline demo_result mstar_cli_run_sig(int timeout_s, int sig, double signal_after_s,
+                                            const char *command, const char *const *args)
 {
     const char *build = getenv("MSTAR_TEST_BUILD_DIR");
     if (build == NULL)
@@ -100,7 +100,7 @@ static inline demo_result demo_run_sig(int timeout_s, int sig, double signal_aft
     static int runs;
     snprintf(out_path, sizeof(out_path), "%s/stdout.%d", demo_scratch(), runs);
     snprintf(err_path, sizeof(err_path), "%s/stderr.%d", demo_scratch(), runs++);
-    const char *argv[64] = { exe, "demo" };
+    const char *argv[64] = { exe, command };
     int argc = 2;
     for (int i = 0; args[i] != NULL && argc < 63; i++)
         argv[argc++] = args[i];
@@ -135,7 +135,7 @@ static inline demo_result demo_run_sig(int timeout_s, int sig, double signal_aft
         if (t > timeout_s) {
             kill(pid, SIGKILL);
             waitpid(pid, &r.status, 0);
-            fail_msg("mstar demo ran past %d s", timeout_s);
+            fail_msg("mstar %s ran past %d s", command, timeout_s);
         }
         struct timespec pause = { 0, 20 * 1000 * 1000 };
         nanosleep(&pause, NULL);
@@ -143,6 +143,13 @@ static inline demo_result demo_run_sig(int timeout_s, int sig, double signal_aft
     r.out = demo_slurp(out_path);
     r.err = demo_slurp(err_path);
     return r;
+}
+
+/* Run `mstar demo <args...>`, as mstar_cli_run_sig does. */
+static inline demo_result demo_run_sig(int timeout_s, int sig, double signal_after_s,
+                                       const char *const *args)
+{
+    return mstar_cli_run_sig(timeout_s, sig, signal_after_s, "demo", args);
 }
 
 static inline demo_result demo_run(int timeout_s, const char *const *args)

@@ -1,0 +1,230 @@
+/*
+ * test_bench_report.c — `mstar bench all --quick --out DIR` end to end: progress on stderr, the
+ * report's files (report.md with every section and its plots, report.json valid with every number
+ * finite, each SVG well-formed), nothing left in the scratch directories the suites use; a suite
+ * that fails (graphs on a CUDA build without a GPU) reported while the others still run; and bad
+ * options answered with a usage error before anything runs. No figure is judged: speed is what
+ * the report states, never what a test asserts.
+ */
+#include "demo_harness.h"
+#include "format_check.h"
+
+#include <dirent.h>
+
+/* Entries of `dir` whose names start with `prefix`, as one string "a b c " (for comparison). */
+static void list_prefixed(const char *dir, const char *prefix, char *out, size_t cap)
+{
+    out[0] = '\0';
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0 && strlen(out) + 258 < cap) {
+            strcat(out, e->d_name);
+            strcat(out, " ");
+        }
+    }
+    closedir(d);
+}
+
+static char *read_report_file(const char *dir, const char *name)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (!demo_path_exists(path))
+        fail_msg("%s was not written", path);
+    return demo_slurp(path);
+}
+
+static void check_svg(const char *dir, const char *name)
+{
+    char *svg = read_report_file(dir, name);
+    char why[256];
+    if (!mstar_test_xml_check(svg, "svg", why, sizeof(why)))
+        fail_msg("%s is not well-formed: %s", name, why);
+    assert_true(strncmp(svg, "<svg", 4) == 0);
+    assert_non_null(strstr(svg, "<polyline")); /* data drawn, not just axes */
+    free(svg);
+}
+
+static void test_quick_report(void **state)
+{
+    (void)state;
+    char before_shm[4096], before_tmp[4096], after_shm[4096], after_tmp[4096];
+    list_prefixed("/dev/shm", "mstar-bench-", before_shm, sizeof(before_shm));
+    list_prefixed("/tmp", "mstar-bench-", before_tmp, sizeof(before_tmp));
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/nested/report", demo_scratch()); /* created with its parent */
+    const char *args[] = { "all", "--quick", "--out", dir, NULL };
+    demo_result r = mstar_cli_run_sig(600, 0, 0, "bench", args);
+    if (demo_exit_code(&r) != 0)
+        fail_msg("mstar bench all exited %d\nstdout:\n%s\nstderr:\n%s", demo_exit_code(&r), r.out,
+                 r.err);
+
+    /* Progress names each suite and the sizes as they run. */
+    static const char *const progress[] = {
+        "wire: start",
+        "bookkeeper: start",
+        "transport: files, 4 KiB",
+        "transport: arena, 16 MiB",
+        "ucx: 1 MiB",
+        "graphs: bs 64",
+        "graphs: done",
+    };
+    for (size_t i = 0; i < sizeof(progress) / sizeof(progress[0]); i++)
+        if (strstr(r.err, progress[i]) == NULL)
+            fail_msg("no progress line '%s' in:\n%s", progress[i], r.err);
+    assert_non_null(strstr(r.out, "report.md"));
+
+    char *md = read_report_file(dir, "report.md");
+    static const char *const sections[] = {
+        "# Benchmark report",
+        "`mstar bench all --quick --out ",
+        "## Machine",
+        "| CPU |",
+        "| build |",
+        "## Targets",
+        "arena throughput at >= 1 MiB / memcpy",
+        "4 KiB arena round trip",
+        "bookkeeper store + dereference pairs/s",
+        "UCX TCP AM read",
+        "runner replay / raw replay",
+        "## Transport: shared-memory files and arena",
+        "## UCX over TCP: remote reads",
+        "## Graph runner: eager versus replay",
+        "## Bookkeeper",
+        "## Wire codec",
+        "](transport_latency.svg)",
+        "](transport_throughput.svg)",
+        "](graphs_steps.svg)",
+    };
+    for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
+        if (strstr(md, sections[i]) == NULL)
+            fail_msg("report.md has no '%s':\n%s", sections[i], md);
+    assert_null(strstr(md, "**Failed**"));
+    free(md);
+
+    char *json = read_report_file(dir, "report.json");
+    char why[256];
+    size_t numbers = 0;
+    if (!mstar_test_json_check(json, &numbers, why, sizeof(why)))
+        fail_msg("report.json: %s\n%s", why, json);
+    assert_true(numbers > 100);
+    assert_int_equal(strstr(json, "\"quick\":true") != NULL, 1);
+    static const char *const suites[] = { "wire", "bookkeeper", "transport", "ucx", "graphs" };
+    for (size_t i = 0; i < sizeof(suites) / sizeof(suites[0]); i++) {
+        char key[64];
+        snprintf(key, sizeof(key), "\"%s\":{\"ok\":true", suites[i]);
+        if (strstr(json, key) == NULL)
+            fail_msg("report.json has no %s", key);
+    }
+    free(json);
+
+    check_svg(dir, "transport_latency.svg");
+    check_svg(dir, "transport_throughput.svg");
+    check_svg(dir, "graphs_steps.svg");
+
+    /* The transport suite's scratch directories are gone. */
+    list_prefixed("/dev/shm", "mstar-bench-", after_shm, sizeof(after_shm));
+    list_prefixed("/tmp", "mstar-bench-", after_tmp, sizeof(after_tmp));
+    assert_string_equal(after_shm, before_shm);
+    assert_string_equal(after_tmp, before_tmp);
+    demo_result_free(&r);
+}
+
+/* --device cuda: without a CUDA backend a usage error; without a GPU the graphs suite fails, the
+ * others still run, and the report says so (exit 1); on a GPU every suite passes. */
+static void test_device_cuda(void **state)
+{
+    (void)state;
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s/cuda", demo_scratch());
+    const char *args[] = { "all", "--quick", "--device", "cuda", "--out", dir, NULL };
+    demo_result r = mstar_cli_run_sig(600, 0, 0, "bench", args);
+    int code = demo_exit_code(&r);
+    if (!mstar_built_with_cuda()) {
+        assert_int_equal(code, 2);
+        assert_non_null(strstr(r.err, "no CUDA backend"));
+        assert_false(demo_path_exists(dir));
+        demo_result_free(&r);
+        return;
+    }
+    if (code != 0 && code != 1)
+        fail_msg("mstar bench all --device cuda exited %d:\n%s", code, r.err);
+    char *md = read_report_file(dir, "report.md");
+    char *json = read_report_file(dir, "report.json");
+    char why[256];
+    if (!mstar_test_json_check(json, NULL, why, sizeof(why)))
+        fail_msg("report.json: %s\n%s", why, json);
+    assert_non_null(strstr(json, "\"transport\":{\"ok\":true"));
+    if (code == 1) {
+        assert_non_null(strstr(r.err, "graphs failed: "));
+        assert_non_null(strstr(md, "**Failed**"));
+        assert_non_null(strstr(json, "\"graphs\":{\"ok\":false"));
+    } else {
+        assert_non_null(strstr(json, "\"graphs\":{\"ok\":true"));
+        assert_non_null(strstr(md, "--device cuda`: the reference decode model"));
+    }
+    check_svg(dir, "transport_latency.svg");
+    free(md);
+    free(json);
+    demo_result_free(&r);
+}
+
+/* `mstar bench <args>` exits with `code` and says `needle` on stderr. */
+static void expect_refused(int code, const char *needle, const char *const *args)
+{
+    demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", args);
+    if (demo_exit_code(&r) != code || strstr(r.err, needle) == NULL)
+        fail_msg("mstar bench %s ...: exit %d, wanted %d with '%s' on stderr:\n%s", args[0],
+                 demo_exit_code(&r), code, needle, r.err);
+    assert_null(strstr(r.err, "wire: start")); /* refused before running anything */
+    demo_result_free(&r);
+}
+
+static void test_bad_options(void **state)
+{
+    (void)state;
+    const char *usage = "usage: mstar bench all";
+    const char *bogus[] = { "all", "--bogus", NULL };
+    expect_refused(2, usage, bogus);
+    const char *device[] = { "all", "--device", "gpu", NULL };
+    expect_refused(2, usage, device);
+    const char *no_dir[] = { "all", "--quick", "--out", NULL };
+    expect_refused(2, usage, no_dir);
+    const char *empty_dir[] = { "all", "--out", "", NULL };
+    expect_refused(2, usage, empty_dir);
+    const char *stray[] = { "all", "quick", NULL };
+    expect_refused(2, usage, stray);
+
+    /* A directory that cannot be made fails at once, naming it. */
+    const char *file = demo_write_file("not_a_dir", "x\n");
+    char below[4200];
+    snprintf(below, sizeof(below), "%s/report", file);
+    const char *unwritable[] = { "all", "--quick", "--out", below, NULL };
+    expect_refused(1, "not_a_dir", unwritable);
+    assert_false(demo_path_exists(below));
+
+    const char *suite[] = { "nosuch", NULL };
+    expect_refused(2, "unknown suite 'nosuch'", suite);
+    const char *wire[] = { "wire", "--bogus", NULL };
+    expect_refused(2, "usage: mstar bench wire", wire);
+    const char *ucx_kind[] = { "transport", "--transport", "ucx-tcp", NULL };
+    expect_refused(2, "--transport files|arena", ucx_kind);
+
+    const char *help[] = { "all", "--help", NULL };
+    demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", help);
+    assert_int_equal(demo_exit_code(&r), 0);
+    assert_non_null(strstr(r.out, usage));
+    demo_result_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_quick_report),
+        cmocka_unit_test(test_device_cuda),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
