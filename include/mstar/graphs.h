@@ -47,7 +47,8 @@ mstar_status mstar_graph_pool_trim(mstar_graph_pool *pool, uint64_t *released);
 
 typedef struct mstar_capture_stats {
     uint64_t taken; /* pool bytes the capture reserved (the planner's `graph`) */
-    uint64_t kept;  /* pool bytes live at capture end: now the graph's (the planner's `kept`) */
+    uint64_t kept;  /* pool bytes live at capture end: now the graph's (the planner's `kept`); a
+                     * block over 1 MiB counts with its segment's 2 MiB rounding */
     uint64_t peak;  /* most pool bytes live during the capture, above its start */
     size_t nodes;   /* mstar_graph_node_count */
 } mstar_capture_stats;

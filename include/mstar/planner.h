@@ -40,7 +40,8 @@ extern "C" {
 typedef struct mstar_capture_cost {
     uint64_t peak;    /* eager warm-up peak above baseline, max over the bucket's slots */
     bool has_graph;   /* false: no throwaway capture succeeded; the bucket cannot be planned */
-    uint64_t graph;   /* pool bytes one throwaway capture took (own, or the walk's largest) */
+    uint64_t graph;   /* pool bytes one capture needs, kept + scratch (own, or the walk's
+                       * largest's; see mstar_size_captures) */
     uint64_t kept;    /* pool bytes still allocated after one capture; <= graph */
     uint32_t slots;   /* graphs the bucket captures, >= 1 */
     uint64_t outside; /* bytes one graph holds outside the allocator (executable memory) */
@@ -198,10 +199,13 @@ typedef struct mstar_rank_group mstar_rank_group; /* below */
  * Reference size_captures (graph-runner-spec §4.1), for one runner whose graph buffers are
  * built. Warm every bucket and every slot up (a slot's first plan builds state of its own, which
  * must be spent before free memory is read) for its peak; then capture each walk's largest bucket
- * once, thrown away, keeping the graph: `graph` is the pool bytes it took, `kept` what stayed
- * live, `outside` per_node × its nodes when the walk's ExecutableMemory measured on it gives a
- * rate, else the free-memory drop the capture caused beyond its pool bytes. The walk's other
- * buckets get the largest's graph, kept and outside. The pool is trimmed after each throwaway.
+ * once, thrown away, keeping the graph: `kept` is what stayed live (mstar_capture_stats.kept),
+ * `graph` is kept plus what the capture needed beyond it — the pool's shared segments it grew
+ * (its scratch) and one more segment for the partly empty last one of the small blocks graphs
+ * keep — so that the §4.3 model errs high rather than low; `outside` is per_node × its nodes
+ * when the walk's ExecutableMemory measured on it gives a rate, else the free-memory drop the
+ * capture caused beyond its pool bytes. The walk's other buckets get the largest's graph, kept
+ * and outside. The pool is trimmed after each throwaway.
  * A bucket whose warm-up fails, or whose walk's throwaway capture fails, is unplannable
  * (has_graph false), logged. `barrier` (may be NULL) is met before each warm-up and capture, so
  * no rank issues a collective while another is still setting up (§3.1).

@@ -12,14 +12,12 @@
 
 #include <stdlib.h>
 
-#define SMALL_LIMIT   ((size_t)1 << 20) /* requests up to this share 2 MiB segments */
-#define SEGMENT_ROUND ((size_t)2 << 20) /* segment sizes are multiples of this */
-
 struct mstar__block {
     char *ptr;
     size_t size;
     bool used;
     bool graph_owned;
+    mstar__seg_kind kind; /* its segment's */
     uint64_t tag;
     mstar__block *prev; /* address neighbours inside the segment */
     mstar__block *next;
@@ -40,7 +38,7 @@ void mstar__allocator_init(mstar__allocator *a, mstar_backend *backend)
     mstar__vec_init(&a->segments, sizeof(struct segment));
     mstar__u64map_init(&a->live);
     a->free_head = NULL;
-    a->reserved = a->allocated = a->peak = 0;
+    a->reserved = a->reserved_kept = a->allocated = a->peak = 0;
 }
 
 size_t mstar__allocator_fini(mstar__allocator *a)
@@ -83,11 +81,15 @@ static void free_list_remove(mstar__allocator *a, mstar__block *b)
     b->free_prev = b->free_next = NULL;
 }
 
-static mstar_status add_segment(mstar__allocator *a, size_t size, mstar__block **out)
+static size_t whole_segments(size_t size)
 {
-    size_t seg_size = size <= SMALL_LIMIT
-                          ? SEGMENT_ROUND
-                          : (size + SEGMENT_ROUND - 1) / SEGMENT_ROUND * SEGMENT_ROUND;
+    return (size + MSTAR__SEGMENT_ROUND - 1) / MSTAR__SEGMENT_ROUND * MSTAR__SEGMENT_ROUND;
+}
+
+static mstar_status add_segment(mstar__allocator *a, size_t size, mstar__seg_kind kind,
+                                mstar__block **out)
+{
+    size_t seg_size = size <= MSTAR__SMALL_LIMIT ? MSTAR__SEGMENT_ROUND : whole_segments(size);
     mstar__block *b = calloc(1, sizeof(*b));
     if (b == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "allocator: no memory for a block record");
@@ -106,17 +108,20 @@ static mstar_status add_segment(mstar__allocator *a, size_t size, mstar__block *
     }
     b->ptr = ptr;
     b->size = seg_size;
+    b->kind = kind;
     a->reserved += seg_size;
+    if (kind == MSTAR__SEG_KEPT)
+        a->reserved_kept += seg_size;
     free_list_push(a, b);
     *out = b;
     return MSTAR_OK;
 }
 
-static mstar__block *best_fit(mstar__allocator *a, size_t size)
+static mstar__block *best_fit(mstar__allocator *a, size_t size, mstar__seg_kind kind)
 {
     mstar__block *best = NULL;
     for (mstar__block *b = a->free_head; b != NULL; b = b->free_next) {
-        if (b->size >= size && (best == NULL || b->size < best->size))
+        if (b->kind == kind && b->size >= size && (best == NULL || b->size < best->size))
             best = b;
     }
     return best;
@@ -131,6 +136,8 @@ static uint64_t trim_locked(mstar__allocator *a)
         struct segment *seg = mstar__vec_at(&a->segments, i);
         mstar__block *b = seg->first;
         if (!b->used && b->next == NULL) {
+            if (b->kind == MSTAR__SEG_KEPT)
+                a->reserved_kept -= seg->size;
             free_list_remove(a, b);
             free(b);
             mstar__raw_free(a->backend, seg->ptr);
@@ -154,7 +161,8 @@ uint64_t mstar__allocator_trim(mstar__allocator *a)
     return released;
 }
 
-mstar_status mstar__allocator_alloc(mstar__allocator *a, size_t nbytes, uint64_t tag, void **out)
+mstar_status mstar__allocator_alloc(mstar__allocator *a, size_t nbytes, uint64_t tag,
+                                    mstar__seg_kind kind, void **out)
 {
     if (nbytes == 0)
         nbytes = 1;
@@ -163,21 +171,22 @@ mstar_status mstar__allocator_alloc(mstar__allocator *a, size_t nbytes, uint64_t
     size_t size = (nbytes + MSTAR__BLOCK_ROUND - 1) / MSTAR__BLOCK_ROUND * MSTAR__BLOCK_ROUND;
     pthread_mutex_lock(&a->lock);
     mstar_status st = MSTAR_OK;
-    mstar__block *b = best_fit(a, size);
+    mstar__block *b = best_fit(a, size, kind);
     if (b == NULL)
-        st = add_segment(a, size, &b);
+        st = add_segment(a, size, kind, &b);
     if (st == MSTAR_ENOMEM && atomic_load(&a->backend->capturing) == 0 && trim_locked(a) > 0) {
         /* Cached segments nothing uses stand in the way of this one: give them back and try
          * again, as torch's caching allocator does before it reports out of memory (never while
          * capturing: a capture cannot free device memory). */
         mstar_error_clear();
-        st = add_segment(a, size, &b);
+        st = add_segment(a, size, kind, &b);
     }
     if (st == MSTAR_OK && b->size - size >= MSTAR__BLOCK_ROUND) {
         mstar__block *rest = calloc(1, sizeof(*rest));
         if (rest != NULL) {
             rest->ptr = b->ptr + size;
             rest->size = b->size - size;
+            rest->kind = b->kind;
             rest->prev = b;
             rest->next = b->next;
             if (b->next != NULL)
@@ -276,7 +285,7 @@ mstar_status mstar__allocator_adopt(mstar__allocator *a, uint64_t tag, mstar__ve
         st = mstar__vec_push(ptrs, &p);
         if (st == MSTAR_OK) {
             b->graph_owned = true;
-            *bytes += b->size;
+            *bytes += b->size > MSTAR__SMALL_LIMIT ? whole_segments(b->size) : b->size;
         }
     }
     pthread_mutex_unlock(&a->lock);
@@ -312,6 +321,14 @@ void mstar__allocator_stats(mstar__allocator *a, mstar_alloc_stats *out)
     out->peak = a->peak;
     out->segments = a->segments.len;
     pthread_mutex_unlock(&a->lock);
+}
+
+uint64_t mstar__allocator_reserved_kept(mstar__allocator *a)
+{
+    pthread_mutex_lock(&a->lock);
+    uint64_t bytes = a->reserved_kept;
+    pthread_mutex_unlock(&a->lock);
+    return bytes;
 }
 
 void mstar__allocator_reset_peak(mstar__allocator *a)

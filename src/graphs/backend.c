@@ -9,6 +9,7 @@
  */
 #include "graphs/backend.h"
 
+#include "graphs/lifetimes.h"
 #include "graphs/pool.h"
 
 #include <stdlib.h>
@@ -338,7 +339,7 @@ mstar_status mstar_caching_alloc(mstar_backend *b, size_t nbytes, void **out)
     mstar_status st = refuse_while_capturing(b, "caching-allocator allocation", nbytes);
     if (st != MSTAR_OK)
         return st;
-    return mstar__allocator_alloc(&b->caching, nbytes, 0, out);
+    return mstar__allocator_alloc(&b->caching, nbytes, 0, MSTAR__SEG_SHARED, out);
 }
 
 mstar_status mstar_caching_free(mstar_backend *b, void *ptr)
@@ -389,8 +390,12 @@ mstar_status mstar_alloc(mstar_stream *s, size_t nbytes, void **out)
     if (out == NULL)
         return mstar_error_set(MSTAR_EINVAL, "mstar_alloc: out is NULL");
     if (s->pool != NULL)
-        return mstar__pool_capture_alloc(s->pool, nbytes, out);
-    return mstar_caching_alloc(s->backend, nbytes, out);
+        return mstar__pool_capture_alloc(s->pool, nbytes, mstar__lifetimes_next_kind(s, nbytes),
+                                         out);
+    st = mstar_caching_alloc(s->backend, nbytes, out);
+    if (st == MSTAR_OK)
+        mstar__lifetimes_note_alloc(s, nbytes, *out);
+    return st;
 }
 
 mstar_status mstar_free(mstar_stream *s, void *ptr)
@@ -401,8 +406,12 @@ mstar_status mstar_free(mstar_stream *s, void *ptr)
     if (s->pool != NULL)
         return mstar__pool_capture_free(s->pool, ptr);
     mstar_backend *b = s->backend;
-    if (mstar__allocator_owns(&b->caching, ptr))
-        return mstar_caching_free(b, ptr);
+    if (mstar__allocator_owns(&b->caching, ptr)) {
+        st = mstar_caching_free(b, ptr);
+        if (st == MSTAR_OK)
+            mstar__lifetimes_note_free(s, ptr);
+        return st;
+    }
     /* A pool block outside its capture: the pool knows whether a graph owns it. */
     mstar_graph_pool *owner = NULL;
     pthread_mutex_lock(&b->lock);

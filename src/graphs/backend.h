@@ -86,6 +86,9 @@ struct mstar_stream {
     bool capturing;
     void *capture_state;    /* the backend's recording while capturing */
     mstar_graph_pool *pool; /* where mstar_alloc goes while capturing into a pool */
+    /* Allocation lifetimes (lifetimes.h): noted here outside a capture, hints inside one. */
+    struct mstar__lifetimes *recording;
+    struct mstar__lifetimes *applying;
     /* The last event this stream was told to wait on, and how many waits: read by tests that
      * check which stream waited for what (graph-runner-spec §8.4, §8.5). */
     mstar_event *last_waited;

@@ -8,7 +8,9 @@
  * times, each followed by a reset of the rows and a re-plan, so every warm-up and the capture see
  * the same state (§8.24); then capture it with its outputs outside the node's pool
  * (mstar_capture_with_static_outputs, §3.4). The rows are reset, their storage freed, on every
- * exit path — the reference freed them only when the capture succeeded (§8.30).
+ * exit path — the reference freed them only when the capture succeeded (§8.30). Unlike the
+ * whole-forward runner's, these captures get no lifetime hints (lifetimes.h): the region's own
+ * outputs are freed inside the capture once copied out, so all it allocates in the pool is scratch.
  */
 #include "graphs/piecewise.h"
 

@@ -9,10 +9,13 @@
  *      graph's scratch is safe);
  *   3. blocks live when the capture ends belong to the graph until it is destroyed;
  *   4. a failed capture's live blocks go back to the pool.
- * So a pool's footprint is what every graph keeps plus the largest single transient, and the
- * bytes each capture took (reserved growth) and kept (live at its end) are exact inputs for
- * capture planning. One pool per node, shared by its whole-forward runner and piecewise regions.
- * The pool is reference counted: its creator and each graph owning blocks hold a reference.
+ * A block the capture's warm-up did not free by the end of its forward (lifetimes.h) comes from
+ * the pool's kept segments, every other block from its shared ones, so kept outputs never split
+ * the scratch later captures reuse. So a pool's footprint is what every graph keeps plus the
+ * largest single transient, and the bytes each capture took (reserved growth) and kept (live at
+ * its end) are the inputs capture planning needs. One pool per node, shared by its whole-forward
+ * runner and piecewise regions. The pool is reference counted: its creator and each graph owning
+ * blocks hold a reference.
  */
 #include "graphs/pool.h"
 
@@ -115,9 +118,10 @@ mstar_status mstar_graph_pool_trim(mstar_graph_pool *p, uint64_t *released)
     return MSTAR_OK;
 }
 
-mstar_status mstar__pool_capture_alloc(mstar_graph_pool *p, size_t nbytes, void **out)
+mstar_status mstar__pool_capture_alloc(mstar_graph_pool *p, size_t nbytes, mstar__seg_kind kind,
+                                       void **out)
 {
-    return mstar__allocator_alloc(&p->alloc, nbytes, p->capture_id, out);
+    return mstar__allocator_alloc(&p->alloc, nbytes, p->capture_id, kind, out);
 }
 
 mstar_status mstar__pool_capture_free(mstar_graph_pool *p, void *ptr)
@@ -139,6 +143,11 @@ mstar_status mstar__pool_capture_free(mstar_graph_pool *p, void *ptr)
 bool mstar__pool_owns(mstar_graph_pool *p, const void *ptr)
 {
     return mstar__allocator_owns(&p->alloc, ptr);
+}
+
+uint64_t mstar__pool_reserved_kept(mstar_graph_pool *p)
+{
+    return mstar__allocator_reserved_kept(&p->alloc);
 }
 
 mstar_status mstar__pool_free_outside_capture(mstar_graph_pool *p, void *ptr)

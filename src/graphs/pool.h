@@ -7,10 +7,14 @@
 
 #include "graphs/backend.h"
 
-/* mstar_alloc / mstar_free on a stream that captures into `pool`. */
-mstar_status mstar__pool_capture_alloc(mstar_graph_pool *pool, size_t nbytes, void **out);
+/* mstar_alloc / mstar_free on a stream that captures into `pool`. `kind`: MSTAR__SEG_KEPT for a
+ * block expected to outlive the capture (lifetimes.h), so that it never splits shared scratch. */
+mstar_status mstar__pool_capture_alloc(mstar_graph_pool *pool, size_t nbytes, mstar__seg_kind kind,
+                                       void **out);
 mstar_status mstar__pool_capture_free(mstar_graph_pool *pool, void *ptr);
 bool mstar__pool_owns(mstar_graph_pool *pool, const void *ptr);
+/* Bytes the pool holds in kept segments (graphs' outputs), the rest of its reserve is shared. */
+uint64_t mstar__pool_reserved_kept(mstar_graph_pool *pool);
 /* mstar_free of a pool block with no capture running: refused for a graph's block. */
 mstar_status mstar__pool_free_outside_capture(mstar_graph_pool *pool, void *ptr);
 

@@ -7,12 +7,14 @@
  * prepare (admit, plan, preprocess, intern the static inputs) and run the forward eagerly
  * MSTAR_NUM_WARMUP times, each time resetting the rows and preparing again, so every warm-up and
  * the capture see identical shapes and state (§8.24). The capture then records the forward over
- * the static inputs into the node's pool. The rows are reset on every exit path.
+ * the static inputs into the node's pool, its outputs in the pool's kept segments as the last
+ * warm-up's allocations show them (lifetimes.h). The rows are reset on every exit path.
  */
 #include "graphs/runner.h"
 
 #include "graphs/backend.h"
 #include "graphs/config.h"
+#include "graphs/lifetimes.h"
 #include "graphs/stage.h"
 #include "graphs/step_runner.h"
 
@@ -141,11 +143,17 @@ static mstar_status run_spec(void *runner, struct bucket *b, int32_t slot,
         st = prepare(&sr);
     if (st == MSTAR_OK)
         st = mstar_stream_synchronize(r->stream);
+    /* Each warm-up notes which of its allocations outlive the forward; the capture, which makes
+     * the same ones, keeps those apart from the pool's shared scratch (lifetimes.h). */
+    mstar__lifetimes lifetimes;
+    mstar__lifetimes_init(&lifetimes);
     for (int w = 0; st == MSTAR_OK && w < MSTAR_NUM_WARMUP; w++) {
         mstar_tensor_map *outs = NULL;
         st = mstar_tensor_map_create(&outs);
+        mstar__lifetimes_record(r->stream, job->capture ? &lifetimes : NULL);
         if (st == MSTAR_OK)
             st = forward_of(r, b)(r->sub_self, r->step, sr.s->static_inputs, outs);
+        mstar__lifetimes_record(r->stream, NULL);
         mstar_tensor_map_destroy(outs); /* warm-up outputs come from the caching allocator */
         if (st == MSTAR_OK)
             st = mstar_dummy_rows_reset(r->rows, sr.rows, (size_t)b->key.bs, false);
@@ -160,11 +168,14 @@ static mstar_status run_spec(void *runner, struct bucket *b, int32_t slot,
     if (st == MSTAR_OK && job->capture)
         st = mstar__step_runner_replay_event(r->sr, slot, &sr.replayed);
     if (st == MSTAR_OK && job->capture) {
+        mstar__lifetimes_apply(r->stream, &lifetimes);
         st = mstar_capture_into_graph(r->stream, r->pool, capture_run, &sr, job->flags,
                                       &sr.s->graph, job->stats);
+        mstar__lifetimes_apply(r->stream, NULL);
         /* The outputs live in the graph's pool blocks now; the map only views them. */
         mstar__tensor_map_disown(sr.s->static_outputs);
     }
+    mstar__lifetimes_free(&lifetimes);
     /* Back to clean rows; their storage stays until release_all, for the next capture. */
     mstar_status reset = sr.rows == NULL
                              ? MSTAR_OK

@@ -4,13 +4,14 @@
  *
  * Warm-ups come first, for every bucket and slot, so that per-slot state (workspaces, plan
  * buffers) is spent before any free-memory reading. Then each walk's largest bucket is captured
- * once and thrown away: the pool bytes it took are the walk's `graph`, the bytes still live at
- * its end are `kept`, and the graph feeds the walk's ExecutableMemory. The pool is trimmed after
- * every throwaway, so each throwaway's `taken` is its whole footprint and free memory read later
- * does not count segments nothing uses.
+ * once and thrown away: the bytes still live at its end are the walk's `kept`, those plus the
+ * scratch it needed are its `graph` (scratch_of), and the graph feeds the walk's
+ * ExecutableMemory. The pool is trimmed after every throwaway, so each throwaway's `taken` is its
+ * whole footprint and free memory read later does not count segments nothing uses.
  */
 #include "graphs/capturer.h"
 
+#include "graphs/pool.h"
 #include "graphs/rank_group.h"
 
 #include <math.h>
@@ -44,6 +45,20 @@ static const char *name_of(const mstar_bucket_key *key, char *buf)
     return mstar_bucket_key_format(key, buf, MSTAR_BUCKET_NAME_MAX);
 }
 
+/*
+ * What a capture needs beyond what it keeps (the planner's graph − kept): the shared segments it
+ * grew — its scratch, which later captures of the pool reuse — and one segment more. That one is
+ * for the small blocks graphs keep: kept counts them by their bytes, but they share kept
+ * segments, the last of them partly empty. Like the largest extra it is the pool's once, so it
+ * rides on the extra; without it the plan could fall up to a segment short, and it must err high,
+ * since the pool grows while memory is tight.
+ */
+static uint64_t scratch_of(const mstar_capture_stats *stats, uint64_t kept_grown)
+{
+    uint64_t shared = stats->taken > kept_grown ? stats->taken - kept_grown : 0;
+    return shared + MSTAR__SEGMENT_ROUND;
+}
+
 /* One throwaway capture of bucket i: its graph, kept and outside bytes; with `em`, also the
  * walk's executable-memory measurement on the kept graph. The caller met the barrier. */
 static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memory *em)
@@ -60,6 +75,7 @@ static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memo
         st = mstar_mem_info(backend, &free_before, &total);
     mstar_graph *g = NULL;
     mstar_capture_stats stats;
+    uint64_t kept_before = mstar__pool_reserved_kept(pool);
     if (st == MSTAR_OK)
         st = s->c.ops->throwaway(s->c.r, &s->costs[i].key, MSTAR_CAPTURE_KEEP_GRAPH, &g, &stats);
     /* The throwaway's own warm-ups cached segments again; they are not the graph's. */
@@ -73,8 +89,8 @@ static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memo
     if (st == MSTAR_OK) {
         uint64_t drop = free_before > free_after ? free_before - free_after : 0;
         c->has_graph = true;
-        c->graph = stats.taken;
         c->kept = stats.kept;
+        c->graph = stats.kept + scratch_of(&stats, mstar__pool_reserved_kept(pool) - kept_before);
         c->outside = drop > stats.taken ? drop - stats.taken : 0;
         const mstar_exec_memory *walk_em = s->walks[c->executable].em;
         if (mstar_exec_memory_per_node(walk_em, &per_node))

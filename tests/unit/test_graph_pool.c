@@ -3,10 +3,28 @@
  * taken/kept accounting, a failed capture leaving pool and stream usable (§8.1), outputs outside
  * the pool surviving other graphs' replays (§8.18), and lazy initialisation refused inside a
  * capture (§8.32).
+ *
+ * Then what graphs keep, kept apart from the scratch their captures share (src/graphs/lifetimes.h,
+ * the pool's kept segments):
+ *   - a recording notes which allocations of an eager run outlive it, an address reused in the
+ *     run included; allocations outside the recording are not noted;
+ *   - applied to a capture, a recording places each allocation by its index; a capture that
+ *     allocates differently (another size, more allocations) gets no hints from there on;
+ *   - the regression behind issue 6's H200 figures: two slots of one bucket, each keeping an
+ *     output and freeing a scratch four times its size. Without hints the second output lands in
+ *     the first slot's freed scratch and the second scratch needs a segment of its own: the pool
+ *     holds one output and two scratches where the planner's model (§4.3) says two outputs and
+ *     one scratch. With the warm-up's hints it holds exactly the model's bytes;
+ *   - kept counts a block over 1 MiB with its segment's rounding, a small one by its bytes.
  */
 #include "mstar_test.h"
 
+#include "graphs/lifetimes.h"
+#include "graphs/pool.h"
+
 #include <string.h>
+
+#define MiB ((uint64_t)1 << 20)
 
 struct fixture {
     mstar_backend *b;
@@ -258,6 +276,163 @@ static void test_static_outputs_survive_other_regions(void **state)
     assert_int_equal(cs.allocated, 0);
 }
 
+static void test_recording_notes_what_outlives_the_run(void **state)
+{
+    struct fixture *f = *state;
+    mstar__lifetimes lt;
+    mstar__lifetimes_init(&lt);
+    void *before, *a, *b, *c, *d, *after;
+    assert_mstar_ok(mstar_alloc(f->s, 64, &before)); /* not recorded */
+    mstar__lifetimes_record(f->s, &lt);
+    assert_mstar_ok(mstar_alloc(f->s, 100, &a));
+    assert_mstar_ok(mstar_alloc(f->s, 200, &b));
+    assert_mstar_ok(mstar_free(f->s, a));
+    assert_mstar_ok(mstar_alloc(f->s, 100, &c)); /* likely a's address again */
+    assert_mstar_ok(mstar_alloc(f->s, 300, &d));
+    assert_mstar_ok(mstar_free(f->s, d));
+    assert_mstar_ok(mstar_free(f->s, before)); /* recorded by nobody: ignored */
+    mstar__lifetimes_record(f->s, NULL);
+    assert_mstar_ok(mstar_alloc(f->s, 400, &after)); /* not recorded */
+
+    mstar__lifetimes_apply(f->s, &lt);
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 100), MSTAR__SEG_SHARED); /* a: freed */
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 200), MSTAR__SEG_KEPT);   /* b */
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 100), MSTAR__SEG_KEPT);   /* c */
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 300), MSTAR__SEG_SHARED); /* d: freed */
+    /* Past the recording: no hint. */
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 200), MSTAR__SEG_SHARED);
+    /* Applying again starts from the first allocation, but a run that went past the end of its
+     * recording allocated differently: it stays without hints until recorded again. */
+    mstar__lifetimes_apply(f->s, &lt);
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 200), MSTAR__SEG_SHARED);
+    mstar__lifetimes_apply(f->s, NULL);
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 200), MSTAR__SEG_SHARED);
+
+    assert_mstar_ok(mstar_free(f->s, b));
+    assert_mstar_ok(mstar_free(f->s, c));
+    assert_mstar_ok(mstar_free(f->s, after));
+    mstar__lifetimes_free(&lt);
+}
+
+static void test_a_different_size_ends_the_hints(void **state)
+{
+    struct fixture *f = *state;
+    mstar__lifetimes lt;
+    mstar__lifetimes_init(&lt);
+    void *p[3];
+    mstar__lifetimes_record(f->s, &lt);
+    for (int i = 0; i < 3; i++)
+        assert_mstar_ok(mstar_alloc(f->s, 1000, &p[i]));
+    mstar__lifetimes_record(f->s, NULL);
+    mstar__lifetimes_apply(f->s, &lt);
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 1000), MSTAR__SEG_KEPT);
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 999), MSTAR__SEG_SHARED);
+    /* The third matches the recording again, but the run is no longer the recorded one. */
+    assert_int_equal(mstar__lifetimes_next_kind(f->s, 1000), MSTAR__SEG_SHARED);
+    mstar__lifetimes_apply(f->s, NULL);
+    for (int i = 0; i < 3; i++)
+        assert_mstar_ok(mstar_free(f->s, p[i]));
+    mstar__lifetimes_free(&lt);
+}
+
+/* One slot's forward: an output it keeps, then a scratch it frees. */
+struct slot_work {
+    size_t out_bytes;
+    size_t scratch_bytes;
+    void *out;
+};
+
+static mstar_status slot_forward(mstar_stream *s, void *user)
+{
+    struct slot_work *w = user;
+    void *scratch;
+    mstar_status st = mstar_alloc(s, w->out_bytes, &w->out);
+    if (st == MSTAR_OK)
+        st = mstar_alloc(s, w->scratch_bytes, &scratch);
+    if (st == MSTAR_OK)
+        st = mstar_memset_async(s, scratch, 1, w->scratch_bytes);
+    if (st == MSTAR_OK)
+        st = mstar_free(s, scratch);
+    return st;
+}
+
+/* Capture two slots of the same work into the pool, as a bucket's capture does: each after an
+ * eager warm-up recorded when `hints`. Returns the pool bytes both took. */
+static uint64_t capture_two_slots(struct fixture *f, bool hints, mstar_graph **g,
+                                  mstar_capture_stats *stats)
+{
+    mstar_alloc_stats ps;
+    mstar_graph_pool_stats(f->pool, &ps);
+    uint64_t reserved = ps.reserved;
+    for (int slot = 0; slot < 2; slot++) {
+        struct slot_work w = { 4 * MiB, 16 * MiB, NULL };
+        mstar__lifetimes lt;
+        mstar__lifetimes_init(&lt);
+        mstar__lifetimes_record(f->s, hints ? &lt : NULL);
+        assert_mstar_ok(slot_forward(f->s, &w));
+        mstar__lifetimes_record(f->s, NULL);
+        assert_mstar_ok(mstar_free(f->s, w.out)); /* the warm-up's output */
+        mstar__lifetimes_apply(f->s, hints ? &lt : NULL);
+        assert_mstar_ok(
+            mstar_capture_into_graph(f->s, f->pool, slot_forward, &w, 0, &g[slot], &stats[slot]));
+        mstar__lifetimes_apply(f->s, NULL);
+        mstar__lifetimes_free(&lt);
+    }
+    mstar_graph_pool_stats(f->pool, &ps);
+    return ps.reserved - reserved;
+}
+
+static void release(struct fixture *f, mstar_graph **g)
+{
+    mstar_graph_destroy(g[0]);
+    mstar_graph_destroy(g[1]);
+    assert_mstar_ok(mstar_graph_pool_trim(f->pool, NULL));
+    assert_mstar_ok(mstar_caching_trim(f->b, NULL));
+    mstar_alloc_stats ps;
+    mstar_graph_pool_stats(f->pool, &ps);
+    assert_int_equal(ps.reserved, 0);
+    assert_int_equal(mstar__pool_reserved_kept(f->pool), 0);
+}
+
+static void test_kept_outputs_leave_the_shared_scratch_whole(void **state)
+{
+    struct fixture *f = *state;
+    mstar_graph *g[2];
+    mstar_capture_stats st[2];
+
+    /* Without hints (the allocator cannot tell an output from scratch): the second output splits
+     * the first scratch, so the second scratch takes a segment of its own. */
+    uint64_t took = capture_two_slots(f, false, g, st);
+    assert_int_equal(took, 4 * MiB + 16 * MiB + 16 * MiB);
+    assert_int_equal(mstar__pool_reserved_kept(f->pool), 0);
+    release(f, g);
+
+    /* With them: what both keep, and one scratch. The plan's inputs, from the first slot alone
+     * in an empty pool, predict it: slots · kept + (taken − kept). */
+    took = capture_two_slots(f, true, g, st);
+    assert_int_equal(took, 2 * 4 * MiB + 16 * MiB);
+    assert_int_equal(mstar__pool_reserved_kept(f->pool), 2 * 4 * MiB);
+    assert_int_equal(st[0].taken, 4 * MiB + 16 * MiB);
+    assert_int_equal(st[0].kept, 4 * MiB);
+    assert_int_equal(st[1].taken, 4 * MiB); /* the scratch came from the first slot's */
+    assert_int_equal(took, 2 * st[0].kept + (st[0].taken - st[0].kept));
+    release(f, g);
+}
+
+static void test_kept_counts_a_large_block_with_its_segment(void **state)
+{
+    struct fixture *f = *state;
+    mstar_graph *g[2];
+    mstar_capture_stats st;
+    struct slot_work large = { 3 * MiB + 1, 1 * MiB, NULL };
+    assert_mstar_ok(mstar_capture_into_graph(f->s, f->pool, slot_forward, &large, 0, &g[0], &st));
+    assert_int_equal(st.kept, 4 * MiB); /* the 4 MiB segment a block over 3 MiB is given */
+    struct slot_work small = { 1000, 1 * MiB, NULL };
+    assert_mstar_ok(mstar_capture_into_graph(f->s, f->pool, slot_forward, &small, 0, &g[1], &st));
+    assert_int_equal(st.kept, 1024); /* its bytes, rounded to the 512-byte block size */
+    release(f, g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,6 +442,13 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_lazy_init_inside_capture_is_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_capture_argument_checks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_static_outputs_survive_other_regions, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recording_notes_what_outlives_the_run, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_a_different_size_ends_the_hints, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kept_outputs_leave_the_shared_scratch_whole, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_kept_counts_a_large_block_with_its_segment, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
