@@ -174,3 +174,21 @@ mstar_backend *mstar_test_cuda_or_skip(int index)
         fail_msg("mstar_backend_create(cuda:%d): %s", index, mstar_last_error());
     return b;
 }
+
+int mstar_test_host_open(mstar_backend **backend, mstar_stream **stream)
+{
+    *backend = NULL;
+    *stream = NULL;
+    if (mstar_backend_create(mstar_device_cpu(), backend) == MSTAR_OK &&
+        mstar_stream_create(*backend, MSTAR_STREAM_DEFAULT, stream) == MSTAR_OK)
+        return 0;
+    fprintf(stderr, "host backend and stream: %s\n", mstar_last_error());
+    mstar_test_host_close(*backend, *stream);
+    return -1;
+}
+
+void mstar_test_host_close(mstar_backend *backend, mstar_stream *stream)
+{
+    mstar_stream_destroy(stream);
+    mstar_backend_destroy(backend);
+}

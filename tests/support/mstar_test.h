@@ -53,6 +53,11 @@ void mstar_test_skip(const char *why) __attribute__((noreturn));
  * built in or no GPU is there. */
 mstar_backend *mstar_test_cuda_or_skip(int index);
 
+/* The host backend and one stream on it, for a group setup: 0, or -1 (setup failed) with the
+ * library's error printed. mstar_test_host_close releases both. */
+int mstar_test_host_open(mstar_backend **backend, mstar_stream **stream);
+void mstar_test_host_close(mstar_backend *backend, mstar_stream *stream);
+
 /* Run fn(rank, arg) for ranks 0..n-1, each in a forked process that exits with what fn returns,
  * and wait for them all; after timeout_s seconds the ones still running are killed. codes[rank]
  * gets each exit code (-signal if killed by one, -1000 if killed on the timeout). Returns the

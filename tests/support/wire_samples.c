@@ -65,6 +65,18 @@ void mstar_test_sample_info(mstar_test_info_kind kind, mstar_tensor_info *out)
     }
 }
 
+void mstar_test_small_info(mstar_tensor_id uuid, mstar_tensor_info *out)
+{
+    mstar_tensor_info_init(out);
+    out->uuid = uuid;
+    out->dtype = MSTAR_DTYPE_FLOAT32;
+    out->ndim = 2;
+    out->dims[0] = 2, out->dims[1] = 3;
+    out->stride[0] = 3, out->stride[1] = 1;
+    out->nbytes = 24;
+    strcpy(out->source_entity, "worker_0");
+}
+
 void mstar_test_sample_edge(uint32_t ntensors, mstar_edge *out)
 {
     mstar_edge_init(out);

@@ -17,6 +17,9 @@ typedef enum mstar_test_info_kind {
 } mstar_test_info_kind;
 
 void mstar_test_sample_info(mstar_test_info_kind kind, mstar_tensor_info *out);
+/* A valid contiguous float32 [2, 3] descriptor (24 bytes) from worker_0, numbered `uuid`: the
+ * small everyday one, where the test is about something else. */
+void mstar_test_small_info(mstar_tensor_id uuid, mstar_tensor_info *out);
 /* An edge with every field set and `ntensors` full descriptors (uuids distinct). */
 void mstar_test_sample_edge(uint32_t ntensors, mstar_edge *out);
 /* A message of `type` with every field the type has populated (full) or only the required ones

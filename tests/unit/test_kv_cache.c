@@ -15,17 +15,13 @@ static mstar_stream *S;
 static int setup(void **state)
 {
     (void)state;
-    mstar_device host = { MSTAR_DEVICE_CPU, 0 };
-    if (mstar_backend_create(host, &B) != MSTAR_OK)
-        return -1;
-    return mstar_stream_create(B, 0, &S) == MSTAR_OK ? 0 : -1;
+    return mstar_test_host_open(&B, &S);
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    mstar_stream_destroy(S);
-    mstar_backend_destroy(B);
+    mstar_test_host_close(B, S);
     return 0;
 }
 

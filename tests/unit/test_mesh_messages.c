@@ -5,6 +5,7 @@
  * that binds later.
  */
 #include "mstar_test.h"
+#include "wire_samples.h"
 
 #include <poll.h>
 #include <pthread.h>
@@ -50,16 +51,7 @@ static void build_signals(mstar_msg *msg, int64_t n)
     msg->request_id = mstar_rid_from_int(n);
     snprintf(msg->graph_walk, sizeof(msg->graph_walk), "walk_%lld", (long long)n);
     mstar_tensor_info info;
-    mstar_tensor_info_init(&info);
-    info.uuid = mstar_id_make(100, (uint64_t)n + 1);
-    info.dtype = MSTAR_DTYPE_FLOAT32;
-    info.ndim = 2;
-    info.dims[0] = 2;
-    info.dims[1] = 3;
-    info.stride[0] = 3;
-    info.stride[1] = 1;
-    info.nbytes = 24;
-    snprintf(info.source_entity, sizeof(info.source_entity), "worker_0");
+    mstar_test_small_info(mstar_id_make(100, (uint64_t)n + 1), &info);
     mstar_edge edge;
     mstar_edge_init(&edge);
     snprintf(edge.next_node, sizeof(edge.next_node), "decoder");

@@ -3,6 +3,7 @@
  * validation, edges and message builders (ownership is checked by the ASan build).
  */
 #include "mstar_test.h"
+#include "wire_samples.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,16 +12,7 @@
 static mstar_tensor_info make_info(void)
 {
     mstar_tensor_info info;
-    mstar_tensor_info_init(&info);
-    info.uuid = mstar_id_make(100, 1);
-    info.dtype = MSTAR_DTYPE_FLOAT32;
-    info.ndim = 2;
-    info.dims[0] = 2;
-    info.dims[1] = 3;
-    info.stride[0] = 3;
-    info.stride[1] = 1;
-    info.nbytes = 24;
-    strcpy(info.source_entity, "worker_0");
+    mstar_test_small_info(mstar_id_make(100, 1), &info);
     return info;
 }
 
