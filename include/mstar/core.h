@@ -3,7 +3,7 @@
  *
  * Status codes and the thread-local last error, logging, typed environment knobs, the dtype table,
  * tensor views (the meaning of DLPack's DLTensor), tensor ids and name validation. Nothing here
- * allocates except the logging sink registration; everything is safe to call from any thread.
+ * allocates, and everything is safe to call from any thread.
  *
  * Conventions that hold across the whole library:
  *   - Every fallible call returns mstar_status; MSTAR_OK is 0 and every error is negative.
@@ -97,13 +97,17 @@ typedef enum mstar_log_level {
  * that bad input was logged, and by embedders that route logs elsewhere. */
 typedef void (*mstar_log_sink_fn)(mstar_log_level level, const char *line, void *userdata);
 
+/* Log one line at `level` (printf format) if the level is enabled. */
 void mstar_log(mstar_log_level level, const char *fmt, ...) MSTAR_PRINTF(2, 3);
 void mstar_logv(mstar_log_level level, const char *fmt, va_list ap);
+/* True when lines at `level` are written: a caller can skip building an expensive message. */
 bool mstar_log_enabled(mstar_log_level level);
+/* Override MSTAR_LOG for the whole process; mstar_log_get_level reads the current level. */
 void mstar_log_set_level(mstar_log_level level);
 mstar_log_level mstar_log_get_level(void);
-/* The entity name shown in every line; NULL or "" shows the program name. Copied. */
+/* The entity name shown in every line; NULL or "" shows "mstar". Copied. */
 void mstar_log_set_entity(const char *entity);
+/* The entity name set last ("" when none). */
 const char *mstar_log_get_entity(void);
 /* Replace the stderr sink; NULL restores it. */
 void mstar_log_set_sink(mstar_log_sink_fn sink, void *userdata);
@@ -118,8 +122,10 @@ const char *mstar_log_level_name(mstar_log_level level);
  * accepted — callers decide whether that is fatal. docs/environment.md lists every knob.
  * ------------------------------------------------------------------------------------------- */
 
+/* A decimal integer in [min, max]. */
 mstar_status mstar_env_get_int(const char *name, int64_t def, int64_t min, int64_t max,
                                int64_t *out);
+/* A finite number in [min, max]. */
 mstar_status mstar_env_get_double(const char *name, double def, double min, double max,
                                   double *out);
 /* Accepts 1/0, true/false, yes/no, on/off (any case). */
@@ -163,6 +169,7 @@ size_t mstar_dtype_size(mstar_dtype dtype);
 const char *mstar_dtype_name(mstar_dtype dtype);
 /* Parse a torch name, with or without the "torch." prefix. MSTAR_EINVAL if unknown. */
 mstar_status mstar_dtype_from_name(const char *name, size_t len, mstar_dtype *out);
+/* True for every code of the table (MSTAR_DTYPE_BOOL ..= MSTAR_DTYPE_FLOAT8_E5M2). */
 bool mstar_dtype_is_valid(int code);
 /* True for the codes the project computes on (bool through float64). */
 bool mstar_dtype_is_computable(mstar_dtype dtype);
@@ -195,6 +202,7 @@ typedef struct mstar_tensor {
     uint64_t byte_offset;
 } mstar_tensor;
 
+/* The host: { MSTAR_DEVICE_CPU, 0 }. */
 static inline mstar_device mstar_device_cpu(void)
 {
     mstar_device d = { MSTAR_DEVICE_CPU, 0 };
@@ -244,9 +252,13 @@ typedef struct mstar_id_gen {
     uint64_t next_counter;
 } mstar_id_gen;
 
+/* The id of `entity_index`'s tensor number `counter` (its low 48 bits). */
 mstar_tensor_id mstar_id_make(uint16_t entity_index, uint64_t counter);
+/* The producing entity's index (the top 16 bits). */
 uint16_t mstar_id_entity(mstar_tensor_id id);
+/* The per-entity counter (the low 48 bits). */
 uint64_t mstar_id_counter(mstar_tensor_id id);
+/* A generator of `entity_index`'s ids, the first with counter 1. Not thread-safe. */
 void mstar_id_gen_init(mstar_id_gen *gen, uint16_t entity_index);
 /* MSTAR_ERANGE once the 48-bit counter is exhausted. */
 mstar_status mstar_id_gen_next(mstar_id_gen *gen, mstar_tensor_id *out);

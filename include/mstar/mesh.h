@@ -42,9 +42,10 @@ mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opt
 /* Close every socket (linger 0), the eventfd, and remove the ipc file this entity bound. */
 void mstar_mesh_destroy(mstar_mesh *mesh);
 
+/* The entity this mesh's inbox belongs to ("" for NULL). */
 const char *mstar_mesh_entity(const mstar_mesh *mesh);
-/* The entity's index for tensor ids (mstar_entity_index, or one the mesh derived for other
- * names: 1000 + byte sum mod 1000... documented in docs/architecture.md). */
+/* The entity's index for tensor ids: mstar_entity_index's for a well-known name, else the offset
+ * of its TCP port, 1000 + (byte sum of the name mod 1000) (docs/architecture.md). */
 uint16_t mstar_mesh_entity_index(const mstar_mesh *mesh);
 
 /* The endpoint string an entity binds under these options ("ipc:///tmp/mstar/worker_0.ipc"). */
@@ -63,7 +64,7 @@ mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void 
  * logged, counted and skipped. A pending wake-up makes the call return MSTAR_EAGAIN early. */
 mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out);
 
-/* Frames dropped as undecodable since creation. */
+/* Frames dropped as undecodable since creation (0 for NULL). */
 uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);
 
 /* The fds an event loop polls: the inbox (ZMQ_FD: edge-triggered, readable means "check

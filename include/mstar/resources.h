@@ -165,6 +165,7 @@ mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_runner *step
 
 /* Pages in the pool that nobody holds. */
 int32_t mstar_kv_cache_free_pages(const mstar_kv_cache *kv);
+/* The configuration the cache was built with. */
 const mstar_kv_cache_config *mstar_kv_cache_config_of(const mstar_kv_cache *kv);
 /* A request's stream for `label`: its committed length and the pages it holds (valid until the
  * next call that changes them). MSTAR_ENOENT for an unknown request. */
@@ -184,14 +185,17 @@ typedef struct mstar_positions mstar_positions;
 
 /* Position buffers live on `backend`'s device, as the KV cache's plans do. */
 mstar_status mstar_positions_create(mstar_backend *backend, mstar_positions **out);
+/* Free everything (before the backend is destroyed); NULL is a no-op. */
 void mstar_positions_destroy(mstar_positions *pos);
 
 /* As the KV cache's: only grows; a call that does not grow moves nothing. */
 mstar_status mstar_positions_build_plans(mstar_positions *pos, int32_t num_slots,
                                          int32_t max_tokens);
+/* Start a request at position 0. No-op for a padding row; MSTAR_EEXIST if already open. */
 mstar_status mstar_positions_ingest(mstar_positions *pos, int64_t request);
-/* Back to position 0. */
+/* Back to position 0. No-op for a padding row; MSTAR_ENOENT for an unknown request. */
 mstar_status mstar_positions_reset(mstar_positions *pos, int64_t request);
+/* Forget a request. No-op for a padding row; MSTAR_ENOENT for an unknown request. */
 mstar_status mstar_positions_remove(mstar_positions *pos, int64_t request);
 /* Write each token's position into slot's buffer, 0 up to bucket_tokens, uploaded on `stream` as
  * the KV cache's plan is. MSTAR_EINVAL if one request's rows disagree on their span;
@@ -199,7 +203,9 @@ mstar_status mstar_positions_remove(mstar_positions *pos, int64_t request);
 mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
                                   const mstar_resource_step *step, int32_t bucket_tokens,
                                   bool preplan, mstar_stream *stream);
+/* Drop `slot`'s pending pre-plan, if any (positions reserve nothing to hand back). */
 void mstar_positions_clear_preplan(mstar_positions *pos, int32_t slot);
+/* Advance each real request once by its span (if step->commit), with the checks of plan. */
 mstar_status mstar_positions_commit(mstar_positions *pos, const mstar_resource_step *step);
 /* The position buffer of `slot` ([capacity] int32, device memory) and its capacity. */
 mstar_status mstar_positions_plan_buffer(const mstar_positions *pos, int32_t slot, int32_t **ids,

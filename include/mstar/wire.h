@@ -43,12 +43,15 @@ typedef struct mstar_rid {
     char str[MSTAR_NAME_MAX + 1];   /* when is_str: a valid name (mstar_name_validate) */
 } mstar_rid;
 
+/* An integer id. */
 mstar_rid mstar_rid_from_int(int64_t num);
-/* MSTAR_EINVAL if `str` is not a valid name. */
+/* A string id (copied). MSTAR_EINVAL if `str` is not a valid name. */
 mstar_status mstar_rid_from_str(const char *str, mstar_rid *out);
+/* Same kind and value: an integer id never equals a string id, even "5" and 5. */
 bool mstar_rid_equal(const mstar_rid *a, const mstar_rid *b);
+/* A hash consistent with mstar_rid_equal, for keyed stores. */
 uint64_t mstar_rid_hash(const mstar_rid *rid);
-/* rid_to_str: the decimal number or the string itself. Returns `buf`. */
+/* The reference's rid_to_str: the decimal number or the string itself. Returns `buf`. */
 #define MSTAR_RID_STRLEN (MSTAR_NAME_MAX + 1)
 const char *mstar_rid_format(const mstar_rid *rid, char buf[MSTAR_RID_STRLEN]);
 
@@ -100,6 +103,7 @@ typedef struct mstar_edge {
     int32_t shard_dim;     /* the real shard dim of the signal; -1 = None */
 } mstar_edge;
 
+/* Defaults: no descriptors, the bools false, total_fanin 1, shard_dim -1 (None). */
 void mstar_edge_init(mstar_edge *edge);
 /* Free the descriptor array and reset to init state. */
 void mstar_edge_clear(mstar_edge *edge);
@@ -264,7 +268,9 @@ mstar_status mstar_msg_encode(const mstar_msg *msg, void **data, size_t *len);
 /* Decode one message. On MSTAR_EPROTO *out is left cleared and owns nothing. */
 mstar_status mstar_msg_decode(const void *data, size_t len, mstar_msg *out);
 
-/* Stand-alone descriptor and edge codecs (used by tests and by peers that embed them). */
+/* Stand-alone descriptor and edge codecs (used by tests and by peers that embed them), with the
+ * message codec's rules: encoders validate first (MSTAR_EINVAL), decoders are strict
+ * (MSTAR_EPROTO) and leave *out in init state on failure (a failed edge owns nothing). */
 mstar_status mstar_tensor_info_encode(const mstar_tensor_info *info, void **data, size_t *len);
 mstar_status mstar_tensor_info_decode(const void *data, size_t len, mstar_tensor_info *out);
 mstar_status mstar_edge_encode(const mstar_edge *edge, void **data, size_t *len);

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -70,7 +71,7 @@ mstar_status mstar_env_get_bool(const char *name, bool def, bool *out)
         *out = def;
         return MSTAR_OK;
     }
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < sizeof(truthy) / sizeof(truthy[0]); i++) {
         if (strcasecmp(v, truthy[i]) == 0) {
             *out = true;
             return MSTAR_OK;
@@ -99,18 +100,17 @@ mstar_status mstar_env_get_choice(const char *name, const char *const *choices, 
             return MSTAR_OK;
         }
     }
+    /* The accepted values, as many whole ones as fit. */
     char accepted[256] = "";
     size_t used = 0;
-    for (size_t i = 0; i < nchoices && used < sizeof(accepted) - 1; i++) {
-        size_t n = strlen(choices[i]);
-        const char *sep = i ? ", " : "";
-        size_t need = strlen(sep) + n;
-        if (used + need >= sizeof(accepted))
+    for (size_t i = 0; i < nchoices; i++) {
+        int n = snprintf(accepted + used, sizeof(accepted) - used, "%s%s", i ? ", " : "",
+                         choices[i]);
+        if (n < 0 || (size_t)n >= sizeof(accepted) - used) {
+            accepted[used] = '\0';
             break;
-        memcpy(accepted + used, sep, strlen(sep));
-        memcpy(accepted + used + strlen(sep), choices[i], n);
-        used += need;
-        accepted[used] = '\0';
+        }
+        used += (size_t)n;
     }
     return mstar_error_set(MSTAR_EINVAL, "%s=%s is not one of: %s", name, v, accepted);
 }

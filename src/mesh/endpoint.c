@@ -81,7 +81,9 @@ static mstar_status resolve_transport(const mstar_mesh_options *opts, mstar_mesh
         return MSTAR_OK;
     }
     size_t index;
-    mstar_status st = mstar_env_get_choice("MSTAR_ZMQ_TRANSPORT", transport_names, 2, 0, &index);
+    mstar_status st =
+        mstar_env_get_choice("MSTAR_ZMQ_TRANSPORT", transport_names,
+                             sizeof(transport_names) / sizeof(transport_names[0]), 0, &index);
     if (st != MSTAR_OK)
         return st;
     *out = index == 0 ? MSTAR_MESH_IPC : MSTAR_MESH_TCP;
