@@ -70,6 +70,14 @@ mstar_status ref_model_config_validate(const ref_model_config *cfg)
     return MSTAR_OK;
 }
 
+/* The offset of a weight of n floats placed at *at, which moves past it. */
+static size_t place(size_t *at, size_t n)
+{
+    size_t offset = *at;
+    *at += n;
+    return offset;
+}
+
 mstar_status ref_weight_layout_init(ref_weight_layout *layout, const ref_model_config *cfg)
 {
     mstar_status st = ref_model_config_validate(cfg);
@@ -82,27 +90,18 @@ mstar_status ref_weight_layout_init(ref_weight_layout *layout, const ref_model_c
         return mstar_error_set(MSTAR_ENOMEM, "weight layout of %d layers", cfg->layers);
     layout->layers = cfg->layers;
     size_t at = 0;
-    layout->embed = at;
-    at += v * d;
+    layout->embed = place(&at, v * d);
     for (int32_t l = 0; l < cfg->layers; l++) {
         ref_layer_offsets *o = &layout->layer[l];
-        o->attn_norm = at;
-        at += d;
-        o->wqkv = at;
-        at += 3 * q * d;
-        o->wo = at;
-        at += d * q;
-        o->mlp_norm = at;
-        at += d;
-        o->w_gate_up = at;
-        at += 2 * f * d;
-        o->w_down = at;
-        at += d * f;
+        o->attn_norm = place(&at, d);
+        o->wqkv = place(&at, 3 * q * d);
+        o->wo = place(&at, d * q);
+        o->mlp_norm = place(&at, d);
+        o->w_gate_up = place(&at, 2 * f * d);
+        o->w_down = place(&at, d * f);
     }
-    layout->final_norm = at;
-    at += d;
-    layout->lm_head = at;
-    at += v * d;
+    layout->final_norm = place(&at, d);
+    layout->lm_head = place(&at, v * d);
     layout->total = at;
     return MSTAR_OK;
 }
