@@ -9,6 +9,8 @@
  */
 #include "mesh_internal.h"
 
+#include "core/fs.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,44 +19,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-static mstar_status dir_error(const char *dir, const char *endpoint, const char *why)
-{
-    return mstar_error_set(MSTAR_EIO, "mesh endpoint %s: directory %s: %s", endpoint, dir, why);
-}
-
-/* mkdir with mode 0700; an existing entry is checked by the caller's final stat. */
-static bool make_dir(const char *path)
-{
-    return mkdir(path, 0700) == 0 || errno == EEXIST;
-}
-
 mstar_status mstar__ipc_dir_ensure(const char *dir, const char *endpoint)
 {
-    char path[MSTAR__IPC_PATH_MAX + 1];
-    size_t len = strlen(dir);
-    if (len == 0)
+    if (dir[0] == '\0')
         return MSTAR_OK; /* the root directory */
-    if (len >= sizeof(path))
-        return dir_error(dir, endpoint, "path too long");
-    memcpy(path, dir, len + 1);
-    /* mkdir -p: every parent (each prefix that ends before a '/'), then the directory. */
-    for (size_t i = 1; i < len; i++) {
-        if (path[i] != '/')
-            continue;
-        path[i] = '\0';
-        bool ok = make_dir(path);
-        path[i] = '/';
-        if (!ok)
-            return dir_error(dir, endpoint, strerror(errno));
-    }
-    if (!make_dir(path))
-        return dir_error(dir, endpoint, strerror(errno));
-    struct stat sb;
-    if (stat(dir, &sb) != 0)
-        return dir_error(dir, endpoint, strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return dir_error(dir, endpoint, "exists and is not a directory");
-    return MSTAR_OK;
+    char what[MSTAR__MESH_ENDPOINT_MAX + 16];
+    snprintf(what, sizeof(what), "mesh endpoint %s", endpoint);
+    return mstar__mkdir_p(what, dir, 0700);
 }
 
 mstar_status mstar__ipc_check_unbound(const char *path, const char *endpoint)
