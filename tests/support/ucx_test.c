@@ -7,6 +7,8 @@
  */
 #include "ucx_test.h"
 
+#include "tensors/ucx/ucx_internal.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -69,23 +71,54 @@ static bool ucx_async_thread_alive(void)
     return alive;
 }
 
-/* With no engine left, UCX stops its async thread (and closes its fds) a little later, on its
- * own: wait for that (up to 5 s) so a census counts only what the engine itself left. */
-static void ucx_quiesce(void)
+/* UCX runs one "async" thread per process, shared by every UCP context: it starts with the first
+ * handler registered in thread mode and stops with the last. When that last removal happens on
+ * the async thread itself, UCX detaches it and it exits on its own time, so a census taken
+ * after the last engine is gone may or may not count it (and its epoll fd and wake-up pipe) —
+ * on a loaded machine well past any fixed wait. The census therefore holds a sentinel UCP
+ * context and worker (whose TCP interface registers in thread mode) from the first count to the
+ * end of the process: the async thread runs throughout, and every count includes it alike. */
+static ucp_context_h sentinel_ctx;
+static ucp_worker_h sentinel_worker;
+
+static void sentinel_release(void)
 {
-    for (int i = 0; i < 500 && ucx_async_thread_alive(); i++)
-        usleep(10000);
+    ucp_worker_destroy(sentinel_worker);
+    ucp_cleanup(sentinel_ctx);
+}
+
+static void sentinel_hold(void)
+{
+    if (sentinel_ctx != NULL)
+        return;
+    ucp_config_t *config;
+    assert_mstar_ok(mstar__ucx_config_read(MSTAR__UCX_TCP, &config));
+    ucp_params_t params;
+    memset(&params, 0, sizeof(params));
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+    ucs_status_t us = ucp_init(&params, config, &sentinel_ctx);
+    ucp_config_release(config);
+    assert_int_equal(us, UCS_OK);
+    ucp_worker_params_t wp;
+    memset(&wp, 0, sizeof(wp));
+    wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+    assert_int_equal(ucp_worker_create(sentinel_ctx, &wp, &sentinel_worker), UCS_OK);
+    atexit(sentinel_release);
+    if (!ucx_async_thread_alive())
+        fail_msg("UCX's async thread does not run with the census's sentinel context");
 }
 
 int ucx_test_threads(void)
 {
-    ucx_quiesce();
+    sentinel_hold();
     return mstar_test_count_dir("/proc/self/task");
 }
 
 int ucx_test_fds(void)
 {
-    ucx_quiesce();
+    sentinel_hold();
     return mstar_test_count_dir("/proc/self/fd");
 }
 

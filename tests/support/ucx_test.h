@@ -16,8 +16,9 @@
  * allocator; UCX reads these at load time, so the test re-executes itself once with them set). */
 void ucx_test_setup(int argc, char **argv);
 
-/* Threads and open fds of this process, counted once UCX's own async thread has stopped (it
- * outlives the last engine briefly). Call with no engine alive. */
+/* Threads and open fds of this process. The first call starts a sentinel UCP context that lives
+ * until exit, so UCX's process-wide async thread (and its fds) is counted by every census alike
+ * (ucx_test.c says why). Compare counts taken with no engine alive. */
 int ucx_test_threads(void);
 int ucx_test_fds(void);
 
