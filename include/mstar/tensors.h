@@ -13,15 +13,16 @@
  * Transports: "local" (one process: nothing is staged, only this entity's tensors can be read),
  * "files" (one file per tensor in the shm directory), "arena" (named shared-memory segments
  * with an allocator, spilling to files when full) and "ucx-tcp" / "ucx-rdma" (other machines
- * read the tensor's own memory over UCX; host memory only; MSTAR_UCX_* knobs, see
- * docs/remote-transport.md). MSTAR_SHM_ARENA picks files (0) or the arena (1, AUTO); every
+ * read the tensor's memory over UCX — a device tensor through a pinned host copy; MSTAR_UCX_*
+ * knobs, see docs/remote-transport.md). MSTAR_SHM_ARENA picks files (0) or the arena (1, AUTO); every
  * entity of a deployment must use the same setting (an arena descriptor cannot be read by a
  * files consumer, which fails loudly; a files descriptor is read by both).
  *
  * Devices: without a backend every tensor is host memory. With a backend (mstar/device.h)
  * tensors on the backend's device are staged with device-to-host copies (synchronised before
  * registration returns) and reads land in the backend's memory through host-to-device copies
- * whose completion gates the acknowledgement.
+ * whose completion gates the acknowledgement (over UCX, ordered after the work the caller queued
+ * on the runtime's default stream before the read started).
  *
  * Threads: a manager belongs to one thread (its worker's loop). Completion handles may be
  * polled, waited on and released from any thread.
@@ -130,7 +131,10 @@ const char *mstar_comm_session_id(const mstar_comm *comm);
 /* True for transports that send from host memory, so host copies the caller already has
  * (mstar_output.host_copy) are kept for the send (reference needs_cpu_tensor). */
 bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm);
-/* True only for the arena: placement is written onto descriptors at registration (§2.6). */
+/* True when registration writes fields onto descriptors that a copy made before it (a sharded
+ * clone) lacks, so mstar_comm_refresh_shm_placement must run on every edge leaving the process:
+ * the arena (shm_segment, shm_offset; §2.6) and UCX (source_session_id, address, remote_key).
+ * False for local and files. */
 bool mstar_comm_stamps_shm_placement(const mstar_comm *comm);
 /* Tensors held right now (produced and read). */
 size_t mstar_comm_num_tensors(const mstar_comm *comm);
@@ -271,18 +275,20 @@ mstar_status mstar_comm_set_output_ref_counts(mstar_comm *comm, const mstar_tens
  * Producer: staging for other processes
  * ------------------------------------------------------------------------------------------- */
 
-/* Stage every descriptor's tensor not yet registered (file written, arena copy synchronised),
- * and stamp arena placement onto infos. When this returns, a message carrying the descriptors
- * may be sent (invariant 1). MSTAR_ENOENT for a uuid not held. */
+/* Stage every descriptor's tensor not yet registered (file written, arena copy synchronised,
+ * memory registered with UCX), and stamp the transport's fields onto infos (see
+ * mstar_comm_stamps_shm_placement). When this returns, a message carrying the descriptors may be
+ * sent (invariant 1). MSTAR_ENOENT for a uuid not held. */
 mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid,
                                           mstar_tensor_info *infos, uint32_t n);
 /* The uuid-driven form: request r's uuids are uuids[sum(counts[0..r)) ..][0..counts[r]). */
 mstar_status mstar_comm_register_for_send_uuids(mstar_comm *comm, const mstar_rid *rids,
                                                 uint32_t nrequests, const uint32_t *counts,
                                                 const mstar_tensor_id *uuids);
-/* Copy the arena placement (shm_segment, shm_offset) of every held uuid onto the descriptors of
- * edges about to leave the process — only those two fields (§2.6, §8.4). No-op unless
- * mstar_comm_stamps_shm_placement. */
+/* Copy the transport's fields of every staged uuid onto the descriptors of edges about to leave
+ * the process — only those fields (§2.6, §8.4): the arena's placement (shm_segment, shm_offset),
+ * UCX's source_session_id, address and remote_key. Descriptors of uuids not staged here are left
+ * as they are. No-op unless mstar_comm_stamps_shm_placement. */
 mstar_status mstar_comm_refresh_shm_placement(mstar_comm *comm, mstar_edge *edges, uint32_t n);
 
 /* Handle TENSOR_RECEIVED (dereference each uuid by its count; failed_tensor_ids count one each)

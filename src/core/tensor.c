@@ -90,6 +90,10 @@ bool mstar_tensor_is_contiguous(const mstar_tensor *t)
 
 void *mstar_tensor_ptr(const mstar_tensor *t)
 {
+    /* An empty tensor may have no storage (a zero-byte device allocation is NULL); adding even
+     * 0 to a null pointer is undefined. */
+    if (t->data == NULL)
+        return NULL;
     return (char *)t->data + t->byte_offset;
 }
 

@@ -299,7 +299,7 @@ bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm)
 
 bool mstar_comm_stamps_shm_placement(const mstar_comm *comm)
 {
-    return comm->transport->ops->stamps_shm_placement;
+    return comm->transport->ops->stamp != NULL;
 }
 
 size_t mstar_comm_num_tensors(const mstar_comm *comm)

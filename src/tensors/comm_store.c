@@ -2,7 +2,8 @@
  * comm_store.c — the producer side of the communication manager (transport-spec §2.1):
  * storing a step's outputs under fresh ids (canonical layout for sharded signals, contiguous
  * always), building their descriptors, reference counting, and staging them for other
- * processes (register_for_send) with the arena placement written onto outgoing descriptors.
+ * processes (register_for_send) with the transport's fields (the arena's placement, UCX's key)
+ * written onto outgoing descriptors.
  *
  * Storing is all or nothing: every output is validated and its bytes prepared (copied when the
  * manager must own them) before the first record is written, and memory the caller handed over
@@ -39,9 +40,8 @@ void mstar__comm_fill_info(mstar_comm *comm, const mstar__bk_rec *rec, mstar_ten
              mstar__names_get(&comm->names, rec->node_name));
     snprintf(info->source_graph_walk, sizeof(info->source_graph_walk), "%s",
              mstar__names_get(&comm->names, rec->graph_walk));
-    if ((rec->flags & MSTAR__BK_REGISTERED) && comm->transport->ops->placement != NULL)
-        comm->transport->ops->placement(comm->transport, rec->uuid, info->shm_segment,
-                                        &info->shm_offset);
+    if ((rec->flags & MSTAR__BK_REGISTERED) && comm->transport->ops->stamp != NULL)
+        comm->transport->ops->stamp(comm->transport, rec->uuid, info);
 }
 
 void mstar__comm_record_tx(mstar_comm *comm, mstar__req *r, uint32_t edge_name, uint64_t bytes,
@@ -637,18 +637,14 @@ static mstar_status stage_uuids(mstar_comm *comm, uint32_t req, const mstar_tens
     return st;
 }
 
-/* The placement of a held, staged uuid onto a descriptor: the segment and offset, or none (a
- * spill file, or not staged here). */
+/* The transport's fields of a held, staged uuid onto a descriptor (the arena's placement, UCX's
+ * session, address and key); a descriptor of a uuid not staged here is left as it is. */
 static void stamp(mstar_comm *comm, mstar_tensor_info *info)
 {
     uint32_t slot = mstar__bk_find(&comm->bk, info->uuid);
     if (slot == MSTAR__BK_NONE || !(mstar__bk_at(&comm->bk, slot)->flags & MSTAR__BK_REGISTERED))
         return;
-    info->shm_segment[0] = '\0';
-    info->shm_offset = 0;
-    if (comm->transport->ops->placement != NULL)
-        comm->transport->ops->placement(comm->transport, info->uuid, info->shm_segment,
-                                        &info->shm_offset);
+    comm->transport->ops->stamp(comm->transport, info->uuid, info);
 }
 
 mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid,
@@ -667,7 +663,8 @@ mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid
         uuids[i] = infos[i].uuid;
     st = stage_uuids(comm, slot, uuids, n);
     free(uuids);
-    /* Every descriptor passed in carries the placement, already-registered ones included. */
+    /* Every descriptor passed in carries the transport's fields, already-registered ones
+     * included. */
     for (uint32_t i = 0; i < n && st == MSTAR_OK; i++)
         if (mstar_comm_stamps_shm_placement(comm))
             stamp(comm, &infos[i]);

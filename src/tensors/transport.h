@@ -2,8 +2,8 @@
  * transport.h — the vtable behind the communication manager: how a stored tensor is made
  * readable by other processes, how a descriptor from another process is read, and how both are
  * undone. One implementation per file: transport_local.c (one process), transport_files.c
- * (per-uuid files), transport_arena.c (shared-memory arena). A remote transport (UCX) adds a file
- * and a kind; the manager's logic — reference counts, ACKs, fan-in, teardown — does not change.
+ * (per-uuid files), transport_arena.c (shared-memory arena), ucx/ucx_transport.c (UCX). The
+ * manager's logic — reference counts, ACKs, fan-in, teardown — is the same for all of them.
  *
  * The manager calls a transport from its own thread only. Reads may complete on another thread
  * (a device stream's host callback, a network engine's progress thread) through a completion
@@ -48,18 +48,19 @@ typedef struct mstar__read_item {
 
 typedef struct mstar__transport_ops {
     const char *name;
-    /* Placement is written onto descriptors at staging (only the arena). */
-    bool stamps_shm_placement;
     /* Sends from host memory, so host copies are worth keeping (files, arena). */
     bool needs_cpu_tensor;
     /* Make every item readable by other processes. All or nothing: on error, what this call
      * staged is released again. When it returns, the bytes are fully staged (any device copy
      * synchronised). */
     mstar_status (*stage)(mstar__transport *t, mstar__stage_item *items, size_t n);
-    /* The arena placement of a staged uuid (segment name, offset); false when it has none (not
-     * staged, spilled to a file, or not an arena). May be NULL. */
-    bool (*placement)(mstar__transport *t, mstar_tensor_id uuid, char seg[MSTAR_NAME_MAX + 1],
-                      uint64_t *off);
+    /* Write what a consumer needs of a staged uuid, beyond what the store put in its
+     * descriptor, onto an outgoing descriptor: the arena its placement (shm_segment and
+     * shm_offset, or none for a spill), UCX the session, the address of the registered bytes and
+     * their remote key. Only those fields: the rest of a descriptor may be a destination's slice.
+     * NULL for transports whose consumers need nothing more (local, files); with it, every edge
+     * leaving the process must be refreshed (mstar_comm_refresh_shm_placement, §2.6). */
+    void (*stamp)(mstar__transport *t, mstar_tensor_id uuid, mstar_tensor_info *info);
     /* Undo what stage (or a registered read) did for a collected uuid. */
     void (*release)(mstar__transport *t, mstar_tensor_id uuid, const mstar_tensor *tensor);
     /* Check a descriptor before anything is read (names, segment owner, transport match). */
@@ -86,6 +87,9 @@ mstar_status mstar__transport_files_create(const mstar__transport_env *env, msta
 mstar_status mstar__transport_arena_create(const mstar__transport_env *env, mstar__transport **out);
 /* src/tensors/ucx/ucx_transport.c; env->engine must be the UCX engine. */
 mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar__transport **out);
+/* Pinned host bytes a UCX transport holds (staged copies of device tensors, reads into device
+ * memory in flight); 0 for any other transport. Any thread. */
+uint64_t mstar__transport_ucx_pinned_bytes(mstar__transport *t);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

@@ -378,16 +378,17 @@ static mstar_status arena_stage(mstar__transport *t, mstar__stage_item *items, s
     return MSTAR_OK;
 }
 
-static bool arena_placement(mstar__transport *t, mstar_tensor_id uuid, char seg[MSTAR_NAME_MAX + 1],
-                            uint64_t *off)
+/* The slot's (segment, offset); none for a spill, which the consumer reads as a file. */
+static void arena_stamp(mstar__transport *t, mstar_tensor_id uuid, mstar_tensor_info *info)
 {
     arena_transport *a = self(t);
     uint64_t idx;
+    info->shm_segment[0] = '\0';
+    info->shm_offset = 0;
     if (!mstar__u64map_get(&a->where, uuid, &idx) || place_at(a, idx)->spilled)
-        return false;
-    mstar__arena_segment_name(a->arena, place_at(a, idx)->seg, seg);
-    *off = place_at(a, idx)->off;
-    return true;
+        return;
+    mstar__arena_segment_name(a->arena, place_at(a, idx)->seg, info->shm_segment);
+    info->shm_offset = place_at(a, idx)->off;
 }
 
 static void arena_release(mstar__transport *t, mstar_tensor_id uuid, const mstar_tensor *tensor)
@@ -551,10 +552,9 @@ static void arena_destroy(mstar__transport *t)
 
 static const mstar__transport_ops arena_ops = {
     .name = "arena",
-    .stamps_shm_placement = true,
     .needs_cpu_tensor = true,
     .stage = arena_stage,
-    .placement = arena_placement,
+    .stamp = arena_stamp,
     .release = arena_release,
     .check = arena_check,
     .read = arena_read,

@@ -130,7 +130,6 @@ static void files_destroy(mstar__transport *t)
 
 static const mstar__transport_ops files_ops = {
     .name = "files",
-    .stamps_shm_placement = false,
     .needs_cpu_tensor = true,
     .stage = files_stage,
     .release = files_release,

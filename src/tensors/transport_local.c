@@ -41,7 +41,6 @@ static void local_destroy(mstar__transport *t)
 
 static const mstar__transport_ops local_ops = {
     .name = "local",
-    .stamps_shm_placement = false,
     .needs_cpu_tensor = false,
     .stage = local_stage,
     .release = local_release,

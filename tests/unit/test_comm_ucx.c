@@ -4,7 +4,10 @@
  * loopback socket): bytes and ACKs gated on the read's completion, the producer's memory
  * registered until the last ACK and no longer, a read in flight that cleanup must neither ACK
  * nor free (§8.2, §2.7 has_inflight_reads), a failed read reported once without poisoning later
- * polls (§8.11), descriptors from the wire that are refused, and the protocol names.
+ * polls (§8.11), descriptors from the wire that are refused, the remote key stamped at
+ * registration and by refresh_shm_placement so the get protocol reads through the manager (§8.4
+ * over UCX), tensors in a backend's memory staged through pinned host memory both ways, and the
+ * protocol names.
  */
 #include "comm_harness.h"
 #include "ucx_test.h"
@@ -256,28 +259,197 @@ static void test_bad_descriptors(void **state)
         assert_int_equal(mstar_comm_num_tensors(w->c), 0);
         mstar_edge_clear(&e);
     }
-    /* A well-formed descriptor whose range the producer never registered. */
+    /* A well-formed descriptor whose range the producer never registered: with the producer's
+     * key the consumer refuses the read itself (outside the key's region); without a key (as
+     * the reference's descriptors come) the producer refuses it. Each fails only its edge. */
     mstar_tensor_info stray = info;
     uint8_t *unreg = malloc(64);
     stray.address = (uint64_t)(uintptr_t)unreg;
-    mstar_edge e = edge_of("sig", "node", &stray, 1);
-    mstar_completion_list done;
-    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
-    wait_list(&done, MSTAR_EREMOTE);
-    mstar_test_log_capture_end();
-    assert_true(mstar_test_log_contains("refused a read"));
-    mstar_ready_set set;
-    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
-    assert_int_equal(set.nfailed, 1);
-    assert_non_null(strstr(set.failed[0].message, "no registered region holds the range"));
-    mstar_ready_set_clear(&set);
-    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    for (int keyed = 1; keyed >= 0; keyed--) {
+        if (!keyed)
+            stray.remote_key_len = 0;
+        mstar_edge e = edge_of("sig", "node", &stray, 1);
+        mstar_completion_list done;
+        mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+        assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
+        wait_list(&done, keyed ? MSTAR_EPROTO : MSTAR_EREMOTE);
+        mstar_test_log_capture_end();
+        assert_int_equal(mstar_test_log_contains("refused a read"), !keyed);
+        mstar_ready_set set;
+        assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
+        assert_int_equal(set.nfailed, 1);
+        assert_non_null(strstr(set.failed[0].message, keyed ? "outside the key's region"
+                                                            : "no registered region holds the "
+                                                              "range"));
+        mstar_ready_set_clear(&set);
+        assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+        mstar_edge_clear(&e);
+    }
     assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid));
     assert_int_equal(regions_of(w->p), 0);
-    mstar_edge_clear(&e);
     free(unreg);
     free(t.data);
+}
+
+/* A world whose consumers read with the get protocol: ucp_get_nbx with the descriptor's remote
+ * key (over TCP UCX emulates it; over RDMA the NIC reads). */
+static int setup_get(void **state)
+{
+    setenv("MSTAR_UCX_READ_PROTOCOL", "get", 1);
+    int rc = setup(state);
+    unsetenv("MSTAR_UCX_READ_PROTOCOL");
+    return rc;
+}
+
+/* Registration stamps the key onto the descriptors it is given, and the get protocol reads
+ * through the manager with it; a sharded clone made before staging has none (§8.4 over UCX:
+ * get cannot read it) until refresh_shm_placement stamps session, address and key — only those. */
+static void test_get_protocol_and_clones(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(6);
+    int64_t s_big[1] = { 1 << 18 };
+    mstar_tensor big = make_tensor(MSTAR_DTYPE_FLOAT32, 1, s_big, 8);
+    mstar_tensor_info info;
+    produce(w, &rid, &big, 1, 1, &info);
+    assert_true(info.remote_key_len > 0);
+    mstar_tensor held;
+    assert_mstar_ok(mstar_comm_get_tensor(w->p, info.uuid, &held));
+    assert_int_equal(info.address, (uint64_t)(uintptr_t)mstar_tensor_ptr(&held));
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    mstar_completion_list done;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
+    wait_list(&done, MSTAR_OK);
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 1);
+    check_bytes(w->c, info.uuid, &big);
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
+    assert_int_equal(regions_of(w->p), 0);
+    mstar_edge_clear(&e);
+
+    /* The sharded clone. */
+    const char *sigs[1] = { "h" };
+    int32_t dims[1] = { 0 };
+    mstar_sharding_config cfg = { 1, sigs, dims };
+    assert_mstar_ok(mstar_comm_register_request(w->p, &rid, &cfg));
+    int64_t shape[2] = { 8, 4 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT32, 2, shape, 13);
+    mstar_output o = output_of("h", t);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
+    e = edge_of("h", "mlp", &info, 1);
+    const char *dst_workers[2] = { "worker_1", "worker_2" };
+    mstar_shard_group dst = { 2, dst_workers };
+    mstar_fanout fo;
+    assert_mstar_ok(mstar_edge_fanout(&e, 0, NULL, 0, &dst, &fo));
+    uint32_t count = 1;
+    assert_mstar_ok(mstar_comm_register_for_send_uuids(w->p, &rid, 1, &count, &info.uuid));
+    assert_int_equal(fo.edges[1].tensor_info[0].remote_key_len, 0);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &fo.edges[1], 1, &done));
+    wait_list(&done, MSTAR_EPROTO);
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w->d, &set));
+    assert_int_equal(set.nfailed, 1);
+    assert_non_null(strstr(set.failed[0].message, "remote_key is missing"));
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, fo.edges, fo.n));
+    assert_true(fo.edges[1].tensor_info[0].remote_key_len > 0);
+    assert_int_equal(fo.edges[1].tensor_info[0].dims[0], 4); /* the slice is untouched */
+    assert_int_equal(fo.edges[1].tensor_info[0].offset, 4 * 4 * 4);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &fo.edges[1], 1, &done));
+    wait_list(&done, MSTAR_OK);
+    expect_ready(w->d, &set, 1);
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(w->d, info.uuid, &got));
+    assert_int_equal(got.shape[0], 4);
+    assert_memory_equal(mstar_tensor_ptr(&got), (char *)t.data + 64, 64);
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->d, &rid));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid));
+    assert_int_equal(regions_of(w->p), 0);
+    bus_clear(&w->b);
+    mstar_fanout_clear(&fo);
+    mstar_edge_clear(&e);
+    free(t.data);
+    free(big.data);
+}
+
+/* With a backend, tensors in its memory are staged through a pinned host copy (registered in
+ * their place: the descriptor's address is the copy's) and reads into its memory land in a
+ * pinned buffer first, copied up by the reader's thread before the handle completes. The host
+ * backend runs the same path as CUDA; every pinned byte is given back, on a failed read too. */
+static void test_staged_through_pinned_memory(void **state)
+{
+    (void)state;
+    mstar_backend *bp, *bc;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &bp));
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &bc));
+    world w;
+    memset(&w, 0, sizeof(w));
+    w.sp = (sender){ &w.b, "worker_0" };
+    w.sc = (sender){ &w.b, "worker_1" };
+    w.p = make_comm_with("worker_0", MSTAR_TRANSPORT_UCX_TCP, NULL, &w.sp, bp);
+    w.c = make_comm_with("worker_1", MSTAR_TRANSPORT_UCX_TCP, NULL, &w.sc, bc);
+    mstar_rid rid = mstar_rid_from_int(7);
+    int64_t s_a[2] = { 64, 1024 }, s_e[1] = { 0 }, s_b[1] = { 3 << 20 };
+    mstar_tensor ts[3] = { make_tensor(MSTAR_DTYPE_BFLOAT16, 2, s_a, 1),
+                           make_tensor(MSTAR_DTYPE_FLOAT32, 1, s_e, 2),
+                           make_tensor(MSTAR_DTYPE_UINT8, 1, s_b, 3) };
+    mstar_tensor_info infos[3];
+    produce(&w, &rid, ts, 3, 1, infos);
+    uint64_t staged = 64 * 1024 * 2 + (3 << 20);
+    assert_int_equal(mstar__transport_ucx_pinned_bytes(w.p->transport), staged);
+    assert_int_equal(regions_of(w.p), 2);
+    mstar_tensor held;
+    assert_mstar_ok(mstar_comm_get_tensor(w.p, infos[0].uuid, &held));
+    assert_true(infos[0].address != (uint64_t)(uintptr_t)mstar_tensor_ptr(&held));
+    mstar_edge e = edge_of("sig", "node", infos, 3);
+    mstar_completion_list done;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &rid, &e, 1, &done));
+    wait_list(&done, MSTAR_OK);
+    assert_int_equal(mstar__transport_ucx_pinned_bytes(w.c->transport), 0);
+    mstar_ready_set set;
+    expect_ready(w.c, &set, 1);
+    for (int i = 0; i < 3; i++) {
+        mstar_tensor got;
+        assert_mstar_ok(mstar_comm_get_tensor(w.c, infos[i].uuid, &got));
+        assert_int_equal(got.device.type, MSTAR_DEVICE_CPU);
+        check_bytes(w.c, infos[i].uuid, &ts[i]);
+        assert_mstar_ok(mstar_comm_dereference(w.c, infos[i].uuid, 1));
+    }
+    mstar_ready_set_clear(&set);
+    assert_int_equal(bus_deliver(&w.b, "worker_0", w.p), 1);
+    assert_int_equal(mstar_comm_num_tensors(w.p), 0);
+    assert_int_equal(regions_of(w.p), 0);
+    assert_int_equal(mstar__transport_ucx_pinned_bytes(w.p->transport), 0);
+    mstar_edge_clear(&e);
+
+    /* A read that fails (a socket that never answers, then goes): the pinned buffer goes too. */
+    char hole[MSTAR_NAME_MAX + 1];
+    int fd = ucx_test_blackhole(hole);
+    mstar_rid rid2 = mstar_rid_from_int(8);
+    produce(&w, &rid2, &ts[2], 1, 1, infos);
+    snprintf(infos[0].source_session_id, sizeof(infos[0].source_session_id), "%s", hole);
+    e = edge_of("sig", "node", infos, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &rid2, &e, 1, &done));
+    assert_int_equal(mstar__transport_ucx_pinned_bytes(w.c->transport), 3 << 20);
+    close(fd);
+    wait_list(&done, MSTAR_EREMOTE);
+    assert_int_equal(mstar__transport_ucx_pinned_bytes(w.c->transport), 0);
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w.c, &set));
+    assert_int_equal(set.nfailed, 1);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(mstar_comm_num_tensors(w.c), 0);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w.p, &rid2));
+    assert_int_equal(mstar__transport_ucx_pinned_bytes(w.p->transport), 0);
+    mstar_edge_clear(&e);
+    mstar_comm_destroy(w.c);
+    mstar_comm_destroy(w.p);
+    bus_clear(&w.b);
+    mstar_backend_destroy(bc);
+    mstar_backend_destroy(bp);
+    for (int i = 0; i < 3; i++)
+        free(ts[i].data);
 }
 
 static void test_protocols_and_options(void **state)
@@ -314,12 +486,13 @@ static void test_protocols_and_options(void **state)
     o.transport = MSTAR_TRANSPORT_UCX_TCP;
     assert_mstar_ok(mstar_comm_create(&o, &c));
     assert_false(mstar_comm_needs_cpu_tensor(c));
-    assert_false(mstar_comm_stamps_shm_placement(c));
+    assert_true(mstar_comm_stamps_shm_placement(c)); /* session, address and remote key */
     assert_non_null(strstr(mstar_comm_session_id(c), "127.0.0.1:"));
     mstar_comm_destroy(c);
 }
 
-#define IN_WORLD(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define IN_WORLD(fn)     cmocka_unit_test_setup_teardown(fn, setup, teardown)
+#define IN_GET_WORLD(fn) cmocka_unit_test_setup_teardown(fn, setup_get, teardown)
 
 int main(int argc, char **argv)
 {
@@ -329,6 +502,8 @@ int main(int argc, char **argv)
         IN_WORLD(test_two_consumers),
         IN_WORLD(test_read_in_flight_then_failed),
         IN_WORLD(test_bad_descriptors),
+        IN_GET_WORLD(test_get_protocol_and_clones),
+        cmocka_unit_test(test_staged_through_pinned_memory),
         cmocka_unit_test(test_protocols_and_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

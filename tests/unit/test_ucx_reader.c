@@ -2,8 +2,8 @@
  * test_ucx_reader.c — the async reader (reference AsyncMooncakeReader) over two in-process
  * producers: grouping by session in batches of at most max_batch, handles that poll / wait /
  * fail with a message, a failure that does not poison later polls (transport-spec §8.11),
- * wait_all reporting a failure once, the eventfd each finish writes, shutdown with reads in
- * flight, and the argument checks.
+ * wait_all reporting a failure once, the eventfd each finish writes, the submitter's `then` work,
+ * shutdown with reads in flight, and the argument checks.
  */
 #include "ucx_test.h"
 
@@ -201,6 +201,85 @@ static void test_failure_does_not_poison(void **state)
     producer_close(&p);
 }
 
+/* What a `then` saw: how the reads ended, on which thread, and the bytes at the time. */
+typedef struct then_seen {
+    int calls;
+    mstar_status reads;
+    pthread_t thread;
+    bool bytes_landed;
+    const uint8_t *dst;
+    uint64_t seed;
+    mstar_status answer; /* what it returns on success */
+} then_seen;
+
+static mstar_status record_then(void *ctx, mstar_status reads)
+{
+    then_seen *t = ctx;
+    t->calls++;
+    t->reads = reads;
+    t->thread = pthread_self();
+    t->bytes_landed = reads == MSTAR_OK && ucx_test_check(t->dst, 4096, t->seed) == SIZE_MAX;
+    if (reads != MSTAR_OK)
+        return reads;
+    if (t->answer != MSTAR_OK)
+        return mstar_error_set(t->answer, "then refused the bytes");
+    return MSTAR_OK;
+}
+
+/* submit_then: the work runs after the reads, on the reader's thread, before the handle
+ * completes; its status is the handle's; it runs on a failed read too (and gets that failure);
+ * an empty list runs it at once on the caller's thread. */
+static void test_then(void **state)
+{
+    (void)state;
+    producer p;
+    producer_open(&p, 4096, 21);
+    mstar__ucx_engine *c = consumer_open(MSTAR__UCX_READ_AM);
+    mstar__ucx_reader *r;
+    assert_mstar_ok(mstar__ucx_reader_create(c, 2, 500, &r));
+    uint8_t dst[4096];
+    mstar__ucx_read_info ri = read_of(&p, dst, 0, 4096);
+    mstar_completion *h;
+
+    then_seen ok = { 0, MSTAR_EINVAL, 0, false, dst, 21, MSTAR_OK };
+    memset(dst, 0, sizeof(dst));
+    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &ri, 1, -1, record_then, &ok, &h));
+    assert_mstar_ok(mstar_completion_wait(h, -1));
+    assert_int_equal(ok.calls, 1);
+    assert_mstar_ok(ok.reads);
+    assert_true(ok.bytes_landed);
+    assert_false(pthread_equal(ok.thread, pthread_self()));
+    mstar_completion_release(h);
+
+    then_seen refuse = { 0, MSTAR_EINVAL, 0, false, dst, 21, MSTAR_EDEVICE };
+    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &ri, 1, -1, record_then, &refuse, &h));
+    assert_mstar_status(mstar_completion_wait(h, -1), MSTAR_EDEVICE);
+    assert_non_null(strstr(mstar_last_error(), "then refused the bytes"));
+    mstar_completion_release(h);
+
+    then_seen failed = { 0, MSTAR_OK, 0, false, dst, 21, MSTAR_OK };
+    mstar__ucx_read_info bad = ri;
+    bad.remote_addr += 4000; /* past the key's region */
+    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &bad, 1, -1, record_then, &failed, &h));
+    assert_mstar_status(mstar_completion_wait(h, -1), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "outside the key's region"));
+    assert_int_equal(failed.calls, 1);
+    assert_int_equal(failed.reads, MSTAR_EPROTO);
+    mstar_completion_release(h);
+
+    then_seen empty = { 0, MSTAR_EINVAL, 0, false, dst, 21, MSTAR_OK };
+    empty.dst = p.buf; /* nothing is read: the check looks at the producer's own bytes */
+    assert_mstar_ok(mstar__ucx_reader_submit_then(r, NULL, 0, -1, record_then, &empty, &h));
+    assert_int_equal(empty.calls, 1);
+    assert_true(pthread_equal(empty.thread, pthread_self()));
+    assert_mstar_ok(mstar_completion_poll(h));
+    mstar_completion_release(h);
+
+    mstar__ucx_reader_destroy(r);
+    mstar__ucx_engine_destroy(c);
+    producer_close(&p);
+}
+
 /* A read against a peer that never answers: EAGAIN / ETIMEDOUT while pending, counted in
  * flight; when the peer's socket goes away the handle fails with the session in the message. */
 static void test_pending_then_peer_gone(void **state)
@@ -352,6 +431,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_submit_many),
         cmocka_unit_test(test_batches_of_at_most_max),
         cmocka_unit_test(test_failure_does_not_poison),
+        cmocka_unit_test(test_then),
         cmocka_unit_test(test_pending_then_peer_gone),
         cmocka_unit_test(test_shutdown_with_reads_in_flight),
         cmocka_unit_test(test_arguments),

@@ -117,6 +117,11 @@ mstar_status mstar__ucx_engine_register(mstar__ucx_engine *e, void *ptr, uint64_
  * the memory when this returns. MSTAR_ENOENT if ptr is not registered. */
 mstar_status mstar__ucx_engine_unregister(mstar__ucx_engine *e, void *ptr);
 
+/* The remote key of the region registered at ptr (as register gave it). MSTAR_ENOENT if ptr is
+ * not registered. */
+mstar_status mstar__ucx_engine_key(mstar__ucx_engine *e, const void *ptr,
+                                   uint8_t key[MSTAR_REMOTE_KEY_MAX], uint32_t *key_len);
+
 typedef struct mstar__ucx_engine_stats {
     size_t regions;      /* registered regions (distinct ptrs) */
     size_t peers;        /* cached outgoing endpoints (sessions this engine reads from) */
@@ -190,6 +195,20 @@ mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned thread
  * One handle's failure says nothing about any other handle (§8.11). */
 mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
                                       size_t n, int wake_fd, mstar_completion **out);
+
+/* Work that finishes a submission on the reader's thread once its reads are over (a device
+ * consumer's host-to-device copies out of the pinned buffer the reads landed in). `reads` is how
+ * the reads ended; what it returns is the handle's status, with mstar_last_error() as its
+ * message on failure (a failure of the reads is returned as it came). It runs on every path,
+ * the reads' failure and the engine's destruction included, so it may own and release `ctx`. */
+typedef mstar_status (*mstar__ucx_then_fn)(void *ctx, mstar_status reads);
+
+/* mstar__ucx_reader_submit with `then` (NULL: none) run before the handle completes. When this
+ * returns an error, `then` never runs and `ctx` stays the caller's. An empty list runs it here,
+ * on the caller's thread. */
+mstar_status mstar__ucx_reader_submit_then(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
+                                           size_t n, int wake_fd, mstar__ucx_then_fn then,
+                                           void *ctx, mstar_completion **out);
 
 /* Submissions not yet complete. */
 size_t mstar__ucx_reader_inflight(mstar__ucx_reader *r);

@@ -4,8 +4,9 @@
  * submit() copies a list of reads into a task and queues it; one of the reader's threads takes
  * it, groups the reads by session, and reads each group in batches of at most max_batch, each a
  * blocking mstar__ucx_engine_read. A task fails at its first failed batch (the rest of it is not
- * read) and completes its handle. Several tasks run at once, one per thread, in no particular
- * order — as in the reference, where batches run concurrently on a thread pool.
+ * read), runs the submitter's `then` work if any, and completes its handle. Several tasks run at
+ * once, one per thread, in no particular order — as in the reference, where batches run
+ * concurrently on a thread pool.
  *
  * The completion handle (the library's Future, tensors/completion.h) is shared by the caller and
  * the task, so either may let go first; finishing it writes the caller's eventfd. wait_all
@@ -24,6 +25,8 @@
 typedef struct read_task {
     struct read_task *next;
     mstar_completion *done;
+    mstar__ucx_then_fn then;
+    void *then_ctx;
     mstar__ucx_read_info *infos; /* copies; their strings and keys live after them */
     size_t n;
 } read_task;
@@ -93,6 +96,8 @@ static mstar_status run_task(mstar__ucx_reader *r, read_task *t)
 
 static void finish_task(mstar__ucx_reader *r, read_task *t, mstar_status st)
 {
+    if (t->then != NULL)
+        st = t->then(t->then_ctx, st);
     char msg[256] = "";
     if (st != MSTAR_OK)
         snprintf(msg, sizeof(msg), "%s", mstar_last_error());
@@ -226,16 +231,24 @@ static mstar_status copy_task(const mstar__ucx_read_info *infos, size_t n, read_
 mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
                                       size_t n, int wake_fd, mstar_completion **out)
 {
+    return mstar__ucx_reader_submit_then(r, infos, n, wake_fd, NULL, NULL, out);
+}
+
+mstar_status mstar__ucx_reader_submit_then(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
+                                           size_t n, int wake_fd, mstar__ucx_then_fn then,
+                                           void *ctx, mstar_completion **out)
+{
     if (r == NULL || out == NULL || (infos == NULL && n > 0))
         return mstar_error_set(MSTAR_EINVAL, "ucx submit: reader, infos and out are required");
     mstar_completion *c = NULL;
     if (n == 0) {
         mstar_status st = mstar__completion_create(-1, &c);
-        if (st == MSTAR_OK) {
-            mstar__completion_finish(c, MSTAR_OK, NULL);
-            *out = c;
-        }
-        return st;
+        if (st != MSTAR_OK)
+            return st;
+        mstar_status done = then != NULL ? then(ctx, MSTAR_OK) : MSTAR_OK;
+        mstar__completion_finish(c, done, done != MSTAR_OK ? mstar_last_error() : NULL);
+        *out = c;
+        return MSTAR_OK;
     }
     read_task *t = NULL;
     mstar_status st = copy_task(infos, n, &t);
@@ -244,6 +257,8 @@ mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_rea
     if (st != MSTAR_OK)
         return st;
     t->done = mstar__completion_retain(c); /* the task's reference; the caller has the other */
+    t->then = then;
+    t->then_ctx = ctx;
     pthread_mutex_lock(&r->lock);
     if (r->closing) {
         pthread_mutex_unlock(&r->lock);

@@ -255,3 +255,18 @@ mstar_status mstar__ucx_engine_unregister(mstar__ucx_engine *e, void *ptr)
     unmap_and_free(e, r);
     return MSTAR_OK;
 }
+
+mstar_status mstar__ucx_engine_key(mstar__ucx_engine *e, const void *ptr,
+                                   uint8_t key[MSTAR_REMOTE_KEY_MAX], uint32_t *key_len)
+{
+    uint64_t found;
+    pthread_mutex_lock(&e->lock);
+    bool hit = mstar__u64map_get(&e->regions_by_ptr, (uint64_t)(uintptr_t)ptr, &found);
+    if (hit) {
+        const mstar__ucx_region *r = (const mstar__ucx_region *)(uintptr_t)found;
+        memcpy(key, r->key, r->key_len);
+        *key_len = r->key_len;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return hit ? MSTAR_OK : mstar_error_set(MSTAR_ENOENT, "ucx key: ptr %p is not registered", ptr);
+}
