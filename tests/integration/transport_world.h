@@ -11,21 +11,33 @@
  *
  * Each consumer (forked, worker_1 and worker_2) reads what it is sent, checks every byte against
  * the pattern the uuid determines, holds a few delivered edges before consuming them (so drains
- * find tensors in use), and reports what it verified when told to stop.
+ * find tensors in use), and reports what it verified when told to stop. It is written as a
+ * worker's event loop is, for any transport: it sleeps in poll() on its mesh inbox and the
+ * manager's event fd, and delivers edges whenever their reads have landed — inside
+ * start_read_tensors for the one-host transports, later for a remote one. A drain waits for the
+ * request's reads in flight (delivering other requests' edges meanwhile) and counts what it
+ * received and never delivered as dropped, so that every descriptor sent is accounted for:
+ * verified + dropped == sent (aborted requests' included).
  *
  * Every process has a private shm directory and ipc directory under a tmpdir, so nothing touches
  * other runs. Before a process destroys its mesh (linger 0: undelivered messages are dropped) it
  * waits for its peer to confirm receipt of its last message.
  *
- * The transports to run are a table (files, arena) that MSTAR_TEST_TRANSPORTS (a comma-separated
- * list of transport names) overrides, so another transport runs the same tests by name.
+ * The transports to run are a table (files, arena, ucx-tcp) that MSTAR_TEST_TRANSPORTS (a
+ * comma-separated list of transport names) overrides. Over ucx-tcp the producer's and the
+ * consumers' UCX engines talk over TCP on 127.0.0.1 (every byte crosses a socket), and the end
+ * state includes no registered region left in the producer.
  */
 #ifndef MSTAR_TEST_TRANSPORT_WORLD_H
 #define MSTAR_TEST_TRANSPORT_WORLD_H
 
 #include "mstar_test.h"
 
+#include "tensors/comm_internal.h"
+#include "tensors/ucx/ucx_engine.h"
+
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +71,7 @@ typedef struct cons_report {
     int64_t bad;     /* descriptors whose bytes or shape were wrong */
     int64_t left;    /* tensors the consumer still held after its last release (must be 0) */
     int64_t failed;  /* read failures reported by get_ready_tensors */
+    int64_t dropped; /* descriptors of aborted requests received and never delivered */
 } cons_report;
 
 /* ---- the byte pattern --------------------------------------------------------------------- */
@@ -95,6 +108,54 @@ static inline bool pattern_check(mstar_tensor_id uuid, const uint8_t *p, uint64_
         return memcmp(p + i, &w, (size_t)(n - i)) == 0;
     }
     return true;
+}
+
+/* ---- transports ----------------------------------------------------------------------------- */
+
+#define WORLD_TRANSPORTS "files,arena,ucx-tcp"
+
+static inline bool world_is_ucx(mstar_transport_kind kind)
+{
+    return kind == MSTAR_TRANSPORT_UCX_TCP || kind == MSTAR_TRANSPORT_UCX_RDMA;
+}
+
+/* The tensors a run over `kind` stores: `knob` (default `def`) for the one-host transports,
+ * `ucx_knob` (default `ucx_def`) for UCX, whose every read crosses a socket (CI also runs it
+ * under ASan on two cores). At least `min`. */
+static inline int64_t world_tensors(mstar_transport_kind kind, const char *knob, int64_t def,
+                                    const char *ucx_knob, int64_t ucx_def, int64_t min)
+{
+    int64_t n;
+    mstar_status st = world_is_ucx(kind)
+                          ? mstar_env_get_int(ucx_knob, ucx_def, min, INT64_C(1) << 40, &n)
+                          : mstar_env_get_int(knob, def, min, INT64_C(1) << 40, &n);
+    assert_mstar_ok(st);
+    return n;
+}
+
+/* Run `run(kind)` for each transport of MSTAR_TEST_TRANSPORTS (default WORLD_TRANSPORTS). */
+static inline void world_each_transport(void (*run)(mstar_transport_kind kind))
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s",
+             mstar_env_get_string("MSTAR_TEST_TRANSPORTS", WORLD_TRANSPORTS));
+    for (char *save = NULL, *name = strtok_r(buf, ",", &save); name != NULL;
+         name = strtok_r(NULL, ",", &save)) {
+        mstar_transport_kind kind;
+        assert_mstar_ok(mstar_transport_kind_from_name(name, &kind));
+        run(kind);
+    }
+}
+
+/* Regions the manager's UCX engine still has registered (0 for other transports). */
+static inline size_t world_registered(mstar_comm *c)
+{
+    mstar__ucx_engine *ue = mstar__ucx_transfer_engine_ucx(c->engine);
+    if (ue == NULL)
+        return 0;
+    mstar__ucx_engine_stats st;
+    mstar__ucx_engine_get_stats(ue, &st);
+    return st.regions;
 }
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -176,6 +237,43 @@ typedef struct held_edge {
     mstar_edge edge;
 } held_edge;
 
+/* Per request (rids are the producer's request numbers): descriptors received in INPUT_SIGNALS
+ * and descriptors delivered, so that a drain knows how many it dropped. */
+typedef struct cons_count {
+    int64_t received;
+    int64_t delivered;
+} cons_count;
+
+typedef struct consumer {
+    const char *me;
+    mstar_mesh *mesh;
+    mstar_comm *comm;
+    cons_report rep;
+    held_edge held[CONS_HOLD + 1];
+    int nheld;
+    mstar_completion **reading; /* handles of reads still running (a remote transport's) */
+    size_t nreading, cap_reading;
+    cons_count *counts; /* by rid number */
+    size_t ncounts;
+} consumer;
+
+static inline cons_count *cons_count_of(consumer *k, const mstar_rid *rid)
+{
+    if (rid->is_str || rid->num < 0)
+        world_die(k->me, "a request id the producer does not make");
+    size_t i = (size_t)rid->num;
+    if (i >= k->ncounts) {
+        size_t n = i + 1 > 2 * k->ncounts ? i + 1 : 2 * k->ncounts;
+        cons_count *grown = realloc(k->counts, n * sizeof(*grown));
+        if (grown == NULL)
+            world_die(k->me, "realloc");
+        memset(grown + k->ncounts, 0, (n - k->ncounts) * sizeof(*grown));
+        k->counts = grown;
+        k->ncounts = n;
+    }
+    return &k->counts[i];
+}
+
 static inline void verify_edge(mstar_comm *c, const mstar_edge *e, cons_report *rep)
 {
     for (uint32_t i = 0; i < e->ntensors; i++) {
@@ -203,99 +301,172 @@ static inline void consume(const char *me, mstar_comm *c, held_edge *h)
     mstar_edge_clear(&h->edge);
 }
 
+/* Deliver what has landed: verify each edge and hold it (the oldest beyond CONS_HOLD is
+ * consumed). Edges of every request are kept, whichever request the caller waits for. */
+static inline void cons_collect(consumer *k)
+{
+    mstar_ready_set set;
+    WORLD_CHECK(k->me, mstar_comm_get_ready_tensors(k->comm, &set));
+    k->rep.failed += set.nfailed;
+    for (uint32_t i = 0; i < set.nfailed; i++)
+        fprintf(stderr, "[%s] read of '%s' failed: %s\n", k->me, set.failed[i].edge_name,
+                set.failed[i].message);
+    for (uint32_t r = 0; r < set.nrequests; r++) {
+        for (uint32_t e = set.edge_start[r]; e < set.edge_start[r + 1]; e++) {
+            verify_edge(k->comm, &set.edges[e], &k->rep);
+            cons_count_of(k, &set.rids[r])->delivered += set.edges[e].ntensors;
+            k->held[k->nheld].rid = set.rids[r];
+            k->held[k->nheld].edge = set.edges[e];
+            mstar_edge_init(&set.edges[e]); /* moved */
+            if (++k->nheld > CONS_HOLD) {
+                consume(k->me, k->comm, &k->held[0]);
+                memmove(&k->held[0], &k->held[1], (size_t)(--k->nheld) * sizeof(k->held[0]));
+            }
+        }
+    }
+    mstar_ready_set_clear(&set);
+}
+
+/* Keep the handles of reads still running; forget those that finished. */
+static inline void cons_track(consumer *k, mstar_completion_list *list)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < k->nreading; i++) {
+        if (mstar_completion_poll(k->reading[i]) == MSTAR_EAGAIN)
+            k->reading[w++] = k->reading[i];
+        else
+            mstar_completion_release(k->reading[i]);
+    }
+    k->nreading = w;
+    for (uint32_t i = 0; list != NULL && i < list->n; i++) {
+        if (k->nreading == k->cap_reading) {
+            k->cap_reading = k->cap_reading ? 2 * k->cap_reading : 16;
+            k->reading = realloc(k->reading, k->cap_reading * sizeof(*k->reading));
+            if (k->reading == NULL)
+                world_die(k->me, "realloc");
+        }
+        k->reading[k->nreading++] = list->items[i];
+        list->items[i] = NULL; /* moved: clearing the list releases nothing of it */
+    }
+}
+
+/* Sleep until a message or a finished read (or timeout_ms), as a worker's event loop does. */
+static inline void cons_wait(consumer *k, int timeout_ms)
+{
+    struct pollfd fds[2] = { { mstar_mesh_inbox_fd(k->mesh), POLLIN, 0 },
+                             { mstar_comm_event_fd(k->comm), POLLIN, 0 } };
+    poll(fds, 2, timeout_ms);
+    if (fds[1].revents & POLLIN)
+        mstar_comm_event_drain(k->comm);
+}
+
+static inline void cons_start_reads(consumer *k, const mstar_msg *m)
+{
+    mstar_completion_list list;
+    WORLD_CHECK(k->me,
+                mstar_comm_start_read_tensors(k->comm, &m->request_id, m->edges, m->nedges, &list));
+    for (uint32_t e = 0; e < m->nedges; e++)
+        cons_count_of(k, &m->request_id)->received += m->edges[e].ntensors;
+    cons_track(k, &list);
+    mstar_completion_list_clear(&list);
+    /* One-host transports read inside start_read_tensors: deliver before anything else. */
+    cons_collect(k);
+}
+
+/* The request is aborted: its nodes stop (their inputs are not released), reads drain, then
+ * everything of it goes and READS_DONE tells the conductor. What was received and not
+ * delivered by then is dropped (a remote read still running, or landed and not collected). */
+static inline void cons_drain(consumer *k, const mstar_rid *rid)
+{
+    int w = 0;
+    for (int i = 0; i < k->nheld; i++) {
+        if (mstar_rid_equal(&k->held[i].rid, rid))
+            mstar_edge_clear(&k->held[i].edge);
+        else
+            k->held[w++] = k->held[i];
+    }
+    k->nheld = w;
+    WORLD_CHECK(k->me, mstar_comm_cleanup_request(k->comm, rid));
+    while (mstar_comm_has_inflight_reads(k->comm, rid)) {
+        cons_wait(k, 100);
+        cons_collect(k); /* other requests' edges are delivered, not lost */
+    }
+    WORLD_CHECK(k->me, mstar_comm_force_cleanup_request(k->comm, rid));
+    cons_count *n = cons_count_of(k, rid);
+    k->rep.dropped += n->received - n->delivered;
+    world_send_simple(k->me, k->mesh, PRODUCER, MSTAR_MSG_READS_DONE, rid);
+}
+
 /* The consumer process: returns only through _exit. */
 static inline void consumer_main(const world_cfg *cfg, int index)
 {
-    const char *me = consumer_names[index];
+    consumer k;
+    memset(&k, 0, sizeof(k));
+    k.me = consumer_names[index];
     prctl(PR_SET_PDEATHSIG, SIGKILL);
-    mstar_log_set_entity(me);
-    mstar_mesh *mesh = world_mesh(cfg, me);
-    mstar_comm *c = world_comm(cfg, me, mesh);
-    world_send_simple(me, mesh, PRODUCER, MSTAR_MSG_HELLO, NULL);
-    cons_report rep = { 0 };
-    held_edge held[CONS_HOLD + 1];
-    int nheld = 0;
+    mstar_log_set_entity(k.me);
+    k.mesh = world_mesh(cfg, k.me);
+    k.comm = world_comm(cfg, k.me, k.mesh);
+    world_send_simple(k.me, k.mesh, PRODUCER, MSTAR_MSG_HELLO, NULL);
     bool stop = false;
     double until = world_now() + WORLD_DEADLINE_S;
     while (!stop) {
         if (world_now() > until)
-            world_die(me, "deadline");
+            world_die(k.me, "deadline");
         mstar_msg m;
-        mstar_status st = mstar_mesh_recv(mesh, 1000, &m);
-        if (st == MSTAR_EAGAIN)
+        mstar_status st = mstar_mesh_recv(k.mesh, 0, &m);
+        if (st == MSTAR_EAGAIN) {
+            cons_collect(&k);
+            cons_track(&k, NULL);
+            cons_wait(&k, 1000);
             continue;
-        if (st != MSTAR_OK)
-            world_die(me, "mstar_mesh_recv");
-        if (m.type == MSTAR_MSG_INPUT_SIGNALS) {
-            WORLD_CHECK(me,
-                        mstar_comm_start_read_tensors(c, &m.request_id, m.edges, m.nedges, NULL));
-            mstar_ready_set set;
-            WORLD_CHECK(me, mstar_comm_get_ready_tensors(c, &set));
-            rep.failed += set.nfailed;
-            for (uint32_t r = 0; r < set.nrequests; r++) {
-                for (uint32_t k = set.edge_start[r]; k < set.edge_start[r + 1]; k++) {
-                    verify_edge(c, &set.edges[k], &rep);
-                    held[nheld].rid = set.rids[r];
-                    held[nheld].edge = set.edges[k];
-                    mstar_edge_init(&set.edges[k]); /* moved */
-                    if (++nheld > CONS_HOLD) {
-                        consume(me, c, &held[0]);
-                        memmove(&held[0], &held[1], (size_t)(--nheld) * sizeof(held[0]));
-                    }
-                }
-            }
-            mstar_ready_set_clear(&set);
-        } else if (m.type == MSTAR_MSG_DRAIN_REQUEST) {
-            /* The request is aborted: its nodes stop (their inputs are not released), reads
-             * drain, then everything of it goes and READS_DONE tells the conductor. */
-            int w = 0;
-            for (int i = 0; i < nheld; i++) {
-                if (mstar_rid_equal(&held[i].rid, &m.request_id))
-                    mstar_edge_clear(&held[i].edge);
-                else
-                    held[w++] = held[i];
-            }
-            nheld = w;
-            WORLD_CHECK(me, mstar_comm_cleanup_request(c, &m.request_id));
-            while (mstar_comm_has_inflight_reads(c, &m.request_id)) {
-                mstar_ready_set set;
-                WORLD_CHECK(me, mstar_comm_get_ready_tensors(c, &set));
-                mstar_ready_set_clear(&set);
-            }
-            WORLD_CHECK(me, mstar_comm_force_cleanup_request(c, &m.request_id));
-            world_send_simple(me, mesh, PRODUCER, MSTAR_MSG_READS_DONE, &m.request_id);
-        } else if (m.type == MSTAR_MSG_SHUTDOWN) {
-            stop = true;
         }
+        if (st != MSTAR_OK)
+            world_die(k.me, "mstar_mesh_recv");
+        if (m.type == MSTAR_MSG_INPUT_SIGNALS)
+            cons_start_reads(&k, &m);
+        else if (m.type == MSTAR_MSG_DRAIN_REQUEST)
+            cons_drain(&k, &m.request_id);
+        else if (m.type == MSTAR_MSG_SHUTDOWN)
+            stop = true;
         mstar_msg_clear(&m);
     }
-    for (int i = 0; i < nheld; i++)
-        consume(me, c, &held[i]);
-    rep.left = (int64_t)mstar_comm_num_tensors(c);
+    /* Reads sent before the stop land and are delivered first. */
+    for (size_t i = 0; i < k.nreading; i++)
+        if (mstar_completion_wait(k.reading[i], WORLD_DEADLINE_S * 1000) == MSTAR_ETIMEDOUT)
+            world_die(k.me, "a read still running at the deadline");
+    cons_track(&k, NULL);
+    cons_collect(&k);
+    for (int i = 0; i < k.nheld; i++)
+        consume(k.me, k.comm, &k.held[i]);
+    k.rep.left = (int64_t)mstar_comm_num_tensors(k.comm);
     mstar_msg r;
     mstar_msg_init(&r, MSTAR_MSG_HELLO);
-    mstar_msg_add_kv(&r, "tensors", rep.tensors);
-    mstar_msg_add_kv(&r, "bytes", rep.bytes);
-    mstar_msg_add_kv(&r, "bad", rep.bad);
-    mstar_msg_add_kv(&r, "left", rep.left);
-    mstar_msg_add_kv(&r, "failed", rep.failed);
-    world_send(me, mesh, PRODUCER, &r);
+    mstar_msg_add_kv(&r, "tensors", k.rep.tensors);
+    mstar_msg_add_kv(&r, "bytes", k.rep.bytes);
+    mstar_msg_add_kv(&r, "bad", k.rep.bad);
+    mstar_msg_add_kv(&r, "left", k.rep.left);
+    mstar_msg_add_kv(&r, "failed", k.rep.failed);
+    mstar_msg_add_kv(&r, "dropped", k.rep.dropped);
+    world_send(k.me, k.mesh, PRODUCER, &r);
     mstar_msg_clear(&r);
     /* Wait for the producer's goodbye: our last messages have then arrived. */
     for (;;) {
         if (world_now() > until)
-            world_die(me, "deadline waiting for goodbye");
+            world_die(k.me, "deadline waiting for goodbye");
         mstar_msg m;
-        if (mstar_mesh_recv(mesh, 1000, &m) != MSTAR_OK)
+        if (mstar_mesh_recv(k.mesh, 1000, &m) != MSTAR_OK)
             continue;
         bool bye = m.type == MSTAR_MSG_SHUTDOWN;
         mstar_msg_clear(&m);
         if (bye)
             break;
     }
-    mstar_comm_destroy(c);
-    mstar_mesh_destroy(mesh);
-    _exit(rep.bad == 0 && rep.left == 0 && rep.failed == 0 ? 0 : 3);
+    free(k.reading);
+    free(k.counts);
+    mstar_comm_destroy(k.comm);
+    mstar_mesh_destroy(k.mesh);
+    _exit(k.rep.bad == 0 && k.rep.left == 0 && k.rep.failed == 0 ? 0 : 3);
 }
 
 /* ---- producer ----------------------------------------------------------------------------- */
@@ -446,6 +617,7 @@ static inline bool prod_pump(producer *p, int timeout_ms)
             p->reports[i].bad = mstar_msg_get_kv(&m, "bad", 0);
             p->reports[i].left = mstar_msg_get_kv(&m, "left", 0);
             p->reports[i].failed = mstar_msg_get_kv(&m, "failed", 0);
+            p->reports[i].dropped = mstar_msg_get_kv(&m, "dropped", 0);
         }
     }
     mstar_msg_clear(&m);
