@@ -38,6 +38,19 @@ mstar_status demo_send_simple(mstar_mesh *mesh, const char *peer, mstar_msg_type
     return st;
 }
 
+static mstar_transport_kind transport_kind(demo_transport t)
+{
+    switch (t) {
+    case DEMO_TRANSPORT_FILES:
+        return MSTAR_TRANSPORT_FILES;
+    case DEMO_TRANSPORT_UCX_TCP:
+        return MSTAR_TRANSPORT_UCX_TCP; /* each entity's engine listens on MSTAR_UCX_ADDRESS */
+    case DEMO_TRANSPORT_ARENA:
+        break;
+    }
+    return MSTAR_TRANSPORT_ARENA;
+}
+
 mstar_status demo_link_open(const demo_link_options *o, demo_link *out)
 {
     memset(out, 0, sizeof(*out));
@@ -48,8 +61,7 @@ mstar_status demo_link_open(const demo_link_options *o, demo_link *out)
     mstar_comm_options co;
     mstar_comm_options_init(&co);
     co.entity = o->entity;
-    co.transport =
-        o->transport == DEMO_TRANSPORT_FILES ? MSTAR_TRANSPORT_FILES : MSTAR_TRANSPORT_ARENA;
+    co.transport = transport_kind(o->transport);
     co.shm_dir = o->shm_dir;
     co.backend = o->backend;
     co.send = mstar_comm_send_via_mesh;

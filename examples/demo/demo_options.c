@@ -206,13 +206,5 @@ int demo_options_parse(int argc, char **argv, demo_options *opts)
         fprintf(stderr, "mstar demo: %s\n", mstar_last_error());
         return 2;
     }
-    if (opts->transport == DEMO_TRANSPORT_UCX_TCP) {
-        fprintf(stderr,
-                "mstar demo: --transport ucx-tcp: the UCX transport is not built yet (it "
-                "is not in libmstar's transports: %s, %s); use files or arena\n",
-                mstar_transport_kind_name(MSTAR_TRANSPORT_FILES),
-                mstar_transport_kind_name(MSTAR_TRANSPORT_ARENA));
-        return 2;
-    }
     return 0;
 }
