@@ -106,6 +106,7 @@ typedef struct mstar_bench_transport_row {
     uint64_t bytes;
     double rt_p50_us, rt_p99_us; /* one handoff's round trip */
     double gbps;                 /* sustained, in_flight handoffs in flight */
+    double tcp_gbps;             /* baseline of a UCX transport: a raw loopback TCP stream; 0 */
 } mstar_bench_transport_row;
 
 typedef struct mstar_bench_transport_result {
@@ -118,12 +119,12 @@ typedef struct mstar_bench_transport_result {
     mstar_bench_transport_row rows[MSTAR_BENCH_TRANSPORT_KINDS][MSTAR_BENCH_TRANSPORT_SIZES];
 } mstar_bench_transport_result;
 
-/* kinds: files and/or the arena. */
+/* kinds: files and/or the arena, or a UCX kind alone (measured with its TCP stream baseline). */
 mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
                                        mstar_bench_transport_result *out);
 void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out);
 /* With the arena measured: its throughput at >= 1 MiB >= 0.45x memcpy, its 4 KiB round trip
- * <= 3x the ZeroMQ ping-pong. */
+ * <= 3x the ZeroMQ ping-pong. With UCX: its throughput at >= 1 MiB >= 0.6x the TCP stream. */
 size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r,
                                      mstar_bench_target *out);
 

@@ -6,8 +6,8 @@
  *
  * Three processes, so that nothing shares a UCX worker or a socket buffer with the measurer:
  *   - a UCX producer: an engine with one registered buffer of the largest size, serving reads;
- *   - a TCP server: on request, streams `count` writes of `size` bytes, or answers one request
- *     with `size` bytes (for latency);
+ *   - a TCP server (bench_tcp.c, the baseline): on request, streams `count` writes of `size`
+ *     bytes, or answers one request with `size` bytes (for latency);
  *   - this process: the consumer. Both children are forked before this process touches UCX.
  *
  * Throughput: UCX keeps K reads of `size` bytes outstanding in one batch (K = 64 MiB / size,
@@ -16,20 +16,17 @@
  * read the same bytes, and the consumer checks them.
  */
 #include "bench.h"
+#include "bench_tcp.h"
 
 #include "core/json.h"
 #include "core/vec.h"
 #include "tensors/ucx/ucx_engine.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,57 +34,6 @@
 #define ROUNDS 3
 
 typedef mstar_bench_ucx_options bench_opts;
-
-static uint8_t pattern(uint64_t i)
-{
-    return (uint8_t)(i * 131 + 7 + (i >> 12));
-}
-
-static void fill(uint8_t *buf, uint64_t n)
-{
-    for (uint64_t i = 0; i < n; i++)
-        buf[i] = pattern(i);
-}
-
-/* The first and last bytes of a read of [0, n) are what the producer holds. */
-static bool looks_right(const uint8_t *buf, uint64_t n)
-{
-    uint64_t edge = n < 256 ? n : 256;
-    for (uint64_t i = 0; i < edge; i++)
-        if (buf[i] != pattern(i) || buf[n - 1 - i] != pattern(n - 1 - i))
-            return false;
-    return true;
-}
-
-static bool write_all(int fd, const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    while (n > 0) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return false;
-        b += w;
-        n -= (size_t)w;
-    }
-    return true;
-}
-
-static bool read_all(int fd, void *p, size_t n)
-{
-    uint8_t *b = p;
-    while (n > 0) {
-        ssize_t r = read(fd, b, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        b += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
 
 /* ---- the children --------------------------------------------------------------------------- */
 
@@ -122,14 +68,14 @@ static int ucx_producer_main(int ctl, int hello_fd, uint64_t size)
     memset(&h, 0, sizeof(h));
     if (buf == NULL)
         return 1;
-    fill(buf, size);
+    mstar_bench_pattern_fill(buf, size);
     if (mstar__ucx_engine_register(e, buf, size, h.key, &h.key_len) != MSTAR_OK) {
         fprintf(stderr, "bench ucx producer: %s\n", mstar_last_error());
         return 1;
     }
     snprintf(h.session, sizeof(h.session), "%s", mstar__ucx_engine_session_id(e));
     h.addr = (uint64_t)(uintptr_t)buf;
-    write_all(hello_fd, &h, sizeof(h));
+    mstar_bench_write_all(hello_fd, &h, sizeof(h));
     char c;
     while (read(ctl, &c, 1) < 0 && errno == EINTR) {
     }
@@ -156,7 +102,7 @@ static bool start_ucx_child(ucx_child *c, uint64_t size)
     close(hello[1]);
     c->ctl = ctl[1];
     ucx_child_hello h;
-    bool ok = read_all(hello[0], &h, sizeof(h));
+    bool ok = mstar_bench_read_all(hello[0], &h, sizeof(h));
     close(hello[0]);
     if (!ok)
         return false;
@@ -167,102 +113,7 @@ static bool start_ucx_child(ucx_child *c, uint64_t size)
     return true;
 }
 
-/* Commands to the TCP server: {op, size, count} as three u64. */
-enum { TCP_STREAM = 1, TCP_REPLY = 2 };
-
-static int tcp_server_main(int lfd, uint64_t max_size)
-{
-    int fd = accept(lfd, NULL, NULL);
-    close(lfd);
-    uint8_t *buf = malloc(max_size);
-    if (fd < 0 || buf == NULL)
-        return 1;
-    fill(buf, max_size);
-    uint64_t cmd[3];
-    while (read_all(fd, cmd, sizeof(cmd))) {
-        uint64_t count = cmd[0] == TCP_STREAM ? cmd[2] : 1;
-        for (uint64_t i = 0; i < count; i++)
-            if (!write_all(fd, buf, cmd[1]))
-                return 1;
-    }
-    free(buf);
-    close(fd);
-    return 0;
-}
-
-static int start_tcp_child(pid_t *pid, uint64_t max_size)
-{
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof(sa);
-    if (lfd < 0 || bind(lfd, (struct sockaddr *)&sa, sizeof(sa)) != 0 || listen(lfd, 1) != 0 ||
-        getsockname(lfd, (struct sockaddr *)&sa, &len) != 0)
-        return -1;
-    *pid = fork();
-    if (*pid < 0)
-        return -1;
-    if (*pid == 0)
-        _exit(tcp_server_main(lfd, max_size));
-    close(lfd);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0)
-        return -1;
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return fd;
-}
-
 /* ---- measuring ------------------------------------------------------------------------------ */
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_us(uint64_t *ns, size_t n)
-{
-    qsort(ns, n, sizeof(*ns), cmp_u64);
-    return (double)ns[n / 2] / 1000.0;
-}
-
-static size_t latency_reps(uint64_t size)
-{
-    return size <= MIB ? 200 : size <= 16 * MIB ? 20 : 5;
-}
-
-/* GB/s of a TCP stream of `size`-byte writes. */
-static double tcp_stream(int fd, uint8_t *buf, uint64_t size, uint64_t volume, bool *ok)
-{
-    uint64_t count = volume / size < 4 ? 4 : volume / size;
-    uint64_t cmd[3] = { TCP_STREAM, size, count };
-    uint64_t t0 = mstar__now_ns();
-    *ok = write_all(fd, cmd, sizeof(cmd));
-    for (uint64_t i = 0; *ok && i < count; i++)
-        *ok = read_all(fd, buf, size);
-    uint64_t t1 = mstar__now_ns();
-    *ok = *ok && looks_right(buf, size);
-    return (double)(count * size) / (double)(t1 - t0);
-}
-
-static double tcp_latency(int fd, uint8_t *buf, uint64_t size, bool *ok)
-{
-    size_t reps = latency_reps(size);
-    uint64_t *ns = calloc(reps, sizeof(*ns));
-    uint64_t cmd[3] = { TCP_REPLY, size, 1 };
-    *ok = ns != NULL;
-    for (size_t i = 0; *ok && i < reps; i++) {
-        uint64_t t0 = mstar__now_ns();
-        *ok = write_all(fd, cmd, sizeof(cmd)) && read_all(fd, buf, size);
-        ns[i] = mstar__now_ns() - t0;
-    }
-    double us = *ok ? median_us(ns, reps) : 0;
-    free(ns);
-    return us;
-}
 
 static void ucx_infos(const ucx_child *c, uint8_t *dst, uint64_t size, size_t k,
                       mstar__ucx_read_info *infos)
@@ -288,14 +139,14 @@ static double ucx_throughput(mstar__ucx_engine *e, mstar__ucx_read_protocol prot
         *ok = mstar__ucx_engine_read_with(e, proto, infos, k) == MSTAR_OK;
     uint64_t t1 = mstar__now_ns();
     for (size_t i = 0; *ok && i < k; i++)
-        *ok = looks_right(dst + i * size, size);
+        *ok = mstar_bench_pattern_looks_right(dst + i * size, size);
     return (double)(iters * k * size) / (double)(t1 - t0);
 }
 
 static double ucx_latency(mstar__ucx_engine *e, mstar__ucx_read_protocol proto, const ucx_child *c,
                           uint8_t *dst, uint64_t size, bool *ok)
 {
-    size_t reps = latency_reps(size);
+    size_t reps = mstar_bench_latency_reps(size);
     uint64_t *ns = calloc(reps, sizeof(*ns));
     mstar__ucx_read_info ri;
     ucx_infos(c, dst, size, 1, &ri);
@@ -305,8 +156,8 @@ static double ucx_latency(mstar__ucx_engine *e, mstar__ucx_read_protocol proto, 
         *ok = mstar__ucx_engine_read_with(e, proto, &ri, 1) == MSTAR_OK;
         ns[i] = mstar__now_ns() - t0;
     }
-    *ok = *ok && looks_right(dst, size);
-    double us = *ok ? median_us(ns, reps) : 0;
+    *ok = *ok && mstar_bench_pattern_looks_right(dst, size);
+    double us = *ok ? mstar_bench_median_us(ns, reps) : 0;
     free(ns);
     return us;
 }
@@ -342,7 +193,7 @@ static mstar_status run(const bench_opts *o, const ucx_child *uc, int tcp_fd,
          * never raises one, and interleaving exposes all three to the same conditions. */
         double bw_tcp = 0, bw_get = 0, bw_am = 0;
         for (int round = 0; round < ROUNDS; round++) {
-            double t = tcp_stream(tcp_fd, dst, s, o->volume / ROUNDS, &ok[0]);
+            double t = mstar_bench_tcp_stream(tcp_fd, dst, s, o->volume / ROUNDS, &ok[0]);
             double g =
                 ucx_throughput(e, MSTAR__UCX_READ_GET, uc, dst, s, o->volume / ROUNDS, &ok[1]);
             double a =
@@ -356,7 +207,7 @@ static mstar_status run(const bench_opts *o, const ucx_child *uc, int tcp_fd,
         r->tcp_gbps = bw_tcp;
         r->get_gbps = bw_get;
         r->am_gbps = bw_am;
-        r->tcp_us = tcp_latency(tcp_fd, dst, s, &ok[3]);
+        r->tcp_us = mstar_bench_tcp_latency(tcp_fd, dst, s, &ok[3]);
         r->get_us = ucx_latency(e, MSTAR__UCX_READ_GET, uc, dst, s, &ok[4]);
         r->am_us = ucx_latency(e, MSTAR__UCX_READ_AM, uc, dst, s, &ok[5]);
         bool all_ok = true;
@@ -397,15 +248,12 @@ mstar_status mstar_bench_ucx_run(const mstar_bench_ucx_options *o, mstar_bench_u
     mstar_bench_progress("ucx", "starting the producer and the TCP server");
     if (!start_ucx_child(&uc, o->max_size))
         return mstar_error_set(MSTAR_EIO, "the UCX producer process did not start");
-    int tcp_fd = start_tcp_child(&tcp_pid, o->max_size);
+    int tcp_fd = mstar_bench_tcp_start(&tcp_pid, o->max_size);
     mstar_status st = tcp_fd < 0 ? mstar_error_set(MSTAR_EIO, "the TCP server did not start")
                                  : run(o, &uc, tcp_fd, out);
-    if (tcp_fd >= 0)
-        close(tcp_fd); /* the server sees EOF and exits */
-    close(uc.ctl);     /* so does the producer */
+    mstar_bench_tcp_stop(tcp_fd, tcp_pid);
+    close(uc.ctl); /* the producer sees EOF and exits */
     waitpid(uc.pid, NULL, 0);
-    if (tcp_pid > 0)
-        waitpid(tcp_pid, NULL, 0);
     return st;
 }
 

@@ -2,8 +2,9 @@
  * test_bench_report.c — `mstar bench all --quick --out DIR` end to end: progress on stderr, the
  * report's files (report.md with every section and its plots, report.json valid with every number
  * finite, each SVG well-formed), nothing left in the scratch directories the suites use; a suite
- * that fails (graphs on a CUDA build without a GPU) reported while the others still run; and bad
- * options answered with a usage error before anything runs. No figure is judged: speed is what
+ * that fails (graphs on a CUDA build without a GPU) reported while the others still run; the UCX
+ * transport's run with its TCP stream baseline; and bad options answered with a usage error before
+ * anything runs. No figure is judged: speed is what
  * the report states, never what a test asserts.
  */
 #include "demo_harness.h"
@@ -182,6 +183,35 @@ static void expect_refused(int code, const char *needle, const char *const *args
     demo_result_free(&r);
 }
 
+/* `mstar bench transport --transport ucx-tcp`: every size of the quick run carries its TCP
+ * stream baseline and the ratio, and the text form states the target. */
+static void test_transport_ucx(void **state)
+{
+    (void)state;
+    const char *json_args[] = { "transport", "--transport", "ucx-tcp", "--quick", "--json", NULL };
+    demo_result r = mstar_cli_run_sig(300, 0, 0, "bench", json_args);
+    if (demo_exit_code(&r) != 0)
+        fail_msg("exited %d\nstdout:\n%s\nstderr:\n%s", demo_exit_code(&r), r.out, r.err);
+    char why[256];
+    size_t numbers = 0;
+    if (!mstar_test_json_check(r.out, &numbers, why, sizeof(why)))
+        fail_msg("%s\n%s", why, r.out);
+    assert_non_null(strstr(r.out, "\"transport\":\"ucx-tcp\""));
+    int tcp = 0, ratios = 0;
+    for (const char *p = r.out; (p = strstr(p, "\"tcp_stream_gbps\":")) != NULL; p++)
+        tcp++;
+    for (const char *p = r.out; (p = strstr(p, "\"vs_tcp\":")) != NULL; p++)
+        ratios++;
+    assert_int_equal(tcp, 5); /* 4 KiB .. 16 MiB */
+    assert_int_equal(ratios, 5);
+    demo_result_free(&r);
+    const char *text_args[] = { "transport", "--transport", "ucx-tcp", "--quick", NULL };
+    r = mstar_cli_run_sig(300, 0, 0, "bench", text_args);
+    assert_int_equal(demo_exit_code(&r), 0);
+    assert_non_null(strstr(r.out, "UCX TCP transport throughput at >= 1 MiB / raw TCP stream"));
+    demo_result_free(&r);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -209,8 +239,8 @@ static void test_bad_options(void **state)
     expect_refused(2, "unknown suite 'nosuch'", suite);
     const char *wire[] = { "wire", "--bogus", NULL };
     expect_refused(2, "usage: mstar bench wire", wire);
-    const char *ucx_kind[] = { "transport", "--transport", "ucx-tcp", NULL };
-    expect_refused(2, "--transport files|arena", ucx_kind);
+    const char *local_kind[] = { "transport", "--transport", "local", NULL };
+    expect_refused(2, "--transport files|arena|ucx-tcp", local_kind);
 
     const char *help[] = { "all", "--help", NULL };
     demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", help);
@@ -223,6 +253,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_transport_ucx),
         cmocka_unit_test(test_quick_report),
         cmocka_unit_test(test_device_cuda),
     };
