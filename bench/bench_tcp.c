@@ -76,15 +76,23 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-double mstar_bench_median_us(uint64_t *ns, size_t n)
+double mstar_bench_latency_us(uint64_t size, bool (*once)(void *ctx), void *ctx, bool *ok)
 {
-    qsort(ns, n, sizeof(*ns), cmp_u64);
-    return (double)ns[n / 2] / 1000.0;
-}
-
-size_t mstar_bench_latency_reps(uint64_t size)
-{
-    return size <= (UINT64_C(1) << 20) ? 200 : size <= (UINT64_C(16) << 20) ? 20 : 5;
+    size_t reps = size <= (UINT64_C(1) << 20) ? 200 : size <= (UINT64_C(16) << 20) ? 20 : 5;
+    uint64_t *ns = calloc(reps, sizeof(*ns));
+    *ok = ns != NULL;
+    for (size_t i = 0; *ok && i < reps; i++) {
+        uint64_t t0 = mstar__now_ns();
+        *ok = once(ctx);
+        ns[i] = mstar__now_ns() - t0;
+    }
+    double us = 0;
+    if (*ok) {
+        qsort(ns, reps, sizeof(*ns), cmp_u64);
+        us = (double)ns[reps / 2] / 1000.0;
+    }
+    free(ns);
+    return us;
 }
 
 /* ---- the server ----------------------------------------------------------------------------- */
@@ -164,18 +172,22 @@ double mstar_bench_tcp_stream(int fd, uint8_t *buf, uint64_t size, uint64_t volu
     return (double)(count * size) / (double)(t1 - t0);
 }
 
+typedef struct tcp_reply {
+    int fd;
+    uint8_t *buf;
+    uint64_t size;
+} tcp_reply;
+
+static bool tcp_reply_once(void *ctx)
+{
+    const tcp_reply *t = ctx;
+    uint64_t cmd[3] = { TCP_REPLY, t->size, 1 };
+    return mstar_bench_write_all(t->fd, cmd, sizeof(cmd)) &&
+           mstar_bench_read_all(t->fd, t->buf, t->size);
+}
+
 double mstar_bench_tcp_latency(int fd, uint8_t *buf, uint64_t size, bool *ok)
 {
-    size_t reps = mstar_bench_latency_reps(size);
-    uint64_t *ns = calloc(reps, sizeof(*ns));
-    uint64_t cmd[3] = { TCP_REPLY, size, 1 };
-    *ok = ns != NULL;
-    for (size_t i = 0; *ok && i < reps; i++) {
-        uint64_t t0 = mstar__now_ns();
-        *ok = mstar_bench_write_all(fd, cmd, sizeof(cmd)) && mstar_bench_read_all(fd, buf, size);
-        ns[i] = mstar__now_ns() - t0;
-    }
-    double us = *ok ? mstar_bench_median_us(ns, reps) : 0;
-    free(ns);
-    return us;
+    tcp_reply t = { fd, buf, size };
+    return mstar_bench_latency_us(size, tcp_reply_once, &t, ok);
 }

@@ -22,10 +22,9 @@ bool mstar_bench_pattern_looks_right(const uint8_t *buf, uint64_t n);
 bool mstar_bench_write_all(int fd, const void *p, size_t n);
 bool mstar_bench_read_all(int fd, void *p, size_t n);
 
-/* The median of n samples in nanoseconds, in microseconds (sorts ns). */
-double mstar_bench_median_us(uint64_t *ns, size_t n);
-/* Round trips a latency point takes at this size. */
-size_t mstar_bench_latency_reps(uint64_t size);
+/* The median µs of `once` (one request answered, one read of `size` bytes), run as many times
+ * as a latency point at this size takes; *ok is false when a call returned false. */
+double mstar_bench_latency_us(uint64_t size, bool (*once)(void *ctx), void *ctx, bool *ok);
 
 /* A TCP server process on 127.0.0.1 holding max_size patterned bytes, and this process's
  * connection to it (TCP_NODELAY). Fork it before this process uses UCX. Returns the fd, or -1

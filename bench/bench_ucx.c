@@ -143,22 +143,25 @@ static double ucx_throughput(mstar__ucx_engine *e, mstar__ucx_read_protocol prot
     return (double)(iters * k * size) / (double)(t1 - t0);
 }
 
+typedef struct ucx_read {
+    mstar__ucx_engine *e;
+    mstar__ucx_read_protocol proto;
+    mstar__ucx_read_info ri;
+} ucx_read;
+
+static bool ucx_read_once(void *ctx)
+{
+    ucx_read *u = ctx;
+    return mstar__ucx_engine_read_with(u->e, u->proto, &u->ri, 1) == MSTAR_OK;
+}
+
 static double ucx_latency(mstar__ucx_engine *e, mstar__ucx_read_protocol proto, const ucx_child *c,
                           uint8_t *dst, uint64_t size, bool *ok)
 {
-    size_t reps = mstar_bench_latency_reps(size);
-    uint64_t *ns = calloc(reps, sizeof(*ns));
-    mstar__ucx_read_info ri;
-    ucx_infos(c, dst, size, 1, &ri);
-    *ok = ns != NULL;
-    for (size_t i = 0; *ok && i < reps; i++) {
-        uint64_t t0 = mstar__now_ns();
-        *ok = mstar__ucx_engine_read_with(e, proto, &ri, 1) == MSTAR_OK;
-        ns[i] = mstar__now_ns() - t0;
-    }
+    ucx_read u = { e, proto, { 0 } };
+    ucx_infos(c, dst, size, 1, &u.ri);
+    double us = mstar_bench_latency_us(size, ucx_read_once, &u, ok);
     *ok = *ok && mstar_bench_pattern_looks_right(dst, size);
-    double us = *ok ? mstar_bench_median_us(ns, reps) : 0;
-    free(ns);
     return us;
 }
 

@@ -181,6 +181,27 @@ static inline mstar_edge edge_of(const char *name, const char *next, const mstar
     return e;
 }
 
+/* The setup of §8.4: an 8x4 int32 output of signal "h" sharded on dim 0 in request `rid`, stored
+ * by `p` (*t holds its bytes; the caller frees t->data), and its edge to node "mlp" fanned out
+ * to worker_1 and worker_2 (rows 0-3 and 4-7) before anything was staged. */
+static inline void store_sharded_fanout(mstar_comm *p, const mstar_rid *rid, mstar_tensor *t,
+                                        mstar_tensor_info *info, mstar_edge *e, mstar_fanout *fo)
+{
+    const char *sigs[1] = { "h" };
+    int32_t dims[1] = { 0 };
+    mstar_sharding_config cfg = { 1, sigs, dims };
+    assert_mstar_ok(mstar_comm_register_request(p, rid, &cfg));
+    int64_t shape[2] = { 8, 4 };
+    *t = make_tensor(MSTAR_DTYPE_INT32, 2, shape, 13);
+    mstar_output o = output_of("h", *t);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, &o, 1, NULL, info));
+    *e = edge_of("h", "mlp", info, 1);
+    const char *dst_workers[2] = { "worker_1", "worker_2" };
+    mstar_shard_group dst = { 2, dst_workers };
+    assert_mstar_ok(mstar_edge_fanout(e, 0, NULL, 0, &dst, fo));
+    assert_int_equal(fo->n, 2);
+}
+
 /* Collect ready edges, expecting exactly `want` edges over all requests. */
 static inline void expect_ready(mstar_comm *c, mstar_ready_set *set, uint32_t want)
 {

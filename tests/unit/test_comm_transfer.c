@@ -305,21 +305,11 @@ static void test_unstamped_sharded_clones(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(5);
-    const char *sigs[1] = { "h" };
-    int32_t dims[1] = { 0 };
-    mstar_sharding_config cfg = { 1, sigs, dims };
-    assert_mstar_ok(mstar_comm_register_request(w->p, &rid, &cfg));
-    int64_t shape[2] = { 8, 4 };
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT32, 2, shape, 13);
-    mstar_output o = output_of("h", t);
+    mstar_tensor t;
     mstar_tensor_info info;
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
-    mstar_edge e = edge_of("h", "mlp", &info, 1);
-    const char *dst_workers[2] = { "worker_1", "worker_2" };
-    mstar_shard_group dst = { 2, dst_workers };
+    mstar_edge e;
     mstar_fanout fo;
-    assert_mstar_ok(mstar_edge_fanout(&e, 0, NULL, 0, &dst, &fo));
-    assert_int_equal(fo.n, 2);
+    store_sharded_fanout(w->p, &rid, &t, &info, &e, &fo);
     uint32_t count = 1;
     assert_mstar_ok(mstar_comm_register_for_send_uuids(w->p, &rid, 1, &count, &info.uuid));
     if (w->kind == MSTAR_TRANSPORT_ARENA) {

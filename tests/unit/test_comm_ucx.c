@@ -330,19 +330,9 @@ static void test_get_protocol_and_clones(void **state)
     mstar_edge_clear(&e);
 
     /* The sharded clone. */
-    const char *sigs[1] = { "h" };
-    int32_t dims[1] = { 0 };
-    mstar_sharding_config cfg = { 1, sigs, dims };
-    assert_mstar_ok(mstar_comm_register_request(w->p, &rid, &cfg));
-    int64_t shape[2] = { 8, 4 };
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT32, 2, shape, 13);
-    mstar_output o = output_of("h", t);
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
-    e = edge_of("h", "mlp", &info, 1);
-    const char *dst_workers[2] = { "worker_1", "worker_2" };
-    mstar_shard_group dst = { 2, dst_workers };
+    mstar_tensor t;
     mstar_fanout fo;
-    assert_mstar_ok(mstar_edge_fanout(&e, 0, NULL, 0, &dst, &fo));
+    store_sharded_fanout(w->p, &rid, &t, &info, &e, &fo);
     uint32_t count = 1;
     assert_mstar_ok(mstar_comm_register_for_send_uuids(w->p, &rid, 1, &count, &info.uuid));
     assert_int_equal(fo.edges[1].tensor_info[0].remote_key_len, 0);
