@@ -4,10 +4,10 @@
  * loopback socket): bytes and ACKs gated on the read's completion, the producer's memory
  * registered until the last ACK and no longer, a read in flight that cleanup must neither ACK
  * nor free (§8.2, §2.7 has_inflight_reads), a failed read reported once without poisoning later
- * polls (§8.11), descriptors from the wire that are refused, the remote key stamped at
- * registration and by refresh_shm_placement so the get protocol reads through the manager (§8.4
- * over UCX), tensors in a backend's memory staged through pinned host memory both ways, and the
- * protocol names.
+ * polls (§8.11), a strided output read contiguous (§8.12), descriptors from the wire that are
+ * refused, the remote key stamped at registration and by refresh_shm_placement so the get
+ * protocol reads through the manager (§8.4 over UCX), tensors in a backend's memory staged
+ * through pinned host memory both ways, and the protocol names.
  */
 #include "comm_harness.h"
 #include "ucx_test.h"
@@ -146,6 +146,41 @@ static void test_roundtrip(void **state)
     mstar_edge_clear(&e);
     for (int i = 0; i < 6; i++)
         free(ts[i].data);
+}
+
+/* §8.12 over UCX (the reference's Mooncake case: the consumer reads nbytes contiguous bytes
+ * from a producer that kept a strided tensor): a transposed output is stored contiguous, so the
+ * bytes read are its elements in row-major order. */
+static void test_non_contiguous_output(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(9);
+    int64_t shape[2] = { 4, 6 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_FLOAT32, 2, shape, 11);
+    mstar_tensor view = t; /* the transpose of a [6, 4] buffer */
+    view.strides[0] = 1;
+    view.strides[1] = 4;
+    mstar_tensor_info info;
+    produce(w, &rid, &view, 1, 1, &info);
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    mstar_completion_list done;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
+    wait_list(&done, MSTAR_OK);
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 1);
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(w->c, info.uuid, &got));
+    assert_true(mstar_tensor_is_contiguous(&got));
+    const float *dst = mstar_tensor_ptr(&got), *src = t.data;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 6; j++)
+            assert_true(dst[i * 6 + j] == src[j * 4 + i]);
+    mstar_ready_set_clear(&set);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
+    assert_int_equal(regions_of(w->p), 0);
+    mstar_edge_clear(&e);
+    free(t.data);
 }
 
 /* Two consumers read the same tensors; the producer keeps them registered until both ACKed. */
@@ -490,6 +525,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         IN_WORLD(test_roundtrip),
         IN_WORLD(test_two_consumers),
+        IN_WORLD(test_non_contiguous_output),
         IN_WORLD(test_read_in_flight_then_failed),
         IN_WORLD(test_bad_descriptors),
         IN_GET_WORLD(test_get_protocol_and_clones),
