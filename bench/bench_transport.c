@@ -466,6 +466,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     }
     setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "256", 0);
     signal(SIGPIPE, SIG_IGN); /* a baseline peer that died is an error, not a signal */
+    mstar_bench_progress("transport", "scratch directories %s and %s", ipc_dir, shm_dir);
     mstar_bench_progress("transport", "baselines: memcpy, ZeroMQ ping-pong");
     out->memcpy_gbps = memcpy_gbps();
     out->zmq_p50_us = zmq_pingpong_us(ipc_dir, quick ? 500 : 3000, &out->zmq_p99_us);
