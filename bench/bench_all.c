@@ -22,7 +22,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: mstar bench all [--out DIR] [--quick] [--device host|cuda]\n"
-            "  runs every suite (wire, bookkeeper, transport, ucx, graphs) in one process and\n"
+            "  runs every suite (wire, bookkeeper, transport over files and the arena, then over\n"
+            "  ucx-tcp, ucx, graphs) in one process and\n"
             "  writes DIR/report.md, DIR/report.json and SVG plots (DIR: %s, created if\n"
             "  missing). --quick: small counts, for tests (about half a minute); --device: where\n"
             "  the graphs suite runs (host).\n",
@@ -50,6 +51,10 @@ static mstar_status run_suite(mstar_bench_run *run, mstar_bench_suite_id id)
     case MSTAR_BENCH_SUITE_TRANSPORT: {
         mstar_transport_kind kinds[2] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
         return mstar_bench_transport_run(kinds, 2, run->quick, &run->transport);
+    }
+    case MSTAR_BENCH_SUITE_TRANSPORT_UCX: {
+        mstar_transport_kind kind = MSTAR_TRANSPORT_UCX_TCP;
+        return mstar_bench_transport_run(&kind, 1, run->quick, &run->transport_ucx);
     }
     case MSTAR_BENCH_SUITE_UCX: {
         mstar_bench_ucx_options o;

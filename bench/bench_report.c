@@ -18,7 +18,7 @@
 #define MIB (UINT64_C(1) << 20)
 
 static const char *const suite_names[MSTAR_BENCH_NSUITES] = {
-    "wire", "bookkeeper", "transport", "ucx", "graphs",
+    "wire", "bookkeeper", "transport", "transport-ucx", "ucx", "graphs",
 };
 
 const char *mstar_bench_suite_name(mstar_bench_suite_id id)
@@ -44,6 +44,8 @@ size_t mstar_bench_run_targets(const mstar_bench_run *run, mstar_bench_target *o
             k = mstar_bench_bookkeeper_targets(&run->bookkeeper, t);
         else if (id == MSTAR_BENCH_SUITE_TRANSPORT)
             k = mstar_bench_transport_targets(&run->transport, t);
+        else if (id == MSTAR_BENCH_SUITE_TRANSPORT_UCX)
+            k = mstar_bench_transport_targets(&run->transport_ucx, t);
         else if (id == MSTAR_BENCH_SUITE_UCX)
             k = mstar_bench_ucx_targets(&run->ucx, t);
         else if (id == MSTAR_BENCH_SUITE_GRAPHS)
@@ -117,14 +119,17 @@ static void add_ucx(plot_data *d, const mstar_bench_ucx_result *u, size_t field,
     add_series(d, name, n, dashed);
 }
 
-/* The smallest and largest size either transport suite measured. */
+/* The smallest and largest size the transport suites measured. */
 static void size_span(const mstar_bench_run *run, double *lo, double *hi)
 {
     *lo = INFINITY;
     *hi = 0;
-    if (suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT)) {
-        *lo = (double)run->transport.rows[0][0].bytes;
-        *hi = (double)run->transport.rows[0][run->transport.nsizes - 1].bytes;
+    const mstar_bench_transport_result *t[2] = { &run->transport, &run->transport_ucx };
+    for (int i = 0; i < 2; i++) {
+        if (!suite_ok(run, i == 0 ? MSTAR_BENCH_SUITE_TRANSPORT : MSTAR_BENCH_SUITE_TRANSPORT_UCX))
+            continue;
+        *lo = fmin(*lo, (double)t[i]->rows[0][0].bytes);
+        *hi = fmax(*hi, (double)t[i]->rows[0][t[i]->nsizes - 1].bytes);
     }
     if (suite_ok(run, MSTAR_BENCH_SUITE_UCX) && run->ucx.nrows > 0) {
         *lo = fmin(*lo, (double)run->ucx.rows[0].bytes);
@@ -137,8 +142,9 @@ static mstar_status transport_plot(const mstar_bench_run *run, bool latency, con
     plot_data *d = calloc(1, sizeof(*d));
     if (d == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "plot %s", path);
-    mstar__plot_init(&d->plot, latency ? "Latency by tensor size (p50; median for UCX and TCP)"
-                                       : "Throughput by tensor size");
+    mstar__plot_init(&d->plot,
+                     latency ? "Latency by tensor size (round trips: p50; single reads: median)"
+                             : "Throughput by tensor size");
     d->plot.x = (mstar__plot_axis){ "tensor size", 2, MSTAR__TICK_BYTES, 0, 0 };
     d->plot.y = latency ? (mstar__plot_axis){ "microseconds", 10, MSTAR__TICK_NUMBER, 0, 0 }
                         : (mstar__plot_axis){ "GB/s", 0, MSTAR__TICK_NUMBER, 0, 0 };
@@ -148,6 +154,9 @@ static mstar_status transport_plot(const mstar_bench_run *run, bool latency, con
         add_transport(d, t, MSTAR_TRANSPORT_FILES, latency ? "files round trip" : "files", latency);
         add_transport(d, t, MSTAR_TRANSPORT_ARENA, latency ? "arena round trip" : "arena", latency);
     }
+    if (suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT_UCX))
+        add_transport(d, &run->transport_ucx, MSTAR_TRANSPORT_UCX_TCP,
+                      latency ? "ucx-tcp round trip" : "ucx-tcp", latency);
     if (suite_ok(run, MSTAR_BENCH_SUITE_UCX)) {
         add_ucx(d, u,
                 latency ? offsetof(mstar_bench_ucx_row, get_us)
@@ -249,6 +258,33 @@ static void md_targets(FILE *f, const mstar_bench_run *run)
     fprintf(f, "\n");
 }
 
+/* One table per transport kind: round trip and throughput as ratios to the suite's baselines,
+ * and for UCX to the TCP stream measured next to each size. */
+static void md_transport_tables(FILE *f, const mstar_bench_transport_result *t)
+{
+    for (int k = 0; k < t->nkinds; k++) {
+        bool ucx =
+            t->kinds[k] == MSTAR_TRANSPORT_UCX_TCP || t->kinds[k] == MSTAR_TRANSPORT_UCX_RDMA;
+        fprintf(
+            f,
+            "**%s**\n\n| size | round trip p50 µs | p99 µs | p50 / ZeroMQ | GB/s | / memcpy |%s\n"
+            "|---|--:|--:|--:|--:|--:|%s\n",
+            mstar_transport_kind_name(t->kinds[k]), ucx ? " TCP stream GB/s | / TCP |" : "",
+            ucx ? "--:|--:|" : "");
+        for (int i = 0; i < t->nsizes; i++) {
+            const mstar_bench_transport_row *w = &t->rows[k][i];
+            char h[32];
+            mstar_bench_size_name(w->bytes, h, sizeof(h));
+            fprintf(f, "| %s | %.1f | %.1f | %.2fx | %.2f | %.2fx |", h, w->rt_p50_us, w->rt_p99_us,
+                    w->rt_p50_us / t->zmq_p50_us, w->gbps, w->gbps / t->memcpy_gbps);
+            if (ucx)
+                fprintf(f, " %.2f | %.2fx |", w->tcp_gbps, w->gbps / w->tcp_gbps);
+            fprintf(f, "\n");
+        }
+        fprintf(f, "\n");
+    }
+}
+
 static void md_transport(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_transport_result *t = &run->transport;
@@ -260,27 +296,31 @@ static void md_transport(FILE *f, const mstar_bench_run *run)
     fprintf(f,
             "`mstar bench transport`: a producer and a consumer process over the ipc control "
             "mesh. Round trip: store, stage, INPUT_SIGNALS, the consumer's read and release, "
-            "TENSOR_RECEIVED, the producer's free. Throughput: %d handoffs in flight. "
-            "Baselines in the same run: memcpy **%.2f GB/s** (one thread, 64 MiB); a raw "
-            "ZeroMQ ipc ping-pong of 64 B, p50 **%.1f µs** (p99 %.1f µs).\n\n",
+            "TENSOR_RECEIVED, the producer's free. Throughput: %d handoffs in flight, best of "
+            "3 rounds. Baselines in the same run: memcpy **%.2f GB/s** (one thread, 64 MiB); a "
+            "raw ZeroMQ ipc ping-pong of 64 B, p50 **%.1f µs** (p99 %.1f µs).\n\n",
             t->in_flight, t->memcpy_gbps, t->zmq_p50_us, t->zmq_p99_us);
-    for (int k = 0; k < t->nkinds; k++) {
-        fprintf(f,
-                "**%s**\n\n| size | round trip p50 µs | p99 µs | p50 / ZeroMQ | GB/s | "
-                "/ memcpy |\n|---|--:|--:|--:|--:|--:|\n",
-                mstar_transport_kind_name(t->kinds[k]));
-        for (int i = 0; i < t->nsizes; i++) {
-            const mstar_bench_transport_row *w = &t->rows[k][i];
-            char h[32];
-            mstar_bench_size_name(w->bytes, h, sizeof(h));
-            fprintf(f, "| %s | %.1f | %.1f | %.2fx | %.2f | %.2fx |\n", h, w->rt_p50_us,
-                    w->rt_p99_us, w->rt_p50_us / t->zmq_p50_us, w->gbps, w->gbps / t->memcpy_gbps);
-        }
-        fprintf(f, "\n");
+    md_transport_tables(f, t);
+    fprintf(f, "The plots carry the transport over UCX and the bare UCX reads of the next "
+               "sections too, with their TCP baseline.\n\n![latency by size](transport_latency.svg)"
+               "\n\n![throughput by size](transport_throughput.svg)\n\n");
+}
+
+static void md_transport_ucx(FILE *f, const mstar_bench_run *run)
+{
+    const mstar_bench_transport_result *t = &run->transport_ucx;
+    fprintf(f, "## Transport over UCX on TCP\n\n");
+    if (!suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT_UCX)) {
+        md_failed(f, run, MSTAR_BENCH_SUITE_TRANSPORT_UCX);
+        return;
     }
-    fprintf(f, "The plots carry the UCX reads of the next section too, with their TCP "
-               "baseline.\n\n![latency by size](transport_latency.svg)\n\n"
-               "![throughput by size](transport_throughput.svg)\n\n");
+    fprintf(f,
+            "`mstar bench transport --transport ucx-tcp`: the same handoffs, the consumer reading "
+            "the producer's memory over UCX on loopback. Baselines in the same run: memcpy %.2f "
+            "GB/s; ZeroMQ ping-pong p50 %.1f µs; and a raw loopback TCP stream of each size, "
+            "one round of it before each round of the transport.\n\n",
+            t->memcpy_gbps, t->zmq_p50_us);
+    md_transport_tables(f, t);
 }
 
 static void md_ucx(FILE *f, const mstar_bench_run *run)
@@ -398,6 +438,7 @@ static void write_md(FILE *f, const mstar_bench_run *run)
     md_machine(f, run);
     md_targets(f, run);
     md_transport(f, run);
+    md_transport_ucx(f, run);
     md_ucx(f, run);
     md_graphs(f, run);
     md_bookkeeper(f, run);
@@ -469,6 +510,8 @@ static void write_json(FILE *f, const mstar_bench_run *run)
             mstar_bench_bookkeeper_json(&run->bookkeeper, f);
         else if (id == MSTAR_BENCH_SUITE_TRANSPORT)
             mstar_bench_transport_json(&run->transport, f);
+        else if (id == MSTAR_BENCH_SUITE_TRANSPORT_UCX)
+            mstar_bench_transport_json(&run->transport_ucx, f);
         else if (id == MSTAR_BENCH_SUITE_UCX)
             mstar_bench_ucx_json(&run->ucx, f);
         else
