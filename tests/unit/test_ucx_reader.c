@@ -3,7 +3,8 @@
  * producers: grouping by session in batches of at most max_batch, handles that poll / wait /
  * fail with a message, a failure that does not poison later polls (transport-spec §8.11),
  * wait_all reporting a failure once, the eventfd each finish writes, the submitter's `then` work,
- * shutdown with reads in flight, and the argument checks.
+ * one thread keeping many submissions in flight, shutdown with reads in flight, and the argument
+ * checks.
  */
 #include "ucx_test.h"
 
@@ -280,6 +281,45 @@ static void test_then(void **state)
     producer_close(&p);
 }
 
+/* One thread keeps many submissions in flight: behind a read that cannot finish (a peer that
+ * never answers), later submissions on the same single thread still complete. */
+static void test_one_thread_many_in_flight(void **state)
+{
+    (void)state;
+    char hole[MSTAR_NAME_MAX + 1];
+    int fd = ucx_test_blackhole(hole);
+    producer p;
+    producer_open(&p, 1 << 20, 31);
+    mstar__ucx_engine *c = consumer_open(MSTAR__UCX_READ_AM);
+    mstar__ucx_reader *r;
+    assert_mstar_ok(mstar__ucx_reader_create(c, 1, 500, &r));
+    uint8_t stuck_dst[4096];
+    mstar__ucx_read_info stuck = read_of(&p, stuck_dst, 0, 4096);
+    stuck.session = hole;
+    mstar_completion *hs, *h[4];
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &stuck, 1, -1, &hs));
+    enum { PART = (1 << 20) / 4 };
+    uint8_t *dst = malloc(1 << 20);
+    for (int i = 0; i < 4; i++) {
+        mstar__ucx_read_info ri = read_of(&p, dst + i * PART, (uint64_t)i * PART, PART);
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h[i]));
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_mstar_ok(mstar_completion_wait(h[i], 10000));
+        mstar_completion_release(h[i]);
+    }
+    assert_int_equal(ucx_test_check(dst, 1 << 20, 31), SIZE_MAX);
+    assert_int_equal(mstar_completion_poll(hs), MSTAR_EAGAIN);
+    assert_int_equal(mstar__ucx_reader_inflight(r), 1);
+    close(fd);
+    assert_mstar_status(mstar_completion_wait(hs, -1), MSTAR_EREMOTE);
+    mstar_completion_release(hs);
+    mstar__ucx_reader_destroy(r);
+    mstar__ucx_engine_destroy(c);
+    free(dst);
+    producer_close(&p);
+}
+
 /* A read against a peer that never answers: EAGAIN / ETIMEDOUT while pending, counted in
  * flight; when the peer's socket goes away the handle fails with the session in the message. */
 static void test_pending_then_peer_gone(void **state)
@@ -432,6 +472,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_batches_of_at_most_max),
         cmocka_unit_test(test_failure_does_not_poison),
         cmocka_unit_test(test_then),
+        cmocka_unit_test(test_one_thread_many_in_flight),
         cmocka_unit_test(test_pending_then_peer_gone),
         cmocka_unit_test(test_shutdown_with_reads_in_flight),
         cmocka_unit_test(test_arguments),

@@ -455,20 +455,19 @@ static mstar_status make_batch(const mstar__ucx_read_info *infos, size_t n,
     return MSTAR_OK;
 }
 
-mstar_status mstar__ucx_engine_read_with(mstar__ucx_engine *e, mstar__ucx_read_protocol proto,
-                                         const mstar__ucx_read_info *infos, size_t n)
+mstar_status mstar__ucx_engine_read_begin(mstar__ucx_engine *e, mstar__ucx_read_protocol proto,
+                                          const mstar__ucx_read_info *infos, size_t n,
+                                          mstar__ucx_batch **out)
 {
-    if (e == NULL || (infos == NULL && n > 0))
+    *out = NULL;
+    if (e == NULL || infos == NULL || n == 0)
         return mstar_error_set(MSTAR_EINVAL, "ucx read: engine and infos are required");
     if (proto != MSTAR__UCX_READ_AM && proto != MSTAR__UCX_READ_GET)
         return mstar_error_set(MSTAR_EINVAL, "ucx read: protocol %d is not am or get", (int)proto);
-    if (n == 0)
-        return MSTAR_OK;
     mstar__ucx_batch *b = NULL;
     mstar_status st = make_batch(infos, n, proto, &b);
     if (st != MSTAR_OK)
         return st;
-
     pthread_mutex_lock(&e->lock);
     if (e->stopping) {
         pthread_mutex_unlock(&e->lock);
@@ -482,7 +481,35 @@ mstar_status mstar__ucx_engine_read_with(mstar__ucx_engine *e, mstar__ucx_read_p
     e->waiting = b;
     pthread_mutex_unlock(&e->lock);
     wake(e);
+    *out = b;
+    return MSTAR_OK;
+}
 
+size_t mstar__ucx_engine_read_wait_any(mstar__ucx_engine *e, mstar__ucx_batch *const *batches,
+                                       size_t n, bool (*interrupt)(void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&e->lock);
+    size_t i = 0;
+    for (;;) {
+        for (i = 0; i < n && !batches[i]->done; i++) {
+        }
+        if (i < n || (interrupt != NULL && interrupt(ctx)))
+            break;
+        pthread_cond_wait(&e->cond, &e->lock);
+    }
+    pthread_mutex_unlock(&e->lock);
+    return i;
+}
+
+void mstar__ucx_engine_read_kick(mstar__ucx_engine *e)
+{
+    pthread_mutex_lock(&e->lock);
+    pthread_cond_broadcast(&e->cond);
+    pthread_mutex_unlock(&e->lock);
+}
+
+mstar_status mstar__ucx_engine_read_end(mstar__ucx_engine *e, mstar__ucx_batch *b)
+{
     pthread_mutex_lock(&e->lock);
     while (!b->done)
         pthread_cond_wait(&e->cond, &e->lock);
@@ -493,13 +520,26 @@ mstar_status mstar__ucx_engine_read_with(mstar__ucx_engine *e, mstar__ucx_read_p
     if (e->waiting == NULL)
         pthread_cond_broadcast(&e->cond); /* destroy may be waiting for the last reader */
     pthread_mutex_unlock(&e->lock);
-
-    st = b->status;
+    mstar_status st = b->status;
     if (st != MSTAR_OK)
         mstar_error_set(st, "%s", b->error);
     free(b->ops);
     free(b);
     return st;
+}
+
+mstar_status mstar__ucx_engine_read_with(mstar__ucx_engine *e, mstar__ucx_read_protocol proto,
+                                         const mstar__ucx_read_info *infos, size_t n)
+{
+    if (e == NULL || (infos == NULL && n > 0))
+        return mstar_error_set(MSTAR_EINVAL, "ucx read: engine and infos are required");
+    if (proto != MSTAR__UCX_READ_AM && proto != MSTAR__UCX_READ_GET)
+        return mstar_error_set(MSTAR_EINVAL, "ucx read: protocol %d is not am or get", (int)proto);
+    if (n == 0)
+        return MSTAR_OK;
+    mstar__ucx_batch *b;
+    mstar_status st = mstar__ucx_engine_read_begin(e, proto, infos, n, &b);
+    return st == MSTAR_OK ? mstar__ucx_engine_read_end(e, b) : st;
 }
 
 mstar_status mstar__ucx_engine_read(mstar__ucx_engine *e, const mstar__ucx_read_info *infos,

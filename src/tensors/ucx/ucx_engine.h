@@ -167,6 +167,24 @@ mstar_status mstar__ucx_engine_read(mstar__ucx_engine *e, const mstar__ucx_read_
 mstar_status mstar__ucx_engine_read_with(mstar__ucx_engine *e, mstar__ucx_read_protocol proto,
                                          const mstar__ucx_read_info *infos, size_t n);
 
+/* read_with in two halves, for a caller that keeps several batches in flight (the reader).
+ * begin checks the batch as read_with does and queues it (on an error nothing is queued and *out
+ * is NULL); the infos' session strings and keys must stay valid until the batch ends. end waits
+ * for it, releases it and returns its status (mstar_last_error() its message). Every batch begun
+ * must be ended, also when the engine is being destroyed (it fails then). n >= 1. */
+typedef struct mstar__ucx_batch mstar__ucx_batch;
+mstar_status mstar__ucx_engine_read_begin(mstar__ucx_engine *e, mstar__ucx_read_protocol proto,
+                                          const mstar__ucx_read_info *infos, size_t n,
+                                          mstar__ucx_batch **out);
+/* Block until one of batches[0..n) (n >= 1, all begun and not ended) has finished, and return
+ * its index — or until `interrupt(ctx)` (may be NULL) is true after a read_kick, and return n.
+ * `interrupt` runs with the engine's lock held: it may only read (an atomic, say). */
+size_t mstar__ucx_engine_read_wait_any(mstar__ucx_engine *e, mstar__ucx_batch *const *batches,
+                                       size_t n, bool (*interrupt)(void *ctx), void *ctx);
+/* Wake every read_wait_any to look at its `interrupt` (after making it true). */
+void mstar__ucx_engine_read_kick(mstar__ucx_engine *e);
+mstar_status mstar__ucx_engine_read_end(mstar__ucx_engine *e, mstar__ucx_batch *b);
+
 /* ---------------------------------------------------------------------------------------------
  * The async reader (reference AsyncMooncakeReader)
  * ------------------------------------------------------------------------------------------- */

@@ -130,8 +130,6 @@ typedef struct mstar__ucx_peer {
     char error[192];                  /* why it failed, for the reads' messages */
 } mstar__ucx_peer;
 
-typedef struct mstar__ucx_batch mstar__ucx_batch;
-
 /* One read: a range of the peer's memory into a local buffer. */
 typedef struct mstar__ucx_op {
     mstar__ucx_batch *batch;

@@ -2,11 +2,17 @@
  * ucx_reader.c — the async reader (reference AsyncMooncakeReader) over a UCX engine.
  *
  * submit() copies a list of reads into a task and queues it; one of the reader's threads takes
- * it, groups the reads by session, and reads each group in batches of at most max_batch, each a
- * blocking mstar__ucx_engine_read. A task fails at its first failed batch (the rest of it is not
- * read), runs the submitter's `then` work if any, and completes its handle. Several tasks run at
- * once, one per thread, in no particular order — as in the reference, where batches run
- * concurrently on a thread pool.
+ * it, groups the reads by session, and reads each group in batches of at most max_batch. When
+ * all of a task's batches are over it runs the submitter's `then` work if any and completes the
+ * handle; it fails with the first failure among them. A task whose batch cannot even start (a
+ * malformed key, the engine shutting down) starts no more of them.
+ *
+ * A thread does not block on one batch at a time: it starts the batches of every task queued
+ * when it looks (engine read_begin), waits for whichever of its batches finishes first or for a
+ * new task (submit kicks the engine's waiters), and looks at the queue again — so a few threads
+ * keep many reads in flight, as many small edges read at once need (one batch per thread would
+ * cap them at the thread count). Tasks finish in any
+ * order, as in the reference, where batches run concurrently on a thread pool.
  *
  * The completion handle (the library's Future, tensors/completion.h) is shared by the caller and
  * the task, so either may let go first; finishing it writes the caller's eventfd. wait_all
@@ -23,12 +29,15 @@
 #include <time.h>
 
 typedef struct read_task {
-    struct read_task *next;
+    struct read_task *next; /* the reader's queue */
     mstar_completion *done;
     mstar__ucx_then_fn then;
     void *then_ctx;
     mstar__ucx_read_info *infos; /* copies; their strings and keys live after them */
     size_t n;
+    size_t running;      /* batches begun and not ended */
+    mstar_status status; /* the first failure */
+    char message[256];
 } read_task;
 
 struct mstar__ucx_reader {
@@ -41,14 +50,22 @@ struct mstar__ucx_reader {
     pthread_cond_t work; /* a task was queued, or closing */
     pthread_cond_t idle; /* inflight went down */
     read_task *head, *tail;
-    size_t inflight; /* submitted, not complete */
+    atomic_bool queued; /* head != NULL, readable without the lock */
+    size_t inflight;    /* submitted, not complete */
     bool closing;
     bool joined;
     mstar_status first_error;
     char first_message[256];
 };
 
-/* ---- running a task ------------------------------------------------------------------------- */
+/* One thread's batches in flight, and the task of each (index-parallel). */
+typedef struct worker {
+    mstar__ucx_reader *r;
+    mstar__vec batches; /* mstar__ucx_batch * */
+    mstar__vec owners;  /* read_task * */
+} worker;
+
+/* ---- running tasks -------------------------------------------------------------------------- */
 
 typedef struct by_session {
     const char *session;
@@ -64,38 +81,20 @@ static int cmp_by_session(const void *a, const void *b)
     return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* Group by session (keeping submission order within a group) and read batch by batch. */
-static mstar_status run_task(mstar__ucx_reader *r, read_task *t)
+/* Keep a task's first failure (its message is mstar_last_error()). */
+static void task_failed(read_task *t, mstar_status st)
 {
-    by_session *order = malloc(t->n * sizeof(*order));
-    size_t cap = t->n < r->max_batch ? t->n : r->max_batch;
-    mstar__ucx_read_info *chunk = malloc(cap * sizeof(*chunk));
-    if (order == NULL || chunk == NULL) {
-        free(order);
-        free(chunk);
-        return mstar_error_set(MSTAR_ENOMEM, "ucx reader: out of memory for %zu reads", t->n);
-    }
-    for (size_t i = 0; i < t->n; i++) {
-        order[i].session = t->infos[i].session;
-        order[i].index = i;
-    }
-    qsort(order, t->n, sizeof(*order), cmp_by_session);
-    mstar_status st = MSTAR_OK;
-    size_t i = 0;
-    while (st == MSTAR_OK && i < t->n) {
-        size_t k = 0;
-        const char *session = order[i].session;
-        while (i < t->n && k < cap && strcmp(order[i].session, session) == 0)
-            chunk[k++] = t->infos[order[i++].index];
-        st = mstar__ucx_engine_read(r->engine, chunk, k);
-    }
-    free(order);
-    free(chunk);
-    return st;
+    if (t->status != MSTAR_OK)
+        return;
+    t->status = st;
+    snprintf(t->message, sizeof(t->message), "%s", mstar_last_error());
 }
 
-static void finish_task(mstar__ucx_reader *r, read_task *t, mstar_status st)
+static void finish_task(mstar__ucx_reader *r, read_task *t)
 {
+    mstar_status st = t->status;
+    if (st != MSTAR_OK)
+        mstar_error_set(st, "%s", t->message); /* what `then` sees as the reads' failure */
     if (t->then != NULL)
         st = t->then(t->then_ctx, st);
     char msg[256] = "";
@@ -114,24 +113,114 @@ static void finish_task(mstar__ucx_reader *r, read_task *t, mstar_status st)
     free(t);
 }
 
+/* End one batch of the worker's (index i) and finish its task if that was its last. */
+static void end_batch(worker *w, size_t i)
+{
+    mstar__ucx_batch *b = *(mstar__ucx_batch **)mstar__vec_at(&w->batches, i);
+    read_task *t = *(read_task **)mstar__vec_at(&w->owners, i);
+    size_t last = w->batches.len - 1;
+    memcpy(mstar__vec_at(&w->batches, i), mstar__vec_at(&w->batches, last), sizeof(b));
+    memcpy(mstar__vec_at(&w->owners, i), mstar__vec_at(&w->owners, last), sizeof(t));
+    w->batches.len = w->owners.len = last;
+    mstar_status st = mstar__ucx_engine_read_end(w->r->engine, b);
+    if (st != MSTAR_OK)
+        task_failed(t, st);
+    if (--t->running == 0)
+        finish_task(w->r, t);
+}
+
+/* Begin one batch of a task: tracked by the worker, or, when that fails, ended at once. */
+static mstar_status begin_batch(worker *w, read_task *t, const mstar__ucx_read_info *chunk,
+                                size_t k)
+{
+    mstar__ucx_batch *b;
+    mstar_status st = mstar__ucx_engine_read_begin(
+        w->r->engine, mstar__ucx_engine_config(w->r->engine)->read_protocol, chunk, k, &b);
+    if (st != MSTAR_OK)
+        return st;
+    t->running++;
+    st = mstar__vec_push(&w->batches, &b);
+    if (st == MSTAR_OK && (st = mstar__vec_push(&w->owners, &t)) != MSTAR_OK)
+        w->batches.len--;
+    if (st != MSTAR_OK) {
+        mstar__ucx_engine_read_end(w->r->engine, b); /* waits: it cannot be tracked */
+        t->running--;
+        return mstar_error_set(MSTAR_ENOMEM, "ucx reader: out of memory tracking a batch");
+    }
+    return MSTAR_OK;
+}
+
+/* Group a task's reads by session (keeping submission order within a group) and begin them in
+ * batches; the first that cannot begin fails the task, and no more are begun. */
+static void begin_task(worker *w, read_task *t)
+{
+    size_t cap = t->n < w->r->max_batch ? t->n : w->r->max_batch;
+    by_session *order = malloc(t->n * sizeof(*order));
+    mstar__ucx_read_info *chunk = malloc(cap * sizeof(*chunk));
+    mstar_status st =
+        order != NULL && chunk != NULL
+            ? MSTAR_OK
+            : mstar_error_set(MSTAR_ENOMEM, "ucx reader: out of memory for %zu reads", t->n);
+    for (size_t i = 0; st == MSTAR_OK && i < t->n; i++) {
+        order[i].session = t->infos[i].session;
+        order[i].index = i;
+    }
+    if (st == MSTAR_OK)
+        qsort(order, t->n, sizeof(*order), cmp_by_session);
+    size_t i = 0;
+    while (st == MSTAR_OK && i < t->n) {
+        size_t k = 0;
+        const char *session = order[i].session;
+        while (i < t->n && k < cap && strcmp(order[i].session, session) == 0)
+            chunk[k++] = t->infos[order[i++].index];
+        st = begin_batch(w, t, chunk, k);
+    }
+    free(order);
+    free(chunk);
+    if (st != MSTAR_OK)
+        task_failed(t, st);
+    if (t->running == 0)
+        finish_task(w->r, t);
+}
+
+/* read_wait_any's interrupt: a task is waiting to be begun. */
+static bool tasks_queued(void *ctx)
+{
+    return atomic_load(&((mstar__ucx_reader *)ctx)->queued);
+}
+
 static void *reader_main(void *arg)
 {
-    mstar__ucx_reader *r = arg;
+    worker w;
+    w.r = arg;
+    mstar__vec_init(&w.batches, sizeof(mstar__ucx_batch *));
+    mstar__vec_init(&w.owners, sizeof(read_task *));
+    mstar__ucx_reader *r = w.r;
     for (;;) {
         pthread_mutex_lock(&r->lock);
-        while (r->head == NULL && !r->closing)
+        while (r->head == NULL && w.batches.len == 0 && !r->closing)
             pthread_cond_wait(&r->work, &r->lock);
-        read_task *t = r->head;
-        if (t != NULL) {
-            r->head = t->next;
-            if (r->head == NULL)
-                r->tail = NULL;
-        }
+        read_task *took = r->head;
+        r->head = r->tail = NULL;
+        atomic_store(&r->queued, false);
         pthread_mutex_unlock(&r->lock);
-        if (t == NULL)
-            return NULL; /* closing and drained */
-        finish_task(r, t, run_task(r, t));
+        if (took == NULL && w.batches.len == 0)
+            break; /* closing, and nothing is left */
+        while (took != NULL) {
+            read_task *next = took->next;
+            begin_task(&w, took);
+            took = next;
+        }
+        if (w.batches.len == 0)
+            continue;
+        size_t i = mstar__ucx_engine_read_wait_any(r->engine, w.batches.data, w.batches.len,
+                                                   tasks_queued, r);
+        if (i < w.batches.len)
+            end_batch(&w, i);
     }
+    mstar__vec_free(&w.batches);
+    mstar__vec_free(&w.owners);
+    return NULL;
 }
 
 /* ---- the reader ----------------------------------------------------------------------------- */
@@ -160,6 +249,7 @@ mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned thread
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->work, NULL);
     pthread_cond_init(&r->idle, NULL);
+    atomic_init(&r->queued, false);
     for (unsigned i = 0; i < threads; i++) {
         int rc = pthread_create(&r->threads[i], NULL, reader_main, r);
         if (rc != 0) {
@@ -259,6 +349,7 @@ mstar_status mstar__ucx_reader_submit_then(mstar__ucx_reader *r, const mstar__uc
     t->done = mstar__completion_retain(c); /* the task's reference; the caller has the other */
     t->then = then;
     t->then_ctx = ctx;
+    t->status = MSTAR_OK;
     pthread_mutex_lock(&r->lock);
     if (r->closing) {
         pthread_mutex_unlock(&r->lock);
@@ -272,10 +363,12 @@ mstar_status mstar__ucx_reader_submit_then(mstar__ucx_reader *r, const mstar__uc
     else
         r->head = t;
     r->tail = t;
+    atomic_store(&r->queued, true);
     r->inflight++;
     *out = c;
     pthread_cond_signal(&r->work);
     pthread_mutex_unlock(&r->lock);
+    mstar__ucx_engine_read_kick(r->engine); /* threads waiting on their reads take it too */
     return MSTAR_OK;
 }
 
