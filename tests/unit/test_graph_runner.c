@@ -159,12 +159,42 @@ static struct fx *fx_create(const mstar_graph_config *configs, size_t n, int64_t
     return f;
 }
 
-static void fx_capture(struct fx *f)
+/* The runner of the base config, not yet prepared. */
+static struct fx *fx_create_base(void)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    return fx_create(&c, 1, -1);
+}
+
+/* Prepares for capture and builds the graph buffers: what comes before any capture. */
+static void fx_prepare(struct fx *f)
 {
     assert_mstar_ok(mstar_graph_runner_prepare_for_capture(f->r, NULL, NULL));
     assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
+}
+
+static void fx_capture(struct fx *f)
+{
+    fx_prepare(f);
     assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, NULL, 0));
     assert_mstar_ok(mstar_dummy_rows_release_all(mstar_graph_runner_dummy_rows(f->r)));
+}
+
+/* The runner of the base config, captured: where most tests start. */
+static struct fx *fx_create_captured(void)
+{
+    struct fx *f = fx_create_base();
+    fx_capture(f);
+    return f;
+}
+
+/* Sets `key` in `m` to a 1-D float32 host tensor over the `n` values at `v` (not copied). */
+static void map_set_f32(mstar_tensor_map *m, const char *key, float *v, int64_t n)
+{
+    mstar_tensor t;
+    assert_mstar_ok(mstar_tensor_init(&t, v, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, &n));
+    assert_mstar_ok(mstar_tensor_map_set(m, key, &t));
 }
 
 static void fx_destroy(struct fx *f)
@@ -187,11 +217,7 @@ static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_s
     mstar_tensor_map *rows[MAX_BS];
     for (size_t i = 0; i < n; i++) {
         assert_mstar_ok(mstar_tensor_map_create(&rows[i]));
-        mstar_tensor t;
-        int64_t one = 1;
-        assert_mstar_ok(mstar_tensor_init(&t, (void *)&xs[i], mstar_device_cpu(),
-                                          MSTAR_DTYPE_FLOAT32, 1, &one));
-        assert_mstar_ok(mstar_tensor_map_set(rows[i], "x", &t));
+        map_set_f32(rows[i], "x", (float *)&xs[i], 1);
         real[i] = (mstar_node_input){ 1, rows[i] };
     }
     int64_t ids[MAX_BS], step_ids[MAX_BS];
@@ -254,10 +280,7 @@ static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_s
  * were given unsorted (§8.22); every warm-up and the capture saw clean rows (§8.24). */
 static void test_replay_matches_eager_at_every_bs(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    fx_capture(f);
+    struct fx *f = fx_create_captured();
     size_t nb;
     const mstar_bucket_key *keys = mstar_graph_runner_buckets(f->r, &nb);
     assert_int_equal(nb, 4);
@@ -322,10 +345,7 @@ static void test_failed_bucket_next_captures_and_lookup_falls_back(void **state)
 /* §8.3: consecutive leases alternate slots even across buckets (one counter per device). */
 static void test_lease_counter_alternates_across_buckets(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    fx_capture(f);
+    struct fx *f = fx_create_captured();
     int32_t last = -1;
     for (int i = 0; i < 8; i++) {
         mstar_slot_lease l;
@@ -344,10 +364,7 @@ static void test_lease_counter_alternates_across_buckets(void **state)
 /* §8.14: a lease found through a replay alias names the capture walk. */
 static void test_alias_lease_names_capture_walk(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    fx_capture(f);
+    struct fx *f = fx_create_captured();
     mstar_slot_lease l;
     assert_true(mstar_graph_runner_lease_slot(f->r, "decode_alias", 2, -1, 2, NULL, &l));
     assert_string_equal(l.bucket.graph_walk, "decode");
@@ -365,10 +382,7 @@ static void test_alias_lease_names_capture_walk(void **state)
  */
 static void test_declare_inputs_for_is_cached_and_unchanged(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    fx_capture(f);
+    struct fx *f = fx_create_captured();
     mstar_slot_lease l;
     assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 4, -1, -1, NULL, &l));
     const mstar_node_input *rows, *again;
@@ -408,19 +422,13 @@ static void test_key_info_mismatch_misses(void **state)
  * captured key missing at replay is warned about once. */
 static void test_staging_keys_and_waiters(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    fx_capture(f);
+    struct fx *f = fx_create_captured();
     mstar_slot_lease l;
     assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, -1, 2, NULL, &l));
     mstar_tensor_map *pre;
     assert_mstar_ok(mstar_tensor_map_create(&pre));
     float v[2] = { 1, 2 };
-    mstar_tensor t;
-    int64_t two = 2;
-    assert_mstar_ok(mstar_tensor_init(&t, v, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, &two));
-    assert_mstar_ok(mstar_tensor_map_set(pre, "bogus", &t));
+    map_set_f32(pre, "bogus", v, 2);
     mstar_signal *started;
     assert_mstar_ok(mstar_signal_create(&started));
     const mstar_tensor_map *outs = NULL;
@@ -441,9 +449,7 @@ static void test_staging_keys_and_waiters(void **state)
     assert_int_equal(mstar_test_log_count("captured input 'x' is missing"), 1);
     /* too long for the static buffer */
     float big[3] = { 0 };
-    int64_t three = 3;
-    assert_mstar_ok(mstar_tensor_init(&t, big, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, &three));
-    assert_mstar_ok(mstar_tensor_map_set(pre, "x", &t));
+    map_set_f32(pre, "x", big, 3);
     assert_mstar_status(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, NULL, &outs),
                         MSTAR_EINVAL);
     mstar_signal_destroy(started);
@@ -456,10 +462,7 @@ static void test_staging_keys_and_waiters(void **state)
  * positions past the length keep their contents. Bad leases, keys and lengths are refused. */
 static void test_zero_copy_staging(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    fx_capture(f);
+    struct fx *f = fx_create_captured();
     mstar_slot_lease l;
     assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, -1, 2, NULL, &l));
     assert_int_equal(l.bucket.bs, 2);
@@ -498,10 +501,7 @@ static void test_zero_copy_staging(void **state)
     assert_true(y[0] == 2.0f * 3 + plan[0] && y[1] == 2.0f * 4 + plan[1]);
     /* Any other source is copied in: one copy. */
     float v[2] = { 5, 6 };
-    mstar_tensor t;
-    int64_t two = 2;
-    assert_mstar_ok(mstar_tensor_init(&t, v, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, &two));
-    assert_mstar_ok(mstar_tensor_map_set(pre, "x", &t));
+    map_set_f32(pre, "x", v, 2);
     before = f->s->enqueued;
     assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &l, pre, NULL, NULL, &outs));
     assert_int_equal(f->s->enqueued, before + 1);
@@ -521,10 +521,7 @@ static void test_zero_copy_staging(void **state)
  * that slot waits for it on the plan stream; a slot no replay used is not waited for. */
 static void test_replay_event_orders_preplan(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    fx_capture(f);
+    struct fx *f = fx_create_captured();
     mstar_stream *plan = mstar_step_runner_plan_stream(f->sr);
     float xs[1] = { 1 };
     mstar_slot_lease used;
@@ -551,10 +548,7 @@ static void test_replay_event_orders_preplan(void **state)
 /* §8.13 / §8.8: padding rows allocate nothing, and nothing stays resident after release. */
 static void test_padding_never_allocates(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    fx_capture(f);
+    struct fx *f = fx_create_captured();
     float xs[1] = { 5 };
     mstar_slot_lease l;
     replay_step(f, 1, xs, &l);
@@ -571,11 +565,8 @@ static void test_padding_never_allocates(void **state)
  * differs. */
 static void test_interning_order_and_trailing_dims(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    assert_mstar_ok(mstar_graph_runner_prepare_for_capture(f->r, NULL, NULL));
-    assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
+    struct fx *f = fx_create_base();
+    fx_prepare(f);
     mstar_bucket_key small = { "decode", 2, 2, NULL }, large = { "decode", 8, 8, NULL };
     mstar_graph *g = NULL;
     assert_mstar_ok(mstar_graph_runner_capture_throwaway(f->r, &small, 0, &g, NULL));
@@ -757,9 +748,7 @@ static void test_token_multiplier(void **state)
 /* §8.26: buffers are built once, after every claim; a later claim or build is refused. */
 static void test_claims_then_one_build(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
+    struct fx *f = fx_create_base();
     assert_mstar_status(mstar_graph_runner_warmup_and_capture(f->r, NULL, 0), MSTAR_ESTATE);
     const mstar_cg_slot_spec *specs;
     size_t n;
@@ -779,11 +768,8 @@ static void test_claims_then_one_build(void **state)
 /* Planned subsets: buckets left out of the plan are dropped and fall through to larger ones. */
 static void test_planned_subset(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
-    assert_mstar_ok(mstar_graph_runner_prepare_for_capture(f->r, NULL, NULL));
-    assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
+    struct fx *f = fx_create_base();
+    fx_prepare(f);
     mstar_bucket_key planned[2] = { { "decode", 8, 8, NULL }, { "decode", 1, 1, NULL } };
     uint64_t peak = 0;
     assert_mstar_ok(mstar_graph_runner_warm_bucket(f->r, &planned[0], &peak));
