@@ -98,6 +98,27 @@ static void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor 
         assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
 }
 
+/* Stores `t` as the output `signal` of `rid` the api-server way (store, register, persist, no
+ * hold) and returns the edge that carries it to node `next`. */
+static mstar_edge store_persisted(world *w, const mstar_rid *rid, const char *signal,
+                                  const char *next, mstar_tensor t, mstar_tensor_info *info)
+{
+    mstar_output o = output_of(signal, t);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, &o, 1, NULL, info));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, info, 1));
+    assert_mstar_ok(mstar_comm_set_persist(w->p, info->uuid, true));
+    return edge_of(signal, next, info, 1);
+}
+
+/* The consumer refuses to read an edge carrying these `n` descriptors (a protocol error). */
+static void expect_read_refused(world *w, const mstar_rid *rid, const mstar_tensor_info *infos,
+                                uint32_t n)
+{
+    mstar_edge e = edge_of("sig", "node", infos, n);
+    assert_mstar_status(mstar_comm_start_read_tensors(w->c, rid, &e, 1, NULL), MSTAR_EPROTO);
+    mstar_edge_clear(&e);
+}
+
 /* Bytes arrive intact for every dtype and shape, zero-size and 0-dim included (§8.18); the
  * ACK goes out when the edge is collected and frees the producer's copy (and its file or slot);
  * the node's release frees the consumer's. */
@@ -207,12 +228,8 @@ static void test_redelivery_vs_resend(void **state)
     mstar_rid rid = mstar_rid_from_int(3);
     int64_t shape[1] = { 64 };
     mstar_tensor t = make_tensor(MSTAR_DTYPE_FLOAT16, 1, shape, 9);
-    mstar_output o = output_of("img", t);
     mstar_tensor_info info;
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
-    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
-    assert_mstar_ok(mstar_comm_set_persist(w->p, info.uuid, true));
-    mstar_edge e = edge_of("img", "enc", &info, 1);
+    mstar_edge e = store_persisted(w, &rid, "img", "enc", t, &info);
     mstar_ready_set set;
     /* Walk 1: read, deliver, consume → the consumer's copy is gone. */
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
@@ -260,13 +277,8 @@ static void test_abort_with_live_reader(void **state)
     mstar_rid rid = rid_str("req-abort");
     int64_t shape[2] = { 16, 16 };
     mstar_tensor t = make_tensor(MSTAR_DTYPE_FLOAT32, 2, shape, 11);
-    mstar_output o = output_of("prompt", t);
     mstar_tensor_info info;
-    /* The api-server pattern: store, register, persist, no hold. */
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
-    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
-    assert_mstar_ok(mstar_comm_set_persist(w->p, info.uuid, true));
-    mstar_edge e = edge_of("prompt", "enc", &info, 1);
+    mstar_edge e = store_persisted(w, &rid, "prompt", "enc", t, &info);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
     /* Abort: soft cleanup everywhere. */
     assert_mstar_ok(mstar_comm_cleanup_request(w->p, &rid));
@@ -369,50 +381,34 @@ static void test_bad_descriptors(void **state)
      * cannot know slot boundaries: the mapping's size is the bound). */
     bad = good;
     bad.offset = 1; /* [1, 257) of 256 bytes */
-    mstar_edge e = edge_of("sig", "node", &bad, 1);
     if (w->kind == MSTAR_TRANSPORT_FILES)
-        assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
-    mstar_edge_clear(&e);
+        expect_read_refused(w, &rid, &bad, 1);
     if (w->kind == MSTAR_TRANSPORT_ARENA) {
         mstar_arena_stats as;
         assert_mstar_ok(mstar_comm_arena_stats(w->p, &as));
         bad = good;
         bad.shm_offset = as.total_bytes - 128;
-        e = edge_of("sig", "node", &bad, 1);
-        assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
-        mstar_edge_clear(&e);
+        expect_read_refused(w, &rid, &bad, 1);
         bad.shm_offset = UINT64_MAX - 8; /* wraps */
-        e = edge_of("sig", "node", &bad, 1);
-        assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
-        mstar_edge_clear(&e);
+        expect_read_refused(w, &rid, &bad, 1);
     }
     /* nbytes that disagrees with dims × dtype; a bad dtype; too many dims; a bad entity. */
     bad = good;
     bad.nbytes = 255;
-    e = edge_of("sig", "node", &bad, 1);
-    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
-    mstar_edge_clear(&e);
+    expect_read_refused(w, &rid, &bad, 1);
     bad = good;
     bad.dtype = (mstar_dtype)77;
-    e = edge_of("sig", "node", &bad, 1);
-    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
-    mstar_edge_clear(&e);
+    expect_read_refused(w, &rid, &bad, 1);
     bad = good;
     bad.ndim = 9;
-    e = edge_of("sig", "node", &bad, 1);
-    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
-    mstar_edge_clear(&e);
+    expect_read_refused(w, &rid, &bad, 1);
     bad = good;
     snprintf(bad.source_entity, sizeof(bad.source_entity), "../worker_0");
-    e = edge_of("sig", "node", &bad, 1);
-    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
-    mstar_edge_clear(&e);
+    expect_read_refused(w, &rid, &bad, 1);
     /* A good descriptor next to a bad one: all or nothing. */
     mstar_tensor_info pair[2] = { good, good };
     pair[1].nbytes = 1;
-    e = edge_of("sig", "node", pair, 2);
-    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EPROTO);
-    mstar_edge_clear(&e);
+    expect_read_refused(w, &rid, pair, 2);
     /* Nothing was read, held, pending or ACKed; the producer's copy is intact. */
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
@@ -420,7 +416,7 @@ static void test_bad_descriptors(void **state)
     expect_ready(w->c, &set, 0);
     mstar_ready_set_clear(&set);
     assert_int_equal(bus_count(&w->b, "worker_0"), 0);
-    e = edge_of("sig", "node", &good, 1);
+    mstar_edge e = edge_of("sig", "node", &good, 1);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
     expect_ready(w->c, &set, 1);
     check_bytes(w->c, good.uuid, &t);
