@@ -9,7 +9,6 @@
  * (files, arena, ucx-tcp; transport_world.h).
  */
 #include "transport_world.h"
-#include "ucx_test.h"
 
 static void run(mstar_transport_kind kind)
 {
@@ -23,24 +22,7 @@ static void run(mstar_transport_kind kind)
                       0xfa0170u + (uint64_t)kind,
                       60 };
     producer p = { 0 };
-    p.cfg = &cfg;
-    p.rng = cfg.seed;
-    for (int i = 0; i < NCONS; i++) {
-        p.pids[i] = fork();
-        assert_true(p.pids[i] >= 0);
-        if (p.pids[i] == 0)
-            consumer_main(&cfg, i);
-    }
-    p.mesh = world_mesh(&cfg, PRODUCER);
-    p.comm = world_comm(&cfg, PRODUCER, p.mesh);
-    int hellos = 0;
-    while (hellos < NCONS) {
-        mstar_msg m;
-        if (mstar_mesh_recv(p.mesh, 1000, &m) != MSTAR_OK)
-            continue;
-        hellos += m.type == MSTAR_MSG_HELLO;
-        mstar_msg_clear(&m);
-    }
+    prod_start(&p, &cfg);
     double until = world_now() + WORLD_DEADLINE_S;
     int64_t requests = 0;
     for (; p.stored < cfg.tensors; requests++) {
@@ -66,15 +48,7 @@ static void run(mstar_transport_kind kind)
     world_send_simple(PRODUCER, p.mesh, consumer_names[0], MSTAR_MSG_SHUTDOWN, NULL);
     while (!p.reports_in[0] && world_now() < until)
         prod_pump(&p, 100);
-    assert_true(p.reports_in[0]);
-    assert_int_equal(p.reports[0].bad, 0);
-    assert_int_equal(p.reports[0].failed, 0);
-    /* Every descriptor sent to the live consumer was verified or dropped by a drain. */
-    assert_int_equal(p.reports[0].tensors + p.reports[0].dropped,
-                     p.sent_tensors[0] + p.aborted_deliveries[0]);
-    assert_true(p.reports[0].dropped <= p.aborted_deliveries[0]);
-    if (!world_is_ucx(kind))
-        assert_int_equal(p.reports[0].dropped, 0);
+    prod_check_report(&p, 0); /* the live consumer */
     size_t orphaned = mstar_comm_num_tensors(p.comm);
     assert_true(orphaned > 0); /* the dead consumer left unacknowledged tensors */
     for (int64_t r = 0; r < requests; r++) {
@@ -113,16 +87,7 @@ static void run(mstar_transport_kind kind)
            mstar_transport_kind_name(kind), (long long)p.stored, orphaned);
 }
 
-static void test_fault(void **state)
-{
-    world_each_transport(run);
-}
-
 int main(int argc, char **argv)
 {
-    ucx_test_setup(argc, argv); /* UCX's settings under the sanitizers */
-    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "16", 0);
-    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "8", 0);
-    const struct CMUnitTest tests[] = { cmocka_unit_test(test_fault) };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return world_main(argc, argv, "test_fault", run);
 }
