@@ -26,6 +26,28 @@ static void collect_done(mstar__bk *bk, mstar__vec *collected)
     collected->len = 0;
 }
 
+/* An empty bookkeeper and an empty list for the slots it collects. */
+static void bk_open(mstar__bk *bk, mstar__vec *collected)
+{
+    mstar__bk_init(bk);
+    mstar__vec_init(collected, sizeof(uint32_t));
+}
+
+static void bk_close(mstar__bk *bk, mstar__vec *collected)
+{
+    mstar__vec_free(collected);
+    mstar__bk_free(bk);
+}
+
+/* Puts `uuid` in request `req` and raises its ref to `ref`; returns its slot. */
+static uint32_t put_with_ref(mstar__bk *bk, mstar_tensor_id uuid, uint32_t req, int64_t ref)
+{
+    uint32_t slot;
+    assert_mstar_ok(mstar__bk_put(bk, uuid, req, &slot));
+    assert_true(mstar__bk_increment(bk, uuid, ref));
+    return slot;
+}
+
 /* Invariant 4 / §1.5: GC is never evaluated on store or increment. */
 static void test_no_gc_on_store_or_increment(void **state)
 {
@@ -49,12 +71,9 @@ static void test_dereference_collects_at_zero(void **state)
 {
     (void)state;
     mstar__bk bk;
-    mstar__bk_init(&bk);
     mstar__vec col;
-    mstar__vec_init(&col, sizeof(uint32_t));
-    uint32_t slot;
-    assert_mstar_ok(mstar__bk_put(&bk, id(7), 3, &slot));
-    mstar__bk_increment(&bk, id(7), 3);
+    bk_open(&bk, &col);
+    uint32_t slot = put_with_ref(&bk, id(7), 3, 3);
     assert_true(mstar__bk_dereference(&bk, id(7), 1, &col));
     assert_int_equal(col.len, 0);
     assert_true(mstar__bk_dereference(&bk, id(7), 2, &col));
@@ -66,8 +85,7 @@ static void test_dereference_collects_at_zero(void **state)
     /* The detached record is still readable until its slot is released. */
     assert_int_equal(mstar__bk_at(&bk, slot)->uuid, id(7));
     collect_done(&bk, &col);
-    mstar__vec_free(&col);
-    mstar__bk_free(&bk);
+    bk_close(&bk, &col);
 }
 
 /* §8.8: ACKs before UNPERSIST drive a persisted tensor's ref below zero; that is normal. */
@@ -75,9 +93,8 @@ static void test_negative_refs_under_persist(void **state)
 {
     (void)state;
     mstar__bk bk;
-    mstar__bk_init(&bk);
     mstar__vec col;
-    mstar__vec_init(&col, sizeof(uint32_t));
+    bk_open(&bk, &col);
     uint32_t slot;
     assert_mstar_ok(mstar__bk_put(&bk, id(2), 0, &slot));
     assert_true(mstar__bk_set_persist(&bk, id(2), true, &col));
@@ -102,17 +119,15 @@ static void test_negative_refs_under_persist(void **state)
     mstar__bk_dereference(&bk, id(3), 1, &col);
     assert_int_equal(col.len, 1);
     collect_done(&bk, &col);
-    mstar__vec_free(&col);
-    mstar__bk_free(&bk);
+    bk_close(&bk, &col);
 }
 
 static void test_unknown_ids_are_noops(void **state)
 {
     (void)state;
     mstar__bk bk;
-    mstar__bk_init(&bk);
     mstar__vec col;
-    mstar__vec_init(&col, sizeof(uint32_t));
+    bk_open(&bk, &col);
     mstar_test_log_capture_begin(MSTAR_LOG_DEBUG);
     assert_false(mstar__bk_increment(&bk, id(9), 1));
     assert_false(mstar__bk_dereference(&bk, id(9), 1, &col));
@@ -126,8 +141,7 @@ static void test_unknown_ids_are_noops(void **state)
     assert_true(mstar_test_log_contains("unknown tensor 0x0064000000000009"));
     assert_int_equal(bk.unknown_ops, 6);
     assert_int_equal(col.len, 0);
-    mstar__vec_free(&col);
-    mstar__bk_free(&bk);
+    bk_close(&bk, &col);
 }
 
 static void test_put_twice_is_an_error(void **state)
@@ -135,9 +149,7 @@ static void test_put_twice_is_an_error(void **state)
     (void)state;
     mstar__bk bk;
     mstar__bk_init(&bk);
-    uint32_t slot;
-    assert_mstar_ok(mstar__bk_put(&bk, id(4), 0, &slot));
-    mstar__bk_increment(&bk, id(4), 5);
+    uint32_t slot = put_with_ref(&bk, id(4), 0, 5);
     uint32_t slot2;
     assert_mstar_status(mstar__bk_put(&bk, id(4), 1, &slot2), MSTAR_EEXIST);
     assert_int_equal(mstar__bk_at(&bk, slot)->ref, 5); /* untouched */
@@ -148,9 +160,8 @@ static void test_batch_forms(void **state)
 {
     (void)state;
     mstar__bk bk;
-    mstar__bk_init(&bk);
     mstar__vec col;
-    mstar__vec_init(&col, sizeof(uint32_t));
+    bk_open(&bk, &col);
     mstar_tensor_id ids[4] = { id(1), id(2), id(3), id(4) };
     for (int i = 0; i < 4; i++) {
         uint32_t s;
@@ -167,23 +178,18 @@ static void test_batch_forms(void **state)
     assert_int_equal(mstar__bk_at(&bk, slot_at(&col, 0))->uuid, ids[1]);
     collect_done(&bk, &col);
     assert_int_equal(mstar__bk_len(&bk), 1); /* the persisted one */
-    mstar__vec_free(&col);
-    mstar__bk_free(&bk);
+    bk_close(&bk, &col);
 }
 
 static void test_request_lists(void **state)
 {
     (void)state;
     mstar__bk bk;
-    mstar__bk_init(&bk);
     mstar__vec col, slots;
-    mstar__vec_init(&col, sizeof(uint32_t));
+    bk_open(&bk, &col);
     mstar__vec_init(&slots, sizeof(uint32_t));
-    for (uint64_t i = 1; i <= 6; i++) {
-        uint32_t s;
-        assert_mstar_ok(mstar__bk_put(&bk, id(i), (uint32_t)(i % 2), &s));
-        mstar__bk_increment(&bk, id(i), 1);
-    }
+    for (uint64_t i = 1; i <= 6; i++)
+        put_with_ref(&bk, id(i), (uint32_t)(i % 2), 1);
     mstar__bk_dereference(&bk, id(3), 1, &col); /* from the middle of request 1's list */
     collect_done(&bk, &col);
     assert_mstar_ok(mstar__bk_req_slots(&bk, 1, &slots));
@@ -200,8 +206,7 @@ static void test_request_lists(void **state)
     assert_int_equal(slots.len, 3);
     assert_int_equal(mstar__bk_req_first(&bk, 7), MSTAR__BK_NONE); /* never seen */
     mstar__vec_free(&slots);
-    mstar__vec_free(&col);
-    mstar__bk_free(&bk);
+    bk_close(&bk, &col);
 }
 
 /* Random put / increment / dereference / persist against a model; every collection must match
@@ -217,9 +222,8 @@ static void test_churn_against_model(void **state)
     } model[N];
     memset(model, 0, sizeof(model));
     mstar__bk bk;
-    mstar__bk_init(&bk);
     mstar__vec col;
-    mstar__vec_init(&col, sizeof(uint32_t));
+    bk_open(&bk, &col);
     uint64_t rng = 42;
     for (int step = 0; step < 200000; step++) {
         uint64_t r = mstar_test_rand(&rng);
@@ -268,8 +272,7 @@ static void test_churn_against_model(void **state)
     for (size_t i = 0; i < N; i++)
         live += model[i].present;
     assert_int_equal(mstar__bk_len(&bk), live);
-    mstar__vec_free(&col);
-    mstar__bk_free(&bk);
+    bk_close(&bk, &col);
 }
 
 int main(void)
