@@ -11,10 +11,10 @@
 #include <math.h>
 #include <string.h>
 
+/* An embedding lookup is a gather of the table's rows by token id. */
 void ref_host_embed(const float *table, int64_t dim, const int32_t *tokens, int64_t n, float *out)
 {
-    for (int64_t i = 0; i < n; i++)
-        memcpy(out + i * dim, table + (int64_t)tokens[i] * dim, (size_t)dim * sizeof(float));
+    ref_host_gather_rows(table, dim, tokens, n, out);
 }
 
 void ref_host_rmsnorm(const float *x, const float *weight, int64_t n, int64_t dim, float eps,

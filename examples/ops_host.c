@@ -9,27 +9,6 @@
 
 #include <string.h>
 
-typedef struct embed_args {
-    const float *table;
-    int64_t dim;
-    const int32_t *tokens;
-    int64_t n;
-    float *out;
-} embed_args;
-
-static void embed_fn(void *p)
-{
-    embed_args *a = p;
-    ref_host_embed(a->table, a->dim, a->tokens, a->n, a->out);
-}
-
-static mstar_status host_embed(mstar_stream *s, const void *table, int64_t dim,
-                               const int32_t *tokens, int64_t n, void *out)
-{
-    embed_args a = { table, dim, tokens, n, out };
-    return mstar_launch(s, embed_fn, &a, sizeof(a));
-}
-
 typedef struct rmsnorm_args {
     const float *x, *weight;
     int64_t n, dim;
@@ -235,7 +214,8 @@ static mstar_status host_argmax(mstar_stream *s, const float *logits, int64_t n,
 const ref_ops ref_ops_host = {
     .name = "host fp32",
     .act_dtype = MSTAR_DTYPE_FLOAT32,
-    .embed = host_embed,
+    /* An embedding lookup is a gather of the table's rows by token id: one launch serves both. */
+    .embed = host_gather_rows,
     .rmsnorm = host_rmsnorm,
     .matmul_nt = host_matmul_nt,
     .matmul_nt_f32 = host_matmul_nt_f32,
