@@ -444,12 +444,9 @@ mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_r
     mstar_status st = mstar__resource_step_check(step, kv->cfg.num_labels, "kv cache plan");
     if (st != MSTAR_OK)
         return st;
-    if ((st = mstar__plan_store_check_slot(&kv->plans, slot, "kv cache plan")) != MSTAR_OK)
+    st = mstar__plan_store_check_plan(&kv->plans, slot, preplan, stream, "kv cache plan");
+    if (st != MSTAR_OK)
         return st;
-    if (preplan && slot == MSTAR_PLAN_EAGER)
-        return mstar_error_set(MSTAR_EINVAL, "kv cache plan: a pre-plan needs a slot (a lease)");
-    if (stream == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "kv cache plan: stream is NULL");
     if (bucket_rows < 0 || bucket_tokens < 0)
         return mstar_error_set(MSTAR_EINVAL, "kv cache plan: bucket of %d rows and %d tokens",
                                bucket_rows, bucket_tokens);

@@ -194,13 +194,18 @@ mstar_status mstar__plan_store_upload(mstar__plan_store *ps, int32_t slot, int32
     return st;
 }
 
-mstar_status mstar__plan_store_check_slot(const mstar__plan_store *ps, int32_t slot,
-                                          const char *what)
+mstar_status mstar__plan_store_check_plan(const mstar__plan_store *ps, int32_t slot, bool preplan,
+                                          const mstar_stream *stream, const char *what)
 {
-    if (slot == MSTAR_PLAN_EAGER || (slot >= 0 && slot < ps->num_slots))
-        return MSTAR_OK;
-    return mstar_error_set(MSTAR_ERANGE, "%s: slot %d, but plan buffers were built for %d slots",
-                           what, slot, ps->num_slots);
+    if (slot != MSTAR_PLAN_EAGER && (slot < 0 || slot >= ps->num_slots))
+        return mstar_error_set(MSTAR_ERANGE,
+                               "%s: slot %d, but plan buffers were built for %d slots", what, slot,
+                               ps->num_slots);
+    if (preplan && slot == MSTAR_PLAN_EAGER)
+        return mstar_error_set(MSTAR_EINVAL, "%s: a pre-plan needs a slot (a lease)", what);
+    if (stream == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "%s: stream is NULL", what);
+    return MSTAR_OK;
 }
 
 static bool same_segments(const mstar__vec *v, const mstar_resource_step *step)

@@ -61,9 +61,11 @@ int32_t *mstar__plan_store_write_begin(mstar__plan_store *ps, int32_t slot, int3
 mstar_status mstar__plan_store_upload(mstar__plan_store *ps, int32_t slot, int32_t label,
                                       mstar_stream *stream);
 
-/* MSTAR_ERANGE unless slot is MSTAR_PLAN_EAGER or a built slot; the message names `what`. */
-mstar_status mstar__plan_store_check_slot(const mstar__plan_store *ps, int32_t slot,
-                                          const char *what);
+/* The arguments every resource's plan call shares: MSTAR_ERANGE unless slot is MSTAR_PLAN_EAGER
+ * or a built slot; MSTAR_EINVAL for a pre-plan of the eager slot (a pre-plan needs a lease) or a
+ * NULL stream. The message names `what`. */
+mstar_status mstar__plan_store_check_plan(const mstar__plan_store *ps, int32_t slot, bool preplan,
+                                          const mstar_stream *stream, const char *what);
 
 /* Whether slot's pending pre-plan covers exactly these segments for the same bucket `shape` (the
  * resource's encoding of the bucket's size); if so it is promoted (the pending record is

@@ -174,12 +174,9 @@ mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
     mstar_status st = mark_requests(pos, step, "positions plan", &tokens);
     if (st != MSTAR_OK)
         return st;
-    if ((st = mstar__plan_store_check_slot(&pos->plans, slot, "positions plan")) != MSTAR_OK)
+    st = mstar__plan_store_check_plan(&pos->plans, slot, preplan, stream, "positions plan");
+    if (st != MSTAR_OK)
         return st;
-    if (preplan && slot == MSTAR_PLAN_EAGER)
-        return mstar_error_set(MSTAR_EINVAL, "positions plan: a pre-plan needs a slot (a lease)");
-    if (stream == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "positions plan: stream is NULL");
     if (bucket_tokens < 0 || tokens > bucket_tokens)
         return mstar_error_set(MSTAR_ERANGE, "positions plan: %lld tokens, the bucket %d",
                                (long long)tokens, bucket_tokens);
