@@ -7,7 +7,26 @@
 
 #include "tensors/completion.h"
 
+#include <stdlib.h>
 #include <string.h>
+
+mstar_status mstar__transport_create_bare(const mstar__transport_ops *ops,
+                                          const mstar__transport_env *env, const char *what,
+                                          mstar__transport **out)
+{
+    mstar__transport *t = calloc(1, sizeof(*t));
+    if (t == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "%s", what);
+    t->ops = ops;
+    t->env = env;
+    *out = t;
+    return MSTAR_OK;
+}
+
+void mstar__transport_destroy_bare(mstar__transport *t)
+{
+    free(t);
+}
 
 bool mstar__transport_on_device(const mstar__transport_env *env, const mstar_tensor *t)
 {

@@ -93,6 +93,13 @@ uint64_t mstar__transport_ucx_pinned_bytes(mstar__transport *t);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 
+/* A transport whose state is only its ops and env (local, files): allocate it, and free it as
+ * its ops' `destroy`. `what` names it in the out-of-memory error. */
+mstar_status mstar__transport_create_bare(const mstar__transport_ops *ops,
+                                          const mstar__transport_env *env, const char *what,
+                                          mstar__transport **out);
+void mstar__transport_destroy_bare(mstar__transport *t);
+
 /* Whether `t` lives in the backend's memory (so copies go through the backend). */
 bool mstar__transport_on_device(const mstar__transport_env *env, const mstar_tensor *t);
 /* A buffer of n bytes where reads land: the backend's memory, else the host. */

@@ -123,11 +123,6 @@ static mstar_status files_read(mstar__transport *t, mstar__read_item *items, siz
     return MSTAR_OK;
 }
 
-static void files_destroy(mstar__transport *t)
-{
-    free(t);
-}
-
 static const mstar__transport_ops files_ops = {
     .name = "files",
     .needs_cpu_tensor = true,
@@ -135,16 +130,10 @@ static const mstar__transport_ops files_ops = {
     .release = files_release,
     .check = files_check,
     .read = files_read,
-    .destroy = files_destroy,
+    .destroy = mstar__transport_destroy_bare,
 };
 
 mstar_status mstar__transport_files_create(const mstar__transport_env *env, mstar__transport **out)
 {
-    mstar__transport *t = calloc(1, sizeof(*t));
-    if (t == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "files transport");
-    t->ops = &files_ops;
-    t->env = env;
-    *out = t;
-    return MSTAR_OK;
+    return mstar__transport_create_bare(&files_ops, env, "files transport", out);
 }

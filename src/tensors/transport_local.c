@@ -5,8 +5,6 @@
  */
 #include "tensors/transport.h"
 
-#include <stdlib.h>
-
 static mstar_status local_stage(mstar__transport *t, mstar__stage_item *items, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -34,11 +32,6 @@ static mstar_status local_read(mstar__transport *t, mstar__read_item *items, siz
     return local_check(t, items[0].info);
 }
 
-static void local_destroy(mstar__transport *t)
-{
-    free(t);
-}
-
 static const mstar__transport_ops local_ops = {
     .name = "local",
     .needs_cpu_tensor = false,
@@ -46,16 +39,10 @@ static const mstar__transport_ops local_ops = {
     .release = local_release,
     .check = local_check,
     .read = local_read,
-    .destroy = local_destroy,
+    .destroy = mstar__transport_destroy_bare,
 };
 
 mstar_status mstar__transport_local_create(const mstar__transport_env *env, mstar__transport **out)
 {
-    mstar__transport *t = calloc(1, sizeof(*t));
-    if (t == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "local transport");
-    t->ops = &local_ops;
-    t->env = env;
-    *out = t;
-    return MSTAR_OK;
+    return mstar__transport_create_bare(&local_ops, env, "local transport", out);
 }
