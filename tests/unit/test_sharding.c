@@ -246,6 +246,36 @@ static void check_concat(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor
             }
 }
 
+/* The two ranks' shards of signal "h" for node "mlp" (shard_edge). */
+typedef struct shards {
+    mstar_tensor t[2];
+    mstar_edge e[2];
+} shards;
+
+static shards shards_of(world *w, const mstar_rid *rid)
+{
+    shards sh;
+    for (int r = 0; r < 2; r++)
+        sh.e[r] = shard_edge(w, r, rid, "mlp", &sh.t[r]);
+    return sh;
+}
+
+static void shards_free(shards *sh)
+{
+    for (int r = 0; r < 2; r++) {
+        mstar_edge_clear(&sh->e[r]);
+        free(sh->t[r].data);
+    }
+}
+
+/* The source ranks get their ACKs and hold nothing more. */
+static void expect_sources_freed(world *w)
+{
+    bus_deliver(&w->b, "worker_0", w->p[0]);
+    bus_deliver(&w->b, "worker_1", w->p[1]);
+    assert_int_equal(mstar_comm_num_tensors(w->p[0]) + mstar_comm_num_tensors(w->p[1]), 0);
+}
+
 /* §5.3 / §8.10: shards arriving rank 1 first are gathered in rank order along the real shard
  * dim, for a request the destination never registered; each shard is ACKed on arrival and its
  * store entry freed, the gathered tensor is one new local tensor. */
@@ -253,16 +283,14 @@ static void test_fanin_rank_order_unregistered(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(77);
-    mstar_tensor t0, t1;
-    mstar_edge e0 = shard_edge(w, 0, &rid, "mlp", &t0);
-    mstar_edge e1 = shard_edge(w, 1, &rid, "mlp", &t1);
+    shards sh = shards_of(w, &rid);
     mstar_ready_set set;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e1, 1, NULL));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &sh.e[1], 1, NULL));
     expect_ready(w->c, &set, 0);
     mstar_ready_set_clear(&set);
     assert_int_equal(bus_count(&w->b, "worker_1"), 1); /* ACKed although not emitted */
     assert_int_equal(mstar_comm_num_tensors(w->c), 0); /* the bytes live in the buffer */
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e0, 1, NULL));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &sh.e[0], 1, NULL));
     expect_ready(w->c, &set, 1);
     const mstar_edge *out = &set.edges[0];
     assert_int_equal(out->ntensors, 1);
@@ -270,18 +298,13 @@ static void test_fanin_rank_order_unregistered(void **state)
     const mstar_tensor_info *ci = &out->tensor_info[0];
     assert_string_equal(ci->source_entity, "worker_2");
     assert_int_equal(ci->dims[1], 6);
-    check_concat(w->c, ci->uuid, &t0, &t1);
+    check_concat(w->c, ci->uuid, &sh.t[0], &sh.t[1]);
     assert_int_equal(mstar_comm_num_tensors(w->c), 1);
     assert_mstar_ok(mstar_comm_dereference(w->c, ci->uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     mstar_ready_set_clear(&set);
-    bus_deliver(&w->b, "worker_0", w->p[0]);
-    bus_deliver(&w->b, "worker_1", w->p[1]);
-    assert_int_equal(mstar_comm_num_tensors(w->p[0]) + mstar_comm_num_tensors(w->p[1]), 0);
-    mstar_edge_clear(&e0);
-    mstar_edge_clear(&e1);
-    free(t0.data);
-    free(t1.data);
+    expect_sources_freed(w);
+    shards_free(&sh);
 }
 
 /* Two nodes of one worker taking the same sharded signal gather separately (§8.10). */
@@ -289,18 +312,16 @@ static void test_fanin_two_nodes_same_signal(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(78);
-    mstar_tensor t0, t1;
-    mstar_edge e0 = shard_edge(w, 0, &rid, "mlp", &t0);
-    mstar_edge e1 = shard_edge(w, 1, &rid, "mlp", &t1);
+    shards sh = shards_of(w, &rid);
     mstar_edge f0, f1;
-    assert_mstar_ok(mstar_edge_copy(&f0, &e0));
-    assert_mstar_ok(mstar_edge_copy(&f1, &e1));
+    assert_mstar_ok(mstar_edge_copy(&f0, &sh.e[0]));
+    assert_mstar_ok(mstar_edge_copy(&f1, &sh.e[1]));
     snprintf(f0.next_node, sizeof(f0.next_node), "attn");
     snprintf(f1.next_node, sizeof(f1.next_node), "attn");
     /* The producers routed each shard to two nodes: one more reference each. */
-    assert_mstar_ok(mstar_comm_increment_ref(w->p[0], e0.tensor_info[0].uuid, 1));
-    assert_mstar_ok(mstar_comm_increment_ref(w->p[1], e1.tensor_info[0].uuid, 1));
-    mstar_edge first[2] = { e0, f1 }, second[2] = { f0, e1 };
+    assert_mstar_ok(mstar_comm_increment_ref(w->p[0], sh.e[0].tensor_info[0].uuid, 1));
+    assert_mstar_ok(mstar_comm_increment_ref(w->p[1], sh.e[1].tensor_info[0].uuid, 1));
+    mstar_edge first[2] = { sh.e[0], f1 }, second[2] = { f0, sh.e[1] };
     mstar_ready_set set;
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, first, 2, NULL));
     expect_ready(w->c, &set, 0);
@@ -309,20 +330,15 @@ static void test_fanin_two_nodes_same_signal(void **state)
     expect_ready(w->c, &set, 2);
     assert_string_not_equal(set.edges[0].next_node, set.edges[1].next_node);
     for (int i = 0; i < 2; i++) {
-        check_concat(w->c, set.edges[i].tensor_info[0].uuid, &t0, &t1);
+        check_concat(w->c, set.edges[i].tensor_info[0].uuid, &sh.t[0], &sh.t[1]);
         assert_mstar_ok(mstar_comm_dereference(w->c, set.edges[i].tensor_info[0].uuid, 1));
     }
     mstar_ready_set_clear(&set);
-    bus_deliver(&w->b, "worker_0", w->p[0]);
-    bus_deliver(&w->b, "worker_1", w->p[1]);
-    assert_int_equal(mstar_comm_num_tensors(w->p[0]) + mstar_comm_num_tensors(w->p[1]), 0);
+    expect_sources_freed(w);
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
-    mstar_edge_clear(&e0);
-    mstar_edge_clear(&e1);
     mstar_edge_clear(&f0);
     mstar_edge_clear(&f1);
-    free(t0.data);
-    free(t1.data);
+    shards_free(&sh);
 }
 
 /* A rank arriving twice, or shards that do not concatenate: reported, nothing leaked. */
@@ -330,14 +346,12 @@ static void test_fanin_bad_shards(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(79);
-    mstar_tensor t0, t1;
-    mstar_edge e0 = shard_edge(w, 0, &rid, "mlp", &t0);
-    mstar_edge e1 = shard_edge(w, 1, &rid, "mlp", &t1);
-    /* e1 claims rank 0 as well. */
-    e1.tensor_info[0].source_tp_rank = 0;
+    shards sh = shards_of(w, &rid);
+    /* Rank 1's shard claims rank 0 as well. */
+    sh.e[1].tensor_info[0].source_tp_rank = 0;
     mstar_ready_set set;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e0, 1, NULL));
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e1, 1, NULL));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &sh.e[0], 1, NULL));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &sh.e[1], 1, NULL));
     expect_ready(w->c, &set, 0);
     assert_int_equal(set.nfailed, 1);
     assert_int_equal(set.failed[0].status, MSTAR_EPROTO);
@@ -345,13 +359,8 @@ static void test_fanin_bad_shards(void **state)
     mstar_ready_set_clear(&set);
     assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid));
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
-    bus_deliver(&w->b, "worker_0", w->p[0]);
-    bus_deliver(&w->b, "worker_1", w->p[1]);
-    assert_int_equal(mstar_comm_num_tensors(w->p[0]) + mstar_comm_num_tensors(w->p[1]), 0);
-    mstar_edge_clear(&e0);
-    mstar_edge_clear(&e1);
-    free(t0.data);
-    free(t1.data);
+    expect_sources_freed(w);
+    shards_free(&sh);
 }
 
 int main(void)
