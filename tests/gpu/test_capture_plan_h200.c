@@ -44,15 +44,6 @@ static mstar_test_toy *toy_or_skip(void)
     return t;
 }
 
-static mstar_status startup(mstar_test_toy *t, mstar_capture_report *rep)
-{
-    mstar_graph_runner *runners[1] = { mstar_test_toy_runner(t) };
-    mstar_capture_startup s = { .step_runner = mstar_test_toy_step_runner(t),
-                                .runners = runners,
-                                .n_runners = 1 };
-    return mstar_capture_startup_run(&s, rep);
-}
-
 static void print_report(const char *what, const mstar_capture_report *r)
 {
     printf("%s: %zu of %zu buckets planned, %zu captured%s; capture %.3f s; free %.0f MiB, "
@@ -97,7 +88,7 @@ static void test_everything_fits(void **state)
 {
     (void)state;
     mstar_test_toy *t = toy_or_skip();
-    assert_mstar_ok(startup(t, &full));
+    assert_mstar_ok(mstar_test_toy_capture_startup(t, NULL, &full));
     print_report("all buckets (7 batch sizes x 2 slots)", &full);
     assert_int_equal(full.planned, 7);
     assert_int_equal(full.captured, 7);
@@ -152,7 +143,7 @@ static void test_most_memory_held_back(void **state)
     mstar_backend *b = mstar_test_toy_backend(t);
     void *held = hold_back(b, &part);
     mstar_capture_report rep;
-    assert_mstar_ok(startup(t, &rep));
+    assert_mstar_ok(mstar_test_toy_capture_startup(t, NULL, &rep));
     print_report("most memory held back", &rep);
     assert_true(rep.resized);
     assert_true(rep.planned >= 1 && rep.planned < 7);
@@ -190,15 +181,6 @@ static int ref_check_every_bs(ref_twin *t, const char *what)
     return replays;
 }
 
-static mstar_status ref_startup(ref_twin *t, mstar_capture_report *rep)
-{
-    mstar_graph_runner *runners[1] = { ref_node_runner(t->node) };
-    mstar_capture_startup s = { .step_runner = ref_node_step_runner(t->node),
-                                .runners = runners,
-                                .n_runners = 1 };
-    return mstar_capture_startup_run(&s, rep);
-}
-
 static void test_reference_model_capture_time(void **state)
 {
     (void)state;
@@ -208,7 +190,7 @@ static void test_reference_model_capture_time(void **state)
     ref_twin t;
     assert_mstar_ok(ref_twin_create_uncaptured(&t, b, &cfg, &ref_kv, decode, 1, 1e-2));
     mstar_capture_report rep;
-    assert_mstar_ok(ref_startup(&t, &rep));
+    assert_mstar_ok(ref_twin_capture_startup(&t, &rep));
     print_report("reference model, default config, 7 batch sizes x 2 slots", &rep);
     assert_int_equal(rep.captured, 7);
     assert_int_equal(ref_check_every_bs(&t, "reference model"), 64);
@@ -226,7 +208,7 @@ static void test_reference_model_memory_held_back(void **state)
     ref_twin t;
     assert_mstar_ok(ref_twin_create_uncaptured(&t, b, &cfg, &ref_kv, decode, 1, 1e-2));
     mstar_capture_report all;
-    assert_mstar_ok(ref_startup(&t, &all));
+    assert_mstar_ok(ref_twin_capture_startup(&t, &all));
     print_report("reference model, vocab 65536, everything", &all);
     ref_twin_destroy(&t);
 
@@ -240,7 +222,7 @@ static void test_reference_model_memory_held_back(void **state)
     assert_mstar_ok(ref_twin_create_uncaptured(&t, b, &cfg, &ref_kv, decode, 1, 1e-2));
     void *held = hold_back(b, &part);
     mstar_capture_report rep;
-    assert_mstar_ok(ref_startup(&t, &rep));
+    assert_mstar_ok(ref_twin_capture_startup(&t, &rep));
     print_report("reference model, vocab 65536, most memory held back", &rep);
     assert_true(rep.planned >= 1 && rep.planned < 7);
     if (rep.planned != part.planned)

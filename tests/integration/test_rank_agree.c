@@ -185,16 +185,8 @@ static int startup_across_ranks(int rank, void *arg)
     MSTAR_RANK_CHECK(rank, mstar_test_toy_create(&o, &t) == MSTAR_OK, "toy");
     mstar_rank_group *g = join(rank, 4, 30000);
     MSTAR_RANK_CHECK(rank, g != NULL, "join");
-    mstar_graph_runner *runners[1] = { mstar_test_toy_runner(t) };
-    mstar_piecewise_runner *regions[1] = { mstar_test_toy_region(t) };
-    mstar_capture_startup s = { .step_runner = mstar_test_toy_step_runner(t),
-                                .runners = runners,
-                                .n_runners = 1,
-                                .piecewise = regions,
-                                .n_piecewise = 1,
-                                .group = g };
     mstar_capture_report rep;
-    mstar_status st = mstar_capture_startup_run(&s, &rep);
+    mstar_status st = mstar_test_toy_capture_startup(t, g, &rep);
     if (required) {
         MSTAR_RANK_CHECK(rank, st == MSTAR_ESTATE, "startup: %s", mstar_status_name(st));
         MSTAR_RANK_CHECK(rank,
@@ -207,10 +199,12 @@ static int startup_across_ranks(int rank, void *arg)
                          rep.planned, rep.captured);
         mstar_bucket_key k;
         MSTAR_RANK_CHECK(rank,
-                         mstar_graph_runner_select_bucket(runners[0], "decode", 16, 16, NULL, &k) &&
+                         mstar_graph_runner_select_bucket(mstar_test_toy_runner(t), "decode", 16,
+                                                          16, NULL, &k) &&
                              k.bs == 32,
                          "bs 16 should fall through to 32");
-        MSTAR_RANK_CHECK(rank, !mstar_piecewise_runner_can_run(regions[0], 16, -1), "region bs 16");
+        MSTAR_RANK_CHECK(rank, !mstar_piecewise_runner_can_run(mstar_test_toy_region(t), 16, -1),
+                         "region bs 16");
         /* Every rank's lookups are every other rank's: min and max of them agree. */
         int64_t lo[128], hi[128];
         lookups(t, lo);

@@ -246,6 +246,20 @@ mstar_piecewise_runner *mstar_test_toy_region(mstar_test_toy *t)
     return t->region;
 }
 
+mstar_status mstar_test_toy_capture_startup(mstar_test_toy *t, mstar_rank_group *group,
+                                            mstar_capture_report *rep)
+{
+    mstar_graph_runner *runners[1] = { t->runner };
+    mstar_piecewise_runner *regions[1] = { t->region };
+    mstar_capture_startup s = { .step_runner = t->sr,
+                                .runners = runners,
+                                .n_runners = 1,
+                                .piecewise = regions,
+                                .n_piecewise = t->region != NULL ? 1 : 0,
+                                .group = group };
+    return mstar_capture_startup_run(&s, rep);
+}
+
 mstar_status mstar_test_toy_region_step(mstar_test_toy *t, const float *x, int64_t n, float *y,
                                         bool *replayed)
 {

@@ -39,6 +39,11 @@ mstar_graph_pool *mstar_test_toy_pool(mstar_test_toy *toy);
 /* The piecewise region, or NULL without opts.region. */
 mstar_piecewise_runner *mstar_test_toy_region(mstar_test_toy *toy);
 
+/* mstar_capture_startup_run over the toy's runner and, when it has one, its region, agreeing
+ * across `group` (NULL: one rank alone); `rep` may be NULL. */
+mstar_status mstar_test_toy_capture_startup(mstar_test_toy *toy, mstar_rank_group *group,
+                                            mstar_capture_report *rep);
+
 /* One step of n rows (x: n × row_floats host floats) through the runner when a captured bucket
  * fits, else eagerly; y (host, n × row_floats) gets the output and *replayed (may be NULL) says
  * which path ran. */

@@ -43,6 +43,15 @@ mstar_status ref_twin_create(ref_twin *t, mstar_backend *backend, const ref_mode
     return st;
 }
 
+mstar_status ref_twin_capture_startup(ref_twin *t, mstar_capture_report *rep)
+{
+    mstar_graph_runner *runners[1] = { ref_node_runner(t->node) };
+    mstar_capture_startup s = { .step_runner = ref_node_step_runner(t->node),
+                                .runners = runners,
+                                .n_runners = 1 };
+    return mstar_capture_startup_run(&s, rep);
+}
+
 void ref_twin_destroy(ref_twin *t)
 {
     ref_node_destroy(t->node);

@@ -36,6 +36,8 @@ mstar_status ref_twin_create_uncaptured(ref_twin *t, mstar_backend *backend,
                                         const ref_capture_config *captures, size_t n_captures,
                                         double tolerance);
 void ref_twin_destroy(ref_twin *t);
+/* mstar_capture_startup_run over the graphed side's runner (one rank alone); `rep` may be NULL. */
+mstar_status ref_twin_capture_startup(ref_twin *t, mstar_capture_report *rep);
 
 /* Open n requests from `first` on both sides and prefill distinct prompts; next[i] gets each
  * one's first token (the sides agree on it). */

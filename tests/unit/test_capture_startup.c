@@ -36,15 +36,6 @@ static mstar_test_toy *toy_new(int64_t fail_bs)
     return t;
 }
 
-static mstar_status startup(mstar_test_toy *t, mstar_capture_report *rep)
-{
-    mstar_graph_runner *runners[1] = { mstar_test_toy_runner(t) };
-    mstar_capture_startup s = { .step_runner = mstar_test_toy_step_runner(t),
-                                .runners = runners,
-                                .n_runners = 1 };
-    return mstar_capture_startup_run(&s, rep);
-}
-
 /* Batch sizes on both sides of every bucket give back their input, replayed or eager. */
 static const int64_t probe_sizes[] = { 1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 63, 64 };
 #define NPROBES (int)(sizeof(probe_sizes) / sizeof(probe_sizes[0]))
@@ -81,7 +72,7 @@ static void test_everything_fits(void **state)
     mstar_test_toy *t = toy_new(0);
     mstar_capture_report rep;
     mstar_test_log_capture_begin(MSTAR_LOG_INFO);
-    assert_mstar_ok(startup(t, &rep));
+    assert_mstar_ok(mstar_test_toy_capture_startup(t, NULL, &rep));
     mstar_test_log_capture_end();
     assert_int_equal(rep.buckets, 7);
     assert_int_equal(rep.planned, 7);
@@ -132,13 +123,13 @@ static void test_budget_fits_part_of_the_buckets(void **state)
     /* How much everything takes, measured on a toy with no budget. */
     mstar_test_toy *all = toy_new(0);
     mstar_capture_report full;
-    assert_mstar_ok(startup(all, &full));
+    assert_mstar_ok(mstar_test_toy_capture_startup(all, NULL, &full));
     mstar_test_toy_destroy(all);
 
     mstar_test_toy *t = toy_new(0);
     budget(t, full.floor + 48 * MiB);
     mstar_capture_report rep;
-    assert_mstar_ok(startup(t, &rep));
+    assert_mstar_ok(mstar_test_toy_capture_startup(t, NULL, &rep));
     assert_true(rep.resized); /* a bucket was left out: every bucket sized on its own */
     assert_true(rep.planned >= 1 && rep.planned < 7);
     /* Nothing ran out of memory: every planned bucket captured. */
@@ -163,7 +154,7 @@ static void test_budget_fits_part_of_the_buckets(void **state)
     setenv("MSTAR_REQUIRE_CUDA_GRAPHS", "1", 1);
     t = toy_new(0);
     budget(t, full.floor + 48 * MiB);
-    assert_mstar_status(startup(t, NULL), MSTAR_ESTATE);
+    assert_mstar_status(mstar_test_toy_capture_startup(t, NULL, NULL), MSTAR_ESTATE);
     assert_non_null(strstr(mstar_last_error(), "MSTAR_REQUIRE_CUDA_GRAPHS=1"));
     assert_non_null(strstr(mstar_last_error(), "decode[bs=64,tokens=64]"));
     unsetenv("MSTAR_REQUIRE_CUDA_GRAPHS");
@@ -236,7 +227,7 @@ static void test_toy_prediction_with_part_of_the_buckets(void **state)
     mstar_test_toy *t = toy_h200_like();
     budget(t, part.overhead + part.target);
     mstar_capture_report rep;
-    assert_mstar_ok(startup(t, &rep));
+    assert_mstar_ok(mstar_test_toy_capture_startup(t, NULL, &rep));
     assert_true(rep.resized);
     assert_true(rep.free_bytes >= part.need[part.planned] &&
                 rep.free_bytes < part.need[part.planned + 1]);
@@ -254,7 +245,7 @@ static void test_failed_capture_is_dropped(void **state)
     (void)state;
     mstar_test_toy *t = toy_new(8);
     mstar_capture_report rep;
-    assert_mstar_ok(startup(t, &rep));
+    assert_mstar_ok(mstar_test_toy_capture_startup(t, NULL, &rep));
     assert_int_equal(rep.planned, 7);
     assert_int_equal(rep.captured, 6);
     mstar_graph_runner *r = mstar_test_toy_runner(t);
@@ -268,7 +259,7 @@ static void test_failed_capture_is_dropped(void **state)
 
     setenv("MSTAR_REQUIRE_CUDA_GRAPHS", "1", 1);
     t = toy_new(8);
-    assert_mstar_status(startup(t, NULL), MSTAR_ESTATE);
+    assert_mstar_status(mstar_test_toy_capture_startup(t, NULL, NULL), MSTAR_ESTATE);
     assert_non_null(strstr(mstar_last_error(), "decode[bs=8,tokens=8]"));
     unsetenv("MSTAR_REQUIRE_CUDA_GRAPHS");
     mstar_test_toy_destroy(t);
@@ -285,16 +276,9 @@ static void test_whole_forward_and_piecewise_in_one_pool(void **state)
                                  .region = true };
     mstar_test_toy *t;
     assert_mstar_ok(mstar_test_toy_create(&o, &t));
-    mstar_graph_runner *runners[1] = { mstar_test_toy_runner(t) };
-    mstar_piecewise_runner *regions[1] = { mstar_test_toy_region(t) };
-    mstar_capture_startup s = { .step_runner = mstar_test_toy_step_runner(t),
-                                .runners = runners,
-                                .n_runners = 1,
-                                .piecewise = regions,
-                                .n_piecewise = 1 };
     mstar_capture_report rep;
     mstar_test_log_capture_begin(MSTAR_LOG_INFO);
-    assert_mstar_ok(mstar_capture_startup_run(&s, &rep));
+    assert_mstar_ok(mstar_test_toy_capture_startup(t, NULL, &rep));
     mstar_test_log_capture_end();
     assert_int_equal(rep.buckets, 14);
     assert_int_equal(rep.planned, 14);
@@ -302,7 +286,8 @@ static void test_whole_forward_and_piecewise_in_one_pool(void **state)
     assert_true(mstar_test_log_contains("capture plan: pool toy captures 14 of 14 buckets"));
     assert_true(mstar_test_log_contains("__piecewise__[bs=64,tokens=64,key=mlp]"));
     size_t nd;
-    const mstar_bucket_key *d = mstar_piecewise_runner_dropped_shapes(regions[0], &nd);
+    const mstar_bucket_key *d =
+        mstar_piecewise_runner_dropped_shapes(mstar_test_toy_region(t), &nd);
     assert_int_equal(nd, 1);
     assert_int_equal(d[0].bs, 8);
     static float x[64 * ROW_FLOATS], y[64 * ROW_FLOATS];
@@ -343,15 +328,6 @@ static ref_model_config ref_cfg(void)
     return cfg;
 }
 
-static mstar_status ref_startup(ref_twin *t, mstar_capture_report *rep)
-{
-    mstar_graph_runner *runners[1] = { ref_node_runner(t->node) };
-    mstar_capture_startup s = { .step_runner = ref_node_step_runner(t->node),
-                                .runners = runners,
-                                .n_runners = 1 };
-    return mstar_capture_startup_run(&s, rep);
-}
-
 static void test_reference_model_under_a_budget(void **state)
 {
     (void)state;
@@ -377,7 +353,7 @@ static void test_reference_model_under_a_budget(void **state)
     assert_mstar_ok(
         mstar_backend_set_memory_budget(b, lots - free_bytes + part.overhead + part.target));
     mstar_capture_report rep;
-    assert_mstar_ok(ref_startup(&t, &rep));
+    assert_mstar_ok(ref_twin_capture_startup(&t, &rep));
     assert_true(rep.resized);
     assert_int_equal(rep.planned, part.planned);
     assert_int_equal(rep.captured, rep.planned);
