@@ -38,6 +38,13 @@ static mstar_mesh *create(const mstar_mesh_options *opts, const char *entity)
     return mesh;
 }
 
+/* A mesh for `entity` over ipc in the test's directory. */
+static mstar_mesh *ipc_mesh(const char *entity)
+{
+    mstar_mesh_options opts = ipc_opts();
+    return create(&opts, entity);
+}
+
 /* Receive one message within 10 s (plenty on a loaded CI machine), asserting success. */
 static void recv_one(mstar_mesh *mesh, mstar_msg *out)
 {
@@ -159,9 +166,8 @@ static void test_typed_exchange_tcp(void **state)
 static void test_garbage_is_logged_skipped_and_counted(void **state)
 {
     (void)state;
-    mstar_mesh_options opts = ipc_opts();
-    mstar_mesh *rx = create(&opts, "worker_1");
-    mstar_mesh *tx = create(&opts, "worker_2");
+    mstar_mesh *rx = ipc_mesh("worker_1");
+    mstar_mesh *tx = ipc_mesh("worker_2");
 
     mstar_msg msg;
     build_signals(&msg, 1);
@@ -249,9 +255,8 @@ static void test_multi_frame_messages_are_dropped(void **state)
 static void test_oversized_frame_is_refused_and_the_receiver_goes_on(void **state)
 {
     (void)state;
-    mstar_mesh_options opts = ipc_opts();
-    mstar_mesh *rx = create(&opts, "worker_12");
-    mstar_mesh *tx = create(&opts, "worker_13");
+    mstar_mesh *rx = ipc_mesh("worker_12");
+    mstar_mesh *tx = ipc_mesh("worker_13");
     /* One byte over the codec's limit: ZeroMQ refuses it before allocating, and drops that
      * connection; the sender reconnects and what it sends next arrives. */
     size_t big_len = (size_t)MSTAR_WIRE_MAX_MESSAGE + 1;
@@ -280,8 +285,7 @@ static void test_oversized_frame_is_refused_and_the_receiver_goes_on(void **stat
 static void test_recv_times_out_with_eagain(void **state)
 {
     (void)state;
-    mstar_mesh_options opts = ipc_opts();
-    mstar_mesh *mesh = create(&opts, "worker_5");
+    mstar_mesh *mesh = ipc_mesh("worker_5");
     mstar_msg got;
     mstar_msg_init(&got, MSTAR_MSG_INVALID);
     assert_mstar_status(mstar_mesh_recv(mesh, 0, &got), MSTAR_EAGAIN);
@@ -302,8 +306,7 @@ static void *wake_later(void *arg)
 static void test_wake_ends_an_endless_wait(void **state)
 {
     (void)state;
-    mstar_mesh_options opts = ipc_opts();
-    mstar_mesh *mesh = create(&opts, "worker_6");
+    mstar_mesh *mesh = ipc_mesh("worker_6");
     pthread_t thread;
     assert_int_equal(pthread_create(&thread, NULL, wake_later, mesh), 0);
     mstar_msg got;
@@ -319,7 +322,7 @@ static void test_wake_ends_an_endless_wait(void **state)
     assert_non_null(strstr(mstar_last_error(), "10 ms"));
 
     /* A message that is already there wins over a pending wake. */
-    mstar_mesh *tx = create(&opts, "worker_7");
+    mstar_mesh *tx = ipc_mesh("worker_7");
     mstar_msg msg;
     mstar_msg_init(&msg, MSTAR_MSG_DRAIN_REQUEST);
     msg.request_id = mstar_rid_from_int(3);
@@ -340,9 +343,8 @@ static void test_wake_ends_an_endless_wait(void **state)
 static void test_inbox_fd_signals_arrivals(void **state)
 {
     (void)state;
-    mstar_mesh_options opts = ipc_opts();
-    mstar_mesh *rx = create(&opts, "worker_8");
-    mstar_mesh *tx = create(&opts, "worker_9");
+    mstar_mesh *rx = ipc_mesh("worker_8");
+    mstar_mesh *tx = ipc_mesh("worker_9");
     mstar_msg got;
     /* The loop's pattern: drain until EAGAIN, then poll the fd. */
     assert_mstar_status(mstar_mesh_recv(rx, 0, &got), MSTAR_EAGAIN);
@@ -367,14 +369,13 @@ static void test_inbox_fd_signals_arrivals(void **state)
 static void test_peer_that_binds_later_gets_the_message(void **state)
 {
     (void)state;
-    mstar_mesh_options opts = ipc_opts();
-    mstar_mesh *tx = create(&opts, "conductor");
+    mstar_mesh *tx = ipc_mesh("conductor");
     mstar_msg msg;
     mstar_msg_init(&msg, MSTAR_MSG_ABORT_REQUEST);
     msg.request_id = mstar_rid_from_int(11);
     snprintf(msg.text, sizeof(msg.text), "timeout");
     assert_mstar_ok(mstar_mesh_send(tx, "api_server", &msg)); /* queued: nobody there yet */
-    mstar_mesh *rx = create(&opts, "api_server");
+    mstar_mesh *rx = ipc_mesh("api_server");
     mstar_msg got;
     recv_one(rx, &got);
     assert_int_equal(got.type, MSTAR_MSG_ABORT_REQUEST);
@@ -387,9 +388,8 @@ static void test_peer_that_binds_later_gets_the_message(void **state)
 static void test_invalid_message_is_not_sent(void **state)
 {
     (void)state;
-    mstar_mesh_options opts = ipc_opts();
-    mstar_mesh *rx = create(&opts, "worker_10");
-    mstar_mesh *tx = create(&opts, "worker_11");
+    mstar_mesh *rx = ipc_mesh("worker_10");
+    mstar_mesh *tx = ipc_mesh("worker_11");
     mstar_msg msg;
     build_signals(&msg, 5);
     msg.edges[0].tensor_info[0].nbytes = 25; /* not 2 × 3 × 4 */
