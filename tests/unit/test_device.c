@@ -18,6 +18,14 @@ static mstar_backend *host(void)
     return b;
 }
 
+/* A stream of default flags on `b`. */
+static mstar_stream *stream_on(mstar_backend *b)
+{
+    mstar_stream *s = NULL;
+    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    return s;
+}
+
 static void test_backend_create(void **state)
 {
     (void)state;
@@ -218,8 +226,7 @@ static void test_launch_copies_args(void **state)
 {
     (void)state;
     mstar_backend *b = host();
-    mstar_stream *s = NULL;
-    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    mstar_stream *s = stream_on(b);
     int acc = 0;
     struct add_args a = { &acc, 3 };
     assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
@@ -235,8 +242,7 @@ static void test_capture_records_and_replays_in_order(void **state)
 {
     (void)state;
     mstar_backend *b = host();
-    mstar_stream *s = NULL;
-    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    mstar_stream *s = stream_on(b);
     int acc = 0;
     int src = 7, dst = 0;
     assert_mstar_ok(mstar_stream_begin_capture(s));
@@ -281,8 +287,7 @@ static void test_stream_destroyed_while_capturing(void **state)
 {
     (void)state;
     mstar_backend *b = host();
-    mstar_stream *s = NULL;
-    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    mstar_stream *s = stream_on(b);
     assert_mstar_ok(mstar_stream_begin_capture(s));
     int acc = 0;
     struct add_args a = { &acc, 1 };
@@ -302,8 +307,7 @@ static void test_caching_and_current_allocator(void **state)
 {
     (void)state;
     mstar_backend *b = host();
-    mstar_stream *s = NULL;
-    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    mstar_stream *s = stream_on(b);
     void *p = NULL, *q = NULL;
     assert_mstar_ok(mstar_alloc(s, 1000, &p));
     assert_int_equal((uintptr_t)p % MSTAR__BLOCK_ROUND, 0);
@@ -358,8 +362,7 @@ static void test_lazy_refused_inside_capture(void **state)
 {
     (void)state;
     mstar_backend *b = host();
-    mstar_stream *s = NULL;
-    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    mstar_stream *s = stream_on(b);
     int count = 0;
     mstar_lazy *l = NULL, *bad = NULL;
     assert_mstar_ok(mstar_lazy_create("cuBLAS workspace", init_counter, &count, &l));
@@ -420,8 +423,7 @@ static void test_stream_serialises_threads(void **state)
 {
     (void)state;
     mstar_backend *b = host();
-    mstar_stream *s = NULL;
-    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    mstar_stream *s = stream_on(b);
     int64_t counter = 0;
     struct thread_arg ta = { s, &counter };
     pthread_t th[2];
