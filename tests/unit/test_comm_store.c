@@ -217,6 +217,24 @@ static mstar_tensor_id store_one(mstar_comm *c, const mstar_rid *rid, const char
     return info.uuid;
 }
 
+/* store_one, persisted. */
+static mstar_tensor_id store_persisted(mstar_comm *c, const mstar_rid *rid, const char *signal)
+{
+    mstar_tensor_id u = store_one(c, rid, signal);
+    assert_mstar_ok(mstar_comm_set_persist(c, u, true));
+    return u;
+}
+
+/* The conductor's UNPERSIST_TENSORS{uuid: k}, handled by `c`. */
+static void unpersist(mstar_comm *c, mstar_tensor_id uuid, int64_t k)
+{
+    mstar_msg un;
+    mstar_msg_init(&un, MSTAR_MSG_UNPERSIST_TENSORS);
+    assert_mstar_ok(mstar_msg_add_count(&un, uuid, k));
+    assert_mstar_ok(mstar_comm_handle_message(c, &un));
+    mstar_msg_clear(&un);
+}
+
 /* Invariant 4 / §2.1: set_output_ref_counts moves the safety hold to the routed count; persist
  * edges do not count (§8.7, the persist reference leak). */
 static void test_output_ref_counts(void **state)
@@ -264,8 +282,7 @@ static void test_negative_refs_and_unpersist(void **state)
     mstar_comm *c = local_comm();
     mstar_rid rid = mstar_rid_from_int(4);
     released = 0;
-    mstar_tensor_id u = store_one(c, &rid, "in");
-    assert_mstar_ok(mstar_comm_set_persist(c, u, true));
+    mstar_tensor_id u = store_persisted(c, &rid, "in");
     mstar_msg ack;
     mstar_msg_init(&ack, MSTAR_MSG_TENSOR_RECEIVED);
     ack.request_id = rid;
@@ -273,26 +290,18 @@ static void test_negative_refs_and_unpersist(void **state)
     assert_mstar_ok(mstar_comm_handle_message(c, &ack));
     assert_mstar_ok(mstar_comm_handle_message(c, &ack));
     assert_int_equal(released, 0);
-    mstar_msg un;
-    mstar_msg_init(&un, MSTAR_MSG_UNPERSIST_TENSORS);
-    assert_mstar_ok(mstar_msg_add_count(&un, u, 4)); /* the conductor sent it 4 times */
-    assert_mstar_ok(mstar_comm_handle_message(c, &un));
+    unpersist(c, u, 4); /* the conductor sent it 4 times */
     assert_int_equal(released, 1);
     assert_int_equal(mstar_comm_num_tensors(c), 0);
-    mstar_msg_clear(&un);
     /* UNPERSIST before the ACKs: held by the refs until the last ACK. */
-    u = store_one(c, &rid, "in");
-    assert_mstar_ok(mstar_comm_set_persist(c, u, true));
-    mstar_msg_init(&un, MSTAR_MSG_UNPERSIST_TENSORS);
-    assert_mstar_ok(mstar_msg_add_count(&un, u, 4));
-    assert_mstar_ok(mstar_comm_handle_message(c, &un));
+    u = store_persisted(c, &rid, "in");
+    unpersist(c, u, 4);
     ack.counts[0].uuid = u;
     assert_mstar_ok(mstar_comm_handle_message(c, &ack));
     assert_int_equal(released, 1);
     assert_mstar_ok(mstar_comm_handle_message(c, &ack));
     assert_int_equal(released, 2);
     mstar_msg_clear(&ack);
-    mstar_msg_clear(&un);
     mstar_comm_destroy(c);
 }
 
@@ -332,13 +341,9 @@ static void test_bad_acks(void **state)
     assert_int_equal(released, 1);
     mstar_msg_clear(&m);
     /* UNPERSIST with a negative K is skipped. */
-    mstar_tensor_id p = store_one(c, &rid, "y");
-    assert_mstar_ok(mstar_comm_set_persist(c, p, true));
-    mstar_msg_init(&m, MSTAR_MSG_UNPERSIST_TENSORS);
-    assert_mstar_ok(mstar_msg_add_count(&m, p, -1));
-    assert_mstar_ok(mstar_comm_handle_message(c, &m));
+    mstar_tensor_id p = store_persisted(c, &rid, "y");
+    unpersist(c, p, -1);
     assert_int_equal(mstar_comm_num_tensors(c), 1);
-    mstar_msg_clear(&m);
     /* Other message types are not the manager's. */
     mstar_msg_init(&m, MSTAR_MSG_NEW_REQUEST);
     assert_mstar_status(mstar_comm_handle_message(c, &m), MSTAR_EINVAL);
