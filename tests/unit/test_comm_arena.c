@@ -71,6 +71,16 @@ static mstar_tensor_info stage(mstar_comm *p, const mstar_rid *rid, int64_t n, u
     return info;
 }
 
+/* worker_0 over an arena of one segment (1 MiB), holding `a` (768 KiB, staged in request `rid`):
+ * a 512 KiB tensor no longer fits. Set the other arena knobs first. */
+static mstar_comm *full_arena(world *w, const mstar_rid *rid, mstar_tensor_info *a)
+{
+    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "1", 1);
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    *a = stage(p, rid, 768 * 1024, 1, MSTAR_OK);
+    return p;
+}
+
 static void ack(mstar_comm *p, mstar_tensor_id uuid)
 {
     mstar_msg m;
@@ -132,11 +142,10 @@ static void test_fragmentation_spills(void **state)
 static void test_spill_after_grace(void **state)
 {
     world *w = *state;
-    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "1", 1);
     setenv("MSTAR_SHM_ARENA_SPILL_AFTER_S", "0.05", 1);
-    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
     mstar_rid rid = mstar_rid_from_int(9);
-    mstar_tensor_info a = stage(p, &rid, 768 * 1024, 1, MSTAR_OK);
+    mstar_tensor_info a;
+    mstar_comm *p = full_arena(w, &rid, &a);
     mstar_test_log_capture_begin(MSTAR_LOG_WARN);
     uint64_t t0 = mstar__now_ns();
     mstar_tensor_info b = stage(p, &rid, 512 * 1024, 2, MSTAR_OK);
@@ -186,12 +195,11 @@ static void test_stale_files_swept_at_start(void **state)
 static void test_strict_mode_times_out(void **state)
 {
     world *w = *state;
-    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "1", 1);
     setenv("MSTAR_SHM_ARENA_SPILL", "0", 1);
     setenv("MSTAR_SHM_ARENA_FULL_TIMEOUT_S", "0.05", 1);
-    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
     mstar_rid rid = mstar_rid_from_int(2);
-    mstar_tensor_info a = stage(p, &rid, 768 * 1024, 1, MSTAR_OK);
+    mstar_tensor_info a;
+    mstar_comm *p = full_arena(w, &rid, &a);
     mstar_test_log_capture_begin(MSTAR_LOG_WARN);
     mstar_tensor_info b = stage(p, &rid, 512 * 1024, 2, MSTAR_ENOSPC);
     mstar_test_log_capture_end();
