@@ -701,40 +701,53 @@ static void test_bad_names(void **state)
 /* ---- duplicates and missing fields --------------------------------------------------------------
  */
 
-static void expect_duplicated(mstar_msg_type type, const char *path, const char *needle)
+/* A full sample of `type` edited at `path`, and the part of the error that names the edit. */
+typedef struct edit_case {
+    mstar_msg_type type;
+    const char *path;
+    const char *needle;
+} edit_case;
+
+/* For each case, the decoder refuses the sample `edit` made (MSTAR_EPROTO naming the needle). */
+static void expect_each_refused(char *(*edit)(const sample *s, const char *path, size_t *len),
+                                const edit_case *cases, size_t n)
 {
-    sample s = load(type, true);
-    size_t len;
-    char *buf = duplicate_entry(&s, path, &len);
-    expect_eproto(buf, len, needle);
-    unload(&s);
+    for (size_t i = 0; i < n; i++) {
+        sample s = load(cases[i].type, true);
+        size_t len;
+        char *buf = edit(&s, cases[i].path, &len);
+        expect_eproto(buf, len, cases[i].needle);
+        unload(&s);
+    }
 }
 
 static void test_duplicates(void **state)
 {
     (void)state;
-    expect_duplicated(MSTAR_MSG_INPUT_SIGNALS, "message.v", "message: duplicate key 'v'");
-    expect_duplicated(MSTAR_MSG_INPUT_SIGNALS, "message.type", "message: duplicate key 'type'");
-    expect_duplicated(MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS.body.request_id",
-                      "INPUT_SIGNALS.body: duplicate key 'request_id'");
-    expect_duplicated(MSTAR_MSG_INPUT_SIGNALS, D ".dims", D ": duplicate key 'dims'");
-    expect_duplicated(MSTAR_MSG_INPUT_SIGNALS, D ".shm_segment", D ": duplicate key 'shm_segment'");
-    expect_duplicated(MSTAR_MSG_INPUT_SIGNALS, E ".name", E ": duplicate key 'name'");
-    expect_duplicated(MSTAR_MSG_WORKER_GRAPHS_DONE, "WORKER_GRAPHS_DONE.body.rx_info[0].count",
-                      "WORKER_GRAPHS_DONE.body.rx_info[0]: duplicate key 'count'");
-    expect_duplicated(MSTAR_MSG_TENSOR_RECEIVED, "TENSOR_RECEIVED.body.successful_tensors[1]",
-                      "TENSOR_RECEIVED.body.successful_tensors[2]: duplicate uuid");
-    expect_duplicated(MSTAR_MSG_UNPERSIST_TENSORS, "UNPERSIST_TENSORS.body.uuid_to_ref_count[0]",
-                      "UNPERSIST_TENSORS.body.uuid_to_ref_count[1]: duplicate uuid");
-    expect_duplicated(MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS.body.request_info[0]",
-                      "INPUT_SIGNALS.body.request_info[1]: duplicate key");
-    expect_duplicated(MSTAR_MSG_WORKER_GRAPHS_DONE, "WORKER_GRAPHS_DONE.body.persist_signals[0]",
-                      "WORKER_GRAPHS_DONE.body.persist_signals[1]: duplicate signal name");
-    expect_duplicated(MSTAR_MSG_CONDUCTOR_NEW_REQUEST,
-                      "CONDUCTOR_NEW_REQUEST.body.initial_signals[2]",
-                      "CONDUCTOR_NEW_REQUEST.body.initial_signals[3]: duplicate signal name");
-    expect_duplicated(MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS.body.producer_done[0]",
-                      "INPUT_SIGNALS.body.producer_done[1]: duplicate name");
+    static const edit_case cases[] = {
+        { MSTAR_MSG_INPUT_SIGNALS, "message.v", "message: duplicate key 'v'" },
+        { MSTAR_MSG_INPUT_SIGNALS, "message.type", "message: duplicate key 'type'" },
+        { MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS.body.request_id",
+          "INPUT_SIGNALS.body: duplicate key 'request_id'" },
+        { MSTAR_MSG_INPUT_SIGNALS, D ".dims", D ": duplicate key 'dims'" },
+        { MSTAR_MSG_INPUT_SIGNALS, D ".shm_segment", D ": duplicate key 'shm_segment'" },
+        { MSTAR_MSG_INPUT_SIGNALS, E ".name", E ": duplicate key 'name'" },
+        { MSTAR_MSG_WORKER_GRAPHS_DONE, "WORKER_GRAPHS_DONE.body.rx_info[0].count",
+          "WORKER_GRAPHS_DONE.body.rx_info[0]: duplicate key 'count'" },
+        { MSTAR_MSG_TENSOR_RECEIVED, "TENSOR_RECEIVED.body.successful_tensors[1]",
+          "TENSOR_RECEIVED.body.successful_tensors[2]: duplicate uuid" },
+        { MSTAR_MSG_UNPERSIST_TENSORS, "UNPERSIST_TENSORS.body.uuid_to_ref_count[0]",
+          "UNPERSIST_TENSORS.body.uuid_to_ref_count[1]: duplicate uuid" },
+        { MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS.body.request_info[0]",
+          "INPUT_SIGNALS.body.request_info[1]: duplicate key" },
+        { MSTAR_MSG_WORKER_GRAPHS_DONE, "WORKER_GRAPHS_DONE.body.persist_signals[0]",
+          "WORKER_GRAPHS_DONE.body.persist_signals[1]: duplicate signal name" },
+        { MSTAR_MSG_CONDUCTOR_NEW_REQUEST, "CONDUCTOR_NEW_REQUEST.body.initial_signals[2]",
+          "CONDUCTOR_NEW_REQUEST.body.initial_signals[3]: duplicate signal name" },
+        { MSTAR_MSG_INPUT_SIGNALS, "INPUT_SIGNALS.body.producer_done[0]",
+          "INPUT_SIGNALS.body.producer_done[1]: duplicate name" },
+    };
+    expect_each_refused(duplicate_entry, cases, sizeof(cases) / sizeof(cases[0]));
     /* 40 signal names: the hash-map path of the duplicate check. */
     mstar_msg m;
     mstar_msg_init(&m, MSTAR_MSG_WORKER_GRAPHS_DONE);
@@ -754,23 +767,10 @@ static void test_duplicates(void **state)
     mstar_msg_clear(&m);
 }
 
-static void expect_removed(mstar_msg_type type, const char *path, const char *needle)
-{
-    sample s = load(type, true);
-    size_t len;
-    char *buf = remove_entry(&s, path, &len);
-    expect_eproto(buf, len, needle);
-    unload(&s);
-}
-
 static void test_missing_required(void **state)
 {
     (void)state;
-    static const struct {
-        mstar_msg_type type;
-        const char *path;
-        const char *needle;
-    } cases[] = {
+    static const edit_case cases[] = {
         { MSTAR_MSG_READS_DONE, "message.v", "message: missing required field 'v'" },
         { MSTAR_MSG_READS_DONE, "message.type", "message: missing required field 'type'" },
         { MSTAR_MSG_READS_DONE, "message.from", "message: missing required field 'from'" },
@@ -800,8 +800,7 @@ static void test_missing_required(void **state)
         { MSTAR_MSG_FAIL_REQUESTS, "FAIL_REQUESTS.body.request_ids",
           "FAIL_REQUESTS.body: missing required field 'request_ids'" },
     };
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
-        expect_removed(cases[i].type, cases[i].path, cases[i].needle);
+    expect_each_refused(remove_entry, cases, sizeof(cases) / sizeof(cases[0]));
 }
 
 /* ---- what peers may legitimately send
