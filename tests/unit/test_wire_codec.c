@@ -19,21 +19,32 @@ static void assert_no_diff(const char *diff, const char *what)
         fail_msg("%s: field %s differs after a round trip", what, diff);
 }
 
+/* `info` encodes, and decodes to what it was; returns the encoded length. *has_stride (may be
+ * NULL) says whether the encoding carries strides. */
+static size_t info_roundtrip(const mstar_tensor_info *info, const char *what, bool *has_stride)
+{
+    mstar_tensor_info back;
+    void *buf;
+    size_t len;
+    assert_mstar_ok(mstar_tensor_info_encode(info, &buf, &len));
+    assert_mstar_ok(mstar_tensor_info_decode(buf, len, &back));
+    assert_no_diff(mstar_test_info_diff(info, &back), what);
+    if (has_stride != NULL)
+        *has_stride = memmem(buf, len, "stride", 6) != NULL;
+    free(buf);
+    return len;
+}
+
 static void test_info_roundtrip(void **state)
 {
     (void)state;
     for (int k = 0; k < MSTAR_TEST_INFO_KINDS_; k++) {
-        mstar_tensor_info info, back;
+        mstar_tensor_info info;
         mstar_test_sample_info((mstar_test_info_kind)k, &info);
-        void *buf;
-        size_t len;
-        assert_mstar_ok(mstar_tensor_info_encode(&info, &buf, &len));
-        assert_mstar_ok(mstar_tensor_info_decode(buf, len, &back));
-        assert_no_diff(mstar_test_info_diff(&info, &back), "tensor_info");
+        bool has_stride;
+        info_roundtrip(&info, "tensor_info", &has_stride);
         /* Strides travel only when they are not the contiguous layout of dims. */
-        bool has_stride = memmem(buf, len, "stride", 6) != NULL;
         assert_int_equal(has_stride, k == MSTAR_TEST_INFO_FULL);
-        free(buf);
     }
 }
 
@@ -42,24 +53,18 @@ static void test_info_roundtrip(void **state)
 static void test_info_smallest(void **state)
 {
     (void)state;
-    mstar_tensor_info info, back;
+    mstar_tensor_info info;
     mstar_tensor_info_init(&info);
     info.dtype = MSTAR_DTYPE_BOOL;
     info.nbytes = 1;
     strcpy(info.source_entity, "a");
-    void *buf;
-    size_t len;
-    assert_mstar_ok(mstar_tensor_info_encode(&info, &buf, &len));
-    assert_int_equal(len, 48);
-    assert_mstar_ok(mstar_tensor_info_decode(buf, len, &back));
-    assert_no_diff(mstar_test_info_diff(&info, &back), "smallest tensor_info");
-    free(buf);
+    assert_int_equal(info_roundtrip(&info, "smallest tensor_info", NULL), 48);
 }
 
 static void test_info_extremes(void **state)
 {
     (void)state;
-    mstar_tensor_info info, back;
+    mstar_tensor_info info;
     mstar_test_sample_info(MSTAR_TEST_INFO_FULL, &info);
     info.uuid = UINT64_MAX;
     info.remote_key_len = MSTAR_REMOTE_KEY_MAX;
@@ -75,12 +80,7 @@ static void test_info_extremes(void **state)
     info.nbytes = 48;
     info.address = 0;
     info.shm_offset = UINT64_MAX - info.offset - info.nbytes;
-    void *buf;
-    size_t len;
-    assert_mstar_ok(mstar_tensor_info_encode(&info, &buf, &len));
-    assert_mstar_ok(mstar_tensor_info_decode(buf, len, &back));
-    assert_no_diff(mstar_test_info_diff(&info, &back), "extreme tensor_info");
-    free(buf);
+    info_roundtrip(&info, "extreme tensor_info", NULL);
 }
 
 static void test_edge_roundtrip(void **state)
