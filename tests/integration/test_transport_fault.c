@@ -56,21 +56,9 @@ static void run(mstar_transport_kind kind)
         assert_mstar_ok(mstar_comm_force_cleanup_request(p.comm, &rid));
     }
     assert_int_equal(mstar_comm_num_tensors(p.comm), 0);
-    assert_int_equal(world_registered(p.comm), 0);
-    if (kind == MSTAR_TRANSPORT_ARENA) {
-        mstar_arena_stats s;
-        assert_mstar_ok(mstar_comm_arena_stats(p.comm, &s));
-        assert_int_equal(s.live_slots, 0);
-        assert_int_equal(s.spill_files, 0);
-    }
-    world_send_simple(PRODUCER, p.mesh, consumer_names[0], MSTAR_MSG_SHUTDOWN, NULL);
-    int status;
-    assert_int_equal(waitpid(p.pids[0], &status, 0), p.pids[0]);
-    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    mstar_comm_destroy(p.comm);
-    mstar_mesh_destroy(p.mesh);
-    free(p.unpersist);
-    free(p.drains);
+    prod_check_released(&p);
+    prod_stop_consumer(&p, 0);
+    prod_close(&p);
     /* The killed consumer's own arena segment is an orphan until the next start sweeps it. */
     int left = mstar_test_count_dir(cfg.shm_dir);
     assert_int_equal(left, kind == MSTAR_TRANSPORT_ARENA ? 1 : 0);

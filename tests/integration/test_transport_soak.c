@@ -53,31 +53,18 @@ static void run(mstar_transport_kind kind)
     while ((!p.reports_in[0] || !p.reports_in[1]) && world_now() < until)
         prod_pump(&p, 100);
     for (int c = 0; c < NCONS; c++) {
-        world_send_simple(PRODUCER, p.mesh, consumer_names[c], MSTAR_MSG_SHUTDOWN, NULL);
-        int status;
-        assert_int_equal(waitpid(p.pids[c], &status, 0), p.pids[c]);
-        assert_true(WIFEXITED(status));
-        assert_int_equal(WEXITSTATUS(status), 0);
+        prod_stop_consumer(&p, c);
         prod_check_report(&p, c);
         assert_int_equal(p.reports[c].left, 0);
         assert_true(p.reports[c].bytes >= p.sent_bytes[c]);
     }
-    assert_int_equal(world_registered(p.comm), 0);
-    if (kind == MSTAR_TRANSPORT_ARENA) {
-        mstar_arena_stats s;
-        assert_mstar_ok(mstar_comm_arena_stats(p.comm, &s));
-        assert_int_equal(s.live_slots, 0);
-        assert_int_equal(s.spill_files, 0);
-    }
+    prod_check_released(&p);
     printf("%s: %lld tensors (%lld persisted, %lld requests aborted, %lld deliveries dropped by "
            "drains), %.1f MB verified by the consumers, %.1f s\n",
            mstar_transport_kind_name(kind), (long long)p.stored, (long long)p.persisted,
            (long long)p.aborted_requests, (long long)(p.reports[0].dropped + p.reports[1].dropped),
            (double)(p.reports[0].bytes + p.reports[1].bytes) / 1e6, world_now() - t0);
-    mstar_comm_destroy(p.comm);
-    mstar_mesh_destroy(p.mesh);
-    free(p.unpersist);
-    free(p.drains);
+    prod_close(&p);
     assert_int_equal(mstar_test_count_dir(cfg.shm_dir), 0);
 }
 

@@ -797,6 +797,38 @@ static inline void prod_check_report(const producer *p, int c)
         assert_int_equal(p->reports[c].dropped, 0);
 }
 
+/* Tells consumer `c` to stop (its goodbye) and waits for it: it exits 0. */
+static inline void prod_stop_consumer(producer *p, int c)
+{
+    world_send_simple(PRODUCER, p->mesh, consumer_names[c], MSTAR_MSG_SHUTDOWN, NULL);
+    int status;
+    assert_int_equal(waitpid(p->pids[c], &status, 0), p->pids[c]);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* Nothing the producer's transport holds is left: no registered region (UCX), no live slot or
+ * spill file (arena). */
+static inline void prod_check_released(const producer *p)
+{
+    assert_int_equal(world_registered(p->comm), 0);
+    if (p->cfg->kind == MSTAR_TRANSPORT_ARENA) {
+        mstar_arena_stats s;
+        assert_mstar_ok(mstar_comm_arena_stats(p->comm, &s));
+        assert_int_equal(s.live_slots, 0);
+        assert_int_equal(s.spill_files, 0);
+    }
+}
+
+/* Releases what prod_start opened and the producer's lists. */
+static inline void prod_close(producer *p)
+{
+    mstar_comm_destroy(p->comm);
+    mstar_mesh_destroy(p->mesh);
+    free(p->unpersist);
+    free(p->drains);
+}
+
 /* ---- main ------------------------------------------------------------------------------------ */
 
 static void (*world_run)(mstar_transport_kind kind);
