@@ -40,8 +40,11 @@ static mstar_rank_group *join(int rank, int size, int64_t timeout_ms)
     return g;
 }
 
-static void run(int n, mstar_test_rank_fn fn, void *arg)
+/* fn(rank, arg) on ranks 0..n-1, each in its own process, over a fresh ipc directory named
+ * after `tag`: every rank returns 0. */
+static void run(const char *tag, int n, mstar_test_rank_fn fn, void *arg)
 {
+    use_fresh_ipc_dir(tag);
     int codes[8];
     int failed = mstar_test_run_ranks(n, fn, arg, TIMEOUT_S, codes);
     for (int r = 0; r < n; r++) {
@@ -87,8 +90,7 @@ static int four_ranks_min_and_max(int rank, void *arg)
 static void test_four_ranks_min_and_max(void **state)
 {
     (void)state;
-    use_fresh_ipc_dir("agree4");
-    run(4, four_ranks_min_and_max, NULL);
+    run("agree4", 4, four_ranks_min_and_max, NULL);
 }
 
 /* ---- §8.2: a bucket one rank failed is dropped on every rank ----------------------------------
@@ -123,8 +125,7 @@ static int failed_bucket_dropped_everywhere(int rank, void *arg)
 static void test_failed_bucket_dropped_everywhere(void **state)
 {
     (void)state;
-    use_fresh_ipc_dir("agreedrop");
-    run(4, failed_bucket_dropped_everywhere, NULL);
+    run("agreedrop", 4, failed_bucket_dropped_everywhere, NULL);
 }
 
 /* ---- a dead rank ---------------------------------------------------------------------------- */
@@ -150,8 +151,7 @@ static int dead_rank_times_out(int rank, void *arg)
 static void test_dead_rank_times_out(void **state)
 {
     (void)state;
-    use_fresh_ipc_dir("agreedead");
-    run(3, dead_rank_times_out, NULL);
+    run("agreedead", 3, dead_rank_times_out, NULL);
 }
 
 /* ---- the startup order across ranks (§3.1, §8.2) ----------------------------------------------
@@ -230,16 +230,14 @@ static int startup_across_ranks(int rank, void *arg)
 static void test_startup_drops_a_failed_bucket_on_every_rank(void **state)
 {
     (void)state;
-    use_fresh_ipc_dir("agreestartup");
-    run(4, startup_across_ranks, NULL);
+    run("agreestartup", 4, startup_across_ranks, NULL);
 }
 
 static void test_startup_with_graphs_required_fails_on_every_rank(void **state)
 {
     (void)state;
-    use_fresh_ipc_dir("agreerequired");
     static int required = 1;
-    run(4, startup_across_ranks, &required);
+    run("agreerequired", 4, startup_across_ranks, &required);
 }
 
 /* ---- one rank, and a process playing rank 1 by hand ------------------------------------------ */
