@@ -9,17 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct add_args {
-    int *target;
-    int value;
-};
-
-static void add_fn(void *p)
-{
-    struct add_args *a = p;
-    *a->target = *a->target * 10 + a->value;
-}
-
 static void test_copies_events_and_host_work(void **state)
 {
     (void)state;
@@ -51,8 +40,8 @@ static void test_copies_events_and_host_work(void **state)
     assert_int_equal(back[3], 0x55);
     assert_int_equal((unsigned char)back[100], (unsigned char)(100 * 7));
     int acc = 0;
-    struct add_args a = { &acc, 4 };
-    assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
+    mstar_test_digit a = { &acc, 4 };
+    assert_mstar_ok(mstar_launch(s, mstar_test_append_digit, &a, sizeof(a)));
     assert_mstar_ok(mstar_stream_synchronize(s));
     assert_int_equal(acc, 4);
 
@@ -83,11 +72,11 @@ static void test_real_stream_capture(void **state)
     assert_mstar_ok(mstar_device_alloc(b, 256, &dev));
     assert_mstar_ok(mstar_host_alloc_pinned(b, 256, (void **)&host));
     int acc = 0;
-    struct add_args a = { &acc, 1 };
+    mstar_test_digit a = { &acc, 1 };
     assert_mstar_ok(mstar_stream_begin_capture(s));
     assert_mstar_ok(mstar_memset_async(s, dev, 0x11, 256));
     assert_mstar_ok(mstar_memcpy_async(s, host, dev, 256, MSTAR_MEMCPY_D2H));
-    assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
+    assert_mstar_ok(mstar_launch(s, mstar_test_append_digit, &a, sizeof(a)));
     assert_mstar_status(mstar_stream_synchronize(s), MSTAR_ESTATE);
     mstar_graph *g = NULL;
     assert_mstar_ok(mstar_stream_end_capture(s, &g));

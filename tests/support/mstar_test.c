@@ -192,3 +192,9 @@ void mstar_test_host_close(mstar_backend *backend, mstar_stream *stream)
     mstar_stream_destroy(stream);
     mstar_backend_destroy(backend);
 }
+
+void mstar_test_append_digit(void *args)
+{
+    mstar_test_digit *a = args;
+    *a->target = *a->target * 10 + a->digit;
+}

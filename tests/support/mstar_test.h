@@ -15,21 +15,21 @@
 #include "mstar/mstar.h"
 
 /* Assert a call returned MSTAR_OK, printing the library's last error when it did not. */
-#define assert_mstar_ok(expr)                                                                      \
-    do {                                                                                           \
-        mstar_status st_ = (expr);                                                                 \
-        if (st_ != MSTAR_OK)                                                                       \
-            fail_msg("%s -> %s: %s", #expr, mstar_status_name(st_), mstar_last_error());           \
+#define assert_mstar_ok(expr)                                                            \
+    do {                                                                                 \
+        mstar_status st_ = (expr);                                                       \
+        if (st_ != MSTAR_OK)                                                             \
+            fail_msg("%s -> %s: %s", #expr, mstar_status_name(st_), mstar_last_error()); \
     } while (0)
 
 /* Assert a call failed with `want` and left a non-empty error message. */
-#define assert_mstar_status(expr, want)                                                            \
-    do {                                                                                           \
-        mstar_status st_ = (expr);                                                                 \
-        if (st_ != (want))                                                                         \
-            fail_msg("%s -> %s, wanted %s (%s)", #expr, mstar_status_name(st_),                    \
-                     mstar_status_name(want), mstar_last_error());                                 \
-        assert_true(mstar_last_error()[0] != '\0');                                                \
+#define assert_mstar_status(expr, want)                                         \
+    do {                                                                        \
+        mstar_status st_ = (expr);                                              \
+        if (st_ != (want))                                                      \
+            fail_msg("%s -> %s, wanted %s (%s)", #expr, mstar_status_name(st_), \
+                     mstar_status_name(want), mstar_last_error());              \
+        assert_true(mstar_last_error()[0] != '\0');                             \
     } while (0)
 
 /* A fresh directory under $TMPDIR (or /tmp), removed with its contents at process exit. The
@@ -58,6 +58,14 @@ mstar_backend *mstar_test_cuda_or_skip(int index);
 int mstar_test_host_open(mstar_backend **backend, mstar_stream **stream);
 void mstar_test_host_close(mstar_backend *backend, mstar_stream *stream);
 
+/* A host function for mstar_launch whose runs show in what order they ran: each appends `digit`
+ * to *target as a decimal digit (*target = *target * 10 + digit). */
+typedef struct mstar_test_digit {
+    int *target;
+    int digit;
+} mstar_test_digit;
+void mstar_test_append_digit(void *args);
+
 /* Run fn(rank, arg) for ranks 0..n-1, each in a forked process that exits with what fn returns,
  * and wait for them all; after timeout_s seconds the ones still running are killed. codes[rank]
  * gets each exit code (-signal if killed by one, -1000 if killed on the timeout). Returns the
@@ -67,14 +75,14 @@ int mstar_test_run_ranks(int n, mstar_test_rank_fn fn, void *arg, int timeout_s,
 
 /* Inside a rank's function: unless `cond`, print "rank R: file:line: <message> (last error: ...)"
  * on stderr and return 1 from the function. */
-#define MSTAR_RANK_CHECK(rank, cond, ...)                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "rank %d: %s:%d: ", (rank), __FILE__, __LINE__);                       \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, " (last error: %s)\n", mstar_last_error());                            \
-            return 1;                                                                              \
-        }                                                                                          \
+#define MSTAR_RANK_CHECK(rank, cond, ...)                                    \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "rank %d: %s:%d: ", (rank), __FILE__, __LINE__); \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, " (last error: %s)\n", mstar_last_error());      \
+            return 1;                                                        \
+        }                                                                    \
     } while (0)
 
 /* Seeded xorshift for reproducible random tests. */

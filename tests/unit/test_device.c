@@ -211,29 +211,19 @@ static void test_streams_events_copies(void **state)
     mstar_backend_destroy(b);
 }
 
-struct add_args {
-    int *target;
-    int value;
-};
-
-static void add_fn(void *p)
-{
-    struct add_args *a = p;
-    *a->target = *a->target * 10 + a->value;
-}
-
 static void test_launch_copies_args(void **state)
 {
     (void)state;
     mstar_backend *b = host();
     mstar_stream *s = stream_on(b);
     int acc = 0;
-    struct add_args a = { &acc, 3 };
-    assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
+    mstar_test_digit a = { &acc, 3 };
+    assert_mstar_ok(mstar_launch(s, mstar_test_append_digit, &a, sizeof(a)));
     assert_int_equal(acc, 3);
     assert_mstar_status(mstar_launch(s, NULL, &a, sizeof(a)), MSTAR_EINVAL);
-    assert_mstar_status(mstar_launch(s, add_fn, NULL, sizeof(a)), MSTAR_EINVAL);
-    assert_mstar_status(mstar_launch(s, add_fn, &a, MSTAR_LAUNCH_ARGS_MAX + 1), MSTAR_EINVAL);
+    assert_mstar_status(mstar_launch(s, mstar_test_append_digit, NULL, sizeof(a)), MSTAR_EINVAL);
+    assert_mstar_status(mstar_launch(s, mstar_test_append_digit, &a, MSTAR_LAUNCH_ARGS_MAX + 1),
+                        MSTAR_EINVAL);
     mstar_stream_destroy(s);
     mstar_backend_destroy(b);
 }
@@ -248,10 +238,10 @@ static void test_capture_records_and_replays_in_order(void **state)
     assert_mstar_ok(mstar_stream_begin_capture(s));
     assert_true(mstar_stream_is_capturing(s));
     assert_mstar_status(mstar_stream_begin_capture(s), MSTAR_ESTATE);
-    struct add_args a = { &acc, 1 };
-    assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
-    a.value = 2; /* the capture holds its own copy of the arguments */
-    assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
+    mstar_test_digit a = { &acc, 1 };
+    assert_mstar_ok(mstar_launch(s, mstar_test_append_digit, &a, sizeof(a)));
+    a.digit = 2; /* the capture holds its own copy of the arguments */
+    assert_mstar_ok(mstar_launch(s, mstar_test_append_digit, &a, sizeof(a)));
     assert_mstar_ok(mstar_memcpy_async(s, &dst, &src, sizeof(int), MSTAR_MEMCPY_H2H));
     assert_int_equal(acc, 0); /* recorded, not run */
     assert_int_equal(dst, 0);
@@ -290,8 +280,8 @@ static void test_stream_destroyed_while_capturing(void **state)
     mstar_stream *s = stream_on(b);
     assert_mstar_ok(mstar_stream_begin_capture(s));
     int acc = 0;
-    struct add_args a = { &acc, 1 };
-    assert_mstar_ok(mstar_launch(s, add_fn, &a, sizeof(a)));
+    mstar_test_digit a = { &acc, 1 };
+    assert_mstar_ok(mstar_launch(s, mstar_test_append_digit, &a, sizeof(a)));
     mstar_test_log_capture_begin(MSTAR_LOG_WARN);
     mstar_stream_destroy(s);
     mstar_test_log_capture_end();
