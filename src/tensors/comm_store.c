@@ -480,6 +480,17 @@ static mstar_status check_count(int64_t n, const char *what)
     return MSTAR_OK;
 }
 
+/* What both uniform batch calls take: a count of at least 1 and, unless the batch is empty, the
+ * uuids. */
+static mstar_status check_uniform_batch(const mstar_tensor_id *uuids, uint32_t n, int64_t count,
+                                        const char *what)
+{
+    mstar_status st = check_count(count, what);
+    if (st == MSTAR_OK && n > 0 && uuids == NULL)
+        st = mstar_error_set(MSTAR_EINVAL, "%s: uuids is NULL", what);
+    return st;
+}
+
 mstar_status mstar_comm_increment_ref(mstar_comm *comm, mstar_tensor_id uuid, int64_t n)
 {
     mstar_status st = check_count(n, "increment_ref");
@@ -491,9 +502,7 @@ mstar_status mstar_comm_increment_ref(mstar_comm *comm, mstar_tensor_id uuid, in
 mstar_status mstar_comm_increment_ref_batch_uniform(mstar_comm *comm, const mstar_tensor_id *uuids,
                                                     uint32_t n, int64_t count)
 {
-    mstar_status st = check_count(count, "increment_ref_batch_uniform");
-    if (st == MSTAR_OK && n > 0 && uuids == NULL)
-        st = mstar_error_set(MSTAR_EINVAL, "increment_ref_batch_uniform: uuids is NULL");
+    mstar_status st = check_uniform_batch(uuids, n, count, "increment_ref_batch_uniform");
     if (st == MSTAR_OK)
         mstar__bk_increment_batch_uniform(&comm->bk, uuids, n, count);
     return st;
@@ -526,9 +535,7 @@ mstar_status mstar_comm_dereference_batch(mstar_comm *comm, const mstar_tensor_i
 mstar_status mstar_comm_dereference_batch_uniform(mstar_comm *comm, const mstar_tensor_id *uuids,
                                                   uint32_t n, int64_t count)
 {
-    mstar_status st = check_count(count, "dereference_batch_uniform");
-    if (st == MSTAR_OK && n > 0 && uuids == NULL)
-        st = mstar_error_set(MSTAR_EINVAL, "dereference_batch_uniform: uuids is NULL");
+    mstar_status st = check_uniform_batch(uuids, n, count, "dereference_batch_uniform");
     if (st != MSTAR_OK)
         return st;
     mstar__bk_dereference_batch_uniform(&comm->bk, uuids, n, count, &comm->collected);
