@@ -92,16 +92,14 @@ static mstar_status input(void *self, int64_t rid, const mstar_edge *edge)
     dec_comp *c = self;
     const demo_config *cfg = demo_worker_config(c->w);
     mstar_comm *comm = demo_worker_comm(c->w);
-    if (strcmp(edge->name, DEMO_SIG_HIDDEN) != 0 || edge->ntensors != 1)
-        return mstar_error_set(MSTAR_EPROTO,
-                               "decoder: input '%s' with %u tensors; expected '%s' "
-                               "with one",
-                               edge->name, edge->ntensors, DEMO_SIG_HIDDEN);
+    mstar_status st = demo_worker_check_input(edge, "decoder", DEMO_SIG_HIDDEN);
+    if (st != MSTAR_OK)
+        return st;
     mstar_tensor_id uuid = edge->tensor_info[0].uuid;
     mstar_tensor states;
     dec_req *r = calloc(1, sizeof(*r));
-    mstar_status st = r == NULL ? mstar_error_set(MSTAR_ENOMEM, "decoder request")
-                                : mstar_comm_get_tensor(comm, uuid, &states);
+    st = r == NULL ? mstar_error_set(MSTAR_ENOMEM, "decoder request")
+                   : mstar_comm_get_tensor(comm, uuid, &states);
     if (st == MSTAR_OK &&
         (states.ndim != 2 || states.shape[0] < 1 || states.shape[0] > cfg->prompt_max))
         st = mstar_error_set(MSTAR_EPROTO,

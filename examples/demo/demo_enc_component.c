@@ -9,7 +9,6 @@
 #include "core/vec.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct enc_item {
     int64_t rid;
@@ -58,13 +57,10 @@ static mstar_status input(void *self, int64_t rid, const mstar_edge *edge)
     enc_comp *c = self;
     const demo_config *cfg = demo_worker_config(c->w);
     mstar_comm *comm = demo_worker_comm(c->w);
-    if (strcmp(edge->name, DEMO_SIG_PROMPT) != 0 || edge->ntensors != 1)
-        return mstar_error_set(MSTAR_EPROTO,
-                               "encoder: input '%s' with %u tensors; expected '%s' "
-                               "with one",
-                               edge->name, edge->ntensors, DEMO_SIG_PROMPT);
+    mstar_status st = demo_worker_check_input(edge, "encoder", DEMO_SIG_PROMPT);
+    if (st != MSTAR_OK)
+        return st;
     const mstar_tensor_info *info = &edge->tensor_info[0];
-    mstar_status st = MSTAR_OK;
     if (info->dtype != MSTAR_DTYPE_INT32 || info->ndim != 1 || info->dims[0] < 1 ||
         info->dims[0] > cfg->prompt_max)
         st = mstar_error_set(MSTAR_EPROTO,

@@ -89,6 +89,14 @@ void demo_worker_count_step(demo_worker *w, const char *walk, const demo_step_in
     w->busy_s += info->seconds;
 }
 
+mstar_status demo_worker_check_input(const mstar_edge *edge, const char *who, const char *signal)
+{
+    if (strcmp(edge->name, signal) == 0 && edge->ntensors == 1)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EPROTO, "%s: input '%s' with %u tensors; expected '%s' with one",
+                           who, edge->name, edge->ntensors, signal);
+}
+
 mstar_status demo_worker_emit(demo_worker *w, int64_t rid, const char *signal,
                               const mstar_tensor *t)
 {

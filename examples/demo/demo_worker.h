@@ -46,6 +46,9 @@ bool demo_worker_graphs(const demo_worker *w);
 int32_t demo_worker_max_new(const demo_worker *w, int64_t rid);
 void demo_worker_count_step(demo_worker *w, const char *walk, const demo_step_info *info);
 
+/* Check that an input edge is the one tensor of `signal` a component takes: MSTAR_EPROTO naming
+ * the component (`who`) and what came instead. */
+mstar_status demo_worker_check_input(const mstar_edge *edge, const char *who, const char *signal);
 /* Send rid's output `t` on: to the next component's worker as INPUT_SIGNALS, or from the last
  * component to the api server as result_tensors. The bytes are copied; `t` stays the caller's. */
 mstar_status demo_worker_emit(demo_worker *w, int64_t rid, const char *signal,
