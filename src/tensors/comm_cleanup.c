@@ -57,7 +57,7 @@ void mstar__comm_pending_free(mstar__pending *p)
     memset(p, 0, sizeof(*p));
 }
 
-static bool landed(const mstar__pending *p)
+bool mstar__comm_pending_landed(const mstar__pending *p)
 {
     return p->done == NULL || mstar__completion_done(p->done);
 }
@@ -70,7 +70,7 @@ bool mstar_comm_has_inflight_reads(const mstar_comm *comm, const mstar_rid *rid)
         return false;
     for (size_t i = 0; i < comm->pending.len; i++) {
         const mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req == slot && !landed(p))
+        if (p->req == slot && !mstar__comm_pending_landed(p))
             return true;
     }
     return false;
@@ -84,7 +84,7 @@ static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
     size_t n = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         const mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        n += p->req == slot && landed(p);
+        n += p->req == slot && mstar__comm_pending_landed(p);
     }
     if (n == 0)
         return MSTAR_OK;
@@ -98,7 +98,7 @@ static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
     size_t k = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req != slot || !landed(p))
+        if (p->req != slot || !mstar__comm_pending_landed(p))
             continue;
         edges[k] = &p->edge;
         /* A read that failed is reported as failed (its bytes never arrived). */
@@ -111,7 +111,7 @@ static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
     size_t w = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req == slot && landed(p)) {
+        if (p->req == slot && mstar__comm_pending_landed(p)) {
             mstar__comm_pending_drop(comm, p);
             mstar__comm_pending_free(p);
             r->npending--;

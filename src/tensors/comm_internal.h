@@ -106,6 +106,8 @@ void mstar__comm_dereference(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
  * caller removes the entry. */
 void mstar__comm_pending_drop(mstar_comm *comm, mstar__pending *p);
 void mstar__comm_pending_free(mstar__pending *p);
+/* Whether a pending read's bytes are all in its buffers (its completion, if any, is done). */
+bool mstar__comm_pending_landed(const mstar__pending *p);
 
 /* ---- comm_store.c --------------------------------------------------------------------------- */
 

@@ -573,18 +573,13 @@ void mstar_ready_set_clear(mstar_ready_set *set)
     memset(set, 0, sizeof(*set));
 }
 
-static bool landed(const mstar__pending *p)
-{
-    return p->done == NULL || mstar__completion_done(p->done);
-}
-
 /* Handle every landed entry of request slot `req`: ACKs first, then delivery. */
 static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
 {
     size_t n = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         const mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        n += p->req == req && landed(p);
+        n += p->req == req && mstar__comm_pending_landed(p);
     }
     const mstar_edge **edges = calloc(n, sizeof(*edges));
     bool *failed = calloc(n, sizeof(*failed));
@@ -600,7 +595,7 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
     size_t k = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req != req || !landed(p))
+        if (p->req != req || !mstar__comm_pending_landed(p))
             continue;
         edges[k] = &p->edge;
         status[k] = p->done != NULL ? mstar_completion_poll(p->done) : MSTAR_OK;
@@ -616,7 +611,7 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
     k = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req != req || !landed(p)) {
+        if (p->req != req || !mstar__comm_pending_landed(p)) {
             if (w != i)
                 memcpy(mstar__vec_at(&comm->pending, w), p, sizeof(*p));
             w++;
@@ -656,7 +651,7 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
         uint32_t req = MSTAR__BK_NONE;
         for (size_t i = 0; i < comm->pending.len && req == MSTAR__BK_NONE; i++) {
             const mstar__pending *p = mstar__vec_at(&comm->pending, i);
-            if (landed(p))
+            if (mstar__comm_pending_landed(p))
                 req = p->req;
         }
         if (req == MSTAR__BK_NONE)
@@ -664,7 +659,7 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
         collect_request(comm, &b, req);
     }
     for (size_t i = 0; i < comm->pending.len && idle; i++)
-        idle = landed(mstar__vec_at(&comm->pending, i));
+        idle = mstar__comm_pending_landed(mstar__vec_at(&comm->pending, i));
     if (comm->transport->ops->maintain != NULL)
         comm->transport->ops->maintain(comm->transport, idle);
     uint32_t end = (uint32_t)b.edges.len;
