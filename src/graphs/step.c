@@ -4,6 +4,7 @@
  */
 #include "mstar/step.h"
 
+#include "core/cond.h"
 #include "core/vec.h"
 
 #include <errno.h>
@@ -225,11 +226,7 @@ mstar_status mstar_signal_create(mstar_signal **out)
     if (s == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "mstar_signal_create: out of memory");
     pthread_mutex_init(&s->lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    mstar__cond_init_monotonic(&s->cond);
     *out = s;
     return MSTAR_OK;
 }
@@ -268,16 +265,7 @@ bool mstar_signal_is_set(mstar_signal *s)
 
 mstar_status mstar_signal_wait(mstar_signal *s, int64_t timeout_ms)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    if (timeout_ms >= 0) {
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (timeout_ms % 1000) * 1000000;
-        if (deadline.tv_nsec >= 1000000000) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000;
-        }
-    }
+    struct timespec deadline = mstar__deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&s->lock);
     int rc = 0;
     while (!s->set && rc != ETIMEDOUT) {

@@ -3,6 +3,8 @@
  */
 #include "tensors/completion.h"
 
+#include "core/cond.h"
+
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -29,11 +31,7 @@ mstar_status mstar__completion_create(int wake_fd, mstar_completion **out)
         return mstar_error_set(MSTAR_ENOMEM, "completion handle");
     atomic_init(&c->refs, 1);
     atomic_init(&c->done, false);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    mstar__cond_init_monotonic(&c->cond);
     pthread_mutex_init(&c->lock, NULL);
     c->wake_fd = wake_fd;
     *out = c;
@@ -103,16 +101,7 @@ mstar_status mstar_completion_wait(mstar_completion *c, int timeout_ms)
 {
     if (c == NULL)
         return mstar_error_set(MSTAR_EINVAL, "completion is NULL");
-    struct timespec deadline;
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    if (timeout_ms > 0) {
-        deadline.tv_sec += timeout_ms / 1000;
-        deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (deadline.tv_nsec >= 1000000000L) {
-            deadline.tv_sec++;
-            deadline.tv_nsec -= 1000000000L;
-        }
-    }
+    struct timespec deadline = mstar__deadline_after_ms(timeout_ms);
     pthread_mutex_lock(&c->lock);
     while (!atomic_load(&c->done)) {
         if (timeout_ms < 0) {
