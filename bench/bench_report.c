@@ -224,9 +224,16 @@ static mstar_status graphs_plot(const mstar_bench_run *run, const char *path)
 
 /* ---- report.md ------------------------------------------------------------------------------ */
 
-static void md_failed(FILE *f, const mstar_bench_run *run, mstar_bench_suite_id id)
+/* A suite's section heading; for a suite that failed, its error in place of the section's body.
+ * Whether the suite has results to show. */
+static bool md_section(FILE *f, const mstar_bench_run *run, mstar_bench_suite_id id,
+                       const char *title)
 {
+    fprintf(f, "## %s\n\n", title);
+    if (suite_ok(run, id))
+        return true;
     fprintf(f, "**Failed** after %.1f s: %s\n\n", run->outcome[id].seconds, run->outcome[id].error);
+    return false;
 }
 
 static void md_machine(FILE *f, const mstar_bench_run *run)
@@ -288,11 +295,9 @@ static void md_transport_tables(FILE *f, const mstar_bench_transport_result *t)
 static void md_transport(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_transport_result *t = &run->transport;
-    fprintf(f, "## Transport: shared-memory files and arena\n\n");
-    if (!suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT)) {
-        md_failed(f, run, MSTAR_BENCH_SUITE_TRANSPORT);
+    if (!md_section(f, run, MSTAR_BENCH_SUITE_TRANSPORT,
+                    "Transport: shared-memory files and arena"))
         return;
-    }
     fprintf(f,
             "`mstar bench transport`: a producer and a consumer process over the ipc control "
             "mesh. Round trip: store, stage, INPUT_SIGNALS, the consumer's read and release, "
@@ -309,11 +314,8 @@ static void md_transport(FILE *f, const mstar_bench_run *run)
 static void md_transport_ucx(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_transport_result *t = &run->transport_ucx;
-    fprintf(f, "## Transport over UCX on TCP\n\n");
-    if (!suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT_UCX)) {
-        md_failed(f, run, MSTAR_BENCH_SUITE_TRANSPORT_UCX);
+    if (!md_section(f, run, MSTAR_BENCH_SUITE_TRANSPORT_UCX, "Transport over UCX on TCP"))
         return;
-    }
     fprintf(f,
             "`mstar bench transport --transport ucx-tcp`: the same handoffs, the consumer reading "
             "the producer's memory over UCX on loopback. Baselines in the same run: memcpy %.2f "
@@ -326,11 +328,8 @@ static void md_transport_ucx(FILE *f, const mstar_bench_run *run)
 static void md_ucx(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_ucx_result *u = &run->ucx;
-    fprintf(f, "## UCX over TCP: remote reads\n\n");
-    if (!suite_ok(run, MSTAR_BENCH_SUITE_UCX)) {
-        md_failed(f, run, MSTAR_BENCH_SUITE_UCX);
+    if (!md_section(f, run, MSTAR_BENCH_SUITE_UCX, "UCX over TCP: remote reads"))
         return;
-    }
     fprintf(f,
             "`mstar bench ucx`: reads of a producer process's registered buffer over UCX on "
             "loopback (UCX_TLS=%s), by get and by active messages (the default: %s), against a "
@@ -354,11 +353,8 @@ static void md_ucx(FILE *f, const mstar_bench_run *run)
 static void md_graphs(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_graphs_result *g = &run->graphs;
-    fprintf(f, "## Graph runner: eager versus replay\n\n");
-    if (!suite_ok(run, MSTAR_BENCH_SUITE_GRAPHS)) {
-        md_failed(f, run, MSTAR_BENCH_SUITE_GRAPHS);
+    if (!md_section(f, run, MSTAR_BENCH_SUITE_GRAPHS, "Graph runner: eager versus replay"))
         return;
-    }
     fprintf(f,
             "`mstar bench graphs --device %s`: the reference decode model (%s), prefilled, "
             "frozen decode steps, %d iterations each, back to back with one wait at the end. "
@@ -388,11 +384,8 @@ static void md_graphs(FILE *f, const mstar_bench_run *run)
 static void md_bookkeeper(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_bookkeeper_result *b = &run->bookkeeper;
-    fprintf(f, "## Bookkeeper\n\n");
-    if (!suite_ok(run, MSTAR_BENCH_SUITE_BOOKKEEPER)) {
-        md_failed(f, run, MSTAR_BENCH_SUITE_BOOKKEEPER);
+    if (!md_section(f, run, MSTAR_BENCH_SUITE_BOOKKEEPER, "Bookkeeper"))
         return;
-    }
     fprintf(f,
             "`mstar bench bookkeeper`: store + dereference pairs per second on one core, %d "
             "tensors live, best of 5 runs of %ld pairs; the baseline is the bare hash map the "
@@ -407,11 +400,8 @@ static void md_bookkeeper(FILE *f, const mstar_bench_run *run)
 static void md_wire(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_wire_result *w = &run->wire;
-    fprintf(f, "## Wire codec\n\n");
-    if (!suite_ok(run, MSTAR_BENCH_SUITE_WIRE)) {
-        md_failed(f, run, MSTAR_BENCH_SUITE_WIRE);
+    if (!md_section(f, run, MSTAR_BENCH_SUITE_WIRE, "Wire codec"))
         return;
-    }
     fprintf(f,
             "`mstar bench wire`: ns per message, fastest of %d rounds of %ld; baselines over the "
             "same bytes: memcpy and msgpuck's mp_check (a bare validating scan).\n\n"
