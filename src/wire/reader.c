@@ -190,6 +190,18 @@ mstar_status mstar__rd_double(mstar__rd *r, const mstar__wpath *path, double *ou
     return wrong_type(path, "a number", t);
 }
 
+/* The n bytes of a string or binary whose header ends at p: they must all be in the input. */
+static mstar_status take_payload(mstar__rd *r, const mstar__wpath *path, const char *p, uint32_t n,
+                                 const char **s, uint32_t *len)
+{
+    if (n > (size_t)(r->end - p))
+        return truncated(path);
+    *s = p;
+    *len = n;
+    r->p = p + n;
+    return MSTAR_OK;
+}
+
 mstar_status mstar__rd_str(mstar__rd *r, const mstar__wpath *path, const char **s, uint32_t *len)
 {
     enum mp_type t;
@@ -201,12 +213,7 @@ mstar_status mstar__rd_str(mstar__rd *r, const mstar__wpath *path, const char **
         return truncated(path);
     const char *p = r->p;
     uint32_t n = mp_decode_strl(&p);
-    if (n > (size_t)(r->end - p))
-        return truncated(path);
-    *s = p;
-    *len = n;
-    r->p = p + n;
-    return MSTAR_OK;
+    return take_payload(r, path, p, n, s, len);
 }
 
 mstar_status mstar__rd_bin(mstar__rd *r, const mstar__wpath *path, const char **s, uint32_t *len)
@@ -223,12 +230,7 @@ mstar_status mstar__rd_bin(mstar__rd *r, const mstar__wpath *path, const char **
         return truncated(path);
     const char *p = r->p;
     uint32_t n = mp_decode_binl(&p);
-    if (n > (size_t)(r->end - p))
-        return truncated(path);
-    *s = p;
-    *len = n;
-    r->p = p + n;
-    return MSTAR_OK;
+    return take_payload(r, path, p, n, s, len);
 }
 
 mstar_status mstar__rd_name(mstar__rd *r, const mstar__wpath *path, bool may_be_empty, char *dst)
