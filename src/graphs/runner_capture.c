@@ -68,6 +68,15 @@ static mstar_status declare(struct spec_run *sr)
                                            (size_t)sr->b->key.bs, r->step, &declared);
     if (st != MSTAR_OK)
         return mstar_error_wrap("declare_step");
+    /* §5.1 / §8.16: a step declared with another cg_key_info than its lease's bucket would be
+     * captured under a key whose steps declare something else; refuse it, as the engine does. */
+    mstar_bucket_key declared_key = sr->b->key;
+    declared_key.cg_key_info = mstar_step_cg_key_info(r->step);
+    if (declared && !mstar_bucket_key_equal(&declared_key, &sr->b->key))
+        return mstar_error_set(MSTAR_EINVAL,
+                               "declare_step: the step's cg_key_info '%s' is not the bucket's '%s'",
+                               declared_key.cg_key_info ? declared_key.cg_key_info : "(none)",
+                               sr->b->key.cg_key_info ? sr->b->key.cg_key_info : "(none)");
     if (!declared)
         mstar_step_reset(r->step);
     fill_ctx(sr); /* the declaration must not move the context */

@@ -25,6 +25,9 @@ struct toy {
     int forwards;
     const char *key_info;
     float one_x;
+    mstar_stream *stream; /* the runner's stream, once a test sets it (§8.25) */
+    int off_stream;       /* forwards on any other stream */
+    int captured;         /* forwards inside a capture */
 };
 
 static mstar_status declare_step(void *self, const char *walk, const int64_t *ids,
@@ -85,6 +88,8 @@ static mstar_status forward(void *self, mstar_step *step, const mstar_tensor_map
     struct toy *t = self;
     mstar_step_ctx *ctx = mstar_step_context(step);
     t->forwards++;
+    t->off_stream += t->stream != NULL && ctx->stream != t->stream;
+    t->captured += mstar_stream_is_capturing(ctx->stream);
     const mstar_tensor *x = mstar_tensor_map_get(in, "x");
     if (ctx->capture && mstar_stream_is_capturing(ctx->stream) && x->shape[0] == t->fail_bs)
         return mstar_error_set(MSTAR_EDEVICE, "injected capture failure at bs %lld",
@@ -418,6 +423,34 @@ static void test_key_info_mismatch_misses(void **state)
     fx_destroy(f);
 }
 
+/* §8.16, the raise: a step declared with another cg_key_info than the bucket it is captured for
+ * is refused, naming both keys, and the bucket is dropped instead of captured under the wrong key
+ * (no key at all against a keyed bucket included). */
+static void test_key_info_mismatch_at_capture_is_refused(void **state)
+{
+    const char *declared[2] = { "nocfg", NULL };
+    const char *logged[2] = { "cg_key_info 'nocfg' is not the bucket's 'cfg'",
+                              "cg_key_info '(none)' is not the bucket's 'cfg'" };
+    for (int i = 0; i < 2; i++) {
+        mstar_graph_config c;
+        base_config(&c);
+        c.cg_key_info = "cfg";
+        struct fx *f = fx_create(&c, 1, -1);
+        f->toy.key_info = declared[i];
+        mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+        fx_capture(f);
+        mstar_test_log_capture_end();
+        assert_true(mstar_test_log_contains(logged[i]));
+        size_t nd;
+        mstar_graph_runner_dropped_buckets(f->r, &nd);
+        assert_int_equal(nd, 4);
+        assert_false(mstar_graph_runner_any_graphs(f->r));
+        assert_false(mstar_graph_runner_can_run(f->r, "decode", 2, 2, "cfg"));
+        assert_int_equal(f->toy.forwards, 0); /* refused before any warm-up */
+        fx_destroy(f);
+    }
+}
+
 /* §8.17 and §8.27: an unknown staging key fails run_forward, and launch_started is still set; a
  * captured key missing at replay is warned about once. */
 static void test_staging_keys_and_waiters(void **state)
@@ -670,6 +703,44 @@ static void test_two_configs_of_one_walk(void **state)
     fx_destroy(f);
 }
 
+/* §8.31: caps_eager_batch_size false makes a config's sizes an acceleration subset that caps no
+ * batch; the cap of a walk is the largest size over the configs that do cap it. */
+static void test_caps_eager_batch_size(void **state)
+{
+    mstar_graph_config c[2];
+    base_config(&c[0]);
+    c[0].caps_eager_batch_size = false;
+    struct fx *f = fx_create(c, 1, -1);
+    assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "decode"), -1);
+    assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "decode_alias"), -1);
+    fx_destroy(f);
+    base_config(&c[1]);
+    c[1].seq_len = 4;
+    static const int64_t sizes[] = { 2 };
+    c[1].capture_batch_sizes = sizes;
+    c[1].n_capture_batch_sizes = 1;
+    f = fx_create(c, 2, -1);
+    assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "decode"), 2);
+    assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "decode_alias"), 2);
+    assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "prefill"), -1);
+    fx_destroy(f);
+}
+
+/* §8.25: warm-ups run on the stream the capture then runs on (a library's per-stream workspace
+ * is made before the capture, not inside it); one capture per bucket and slot. */
+static void test_warmups_run_on_the_capture_stream(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    struct fx *f = fx_create(&c, 1, -1);
+    f->toy.stream = f->s;
+    fx_capture(f);
+    assert_int_equal(f->toy.forwards, 4 * 2 * (MSTAR_NUM_WARMUP + 1));
+    assert_int_equal(f->toy.off_stream, 0);
+    assert_int_equal(f->toy.captured, 4 * 2);
+    fx_destroy(f);
+}
+
 /* §8.10: a packed bucket with as many tokens as rows is refused when the config is checked, with
  * an error naming the pair (not dropped silently); pairs with fewer tokens than rows are captured
  * as configured. Validation errors name the config and field. */
@@ -796,6 +867,7 @@ int main(void)
         cmocka_unit_test(test_alias_lease_names_capture_walk),
         cmocka_unit_test(test_declare_inputs_for_is_cached_and_unchanged),
         cmocka_unit_test(test_key_info_mismatch_misses),
+        cmocka_unit_test(test_key_info_mismatch_at_capture_is_refused),
         cmocka_unit_test(test_staging_keys_and_waiters),
         cmocka_unit_test(test_padding_never_allocates),
         cmocka_unit_test(test_zero_copy_staging),
@@ -803,6 +875,8 @@ int main(void)
         cmocka_unit_test(test_interning_order_and_trailing_dims),
         cmocka_unit_test(test_declared_seq_dim),
         cmocka_unit_test(test_two_configs_of_one_walk),
+        cmocka_unit_test(test_caps_eager_batch_size),
+        cmocka_unit_test(test_warmups_run_on_the_capture_stream),
         cmocka_unit_test(test_config_validation),
         cmocka_unit_test(test_token_multiplier),
         cmocka_unit_test(test_claims_then_one_build),
