@@ -2,8 +2,9 @@
  * test_comm_transfer.c — producer and consumer managers in one process, over the per-uuid file
  * transport and over the arena (each test runs for both, from a table a remote transport can
  * join): bytes and ACKs, zero-size and 0-dim tensors, several consumers, re-delivery against a
- * legitimate re-send, the abort with a live reader, unstamped sharded clones, late messages,
- * every kind of bad descriptor, and that nothing is left in the shm directory.
+ * legitimate re-send, the abort with a live reader, unstamped sharded clones and re-stamped
+ * descriptors of registered uuids, late messages, every kind of bad descriptor, and that nothing
+ * is left in the shm directory.
  */
 #include "comm_harness.h"
 
@@ -350,6 +351,52 @@ static void test_unstamped_sharded_clones(void **state)
     free(t.data);
 }
 
+/* §8.4, its other half: descriptors of a uuid that is already registered (objects the worker
+ * built after the first registration, or kept when it de-duplicated by uuid) are stamped again by
+ * register_for_send, without staging the bytes again; each consumer reads through its own. */
+static void test_registered_uuid_clones_are_stamped(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(9);
+    int64_t shape[1] = { 48 };
+    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT32, 1, shape, 21);
+    mstar_tensor_info info;
+    produce(w, &rid, &t, 1, 2, &info);
+    mstar_tensor_info clones[2] = { info, info };
+    for (int i = 0; i < 2; i++) {
+        clones[i].shm_segment[0] = '\0'; /* as built from the store, before any stamp */
+        clones[i].shm_offset = 4096 * (uint64_t)(i + 1);
+    }
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, clones, 2));
+    for (int i = 0; i < 2; i++) {
+        assert_string_equal(clones[i].shm_segment, info.shm_segment);
+        if (w->kind == MSTAR_TRANSPORT_ARENA)
+            assert_int_equal(clones[i].shm_offset, info.shm_offset);
+    }
+    if (w->kind == MSTAR_TRANSPORT_ARENA) {
+        mstar_arena_stats st;
+        assert_mstar_ok(mstar_comm_arena_stats(w->p, &st));
+        assert_int_equal(st.live_slots, 1); /* not staged again */
+    } else {
+        assert_int_equal(count_files(w->dir), 1);
+    }
+    mstar_comm *readers[2] = { w->c, w->d };
+    for (int i = 0; i < 2; i++) {
+        mstar_edge e = edge_of("sig", "node", &clones[i], 1);
+        mstar_ready_set set;
+        assert_mstar_ok(mstar_comm_start_read_tensors(readers[i], &rid, &e, 1, NULL));
+        expect_ready(readers[i], &set, 1);
+        check_bytes(readers[i], info.uuid, &t);
+        assert_mstar_ok(mstar_comm_dereference(readers[i], info.uuid, 1));
+        mstar_ready_set_clear(&set);
+        mstar_edge_clear(&e);
+    }
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 2);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    free(t.data);
+}
+
 /* Issue item 6: every bad descriptor is refused before anything is read or held; neither side
  * changes. */
 static void test_bad_descriptors(void **state)
@@ -564,6 +611,7 @@ int main(void)
         BOTH(test_redelivery_vs_resend),
         BOTH(test_abort_with_live_reader),
         BOTH(test_unstamped_sharded_clones),
+        BOTH(test_registered_uuid_clones_are_stamped),
         BOTH(test_bad_descriptors),
         BOTH(test_late_messages),
         BOTH(test_consumer_cleanup_acks_landed),
