@@ -1,8 +1,9 @@
 /*
  * test_shm.c — the shared-memory directory: per-uuid files (exclusive 0600 creation, bounds-
  * checked reads, bad names), segment-name parsing and checking, the arena's segments (growth to
- * the cap, dedicated oversized segments, full), name collisions, the exit-time unlinker across
- * fork, and the orphan sweep of dead processes' segments (§8.14).
+ * the cap, dedicated oversized segments, full), the arena under several threads (§8.13), name
+ * collisions, the exit-time unlinker across fork, and the orphan sweep of dead processes' segments
+ * (§8.14).
  */
 #include "mstar_test.h"
 
@@ -10,6 +11,7 @@
 #include "tensors/shm.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -256,6 +258,78 @@ static void test_arena_growth_and_cap(void **state)
     mstar__shm_dir_close(&d);
 }
 
+/* §8.13: threads reserving, filling, checking and releasing slots of one arena at once (the
+ * threaded api-server's case) never get overlapping slots, grow it together without losing a
+ * segment, and leave it empty. */
+enum { ARENA_THREADS = 4, ARENA_ROUNDS = 3000, ARENA_HELD = 8, ARENA_MAX_LEN = 16 * 1024 };
+
+struct arena_worker {
+    mstar__arena *a;
+    pthread_barrier_t *start; /* all threads begin together */
+    uint8_t id;
+    int bad; /* slots whose bytes another thread overwrote, or calls that failed */
+};
+
+static void *arena_worker_run(void *p)
+{
+    struct arena_worker *w = p;
+    uint32_t seg[ARENA_HELD];
+    uint64_t off[ARENA_HELD], len[ARENA_HELD];
+    uint8_t want[ARENA_MAX_LEN];
+    uint32_t seed = w->id;
+    pthread_barrier_wait(w->start);
+    for (int r = 0; r < ARENA_ROUNDS + ARENA_HELD; r++) {
+        int k = r % ARENA_HELD;
+        if (r >= ARENA_HELD) { /* the slot taken ARENA_HELD rounds ago: still ours? */
+            memset(want, w->id + k, len[k]);
+            w->bad += memcmp(mstar__arena_ptr(w->a, seg[k], off[k]), want, len[k]) != 0;
+            w->bad += !mstar__arena_release(w->a, seg[k], off[k]);
+        }
+        if (r >= ARENA_ROUNDS)
+            continue;
+        seed = seed * 1103515245u + 12345u;
+        len[k] = (seed >> 8) % ARENA_MAX_LEN;
+        if (mstar__arena_reserve(w->a, len[k], &seg[k], &off[k]) != MSTAR_OK) {
+            w->bad++;
+            len[k] = 0;
+            seg[k] = UINT32_MAX;
+            continue;
+        }
+        memset(mstar__arena_ptr(w->a, seg[k], off[k]), w->id + k, len[k]);
+    }
+    return NULL;
+}
+
+static void test_arena_threads(void **state)
+{
+    (void)state;
+    mstar__shm_dir d = open_dir("arenathreads");
+    mstar__arena *a;
+    assert_mstar_ok(mstar__arena_create(&d, "api_server", 32 * 1024, 64, &a));
+    pthread_t th[ARENA_THREADS];
+    struct arena_worker w[ARENA_THREADS];
+    pthread_barrier_t start;
+    assert_int_equal(pthread_barrier_init(&start, NULL, ARENA_THREADS), 0);
+    for (int i = 0; i < ARENA_THREADS; i++) {
+        w[i] = (struct arena_worker){ a, &start, (uint8_t)(16 * (i + 1)), 0 };
+        assert_int_equal(pthread_create(&th[i], NULL, arena_worker_run, &w[i]), 0);
+    }
+    for (int i = 0; i < ARENA_THREADS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(w[i].bad, 0);
+    }
+    pthread_barrier_destroy(&start);
+    mstar__arena_stats st;
+    mstar__arena_stats_get(a, &st);
+    assert_true(st.segments > 1); /* one thread's first eight slots already outgrow segment 0 */
+    assert_int_equal(st.live_slots, 0);
+    assert_int_equal(st.free_bytes, st.total_bytes);
+    assert_int_equal(mstar_test_count_dir(d.path), st.segments);
+    mstar__arena_destroy(a);
+    assert_int_equal(mstar_test_count_dir(d.path), 0);
+    mstar__shm_dir_close(&d);
+}
+
 /* §8.14: two arenas of one entity in one process (a restart, a second server) get distinct
  * names; neither truncates the other's segments. */
 static void test_arena_names_never_collide(void **state)
@@ -368,6 +442,7 @@ int main(void)
         cmocka_unit_test(test_segment_names),
         cmocka_unit_test(test_arena_growth_and_cap),
         cmocka_unit_test(test_arena_names_never_collide),
+        cmocka_unit_test(test_arena_threads),
         cmocka_unit_test(test_arena_rejects_bad_config),
         cmocka_unit_test(test_exit_unlinker),
         cmocka_unit_test(test_orphan_sweep),
