@@ -62,8 +62,8 @@ mstar_status mstar__ucx_config_from_env(mstar__ucx_config *cfg)
     if (st != MSTAR_OK)
         return st;
     next.am_eager_max = (uint64_t)eager;
-    st = mstar_env_get_double("MSTAR_UCX_READ_TIMEOUT_S", next.read_timeout_s, 0, 86400,
-                              &next.read_timeout_s);
+    st = mstar_env_get_double("MSTAR_UCX_READ_TIMEOUT_S", next.read_timeout_s, 0,
+                              MSTAR__UCX_READ_TIMEOUT_MAX, &next.read_timeout_s);
     if (st != MSTAR_OK)
         return st;
     *cfg = next;

@@ -242,7 +242,10 @@ static void release_waiters(mstar__ucx_engine *e)
             b->done = true;
             if (b->status == MSTAR_OK) {
                 b->status = MSTAR_ECANCELED;
-                snprintf(b->error, sizeof(b->error), "ucx engine destroyed during the read");
+                snprintf(b->error, sizeof(b->error),
+                         "ucx read from %s: ucx engine destroyed "
+                         "during the read",
+                         b->session);
             }
         }
     }
@@ -286,6 +289,14 @@ void mstar__ucx_engine_destroy(mstar__ucx_engine *e)
     free(e);
 }
 
+static mstar_status check_timeout(double seconds, const char *what)
+{
+    if (!(seconds >= 0 && seconds <= MSTAR__UCX_READ_TIMEOUT_MAX)) /* NaN fails too */
+        return mstar_error_set(MSTAR_EINVAL, "ucx engine: %s %g s is not in 0..%g (0 = none)", what,
+                               seconds, MSTAR__UCX_READ_TIMEOUT_MAX);
+    return MSTAR_OK;
+}
+
 mstar_status mstar__ucx_engine_create(const mstar__ucx_config *cfg, mstar__ucx_engine **out)
 {
     if (cfg == NULL || out == NULL)
@@ -296,16 +307,17 @@ mstar_status mstar__ucx_engine_create(const mstar__ucx_config *cfg, mstar__ucx_e
     if (cfg->read_protocol != MSTAR__UCX_READ_AM && cfg->read_protocol != MSTAR__UCX_READ_GET)
         return mstar_error_set(MSTAR_EINVAL, "ucx engine: cfg.read_protocol %d is not am or get",
                                (int)cfg->read_protocol);
-    if (cfg->transport == MSTAR__UCX_RDMA) {
-        mstar_status st = mstar__ucx_rdma_available();
-        if (st != MSTAR_OK)
-            return st;
-    }
+    mstar_status st = check_timeout(cfg->read_timeout_s, "cfg.read_timeout_s");
+    if (st == MSTAR_OK && cfg->transport == MSTAR__UCX_RDMA)
+        st = mstar__ucx_rdma_available();
+    if (st != MSTAR_OK)
+        return st;
     mstar__ucx_engine *e = calloc(1, sizeof(*e));
     if (e == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "ucx engine: out of memory");
     e->cfg = *cfg;
     e->cfg.address[MSTAR__UCX_ADDRESS_MAX] = '\0';
+    atomic_init(&e->read_timeout_ns, (uint64_t)(cfg->read_timeout_s * 1e9));
     e->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     e->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
     pthread_mutex_init(&e->lock, NULL);
@@ -313,7 +325,6 @@ mstar_status mstar__ucx_engine_create(const mstar__ucx_config *cfg, mstar__ucx_e
     mstar__ucx_regions_init(e);
     mstar__u64map_init(&e->pending);
     mstar__strmap_init(&e->sessions);
-    mstar_status st = MSTAR_OK;
     if (e->wake_fd < 0 || e->epoll_fd < 0)
         st = mstar_error_set(MSTAR_EIO, "ucx engine: eventfd/epoll: %s", strerror(errno));
     if (st == MSTAR_OK)
@@ -364,6 +375,16 @@ const char *mstar__ucx_engine_session_id(const mstar__ucx_engine *e)
 const mstar__ucx_config *mstar__ucx_engine_config(const mstar__ucx_engine *e)
 {
     return &e->cfg;
+}
+
+mstar_status mstar__ucx_engine_set_read_timeout(mstar__ucx_engine *e, double seconds)
+{
+    if (e == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "ucx engine: engine is required");
+    mstar_status st = check_timeout(seconds, "read timeout");
+    if (st == MSTAR_OK)
+        atomic_store(&e->read_timeout_ns, (uint64_t)(seconds * 1e9));
+    return st;
 }
 
 void mstar__ucx_engine_get_stats(mstar__ucx_engine *e, mstar__ucx_engine_stats *out)

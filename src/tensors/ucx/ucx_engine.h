@@ -67,6 +67,7 @@ typedef struct mstar__ucx_config {
 
 #define MSTAR__UCX_AM_EAGER_MAX_DEFAULT (256 * 1024)
 #define MSTAR__UCX_READ_TIMEOUT_DEFAULT 120.0
+#define MSTAR__UCX_READ_TIMEOUT_MAX     86400.0 /* a day: beyond that, use 0 (none) */
 
 /* Defaults: tcp, the AM read protocol, 127.0.0.1, port 0, eager AM replies up to 256 KiB, a
  * read timeout of 120 s. */
@@ -102,7 +103,14 @@ void mstar__ucx_engine_destroy(mstar__ucx_engine *e);
  * descriptor's source_session_id. Valid for the life of the engine. */
 const char *mstar__ucx_engine_session_id(const mstar__ucx_engine *e);
 
+/* The configuration the engine was created with (read_timeout_s as it was at create). */
 const mstar__ucx_config *mstar__ucx_engine_config(const mstar__ucx_engine *e);
+
+/* Change the read timeout (cfg.read_timeout_s; 0 = none, else > 0) for batches started from now
+ * on; those already started keep the deadline they started with. MSTAR_EINVAL for a negative
+ * value, NaN or one above MSTAR__UCX_READ_TIMEOUT_MAX. (A test times out a dead peer quickly and
+ * then reads from a live one without racing the clock on a loaded machine.) */
+mstar_status mstar__ucx_engine_set_read_timeout(mstar__ucx_engine *e, double seconds);
 
 /* Register [ptr, ptr + nbytes) for remote reads and write its remote key (the envelope of
  * ucx_rkey.c, at most MSTAR_REMOTE_KEY_MAX bytes) to key[0..*key_len). Registering the same

@@ -153,6 +153,7 @@ struct mstar__ucx_batch {
     mstar__ucx_batch *anext, *aprev; /* e->active: started, not finished (progress thread) */
     mstar__ucx_peer *peer;           /* the session's endpoint, once started */
     uint64_t deadline_ns;            /* 0 = none */
+    uint64_t timeout_ns;             /* the read timeout when it started (0 = none) */
     bool started;                    /* in e->active */
     mstar__ucx_read_protocol proto;
     const char *session;
@@ -188,6 +189,7 @@ struct mstar__ucx_engine {
     uint64_t regions_max_len;     /* the longest region ever registered */
     mstar__ucx_reader *reader;    /* the engine's own, made on demand */
     uint64_t next_region_id;
+    atomic_uint_fast64_t read_timeout_ns; /* cfg.read_timeout_s, or set_read_timeout's; 0 = none */
 
     /* progress thread only */
     bool shutting_down; /* shutdown started: failures are cancellations */

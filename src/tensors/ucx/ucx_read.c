@@ -429,8 +429,9 @@ void mstar__ucx_batch_start(mstar__ucx_engine *e, mstar__ucx_batch *b)
     }
     b->started = true;
     b->peer = peer;
-    if (e->cfg.read_timeout_s > 0)
-        b->deadline_ns = mstar__now_ns() + (uint64_t)(e->cfg.read_timeout_s * 1e9);
+    b->timeout_ns = atomic_load(&e->read_timeout_ns);
+    if (b->timeout_ns > 0)
+        b->deadline_ns = mstar__now_ns() + b->timeout_ns;
     b->aprev = NULL;
     b->anext = e->active;
     if (e->active != NULL)
@@ -458,26 +459,34 @@ void mstar__ucx_batch_start(mstar__ucx_engine *e, mstar__ucx_batch *b)
     }
 }
 
+/* A peer to take for dead, and the timeout its batch ran out of (for the message). */
+typedef struct expired {
+    mstar__ucx_peer *peer;
+    uint64_t timeout_ns;
+} expired;
+
 int mstar__ucx_batch_expire(mstar__ucx_engine *e)
 {
     uint64_t now = mstar__now_ns(), next = 0;
     mstar__vec dead; /* peers to fail: failing one finishes batches, so not while walking */
-    mstar__vec_init(&dead, sizeof(mstar__ucx_peer *));
+    mstar__vec_init(&dead, sizeof(expired));
     for (mstar__ucx_batch *b = e->active; b != NULL; b = b->anext) {
         if (b->deadline_ns == 0 || b->peer == NULL || b->peer->failed)
             continue; /* no deadline, or already failing */
+        expired x = { b->peer, b->timeout_ns };
         if (now < b->deadline_ns)
             next = (next == 0 || b->deadline_ns < next) ? b->deadline_ns : next;
-        else if (mstar__vec_push(&dead, &b->peer) != MSTAR_OK)
+        else if (mstar__vec_push(&dead, &x) != MSTAR_OK)
             next = now + 1000000; /* out of memory: try again in a millisecond */
     }
-    char why[128];
-    snprintf(why, sizeof(why),
-             "no answer within %g s (MSTAR_UCX_READ_TIMEOUT_S); closing the "
-             "connection",
-             e->cfg.read_timeout_s);
-    for (size_t i = 0; i < dead.len; i++)
-        mstar__ucx_peer_fail(e, *(mstar__ucx_peer **)mstar__vec_at(&dead, i), MSTAR_ETIMEDOUT, why);
+    for (size_t i = 0; i < dead.len; i++) {
+        const expired *x = mstar__vec_at(&dead, i);
+        char why[128];
+        snprintf(why, sizeof(why),
+                 "no answer within %g s (MSTAR_UCX_READ_TIMEOUT_S); closing the connection",
+                 (double)x->timeout_ns / 1e9);
+        mstar__ucx_peer_fail(e, x->peer, MSTAR_ETIMEDOUT, why); /* no-op for a repeated peer */
+    }
     mstar__vec_free(&dead);
     if (next == 0)
         return -1;

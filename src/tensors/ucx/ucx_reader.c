@@ -100,16 +100,19 @@ static void finish_task(mstar__ucx_reader *r, read_task *t)
     char msg[256] = "";
     if (st != MSTAR_OK)
         snprintf(msg, sizeof(msg), "%s", mstar_last_error());
-    mstar__completion_finish(t->done, st, msg);
-    mstar_completion_release(t->done);
+    /* One step under the reader's lock, so that no observer sees the handle complete while
+     * inflight still counts it, nor inflight at 0 (wait_all) before the handle and its eventfd
+     * say it is over. The handle's own lock nests inside; it never takes the reader's. */
     pthread_mutex_lock(&r->lock);
     r->inflight--;
     if (st != MSTAR_OK && r->first_error == MSTAR_OK) {
         r->first_error = st;
         snprintf(r->first_message, sizeof(r->first_message), "%s", msg);
     }
+    mstar__completion_finish(t->done, st, msg);
     pthread_cond_broadcast(&r->idle);
     pthread_mutex_unlock(&r->lock);
+    mstar_completion_release(t->done);
     free(t);
 }
 
