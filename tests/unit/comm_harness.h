@@ -159,6 +159,12 @@ static inline mstar_tensor make_tensor(mstar_dtype dtype, int32_t ndim, const in
     return t;
 }
 
+/* make_tensor of one dimension: `n` elements. */
+static inline mstar_tensor make_vector(mstar_dtype dtype, int64_t n, uint32_t seed)
+{
+    return make_tensor(dtype, 1, &n, seed);
+}
+
 static inline mstar_output output_of(const char *signal, mstar_tensor t)
 {
     mstar_output o;

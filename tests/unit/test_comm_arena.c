@@ -58,7 +58,7 @@ static mstar_arena_stats stats(mstar_comm *c)
 static mstar_tensor_info stage(mstar_comm *p, const mstar_rid *rid, int64_t n, uint32_t seed,
                                mstar_status want)
 {
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, &n, seed);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, n, seed);
     mstar_output o = output_of("x", t);
     mstar_tensor_info info;
     assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, &o, 1, NULL, &info));
@@ -390,7 +390,7 @@ static void test_device_paths_host_backend(void **state)
     assert_mstar_ok(mstar_comm_get_tensor_copy(c, big.uuid, back, 1536 * 1024, &cp));
     mstar_test_log_capture_end();
     int64_t n = 1536 * 1024;
-    mstar_tensor want = make_tensor(MSTAR_DTYPE_UINT8, 1, &n, 4);
+    mstar_tensor want = make_vector(MSTAR_DTYPE_UINT8, n, 4);
     assert_memory_equal(back, want.data, 1536 * 1024);
     /* The same through a files consumer with a backend (read, then a synchronised copy). */
     assert_mstar_ok(mstar_comm_dereference(c, big.uuid, 1));

@@ -110,8 +110,7 @@ static int setup(void **state)
     w->c = make_comm("worker_1", MSTAR_TRANSPORT_FILES, w->dir, &w->sc);
     w->d = wrap(w->c);
     w->rid = mstar_rid_from_int(42);
-    int64_t shape[1] = { 100 };
-    w->t = make_tensor(MSTAR_DTYPE_FLOAT32, 1, shape, 3);
+    w->t = make_vector(MSTAR_DTYPE_FLOAT32, 100, 3);
     mstar_output o = output_of("x", w->t);
     assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &w->rid, &o, 1, NULL, &w->info));
     assert_mstar_ok(mstar_comm_increment_ref(w->p, w->info.uuid, 1));

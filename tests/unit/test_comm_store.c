@@ -208,8 +208,7 @@ static void test_batch_columns(void **state)
 
 static mstar_tensor_id store_one(mstar_comm *c, const mstar_rid *rid, const char *signal)
 {
-    int64_t shape[1] = { 8 };
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, shape, 1);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, 8, 1);
     mstar_output o = output_of(signal, t);
     o.release = count_release;
     mstar_tensor_info info;

@@ -197,8 +197,7 @@ static void test_two_consumers(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(2);
-    int64_t shape[1] = { 1000 };
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT16, 1, shape, 7);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_INT16, 1000, 7);
     mstar_tensor_info info;
     produce(w, &rid, &t, 1, 2, &info);
     mstar_edge e = edge_of("sig", "node", &info, 1);
@@ -227,8 +226,7 @@ static void test_redelivery_vs_resend(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(3);
-    int64_t shape[1] = { 64 };
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_FLOAT16, 1, shape, 9);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT16, 64, 9);
     mstar_tensor_info info;
     mstar_edge e = store_persisted(w, &rid, "img", "enc", t, &info);
     mstar_ready_set set;
@@ -403,8 +401,7 @@ static void test_bad_descriptors(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(6);
-    int64_t shape[1] = { 256 };
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, shape, 15);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, 256, 15);
     mstar_tensor_info good;
     produce(w, &rid, &t, 1, 1, &good);
     mstar_tensor_info bad;
@@ -482,8 +479,7 @@ static void test_late_messages(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(7);
-    int64_t shape[1] = { 10 };
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT64, 1, shape, 17);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_INT64, 10, 17);
     mstar_tensor_info info;
     produce(w, &rid, &t, 1, 2, &info);
     assert_mstar_ok(mstar_comm_cleanup_request(w->p, &rid)); /* deferred: two refs out */
@@ -511,9 +507,8 @@ static void test_consumer_cleanup_acks_landed(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(8);
-    int64_t shape[1] = { 3 };
-    mstar_tensor ts[2] = { make_tensor(MSTAR_DTYPE_FLOAT32, 1, shape, 19),
-                           make_tensor(MSTAR_DTYPE_FLOAT32, 1, shape, 20) };
+    mstar_tensor ts[2] = { make_vector(MSTAR_DTYPE_FLOAT32, 3, 19),
+                           make_vector(MSTAR_DTYPE_FLOAT32, 3, 20) };
     mstar_tensor_info infos[2];
     produce(w, &rid, ts, 2, 1, infos);
     mstar_edge e = edge_of("sig", "node", infos, 2);
