@@ -94,9 +94,7 @@ static void read_back(mstar_comm *c, const mstar_rid *rid, const mstar_tensor_in
 {
     mstar_edge e = edge_of("x", "n", info, 1);
     assert_mstar_ok(mstar_comm_start_read_tensors(c, rid, &e, 1, NULL));
-    mstar_ready_set set;
-    expect_ready(c, &set, 1);
-    mstar_ready_set_clear(&set);
+    collect_ready(c, 1);
     mstar_edge_clear(&e);
     assert_mstar_ok(mstar_comm_dereference(c, info->uuid, 1));
 }
@@ -232,9 +230,7 @@ static void test_ttl_backstop(void **state)
     mstar_tensor_info x = stage(p, &rid, 1000, 1, MSTAR_OK);
     sleep_ms(1100); /* the maintenance pass runs at most once a second */
     mstar_test_log_capture_begin(MSTAR_LOG_WARN);
-    mstar_ready_set set;
-    expect_ready(p, &set, 0); /* the loop's poll runs maintenance */
-    mstar_ready_set_clear(&set);
+    collect_ready(p, 0); /* the loop's poll runs maintenance */
     mstar_test_log_capture_end();
     assert_true(mstar_test_log_contains("SLOT_TTL_S"));
     assert_int_equal(stats(p).live_slots, 0);
@@ -286,14 +282,11 @@ static void test_peer_eviction(void **state)
     mstar_tensor_info x = stage(p, &rid, 4096, 3, MSTAR_OK);
     read_back(c, &rid, &x);
     assert_int_equal(stats(c).peer_segments, 1);
-    mstar_ready_set set;
-    expect_ready(c, &set, 0);
-    mstar_ready_set_clear(&set);
+    collect_ready(c, 0);
     assert_int_equal(stats(c).peer_segments, 1); /* the producer lives */
     bus_clear(&w->b);
     mstar_comm_destroy(p); /* a restart gives new names; the old ones are unlinked */
-    expect_ready(c, &set, 0);
-    mstar_ready_set_clear(&set);
+    collect_ready(c, 0);
     assert_int_equal(stats(c).peer_segments, 0);
     mstar_comm_destroy(c);
 }
@@ -382,9 +375,7 @@ static void test_device_paths_host_backend(void **state)
     assert_int_equal(list.n, 1); /* the H2D copy's completion gates the ACK */
     assert_mstar_ok(mstar_completion_wait(list.items[0], -1));
     mstar_completion_list_clear(&list);
-    mstar_ready_set set;
-    expect_ready(c, &set, 1);
-    mstar_ready_set_clear(&set);
+    collect_ready(c, 1);
     uint8_t *back = malloc(1536 * 1024);
     mstar_tensor cp;
     assert_mstar_ok(mstar_comm_get_tensor_copy(c, big.uuid, back, 1536 * 1024, &cp));

@@ -150,8 +150,7 @@ static void test_ack_only_after_copy_landed(void **state)
     assert_int_equal(mstar_completion_poll(list.items[0]), MSTAR_EAGAIN);
     assert_true(mstar_comm_has_inflight_reads(w->c, &w->rid));
     mstar_ready_set set;
-    expect_ready(w->c, &set, 0);
-    mstar_ready_set_clear(&set);
+    collect_ready(w->c, 0);
     assert_int_equal(bus_count(&w->b, "worker_0"), 0); /* the producer may not reuse it yet */
     assert_false(fd_readable(mstar_comm_event_fd(w->c)));
     mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
@@ -184,9 +183,7 @@ static void test_cleanup_with_read_in_flight(void **state)
     assert_true(mstar_comm_has_inflight_reads(w->c, &w->rid));
     assert_mstar_status(mstar_comm_force_cleanup_request(w->c, &w->rid), MSTAR_ESTATE);
     mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
-    mstar_ready_set set;
-    expect_ready(w->c, &set, 0);
-    mstar_ready_set_clear(&set);
+    collect_ready(w->c, 0);
     assert_int_equal(bus_ack_count(&w->b, "worker_0", w->info.uuid), 1);
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     assert_false(mstar_comm_has_inflight_reads(w->c, &w->rid));
@@ -235,9 +232,7 @@ static void test_completion_api(void **state)
     mstar_completion_release(NULL);
     mstar_completion_list_clear(&list);
     assert_int_equal(list.n, 0);
-    mstar_ready_set set;
-    expect_ready(w->c, &set, 1);
-    mstar_ready_set_clear(&set);
+    collect_ready(w->c, 1);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
 }
@@ -265,9 +260,7 @@ static void test_completion_from_another_thread(void **state)
     pthread_join(th, NULL);
     mstar_comm_event_drain(w->c);
     mstar_completion_list_clear(&list);
-    mstar_ready_set set;
-    expect_ready(w->c, &set, 1);
-    mstar_ready_set_clear(&set);
+    collect_ready(w->c, 1);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->c) + mstar_comm_num_tensors(w->p), 0);

@@ -99,14 +99,6 @@ static void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor 
         assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
 }
 
-/* Collects exactly `want` ready edges from `c`, whose contents the test does not look at. */
-static void collect(mstar_comm *c, uint32_t want)
-{
-    mstar_ready_set set;
-    expect_ready(c, &set, want);
-    mstar_ready_set_clear(&set);
-}
-
 /* Stores `t` as the output `signal` of `rid` the api-server way (store, register, persist, no
  * hold) and returns the edge that carries it to node `next`. */
 static mstar_edge store_persisted(world *w, const mstar_rid *rid, const char *signal,
@@ -210,11 +202,11 @@ static void test_two_consumers(void **state)
     produce(w, &rid, &t, 1, 2, &info);
     mstar_edge e = edge_of("sig", "node", &info, 1);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect(w->c, 1);
+    collect_ready(w->c, 1);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 1); /* one consumer still to come */
     assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL));
-    collect(w->d, 1);
+    collect_ready(w->d, 1);
     check_bytes(w->d, info.uuid, &t);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
@@ -236,19 +228,19 @@ static void test_redelivery_vs_resend(void **state)
     mstar_edge e = store_persisted(w, &rid, "img", "enc", t, &info);
     /* Walk 1: read, deliver, consume → the consumer's copy is gone. */
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect(w->c, 1);
+    collect_ready(w->c, 1);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     /* Walk 2: the conductor sends it again. */
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect(w->c, 1);
+    collect_ready(w->c, 1);
     check_bytes(w->c, info.uuid, &t);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->c), 0); /* the reference leaks it here */
     /* A re-delivery while the copy is held: +1, passed through, released by its node. */
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect(w->c, 2);
+    collect_ready(w->c, 2);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->c), 1);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
@@ -288,7 +280,7 @@ static void test_abort_with_live_reader(void **state)
     assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 1);
     /* The other rank's scheduled read still finds the bytes. */
     assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL));
-    collect(w->d, 1);
+    collect_ready(w->d, 1);
     check_bytes(w->d, info.uuid, &t);
     assert_mstar_ok(mstar_comm_cleanup_request(w->d, &rid));
     assert_mstar_ok(mstar_comm_force_cleanup_request(w->d, &rid)); /* drop the node's copy */
@@ -455,11 +447,11 @@ static void test_bad_descriptors(void **state)
     /* Nothing was read, held, pending or ACKed; the producer's copy is intact. */
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
-    collect(w->c, 0);
+    collect_ready(w->c, 0);
     assert_int_equal(bus_count(&w->b, "worker_0"), 0);
     mstar_edge e = edge_of("sig", "node", &good, 1);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect(w->c, 1);
+    collect_ready(w->c, 1);
     check_bytes(w->c, good.uuid, &t);
     mstar_edge_clear(&e);
     bus_deliver(&w->b, "worker_0", w->p);
@@ -486,7 +478,7 @@ static void test_late_messages(void **state)
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 1);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL)); /* never registered */
-    collect(w->d, 1);
+    collect_ready(w->d, 1);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
     assert_int_equal(count_files(w->dir), 0);
@@ -512,7 +504,7 @@ static void test_consumer_cleanup_acks_landed(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
-    collect(w->c, 0);
+    collect_ready(w->c, 0);
     mstar_edge_clear(&e);
     free(ts[0].data);
     free(ts[1].data);
