@@ -81,6 +81,23 @@ static mstar_comm *full_arena(world *w, const mstar_rid *rid, mstar_tensor_info 
     return p;
 }
 
+/* An earlier incarnation of worker_0 in another process starts a manager over `kind` (and stages
+ * one tensor when `stage_one`), then dies as if killed: no destroy, no atexit. */
+static void die_leaving_state(world *w, mstar_transport_kind kind, bool stage_one)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        sender s = { NULL, "worker_0" };
+        mstar_comm *p = make_comm("worker_0", kind, w->dir, &s);
+        mstar_rid rid = mstar_rid_from_int(1);
+        if (stage_one)
+            stage(p, &rid, 100, 1, MSTAR_OK);
+        _exit(0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+}
+
 static void ack(mstar_comm *p, mstar_tensor_id uuid)
 {
     mstar_msg m;
@@ -165,16 +182,7 @@ static void test_spill_after_grace(void **state)
 static void test_stale_files_swept_at_start(void **state)
 {
     world *w = *state;
-    pid_t pid = fork();
-    if (pid == 0) {
-        sender s = { NULL, "worker_0" };
-        mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_FILES, w->dir, &s);
-        mstar_rid rid = mstar_rid_from_int(1);
-        stage(p, &rid, 100, 1, MSTAR_OK);
-        _exit(0); /* killed: no teardown */
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
+    die_leaving_state(w, MSTAR_TRANSPORT_FILES, true);
     mstar_comm *other = make_comm("worker_1", MSTAR_TRANSPORT_FILES, w->dir, &w->sc);
     mstar_rid rid = mstar_rid_from_int(2);
     mstar_tensor_info x = stage(other, &rid, 100, 2, MSTAR_OK);
@@ -296,15 +304,7 @@ static void test_peer_eviction(void **state)
 static void test_orphans_and_collisions(void **state)
 {
     world *w = *state;
-    pid_t pid = fork();
-    if (pid == 0) {
-        sender s = { NULL, "worker_0" };
-        mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &s);
-        (void)p;
-        _exit(0); /* SIGKILL-like: no destroy, no atexit */
-    }
-    int status;
-    assert_int_equal(waitpid(pid, &status, 0), pid);
+    die_leaving_state(w, MSTAR_TRANSPORT_ARENA, false);
     assert_int_equal(mstar_test_count_dir(w->dir), 1); /* the orphan */
     mstar_comm *a = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
     mstar_comm *b = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
