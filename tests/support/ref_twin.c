@@ -60,6 +60,20 @@ void ref_twin_destroy(ref_twin *t)
     t->eager = NULL;
 }
 
+ref_step_request ref_twin_request(const char *walk, const int64_t *rows, const int32_t *spans,
+                                  int32_t n, const int32_t *tokens, bool use_graphs)
+{
+    ref_step_request r = { .walk = walk,
+                           .rows = rows,
+                           .spans = spans,
+                           .n = n,
+                           .tokens = tokens,
+                           .use_graphs = use_graphs,
+                           .commit = true,
+                           .slot = -1 };
+    return r;
+}
+
 void ref_twin_open_and_prefill(ref_twin *t, int64_t first, int32_t n, int32_t *next)
 {
     for (int32_t i = 0; i < n; i++) {
@@ -69,14 +83,7 @@ void ref_twin_open_and_prefill(ref_twin *t, int64_t first, int32_t n, int32_t *n
             prompt[j] = (int32_t)((req * 31 + j * 7) % t->cfg.vocab);
         assert_mstar_ok(ref_node_open(t->node, req));
         assert_mstar_ok(ref_eager_open(t->eager, req));
-        ref_step_request r = { .walk = "prefill",
-                               .rows = &req,
-                               .spans = &len,
-                               .n = 1,
-                               .tokens = prompt,
-                               .use_graphs = false,
-                               .commit = true,
-                               .slot = -1 };
+        ref_step_request r = ref_twin_request("prefill", &req, &len, 1, prompt, false);
         assert_mstar_ok(ref_node_step(t->node, &r, NULL, &ng, NULL));
         assert_mstar_ok(ref_eager_step(t->eager, &req, &len, 1, prompt, NULL, &ne));
         if (t->tolerance == 0)
@@ -247,14 +254,7 @@ static double decode_sizes(ref_twin *t, int64_t first, const int32_t *sizes, int
     for (int32_t k = 0; k < nsizes; k++) {
         int32_t bs = sizes[k];
         ref_step_timing timing;
-        ref_step_request r = { .walk = "decode",
-                               .rows = reqs,
-                               .spans = ones,
-                               .n = bs,
-                               .tokens = cur,
-                               .use_graphs = true,
-                               .commit = true,
-                               .slot = -1 };
+        ref_step_request r = ref_twin_request("decode", reqs, ones, bs, cur, true);
         ref_twin_read_pools(t, true, before);
         assert_mstar_ok(ref_node_step(t->node, &r, lg, ng, &timing));
         if (require_replay)

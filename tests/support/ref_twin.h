@@ -36,6 +36,11 @@ mstar_status ref_twin_create_uncaptured(ref_twin *t, mstar_backend *backend,
                                         const ref_capture_config *captures, size_t n_captures,
                                         double tolerance);
 void ref_twin_destroy(ref_twin *t);
+
+/* A committing step of `walk` over n rows (rows[i] with spans[i] tokens from `tokens`), through
+ * the captured graphs when `use_graphs`, on no reserved slot. */
+ref_step_request ref_twin_request(const char *walk, const int64_t *rows, const int32_t *spans,
+                                  int32_t n, const int32_t *tokens, bool use_graphs);
 /* mstar_capture_startup_run over the graphed side's runner (one rank alone); `rep` may be NULL. */
 mstar_status ref_twin_capture_startup(ref_twin *t, mstar_capture_report *rep);
 

@@ -75,20 +75,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static ref_step_request decode_request(const int64_t *rows, const int32_t *spans, int32_t n,
-                                       const int32_t *tokens)
-{
-    ref_step_request r = { .walk = "decode",
-                           .rows = rows,
-                           .spans = spans,
-                           .n = n,
-                           .tokens = tokens,
-                           .use_graphs = true,
-                           .commit = true,
-                           .slot = -1 };
-    return r;
-}
-
 /* The Must-show: every batch size 1..64 replayed on the tightest bucket (padded with zero-length
  * rows when bs is not a captured size) gives the eager twin's logits and tokens bit for bit; the
  * KV streams match the twin's; between the snapshots before and after each step, no page slot
@@ -113,7 +99,7 @@ static void walk_to_page_boundary(const int64_t *req, int32_t *cur)
         assert_mstar_ok(mstar_kv_cache_stream(ref_node_kv(T.node), req[0], 0, &len, &pages, &np));
         if (len % kv_cfg.page_size == 0)
             return;
-        ref_step_request r = decode_request(req, &one, 1, cur);
+        ref_step_request r = ref_twin_request("decode", req, &one, 1, cur, true);
         assert_mstar_ok(ref_node_step(T.node, &r, NULL, NULL, NULL));
         assert_mstar_ok(ref_eager_step(T.eager, req, &one, 1, cur, NULL, &ne));
         cur[0] = ne;
@@ -136,7 +122,7 @@ static void test_dropped_speculation_keeps_free_pages(void **state)
     mstar_event *plan_done;
     assert_mstar_ok(mstar_event_create(T.backend, &plan_done));
 
-    ref_step_request r = decode_request(reqs, ones, 1, cur);
+    ref_step_request r = ref_twin_request("decode", reqs, ones, 1, cur, true);
     int32_t slot, free_before = mstar_kv_cache_free_pages(ref_node_kv(T.node));
     assert_mstar_ok(ref_node_preplan(T.node, &r, plan_done, &slot));
     assert_int_equal(mstar_kv_cache_free_pages(ref_node_kv(T.node)), free_before - 1);
@@ -144,7 +130,7 @@ static void test_dropped_speculation_keeps_free_pages(void **state)
     assert_int_equal(mstar_kv_cache_free_pages(ref_node_kv(T.node)), free_before);
 
     /* Kept: all five rows on the padded 8-row bucket, then the step on the reserved slot. */
-    r = decode_request(reqs, ones, N, cur);
+    r = ref_twin_request("decode", reqs, ones, N, cur, true);
     assert_mstar_ok(ref_node_preplan(T.node, &r, plan_done, &slot));
     r.slot = slot;
     r.plan_done = plan_done;
@@ -181,14 +167,7 @@ static void close_both(const int64_t *reqs, int n)
 /* One packed prefill step of two rows through the runner and the twin; logits must agree. */
 static void packed_step(const int64_t *reqs, const int32_t *spans, const int32_t *tokens)
 {
-    ref_step_request r = { .walk = "prefill",
-                           .rows = reqs,
-                           .spans = spans,
-                           .n = 2,
-                           .tokens = tokens,
-                           .use_graphs = true,
-                           .commit = true,
-                           .slot = -1 };
+    ref_step_request r = ref_twin_request("prefill", reqs, spans, 2, tokens, true);
     float lg[2 * VOCAB], le[2 * VOCAB];
     int32_t ng[2], ne[2];
     ref_step_timing timing;
@@ -251,7 +230,7 @@ static void test_padding_never_allocates(void **state)
     int32_t cur[3], ones[3] = { 1, 1, 1 };
     int64_t reqs[3] = { 4000, 4001, 4002 };
     ref_twin_open_and_prefill(&T, 4000, 3, cur);
-    ref_step_request r = decode_request(reqs, ones, 3, cur);
+    ref_step_request r = ref_twin_request("decode", reqs, ones, 3, cur, true);
     ref_step_timing timing;
     assert_mstar_ok(ref_node_step(T.node, &r, NULL, NULL, &timing));
     assert_int_equal(timing.bucket_rows, 4); /* one padding row */
@@ -294,7 +273,7 @@ static void test_held_outputs_are_copies(void **state)
         ones[i] = 1;
     }
     ref_twin_open_and_prefill(&T, 5000, N, cur);
-    ref_step_request r = decode_request(reqs, ones, N, cur);
+    ref_step_request r = ref_twin_request("decode", reqs, ones, N, cur, true);
     ref_step_timing first, later;
     assert_mstar_ok(ref_node_step(T.node, &r, NULL, copy_n, &first));
     assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, N, cur, NULL, ne));
@@ -305,7 +284,7 @@ static void test_held_outputs_are_copies(void **state)
     int32_t fed[N];
     memcpy(fed, copy_n, sizeof(fed));
     for (int k = 0; k < 2; k++) {
-        r = decode_request(reqs, ones, N, fed);
+        r = ref_twin_request("decode", reqs, ones, N, fed, true);
         assert_mstar_ok(ref_node_step(T.node, &r, NULL, view_then, &later));
         assert_mstar_ok(ref_eager_step(T.eager, reqs, ones, N, fed, NULL, ne));
         memcpy(fed, ne, sizeof(fed));
@@ -326,7 +305,7 @@ static void test_step_phases_and_bad_input(void **state)
     ref_twin_open_and_prefill(&T, 6000, 2, cur);
     assert_mstar_status(ref_node_launch(T.node, NULL), MSTAR_ESTATE);
     assert_mstar_status(ref_node_end(T.node, NULL, NULL, NULL), MSTAR_ESTATE);
-    ref_step_request r = decode_request(reqs, ones, 2, cur);
+    ref_step_request r = ref_twin_request("decode", reqs, ones, 2, cur, true);
     assert_mstar_ok(ref_node_begin(T.node, &r, NULL));
     assert_mstar_status(ref_node_begin(T.node, &r, NULL), MSTAR_ESTATE);
     int32_t slot;
@@ -335,7 +314,7 @@ static void test_step_phases_and_bad_input(void **state)
     int64_t at;
     assert_mstar_ok(mstar_positions_get(ref_node_positions(T.node), reqs[0], &at));
     int32_t bad[2] = { cur[0], VOCAB };
-    ref_step_request b = decode_request(reqs, ones, 2, bad);
+    ref_step_request b = ref_twin_request("decode", reqs, ones, 2, bad, true);
     assert_mstar_status(ref_node_step(T.node, &b, NULL, next, NULL), MSTAR_EINVAL);
     b.walk = NULL;
     assert_mstar_status(ref_node_step(T.node, &b, NULL, next, NULL), MSTAR_EINVAL);
@@ -358,7 +337,7 @@ static void test_replay_stages_in_place(void **state)
     int32_t cur[3], ones[3] = { 1, 1, 1 }, next[3], ne[3];
     int64_t reqs[3] = { 7000, 7001, 7002 };
     ref_twin_open_and_prefill(&T, 7000, 3, cur);
-    ref_step_request r = decode_request(reqs, ones, 3, cur);
+    ref_step_request r = ref_twin_request("decode", reqs, ones, 3, cur, true);
     ref_step_timing t;
     assert_mstar_ok(ref_node_begin(T.node, &r, &t));
     assert_true(t.replayed);
