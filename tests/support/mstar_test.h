@@ -53,8 +53,8 @@ void mstar_test_skip(const char *why) __attribute__((noreturn));
  * built in or no GPU is there. */
 mstar_backend *mstar_test_cuda_or_skip(int index);
 
-/* The host backend and one stream on it, for a group setup: 0, or -1 (setup failed) with the
- * library's error printed. mstar_test_host_close releases both. */
+/* The host backend and one stream on it (default flags), for a group setup or a fixture: 0, or -1
+ * (setup failed) with the library's error printed. mstar_test_host_close releases both. */
 int mstar_test_host_open(mstar_backend **backend, mstar_stream **stream);
 void mstar_test_host_close(mstar_backend *backend, mstar_stream *stream);
 

@@ -35,8 +35,7 @@ struct fixture {
 static int setup(void **state)
 {
     static struct fixture f;
-    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &f.b));
-    assert_mstar_ok(mstar_stream_create(f.b, 0, &f.s));
+    assert_int_equal(mstar_test_host_open(&f.b, &f.s), 0);
     assert_mstar_ok(mstar_graph_pool_create(f.b, "node0", &f.pool));
     *state = &f;
     return 0;
@@ -46,8 +45,7 @@ static int teardown(void **state)
 {
     struct fixture *f = *state;
     mstar_graph_pool_destroy(f->pool);
-    mstar_stream_destroy(f->s);
-    mstar_backend_destroy(f->b);
+    mstar_test_host_close(f->b, f->s);
     return 0;
 }
 

@@ -148,8 +148,7 @@ static void base_config(mstar_graph_config *c)
 static struct fx *fx_create(const mstar_graph_config *configs, size_t n, int64_t fail_bs)
 {
     struct fx *f = calloc(1, sizeof(*f));
-    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &f->b));
-    assert_mstar_ok(mstar_stream_create(f->b, 0, &f->s));
+    assert_int_equal(mstar_test_host_open(&f->b, &f->s), 0);
     assert_mstar_ok(mstar_graph_pool_create(f->b, "toy", &f->pool));
     assert_mstar_ok(mstar_step_runner_create(f->b, f->s, &f->sr));
     mstar_test_counter_init(&f->kv, f->b, 1000);
@@ -208,8 +207,7 @@ static void fx_destroy(struct fx *f)
     mstar_step_runner_destroy(f->sr);
     mstar_test_counter_free(&f->kv);
     mstar_graph_pool_destroy(f->pool);
-    mstar_stream_destroy(f->s);
-    mstar_backend_destroy(f->b);
+    mstar_test_host_close(f->b, f->s);
     free(f);
 }
 
@@ -632,8 +630,7 @@ static void test_declared_seq_dim(void **state)
 {
     mstar_backend *b;
     mstar_stream *s;
-    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &b));
-    assert_mstar_ok(mstar_stream_create(b, 0, &s));
+    assert_int_equal(mstar_test_host_open(&b, &s), 0);
     mstar__vec interned;
     mstar__vec_init(&interned, sizeof(mstar__interned));
     float first[9] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
@@ -675,8 +672,7 @@ static void test_declared_seq_dim(void **state)
     assert_mstar_ok(mstar__intern(&interned, s, 1, "mrope", &a, 3, -1, &view, &d));
     assert_int_equal(d, 0);
     mstar__interned_free(&interned, b);
-    mstar_stream_destroy(s);
-    mstar_backend_destroy(b);
+    mstar_test_host_close(b, s);
 }
 
 /* §8.33: two batched configs of one walk: the tightest bucket over both answers. */

@@ -169,8 +169,7 @@ struct fx {
 static struct fx *fx_new(void)
 {
     struct fx *f = calloc(1, sizeof(*f));
-    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &f->b));
-    assert_mstar_ok(mstar_stream_create(f->b, 0, &f->s));
+    assert_int_equal(mstar_test_host_open(&f->b, &f->s), 0);
     assert_mstar_ok(mstar_graph_pool_create(f->b, "node", &f->pool));
     assert_mstar_ok(mstar_step_runner_create(f->b, f->s, &f->sr));
     mstar_test_counter_init(&f->kv, f->b, 10000);
@@ -224,8 +223,7 @@ static void fx_destroy(struct fx *f)
     mstar_caching_stats(f->b, &st);
     assert_int_equal(st.allocated, 0);
     mstar_graph_pool_destroy(f->pool);
-    mstar_stream_destroy(f->s);
-    mstar_backend_destroy(f->b);
+    mstar_test_host_close(f->b, f->s);
     free(f);
 }
 

@@ -109,8 +109,7 @@ static int setup(void **state)
 {
     static struct fx f;
     memset(&f, 0, sizeof(f));
-    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &f.b));
-    assert_mstar_ok(mstar_stream_create(f.b, 0, &f.s));
+    assert_int_equal(mstar_test_host_open(&f.b, &f.s), 0);
     assert_mstar_ok(mstar_step_runner_create(f.b, f.s, &f.sr));
     f.kv = (struct res){ "kv", f.log, NULL, { false, false }, true, -99 };
     f.attn = (struct res){ "attn", f.log, NULL, { false, false }, true, -99 };
@@ -123,8 +122,7 @@ static int teardown(void **state)
 {
     struct fx *f = *state;
     mstar_step_runner_destroy(f->sr);
-    mstar_stream_destroy(f->s);
-    mstar_backend_destroy(f->b);
+    mstar_test_host_close(f->b, f->s);
     return 0;
 }
 
