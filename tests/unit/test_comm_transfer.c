@@ -99,6 +99,14 @@ static void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor 
         assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
 }
 
+/* `c` reads edge `e` of `rid`: the read lands inside the call (host transports) and the edge is
+ * collected at once. */
+static void read_edge(mstar_comm *c, const mstar_rid *rid, const mstar_edge *e)
+{
+    assert_mstar_ok(mstar_comm_start_read_tensors(c, rid, e, 1, NULL));
+    collect_ready(c, 1);
+}
+
 /* Stores `t` as the output `signal` of `rid` the api-server way (store, register, persist, no
  * hold) and returns the edge that carries it to node `next`. */
 static mstar_edge store_persisted(world *w, const mstar_rid *rid, const char *signal,
@@ -201,12 +209,10 @@ static void test_two_consumers(void **state)
     mstar_tensor_info info;
     produce(w, &rid, &t, 1, 2, &info);
     mstar_edge e = edge_of("sig", "node", &info, 1);
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect_ready(w->c, 1);
+    read_edge(w->c, &rid, &e);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 1); /* one consumer still to come */
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL));
-    collect_ready(w->d, 1);
+    read_edge(w->d, &rid, &e);
     check_bytes(w->d, info.uuid, &t);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
@@ -227,13 +233,11 @@ static void test_redelivery_vs_resend(void **state)
     mstar_tensor_info info;
     mstar_edge e = store_persisted(w, &rid, "img", "enc", t, &info);
     /* Walk 1: read, deliver, consume → the consumer's copy is gone. */
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect_ready(w->c, 1);
+    read_edge(w->c, &rid, &e);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     /* Walk 2: the conductor sends it again. */
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect_ready(w->c, 1);
+    read_edge(w->c, &rid, &e);
     check_bytes(w->c, info.uuid, &t);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->c), 0); /* the reference leaks it here */
@@ -279,8 +283,7 @@ static void test_abort_with_live_reader(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 1);
     /* The other rank's scheduled read still finds the bytes. */
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL));
-    collect_ready(w->d, 1);
+    read_edge(w->d, &rid, &e);
     check_bytes(w->d, info.uuid, &t);
     assert_mstar_ok(mstar_comm_cleanup_request(w->d, &rid));
     assert_mstar_ok(mstar_comm_force_cleanup_request(w->d, &rid)); /* drop the node's copy */
@@ -450,8 +453,7 @@ static void test_bad_descriptors(void **state)
     collect_ready(w->c, 0);
     assert_int_equal(bus_count(&w->b, "worker_0"), 0);
     mstar_edge e = edge_of("sig", "node", &good, 1);
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    collect_ready(w->c, 1);
+    read_edge(w->c, &rid, &e);
     check_bytes(w->c, good.uuid, &t);
     mstar_edge_clear(&e);
     bus_deliver(&w->b, "worker_0", w->p);
@@ -477,8 +479,7 @@ static void test_late_messages(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 1);
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &e, 1, NULL)); /* never registered */
-    collect_ready(w->d, 1);
+    read_edge(w->d, &rid, &e); /* never registered */
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
     assert_int_equal(count_files(w->dir), 0);
