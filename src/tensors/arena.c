@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/statvfs.h>
@@ -112,6 +113,10 @@ static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t siz
         return mstar_error_set(errno == EEXIST ? MSTAR_EEXIST : MSTAR_EIO,
                                "create arena segment %s/%s: %s", a->dir->path, s->name,
                                strerror(errno));
+    /* A shared lock the mapping keeps until it is unmapped or the process dies: how the orphan
+     * sweep tells a live segment from a dead one when the pid cannot say (§8.14). Best effort:
+     * without it the sweep has only the pid to go by. */
+    (void)flock(fd, LOCK_SH | LOCK_NB);
     mstar_status st = MSTAR_OK;
     int rc = posix_fallocate(fd, 0, (off_t)size);
     if (rc != 0) {

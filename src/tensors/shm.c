@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -295,6 +296,18 @@ mstar_status mstar__shm_segment_check(const char *name, const char *source_entit
     return MSTAR_OK;
 }
 
+/* True when some process holds the segment's lock, or it cannot be opened (gone already, or not
+ * ours to judge): either way it is not removed. */
+static bool segment_locked(const mstar__shm_dir *dir, const char *name)
+{
+    int fd = openat(dir->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return true;
+    bool locked = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    close(fd); /* releases the probe's own lock */
+    return locked;
+}
+
 static bool remove_dead_segment(const mstar__shm_dir *dir, const char *name, const void *arg)
 {
     (void)arg;
@@ -307,6 +320,10 @@ static bool remove_dead_segment(const mstar__shm_dir *dir, const char *name, con
     }
     /* kill(pid, 0) fails with ESRCH only when no such process exists; EPERM means it lives. */
     if (parsed.pid <= 0 || parsed.pid == getpid() || kill(parsed.pid, 0) == 0 || errno != ESRCH)
+        return false;
+    /* The pid may be of another pid namespace sharing the directory: a segment still mapped by
+     * its creator holds that process's shared lock (arena.c), so it is alive whatever the pid. */
+    if (segment_locked(dir, name))
         return false;
     if (unlinkat(dir->fd, name, 0) != 0) {
         mstar_log(MSTAR_LOG_WARN, "orphan sweep: unlink %s/%s: %s", dir->path, name,

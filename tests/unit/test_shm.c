@@ -2,8 +2,8 @@
  * test_shm.c — the shared-memory directory: per-uuid files (exclusive 0600 creation, bounds-
  * checked reads, bad names), segment-name parsing and checking, the arena's segments (growth to
  * the cap, dedicated oversized segments, full), the arena under several threads (§8.13), name
- * collisions, the exit-time unlinker across fork, and the orphan sweep of dead processes' segments
- * (§8.14).
+ * collisions, the exit-time unlinker across fork, and the orphan sweep of dead processes' segments,
+ * which keeps a segment its creator still maps whatever its pid says (§8.14).
  */
 #include "mstar_test.h"
 
@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -430,6 +432,41 @@ static void test_orphan_sweep(void **state)
     mstar__shm_dir_close(&d);
 }
 
+/* §8.14: a segment whose pid looks dead here (a creator in another pid namespace sharing the
+ * directory) is kept while its creator still maps it: the arena holds a shared lock on each
+ * segment for as long as it is mapped, and the sweep removes only segments nobody locks. */
+static void test_sweep_keeps_locked_segments(void **state)
+{
+    (void)state;
+    mstar__shm_dir d = open_dir("arenalock");
+    mstar__arena *a;
+    assert_mstar_ok(mstar__arena_create(&d, "worker_0", 64 * 1024, 1, &a));
+    char name[MSTAR_NAME_MAX + 1];
+    mstar__arena_segment_name(a, 0, name);
+    int probe = openat(d.fd, name, O_RDONLY | O_CLOEXEC);
+    assert_true(probe >= 0);
+    assert_int_not_equal(flock(probe, LOCK_EX | LOCK_NB), 0); /* the arena's lock */
+    close(probe);
+    mstar__arena_destroy(a);
+
+    /* The other namespace's creator: a dead pid here, the file locked and mapped there. */
+    snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", (int)dead_pid());
+    touch(&d, name);
+    int fd = openat(d.fd, name, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 4096), 0);
+    assert_int_equal(flock(fd, LOCK_SH | LOCK_NB), 0);
+    void *map = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(map != MAP_FAILED);
+    close(fd); /* the mapping keeps the lock */
+    assert_int_equal(mstar__shm_sweep_dead_segments(&d), 0);
+    assert_true(exists(&d, name));
+    munmap(map, 4096); /* the creator is gone */
+    assert_int_equal(mstar__shm_sweep_dead_segments(&d), 1);
+    assert_false(exists(&d, name));
+    mstar__shm_dir_close(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -446,6 +483,7 @@ int main(void)
         cmocka_unit_test(test_arena_rejects_bad_config),
         cmocka_unit_test(test_exit_unlinker),
         cmocka_unit_test(test_orphan_sweep),
+        cmocka_unit_test(test_sweep_keeps_locked_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
