@@ -350,8 +350,7 @@ static void test_registered_uuid_clones_are_stamped(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(9);
-    int64_t shape[1] = { 48 };
-    mstar_tensor t = make_tensor(MSTAR_DTYPE_INT32, 1, shape, 21);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_INT32, 48, 21);
     mstar_tensor_info info;
     produce(w, &rid, &t, 1, 2, &info);
     mstar_tensor_info clones[2] = { info, info };
@@ -375,12 +374,9 @@ static void test_registered_uuid_clones_are_stamped(void **state)
     mstar_comm *readers[2] = { w->c, w->d };
     for (int i = 0; i < 2; i++) {
         mstar_edge e = edge_of("sig", "node", &clones[i], 1);
-        mstar_ready_set set;
-        assert_mstar_ok(mstar_comm_start_read_tensors(readers[i], &rid, &e, 1, NULL));
-        expect_ready(readers[i], &set, 1);
+        read_edge(readers[i], &rid, &e);
         check_bytes(readers[i], info.uuid, &t);
         assert_mstar_ok(mstar_comm_dereference(readers[i], info.uuid, 1));
-        mstar_ready_set_clear(&set);
         mstar_edge_clear(&e);
     }
     assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 2);

@@ -726,9 +726,7 @@ static void test_caps_eager_batch_size(void **state)
  * is made before the capture, not inside it); one capture per bucket and slot. */
 static void test_warmups_run_on_the_capture_stream(void **state)
 {
-    mstar_graph_config c;
-    base_config(&c);
-    struct fx *f = fx_create(&c, 1, -1);
+    struct fx *f = fx_create_base();
     f->toy.stream = f->s;
     fx_capture(f);
     assert_int_equal(f->toy.forwards, 4 * 2 * (MSTAR_NUM_WARMUP + 1));
