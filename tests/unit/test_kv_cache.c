@@ -3,27 +3,10 @@
  * short), plans with padded tails and padding rows on the sink, pre-plan promote and clear,
  * commit, the request lifecycle, and page accounting under random churn.
  */
-#include "mstar_test.h"
+#include "resource_harness.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* The host backend: plan buffers are host memory, so the tests read them directly. */
-static mstar_backend *B;
-static mstar_stream *S;
-
-static int setup(void **state)
-{
-    (void)state;
-    return mstar_test_host_open(&B, &S);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    mstar_test_host_close(B, S);
-    return 0;
-}
 
 static mstar_kv_cache *make_kv(int32_t pages, int32_t page_size, int32_t labels, int32_t max_len)
 {
@@ -35,15 +18,9 @@ static mstar_kv_cache *make_kv(int32_t pages, int32_t page_size, int32_t labels,
     return kv;
 }
 
-static mstar_resource_step step_of(const mstar_step_segment *segs, size_t n)
-{
-    mstar_resource_step s = { .segments = segs, .num_segments = n, .commit = true };
-    return s;
-}
-
 static void admit_ok(mstar_kv_cache *kv, const mstar_step_segment *segs, int32_t n)
 {
-    mstar_resource_step st = step_of(segs, n);
+    mstar_resource_step st = step_of(segs, n, true);
     mstar_step_admit_result res;
     assert_mstar_ok(mstar_kv_cache_admit(kv, &st, &res));
     assert_true(res.ok);
@@ -91,7 +68,7 @@ static void test_prefill_then_decode_plan(void **state)
     assert_int_equal(stream_len(kv, 7, 0, &np), 0);
     assert_int_equal(np, 2);
     assert_int_equal(mstar_kv_cache_free_pages(kv), 13);
-    mstar_resource_step st = step_of(&seg, 1);
+    mstar_resource_step st = step_of(&seg, 1, true);
     assert_mstar_ok(mstar_kv_cache_plan(kv, MSTAR_PLAN_EAGER, &st, 1, 6, false, S));
     mstar_kv_plan p;
     assert_mstar_ok(mstar_kv_cache_plan_buffers(kv, MSTAR_PLAN_EAGER, 0, &p));
@@ -139,7 +116,7 @@ static void test_admit_shortage_reserves_nothing(void **state)
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 1));
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 2));
     mstar_step_segment segs[] = { { 1, 0, 8 }, { 2, 0, 8 } };
-    mstar_resource_step st = step_of(segs, 2);
+    mstar_resource_step st = step_of(segs, 2, true);
     mstar_step_admit_result res;
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_ENOSPC);
     assert_false(res.ok);
@@ -163,22 +140,22 @@ static void test_admit_bad_input(void **state)
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 1));
     mstar_step_admit_result res;
     mstar_step_segment unknown = { 99, 0, 1 };
-    mstar_resource_step st = step_of(&unknown, 1);
+    mstar_resource_step st = step_of(&unknown, 1, true);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_ENOENT);
     mstar_step_segment dup[] = { { 1, 0, 1 }, { 1, 0, 1 } };
-    st = step_of(dup, 2);
+    st = step_of(dup, 2, true);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_EINVAL);
     mstar_step_segment two_labels[] = { { 1, 0, 1 }, { 1, 1, 1 } };
-    st = step_of(two_labels, 2);
+    st = step_of(two_labels, 2, true);
     admit_ok(kv, two_labels, 2);
     mstar_step_segment bad_label = { 1, 2, 1 };
-    st = step_of(&bad_label, 1);
+    st = step_of(&bad_label, 1, true);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_EINVAL);
     mstar_step_segment bad_span = { 1, 0, -1 };
-    st = step_of(&bad_span, 1);
+    st = step_of(&bad_span, 1, true);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_EINVAL);
     mstar_step_segment too_long = { 1, 0, 11 };
-    st = step_of(&too_long, 1);
+    st = step_of(&too_long, 1, true);
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_ERANGE);
     st.segments = NULL;
     assert_mstar_status(mstar_kv_cache_admit(kv, &st, &res), MSTAR_EINVAL);
@@ -199,13 +176,13 @@ static void test_padding_rows_and_tails_address_the_sink(void **state)
     assert_mstar_ok(mstar_kv_cache_ingest(kv, -1)); /* a no-op for padding */
     mstar_step_segment warm = { 3, 0, 5 };
     admit_ok(kv, &warm, 1);
-    mstar_resource_step st = step_of(&warm, 1);
+    mstar_resource_step st = step_of(&warm, 1, true);
     assert_mstar_ok(mstar_kv_cache_commit(kv, &st));
     int32_t free_before = mstar_kv_cache_free_pages(kv);
     mstar_step_segment segs[] = { { 3, 0, 1 }, { -1, 0, 2 }, { -2, 0, 0 } };
     admit_ok(kv, segs, 3);
     assert_int_equal(mstar_kv_cache_free_pages(kv), free_before);
-    st = step_of(segs, 3);
+    st = step_of(segs, 3, true);
     /* Scribble over the slot's buffers so the test sees what the plan writes. */
     mstar_kv_plan p;
     assert_mstar_ok(mstar_kv_cache_plan_buffers(kv, 1, 0, &p));
@@ -276,7 +253,7 @@ static void test_preplan_promote_and_clear(void **state)
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 1));
     mstar_step_segment a[] = { { 0, 0, 2 }, { 1, 0, 2 } };
     mstar_step_segment b[] = { { 1, 0, 2 }, { 0, 0, 2 } };
-    mstar_resource_step sa = step_of(a, 2), sb = step_of(b, 2);
+    mstar_resource_step sa = step_of(a, 2, true), sb = step_of(b, 2, true);
 
     /* A pre-plan that is dropped hands back exactly the pages its admit took. */
     int32_t free0 = mstar_kv_cache_free_pages(kv);
@@ -328,7 +305,7 @@ static void test_plan_errors(void **state)
     (void)state;
     mstar_kv_cache *kv = make_kv(16, 4, 1, 64);
     mstar_step_segment seg = { 0, 0, 3 };
-    mstar_resource_step st = step_of(&seg, 1);
+    mstar_resource_step st = step_of(&seg, 1, true);
     mstar_kv_plan p;
     assert_mstar_status(mstar_kv_cache_plan_buffers(kv, 0, 0, &p), MSTAR_ESTATE);
     assert_mstar_status(mstar_kv_cache_plan(kv, 0, &st, 1, 3, false, S), MSTAR_ERANGE);
@@ -345,7 +322,7 @@ static void test_plan_errors(void **state)
     assert_mstar_status(mstar_kv_cache_plan(kv, 0, &st, 1, 5, false, S), MSTAR_ERANGE);
     assert_mstar_ok(mstar_kv_cache_plan(kv, 0, &st, 2, 4, false, S));
     mstar_step_segment gone = { 42, 0, 1 };
-    mstar_resource_step sg = step_of(&gone, 1);
+    mstar_resource_step sg = step_of(&gone, 1, true);
     assert_mstar_status(mstar_kv_cache_plan(kv, 0, &sg, 2, 4, false, S), MSTAR_ENOENT);
     assert_mstar_status(mstar_kv_cache_commit(kv, &sg), MSTAR_ENOENT);
     assert_mstar_status(mstar_kv_cache_build_plans(kv, 0, 2, 4), MSTAR_EINVAL);
@@ -389,7 +366,7 @@ static void test_lifecycle(void **state)
     assert_mstar_status(mstar_kv_cache_ingest(kv, 5), MSTAR_EEXIST);
     mstar_step_segment seg = { 5, 0, 10 };
     admit_ok(kv, &seg, 1);
-    mstar_resource_step st = step_of(&seg, 1);
+    mstar_resource_step st = step_of(&seg, 1, true);
     assert_mstar_ok(mstar_kv_cache_commit(kv, &st));
     int32_t np;
     /* reset without free: length 0, pages kept for the next stream. */
@@ -409,7 +386,7 @@ static void test_lifecycle(void **state)
     assert_mstar_ok(mstar_kv_cache_ingest(kv, 6));
     mstar_step_segment frozen = { 6, 0, 4 };
     admit_ok(kv, &frozen, 1);
-    st = step_of(&frozen, 1);
+    st = step_of(&frozen, 1, true);
     st.commit = false;
     assert_mstar_ok(mstar_kv_cache_commit(kv, &st));
     assert_int_equal(stream_len(kv, 6, 0, NULL), 0);
@@ -443,7 +420,7 @@ static void test_page_accounting_churn(void **state)
             mstar_step_segment seg = { r, label, (int32_t)(mstar_test_rand(&rng) % 7) };
             mstar_step_segment pad = { -1, label, 3 };
             mstar_step_segment segs[2] = { seg, pad };
-            mstar_resource_step st = step_of(segs, 2);
+            mstar_resource_step st = step_of(segs, 2, true);
             mstar_step_admit_result res;
             mstar_status s = mstar_kv_cache_admit(kv, &st, &res);
             if (s == MSTAR_OK && op == 2) {
@@ -594,5 +571,5 @@ int main(void)
         cmocka_unit_test(test_page_accounting_churn),
         cmocka_unit_test(test_as_step_runner_resources),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, host_group_setup, host_group_teardown);
 }

@@ -3,30 +3,7 @@
  * one advance per request however many labels it has rows for (graph-runner-spec §8.23), frozen
  * steps, pre-plan promote, lifecycle and bad input.
  */
-#include "mstar_test.h"
-
-/* The host backend: plan buffers are host memory, so the tests read them directly. */
-static mstar_backend *B;
-static mstar_stream *S;
-
-static int setup(void **state)
-{
-    (void)state;
-    return mstar_test_host_open(&B, &S);
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    mstar_test_host_close(B, S);
-    return 0;
-}
-
-static mstar_resource_step step_of(const mstar_step_segment *segs, size_t n, bool commit)
-{
-    mstar_resource_step s = { .segments = segs, .num_segments = n, .commit = commit };
-    return s;
-}
+#include "resource_harness.h"
 
 static void test_plan_positions(void **state)
 {
@@ -175,5 +152,5 @@ int main(void)
         cmocka_unit_test(test_combined_label_commit_advances_once),
         cmocka_unit_test(test_preplan_and_errors),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, host_group_setup, host_group_teardown);
 }
