@@ -86,6 +86,16 @@ static void produce(world *w, const mstar_rid *rid, const mstar_tensor *ts, uint
     assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, infos, n));
 }
 
+/* produce of one vector of `n` elements of `dtype` (bytes from `seed`); returns it (the caller
+ * frees its data). */
+static mstar_tensor produce_vector(world *w, const mstar_rid *rid, mstar_dtype dtype, int64_t n,
+                                   uint32_t seed, int fanout, mstar_tensor_info *info)
+{
+    mstar_tensor t = make_vector(dtype, n, seed);
+    produce(w, rid, &t, 1, fanout, info);
+    return t;
+}
+
 static void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)
 {
     mstar_tensor got;
@@ -205,9 +215,8 @@ static void test_two_consumers(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(2);
-    mstar_tensor t = make_vector(MSTAR_DTYPE_INT16, 1000, 7);
     mstar_tensor_info info;
-    produce(w, &rid, &t, 1, 2, &info);
+    mstar_tensor t = produce_vector(w, &rid, MSTAR_DTYPE_INT16, 1000, 7, 2, &info);
     mstar_edge e = edge_of("sig", "node", &info, 1);
     read_edge(w->c, &rid, &e);
     bus_deliver(&w->b, "worker_0", w->p);
@@ -350,9 +359,8 @@ static void test_registered_uuid_clones_are_stamped(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(9);
-    mstar_tensor t = make_vector(MSTAR_DTYPE_INT32, 48, 21);
     mstar_tensor_info info;
-    produce(w, &rid, &t, 1, 2, &info);
+    mstar_tensor t = produce_vector(w, &rid, MSTAR_DTYPE_INT32, 48, 21, 2, &info);
     mstar_tensor_info clones[2] = { info, info };
     for (int i = 0; i < 2; i++) {
         clones[i].shm_segment[0] = '\0'; /* as built from the store, before any stamp */
@@ -391,9 +399,8 @@ static void test_bad_descriptors(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(6);
-    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, 256, 15);
     mstar_tensor_info good;
-    produce(w, &rid, &t, 1, 1, &good);
+    mstar_tensor t = produce_vector(w, &rid, MSTAR_DTYPE_UINT8, 256, 15, 1, &good);
     mstar_tensor_info bad;
     mstar_status st;
     const char *segments[] = { "mstar_arena_worker_0_1_00000000.seg0/../x",
@@ -465,9 +472,8 @@ static void test_late_messages(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(7);
-    mstar_tensor t = make_vector(MSTAR_DTYPE_INT64, 10, 17);
     mstar_tensor_info info;
-    produce(w, &rid, &t, 1, 2, &info);
+    mstar_tensor t = produce_vector(w, &rid, MSTAR_DTYPE_INT64, 10, 17, 2, &info);
     assert_mstar_ok(mstar_comm_cleanup_request(w->p, &rid)); /* deferred: two refs out */
     assert_int_equal(mstar_comm_num_tensors(w->p), 1);
     mstar_edge e = edge_of("sig", "emit", &info, 1);
