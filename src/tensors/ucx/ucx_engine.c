@@ -240,6 +240,7 @@ static void release_waiters(mstar__ucx_engine *e)
     for (mstar__ucx_batch *b = e->waiting; b != NULL; b = b->wnext) {
         if (!b->done) {
             b->done = true;
+            pthread_cond_broadcast(mstar__ucx_batch_cond(e, b));
             if (b->status == MSTAR_OK) {
                 b->status = MSTAR_ECANCELED;
                 snprintf(b->error, sizeof(b->error),
@@ -507,25 +508,28 @@ mstar_status mstar__ucx_engine_read_begin(mstar__ucx_engine *e, mstar__ucx_read_
 }
 
 size_t mstar__ucx_engine_read_wait_any(mstar__ucx_engine *e, mstar__ucx_batch *const *batches,
-                                       size_t n, bool (*interrupt)(void *ctx), void *ctx)
+                                       size_t n, pthread_cond_t *wake, bool (*interrupt)(void *ctx),
+                                       void *ctx)
 {
     pthread_mutex_lock(&e->lock);
+    for (size_t i = 0; i < n; i++)
+        batches[i]->wake = wake; /* their finish wakes this caller alone */
     size_t i = 0;
     for (;;) {
         for (i = 0; i < n && !batches[i]->done; i++) {
         }
         if (i < n || (interrupt != NULL && interrupt(ctx)))
             break;
-        pthread_cond_wait(&e->cond, &e->lock);
+        pthread_cond_wait(wake, &e->lock);
     }
     pthread_mutex_unlock(&e->lock);
     return i;
 }
 
-void mstar__ucx_engine_read_kick(mstar__ucx_engine *e)
+void mstar__ucx_engine_read_kick(mstar__ucx_engine *e, pthread_cond_t *wake)
 {
     pthread_mutex_lock(&e->lock);
-    pthread_cond_broadcast(&e->cond);
+    pthread_cond_signal(wake);
     pthread_mutex_unlock(&e->lock);
 }
 
@@ -533,7 +537,7 @@ mstar_status mstar__ucx_engine_read_end(mstar__ucx_engine *e, mstar__ucx_batch *
 {
     pthread_mutex_lock(&e->lock);
     while (!b->done)
-        pthread_cond_wait(&e->cond, &e->lock);
+        pthread_cond_wait(mstar__ucx_batch_cond(e, b), &e->lock);
     mstar__ucx_batch **pp = &e->waiting;
     while (*pp != b)
         pp = &(*pp)->wnext;

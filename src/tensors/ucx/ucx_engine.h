@@ -29,6 +29,8 @@
 #include "mstar/tensors.h"
 #include "mstar/wire.h"
 
+#include <pthread.h>
+
 /* ---------------------------------------------------------------------------------------------
  * Configuration
  * ------------------------------------------------------------------------------------------- */
@@ -185,12 +187,16 @@ mstar_status mstar__ucx_engine_read_begin(mstar__ucx_engine *e, mstar__ucx_read_
                                           const mstar__ucx_read_info *infos, size_t n,
                                           mstar__ucx_batch **out);
 /* Block until one of batches[0..n) (n >= 1, all begun and not ended) has finished, and return
- * its index — or until `interrupt(ctx)` (may be NULL) is true after a read_kick, and return n.
- * `interrupt` runs with the engine's lock held: it may only read (an atomic, say). */
+ * its index — or until `interrupt(ctx)` (may be NULL) is true after a read_kick of `wake`, and
+ * return n. `wake` is the caller's own condition: the batches' finishes signal it (and no other
+ * thread), from now until they end; one caller, one condition. `interrupt` runs with the
+ * engine's lock held: it may only read (an atomic, say). */
 size_t mstar__ucx_engine_read_wait_any(mstar__ucx_engine *e, mstar__ucx_batch *const *batches,
-                                       size_t n, bool (*interrupt)(void *ctx), void *ctx);
-/* Wake every read_wait_any to look at its `interrupt` (after making it true). */
-void mstar__ucx_engine_read_kick(mstar__ucx_engine *e);
+                                       size_t n, pthread_cond_t *wake, bool (*interrupt)(void *ctx),
+                                       void *ctx);
+/* Wake the read_wait_any that sleeps on `wake` (if any) to look at its `interrupt` (after making
+ * it true). */
+void mstar__ucx_engine_read_kick(mstar__ucx_engine *e, pthread_cond_t *wake);
 mstar_status mstar__ucx_engine_read_end(mstar__ucx_engine *e, mstar__ucx_batch *b);
 
 /* ---------------------------------------------------------------------------------------------

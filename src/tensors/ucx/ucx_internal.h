@@ -3,7 +3,9 @@
  *
  * Ownership and threads, in one place:
  *   - e->lock guards the command queue, the region tables, `stopping` and every `done` flag of a
- *     batch; e->cond is broadcast when a batch finishes or a region stops sending.
+ *     batch; e->cond is broadcast when a region stops sending or a batch finishes — a batch
+ *     that a read_wait_any caller watches signals that caller's own condition instead, so a
+ *     finish wakes the one thread that waits for it.
  *   - Everything else here (peers, the session cache, pending AM reads, ops) belongs to the
  *     progress thread alone; other threads never touch it.
  */
@@ -161,8 +163,9 @@ struct mstar__ucx_batch {
     socklen_t addr_len;
     mstar__ucx_op *ops;
     size_t n;
-    size_t remaining; /* ops not finished (progress thread) */
-    bool done;        /* under e->lock */
+    size_t remaining;     /* ops not finished (progress thread) */
+    bool done;            /* under e->lock */
+    pthread_cond_t *wake; /* under e->lock: read_wait_any's caller's, else NULL (e->cond) */
     mstar_status status;
     char error[256];
 };
@@ -207,6 +210,12 @@ struct mstar__ucx_engine {
     atomic_uint_fast64_t stat_batches;
     atomic_uint_fast64_t stat_refused;
 };
+
+/* The condition a batch's finish is signalled on (e->lock held). */
+static inline pthread_cond_t *mstar__ucx_batch_cond(mstar__ucx_engine *e, mstar__ucx_batch *b)
+{
+    return b->wake != NULL ? b->wake : &e->cond;
+}
 
 /* ucx_peer.c */
 /* The cached endpoint for a batch's session, connecting on first use. NULL with batch->error set

@@ -28,7 +28,7 @@ static void batch_done(mstar__ucx_engine *e, mstar__ucx_batch *b)
 {
     pthread_mutex_lock(&e->lock);
     b->done = true;
-    pthread_cond_broadcast(&e->cond);
+    pthread_cond_broadcast(mstar__ucx_batch_cond(e, b));
     pthread_mutex_unlock(&e->lock);
 }
 

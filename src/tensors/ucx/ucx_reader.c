@@ -9,10 +9,12 @@
  *
  * A thread does not block on one batch at a time: it starts the batches of every task queued
  * when it looks (engine read_begin), waits for whichever of its batches finishes first or for a
- * new task (submit kicks the engine's waiters), and looks at the queue again — so a few threads
- * keep many reads in flight, as many small edges read at once need (one batch per thread would
- * cap them at the thread count). Tasks finish in any
- * order, as in the reference, where batches run concurrently on a thread pool.
+ * new task, and looks at the queue again — so a few threads keep many reads in flight, as many
+ * small edges read at once need (one batch per thread would cap them at the thread count). Tasks
+ * finish in any order, as in the reference, where batches run concurrently on a thread pool.
+ * Each thread sleeps on a condition of its own: a batch's finish wakes the thread that began it,
+ * and a submission wakes one thread (an idle one, else a busy one in turn) — not all of them,
+ * which on a machine of few cores costs a context switch per spurious wake-up.
  *
  * The completion handle (the library's Future, tensors/completion.h) is shared by the caller and
  * the task, so either may let go first; finishing it writes the caller's eventfd. wait_all
@@ -27,6 +29,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* What a thread starts with: its reader, and the condition it sleeps on (with the engine's lock)
+ * while its batches run — signalled when one of them finishes or a submission kicks it. */
+typedef struct thread_slot {
+    struct mstar__ucx_reader *r;
+    pthread_cond_t wake;
+} thread_slot;
 
 typedef struct read_task {
     struct read_task *next; /* the reader's queue */
@@ -46,9 +55,12 @@ struct mstar__ucx_reader {
     unsigned nthreads;
     unsigned started;
     pthread_t *threads;
+    struct thread_slot *slots; /* one per thread */
     pthread_mutex_t lock;
     pthread_cond_t work; /* a task was queued, or closing */
     pthread_cond_t idle; /* inflight went down */
+    unsigned waiting;    /* threads asleep on `work` */
+    unsigned next_kick;  /* the busy thread the next submission wakes, round robin */
     read_task *head, *tail;
     atomic_bool queued; /* head != NULL, readable without the lock */
     size_t inflight;    /* submitted, not complete */
@@ -61,8 +73,9 @@ struct mstar__ucx_reader {
 /* One thread's batches in flight, and the task of each (index-parallel). */
 typedef struct worker {
     mstar__ucx_reader *r;
-    mstar__vec batches; /* mstar__ucx_batch * */
-    mstar__vec owners;  /* read_task * */
+    pthread_cond_t *wake; /* its slot's */
+    mstar__vec batches;   /* mstar__ucx_batch * */
+    mstar__vec owners;    /* read_task * */
 } worker;
 
 /* ---- running tasks -------------------------------------------------------------------------- */
@@ -194,15 +207,20 @@ static bool tasks_queued(void *ctx)
 
 static void *reader_main(void *arg)
 {
+    thread_slot *slot = arg;
     worker w;
-    w.r = arg;
+    w.r = slot->r;
+    w.wake = &slot->wake;
     mstar__vec_init(&w.batches, sizeof(mstar__ucx_batch *));
     mstar__vec_init(&w.owners, sizeof(read_task *));
     mstar__ucx_reader *r = w.r;
     for (;;) {
         pthread_mutex_lock(&r->lock);
-        while (r->head == NULL && w.batches.len == 0 && !r->closing)
+        while (r->head == NULL && w.batches.len == 0 && !r->closing) {
+            r->waiting++;
             pthread_cond_wait(&r->work, &r->lock);
+            r->waiting--;
+        }
         read_task *took = r->head;
         r->head = r->tail = NULL;
         atomic_store(&r->queued, false);
@@ -216,7 +234,7 @@ static void *reader_main(void *arg)
         }
         if (w.batches.len == 0)
             continue;
-        size_t i = mstar__ucx_engine_read_wait_any(r->engine, w.batches.data, w.batches.len,
+        size_t i = mstar__ucx_engine_read_wait_any(r->engine, w.batches.data, w.batches.len, w.wake,
                                                    tasks_queued, r);
         if (i < w.batches.len)
             end_batch(&w, i);
@@ -240,21 +258,28 @@ mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned thread
                                max_batch);
     mstar__ucx_reader *r = calloc(1, sizeof(*r));
     pthread_t *tids = calloc(threads, sizeof(*tids));
-    if (r == NULL || tids == NULL) {
+    thread_slot *slots = calloc(threads, sizeof(*slots));
+    if (r == NULL || tids == NULL || slots == NULL) {
         free(r);
         free(tids);
+        free(slots);
         return mstar_error_set(MSTAR_ENOMEM, "ucx reader: out of memory");
     }
     r->engine = engine;
     r->max_batch = max_batch;
     r->nthreads = threads;
     r->threads = tids;
+    r->slots = slots;
+    for (unsigned i = 0; i < threads; i++) {
+        slots[i].r = r;
+        pthread_cond_init(&slots[i].wake, NULL);
+    }
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->work, NULL);
     pthread_cond_init(&r->idle, NULL);
     atomic_init(&r->queued, false);
     for (unsigned i = 0; i < threads; i++) {
-        int rc = pthread_create(&r->threads[i], NULL, reader_main, r);
+        int rc = pthread_create(&r->threads[i], NULL, reader_main, &r->slots[i]);
         if (rc != 0) {
             mstar__ucx_reader_destroy(r);
             return mstar_error_set(MSTAR_EIO, "ucx reader: starting thread %u: %s", i,
@@ -369,9 +394,16 @@ mstar_status mstar__ucx_reader_submit_then(mstar__ucx_reader *r, const mstar__uc
     atomic_store(&r->queued, true);
     r->inflight++;
     *out = c;
-    pthread_cond_signal(&r->work);
+    /* One thread is enough to take it: an idle one, or else one that waits on its reads (every
+     * busy thread looks at the queue before it sleeps, so whichever is kicked takes it soon). */
+    pthread_cond_t *kick = NULL;
+    if (r->waiting > 0)
+        pthread_cond_signal(&r->work);
+    else
+        kick = &r->slots[r->next_kick++ % r->started].wake;
     pthread_mutex_unlock(&r->lock);
-    mstar__ucx_engine_read_kick(r->engine); /* threads waiting on their reads take it too */
+    if (kick != NULL)
+        mstar__ucx_engine_read_kick(r->engine, kick);
     return MSTAR_OK;
 }
 
@@ -420,6 +452,9 @@ void mstar__ucx_reader_destroy(mstar__ucx_reader *r)
     if (r == NULL)
         return;
     mstar__ucx_reader_shutdown(r);
+    for (unsigned i = 0; i < r->nthreads; i++)
+        pthread_cond_destroy(&r->slots[i].wake);
+    free(r->slots);
     pthread_cond_destroy(&r->idle);
     pthread_cond_destroy(&r->work);
     pthread_mutex_destroy(&r->lock);
