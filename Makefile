@@ -3,18 +3,20 @@
 #   make demo     install what is missing, build, run the demo (the main job);
 #                 DEMO_ARGS="--abort-rate 0.2" passes options to it
 #   make check    install what is missing, build, run every test: all but gpu in the normal
-#                 build, then unit + integration again under ASan+UBSan, then each fuzz target
+#                 build, then unit + integration again under ASan+UBSan, then each fuzz target,
+#                 then unit + integration once more under TSan (check-tsan)
 #   make install  install headers, libraries, pkg-config and CMake files (PREFIX=/usr/local)
 #   make bench    run every benchmark suite: report in bench-report/ (docs/bench/: the latest)
 #   make format   clang-format every C source
 JOBS   ?= $(shell nproc)
 BUILD  ?= build
 SANBUILD ?= build-asan
+TSANBUILD ?= build-tsan
 PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 DEMO_ARGS ?=
 
-.PHONY: all deps build demo check check-main check-asan install bench format clean
+.PHONY: all deps build demo check check-main check-asan check-tsan install bench format clean
 
 all: build
 
@@ -39,7 +41,17 @@ check-asan: deps
 	    ctest --test-dir $(SANBUILD) -L 'unit|integration' -E 'unit.install' --output-on-failure -j $(JOBS)
 	ctest --test-dir $(SANBUILD) -L fuzz --output-on-failure
 
-check: check-main check-asan
+# The threads (mesh, UCX engine and reader, rank groups, allocators) under TSan. The benchmark
+# report test runs every suite and is too slow under TSan; the install test builds outside.
+check-tsan: deps
+	@cmake -S . -B $(TSANBUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
+	    -DMSTAR_SANITIZE=thread -DMSTAR_CUDA=OFF >/dev/null
+	@cmake --build $(TSANBUILD) -j $(JOBS) -- --no-print-directory
+	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/sanitizers/tsan.supp halt_on_error=1" \
+	    ctest --test-dir $(TSANBUILD) -L 'unit|integration' -E 'unit.install|test_bench_report' \
+	    --output-on-failure -j $(JOBS)
+
+check: check-main check-asan check-tsan
 
 install: build
 	cmake --install $(BUILD) --prefix $(PREFIX)
@@ -51,4 +63,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf $(BUILD) $(SANBUILD)
+	rm -rf $(BUILD) $(SANBUILD) $(TSANBUILD)

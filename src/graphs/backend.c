@@ -31,6 +31,7 @@ static void free_backend(mstar_backend *b)
     mstar__u64map_free(&b->pinned);
     mstar__u64map_free(&b->registered);
     mstar__vec_free(&b->pools);
+    pthread_mutex_destroy(&b->pools_lock);
     pthread_mutex_destroy(&b->lock);
     free(b);
 }
@@ -58,6 +59,7 @@ mstar_status mstar_backend_create(mstar_device device, mstar_backend **out)
         return mstar_error_set(MSTAR_ENOMEM, "mstar_backend_create: out of memory");
     b->device = device;
     pthread_mutex_init(&b->lock, NULL);
+    pthread_mutex_init(&b->pools_lock, NULL);
     mstar__u64map_init(&b->raw);
     mstar__u64map_init(&b->pinned);
     mstar__u64map_init(&b->registered);
@@ -140,22 +142,22 @@ mstar_status mstar_mem_info(mstar_backend *b, uint64_t *free_bytes, uint64_t *to
 
 mstar_status mstar__backend_add_pool(mstar_backend *b, mstar_graph_pool *pool)
 {
-    pthread_mutex_lock(&b->lock);
+    pthread_mutex_lock(&b->pools_lock);
     mstar_status st = mstar__vec_push(&b->pools, &pool);
-    pthread_mutex_unlock(&b->lock);
+    pthread_mutex_unlock(&b->pools_lock);
     return st;
 }
 
 void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool)
 {
-    pthread_mutex_lock(&b->lock);
+    pthread_mutex_lock(&b->pools_lock);
     for (size_t i = 0; i < b->pools.len; i++) {
         if (*(mstar_graph_pool **)mstar__vec_at(&b->pools, i) == pool) {
             mstar__vec_remove(&b->pools, i);
             break;
         }
     }
-    pthread_mutex_unlock(&b->lock);
+    pthread_mutex_unlock(&b->pools_lock);
 }
 
 /* ---- raw, pinned and registered memory ------------------------------------------------------ */
@@ -414,13 +416,13 @@ mstar_status mstar_free(mstar_stream *s, void *ptr)
     }
     /* A pool block outside its capture: the pool knows whether a graph owns it. */
     mstar_graph_pool *owner = NULL;
-    pthread_mutex_lock(&b->lock);
+    pthread_mutex_lock(&b->pools_lock);
     for (size_t i = 0; i < b->pools.len && owner == NULL; i++) {
         mstar_graph_pool *p = *(mstar_graph_pool **)mstar__vec_at(&b->pools, i);
         if (mstar__pool_owns(p, ptr))
             owner = p;
     }
-    pthread_mutex_unlock(&b->lock);
+    pthread_mutex_unlock(&b->pools_lock);
     if (owner != NULL)
         return mstar__pool_free_outside_capture(owner, ptr);
     return mstar_error_set(MSTAR_EINVAL,

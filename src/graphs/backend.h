@@ -67,12 +67,16 @@ struct mstar_backend {
     int capability;
     void *impl;
 
-    pthread_mutex_t lock;     /* raw, pinned, registered, raw_bytes, budget, pools */
+    pthread_mutex_t lock;     /* raw, pinned, registered, raw_bytes, budget */
     mstar__u64map raw;        /* raw allocation → size */
     mstar__u64map pinned;     /* pinned allocation → size */
     mstar__u64map registered; /* registered host range start → size */
     uint64_t raw_bytes;       /* held by raw allocations (the caching allocator's segments too) */
     uint64_t budget;          /* host backend: 0 = unlimited */
+    /* Lock order: pools_lock, then an allocator's lock (a pool's, the caching one's), then
+     * lock — an allocator takes `lock` for its segments while it holds its own, so `pools` has
+     * a lock of its own that mstar_free may hold while it asks each pool. */
+    pthread_mutex_t pools_lock;
     mstar__vec pools;         /* mstar_graph_pool *, for mstar_free outside a capture */
     mstar__allocator caching; /* the ordinary allocator */
     atomic_int capturing;     /* streams of this backend capturing now */
@@ -90,10 +94,11 @@ struct mstar_stream {
     struct mstar__lifetimes *recording;
     struct mstar__lifetimes *applying;
     /* The last event this stream was told to wait on, and how many waits: read by tests that
-     * check which stream waited for what (graph-runner-spec §8.4, §8.5). */
-    mstar_event *last_waited;
-    uint64_t waits;
-    uint64_t enqueued; /* copies, memsets and launches enqueued, for the same tests */
+     * check which stream waited for what (graph-runner-spec §8.4, §8.5). Atomic: threads may
+     * share a stream (the host backend serialises their work, not these counts). */
+    mstar_event *_Atomic last_waited;
+    _Atomic uint64_t waits;
+    _Atomic uint64_t enqueued; /* copies, memsets and launches enqueued, for the same tests */
 };
 
 struct mstar_event {

@@ -62,6 +62,17 @@ bool mstar__comm_pending_landed(const mstar__pending *p)
     return p->done == NULL || mstar__completion_done(p->done);
 }
 
+size_t mstar__comm_pending_take(mstar_comm *comm, uint32_t req)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < comm->pending.len; i++) {
+        mstar__pending *p = mstar__vec_at(&comm->pending, i);
+        p->taken = p->req == req && mstar__comm_pending_landed(p);
+        n += p->taken;
+    }
+    return n;
+}
+
 bool mstar_comm_has_inflight_reads(const mstar_comm *comm, const mstar_rid *rid)
 {
     uint32_t slot;
@@ -81,11 +92,7 @@ bool mstar_comm_has_inflight_reads(const mstar_comm *comm, const mstar_rid *rid)
 static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
 {
     mstar__req *r = mstar__comm_req_at(comm, slot);
-    size_t n = 0;
-    for (size_t i = 0; i < comm->pending.len; i++) {
-        const mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        n += p->req == slot && mstar__comm_pending_landed(p);
-    }
+    size_t n = mstar__comm_pending_take(comm, slot);
     if (n == 0)
         return MSTAR_OK;
     const mstar_edge **edges = calloc(n, sizeof(*edges));
@@ -98,7 +105,7 @@ static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
     size_t k = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req != slot || !mstar__comm_pending_landed(p))
+        if (!p->taken)
             continue;
         edges[k] = &p->edge;
         /* A read that failed is reported as failed (its bytes never arrived). */
@@ -111,7 +118,7 @@ static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
     size_t w = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req == slot && mstar__comm_pending_landed(p)) {
+        if (p->taken) {
             mstar__comm_pending_drop(comm, p);
             mstar__comm_pending_free(p);
             r->npending--;

@@ -48,6 +48,7 @@ typedef struct mstar__pending {
     uint8_t *local;         /* per descriptor: produced by this entity (no ACK, no RX) */
     mstar_completion *done; /* NULL: the bytes have landed */
     double rx_time_s;
+    bool taken; /* landed when the current collection looked (mstar__comm_pending_take) */
 } mstar__pending;
 
 struct mstar_comm {
@@ -108,6 +109,11 @@ void mstar__comm_pending_drop(mstar_comm *comm, mstar__pending *p);
 void mstar__comm_pending_free(mstar__pending *p);
 /* Whether a pending read's bytes are all in its buffers (its completion, if any, is done). */
 bool mstar__comm_pending_landed(const mstar__pending *p);
+/* Mark the request's entries that have landed now (p->taken; the others cleared) and count
+ * them. A collection works from these marks, not from fresh looks: reads land on other threads,
+ * so an entry may land between two passes over the list, and a later pass must not see more
+ * entries than the first one counted. */
+size_t mstar__comm_pending_take(mstar_comm *comm, uint32_t req);
 
 /* ---- comm_store.c --------------------------------------------------------------------------- */
 

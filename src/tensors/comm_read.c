@@ -576,11 +576,7 @@ void mstar_ready_set_clear(mstar_ready_set *set)
 /* Handle every landed entry of request slot `req`: ACKs first, then delivery. */
 static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < comm->pending.len; i++) {
-        const mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        n += p->req == req && mstar__comm_pending_landed(p);
-    }
+    size_t n = mstar__comm_pending_take(comm, req);
     const mstar_edge **edges = calloc(n, sizeof(*edges));
     bool *failed = calloc(n, sizeof(*failed));
     mstar_status *status = calloc(n, sizeof(*status));
@@ -595,7 +591,7 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
     size_t k = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req != req || !mstar__comm_pending_landed(p))
+        if (!p->taken)
             continue;
         edges[k] = &p->edge;
         status[k] = p->done != NULL ? mstar_completion_poll(p->done) : MSTAR_OK;
@@ -611,7 +607,7 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
     k = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        if (p->req != req || !mstar__comm_pending_landed(p)) {
+        if (!p->taken) {
             if (w != i)
                 memcpy(mstar__vec_at(&comm->pending, w), p, sizeof(*p));
             w++;
