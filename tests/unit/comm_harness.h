@@ -187,6 +187,42 @@ static inline mstar_edge edge_of(const char *name, const char *next, const mstar
     return e;
 }
 
+/* Store `n` (at most 8) outputs of signal "sig" on producer `p`, hold them, route them to
+ * `fanout` (at most 4) destinations and stage them; their descriptors land in infos[0..n). */
+static inline void produce(mstar_comm *p, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n,
+                           int fanout, mstar_tensor_info *infos)
+{
+    mstar_output o[8];
+    for (uint32_t i = 0; i < n; i++)
+        o[i] = output_of("sig", ts[i]);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, o, n, NULL, infos));
+    mstar_tensor_id held[8];
+    for (uint32_t i = 0; i < n; i++)
+        held[i] = infos[i].uuid;
+    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(p, held, n, 1));
+    mstar_edge routed[4];
+    for (int k = 0; k < fanout; k++)
+        routed[k] = edge_of("sig", "node", infos, n);
+    assert_mstar_ok(mstar_comm_set_output_ref_counts(p, held, n, routed, (uint32_t)fanout));
+    for (int k = 0; k < fanout; k++)
+        mstar_edge_clear(&routed[k]);
+    assert_mstar_ok(mstar_comm_register_for_send(p, rid, infos, n));
+}
+
+/* `c` holds tensor `uuid` with the dtype, shape and bytes of `want`. */
+static inline void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)
+{
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(c, uuid, &got));
+    assert_int_equal(got.dtype, want->dtype);
+    assert_int_equal(got.ndim, want->ndim);
+    for (int32_t d = 0; d < want->ndim; d++)
+        assert_int_equal(got.shape[d], want->shape[d]);
+    uint64_t n = mstar_tensor_nbytes(want);
+    if (n > 0)
+        assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
+}
+
 /* The setup of §8.4: an 8x4 int32 output of signal "h" sharded on dim 0 in request `rid`, stored
  * by `p` (*t holds its bytes; the caller frees t->data), and its edge to node "mlp" fanned out
  * to worker_1 and worker_2 (rows 0-3 and 4-7) before anything was staged. */

@@ -65,48 +65,14 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Store `n` outputs on the producer, hold and route them to `fanout` destinations, stage them. */
-static void produce(world *w, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n, int fanout,
-                    mstar_tensor_info *infos)
-{
-    mstar_output o[8];
-    for (uint32_t i = 0; i < n; i++)
-        o[i] = output_of("sig", ts[i]);
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, o, n, NULL, infos));
-    mstar_tensor_id held[8];
-    for (uint32_t i = 0; i < n; i++)
-        held[i] = infos[i].uuid;
-    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w->p, held, n, 1));
-    mstar_edge routed[4];
-    for (int k = 0; k < fanout; k++)
-        routed[k] = edge_of("sig", "node", infos, n);
-    assert_mstar_ok(mstar_comm_set_output_ref_counts(w->p, held, n, routed, (uint32_t)fanout));
-    for (int k = 0; k < fanout; k++)
-        mstar_edge_clear(&routed[k]);
-    assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, infos, n));
-}
-
 /* produce of one vector of `n` elements of `dtype` (bytes from `seed`); returns it (the caller
  * frees its data). */
 static mstar_tensor produce_vector(world *w, const mstar_rid *rid, mstar_dtype dtype, int64_t n,
                                    uint32_t seed, int fanout, mstar_tensor_info *info)
 {
     mstar_tensor t = make_vector(dtype, n, seed);
-    produce(w, rid, &t, 1, fanout, info);
+    produce(w->p, rid, &t, 1, fanout, info);
     return t;
-}
-
-static void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)
-{
-    mstar_tensor got;
-    assert_mstar_ok(mstar_comm_get_tensor(c, uuid, &got));
-    assert_int_equal(got.dtype, want->dtype);
-    assert_int_equal(got.ndim, want->ndim);
-    for (int32_t d = 0; d < want->ndim; d++)
-        assert_int_equal(got.shape[d], want->shape[d]);
-    uint64_t n = mstar_tensor_nbytes(want);
-    if (n > 0)
-        assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
 }
 
 /* `c` reads edge `e` of `rid`: the read lands inside the call (host transports) and the edge is
@@ -152,7 +118,7 @@ static void test_roundtrip(void **state)
         make_tensor(MSTAR_DTYPE_BFLOAT16, 3, s_a, 5),
     };
     mstar_tensor_info infos[5];
-    produce(w, &rid, ts, 5, 1, infos);
+    produce(w->p, &rid, ts, 5, 1, infos);
     assert_int_equal(count_files(w->dir), w->kind == MSTAR_TRANSPORT_FILES ? 5 : 0);
     if (w->kind == MSTAR_TRANSPORT_ARENA) {
         mstar_arena_stats st;
@@ -499,7 +465,7 @@ static void test_consumer_cleanup_acks_landed(void **state)
     mstar_tensor ts[2] = { make_vector(MSTAR_DTYPE_FLOAT32, 3, 19),
                            make_vector(MSTAR_DTYPE_FLOAT32, 3, 20) };
     mstar_tensor_info infos[2];
-    produce(w, &rid, ts, 2, 1, infos);
+    produce(w->p, &rid, ts, 2, 1, infos);
     mstar_edge e = edge_of("sig", "node", infos, 2);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
     assert_int_equal(mstar_comm_num_tensors(w->c), 2);

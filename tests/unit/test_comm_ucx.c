@@ -61,27 +61,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Store, hold, route to `fanout` destinations and stage `n` outputs of the producer. */
-static void produce(world *w, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n, int fanout,
-                    mstar_tensor_info *infos)
-{
-    mstar_output o[8];
-    for (uint32_t i = 0; i < n; i++)
-        o[i] = output_of("sig", ts[i]);
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, o, n, NULL, infos));
-    mstar_tensor_id held[8];
-    for (uint32_t i = 0; i < n; i++)
-        held[i] = infos[i].uuid;
-    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w->p, held, n, 1));
-    mstar_edge routed[4];
-    for (int k = 0; k < fanout; k++)
-        routed[k] = edge_of("sig", "node", infos, n);
-    assert_mstar_ok(mstar_comm_set_output_ref_counts(w->p, held, n, routed, (uint32_t)fanout));
-    for (int k = 0; k < fanout; k++)
-        mstar_edge_clear(&routed[k]);
-    assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, infos, n));
-}
-
 /* Wait for every completion of a read, then release the list. */
 static void wait_list(mstar_completion_list *l, mstar_status want)
 {
@@ -90,15 +69,18 @@ static void wait_list(mstar_completion_list *l, mstar_status want)
     mstar_completion_list_clear(l);
 }
 
-static void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)
+/* `c` reads edge `e` of `rid` (one tensor, `uuid`), waits for it to land, collects it and finds
+ * the bytes of `want`. */
+static void read_checked(mstar_comm *c, const mstar_rid *rid, const mstar_edge *e,
+                         mstar_tensor_id uuid, const mstar_tensor *want)
 {
-    mstar_tensor got;
-    assert_mstar_ok(mstar_comm_get_tensor(c, uuid, &got));
-    assert_int_equal(got.dtype, want->dtype);
-    assert_int_equal(got.ndim, want->ndim);
-    uint64_t n = mstar_tensor_nbytes(want);
-    if (n > 0)
-        assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
+    mstar_completion_list done;
+    assert_mstar_ok(mstar_comm_start_read_tensors(c, rid, e, 1, &done));
+    wait_list(&done, MSTAR_OK);
+    mstar_ready_set set;
+    expect_ready(c, &set, 1);
+    check_bytes(c, uuid, want);
+    mstar_ready_set_clear(&set);
 }
 
 /* Every dtype and shape, zero-size and 0-dim included, and a large tensor: the read is
@@ -115,7 +97,7 @@ static void test_roundtrip(void **state)
         make_tensor(MSTAR_DTYPE_BFLOAT16, 3, s_a, 5), make_tensor(MSTAR_DTYPE_FLOAT32, 2, s_big, 6),
     };
     mstar_tensor_info infos[6];
-    produce(w, &rid, ts, 6, 1, infos);
+    produce(w->p, &rid, ts, 6, 1, infos);
     assert_int_equal(regions_of(w->p), 4); /* the two zero-byte tensors need none */
     assert_string_equal(infos[0].source_session_id, mstar_comm_session_id(w->p));
     mstar_edge e = edge_of("sig", "node", infos, 6);
@@ -161,7 +143,7 @@ static void test_non_contiguous_output(void **state)
     view.strides[0] = 1;
     view.strides[1] = 4;
     mstar_tensor_info info;
-    produce(w, &rid, &view, 1, 1, &info);
+    produce(w->p, &rid, &view, 1, 1, &info);
     mstar_edge e = edge_of("sig", "node", &info, 1);
     mstar_completion_list done;
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
@@ -191,17 +173,11 @@ static void test_two_consumers(void **state)
     int64_t shape[1] = { 100000 };
     mstar_tensor t = make_tensor(MSTAR_DTYPE_INT32, 1, shape, 9);
     mstar_tensor_info info;
-    produce(w, &rid, &t, 1, 2, &info);
+    produce(w->p, &rid, &t, 1, 2, &info);
     mstar_edge e = edge_of("sig", "node", &info, 1);
     mstar_comm *readers[2] = { w->c, w->d };
     for (int k = 0; k < 2; k++) {
-        mstar_completion_list done;
-        assert_mstar_ok(mstar_comm_start_read_tensors(readers[k], &rid, &e, 1, &done));
-        wait_list(&done, MSTAR_OK);
-        mstar_ready_set set;
-        expect_ready(readers[k], &set, 1);
-        check_bytes(readers[k], info.uuid, &t);
-        mstar_ready_set_clear(&set);
+        read_checked(readers[k], &rid, &e, info.uuid, &t);
         assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
         assert_int_equal(regions_of(w->p), k == 0 ? 1 : 0);
         assert_mstar_ok(mstar_comm_dereference(readers[k], info.uuid, 1));
@@ -223,7 +199,7 @@ static void test_read_in_flight_then_failed(void **state)
     int64_t shape[1] = { 4096 };
     mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, shape, 4);
     mstar_tensor_info info;
-    produce(w, &rid, &t, 1, 1, &info);
+    produce(w->p, &rid, &t, 1, 1, &info);
     mstar_tensor_info stalled = info;
     snprintf(stalled.source_session_id, sizeof(stalled.source_session_id), "%s", hole);
     mstar_edge e = edge_of("sig", "node", &stalled, 1);
@@ -252,11 +228,7 @@ static void test_read_in_flight_then_failed(void **state)
     /* The real descriptor still reads (a new request on the same consumer). */
     mstar_rid rid2 = mstar_rid_from_int(4);
     mstar_edge e2 = edge_of("sig", "node", &info, 1);
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid2, &e2, 1, &done));
-    wait_list(&done, MSTAR_OK);
-    expect_ready(w->c, &set, 1);
-    check_bytes(w->c, info.uuid, &t);
-    mstar_ready_set_clear(&set);
+    read_checked(w->c, &rid2, &e2, info.uuid, &t);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     bus_deliver(&w->b, "worker_0", w->p);
     assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid));
@@ -278,7 +250,7 @@ static void test_bad_descriptors(void **state)
     int64_t shape[1] = { 64 };
     mstar_tensor t = make_tensor(MSTAR_DTYPE_UINT8, 1, shape, 5);
     mstar_tensor_info info;
-    produce(w, &rid, &t, 1, 1, &info);
+    produce(w->p, &rid, &t, 1, 1, &info);
     mstar_tensor_info bad[4];
     for (int i = 0; i < 4; i++)
         bad[i] = info;
@@ -346,19 +318,13 @@ static void test_get_protocol_and_clones(void **state)
     int64_t s_big[1] = { 1 << 18 };
     mstar_tensor big = make_tensor(MSTAR_DTYPE_FLOAT32, 1, s_big, 8);
     mstar_tensor_info info;
-    produce(w, &rid, &big, 1, 1, &info);
+    produce(w->p, &rid, &big, 1, 1, &info);
     assert_true(info.remote_key_len > 0);
     mstar_tensor held;
     assert_mstar_ok(mstar_comm_get_tensor(w->p, info.uuid, &held));
     assert_int_equal(info.address, (uint64_t)(uintptr_t)mstar_tensor_ptr(&held));
     mstar_edge e = edge_of("sig", "node", &info, 1);
-    mstar_completion_list done;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
-    wait_list(&done, MSTAR_OK);
-    mstar_ready_set set;
-    expect_ready(w->c, &set, 1);
-    check_bytes(w->c, info.uuid, &big);
-    mstar_ready_set_clear(&set);
+    read_checked(w->c, &rid, &e, info.uuid, &big);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
     assert_int_equal(regions_of(w->p), 0);
@@ -371,6 +337,8 @@ static void test_get_protocol_and_clones(void **state)
     uint32_t count = 1;
     assert_mstar_ok(mstar_comm_register_for_send_uuids(w->p, &rid, 1, &count, &info.uuid));
     assert_int_equal(fo.edges[1].tensor_info[0].remote_key_len, 0);
+    mstar_completion_list done;
+    mstar_ready_set set;
     assert_mstar_ok(mstar_comm_start_read_tensors(w->d, &rid, &fo.edges[1], 1, &done));
     wait_list(&done, MSTAR_EPROTO);
     assert_mstar_ok(mstar_comm_get_ready_tensors(w->d, &set));
@@ -421,7 +389,7 @@ static void test_staged_through_pinned_memory(void **state)
                            make_tensor(MSTAR_DTYPE_FLOAT32, 1, s_e, 2),
                            make_tensor(MSTAR_DTYPE_UINT8, 1, s_b, 3) };
     mstar_tensor_info infos[3];
-    produce(&w, &rid, ts, 3, 1, infos);
+    produce(w.p, &rid, ts, 3, 1, infos);
     uint64_t staged = 64 * 1024 * 2 + (3 << 20);
     assert_int_equal(mstar__transport_ucx_pinned_bytes(w.p->transport), staged);
     assert_int_equal(regions_of(w.p), 2);
@@ -453,7 +421,7 @@ static void test_staged_through_pinned_memory(void **state)
     char hole[MSTAR_NAME_MAX + 1];
     int fd = ucx_test_blackhole(hole);
     mstar_rid rid2 = mstar_rid_from_int(8);
-    produce(&w, &rid2, &ts[2], 1, 1, infos);
+    produce(w.p, &rid2, &ts[2], 1, 1, infos);
     snprintf(infos[0].source_session_id, sizeof(infos[0].source_session_id), "%s", hole);
     e = edge_of("sig", "node", infos, 1);
     assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &rid2, &e, 1, &done));
