@@ -266,6 +266,61 @@ static void test_completion_from_another_thread(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->c) + mstar_comm_num_tensors(w->p), 0);
 }
 
+/* The consumer's sender, which lands a read (`finish`, once) as it sends: as a copy finishing
+ * on another thread can while get_ready_tensors is between its passes over the reads. */
+typedef struct landing_sender {
+    sender inner;
+    mstar_completion *finish;
+} landing_sender;
+
+static mstar_status send_then_land(void *ctx, const char *peer, mstar_msg *msg)
+{
+    landing_sender *s = ctx;
+    if (s->finish != NULL) {
+        mstar__completion_finish(s->finish, MSTAR_OK, NULL);
+        s->finish = NULL;
+    }
+    return bus_send(&s->inner, peer, msg);
+}
+
+/* Two reads of one request; the first lands, and the second lands while the poll that collects
+ * the first sends its ACK. The collection works from what had landed when it looked: it neither
+ * overruns what it sized nor hands over the second edge unACKed — the poll collects that one
+ * on its own, ACK included, before it returns. */
+static void test_read_landing_during_a_poll(void **state)
+{
+    world *w = *state;
+    mstar_tensor t2 = make_vector(MSTAR_DTYPE_INT32, 50, 8);
+    mstar_tensor_info info2;
+    mstar_output o = output_of("y", t2);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &w->rid, &o, 1, NULL, &info2));
+    assert_mstar_ok(mstar_comm_increment_ref(w->p, info2.uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &w->rid, &info2, 1));
+    mstar_edge edges[2] = { w->e, edge_of("y", "node", &info2, 1) };
+    landing_sender ls = { w->sc, NULL };
+    w->c->send = send_then_land;
+    w->c->send_ctx = &ls;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, edges, 2, NULL));
+    assert_int_equal(w->d->n, 2);
+    mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
+    ls.finish = w->d->held[1];
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 2);
+    assert_null(ls.finish); /* the second read landed during this poll */
+    assert_string_equal(set.edges[0].name, "x");
+    assert_string_equal(set.edges[1].name, "y");
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", w->info.uuid), 1);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", info2.uuid), 1);
+    mstar_ready_set_clear(&set);
+    collect_ready(w->c, 0);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
+    assert_mstar_ok(mstar_comm_dereference(w->c, info2.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c) + mstar_comm_num_tensors(w->p), 0);
+    mstar_edge_clear(&edges[1]);
+    free(t2.data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -274,6 +329,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failed_read_does_not_poison, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_from_another_thread, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_landing_during_a_poll, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
