@@ -196,8 +196,8 @@ typedef struct mstar_tensor {
     void *data;
     mstar_device device;
     mstar_dtype dtype;
-    int32_t ndim;                   /* 0 ..= MSTAR_MAX_NDIM; 0 is a scalar of one element */
-    int64_t shape[MSTAR_MAX_NDIM];  /* each >= 0 */
+    int32_t ndim;                    /* 0 ..= MSTAR_MAX_NDIM; 0 is a scalar of one element */
+    int64_t shape[MSTAR_MAX_NDIM];   /* each >= 0 */
     int64_t strides[MSTAR_MAX_NDIM]; /* in elements */
     uint64_t byte_offset;
 } mstar_tensor;
@@ -240,11 +240,11 @@ void mstar_shape_contiguous_strides(int32_t ndim, const int64_t *shape, int64_t 
 typedef uint64_t mstar_tensor_id;
 
 #define MSTAR_ID_COUNTER_BITS 48
-#define MSTAR_ID_COUNTER_MAX ((UINT64_C(1) << MSTAR_ID_COUNTER_BITS) - 1)
+#define MSTAR_ID_COUNTER_MAX  ((UINT64_C(1) << MSTAR_ID_COUNTER_BITS) - 1)
 
-#define MSTAR_ENTITY_INDEX_API_SERVER 0
-#define MSTAR_ENTITY_INDEX_CONDUCTOR 1
-#define MSTAR_ENTITY_INDEX_PREPROCESS 2
+#define MSTAR_ENTITY_INDEX_API_SERVER  0
+#define MSTAR_ENTITY_INDEX_CONDUCTOR   1
+#define MSTAR_ENTITY_INDEX_PREPROCESS  2
 #define MSTAR_ENTITY_INDEX_WORKER_BASE 100
 
 typedef struct mstar_id_gen {

@@ -56,8 +56,7 @@ mstar_status mstar_mesh_endpoint(const mstar_mesh_options *opts, const char *ent
  * MSTAR_EAGAIN if the peer's queue is full (high-water mark). */
 mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg);
 /* Send raw bytes (tests, and peers speaking their own format). */
-mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data,
-                                 size_t len);
+mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data, size_t len);
 
 /* Receive the next valid message into *out (which the caller later mstar_msg_clear's). Waits up
  * to timeout_ms (0 = poll, -1 = forever); MSTAR_EAGAIN when none arrived. Undecodable frames are

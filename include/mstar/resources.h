@@ -124,9 +124,9 @@ mstar_status mstar_kv_cache_remove(mstar_kv_cache *kv, int64_t request);
 /* Reserve the pages each real segment needs to hold length + span tokens. Idempotent: pages a
  * stream already holds count. On a shortage nothing is reserved, *result says what was short
  * (ok false, pages_short for the whole step, the first request and label not served, a reason)
- * and the call returns MSTAR_ENOSPC. MSTAR_EINVAL for a bad segment (label, span, a (request, label)
- * given twice), MSTAR_ENOENT for a request never ingested, MSTAR_ERANGE for a stream that would
- * pass max_seq_len. */
+ * and the call returns MSTAR_ENOSPC. MSTAR_EINVAL for a bad segment (label, span, a (request,
+ * label) given twice), MSTAR_ENOENT for a request never ingested, MSTAR_ERANGE for a stream that
+ * would pass max_seq_len. */
 mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step *step,
                                   mstar_step_admit_result *result);
 

@@ -14,8 +14,8 @@
  * "files" (one file per tensor in the shm directory), "arena" (named shared-memory segments
  * with an allocator, spilling to files when full) and "ucx-tcp" / "ucx-rdma" (other machines
  * read the tensor's memory over UCX — a device tensor through a pinned host copy; MSTAR_UCX_*
- * knobs, see docs/remote-transport.md). MSTAR_SHM_ARENA picks files (0) or the arena (1, AUTO); every
- * entity of a deployment must use the same setting (an arena descriptor cannot be read by a
+ * knobs, see docs/remote-transport.md). MSTAR_SHM_ARENA picks files (0) or the arena (1, AUTO);
+ * every entity of a deployment must use the same setting (an arena descriptor cannot be read by a
  * files consumer, which fails loudly; a files descriptor is read by both).
  *
  * Devices: without a backend every tensor is host memory. With a backend (mstar/device.h)

@@ -26,12 +26,12 @@ extern "C" {
 #define MSTAR_WIRE_VERSION 1
 
 /* Upper bounds the decoder enforces (a message over them is MSTAR_EPROTO). */
-#define MSTAR_WIRE_MAX_MESSAGE (64u << 20)  /* bytes in one encoded message */
-#define MSTAR_WIRE_MAX_EDGES 4096           /* edges in one message */
-#define MSTAR_WIRE_MAX_TENSORS 65536        /* descriptors in one edge, and in one message */
-#define MSTAR_WIRE_MAX_ENTRIES 65536        /* entries of a uuid map or list */
-#define MSTAR_WIRE_MAX_KV 64                /* metadata entries */
-#define MSTAR_REMOTE_KEY_MAX 1024           /* bytes of a packed remote key */
+#define MSTAR_WIRE_MAX_MESSAGE (64u << 20) /* bytes in one encoded message */
+#define MSTAR_WIRE_MAX_EDGES   4096        /* edges in one message */
+#define MSTAR_WIRE_MAX_TENSORS 65536       /* descriptors in one edge, and in one message */
+#define MSTAR_WIRE_MAX_ENTRIES 65536       /* entries of a uuid map or list */
+#define MSTAR_WIRE_MAX_KV      64          /* metadata entries */
+#define MSTAR_REMOTE_KEY_MAX   1024        /* bytes of a packed remote key */
 
 /* ---------------------------------------------------------------------------------------------
  * Request ids: an integer (worker handles) or a string (api-server ids); an opaque key.
@@ -39,8 +39,8 @@ extern "C" {
 
 typedef struct mstar_rid {
     bool is_str;
-    int64_t num;                    /* when !is_str */
-    char str[MSTAR_NAME_MAX + 1];   /* when is_str: a valid name (mstar_name_validate) */
+    int64_t num;                  /* when !is_str */
+    char str[MSTAR_NAME_MAX + 1]; /* when is_str: a valid name (mstar_name_validate) */
 } mstar_rid;
 
 /* An integer id. */
@@ -145,11 +145,11 @@ typedef struct mstar_kv {
 
 typedef enum mstar_msg_type {
     MSTAR_MSG_INVALID = 0,
-    MSTAR_MSG_NEW_REQUEST = 1,           /* "NEW_REQUEST": conductor → worker */
-    MSTAR_MSG_INPUT_SIGNALS = 2,         /* "INPUT_SIGNALS": worker/conductor → worker */
-    MSTAR_MSG_TENSOR_RECEIVED = 3,       /* "TENSOR_RECEIVED": consumer → producer */
-    MSTAR_MSG_UNPERSIST_TENSORS = 4,     /* "UNPERSIST_TENSORS": conductor → producer */
-    MSTAR_MSG_REMOVE_REQUEST = 5,        /* "REMOVE_REQUEST": conductor → worker, rank 0 → rest */
+    MSTAR_MSG_NEW_REQUEST = 1,       /* "NEW_REQUEST": conductor → worker */
+    MSTAR_MSG_INPUT_SIGNALS = 2,     /* "INPUT_SIGNALS": worker/conductor → worker */
+    MSTAR_MSG_TENSOR_RECEIVED = 3,   /* "TENSOR_RECEIVED": consumer → producer */
+    MSTAR_MSG_UNPERSIST_TENSORS = 4, /* "UNPERSIST_TENSORS": conductor → producer */
+    MSTAR_MSG_REMOVE_REQUEST = 5,    /* "REMOVE_REQUEST": conductor → worker, rank 0 → rest */
     MSTAR_MSG_CONDUCTOR_NEW_REQUEST = 6, /* "CONDUCTOR_NEW_REQUEST": preprocess → conductor */
     MSTAR_MSG_WORKER_GRAPHS_DONE = 7,    /* "WORKER_GRAPHS_DONE": worker → conductor */
     MSTAR_MSG_RESULT_TENSORS = 8,        /* "result_tensors": worker → api_server */
