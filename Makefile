@@ -6,9 +6,13 @@
 #                 run every test: all but gpu in the normal build, then unit + integration again
 #                 under ASan+UBSan, then each fuzz target, then unit + integration once more under
 #                 TSan (check-tsan); every build of make check turns warnings into errors
-#   make install  install headers, libraries, pkg-config and CMake files (PREFIX=/usr/local)
+#   make install  build libmstar and the mstar command (not the tests), then install headers,
+#                 libraries, the command, pkg-config and CMake files under PREFIX
 #   make bench    run every benchmark suite: report in bench-report/ (docs/bench/: the latest)
 #   make format   clang-format every C source
+#
+# Variables: PREFIX (install root, /usr/local), JOBS (parallel compile jobs, nproc), CMAKE_FLAGS
+# (extra cmake -D options for the normal build, e.g. -DMSTAR_CUDA=OFF), BUILD (its folder).
 JOBS   ?= $(shell nproc)
 BUILD  ?= build
 SANBUILD ?= build-asan
@@ -71,7 +75,10 @@ check-tsan: deps
 
 check: check-format check-main check-asan check-tsan
 
-install: build
+# Only what is installed: the libraries and the command (the command needs the demo model and
+# the benchmark library); headers, pkg-config and CMake files need no build.
+install: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target mstar mstar_static mstar_cli -- --no-print-directory
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: build
