@@ -2,12 +2,17 @@
 #
 #   make demo     install what is missing, build, run the demo (the main job);
 #                 DEMO_ARGS="--abort-rate 0.2" passes options to it
-#   make check    install what is missing, build, run every test: all but gpu in the normal
-#                 build, then unit + integration again under ASan+UBSan, then each fuzz target,
-#                 then unit + integration once more under TSan (check-tsan)
-#   make install  install headers, libraries, pkg-config and CMake files (PREFIX=/usr/local)
+#   make check    install what is missing, check formatting (check-format), build with -Werror,
+#                 run every test: all but gpu in the normal build, then unit + integration again
+#                 under ASan+UBSan, then each fuzz target, then unit + integration once more under
+#                 TSan (check-tsan); every build of make check turns warnings into errors
+#   make install  build libmstar and the mstar command (not the tests), then install headers,
+#                 libraries, the command, pkg-config and CMake files under PREFIX
 #   make bench    run every benchmark suite: report in bench-report/ (docs/bench/: the latest)
 #   make format   clang-format every C source
+#
+# Variables: PREFIX (install root, /usr/local), JOBS (parallel compile jobs, nproc), CMAKE_FLAGS
+# (extra cmake -D options for the normal build, e.g. -DMSTAR_CUDA=OFF), BUILD (its folder).
 JOBS   ?= $(shell nproc)
 BUILD  ?= build
 SANBUILD ?= build-asan
@@ -15,27 +20,44 @@ TSANBUILD ?= build-tsan
 PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 DEMO_ARGS ?=
+WERROR ?=
+SOURCES = git ls-files '*.c' '*.h' '*.cu'
 
-.PHONY: all deps build demo check check-main check-asan check-tsan install bench format clean
+.PHONY: all deps configure build demo check check-format check-main check-asan check-tsan install \
+        bench format clean
 
 all: build
 
 deps:
 	@./scripts/install-deps.sh
 
-build: deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) >/dev/null
+# WERROR=ON|OFF sets -Werror for $(BUILD); left empty, the build keeps what it had, so a make demo
+# after a make check does not rebuild everything.
+configure: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(if $(WERROR),-DMSTAR_WERROR=$(WERROR)) \
+	    $(CMAKE_FLAGS) >/dev/null
+
+build: configure
 	@cmake --build $(BUILD) -j $(JOBS) -- --no-print-directory
 
 demo: build
 	$(BUILD)/mstar demo $(DEMO_ARGS)
+
+# The gates run first: a source that make format would change fails make check before any build.
+check-format:
+	@clang-format --dry-run -Werror $$($(SOURCES)) || \
+	    { echo "make check: the files above are not formatted; run make format"; exit 1; }
+
+# make check builds with -Werror (the sanitizer builds below always do).
+check check-main: WERROR = ON
 
 check-main: build
 	ctest --test-dir $(BUILD) -LE gpu --output-on-failure -j $(JOBS)
 
 check-asan: deps
 	@cmake -S . -B $(SANBUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
-	    -DMSTAR_SANITIZE=address,undefined -DMSTAR_FUZZ=ON -DMSTAR_CUDA=OFF >/dev/null
+	    -DMSTAR_SANITIZE=address,undefined -DMSTAR_FUZZ=ON -DMSTAR_CUDA=OFF -DMSTAR_WERROR=ON \
+	    >/dev/null
 	@cmake --build $(SANBUILD) -j $(JOBS) -- --no-print-directory
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
 	    ctest --test-dir $(SANBUILD) -L 'unit|integration' -E 'unit.install' --output-on-failure -j $(JOBS)
@@ -45,22 +67,25 @@ check-asan: deps
 # report test runs every suite and is too slow under TSan; the install test builds outside.
 check-tsan: deps
 	@cmake -S . -B $(TSANBUILD) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang \
-	    -DMSTAR_SANITIZE=thread -DMSTAR_CUDA=OFF >/dev/null
+	    -DMSTAR_SANITIZE=thread -DMSTAR_CUDA=OFF -DMSTAR_WERROR=ON >/dev/null
 	@cmake --build $(TSANBUILD) -j $(JOBS) -- --no-print-directory
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/sanitizers/tsan.supp halt_on_error=1" \
 	    ctest --test-dir $(TSANBUILD) -L 'unit|integration' -E 'unit.install|test_bench_report' \
 	    --output-on-failure -j $(JOBS)
 
-check: check-main check-asan check-tsan
+check: check-format check-main check-asan check-tsan
 
-install: build
+# Only what is installed: the libraries and the command (the command needs the demo model and
+# the benchmark library); headers, pkg-config and CMake files need no build.
+install: configure
+	@cmake --build $(BUILD) -j $(JOBS) --target mstar mstar_static mstar_cli -- --no-print-directory
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: build
 	$(BUILD)/mstar bench all
 
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+	clang-format -i $$($(SOURCES))
 
 clean:
 	rm -rf $(BUILD) $(SANBUILD) $(TSANBUILD)

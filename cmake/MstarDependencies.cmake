@@ -1,4 +1,4 @@
-# The Debian packages the library builds against (DESIGN.md, "Dependencies"). `make deps`
+# The Debian packages the library builds against (docs/design.md, "Dependencies"). `make deps`
 # installs them; here a missing one is a configure error that names the package.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)

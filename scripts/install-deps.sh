@@ -3,7 +3,7 @@
 # second run on a set-up machine installs nothing and takes a moment.
 set -eu
 packages="cmake make gcc pkg-config libzmq3-dev libmsgpuck-dev libucx-dev libcmocka-dev \
-libyaml-dev clang libclang-rt-14-dev iproute2 procps"
+libyaml-dev clang clang-format libclang-rt-14-dev iproute2 procps"
 missing=""
 for p in $packages; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

@@ -29,6 +29,16 @@ extern "C" {
 #define MSTAR_PRINTF(fmt_idx, arg_idx)
 #endif
 
+/* Marks a function of the public API. libmstar is compiled with hidden visibility, so only what
+ * carries this mark is exported from libmstar.so; internal mstar__ functions and the bundled
+ * msgpuck stay inside and cannot clash with a program's own copies. tests/install checks that
+ * the exported list and the declarations in these headers are the same set. */
+#if defined(__GNUC__)
+#define MSTAR_API __attribute__((visibility("default")))
+#else
+#define MSTAR_API
+#endif
+
 /* ---------------------------------------------------------------------------------------------
  * Status codes
  * ------------------------------------------------------------------------------------------- */
@@ -54,28 +64,29 @@ typedef enum mstar_status {
 } mstar_status;
 
 /* "MSTAR_EPROTO" for MSTAR_EPROTO; "MSTAR_E?" for an unknown code. Never NULL. */
-const char *mstar_status_name(mstar_status status);
+MSTAR_API const char *mstar_status_name(mstar_status status);
 
 /* A short English description of a status code. Never NULL. */
-const char *mstar_strerror(mstar_status status);
+MSTAR_API const char *mstar_strerror(mstar_status status);
 
 /* The message of the last error set on this thread ("" if none). Valid until the next call that
  * sets an error on this thread. */
-const char *mstar_last_error(void);
+MSTAR_API const char *mstar_last_error(void);
 
 /* The status of the last error set on this thread (MSTAR_OK if none). */
-mstar_status mstar_last_status(void);
+MSTAR_API mstar_status mstar_last_status(void);
 
 /* Record an error for this thread and return `status`, so that a failing path reads
  * `return mstar_error_set(MSTAR_EPROTO, "descriptor.dims: %d entries, at most 8", n);`.
  * Public so that user callbacks (step functions, kernels) can report through the same channel. */
-mstar_status mstar_error_set(mstar_status status, const char *fmt, ...) MSTAR_PRINTF(2, 3);
+MSTAR_API mstar_status mstar_error_set(mstar_status status, const char *fmt, ...)
+    MSTAR_PRINTF(2, 3);
 
 /* Prefix the current error message with context: "ctx: <old message>". Returns the last status. */
-mstar_status mstar_error_wrap(const char *fmt, ...) MSTAR_PRINTF(1, 2);
+MSTAR_API mstar_status mstar_error_wrap(const char *fmt, ...) MSTAR_PRINTF(1, 2);
 
 /* Forget this thread's last error. */
-void mstar_error_clear(void);
+MSTAR_API void mstar_error_clear(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Logging
@@ -98,21 +109,21 @@ typedef enum mstar_log_level {
 typedef void (*mstar_log_sink_fn)(mstar_log_level level, const char *line, void *userdata);
 
 /* Log one line at `level` (printf format) if the level is enabled. */
-void mstar_log(mstar_log_level level, const char *fmt, ...) MSTAR_PRINTF(2, 3);
-void mstar_logv(mstar_log_level level, const char *fmt, va_list ap);
+MSTAR_API void mstar_log(mstar_log_level level, const char *fmt, ...) MSTAR_PRINTF(2, 3);
+MSTAR_API void mstar_logv(mstar_log_level level, const char *fmt, va_list ap);
 /* True when lines at `level` are written: a caller can skip building an expensive message. */
-bool mstar_log_enabled(mstar_log_level level);
+MSTAR_API bool mstar_log_enabled(mstar_log_level level);
 /* Override MSTAR_LOG for the whole process; mstar_log_get_level reads the current level. */
-void mstar_log_set_level(mstar_log_level level);
-mstar_log_level mstar_log_get_level(void);
+MSTAR_API void mstar_log_set_level(mstar_log_level level);
+MSTAR_API mstar_log_level mstar_log_get_level(void);
 /* The entity name shown in every line; NULL or "" shows "mstar". Copied. */
-void mstar_log_set_entity(const char *entity);
+MSTAR_API void mstar_log_set_entity(const char *entity);
 /* The entity name set last ("" when none). */
-const char *mstar_log_get_entity(void);
+MSTAR_API const char *mstar_log_get_entity(void);
 /* Replace the stderr sink; NULL restores it. */
-void mstar_log_set_sink(mstar_log_sink_fn sink, void *userdata);
+MSTAR_API void mstar_log_set_sink(mstar_log_sink_fn sink, void *userdata);
 /* "warn" for MSTAR_LOG_WARN. */
-const char *mstar_log_level_name(mstar_log_level level);
+MSTAR_API const char *mstar_log_level_name(mstar_log_level level);
 
 /* ---------------------------------------------------------------------------------------------
  * Environment knobs
@@ -123,18 +134,18 @@ const char *mstar_log_level_name(mstar_log_level level);
  * ------------------------------------------------------------------------------------------- */
 
 /* A decimal integer in [min, max]. */
-mstar_status mstar_env_get_int(const char *name, int64_t def, int64_t min, int64_t max,
-                               int64_t *out);
+MSTAR_API mstar_status mstar_env_get_int(const char *name, int64_t def, int64_t min, int64_t max,
+                                         int64_t *out);
 /* A finite number in [min, max]. */
-mstar_status mstar_env_get_double(const char *name, double def, double min, double max,
-                                  double *out);
+MSTAR_API mstar_status mstar_env_get_double(const char *name, double def, double min, double max,
+                                            double *out);
 /* Accepts 1/0, true/false, yes/no, on/off (any case). */
-mstar_status mstar_env_get_bool(const char *name, bool def, bool *out);
+MSTAR_API mstar_status mstar_env_get_bool(const char *name, bool def, bool *out);
 /* One of `choices` (case-insensitive); *out is the index of the match. */
-mstar_status mstar_env_get_choice(const char *name, const char *const *choices, size_t nchoices,
-                                  size_t def_index, size_t *out);
+MSTAR_API mstar_status mstar_env_get_choice(const char *name, const char *const *choices,
+                                            size_t nchoices, size_t def_index, size_t *out);
 /* The raw value, or `def` when unset or empty. Never fails. */
-const char *mstar_env_get_string(const char *name, const char *def);
+MSTAR_API const char *mstar_env_get_string(const char *name, const char *def);
 
 /* ---------------------------------------------------------------------------------------------
  * Data types
@@ -164,15 +175,15 @@ typedef enum mstar_dtype {
 } mstar_dtype;
 
 /* Element size in bytes; 0 for an invalid code. */
-size_t mstar_dtype_size(mstar_dtype dtype);
+MSTAR_API size_t mstar_dtype_size(mstar_dtype dtype);
 /* The torch name ("float32"); NULL for an invalid code. */
-const char *mstar_dtype_name(mstar_dtype dtype);
+MSTAR_API const char *mstar_dtype_name(mstar_dtype dtype);
 /* Parse a torch name, with or without the "torch." prefix. MSTAR_EINVAL if unknown. */
-mstar_status mstar_dtype_from_name(const char *name, size_t len, mstar_dtype *out);
+MSTAR_API mstar_status mstar_dtype_from_name(const char *name, size_t len, mstar_dtype *out);
 /* True for every code of the table (MSTAR_DTYPE_BOOL ..= MSTAR_DTYPE_FLOAT8_E5M2). */
-bool mstar_dtype_is_valid(int code);
+MSTAR_API bool mstar_dtype_is_valid(int code);
 /* True for the codes the project computes on (bool through float64). */
-bool mstar_dtype_is_computable(mstar_dtype dtype);
+MSTAR_API bool mstar_dtype_is_computable(mstar_dtype dtype);
 
 /* ---------------------------------------------------------------------------------------------
  * Tensor views (DLTensor's meaning: strides in elements, byte_offset added to data)
@@ -196,8 +207,8 @@ typedef struct mstar_tensor {
     void *data;
     mstar_device device;
     mstar_dtype dtype;
-    int32_t ndim;                   /* 0 ..= MSTAR_MAX_NDIM; 0 is a scalar of one element */
-    int64_t shape[MSTAR_MAX_NDIM];  /* each >= 0 */
+    int32_t ndim;                    /* 0 ..= MSTAR_MAX_NDIM; 0 is a scalar of one element */
+    int64_t shape[MSTAR_MAX_NDIM];   /* each >= 0 */
     int64_t strides[MSTAR_MAX_NDIM]; /* in elements */
     uint64_t byte_offset;
 } mstar_tensor;
@@ -211,23 +222,24 @@ static inline mstar_device mstar_device_cpu(void)
 
 /* Fill `t` as a contiguous C-order view. MSTAR_EINVAL on ndim out of range, a negative dim, an
  * invalid dtype, or a shape whose byte size overflows. */
-mstar_status mstar_tensor_init(mstar_tensor *t, void *data, mstar_device device, mstar_dtype dtype,
-                               int32_t ndim, const int64_t *shape);
+MSTAR_API mstar_status mstar_tensor_init(mstar_tensor *t, void *data, mstar_device device,
+                                         mstar_dtype dtype, int32_t ndim, const int64_t *shape);
 /* Product of the shape (1 for ndim 0). Assumes a validated shape. */
-int64_t mstar_tensor_numel(const mstar_tensor *t);
+MSTAR_API int64_t mstar_tensor_numel(const mstar_tensor *t);
 /* numel × element size. */
-uint64_t mstar_tensor_nbytes(const mstar_tensor *t);
+MSTAR_API uint64_t mstar_tensor_nbytes(const mstar_tensor *t);
 /* True when the strides are C-order contiguous (dims of size 1 may carry any stride). */
-bool mstar_tensor_is_contiguous(const mstar_tensor *t);
+MSTAR_API bool mstar_tensor_is_contiguous(const mstar_tensor *t);
 /* The first byte of the view: data + byte_offset. */
-void *mstar_tensor_ptr(const mstar_tensor *t);
+MSTAR_API void *mstar_tensor_ptr(const mstar_tensor *t);
 /* Check ndim, dims, dtype, and that numel × elsize fits in 63 bits; message names `what`. */
-mstar_status mstar_tensor_validate(const mstar_tensor *t, const char *what);
+MSTAR_API mstar_status mstar_tensor_validate(const mstar_tensor *t, const char *what);
 /* numel of a shape with overflow check: MSTAR_ERANGE if the product or its byte size (with
  * `elsize`) does not fit in int64. */
-mstar_status mstar_shape_numel(int32_t ndim, const int64_t *shape, size_t elsize, int64_t *numel);
+MSTAR_API mstar_status mstar_shape_numel(int32_t ndim, const int64_t *shape, size_t elsize,
+                                         int64_t *numel);
 /* Contiguous element strides for a shape. */
-void mstar_shape_contiguous_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
+MSTAR_API void mstar_shape_contiguous_strides(int32_t ndim, const int64_t *shape, int64_t *strides);
 
 /* ---------------------------------------------------------------------------------------------
  * Tensor ids
@@ -240,11 +252,11 @@ void mstar_shape_contiguous_strides(int32_t ndim, const int64_t *shape, int64_t 
 typedef uint64_t mstar_tensor_id;
 
 #define MSTAR_ID_COUNTER_BITS 48
-#define MSTAR_ID_COUNTER_MAX ((UINT64_C(1) << MSTAR_ID_COUNTER_BITS) - 1)
+#define MSTAR_ID_COUNTER_MAX  ((UINT64_C(1) << MSTAR_ID_COUNTER_BITS) - 1)
 
-#define MSTAR_ENTITY_INDEX_API_SERVER 0
-#define MSTAR_ENTITY_INDEX_CONDUCTOR 1
-#define MSTAR_ENTITY_INDEX_PREPROCESS 2
+#define MSTAR_ENTITY_INDEX_API_SERVER  0
+#define MSTAR_ENTITY_INDEX_CONDUCTOR   1
+#define MSTAR_ENTITY_INDEX_PREPROCESS  2
 #define MSTAR_ENTITY_INDEX_WORKER_BASE 100
 
 typedef struct mstar_id_gen {
@@ -253,23 +265,23 @@ typedef struct mstar_id_gen {
 } mstar_id_gen;
 
 /* The id of `entity_index`'s tensor number `counter` (its low 48 bits). */
-mstar_tensor_id mstar_id_make(uint16_t entity_index, uint64_t counter);
+MSTAR_API mstar_tensor_id mstar_id_make(uint16_t entity_index, uint64_t counter);
 /* The producing entity's index (the top 16 bits). */
-uint16_t mstar_id_entity(mstar_tensor_id id);
+MSTAR_API uint16_t mstar_id_entity(mstar_tensor_id id);
 /* The per-entity counter (the low 48 bits). */
-uint64_t mstar_id_counter(mstar_tensor_id id);
+MSTAR_API uint64_t mstar_id_counter(mstar_tensor_id id);
 /* A generator of `entity_index`'s ids, the first with counter 1. Not thread-safe. */
-void mstar_id_gen_init(mstar_id_gen *gen, uint16_t entity_index);
+MSTAR_API void mstar_id_gen_init(mstar_id_gen *gen, uint16_t entity_index);
 /* MSTAR_ERANGE once the 48-bit counter is exhausted. */
-mstar_status mstar_id_gen_next(mstar_id_gen *gen, mstar_tensor_id *out);
+MSTAR_API mstar_status mstar_id_gen_next(mstar_id_gen *gen, mstar_tensor_id *out);
 /* Writes "0x0064000000000001" (19 bytes with the terminator). */
 #define MSTAR_ID_STRLEN 19
-void mstar_id_format(mstar_tensor_id id, char buf[MSTAR_ID_STRLEN]);
+MSTAR_API void mstar_id_format(mstar_tensor_id id, char buf[MSTAR_ID_STRLEN]);
 
 /* The fixed index of a well-known entity name: "api_server", "conductor",
  * "api_server_preprocess_worker", "worker_<r>" (0 <= r < 65436). MSTAR_ENOENT for any other valid
  * name (the mesh assigns those), MSTAR_EINVAL for an invalid one. */
-mstar_status mstar_entity_index(const char *entity, uint16_t *out);
+MSTAR_API mstar_status mstar_entity_index(const char *entity, uint16_t *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Names (entities, segments, signals, walks, nodes)
@@ -280,16 +292,16 @@ mstar_status mstar_entity_index(const char *entity, uint16_t *out);
 /* A name is 1..=MSTAR_NAME_MAX bytes of [A-Za-z0-9_.:-], and is neither "." nor "..", nor does it
  * contain "..". `len` is the byte count (the string need not be terminated). MSTAR_EINVAL with a
  * message naming `what` otherwise. */
-mstar_status mstar_name_validate(const char *name, size_t len, const char *what);
+MSTAR_API mstar_status mstar_name_validate(const char *name, size_t len, const char *what);
 
 /* ---------------------------------------------------------------------------------------------
  * Version
  * ------------------------------------------------------------------------------------------- */
 
 /* "0.1.0" */
-const char *mstar_version_string(void);
+MSTAR_API const char *mstar_version_string(void);
 /* True when the library was built with the CUDA backend. */
-bool mstar_built_with_cuda(void);
+MSTAR_API bool mstar_built_with_cuda(void);
 
 #ifdef __cplusplus
 }

@@ -48,20 +48,21 @@ typedef struct mstar_lazy mstar_lazy;
  * is present; MSTAR_EINVAL for an index past the device count or another device type. The host
  * backend reads MSTAR_HOST_MEMORY_BUDGET_MB (docs/environment.md). Every stream, event, graph,
  * pool and allocation of a backend must be released before mstar_backend_destroy. */
-mstar_status mstar_backend_create(mstar_device device, mstar_backend **out);
-void mstar_backend_destroy(mstar_backend *backend);
-mstar_device mstar_backend_device(const mstar_backend *backend);
+MSTAR_API mstar_status mstar_backend_create(mstar_device device, mstar_backend **out);
+MSTAR_API void mstar_backend_destroy(mstar_backend *backend);
+MSTAR_API mstar_device mstar_backend_device(const mstar_backend *backend);
 /* "host" or "cuda". */
-const char *mstar_backend_name(const mstar_backend *backend);
+MSTAR_API const char *mstar_backend_name(const mstar_backend *backend);
 /* The SM version of a CUDA device as major*10+minor (90 for an H200); 0 on the host backend. */
-int mstar_backend_capability(const mstar_backend *backend);
+MSTAR_API int mstar_backend_capability(const mstar_backend *backend);
 /* Host backend only: override the memory budget (bytes; 0 = unlimited) that mstar_mem_info
  * reports and raw allocations are held to. MSTAR_ENOTSUP on CUDA. */
-mstar_status mstar_backend_set_memory_budget(mstar_backend *backend, uint64_t bytes);
+MSTAR_API mstar_status mstar_backend_set_memory_budget(mstar_backend *backend, uint64_t bytes);
 
 /* Free and total device memory in bytes. Host backend: the budget less what raw allocations hold;
  * with no budget both are UINT64_MAX / 2 ("plenty": plan everything). */
-mstar_status mstar_mem_info(mstar_backend *backend, uint64_t *free_bytes, uint64_t *total_bytes);
+MSTAR_API mstar_status mstar_mem_info(mstar_backend *backend, uint64_t *free_bytes,
+                                      uint64_t *total_bytes);
 
 /* ---------------------------------------------------------------------------------------------
  * Streams and events
@@ -74,29 +75,30 @@ enum {
     MSTAR_STREAM_NON_BLOCKING = 1,
 };
 
-mstar_status mstar_stream_create(mstar_backend *backend, unsigned flags, mstar_stream **out);
+MSTAR_API mstar_status mstar_stream_create(mstar_backend *backend, unsigned flags,
+                                           mstar_stream **out);
 /* Waits for the stream's work, then releases it. NULL is ignored. */
-void mstar_stream_destroy(mstar_stream *stream);
-mstar_backend *mstar_stream_backend(const mstar_stream *stream);
+MSTAR_API void mstar_stream_destroy(mstar_stream *stream);
+MSTAR_API mstar_backend *mstar_stream_backend(const mstar_stream *stream);
 /* The native handle (cudaStream_t) for kernels launched directly; NULL on the host backend. */
-void *mstar_stream_native(const mstar_stream *stream);
+MSTAR_API void *mstar_stream_native(const mstar_stream *stream);
 /* Block until everything enqueued on the stream has run. MSTAR_ESTATE while it captures. */
-mstar_status mstar_stream_synchronize(mstar_stream *stream);
+MSTAR_API mstar_status mstar_stream_synchronize(mstar_stream *stream);
 /* Work enqueued on `stream` after this call waits (on the device, not the host) for the work
  * before the last mstar_event_record of `event`. Both must belong to the same backend. */
-mstar_status mstar_stream_wait_event(mstar_stream *stream, mstar_event *event);
+MSTAR_API mstar_status mstar_stream_wait_event(mstar_stream *stream, mstar_event *event);
 
-mstar_status mstar_event_create(mstar_backend *backend, mstar_event **out);
-void mstar_event_destroy(mstar_event *event);
+MSTAR_API mstar_status mstar_event_create(mstar_backend *backend, mstar_event **out);
+MSTAR_API void mstar_event_destroy(mstar_event *event);
 /* Capture the stream's work so far into the event. */
-mstar_status mstar_event_record(mstar_event *event, mstar_stream *stream);
+MSTAR_API mstar_status mstar_event_record(mstar_event *event, mstar_stream *stream);
 /* MSTAR_OK when the recorded work has completed (or nothing was recorded), MSTAR_EAGAIN while it
  * is still running; another status on a device error. Never blocks. */
-mstar_status mstar_event_query(mstar_event *event);
+MSTAR_API mstar_status mstar_event_query(mstar_event *event);
 /* Block until the recorded work has completed. */
-mstar_status mstar_event_synchronize(mstar_event *event);
+MSTAR_API mstar_status mstar_event_synchronize(mstar_event *event);
 /* The native handle (cudaEvent_t); NULL on the host backend. */
-void *mstar_event_native(const mstar_event *event);
+MSTAR_API void *mstar_event_native(const mstar_event *event);
 
 /* ---------------------------------------------------------------------------------------------
  * Copies and host work
@@ -112,10 +114,11 @@ typedef enum mstar_memcpy_kind {
 /* Enqueue a copy of `nbytes` on the stream. With pageable host memory a CUDA copy may complete
  * before returning; with pinned memory it is asynchronous, so the host side must stay valid
  * until the stream reaches it. While capturing, the copy becomes part of the graph. */
-mstar_status mstar_memcpy_async(mstar_stream *stream, void *dst, const void *src, size_t nbytes,
-                                mstar_memcpy_kind kind);
+MSTAR_API mstar_status mstar_memcpy_async(mstar_stream *stream, void *dst, const void *src,
+                                          size_t nbytes, mstar_memcpy_kind kind);
 /* Enqueue setting `nbytes` of device memory to the byte `value`. */
-mstar_status mstar_memset_async(mstar_stream *stream, void *dst, int value, size_t nbytes);
+MSTAR_API mstar_status mstar_memset_async(mstar_stream *stream, void *dst, int value,
+                                          size_t nbytes);
 
 /* Host work enqueued on a stream: `args` points at the runtime's copy of the bytes given to
  * mstar_launch (aligned for any type), valid while the function runs. */
@@ -126,21 +129,21 @@ typedef void (*mstar_host_fn)(void *args);
  * node (cudaLaunchHostFunc); the function must not call the CUDA runtime. `args_size` may be 0;
  * at most MSTAR_LAUNCH_ARGS_MAX bytes. */
 #define MSTAR_LAUNCH_ARGS_MAX 4096
-mstar_status mstar_launch(mstar_stream *stream, mstar_host_fn fn, const void *args,
-                          size_t args_size);
+MSTAR_API mstar_status mstar_launch(mstar_stream *stream, mstar_host_fn fn, const void *args,
+                                    size_t args_size);
 
 /* ---------------------------------------------------------------------------------------------
  * Memory
  * ------------------------------------------------------------------------------------------- */
 
 /* Raw device memory, aligned to 256 bytes, never cached. Thread-safe. */
-mstar_status mstar_device_alloc(mstar_backend *backend, size_t nbytes, void **out);
+MSTAR_API mstar_status mstar_device_alloc(mstar_backend *backend, size_t nbytes, void **out);
 /* NULL is ignored; MSTAR_EINVAL for a pointer that mstar_device_alloc did not return. */
-mstar_status mstar_device_free(mstar_backend *backend, void *ptr);
+MSTAR_API mstar_status mstar_device_free(mstar_backend *backend, void *ptr);
 
 /* Page-locked host memory (cudaHostAlloc; plain memory on the host backend). Thread-safe. */
-mstar_status mstar_host_alloc_pinned(mstar_backend *backend, size_t nbytes, void **out);
-mstar_status mstar_host_free_pinned(mstar_backend *backend, void *ptr);
+MSTAR_API mstar_status mstar_host_alloc_pinned(mstar_backend *backend, size_t nbytes, void **out);
+MSTAR_API mstar_status mstar_host_free_pinned(mstar_backend *backend, void *ptr);
 /* Flags of mstar_host_register. */
 #define MSTAR_HOST_REGISTER_READ_ONLY 1u /* the range is mapped read-only (a peer's segment) */
 
@@ -150,25 +153,26 @@ mstar_status mstar_host_free_pinned(mstar_backend *backend, void *ptr);
  * be pinned (on CUDA, a file mapping outside tmpfs) fails with MSTAR_EDEVICE and stays usable
  * for synchronous copies. Host backend: the range is recorded and checked, nothing else.
  * Thread-safe. */
-mstar_status mstar_host_register(mstar_backend *backend, void *ptr, size_t nbytes, unsigned flags);
-mstar_status mstar_host_unregister(mstar_backend *backend, void *ptr);
+MSTAR_API mstar_status mstar_host_register(mstar_backend *backend, void *ptr, size_t nbytes,
+                                           unsigned flags);
+MSTAR_API mstar_status mstar_host_unregister(mstar_backend *backend, void *ptr);
 
 /* The caching allocator: blocks carved from raw segments and kept for reuse. For buffers that
  * outlive a step. Refused with MSTAR_ESTATE while any stream of the backend captures: an
  * allocation there is lazy initialisation, which must happen in a warm-up. Thread-safe. */
-mstar_status mstar_caching_alloc(mstar_backend *backend, size_t nbytes, void **out);
-mstar_status mstar_caching_free(mstar_backend *backend, void *ptr);
+MSTAR_API mstar_status mstar_caching_alloc(mstar_backend *backend, size_t nbytes, void **out);
+MSTAR_API mstar_status mstar_caching_free(mstar_backend *backend, void *ptr);
 
 /* The current allocator for step code: the stream's graph pool while it captures into one,
  * otherwise the caching allocator. Free with the same stream (or any stream of the backend that is
  * in the same mode). */
-mstar_status mstar_alloc(mstar_stream *stream, size_t nbytes, void **out);
-mstar_status mstar_free(mstar_stream *stream, void *ptr);
+MSTAR_API mstar_status mstar_alloc(mstar_stream *stream, size_t nbytes, void **out);
+MSTAR_API mstar_status mstar_free(mstar_stream *stream, void *ptr);
 
 /* A contiguous tensor from the current allocator; mstar_tensor_free gives it back. */
-mstar_status mstar_tensor_alloc(mstar_stream *stream, mstar_dtype dtype, int32_t ndim,
-                                const int64_t *shape, mstar_tensor *out);
-mstar_status mstar_tensor_free(mstar_stream *stream, mstar_tensor *tensor);
+MSTAR_API mstar_status mstar_tensor_alloc(mstar_stream *stream, mstar_dtype dtype, int32_t ndim,
+                                          const int64_t *shape, mstar_tensor *out);
+MSTAR_API mstar_status mstar_tensor_free(mstar_stream *stream, mstar_tensor *tensor);
 
 typedef struct mstar_alloc_stats {
     uint64_t reserved;  /* bytes held in segments */
@@ -177,12 +181,12 @@ typedef struct mstar_alloc_stats {
     uint64_t segments;
 } mstar_alloc_stats;
 
-void mstar_caching_stats(mstar_backend *backend, mstar_alloc_stats *out);
-void mstar_caching_reset_peak(mstar_backend *backend);
+MSTAR_API void mstar_caching_stats(mstar_backend *backend, mstar_alloc_stats *out);
+MSTAR_API void mstar_caching_reset_peak(mstar_backend *backend);
 /* Give every caching-allocator segment that holds no live block back to the device (torch's
  * empty_cache): before free memory is read for capture planning. *released may be NULL.
  * MSTAR_ESTATE while a stream of the backend captures. */
-mstar_status mstar_caching_trim(mstar_backend *backend, uint64_t *released);
+MSTAR_API mstar_status mstar_caching_trim(mstar_backend *backend, uint64_t *released);
 
 /* ---------------------------------------------------------------------------------------------
  * Lazy initialisation
@@ -196,11 +200,12 @@ mstar_status mstar_caching_trim(mstar_backend *backend, uint64_t *released);
 typedef mstar_status (*mstar_lazy_fn)(mstar_stream *stream, void *user);
 
 /* `what` names the state in errors ("cuBLAS workspace"); copied. */
-mstar_status mstar_lazy_create(const char *what, mstar_lazy_fn fn, void *user, mstar_lazy **out);
-void mstar_lazy_destroy(mstar_lazy *lazy);
+MSTAR_API mstar_status mstar_lazy_create(const char *what, mstar_lazy_fn fn, void *user,
+                                         mstar_lazy **out);
+MSTAR_API void mstar_lazy_destroy(mstar_lazy *lazy);
 /* Run the initialiser once (thread-safe). A failure is returned and the next call tries again. */
-mstar_status mstar_lazy_ensure(mstar_lazy *lazy, mstar_stream *stream);
-bool mstar_lazy_done(const mstar_lazy *lazy);
+MSTAR_API mstar_status mstar_lazy_ensure(mstar_lazy *lazy, mstar_stream *stream);
+MSTAR_API bool mstar_lazy_done(const mstar_lazy *lazy);
 
 /* ---------------------------------------------------------------------------------------------
  * Raw stream capture
@@ -214,24 +219,24 @@ bool mstar_lazy_done(const mstar_lazy *lazy);
  * the device; global mode makes an unsafe call from any thread — a synchronising copy, a
  * cudaFree — fail loudly instead of silently corrupting the capture). MSTAR_ESTATE if the stream
  * already captures. */
-mstar_status mstar_stream_begin_capture(mstar_stream *stream);
+MSTAR_API mstar_status mstar_stream_begin_capture(mstar_stream *stream);
 /* Stop recording and hand back the graph (not yet instantiated). On a capture the runtime
  * invalidated, MSTAR_EDEVICE and no graph; the stream is usable again either way. */
-mstar_status mstar_stream_end_capture(mstar_stream *stream, mstar_graph **out);
-bool mstar_stream_is_capturing(const mstar_stream *stream);
+MSTAR_API mstar_status mstar_stream_end_capture(mstar_stream *stream, mstar_graph **out);
+MSTAR_API bool mstar_stream_is_capturing(const mstar_stream *stream);
 
 /* Make the graph launchable. `keep_graph` keeps the un-instantiated graph as well (CUDA:
  * cudaGraph_t), for measurements that instantiate copies of it. */
-mstar_status mstar_graph_instantiate(mstar_graph *graph, bool keep_graph);
+MSTAR_API mstar_status mstar_graph_instantiate(mstar_graph *graph, bool keep_graph);
 /* Replay the graph on the stream. */
-mstar_status mstar_graph_launch(mstar_graph *graph, mstar_stream *stream);
+MSTAR_API mstar_status mstar_graph_launch(mstar_graph *graph, mstar_stream *stream);
 /* Nodes in the graph: CUDA graph nodes; recorded calls on the host backend. */
-size_t mstar_graph_node_count(const mstar_graph *graph);
+MSTAR_API size_t mstar_graph_node_count(const mstar_graph *graph);
 /* The kept un-instantiated graph (cudaGraph_t), or NULL (host backend, or not kept). */
-void *mstar_graph_native(const mstar_graph *graph);
-mstar_backend *mstar_graph_backend(const mstar_graph *graph);
+MSTAR_API void *mstar_graph_native(const mstar_graph *graph);
+MSTAR_API mstar_backend *mstar_graph_backend(const mstar_graph *graph);
 /* Releases the graph, its executable and whatever it owns (pool blocks, output buffers). */
-void mstar_graph_destroy(mstar_graph *graph);
+MSTAR_API void mstar_graph_destroy(mstar_graph *graph);
 
 #ifdef __cplusplus
 }

@@ -26,20 +26,20 @@ extern "C" {
 typedef struct mstar_graph_pool mstar_graph_pool;
 
 /* `name` (a valid mstar name, e.g. the node's) appears in logs and in capture plans. */
-mstar_status mstar_graph_pool_create(mstar_backend *backend, const char *name,
-                                     mstar_graph_pool **out);
+MSTAR_API mstar_status mstar_graph_pool_create(mstar_backend *backend, const char *name,
+                                               mstar_graph_pool **out);
 /* Drop the creator's reference. The pool's memory stays until every graph owning blocks of it is
  * destroyed too. NULL is ignored. */
-void mstar_graph_pool_destroy(mstar_graph_pool *pool);
-const char *mstar_graph_pool_name(const mstar_graph_pool *pool);
-mstar_backend *mstar_graph_pool_backend(const mstar_graph_pool *pool);
+MSTAR_API void mstar_graph_pool_destroy(mstar_graph_pool *pool);
+MSTAR_API const char *mstar_graph_pool_name(const mstar_graph_pool *pool);
+MSTAR_API mstar_backend *mstar_graph_pool_backend(const mstar_graph_pool *pool);
 /* reserved = segments the pool holds; allocated = live blocks (graphs' kept blocks included). */
-void mstar_graph_pool_stats(mstar_graph_pool *pool, mstar_alloc_stats *out);
+MSTAR_API void mstar_graph_pool_stats(mstar_graph_pool *pool, mstar_alloc_stats *out);
 /* Give every segment that holds no live block back to the backend (a pool's memory once its
  * graphs are gone; capture planning trims after each throwaway capture, so free memory and the
  * next capture's `taken` start clean). *released (may be NULL) gets the bytes. MSTAR_ESTATE while
  * the pool captures. */
-mstar_status mstar_graph_pool_trim(mstar_graph_pool *pool, uint64_t *released);
+MSTAR_API mstar_status mstar_graph_pool_trim(mstar_graph_pool *pool, uint64_t *released);
 
 /* ---------------------------------------------------------------------------------------------
  * Capture (reference capture_into_graph, capture_with_static_outputs)
@@ -68,9 +68,9 @@ typedef mstar_status (*mstar_capture_fn)(mstar_stream *stream, void *user);
  * allocator again, the pool takes back the capture's blocks, and the next capture on the same
  * pool and stream works (§8.1). The error names the pool and the cause. `stats` may be NULL.
  */
-mstar_status mstar_capture_into_graph(mstar_stream *stream, mstar_graph_pool *pool,
-                                      mstar_capture_fn run, void *user, unsigned flags,
-                                      mstar_graph **out, mstar_capture_stats *stats);
+MSTAR_API mstar_status mstar_capture_into_graph(mstar_stream *stream, mstar_graph_pool *pool,
+                                                mstar_capture_fn run, void *user, unsigned flags,
+                                                mstar_graph **out, mstar_capture_stats *stats);
 
 /* Like mstar_capture_fn, for a run that returns named outputs: it fills `outputs` with views of
  * tensors allocated with mstar_alloc(stream) (or of static buffers). */
@@ -87,11 +87,10 @@ typedef mstar_status (*mstar_capture_outputs_fn)(mstar_stream *stream, void *use
  * buffers (owned by the graph). run's outputs must match the warm outputs (MSTAR_EINVAL names the
  * one that does not).
  */
-mstar_status mstar_capture_with_static_outputs(mstar_stream *stream, mstar_graph_pool *pool,
-                                               mstar_capture_outputs_fn run, void *user,
-                                               const mstar_tensor_map *warm_outputs, unsigned flags,
-                                               mstar_graph **out, mstar_tensor_map *static_outputs,
-                                               mstar_capture_stats *stats);
+MSTAR_API mstar_status mstar_capture_with_static_outputs(
+    mstar_stream *stream, mstar_graph_pool *pool, mstar_capture_outputs_fn run, void *user,
+    const mstar_tensor_map *warm_outputs, unsigned flags, mstar_graph **out,
+    mstar_tensor_map *static_outputs, mstar_capture_stats *stats);
 
 /* ---------------------------------------------------------------------------------------------
  * Padding rows (reference DummyRowPool, dummy_rid_handle, dummy_rid_name)
@@ -100,9 +99,9 @@ mstar_status mstar_capture_with_static_outputs(mstar_stream *stream, mstar_graph
 /* The handle minted for a padding-row name: a process-wide registry hands out -1, -2, … in
  * first-seen order and returns the same handle for the same name (so minting follows config order
  * and is identical on every rank). Real requests have handles >= 0. Thread-safe. */
-mstar_status mstar_dummy_rid_handle(const char *name, int64_t *out);
+MSTAR_API mstar_status mstar_dummy_rid_handle(const char *name, int64_t *out);
 /* The name a padding handle was minted from, for logs; NULL for an unknown handle. */
-const char *mstar_dummy_rid_name(int64_t handle);
+MSTAR_API const char *mstar_dummy_rid_name(int64_t handle);
 static inline bool mstar_is_padding_row(int64_t handle)
 {
     return handle < 0;
@@ -112,21 +111,21 @@ typedef struct mstar_dummy_rows mstar_dummy_rows;
 
 /* Padding rows named "__cg_<prefix>_<key>_<i>__". Rows are ingested into the step runner's
  * resources once and kept for the pool's life (a re-ingest would orphan storage). */
-mstar_status mstar_dummy_rows_create(const char *prefix, mstar_step_runner *step_runner,
-                                     mstar_dummy_rows **out);
+MSTAR_API mstar_status mstar_dummy_rows_create(const char *prefix, mstar_step_runner *step_runner,
+                                               mstar_dummy_rows **out);
 /* Removes every row it ingested from the resources. */
-void mstar_dummy_rows_destroy(mstar_dummy_rows *rows);
+MSTAR_API void mstar_dummy_rows_destroy(mstar_dummy_rows *rows);
 /* The first `bs` handles of `key` (borrowed; valid until the pool is destroyed). */
-mstar_status mstar_dummy_rows_handles(mstar_dummy_rows *rows, const char *key, int64_t bs,
-                                      const int64_t **out);
+MSTAR_API mstar_status mstar_dummy_rows_handles(mstar_dummy_rows *rows, const char *key, int64_t bs,
+                                                const int64_t **out);
 /* Same, ingesting any row not opened yet. */
-mstar_status mstar_dummy_rows_ensure(mstar_dummy_rows *rows, const char *key, int64_t bs,
-                                     const int64_t **out);
+MSTAR_API mstar_status mstar_dummy_rows_ensure(mstar_dummy_rows *rows, const char *key, int64_t bs,
+                                               const int64_t **out);
 /* Back to a clean stream (length 0) in every resource; `free_storage` gives storage back. */
-mstar_status mstar_dummy_rows_reset(mstar_dummy_rows *rows, const int64_t *rids, size_t n,
-                                    bool free_storage);
+MSTAR_API mstar_status mstar_dummy_rows_reset(mstar_dummy_rows *rows, const int64_t *rids, size_t n,
+                                              bool free_storage);
 /* Give back every row's storage once capture is done: replays pad with zero-length rows. */
-mstar_status mstar_dummy_rows_release_all(mstar_dummy_rows *rows);
+MSTAR_API mstar_status mstar_dummy_rows_release_all(mstar_dummy_rows *rows);
 
 /* Stand-in request info for padding rows (reference dummy_metadata / CurrentForwardPassInfo). */
 typedef struct mstar_forward_info {
@@ -138,7 +137,7 @@ typedef struct mstar_forward_info {
 } mstar_forward_info;
 
 /* graph_walk, requires_cfg = false, fwd_index = 0, random_seed = 0, max_tokens = 1. */
-mstar_forward_info mstar_dummy_metadata(const char *graph_walk);
+MSTAR_API mstar_forward_info mstar_dummy_metadata(const char *graph_walk);
 
 /* ---------------------------------------------------------------------------------------------
  * Configs (reference AcceleratorGraphConfig)
@@ -209,11 +208,12 @@ typedef struct mstar_graph_config {
 #define MSTAR_NUM_WARMUP 2
 
 /* Defaults: BATCHED, caps_eager_batch_size true, multiplier 1, compile NONE, default sizes. */
-void mstar_graph_config_init(mstar_graph_config *config);
+MSTAR_API void mstar_graph_config_init(mstar_graph_config *config);
 /* The checks a runner applies to each config (§1): walk names, positive unique sizes (stored
  * sorted), a template, PACKED buckets with num_tokens == bs rejected (§8.10), multiplier >= 1, a
  * known compile mode. MSTAR_EINVAL naming config_idx and the field. */
-mstar_status mstar_graph_config_validate(const mstar_graph_config *config, uint32_t config_idx);
+MSTAR_API mstar_status mstar_graph_config_validate(const mstar_graph_config *config,
+                                                   uint32_t config_idx);
 
 /* ---------------------------------------------------------------------------------------------
  * The submodule a runner drives
@@ -250,95 +250,106 @@ typedef struct mstar_graph_runner_options {
     mstar_dtype autocast_dtype;     /* MSTAR_DTYPE_INVALID: none */
 } mstar_graph_runner_options;
 
-mstar_status mstar_graph_runner_create(const mstar_graph_runner_options *opts,
-                                       mstar_graph_runner **out);
-void mstar_graph_runner_destroy(mstar_graph_runner *runner);
-int32_t mstar_graph_runner_num_slots(const mstar_graph_runner *runner);
-mstar_stream *mstar_graph_runner_plan_stream(const mstar_graph_runner *runner);
-mstar_dummy_rows *mstar_graph_runner_dummy_rows(mstar_graph_runner *runner);
+MSTAR_API mstar_status mstar_graph_runner_create(const mstar_graph_runner_options *opts,
+                                                 mstar_graph_runner **out);
+MSTAR_API void mstar_graph_runner_destroy(mstar_graph_runner *runner);
+MSTAR_API int32_t mstar_graph_runner_num_slots(const mstar_graph_runner *runner);
+MSTAR_API mstar_stream *mstar_graph_runner_plan_stream(const mstar_graph_runner *runner);
+MSTAR_API mstar_dummy_rows *mstar_graph_runner_dummy_rows(mstar_graph_runner *runner);
 
 /* Every configured bucket, in capture order: descending (bs, num_tokens) (§3.6). Borrowed. */
-const mstar_bucket_key *mstar_graph_runner_buckets(const mstar_graph_runner *runner, size_t *n);
+MSTAR_API const mstar_bucket_key *mstar_graph_runner_buckets(const mstar_graph_runner *runner,
+                                                             size_t *n);
 /* Claim this runner's capture jobs with the step runner (reference prepare_for_capture); call on
  * every runner of the device, then mstar_step_runner_build_graph_buffers once. */
-mstar_status mstar_graph_runner_prepare_for_capture(mstar_graph_runner *runner,
-                                                    const mstar_cg_slot_spec **specs, size_t *n);
+MSTAR_API mstar_status mstar_graph_runner_prepare_for_capture(mstar_graph_runner *runner,
+                                                              const mstar_cg_slot_spec **specs,
+                                                              size_t *n);
 
 /* Warm every slot of `bucket` up (2 forwards, each after a reset and re-plan) without capturing;
  * *peak = the largest caching-allocator peak above the pre-warm baseline. A hook for sizing. */
-mstar_status mstar_graph_runner_warm_bucket(mstar_graph_runner *runner,
-                                            const mstar_bucket_key *bucket, uint64_t *peak);
+MSTAR_API mstar_status mstar_graph_runner_warm_bucket(mstar_graph_runner *runner,
+                                                      const mstar_bucket_key *bucket,
+                                                      uint64_t *peak);
 /* Capture one slot of `bucket` once and hand the graph to the caller instead of registering it
  * (sizing's throwaway capture; flags as mstar_capture_into_graph). */
-mstar_status mstar_graph_runner_capture_throwaway(mstar_graph_runner *runner,
-                                                  const mstar_bucket_key *bucket, unsigned flags,
-                                                  mstar_graph **out, mstar_capture_stats *stats);
+MSTAR_API mstar_status mstar_graph_runner_capture_throwaway(mstar_graph_runner *runner,
+                                                            const mstar_bucket_key *bucket,
+                                                            unsigned flags, mstar_graph **out,
+                                                            mstar_capture_stats *stats);
 /* Capture the planned buckets (NULL: every bucket), each slot warmed first, largest first. A
  * bucket whose capture fails, or whose step a resource blocks, is dropped (all its slots) and
  * logged; the rest still capture. Fails only on errors that leave nothing usable. */
-mstar_status mstar_graph_runner_warmup_and_capture(mstar_graph_runner *runner,
-                                                   const mstar_bucket_key *planned, size_t n);
+MSTAR_API mstar_status mstar_graph_runner_warmup_and_capture(mstar_graph_runner *runner,
+                                                             const mstar_bucket_key *planned,
+                                                             size_t n);
 /* Buckets not captured: planned out, failed or blocked (borrowed). */
-const mstar_bucket_key *mstar_graph_runner_dropped_buckets(const mstar_graph_runner *runner,
-                                                           size_t *n);
+MSTAR_API const mstar_bucket_key *
+mstar_graph_runner_dropped_buckets(const mstar_graph_runner *runner, size_t *n);
 /* Forget a captured bucket (e.g. another rank dropped it, §4.6): lookups then miss it. */
-mstar_status mstar_graph_runner_drop_bucket(mstar_graph_runner *runner,
-                                            const mstar_bucket_key *bucket);
+MSTAR_API mstar_status mstar_graph_runner_drop_bucket(mstar_graph_runner *runner,
+                                                      const mstar_bucket_key *bucket);
 
 /* Lookups (§2.4–2.7). num_tokens < 0: the inputs are not built yet (batched search). */
-bool mstar_graph_runner_select_bucket(const mstar_graph_runner *runner, const char *graph_walk,
-                                      int64_t bs, int64_t num_tokens, const char *cg_key_info,
-                                      mstar_bucket_key *out);
-bool mstar_graph_runner_select_batched_bucket(const mstar_graph_runner *runner,
-                                              const char *graph_walk, int64_t bs,
-                                              const char *cg_key_info, mstar_bucket_key *out);
+MSTAR_API bool mstar_graph_runner_select_bucket(const mstar_graph_runner *runner,
+                                                const char *graph_walk, int64_t bs,
+                                                int64_t num_tokens, const char *cg_key_info,
+                                                mstar_bucket_key *out);
+MSTAR_API bool mstar_graph_runner_select_batched_bucket(const mstar_graph_runner *runner,
+                                                        const char *graph_walk, int64_t bs,
+                                                        const char *cg_key_info,
+                                                        mstar_bucket_key *out);
 /* slot < 0 takes the next slot of the device's one lease counter; a caller that reserved one
  * (pre-plan) passes it back. false: no bucket (run eager). */
-bool mstar_graph_runner_lease_slot(mstar_graph_runner *runner, const char *graph_walk, int64_t bs,
-                                   int32_t slot, int64_t num_tokens, const char *cg_key_info,
-                                   mstar_slot_lease *out);
-bool mstar_graph_runner_can_run(const mstar_graph_runner *runner, const char *graph_walk,
-                                int64_t bs, int64_t num_tokens, const char *cg_key_info);
-bool mstar_graph_runner_captures_walk(const mstar_graph_runner *runner, const char *graph_walk);
-bool mstar_graph_runner_any_graphs(const mstar_graph_runner *runner);
+MSTAR_API bool mstar_graph_runner_lease_slot(mstar_graph_runner *runner, const char *graph_walk,
+                                             int64_t bs, int32_t slot, int64_t num_tokens,
+                                             const char *cg_key_info, mstar_slot_lease *out);
+MSTAR_API bool mstar_graph_runner_can_run(const mstar_graph_runner *runner, const char *graph_walk,
+                                          int64_t bs, int64_t num_tokens, const char *cg_key_info);
+MSTAR_API bool mstar_graph_runner_captures_walk(const mstar_graph_runner *runner,
+                                                const char *graph_walk);
+MSTAR_API bool mstar_graph_runner_any_graphs(const mstar_graph_runner *runner);
 /* Largest configured bs over configs replaying the walk that cap the eager batch; -1: no cap. */
-int64_t mstar_graph_runner_max_batch_size_for(const mstar_graph_runner *runner,
-                                              const char *graph_walk);
-bool mstar_graph_runner_is_packed(const mstar_graph_runner *runner, const mstar_slot_lease *lease);
+MSTAR_API int64_t mstar_graph_runner_max_batch_size_for(const mstar_graph_runner *runner,
+                                                        const char *graph_walk);
+MSTAR_API bool mstar_graph_runner_is_packed(const mstar_graph_runner *runner,
+                                            const mstar_slot_lease *lease);
 /* The lease's config (NULL for an unknown lease); *config_idx may be NULL. */
-const mstar_graph_config *mstar_graph_runner_config_for(const mstar_graph_runner *runner,
-                                                        const mstar_slot_lease *lease,
-                                                        uint32_t *config_idx);
+MSTAR_API const mstar_graph_config *mstar_graph_runner_config_for(const mstar_graph_runner *runner,
+                                                                  const mstar_slot_lease *lease,
+                                                                  uint32_t *config_idx);
 
 /* One captured graph and the buffers its replay reads and writes (reference AcceleratorGraphSlot).
  */
 typedef struct mstar_graph_slot mstar_graph_slot;
-const mstar_graph_slot *mstar_graph_runner_slot_for(const mstar_graph_runner *runner,
-                                                    const mstar_slot_lease *lease);
-const mstar_graph *mstar_graph_slot_graph(const mstar_graph_slot *slot);
-const mstar_tensor_map *mstar_graph_slot_static_inputs(const mstar_graph_slot *slot);
-const mstar_tensor_map *mstar_graph_slot_static_outputs(const mstar_graph_slot *slot);
-const int64_t *mstar_graph_slot_dummy_rids(const mstar_graph_slot *slot, size_t *n);
+MSTAR_API const mstar_graph_slot *mstar_graph_runner_slot_for(const mstar_graph_runner *runner,
+                                                              const mstar_slot_lease *lease);
+MSTAR_API const mstar_graph *mstar_graph_slot_graph(const mstar_graph_slot *slot);
+MSTAR_API const mstar_tensor_map *mstar_graph_slot_static_inputs(const mstar_graph_slot *slot);
+MSTAR_API const mstar_tensor_map *mstar_graph_slot_static_outputs(const mstar_graph_slot *slot);
+MSTAR_API const int64_t *mstar_graph_slot_dummy_rids(const mstar_graph_slot *slot, size_t *n);
 
 /* The step around a replay (§2.9, §2.10). `out` has room for lease->bucket.bs entries. */
-mstar_status mstar_graph_runner_pad_inputs(mstar_graph_runner *runner,
-                                           const mstar_slot_lease *lease,
-                                           const mstar_node_input *inputs, size_t n,
-                                           mstar_node_input *out);
-mstar_status mstar_graph_runner_step_ids(mstar_graph_runner *runner, const mstar_slot_lease *lease,
-                                         const int64_t *real_ids, size_t n, int64_t *out);
-mstar_status mstar_graph_runner_step_metadata(mstar_graph_runner *runner,
-                                              const mstar_slot_lease *lease,
-                                              const mstar_forward_info *real, size_t n,
-                                              mstar_forward_info *out);
+MSTAR_API mstar_status mstar_graph_runner_pad_inputs(mstar_graph_runner *runner,
+                                                     const mstar_slot_lease *lease,
+                                                     const mstar_node_input *inputs, size_t n,
+                                                     mstar_node_input *out);
+MSTAR_API mstar_status mstar_graph_runner_step_ids(mstar_graph_runner *runner,
+                                                   const mstar_slot_lease *lease,
+                                                   const int64_t *real_ids, size_t n, int64_t *out);
+MSTAR_API mstar_status mstar_graph_runner_step_metadata(mstar_graph_runner *runner,
+                                                        const mstar_slot_lease *lease,
+                                                        const mstar_forward_info *real, size_t n,
+                                                        mstar_forward_info *out);
 /* Template rows for a declare-only call, cached per bucket: read-only, shared by every caller
  * (§8.15). Only for declare_step; never mutate them or preprocess them. */
-mstar_status mstar_graph_runner_declare_inputs_for(mstar_graph_runner *runner,
-                                                   const mstar_slot_lease *lease,
-                                                   const mstar_node_input **rows, size_t *n);
+MSTAR_API mstar_status mstar_graph_runner_declare_inputs_for(mstar_graph_runner *runner,
+                                                             const mstar_slot_lease *lease,
+                                                             const mstar_node_input **rows,
+                                                             size_t *n);
 /* Reset the padding rows [real_bs, bs) after a leased step, on success or failure. */
-mstar_status mstar_graph_runner_release(mstar_graph_runner *runner, const mstar_slot_lease *lease,
-                                        int64_t real_bs);
+MSTAR_API mstar_status mstar_graph_runner_release(mstar_graph_runner *runner,
+                                                  const mstar_slot_lease *lease, int64_t real_bs);
 
 /*
  * Zero-copy staging (a C addition): the leased slot's static input `key` — the buffer its graph
@@ -352,9 +363,10 @@ mstar_status mstar_graph_runner_release(mstar_graph_runner *runner, const mstar_
  * `len` keep their contents, as after a staging copy. MSTAR_ENOENT: the lease names no captured
  * bucket or slot, or the bucket captured no input `key`; MSTAR_ERANGE: len out of range.
  */
-mstar_status mstar_graph_runner_static_input(const mstar_graph_runner *runner,
-                                             const mstar_slot_lease *lease, const char *key,
-                                             int64_t len, mstar_tensor *out);
+MSTAR_API mstar_status mstar_graph_runner_static_input(const mstar_graph_runner *runner,
+                                                       const mstar_slot_lease *lease,
+                                                       const char *key, int64_t len,
+                                                       mstar_tensor *out);
 
 /*
  * Stage `preprocessed` into the slot's static inputs (each narrowed on its recorded seq dim, on
@@ -365,11 +377,9 @@ mstar_status mstar_graph_runner_static_input(const mstar_graph_runner *runner,
  * MSTAR_EINVAL; a captured key missing from `preprocessed` keeps its last contents and is warned
  * about once per key (§8.17). launch_started is set on every path, failures included (§8.27).
  */
-mstar_status mstar_graph_runner_run_forward(mstar_graph_runner *runner,
-                                            const mstar_slot_lease *lease,
-                                            const mstar_tensor_map *preprocessed,
-                                            mstar_event *plan_done, mstar_signal *launch_started,
-                                            const mstar_tensor_map **outputs);
+MSTAR_API mstar_status mstar_graph_runner_run_forward(
+    mstar_graph_runner *runner, const mstar_slot_lease *lease, const mstar_tensor_map *preprocessed,
+    mstar_event *plan_done, mstar_signal *launch_started, const mstar_tensor_map **outputs);
 
 #ifdef __cplusplus
 }

@@ -37,44 +37,44 @@ typedef struct mstar_mesh_options {
 
 /* Bind `entity`'s inbox. `opts` may be NULL (all defaults from the environment). A bad knob, an
  * invalid entity name or a bind failure is an error naming the endpoint. */
-mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opts,
-                               mstar_mesh **out);
+MSTAR_API mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opts,
+                                         mstar_mesh **out);
 /* Close every socket (linger 0), the eventfd, and remove the ipc file this entity bound. */
-void mstar_mesh_destroy(mstar_mesh *mesh);
+MSTAR_API void mstar_mesh_destroy(mstar_mesh *mesh);
 
 /* The entity this mesh's inbox belongs to ("" for NULL). */
-const char *mstar_mesh_entity(const mstar_mesh *mesh);
+MSTAR_API const char *mstar_mesh_entity(const mstar_mesh *mesh);
 /* The entity's index for tensor ids: mstar_entity_index's for a well-known name, else the offset
  * of its TCP port, 1000 + (byte sum of the name mod 1000) (docs/architecture.md). */
-uint16_t mstar_mesh_entity_index(const mstar_mesh *mesh);
+MSTAR_API uint16_t mstar_mesh_entity_index(const mstar_mesh *mesh);
 
 /* The endpoint string an entity binds under these options ("ipc:///tmp/mstar/worker_0.ipc"). */
-mstar_status mstar_mesh_endpoint(const mstar_mesh_options *opts, const char *entity, char *buf,
-                                 size_t size);
+MSTAR_API mstar_status mstar_mesh_endpoint(const mstar_mesh_options *opts, const char *entity,
+                                           char *buf, size_t size);
 
 /* Encode and send `msg` to `peer` (connecting on first use); fills msg->from. Non-blocking:
  * MSTAR_EAGAIN if the peer's queue is full (high-water mark). */
-mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg);
+MSTAR_API mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg);
 /* Send raw bytes (tests, and peers speaking their own format). */
-mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data,
-                                 size_t len);
+MSTAR_API mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data,
+                                           size_t len);
 
 /* Receive the next valid message into *out (which the caller later mstar_msg_clear's). Waits up
  * to timeout_ms (0 = poll, -1 = forever); MSTAR_EAGAIN when none arrived. Undecodable frames are
  * logged, counted and skipped. A pending wake-up makes the call return MSTAR_EAGAIN early. */
-mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out);
+MSTAR_API mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out);
 
 /* Frames dropped as undecodable since creation (0 for NULL). */
-uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);
+MSTAR_API uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);
 
 /* The fds an event loop polls: the inbox (ZMQ_FD: edge-triggered, readable means "check
  * mstar_mesh_recv with timeout 0 until MSTAR_EAGAIN") and the wake-up eventfd. */
-int mstar_mesh_inbox_fd(const mstar_mesh *mesh);
-int mstar_mesh_wake_fd(const mstar_mesh *mesh);
+MSTAR_API int mstar_mesh_inbox_fd(const mstar_mesh *mesh);
+MSTAR_API int mstar_mesh_wake_fd(const mstar_mesh *mesh);
 /* Wake the loop (any thread). */
-mstar_status mstar_mesh_wake(mstar_mesh *mesh);
+MSTAR_API mstar_status mstar_mesh_wake(mstar_mesh *mesh);
 /* Drain the eventfd; returns how many wakes were pending. */
-uint64_t mstar_mesh_wake_drain(mstar_mesh *mesh);
+MSTAR_API uint64_t mstar_mesh_wake_drain(mstar_mesh *mesh);
 
 #ifdef __cplusplus
 }

@@ -108,11 +108,11 @@ typedef struct mstar_piecewise_config {
 } mstar_piecewise_config;
 
 /* Zeroed: BATCHED, default batch sizes, compile NONE, no lease before the step. */
-void mstar_piecewise_config_init(mstar_piecewise_config *config);
+MSTAR_API void mstar_piecewise_config_init(mstar_piecewise_config *config);
 /* The checks a runner applies (§1): both callbacks, a known kind and compile mode, positive
  * unique sizes, seq_len >= 1 (BATCHED), total_tokens given (PACKED) with no shape whose tokens
  * equal its bs (§8.10). MSTAR_EINVAL naming the field. */
-mstar_status mstar_piecewise_config_validate(const mstar_piecewise_config *config);
+MSTAR_API mstar_status mstar_piecewise_config_validate(const mstar_piecewise_config *config);
 /*
  * Reference replay_seq_lens(shape, seq_lens, real_bs): the tokens each of shape->bs rows carries
  * in a replay's step. BATCHED: the shape's own lengths, padding rows included (the batch axis is
@@ -120,10 +120,10 @@ mstar_status mstar_piecewise_config_validate(const mstar_piecewise_config *confi
  * padding row, so the plan sums to the real token count. `out` has room for shape->bs entries;
  * `seq_lens` (real_bs entries) may be NULL for BATCHED.
  */
-mstar_status mstar_piecewise_replay_seq_lens(const mstar_piecewise_config *config,
-                                             const mstar_piecewise_shape *shape,
-                                             const int64_t *seq_lens, int64_t real_bs,
-                                             int64_t *out);
+MSTAR_API mstar_status mstar_piecewise_replay_seq_lens(const mstar_piecewise_config *config,
+                                                       const mstar_piecewise_shape *shape,
+                                                       const int64_t *seq_lens, int64_t real_bs,
+                                                       int64_t *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Outputs (reference PiecewiseOutput)
@@ -138,20 +138,20 @@ typedef struct mstar_piecewise_output {
     mstar_stream *stream; /* the compute stream the replay ran on */
 } mstar_piecewise_output;
 
-size_t mstar_piecewise_output_count(const mstar_piecewise_output *out);
+MSTAR_API size_t mstar_piecewise_output_count(const mstar_piecewise_output *out);
 /* The i-th output's name (insertion order), NULL past the end. */
-const char *mstar_piecewise_output_key(const mstar_piecewise_output *out, size_t i);
-bool mstar_piecewise_output_contains(const mstar_piecewise_output *out, const char *key);
+MSTAR_API const char *mstar_piecewise_output_key(const mstar_piecewise_output *out, size_t i);
+MSTAR_API bool mstar_piecewise_output_contains(const mstar_piecewise_output *out, const char *key);
 /* The leading real_len rows WITHOUT a copy: a view of the static buffer, overwritten by this
  * runner's next run (nothing else writes there: the buffer is outside the pool). Read it within
  * the step. MSTAR_ENOENT for an unknown key. */
-mstar_status mstar_piecewise_output_get_view(const mstar_piecewise_output *out, const char *key,
-                                             mstar_tensor *view);
+MSTAR_API mstar_status mstar_piecewise_output_get_view(const mstar_piecewise_output *out,
+                                                       const char *key, mstar_tensor *view);
 /* An owned copy of the leading real_len rows, safe past the next run: allocated with
  * mstar_tensor_alloc(out->stream) and copied on that stream (after the replay); give it back
  * with mstar_tensor_free(out->stream, copy). MSTAR_ENOENT for an unknown key. */
-mstar_status mstar_piecewise_output_get(const mstar_piecewise_output *out, const char *key,
-                                        mstar_tensor *copy);
+MSTAR_API mstar_status mstar_piecewise_output_get(const mstar_piecewise_output *out,
+                                                  const char *key, mstar_tensor *copy);
 
 /* ---------------------------------------------------------------------------------------------
  * The runner
@@ -169,70 +169,75 @@ typedef struct mstar_piecewise_runner_options {
     const char *node_name;                /* for logs; NULL: none */
 } mstar_piecewise_runner_options;
 
-mstar_status mstar_piecewise_runner_create(const mstar_piecewise_runner_options *opts,
-                                           mstar_piecewise_runner **out);
+MSTAR_API mstar_status mstar_piecewise_runner_create(const mstar_piecewise_runner_options *opts,
+                                                     mstar_piecewise_runner **out);
 /* Destroys the graphs (their pool blocks go back to the pool, their output buffers are freed),
  * the static inputs the runner owns and its padding rows. NULL is ignored. */
-void mstar_piecewise_runner_destroy(mstar_piecewise_runner *runner);
-const char *mstar_piecewise_runner_label(const mstar_piecewise_runner *runner);
-int32_t mstar_piecewise_runner_num_slots(const mstar_piecewise_runner *runner);
-mstar_dummy_rows *mstar_piecewise_runner_dummy_rows(mstar_piecewise_runner *runner);
+MSTAR_API void mstar_piecewise_runner_destroy(mstar_piecewise_runner *runner);
+MSTAR_API const char *mstar_piecewise_runner_label(const mstar_piecewise_runner *runner);
+MSTAR_API int32_t mstar_piecewise_runner_num_slots(const mstar_piecewise_runner *runner);
+MSTAR_API mstar_dummy_rows *mstar_piecewise_runner_dummy_rows(mstar_piecewise_runner *runner);
 
 /* Every configured shape as a bucket key, in capture order: descending (bs, total_tokens).
  * Borrowed. */
-const mstar_bucket_key *mstar_piecewise_runner_buckets(const mstar_piecewise_runner *runner,
-                                                       size_t *n);
+MSTAR_API const mstar_bucket_key *
+mstar_piecewise_runner_buckets(const mstar_piecewise_runner *runner, size_t *n);
 /* Claim every (shape, slot) with the step runner (reference prepare_for_capture); call on every
  * runner of the device, then mstar_step_runner_build_graph_buffers once. */
-mstar_status mstar_piecewise_runner_prepare_for_capture(mstar_piecewise_runner *runner,
-                                                        const mstar_cg_slot_spec **specs,
-                                                        size_t *n);
+MSTAR_API mstar_status mstar_piecewise_runner_prepare_for_capture(mstar_piecewise_runner *runner,
+                                                                  const mstar_cg_slot_spec **specs,
+                                                                  size_t *n);
 /* Sizing hooks (reference size_captures, WarmedRegion): warm every slot of a shape (declare,
  * admit, plan, 2 eager runs each followed by a reset and re-plan) without capturing; *peak = the
  * largest caching-allocator peak above the pre-warm baseline. */
-mstar_status mstar_piecewise_runner_warm_bucket(mstar_piecewise_runner *runner,
-                                                const mstar_bucket_key *bucket, uint64_t *peak);
+MSTAR_API mstar_status mstar_piecewise_runner_warm_bucket(mstar_piecewise_runner *runner,
+                                                          const mstar_bucket_key *bucket,
+                                                          uint64_t *peak);
 /* Capture slot 0 of a shape once and hand the graph to the caller instead of keeping it; `stats`
  * reports the pool bytes it took and kept (flags as mstar_capture_into_graph). */
-mstar_status mstar_piecewise_runner_capture_throwaway(mstar_piecewise_runner *runner,
-                                                      const mstar_bucket_key *bucket,
-                                                      unsigned flags, mstar_graph **out,
-                                                      mstar_capture_stats *stats);
+MSTAR_API mstar_status mstar_piecewise_runner_capture_throwaway(mstar_piecewise_runner *runner,
+                                                                const mstar_bucket_key *bucket,
+                                                                unsigned flags, mstar_graph **out,
+                                                                mstar_capture_stats *stats);
 /* Capture the planned shapes (NULL: every shape), largest first, each slot warmed first. A shape
  * whose capture fails on any slot, or whose step a resource blocks, is dropped whole and logged;
  * the rest still capture. Padding rows are reset (storage freed) after every capture, failed ones
  * included (§8.30). MSTAR_ESTATE before the graph buffers are built. */
-mstar_status mstar_piecewise_runner_warmup_and_capture(mstar_piecewise_runner *runner,
-                                                       const mstar_bucket_key *planned, size_t n);
+MSTAR_API mstar_status mstar_piecewise_runner_warmup_and_capture(mstar_piecewise_runner *runner,
+                                                                 const mstar_bucket_key *planned,
+                                                                 size_t n);
 /* Shapes not captured: planned out, failed or blocked (reference dropped_shapes; borrowed). */
-const mstar_bucket_key *mstar_piecewise_runner_dropped_shapes(const mstar_piecewise_runner *runner,
-                                                              size_t *n);
+MSTAR_API const mstar_bucket_key *
+mstar_piecewise_runner_dropped_shapes(const mstar_piecewise_runner *runner, size_t *n);
 /* Forget a captured shape (another rank dropped it, §4.6): lookups then miss it. */
-mstar_status mstar_piecewise_runner_drop_shape(mstar_piecewise_runner *runner,
-                                               const mstar_bucket_key *bucket);
-bool mstar_piecewise_runner_any_graphs(const mstar_piecewise_runner *runner);
+MSTAR_API mstar_status mstar_piecewise_runner_drop_shape(mstar_piecewise_runner *runner,
+                                                         const mstar_bucket_key *bucket);
+MSTAR_API bool mstar_piecewise_runner_any_graphs(const mstar_piecewise_runner *runner);
 
 /* Lookups (§6). The batch pads to the smallest configured bs >= batch_size, and that exact shape
  * must be captured: BATCHED (padded bs, seq_len·padded bs), total_tokens ignored; PACKED the
  * smallest captured total >= total_tokens at the padded bs (total_tokens < 0: none, no shape). */
-bool mstar_piecewise_runner_can_run(const mstar_piecewise_runner *runner, int64_t batch_size,
-                                    int64_t total_tokens);
+MSTAR_API bool mstar_piecewise_runner_can_run(const mstar_piecewise_runner *runner,
+                                              int64_t batch_size, int64_t total_tokens);
 /* The shape and slot a batch would replay on, asked before the forward, so the outer step can
  * plan the region's resources against it. The slot is the runner's current one (set_slot).
  * false: no shape (the region runs eager). */
-bool mstar_piecewise_runner_lease_slot(const mstar_piecewise_runner *runner, int64_t batch_size,
-                                       int64_t total_tokens, mstar_slot_lease *out);
-bool mstar_piecewise_runner_lease_before_step(const mstar_piecewise_runner *runner);
+MSTAR_API bool mstar_piecewise_runner_lease_slot(const mstar_piecewise_runner *runner,
+                                                 int64_t batch_size, int64_t total_tokens,
+                                                 mstar_slot_lease *out);
+MSTAR_API bool mstar_piecewise_runner_lease_before_step(const mstar_piecewise_runner *runner);
 /* The config's can_lease for this batch; true when it has none. */
-bool mstar_piecewise_runner_can_lease(const mstar_piecewise_runner *runner,
-                                      const mstar_node_input *inputs, size_t n);
+MSTAR_API bool mstar_piecewise_runner_can_lease(const mstar_piecewise_runner *runner,
+                                                const mstar_node_input *inputs, size_t n);
 /* Pin the region to `slot` (the outer lease's, so its plan buffers double-buffer in step with
  * the outer pre-plan). MSTAR_EINVAL outside 0..num_slots-1. The initial slot is 0. */
-mstar_status mstar_piecewise_runner_set_slot(mstar_piecewise_runner *runner, int32_t slot);
+MSTAR_API mstar_status mstar_piecewise_runner_set_slot(mstar_piecewise_runner *runner,
+                                                       int32_t slot);
 /* The captured graph of a lease (reference PiecewiseGraphData): graph, static inputs, static
  * outputs and padding rows through the mstar_graph_slot accessors; NULL for an unknown lease. */
-const mstar_graph_slot *mstar_piecewise_runner_slot_for(const mstar_piecewise_runner *runner,
-                                                        const mstar_slot_lease *lease);
+MSTAR_API const mstar_graph_slot *
+mstar_piecewise_runner_slot_for(const mstar_piecewise_runner *runner,
+                                const mstar_slot_lease *lease);
 
 /*
  * Replay the region for a batch (reference run):
@@ -249,10 +254,11 @@ const mstar_graph_slot *mstar_piecewise_runner_slot_for(const mstar_piecewise_ru
  *      replay, commit; the padding rows are reset with their storage freed on every path (§8.30).
  * *out is the region's outputs with real_len = total (PACKED) or real_bs (BATCHED).
  */
-mstar_status mstar_piecewise_runner_run(mstar_piecewise_runner *runner,
-                                        const mstar_tensor_map *static_inputs,
-                                        const int64_t *request_ids, const int64_t *seq_lens,
-                                        size_t n, int64_t real_bs, mstar_piecewise_output *out);
+MSTAR_API mstar_status mstar_piecewise_runner_run(mstar_piecewise_runner *runner,
+                                                  const mstar_tensor_map *static_inputs,
+                                                  const int64_t *request_ids,
+                                                  const int64_t *seq_lens, size_t n,
+                                                  int64_t real_bs, mstar_piecewise_output *out);
 
 #ifdef __cplusplus
 }

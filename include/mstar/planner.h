@@ -111,12 +111,13 @@ typedef struct mstar_graph_memory {
  * invalid or duplicate name or key, slots 0, kept > graph, an executable index out of range);
  * MSTAR_ERANGE if a cost overflows 64 bits.
  */
-mstar_status mstar_plan_captures(const mstar_pool_costs *pools, size_t npools, uint64_t free_bytes,
-                                 const uint64_t *credits, size_t ncredits, uint64_t reusable,
-                                 mstar_capture_plan *out);
+MSTAR_API mstar_status mstar_plan_captures(const mstar_pool_costs *pools, size_t npools,
+                                           uint64_t free_bytes, const uint64_t *credits,
+                                           size_t ncredits, uint64_t reusable,
+                                           mstar_capture_plan *out);
 
 /* Free what a plan owns and zero it. Safe on a zeroed plan. */
-void mstar_capture_plan_clear(mstar_capture_plan *plan);
+MSTAR_API void mstar_capture_plan_clear(mstar_capture_plan *plan);
 
 /* ---------------------------------------------------------------------------------------------
  * Executable memory (reference ExecutableMemory.measure's arithmetic)
@@ -152,8 +153,9 @@ typedef struct mstar_exec_estimate {
  * process allocating mid-measurement cannot inflate the credit; 0 without per_node.
  * MSTAR_EINVAL if ncounts, copies or nodes is 0.
  */
-mstar_status mstar_exec_memory_estimate(const uint64_t *readings, size_t ncounts, size_t copies,
-                                        uint64_t nodes, mstar_exec_estimate *out);
+MSTAR_API mstar_status mstar_exec_memory_estimate(const uint64_t *readings, size_t ncounts,
+                                                  size_t copies, uint64_t nodes,
+                                                  mstar_exec_estimate *out);
 
 /*
  * Reference ExecutableMemory: one walk's measurement, made on its first throwaway graph, whose
@@ -163,9 +165,9 @@ mstar_status mstar_exec_memory_estimate(const uint64_t *readings, size_t ncounts
  */
 typedef struct mstar_exec_memory mstar_exec_memory;
 
-mstar_status mstar_exec_memory_create(mstar_exec_memory **out);
+MSTAR_API mstar_status mstar_exec_memory_create(mstar_exec_memory **out);
 /* Releases any held copies. NULL is ignored. */
-void mstar_exec_memory_destroy(mstar_exec_memory *em);
+MSTAR_API void mstar_exec_memory_destroy(mstar_exec_memory *em);
 
 /*
  * Instantiate MSTAR_EXEC_COUNTS × MSTAR_EXEC_COPIES_PER_COUNT copies of `graph` one by one,
@@ -176,15 +178,15 @@ void mstar_exec_memory_destroy(mstar_exec_memory *em);
  * Host backend: nothing to measure — no per_node, nothing held. MSTAR_ESTATE if copies from an
  * earlier measure are still held. On failure every copy made so far is destroyed.
  */
-mstar_status mstar_exec_memory_measure(mstar_exec_memory *em, mstar_graph *graph);
+MSTAR_API mstar_status mstar_exec_memory_measure(mstar_exec_memory *em, mstar_graph *graph);
 /* True and *per_node set when a measurement produced one. */
-bool mstar_exec_memory_per_node(const mstar_exec_memory *em, double *per_node);
+MSTAR_API bool mstar_exec_memory_per_node(const mstar_exec_memory *em, double *per_node);
 /* Bytes the held copies took (0 once released): pass it to mstar_plan_captures as a credit. */
-uint64_t mstar_exec_memory_held(const mstar_exec_memory *em);
+MSTAR_API uint64_t mstar_exec_memory_held(const mstar_exec_memory *em);
 /* Copies held now. */
-size_t mstar_exec_memory_copies(const mstar_exec_memory *em);
+MSTAR_API size_t mstar_exec_memory_copies(const mstar_exec_memory *em);
 /* Destroy the held copies (per_node is kept). Call right before the real captures. */
-void mstar_exec_memory_release(mstar_exec_memory *em);
+MSTAR_API void mstar_exec_memory_release(mstar_exec_memory *em);
 
 /* ---------------------------------------------------------------------------------------------
  * Sizing (reference size_captures, size_lent_captures)
@@ -210,26 +212,28 @@ typedef struct mstar_rank_group mstar_rank_group; /* below */
  * (has_graph false), logged. `barrier` (may be NULL) is met before each warm-up and capture, so
  * no rank issues a collective while another is still setting up (§3.1).
  */
-mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *barrier,
-                                 mstar_capture_sizing **out);
+MSTAR_API mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *barrier,
+                                           mstar_capture_sizing **out);
 /* The same for a piecewise region (reference PiecewiseAcceleratorGraphRunner.size_captures):
  * its shapes are buckets of walk MSTAR_PIECEWISE_WALK, one executable measurement for the
  * region. */
-mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
-                                           mstar_rank_group *barrier, mstar_capture_sizing **out);
+MSTAR_API mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
+                                                     mstar_rank_group *barrier,
+                                                     mstar_capture_sizing **out);
 /* Reference size_lent_captures (§4.4): when `wanted` (agreed with max across ranks first), capture
  * every other sized bucket once, thrown away, for its own graph, kept and outside. */
-mstar_status mstar_size_lent_captures(mstar_capture_sizing *sizing, bool wanted);
+MSTAR_API mstar_status mstar_size_lent_captures(mstar_capture_sizing *sizing, bool wanted);
 
 /* The costs, one per bucket in the runner's capture order; `executable` indexes this sizing's
  * walks. Writable, so agreed values can be put back. */
-mstar_bucket_cost *mstar_capture_sizing_costs(mstar_capture_sizing *sizing, size_t *n);
-size_t mstar_capture_sizing_walks(const mstar_capture_sizing *sizing);
+MSTAR_API mstar_bucket_cost *mstar_capture_sizing_costs(mstar_capture_sizing *sizing, size_t *n);
+MSTAR_API size_t mstar_capture_sizing_walks(const mstar_capture_sizing *sizing);
 /* The walk's measurement (owned by the sizing). */
-mstar_exec_memory *mstar_capture_sizing_executable(const mstar_capture_sizing *sizing, size_t walk);
+MSTAR_API mstar_exec_memory *mstar_capture_sizing_executable(const mstar_capture_sizing *sizing,
+                                                             size_t walk);
 /* Release every walk's held copies: right before the real captures. */
-void mstar_capture_sizing_release(mstar_capture_sizing *sizing);
-void mstar_capture_sizing_destroy(mstar_capture_sizing *sizing);
+MSTAR_API void mstar_capture_sizing_release(mstar_capture_sizing *sizing);
+MSTAR_API void mstar_capture_sizing_destroy(mstar_capture_sizing *sizing);
 
 /* ---------------------------------------------------------------------------------------------
  * The startup order of one device (graph-runner-spec §3.1; the reference engine's warmup)
@@ -277,8 +281,8 @@ typedef struct mstar_capture_report {
  * of one bucket drop the bucket; errors of the device, the group (a dead rank: MSTAR_ETIMEDOUT)
  * or MSTAR_REQUIRE_CUDA_GRAPHS fail startup.
  */
-mstar_status mstar_capture_startup_run(const mstar_capture_startup *opts,
-                                       mstar_capture_report *report);
+MSTAR_API mstar_status mstar_capture_startup_run(const mstar_capture_startup *opts,
+                                                 mstar_capture_report *report);
 
 /* ---------------------------------------------------------------------------------------------
  * Required graphs (reference fail_if_graphs_required)
@@ -289,7 +293,7 @@ mstar_status mstar_capture_startup_run(const mstar_capture_startup *opts,
  * buckets by name. Otherwise the missing buckets are logged (warn) and MSTAR_OK is returned. A
  * bad value of the variable is MSTAR_EINVAL naming it.
  */
-mstar_status mstar_fail_if_graphs_required(const char *const *missing, size_t n);
+MSTAR_API mstar_status mstar_fail_if_graphs_required(const char *const *missing, size_t n);
 
 /* ---------------------------------------------------------------------------------------------
  * Rank groups and agreement (reference agree_across_ranks)
@@ -303,7 +307,7 @@ typedef enum mstar_reduce {
 } mstar_reduce;
 
 /* A group of one: agreement returns the values unchanged. */
-mstar_status mstar_rank_group_create_single(mstar_rank_group **out);
+MSTAR_API mstar_status mstar_rank_group_create_single(mstar_rank_group **out);
 
 typedef struct mstar_host_group_options {
     const mstar_mesh_options *mesh; /* NULL: the mesh's defaults from the environment */
@@ -319,9 +323,10 @@ typedef struct mstar_host_group_options {
  * mstar_rank_group_destroy). Anything else that arrives (another group, a wrong sender, a rank
  * out of range, a duplicate) is logged and dropped. `opts` may be NULL.
  */
-mstar_status mstar_rank_group_create_host(const char *name, int32_t rank, int32_t world_size,
-                                          const mstar_host_group_options *opts,
-                                          mstar_rank_group **out);
+MSTAR_API mstar_status mstar_rank_group_create_host(const char *name, int32_t rank,
+                                                    int32_t world_size,
+                                                    const mstar_host_group_options *opts,
+                                                    mstar_rank_group **out);
 
 /*
  * An NCCL group on CUDA device `device`, bootstrapped over `bootstrap` (borrowed for the call;
@@ -332,8 +337,8 @@ mstar_status mstar_rank_group_create_host(const char *name, int32_t rank, int32_
  * (MSTAR_RANK_AGREE_TIMEOUT_MS) aborts the communicator: MSTAR_ETIMEDOUT, then MSTAR_ECLOSED for
  * every later agreement.
  */
-mstar_status mstar_rank_group_create_nccl(mstar_rank_group *bootstrap, int device,
-                                          mstar_rank_group **out);
+MSTAR_API mstar_status mstar_rank_group_create_nccl(mstar_rank_group *bootstrap, int device,
+                                                    mstar_rank_group **out);
 
 /*
  * Leave the group and free it. A host group first tells the other ranks it is leaving and
@@ -341,10 +346,10 @@ mstar_status mstar_rank_group_create_nccl(mstar_rank_group *bootstrap, int devic
  * this rank's last values are never discarded with its sockets while a peer still waits for
  * them. NULL is a no-op.
  */
-void mstar_rank_group_destroy(mstar_rank_group *group);
+MSTAR_API void mstar_rank_group_destroy(mstar_rank_group *group);
 
-int32_t mstar_rank_group_rank(const mstar_rank_group *group);
-int32_t mstar_rank_group_size(const mstar_rank_group *group);
+MSTAR_API int32_t mstar_rank_group_rank(const mstar_rank_group *group);
+MSTAR_API int32_t mstar_rank_group_size(const mstar_rank_group *group);
 
 /*
  * Reduce values[0..n) elementwise over every rank with `reduce`, in place (written only on
@@ -353,8 +358,8 @@ int32_t mstar_rank_group_size(const mstar_rank_group *group);
  * rank has called it. MSTAR_ETIMEDOUT naming the ranks that did not answer, MSTAR_EPROTO if a rank
  * sent a different number of values.
  */
-mstar_status mstar_agree_across_ranks(mstar_rank_group *group, int64_t *values, size_t n,
-                                      mstar_reduce reduce);
+MSTAR_API mstar_status mstar_agree_across_ranks(mstar_rank_group *group, int64_t *values, size_t n,
+                                                mstar_reduce reduce);
 
 #ifdef __cplusplus
 }

@@ -100,35 +100,35 @@ typedef struct mstar_kv_plan {
 
 /* Build the page pool; the sink page is taken from it first. Plan buffers will live on `backend`'s
  * device (with pinned host mirrors). MSTAR_EINVAL names a bad field. */
-mstar_status mstar_kv_cache_create(const mstar_kv_cache_config *config, mstar_backend *backend,
-                                   mstar_kv_cache **out);
+MSTAR_API mstar_status mstar_kv_cache_create(const mstar_kv_cache_config *config,
+                                             mstar_backend *backend, mstar_kv_cache **out);
 /* Free everything (before the backend is destroyed); NULL is a no-op. */
-void mstar_kv_cache_destroy(mstar_kv_cache *kv);
+MSTAR_API void mstar_kv_cache_destroy(mstar_kv_cache *kv);
 
 /* Size the static plan buffers of `num_slots` slots for every label: at most `max_rows` rows and
  * `max_tokens` tokens per step. Device memory, zeroed. Repeated calls only grow; a call that does
  * not grow keeps every buffer where it is, so graphs captured against them stay valid. */
-mstar_status mstar_kv_cache_build_plans(mstar_kv_cache *kv, int32_t num_slots, int32_t max_rows,
-                                        int32_t max_tokens);
+MSTAR_API mstar_status mstar_kv_cache_build_plans(mstar_kv_cache *kv, int32_t num_slots,
+                                                  int32_t max_rows, int32_t max_tokens);
 
 /* Open empty streams for a request. A padding row (negative handle) owns no state: a no-op.
  * MSTAR_EEXIST if the request is already open. */
-mstar_status mstar_kv_cache_ingest(mstar_kv_cache *kv, int64_t request);
+MSTAR_API mstar_status mstar_kv_cache_ingest(mstar_kv_cache *kv, int64_t request);
 /* Back to empty streams (length 0); `free_pages` also hands its pages back to the pool, else
  * they stay reserved for the request's next tokens. No-op for a padding row; MSTAR_ENOENT for an
  * unknown request. */
-mstar_status mstar_kv_cache_reset(mstar_kv_cache *kv, int64_t request, bool free_pages);
+MSTAR_API mstar_status mstar_kv_cache_reset(mstar_kv_cache *kv, int64_t request, bool free_pages);
 /* Free a request's pages and forget it. No-op for a padding row; MSTAR_ENOENT if unknown. */
-mstar_status mstar_kv_cache_remove(mstar_kv_cache *kv, int64_t request);
+MSTAR_API mstar_status mstar_kv_cache_remove(mstar_kv_cache *kv, int64_t request);
 
 /* Reserve the pages each real segment needs to hold length + span tokens. Idempotent: pages a
  * stream already holds count. On a shortage nothing is reserved, *result says what was short
  * (ok false, pages_short for the whole step, the first request and label not served, a reason)
- * and the call returns MSTAR_ENOSPC. MSTAR_EINVAL for a bad segment (label, span, a (request, label)
- * given twice), MSTAR_ENOENT for a request never ingested, MSTAR_ERANGE for a stream that would
- * pass max_seq_len. */
-mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step *step,
-                                  mstar_step_admit_result *result);
+ * and the call returns MSTAR_ENOSPC. MSTAR_EINVAL for a bad segment (label, span, a (request,
+ * label) given twice), MSTAR_ENOENT for a request never ingested, MSTAR_ERANGE for a stream that
+ * would pass max_seq_len. */
+MSTAR_API mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step *step,
+                                            mstar_step_admit_result *result);
 
 /* Plan `step` into `slot`'s buffers (MSTAR_PLAN_EAGER: the eager state, which grows to fit) for
  * every label the step names, filled up to `bucket_rows` rows and `bucket_tokens` tokens per
@@ -138,21 +138,22 @@ mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step 
  * `preplan` marks the plan pending for slot; a later plan of the same segments promotes it
  * without writing. MSTAR_ESTATE if a real segment was not admitted, MSTAR_ERANGE if the step
  * does not fit the bucket or the bucket does not fit the built buffers. */
-mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot, const mstar_resource_step *step,
-                                 int32_t bucket_rows, int32_t bucket_tokens, bool preplan,
-                                 mstar_stream *stream);
+MSTAR_API mstar_status mstar_kv_cache_plan(mstar_kv_cache *kv, int32_t slot,
+                                           const mstar_resource_step *step, int32_t bucket_rows,
+                                           int32_t bucket_tokens, bool preplan,
+                                           mstar_stream *stream);
 
 /* Drop `slot`'s pending pre-plan, if any, and hand back the pages its admit reserved beyond what
  * each stream's committed length needs. */
-void mstar_kv_cache_clear_preplan(mstar_kv_cache *kv, int32_t slot);
+MSTAR_API void mstar_kv_cache_clear_preplan(mstar_kv_cache *kv, int32_t slot);
 
 /* Advance each real segment's stream by its span (if step->commit). Padding rows: nothing. */
-mstar_status mstar_kv_cache_commit(mstar_kv_cache *kv, const mstar_resource_step *step);
+MSTAR_API mstar_status mstar_kv_cache_commit(mstar_kv_cache *kv, const mstar_resource_step *step);
 
 /* The plan buffers of (slot, label) in device memory, MSTAR_PLAN_EAGER for the eager state.
  * MSTAR_ESTATE before they were built. The pointers stay valid until a call that grows them. */
-mstar_status mstar_kv_cache_plan_buffers(const mstar_kv_cache *kv, int32_t slot, int32_t label,
-                                         mstar_kv_plan *out);
+MSTAR_API mstar_status mstar_kv_cache_plan_buffers(const mstar_kv_cache *kv, int32_t slot,
+                                                   int32_t label, mstar_kv_plan *out);
 
 /* Register the cache with a step runner under `key` (mstar_step_runner_add_resource; no
  * dependencies; it pre-plans). Through the runner, a step's segments and payload drive admit,
@@ -160,17 +161,18 @@ mstar_status mstar_kv_cache_plan_buffers(const mstar_kv_cache *kv, int32_t slot,
  * step's lease (a capture's or a replay's), the eager state otherwise; an admit shortage is an
  * ok = false result, not an error; build_graph_buffers sizes the slots, rows and tokens from the
  * capture jobs (page tables keep the cache's own max_seq_len). Once per cache. */
-mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_runner *step_runner,
-                                     const char *key);
+MSTAR_API mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_runner *step_runner,
+                                               const char *key);
 
 /* Pages in the pool that nobody holds. */
-int32_t mstar_kv_cache_free_pages(const mstar_kv_cache *kv);
+MSTAR_API int32_t mstar_kv_cache_free_pages(const mstar_kv_cache *kv);
 /* The configuration the cache was built with. */
-const mstar_kv_cache_config *mstar_kv_cache_config_of(const mstar_kv_cache *kv);
+MSTAR_API const mstar_kv_cache_config *mstar_kv_cache_config_of(const mstar_kv_cache *kv);
 /* A request's stream for `label`: its committed length and the pages it holds (valid until the
  * next call that changes them). MSTAR_ENOENT for an unknown request. */
-mstar_status mstar_kv_cache_stream(const mstar_kv_cache *kv, int64_t request, int32_t label,
-                                   int32_t *length, const int32_t **pages, int32_t *num_pages);
+MSTAR_API mstar_status mstar_kv_cache_stream(const mstar_kv_cache *kv, int64_t request,
+                                             int32_t label, int32_t *length, const int32_t **pages,
+                                             int32_t *num_pages);
 
 /* ---------------------------------------------------------------------------------------------
  * Positions
@@ -184,37 +186,39 @@ mstar_status mstar_kv_cache_stream(const mstar_kv_cache *kv, int64_t request, in
 typedef struct mstar_positions mstar_positions;
 
 /* Position buffers live on `backend`'s device, as the KV cache's plans do. */
-mstar_status mstar_positions_create(mstar_backend *backend, mstar_positions **out);
+MSTAR_API mstar_status mstar_positions_create(mstar_backend *backend, mstar_positions **out);
 /* Free everything (before the backend is destroyed); NULL is a no-op. */
-void mstar_positions_destroy(mstar_positions *pos);
+MSTAR_API void mstar_positions_destroy(mstar_positions *pos);
 
 /* As the KV cache's: only grows; a call that does not grow moves nothing. */
-mstar_status mstar_positions_build_plans(mstar_positions *pos, int32_t num_slots,
-                                         int32_t max_tokens);
+MSTAR_API mstar_status mstar_positions_build_plans(mstar_positions *pos, int32_t num_slots,
+                                                   int32_t max_tokens);
 /* Start a request at position 0. No-op for a padding row; MSTAR_EEXIST if already open. */
-mstar_status mstar_positions_ingest(mstar_positions *pos, int64_t request);
+MSTAR_API mstar_status mstar_positions_ingest(mstar_positions *pos, int64_t request);
 /* Back to position 0. No-op for a padding row; MSTAR_ENOENT for an unknown request. */
-mstar_status mstar_positions_reset(mstar_positions *pos, int64_t request);
+MSTAR_API mstar_status mstar_positions_reset(mstar_positions *pos, int64_t request);
 /* Forget a request. No-op for a padding row; MSTAR_ENOENT for an unknown request. */
-mstar_status mstar_positions_remove(mstar_positions *pos, int64_t request);
+MSTAR_API mstar_status mstar_positions_remove(mstar_positions *pos, int64_t request);
 /* Write each token's position into slot's buffer, 0 up to bucket_tokens, uploaded on `stream` as
  * the KV cache's plan is. MSTAR_EINVAL if one request's rows disagree on their span;
  * MSTAR_ENOENT for a request never ingested. */
-mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
-                                  const mstar_resource_step *step, int32_t bucket_tokens,
-                                  bool preplan, mstar_stream *stream);
+MSTAR_API mstar_status mstar_positions_plan(mstar_positions *pos, int32_t slot,
+                                            const mstar_resource_step *step, int32_t bucket_tokens,
+                                            bool preplan, mstar_stream *stream);
 /* Drop `slot`'s pending pre-plan, if any (positions reserve nothing to hand back). */
-void mstar_positions_clear_preplan(mstar_positions *pos, int32_t slot);
+MSTAR_API void mstar_positions_clear_preplan(mstar_positions *pos, int32_t slot);
 /* Advance each real request once by its span (if step->commit), with the checks of plan. */
-mstar_status mstar_positions_commit(mstar_positions *pos, const mstar_resource_step *step);
+MSTAR_API mstar_status mstar_positions_commit(mstar_positions *pos,
+                                              const mstar_resource_step *step);
 /* The position buffer of `slot` ([capacity] int32, device memory) and its capacity. */
-mstar_status mstar_positions_plan_buffer(const mstar_positions *pos, int32_t slot, int32_t **ids,
-                                         int32_t *capacity);
+MSTAR_API mstar_status mstar_positions_plan_buffer(const mstar_positions *pos, int32_t slot,
+                                                   int32_t **ids, int32_t *capacity);
 /* Register with a step runner under `key`, as mstar_kv_cache_register does. */
-mstar_status mstar_positions_register(mstar_positions *pos, mstar_step_runner *step_runner,
-                                      const char *key);
+MSTAR_API mstar_status mstar_positions_register(mstar_positions *pos,
+                                                mstar_step_runner *step_runner, const char *key);
 /* A request's next position. MSTAR_ENOENT if unknown. */
-mstar_status mstar_positions_get(const mstar_positions *pos, int64_t request, int64_t *position);
+MSTAR_API mstar_status mstar_positions_get(const mstar_positions *pos, int64_t request,
+                                           int64_t *position);
 
 #ifdef __cplusplus
 }

@@ -32,23 +32,24 @@ extern "C" {
 
 typedef struct mstar_tensor_map mstar_tensor_map;
 
-mstar_status mstar_tensor_map_create(mstar_tensor_map **out);
+MSTAR_API mstar_status mstar_tensor_map_create(mstar_tensor_map **out);
 /* Frees the owned entries (see set_owned) and the map. NULL is ignored. */
-void mstar_tensor_map_destroy(mstar_tensor_map *map);
+MSTAR_API void mstar_tensor_map_destroy(mstar_tensor_map *map);
 /* Add or replace `name` (a valid mstar name, copied) with a borrowed view. */
-mstar_status mstar_tensor_map_set(mstar_tensor_map *map, const char *name, const mstar_tensor *t);
+MSTAR_API mstar_status mstar_tensor_map_set(mstar_tensor_map *map, const char *name,
+                                            const mstar_tensor *t);
 /* Same, but the map owns t->data: it is given back with mstar_free(stream, …) when the entry is
  * replaced, cleared or the map destroyed. */
-mstar_status mstar_tensor_map_set_owned(mstar_tensor_map *map, const char *name,
-                                        const mstar_tensor *t, mstar_stream *stream);
+MSTAR_API mstar_status mstar_tensor_map_set_owned(mstar_tensor_map *map, const char *name,
+                                                  const mstar_tensor *t, mstar_stream *stream);
 /* NULL when absent. Valid until the map changes. */
-const mstar_tensor *mstar_tensor_map_get(const mstar_tensor_map *map, const char *name);
-size_t mstar_tensor_map_count(const mstar_tensor_map *map);
+MSTAR_API const mstar_tensor *mstar_tensor_map_get(const mstar_tensor_map *map, const char *name);
+MSTAR_API size_t mstar_tensor_map_count(const mstar_tensor_map *map);
 /* Entries in insertion order. */
-const char *mstar_tensor_map_name(const mstar_tensor_map *map, size_t i);
-const mstar_tensor *mstar_tensor_map_at(const mstar_tensor_map *map, size_t i);
+MSTAR_API const char *mstar_tensor_map_name(const mstar_tensor_map *map, size_t i);
+MSTAR_API const mstar_tensor *mstar_tensor_map_at(const mstar_tensor_map *map, size_t i);
 /* Drop every entry (owned ones are freed). */
-void mstar_tensor_map_clear(mstar_tensor_map *map);
+MSTAR_API void mstar_tensor_map_clear(mstar_tensor_map *map);
 
 /* ---------------------------------------------------------------------------------------------
  * Buckets, leases and capture jobs (reference BucketKey, SlotLease, CGSlotSpec)
@@ -66,8 +67,8 @@ typedef struct mstar_bucket_key {
 
 #define MSTAR_BUCKET_NAME_MAX 600
 /* Writes the bucket's name (truncated to `size`); returns `buf`. */
-char *mstar_bucket_key_format(const mstar_bucket_key *key, char *buf, size_t size);
-bool mstar_bucket_key_equal(const mstar_bucket_key *a, const mstar_bucket_key *b);
+MSTAR_API char *mstar_bucket_key_format(const mstar_bucket_key *key, char *buf, size_t size);
+MSTAR_API bool mstar_bucket_key_equal(const mstar_bucket_key *a, const mstar_bucket_key *b);
 
 /* Which bucket and double-buffer slot a step replays on. The bucket always names the CAPTURE walk,
  * even when found through a replay alias (§2.3, §8.14): resources key per-slot state on it. */
@@ -111,26 +112,26 @@ typedef struct mstar_step_ctx {
 
 typedef struct mstar_step mstar_step;
 
-mstar_status mstar_step_create(mstar_step **out);
-void mstar_step_destroy(mstar_step *step);
+MSTAR_API mstar_status mstar_step_create(mstar_step **out);
+MSTAR_API void mstar_step_destroy(mstar_step *step);
 /* Forget segments, payloads, key and plan results; the context is zeroed (slot -1). */
-void mstar_step_reset(mstar_step *step);
-mstar_status mstar_step_add_segment(mstar_step *step, int64_t request, uint32_t label,
-                                    int64_t span);
+MSTAR_API void mstar_step_reset(mstar_step *step);
+MSTAR_API mstar_status mstar_step_add_segment(mstar_step *step, int64_t request, uint32_t label,
+                                              int64_t span);
 /* The payload for the resource registered as `key` (copied, at most 4096 bytes): a KV step, a
  * position step… Its presence is what makes the resource part of the step. */
-mstar_status mstar_step_set_resource(mstar_step *step, const char *key, const void *data,
-                                     size_t size);
+MSTAR_API mstar_status mstar_step_set_resource(mstar_step *step, const char *key, const void *data,
+                                               size_t size);
 /* The step's capture discriminator (copied; NULL: none). */
-mstar_status mstar_step_set_cg_key_info(mstar_step *step, const char *key);
-const mstar_step_segment *mstar_step_segments(const mstar_step *step, size_t *n);
+MSTAR_API mstar_status mstar_step_set_cg_key_info(mstar_step *step, const char *key);
+MSTAR_API const mstar_step_segment *mstar_step_segments(const mstar_step *step, size_t *n);
 /* The payload of `key`, or NULL when the resource is not in the step. */
-const void *mstar_step_resource(const mstar_step *step, const char *key, size_t *size);
-const char *mstar_step_cg_key_info(const mstar_step *step);
-mstar_step_ctx *mstar_step_context(mstar_step *step);
+MSTAR_API const void *mstar_step_resource(const mstar_step *step, const char *key, size_t *size);
+MSTAR_API const char *mstar_step_cg_key_info(const mstar_step *step);
+MSTAR_API mstar_step_ctx *mstar_step_context(mstar_step *step);
 /* A resource's plan result for its dependents (attention reads the KV plan). Borrowed. */
-mstar_status mstar_step_set_plan_result(mstar_step *step, const char *key, void *result);
-void *mstar_step_plan_result(const mstar_step *step, const char *key);
+MSTAR_API mstar_status mstar_step_set_plan_result(mstar_step *step, const char *key, void *result);
+MSTAR_API void *mstar_step_plan_result(const mstar_step *step, const char *key);
 
 /* ---------------------------------------------------------------------------------------------
  * Resources
@@ -180,62 +181,65 @@ typedef struct mstar_step_runner mstar_step_runner;
 
 /* `compute` is the stream forwards and replays run on (borrowed). The runner creates its own
  * non-blocking plan stream. */
-mstar_status mstar_step_runner_create(mstar_backend *backend, mstar_stream *compute,
-                                      mstar_step_runner **out);
-void mstar_step_runner_destroy(mstar_step_runner *sr);
-mstar_backend *mstar_step_runner_backend(const mstar_step_runner *sr);
-mstar_stream *mstar_step_runner_compute_stream(const mstar_step_runner *sr);
+MSTAR_API mstar_status mstar_step_runner_create(mstar_backend *backend, mstar_stream *compute,
+                                                mstar_step_runner **out);
+MSTAR_API void mstar_step_runner_destroy(mstar_step_runner *sr);
+MSTAR_API mstar_backend *mstar_step_runner_backend(const mstar_step_runner *sr);
+MSTAR_API mstar_stream *mstar_step_runner_compute_stream(const mstar_step_runner *sr);
 /* The dedicated pre-plan stream (reference plan_stream): never the compute stream. */
-mstar_stream *mstar_step_runner_plan_stream(const mstar_step_runner *sr);
+MSTAR_API mstar_stream *mstar_step_runner_plan_stream(const mstar_step_runner *sr);
 
 /* Register a resource under `key` (copied). Its dependencies must be registered already, so
  * registration order is a dependency order. A pre-planning resource whose dependency does not
  * pre-plan is refused (it would read the plan of the step still in flight). */
-mstar_status mstar_step_runner_add_resource(mstar_step_runner *sr, const char *key,
-                                            const mstar_resource_ops *ops, void *self,
-                                            const char *const *deps, size_t ndeps);
+MSTAR_API mstar_status mstar_step_runner_add_resource(mstar_step_runner *sr, const char *key,
+                                                      const mstar_resource_ops *ops, void *self,
+                                                      const char *const *deps, size_t ndeps);
 /* Whether any resource pre-plans (reference supports_preplan). */
-bool mstar_step_runner_supports_preplan(const mstar_step_runner *sr);
+MSTAR_API bool mstar_step_runner_supports_preplan(const mstar_step_runner *sr);
 /* MSTAR_NUM_SLOTS (default 2) when some resource pre-plans, else 1. */
-mstar_status mstar_step_runner_default_num_slots(const mstar_step_runner *sr, int32_t *out);
+MSTAR_API mstar_status mstar_step_runner_default_num_slots(const mstar_step_runner *sr,
+                                                           int32_t *out);
 
 /* The cycle. Each runs the resources of the step, in registration order. admit stops at the
  * first resource that is not ok and reports it in *out (MSTAR_OK still: not an error). */
-mstar_status mstar_step_runner_admit(mstar_step_runner *sr, mstar_step *step,
-                                     mstar_step_admit_result *out);
-mstar_status mstar_step_runner_plan(mstar_step_runner *sr, mstar_step *step);
-mstar_status mstar_step_runner_commit(mstar_step_runner *sr, mstar_step *step);
+MSTAR_API mstar_status mstar_step_runner_admit(mstar_step_runner *sr, mstar_step *step,
+                                               mstar_step_admit_result *out);
+MSTAR_API mstar_status mstar_step_runner_plan(mstar_step_runner *sr, mstar_step *step);
+MSTAR_API mstar_status mstar_step_runner_commit(mstar_step_runner *sr, mstar_step *step);
 
 /* Pre-plan (needs ctx->has_lease): sets ctx->is_preplan and ctx->stream = the plan stream, and
  * runs the pre-planning resources only. pre_plan first makes the plan stream wait for the last
  * replay that used the leased slot (§8.4), then records `plan_done` (may be NULL) on the plan
  * stream; run_forward waits for it on the device. */
-mstar_status mstar_step_runner_pre_admit(mstar_step_runner *sr, mstar_step *step,
-                                         mstar_step_admit_result *out);
-mstar_status mstar_step_runner_pre_plan(mstar_step_runner *sr, mstar_step *step,
-                                        mstar_event *plan_done);
+MSTAR_API mstar_status mstar_step_runner_pre_admit(mstar_step_runner *sr, mstar_step *step,
+                                                   mstar_step_admit_result *out);
+MSTAR_API mstar_status mstar_step_runner_pre_plan(mstar_step_runner *sr, mstar_step *step,
+                                                  mstar_event *plan_done);
 /* Discard pending pre-plan state of one slot (-1: all) in every resource. */
-void mstar_step_runner_clear_preplan(mstar_step_runner *sr, int32_t slot);
+MSTAR_API void mstar_step_runner_clear_preplan(mstar_step_runner *sr, int32_t slot);
 
-mstar_status mstar_step_runner_ingest_request(mstar_step_runner *sr, int64_t request);
-mstar_status mstar_step_runner_reset_request(mstar_step_runner *sr, int64_t request,
-                                             bool free_storage);
-void mstar_step_runner_remove_request(mstar_step_runner *sr, int64_t request);
+MSTAR_API mstar_status mstar_step_runner_ingest_request(mstar_step_runner *sr, int64_t request);
+MSTAR_API mstar_status mstar_step_runner_reset_request(mstar_step_runner *sr, int64_t request,
+                                                       bool free_storage);
+MSTAR_API void mstar_step_runner_remove_request(mstar_step_runner *sr, int64_t request);
 
 /* Capture jobs claimed by runners (reference prepare_for_capture's result), accumulated until
  * the one build. MSTAR_ESTATE after the build: a later claim would move buffers that captured
  * graphs already hold (§8.26). */
-mstar_status mstar_step_runner_claim(mstar_step_runner *sr, const mstar_cg_slot_spec *specs,
-                                     size_t n, int64_t max_bs, int64_t max_seq_len);
+MSTAR_API mstar_status mstar_step_runner_claim(mstar_step_runner *sr,
+                                               const mstar_cg_slot_spec *specs, size_t n,
+                                               int64_t max_bs, int64_t max_seq_len);
 /* Build every resource's graph buffers once, over all claims. MSTAR_ESTATE when called again. */
-mstar_status mstar_step_runner_build_graph_buffers(mstar_step_runner *sr);
-bool mstar_step_runner_buffers_built(const mstar_step_runner *sr);
-mstar_status mstar_step_runner_post_warmup_validate(mstar_step_runner *sr);
+MSTAR_API mstar_status mstar_step_runner_build_graph_buffers(mstar_step_runner *sr);
+MSTAR_API bool mstar_step_runner_buffers_built(const mstar_step_runner *sr);
+MSTAR_API mstar_status mstar_step_runner_post_warmup_validate(mstar_step_runner *sr);
 
 /* Reference blocked_capture_resources: keys of resources in the step that cannot capture it.
  * Writes at most `cap` keys (borrowed from the runner) and returns how many there are. */
-size_t mstar_blocked_capture_resources(const mstar_step_runner *sr, const mstar_step *step,
-                                       const char **keys, size_t cap);
+MSTAR_API size_t mstar_blocked_capture_resources(const mstar_step_runner *sr,
+                                                 const mstar_step *step, const char **keys,
+                                                 size_t cap);
 
 /* ---------------------------------------------------------------------------------------------
  * Signals: one-shot flags a thread waits on (launch_started, commit_done, outputs_ready)
@@ -243,13 +247,13 @@ size_t mstar_blocked_capture_resources(const mstar_step_runner *sr, const mstar_
 
 typedef struct mstar_signal mstar_signal;
 
-mstar_status mstar_signal_create(mstar_signal **out);
-void mstar_signal_destroy(mstar_signal *signal);
-void mstar_signal_set(mstar_signal *signal);
-void mstar_signal_reset(mstar_signal *signal);
-bool mstar_signal_is_set(mstar_signal *signal);
+MSTAR_API mstar_status mstar_signal_create(mstar_signal **out);
+MSTAR_API void mstar_signal_destroy(mstar_signal *signal);
+MSTAR_API void mstar_signal_set(mstar_signal *signal);
+MSTAR_API void mstar_signal_reset(mstar_signal *signal);
+MSTAR_API bool mstar_signal_is_set(mstar_signal *signal);
 /* MSTAR_OK once set, MSTAR_ETIMEDOUT after timeout_ms (negative: wait forever). */
-mstar_status mstar_signal_wait(mstar_signal *signal, int64_t timeout_ms);
+MSTAR_API mstar_status mstar_signal_wait(mstar_signal *signal, int64_t timeout_ms);
 
 #ifdef __cplusplus
 }

@@ -14,8 +14,8 @@
  * "files" (one file per tensor in the shm directory), "arena" (named shared-memory segments
  * with an allocator, spilling to files when full) and "ucx-tcp" / "ucx-rdma" (other machines
  * read the tensor's memory over UCX — a device tensor through a pinned host copy; MSTAR_UCX_*
- * knobs, see docs/remote-transport.md). MSTAR_SHM_ARENA picks files (0) or the arena (1, AUTO); every
- * entity of a deployment must use the same setting (an arena descriptor cannot be read by a
+ * knobs, see docs/remote-transport.md). MSTAR_SHM_ARENA picks files (0) or the arena (1, AUTO);
+ * every entity of a deployment must use the same setting (an arena descriptor cannot be read by a
  * files consumer, which fails loudly; a files descriptor is read by both).
  *
  * Devices: without a backend every tensor is host memory. With a backend (mstar/device.h)
@@ -54,11 +54,11 @@ typedef struct mstar_completion mstar_completion;
 
 /* MSTAR_OK once the work finished, MSTAR_EAGAIN while it runs, or the error it failed with
  * (mstar_last_error() then carries its message). Never blocks. */
-mstar_status mstar_completion_poll(mstar_completion *c);
+MSTAR_API mstar_status mstar_completion_poll(mstar_completion *c);
 /* Block up to timeout_ms (-1: forever) for the work; MSTAR_ETIMEDOUT if it is still running. */
-mstar_status mstar_completion_wait(mstar_completion *c, int timeout_ms);
+MSTAR_API mstar_status mstar_completion_wait(mstar_completion *c, int timeout_ms);
 /* Drop the caller's reference. NULL is ignored. */
-void mstar_completion_release(mstar_completion *c);
+MSTAR_API void mstar_completion_release(mstar_completion *c);
 
 typedef struct mstar_completion_list {
     uint32_t n;
@@ -66,7 +66,7 @@ typedef struct mstar_completion_list {
 } mstar_completion_list;
 
 /* Release every handle and free the array. */
-void mstar_completion_list_clear(mstar_completion_list *list);
+MSTAR_API void mstar_completion_list_clear(mstar_completion_list *list);
 
 /* ---------------------------------------------------------------------------------------------
  * Creating a manager
@@ -82,20 +82,21 @@ typedef enum mstar_transport_kind {
 } mstar_transport_kind;
 
 /* "local", "files", "arena", "ucx-tcp", "ucx-rdma"; NULL for an unknown kind. */
-const char *mstar_transport_kind_name(mstar_transport_kind kind);
+MSTAR_API const char *mstar_transport_kind_name(mstar_transport_kind kind);
 /* Parse one of those names (case-insensitive). */
-mstar_status mstar_transport_kind_from_name(const char *name, mstar_transport_kind *out);
+MSTAR_API mstar_status mstar_transport_kind_from_name(const char *name, mstar_transport_kind *out);
 /* The library form of --tensor-comm-protocol: "shm" → MSTAR_TRANSPORT_DEFAULT (MSTAR_SHM_ARENA
  * picks files or the arena), "tcp" → MSTAR_TRANSPORT_UCX_TCP, "rdma" → MSTAR_TRANSPORT_UCX_RDMA
  * (case-insensitive). MSTAR_EINVAL naming the value otherwise. */
-mstar_status mstar_transport_kind_from_protocol(const char *protocol, mstar_transport_kind *out);
+MSTAR_API mstar_status mstar_transport_kind_from_protocol(const char *protocol,
+                                                          mstar_transport_kind *out);
 
 /* How the manager sends a control message (ACKs) to another entity. It must not keep `msg`. */
 typedef mstar_status (*mstar_comm_send_fn)(void *ctx, const char *peer, mstar_msg *msg);
 
 /* A ready-made sender over the control mesh: ctx is the mstar_mesh *. A peer whose queue is
  * full is retried for up to 5 s (it drains its inbox in its loop) before the error is returned. */
-mstar_status mstar_comm_send_via_mesh(void *mesh, const char *peer, mstar_msg *msg);
+MSTAR_API mstar_status mstar_comm_send_via_mesh(void *mesh, const char *peer, mstar_msg *msg);
 
 typedef struct mstar_comm_options {
     const char *entity;   /* required: this process's name on the mesh */
@@ -116,28 +117,28 @@ typedef struct mstar_comm_options {
  * use a directory of their own. Arena segment names are unique per process either way. */
 
 /* Defaults: entity_index -1, transport DEFAULT, everything else zero/NULL. */
-void mstar_comm_options_init(mstar_comm_options *opts);
+MSTAR_API void mstar_comm_options_init(mstar_comm_options *opts);
 
 /* Validate the options and the transport's knobs (docs/environment.md), open the shm directory,
  * sweep what dead processes left there (§3.3), create the arena's first segment. */
-mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out);
+MSTAR_API mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out);
 /* Release every tensor, staged file, segment and mapping. Waits for reads in flight. */
-void mstar_comm_destroy(mstar_comm *comm);
+MSTAR_API void mstar_comm_destroy(mstar_comm *comm);
 
-const char *mstar_comm_entity(const mstar_comm *comm);
-mstar_transport_kind mstar_comm_transport(const mstar_comm *comm);
+MSTAR_API const char *mstar_comm_entity(const mstar_comm *comm);
+MSTAR_API mstar_transport_kind mstar_comm_transport(const mstar_comm *comm);
 /* The transfer-engine session placed in descriptors (the host name for shared memory). */
-const char *mstar_comm_session_id(const mstar_comm *comm);
+MSTAR_API const char *mstar_comm_session_id(const mstar_comm *comm);
 /* True for transports that send from host memory, so host copies the caller already has
  * (mstar_output.host_copy) are kept for the send (reference needs_cpu_tensor). */
-bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm);
+MSTAR_API bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm);
 /* True when registration writes fields onto descriptors that a copy made before it (a sharded
  * clone) lacks, so mstar_comm_refresh_shm_placement must run on every edge leaving the process:
  * the arena (shm_segment, shm_offset; §2.6) and UCX (source_session_id, address, remote_key).
  * False for local and files. */
-bool mstar_comm_stamps_shm_placement(const mstar_comm *comm);
+MSTAR_API bool mstar_comm_stamps_shm_placement(const mstar_comm *comm);
 /* Tensors held right now (produced and read). */
-size_t mstar_comm_num_tensors(const mstar_comm *comm);
+MSTAR_API size_t mstar_comm_num_tensors(const mstar_comm *comm);
 
 /* ---------------------------------------------------------------------------------------------
  * Requests and sharding
@@ -153,8 +154,8 @@ typedef struct mstar_sharding_config {
 
 /* Remember the request's sharding config (copied; NULL: nothing sharded). Calling it again
  * replaces the config. */
-mstar_status mstar_comm_register_request(mstar_comm *comm, const mstar_rid *rid,
-                                         const mstar_sharding_config *config);
+MSTAR_API mstar_status mstar_comm_register_request(mstar_comm *comm, const mstar_rid *rid,
+                                                   const mstar_sharding_config *config);
 
 /* A tensor-parallel group as fan-out sees it (reference ShardingGroup after register_workers). */
 typedef struct mstar_shard_group {
@@ -170,7 +171,7 @@ typedef struct mstar_fanout {
     mstar_edge *edges;                 /* owned; total_fanin and shard_dim set */
 } mstar_fanout;
 
-void mstar_fanout_clear(mstar_fanout *fanout);
+MSTAR_API void mstar_fanout_clear(mstar_fanout *fanout);
 
 /* Fan `edge` (descriptors in canonical layout) out from rank `src_rank` of `src` (NULL: a
  * special source such as the api server, one rank) to the workers of `dst` (NULL: one pseudo
@@ -179,9 +180,9 @@ void mstar_fanout_clear(mstar_fanout *fanout);
  * Otherwise each destination rank whose range overlaps this source's rows gets descriptors with
  * dims[0], nbytes and an offset LOCAL to this source's shard (§5.2, §8.9). MSTAR_EINVAL when
  * the total rows do not divide among the destination ranks or a descriptor has no dims. */
-mstar_status mstar_edge_fanout(const mstar_edge *edge, int32_t shard_dim,
-                               const mstar_shard_group *src, int32_t src_rank,
-                               const mstar_shard_group *dst, mstar_fanout *out);
+MSTAR_API mstar_status mstar_edge_fanout(const mstar_edge *edge, int32_t shard_dim,
+                                         const mstar_shard_group *src, int32_t src_rank,
+                                         const mstar_shard_group *dst, mstar_fanout *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Producer: storing outputs
@@ -222,10 +223,9 @@ typedef struct mstar_store_params {
  * infos[0..n). Sharded signals (register_request) are stored in canonical layout; non-contiguous
  * tensors are made contiguous. On error nothing is stored, and memory handed over with a release
  * function stays the caller's. */
-mstar_status mstar_comm_store_and_return_tensor_info(mstar_comm *comm, const mstar_rid *rid,
-                                                     const mstar_output *outputs, uint32_t n,
-                                                     const mstar_store_params *params,
-                                                     mstar_tensor_info *infos);
+MSTAR_API mstar_status mstar_comm_store_and_return_tensor_info(
+    mstar_comm *comm, const mstar_rid *rid, const mstar_output *outputs, uint32_t n,
+    const mstar_store_params *params, mstar_tensor_info *infos);
 
 /* StoredOutputs: index-parallel columns, one entry per stored tensor, in mint order (request-
  * major, then signal order, then the order of the outputs). */
@@ -237,39 +237,42 @@ typedef struct mstar_stored_outputs {
     uint32_t *num_tensors; /* nrequests × nsignals, request-major */
 } mstar_stored_outputs;
 
-void mstar_stored_outputs_clear(mstar_stored_outputs *out);
+MSTAR_API void mstar_stored_outputs_clear(mstar_stored_outputs *out);
 
 /* Store a batch: outputs[i].request names its request. Outputs whose signal is not in
  * `signals` are not stored (their release runs at once). Atomic as the single form. */
-mstar_status mstar_comm_store_and_return_tensor_info_batch(
+MSTAR_API mstar_status mstar_comm_store_and_return_tensor_info_batch(
     mstar_comm *comm, const mstar_rid *rids, uint32_t nrequests, const mstar_output *outputs,
     uint32_t noutputs, const char *const *signals, uint32_t nsignals,
     const mstar_store_params *params, mstar_stored_outputs *out);
 
 /* The descriptor of a held tensor (with its arena placement once staged). */
-mstar_status mstar_comm_tensor_info(mstar_comm *comm, mstar_tensor_id uuid, mstar_tensor_info *out);
+MSTAR_API mstar_status mstar_comm_tensor_info(mstar_comm *comm, mstar_tensor_id uuid,
+                                              mstar_tensor_info *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Reference counts (§2.3). An unknown uuid is a logged no-op (MSTAR_OK); a count that is not
  * positive is MSTAR_EINVAL. Collection happens only in dereference, set_persist and teardown.
  * ------------------------------------------------------------------------------------------- */
 
-mstar_status mstar_comm_increment_ref(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
-mstar_status mstar_comm_increment_ref_batch_uniform(mstar_comm *comm, const mstar_tensor_id *uuids,
-                                                    uint32_t n, int64_t count);
-mstar_status mstar_comm_dereference(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
-mstar_status mstar_comm_dereference_batch(mstar_comm *comm, const mstar_tensor_id *uuids,
-                                          const int64_t *counts, uint32_t n);
-mstar_status mstar_comm_dereference_batch_uniform(mstar_comm *comm, const mstar_tensor_id *uuids,
-                                                  uint32_t n, int64_t count);
-mstar_status mstar_comm_set_persist(mstar_comm *comm, mstar_tensor_id uuid, bool persist);
+MSTAR_API mstar_status mstar_comm_increment_ref(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
+MSTAR_API mstar_status mstar_comm_increment_ref_batch_uniform(mstar_comm *comm,
+                                                              const mstar_tensor_id *uuids,
+                                                              uint32_t n, int64_t count);
+MSTAR_API mstar_status mstar_comm_dereference(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
+MSTAR_API mstar_status mstar_comm_dereference_batch(mstar_comm *comm, const mstar_tensor_id *uuids,
+                                                    const int64_t *counts, uint32_t n);
+MSTAR_API mstar_status mstar_comm_dereference_batch_uniform(mstar_comm *comm,
+                                                            const mstar_tensor_id *uuids,
+                                                            uint32_t n, int64_t count);
+MSTAR_API mstar_status mstar_comm_set_persist(mstar_comm *comm, mstar_tensor_id uuid, bool persist);
 
 /* From the safety hold (1) to the real fanout: for each held uuid, the number of (edge,
  * descriptor) occurrences among the routed edges that are not persist edges (§8.7). A count of
  * 0 on a tensor that is not persisted frees it here. */
-mstar_status mstar_comm_set_output_ref_counts(mstar_comm *comm, const mstar_tensor_id *held,
-                                              uint32_t nheld, const mstar_edge *routed,
-                                              uint32_t nrouted);
+MSTAR_API mstar_status mstar_comm_set_output_ref_counts(mstar_comm *comm,
+                                                        const mstar_tensor_id *held, uint32_t nheld,
+                                                        const mstar_edge *routed, uint32_t nrouted);
 
 /* ---------------------------------------------------------------------------------------------
  * Producer: staging for other processes
@@ -279,22 +282,24 @@ mstar_status mstar_comm_set_output_ref_counts(mstar_comm *comm, const mstar_tens
  * memory registered with UCX), and stamp the transport's fields onto infos (see
  * mstar_comm_stamps_shm_placement). When this returns, a message carrying the descriptors may be
  * sent (invariant 1). MSTAR_ENOENT for a uuid not held. */
-mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid,
-                                          mstar_tensor_info *infos, uint32_t n);
+MSTAR_API mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid,
+                                                    mstar_tensor_info *infos, uint32_t n);
 /* The uuid-driven form: request r's uuids are uuids[sum(counts[0..r)) ..][0..counts[r]). */
-mstar_status mstar_comm_register_for_send_uuids(mstar_comm *comm, const mstar_rid *rids,
-                                                uint32_t nrequests, const uint32_t *counts,
-                                                const mstar_tensor_id *uuids);
+MSTAR_API mstar_status mstar_comm_register_for_send_uuids(mstar_comm *comm, const mstar_rid *rids,
+                                                          uint32_t nrequests,
+                                                          const uint32_t *counts,
+                                                          const mstar_tensor_id *uuids);
 /* Copy the transport's fields of every staged uuid onto the descriptors of edges about to leave
  * the process — only those fields (§2.6, §8.4): the arena's placement (shm_segment, shm_offset),
  * UCX's source_session_id, address and remote_key. Descriptors of uuids not staged here are left
  * as they are. No-op unless mstar_comm_stamps_shm_placement. */
-mstar_status mstar_comm_refresh_shm_placement(mstar_comm *comm, mstar_edge *edges, uint32_t n);
+MSTAR_API mstar_status mstar_comm_refresh_shm_placement(mstar_comm *comm, mstar_edge *edges,
+                                                        uint32_t n);
 
 /* Handle TENSOR_RECEIVED (dereference each uuid by its count; failed_tensor_ids count one each)
  * and UNPERSIST_TENSORS (increment by K, then clear persist). Entries with a count < 1 (< 0 for
  * K) and unknown uuids are logged and skipped. MSTAR_EINVAL for any other message type. */
-mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg);
+MSTAR_API mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg);
 
 /* ---------------------------------------------------------------------------------------------
  * Consumer
@@ -305,9 +310,9 @@ mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg);
  * segment's prefix and owner, nbytes against dims × dtype, bounds against the mapped segment or
  * the file — and nothing is kept when any of them fails. `out` (may be NULL) receives the
  * handles of reads still running; the event fd fires when one finishes. */
-mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
-                                           const mstar_edge *edges, uint32_t n,
-                                           mstar_completion_list *out);
+MSTAR_API mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
+                                                     const mstar_edge *edges, uint32_t n,
+                                                     mstar_completion_list *out);
 
 /* A failed read: the request's edge is dropped (its refs released, the failure ACKed to the
  * producer through failed_tensor_ids) and reported here once. */
@@ -330,32 +335,33 @@ typedef struct mstar_ready_set {
     mstar_read_failure *failed;
 } mstar_ready_set;
 
-void mstar_ready_set_clear(mstar_ready_set *set);
+MSTAR_API void mstar_ready_set_clear(mstar_ready_set *set);
 
 /* Collect every read whose bytes have landed: ACK them to their producers first, then release
  * the transit reference, buffer sharded inputs until every source rank arrived (then emit one
  * consolidated edge), and hand the edges out. Each delivered descriptor carries one usage
  * reference the node releases with mstar_comm_dereference(uuid, 1). */
-mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out);
+MSTAR_API mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out);
 
 /* ACK edges of a request that is already gone, without reading them (late result_tensors). */
-mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *rid,
-                                           const mstar_edge *edges, uint32_t n);
+MSTAR_API mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *rid,
+                                                     const mstar_edge *edges, uint32_t n);
 
 /* A view of a held tensor in its real layout (the canonical permutation undone, so it may be
  * strided). Valid until the tensor's last reference goes. MSTAR_ENOENT for an unknown uuid. */
-mstar_status mstar_comm_get_tensor(mstar_comm *comm, mstar_tensor_id uuid, mstar_tensor *out);
+MSTAR_API mstar_status mstar_comm_get_tensor(mstar_comm *comm, mstar_tensor_id uuid,
+                                             mstar_tensor *out);
 /* The same tensor copied contiguous into host memory dst (dst_size >= its nbytes); *out
  * describes the copy. Device tensors are copied to the host first. */
-mstar_status mstar_comm_get_tensor_copy(mstar_comm *comm, mstar_tensor_id uuid, void *dst,
-                                        size_t dst_size, mstar_tensor *out);
+MSTAR_API mstar_status mstar_comm_get_tensor_copy(mstar_comm *comm, mstar_tensor_id uuid, void *dst,
+                                                  size_t dst_size, mstar_tensor *out);
 
 /* Whether a read of this request is still copying (gates READS_DONE, §2.7). */
-bool mstar_comm_has_inflight_reads(const mstar_comm *comm, const mstar_rid *rid);
+MSTAR_API bool mstar_comm_has_inflight_reads(const mstar_comm *comm, const mstar_rid *rid);
 
 /* An fd that becomes readable when a read finishes; poll it with the mesh inbox and drain it. */
-int mstar_comm_event_fd(const mstar_comm *comm);
-void mstar_comm_event_drain(mstar_comm *comm);
+MSTAR_API int mstar_comm_event_fd(const mstar_comm *comm);
+MSTAR_API void mstar_comm_event_drain(mstar_comm *comm);
 
 /* ---------------------------------------------------------------------------------------------
  * Teardown (§2.7)
@@ -365,11 +371,11 @@ void mstar_comm_event_drain(mstar_comm *comm);
  * finished pending reads (their refs released); free every tensor of it that is collectable and
  * defer the rest (referenced or persisted) — a later ACK or UNPERSIST still frees them. Reads
  * still copying stay until they finish, then are ACKed and dropped undelivered. */
-mstar_status mstar_comm_cleanup_request(mstar_comm *comm, const mstar_rid *rid);
+MSTAR_API mstar_status mstar_comm_cleanup_request(mstar_comm *comm, const mstar_rid *rid);
 /* Hard: drop every tensor of the request and its staged files and slots regardless of refs and
  * persist. Safe only after every reader of it sent READS_DONE; MSTAR_ESTATE if this process
  * still has reads of it in flight. */
-mstar_status mstar_comm_force_cleanup_request(mstar_comm *comm, const mstar_rid *rid);
+MSTAR_API mstar_status mstar_comm_force_cleanup_request(mstar_comm *comm, const mstar_rid *rid);
 
 /* ---------------------------------------------------------------------------------------------
  * Profiling and statistics
@@ -377,10 +383,10 @@ mstar_status mstar_comm_force_cleanup_request(mstar_comm *comm, const mstar_rid 
 
 /* The request's TX / RX records (§7) in a malloc'd array the caller frees; *n may be 0 (then
  * *out is NULL). Empty unless enable_prof. */
-mstar_status mstar_comm_get_tx_info(mstar_comm *comm, const mstar_rid *rid, mstar_tx_info **out,
-                                    uint32_t *n);
-mstar_status mstar_comm_get_rx_info(mstar_comm *comm, const mstar_rid *rid, mstar_rx_info **out,
-                                    uint32_t *n);
+MSTAR_API mstar_status mstar_comm_get_tx_info(mstar_comm *comm, const mstar_rid *rid,
+                                              mstar_tx_info **out, uint32_t *n);
+MSTAR_API mstar_status mstar_comm_get_rx_info(mstar_comm *comm, const mstar_rid *rid,
+                                              mstar_rx_info **out, uint32_t *n);
 
 typedef struct mstar_arena_stats {
     uint32_t segments;
@@ -394,7 +400,7 @@ typedef struct mstar_arena_stats {
 } mstar_arena_stats;
 
 /* MSTAR_ENOTSUP unless the transport is the arena. */
-mstar_status mstar_comm_arena_stats(mstar_comm *comm, mstar_arena_stats *out);
+MSTAR_API mstar_status mstar_comm_arena_stats(mstar_comm *comm, mstar_arena_stats *out);
 
 #ifdef __cplusplus
 }

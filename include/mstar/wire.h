@@ -26,12 +26,12 @@ extern "C" {
 #define MSTAR_WIRE_VERSION 1
 
 /* Upper bounds the decoder enforces (a message over them is MSTAR_EPROTO). */
-#define MSTAR_WIRE_MAX_MESSAGE (64u << 20)  /* bytes in one encoded message */
-#define MSTAR_WIRE_MAX_EDGES 4096           /* edges in one message */
-#define MSTAR_WIRE_MAX_TENSORS 65536        /* descriptors in one edge, and in one message */
-#define MSTAR_WIRE_MAX_ENTRIES 65536        /* entries of a uuid map or list */
-#define MSTAR_WIRE_MAX_KV 64                /* metadata entries */
-#define MSTAR_REMOTE_KEY_MAX 1024           /* bytes of a packed remote key */
+#define MSTAR_WIRE_MAX_MESSAGE (64u << 20) /* bytes in one encoded message */
+#define MSTAR_WIRE_MAX_EDGES   4096        /* edges in one message */
+#define MSTAR_WIRE_MAX_TENSORS 65536       /* descriptors in one edge, and in one message */
+#define MSTAR_WIRE_MAX_ENTRIES 65536       /* entries of a uuid map or list */
+#define MSTAR_WIRE_MAX_KV      64          /* metadata entries */
+#define MSTAR_REMOTE_KEY_MAX   1024        /* bytes of a packed remote key */
 
 /* ---------------------------------------------------------------------------------------------
  * Request ids: an integer (worker handles) or a string (api-server ids); an opaque key.
@@ -39,21 +39,21 @@ extern "C" {
 
 typedef struct mstar_rid {
     bool is_str;
-    int64_t num;                    /* when !is_str */
-    char str[MSTAR_NAME_MAX + 1];   /* when is_str: a valid name (mstar_name_validate) */
+    int64_t num;                  /* when !is_str */
+    char str[MSTAR_NAME_MAX + 1]; /* when is_str: a valid name (mstar_name_validate) */
 } mstar_rid;
 
 /* An integer id. */
-mstar_rid mstar_rid_from_int(int64_t num);
+MSTAR_API mstar_rid mstar_rid_from_int(int64_t num);
 /* A string id (copied). MSTAR_EINVAL if `str` is not a valid name. */
-mstar_status mstar_rid_from_str(const char *str, mstar_rid *out);
+MSTAR_API mstar_status mstar_rid_from_str(const char *str, mstar_rid *out);
 /* Same kind and value: an integer id never equals a string id, even "5" and 5. */
-bool mstar_rid_equal(const mstar_rid *a, const mstar_rid *b);
+MSTAR_API bool mstar_rid_equal(const mstar_rid *a, const mstar_rid *b);
 /* A hash consistent with mstar_rid_equal, for keyed stores. */
-uint64_t mstar_rid_hash(const mstar_rid *rid);
+MSTAR_API uint64_t mstar_rid_hash(const mstar_rid *rid);
 /* The reference's rid_to_str: the decimal number or the string itself. Returns `buf`. */
 #define MSTAR_RID_STRLEN (MSTAR_NAME_MAX + 1)
-const char *mstar_rid_format(const mstar_rid *rid, char buf[MSTAR_RID_STRLEN]);
+MSTAR_API const char *mstar_rid_format(const mstar_rid *rid, char buf[MSTAR_RID_STRLEN]);
 
 /* ---------------------------------------------------------------------------------------------
  * Tensor descriptor (reference TensorPointerInfo; transport-spec §1.1)
@@ -81,11 +81,11 @@ typedef struct mstar_tensor_info {
 } mstar_tensor_info;
 
 /* Defaults: everything zero/empty, source_tp_size 1. */
-void mstar_tensor_info_init(mstar_tensor_info *info);
+MSTAR_API void mstar_tensor_info_init(mstar_tensor_info *info);
 /* The checks the decoder applies, for descriptors built in process too: ndim, dims >= 0, a valid
  * dtype, nbytes == numel × size without overflow, offset + nbytes without overflow, tp rank in
  * range, names valid (entity required). MSTAR_EPROTO naming the field. */
-mstar_status mstar_tensor_info_validate(const mstar_tensor_info *info);
+MSTAR_API mstar_status mstar_tensor_info_validate(const mstar_tensor_info *info);
 
 /* ---------------------------------------------------------------------------------------------
  * Graph edge (reference GraphEdge; the fields transport touches, transport-spec §1.2)
@@ -104,13 +104,13 @@ typedef struct mstar_edge {
 } mstar_edge;
 
 /* Defaults: no descriptors, the bools false, total_fanin 1, shard_dim -1 (None). */
-void mstar_edge_init(mstar_edge *edge);
+MSTAR_API void mstar_edge_init(mstar_edge *edge);
 /* Free the descriptor array and reset to init state. */
-void mstar_edge_clear(mstar_edge *edge);
+MSTAR_API void mstar_edge_clear(mstar_edge *edge);
 /* Deep copy (dst is overwritten, not cleared first; on error it is left in init state). */
-mstar_status mstar_edge_copy(mstar_edge *dst, const mstar_edge *src);
+MSTAR_API mstar_status mstar_edge_copy(mstar_edge *dst, const mstar_edge *src);
 /* Append a copy of *info. MSTAR_ENOSPC past MSTAR_WIRE_MAX_TENSORS. */
-mstar_status mstar_edge_add_tensor(mstar_edge *edge, const mstar_tensor_info *info);
+MSTAR_API mstar_status mstar_edge_add_tensor(mstar_edge *edge, const mstar_tensor_info *info);
 
 /* ---------------------------------------------------------------------------------------------
  * Profiling records (transport-spec §7)
@@ -145,11 +145,11 @@ typedef struct mstar_kv {
 
 typedef enum mstar_msg_type {
     MSTAR_MSG_INVALID = 0,
-    MSTAR_MSG_NEW_REQUEST = 1,           /* "NEW_REQUEST": conductor → worker */
-    MSTAR_MSG_INPUT_SIGNALS = 2,         /* "INPUT_SIGNALS": worker/conductor → worker */
-    MSTAR_MSG_TENSOR_RECEIVED = 3,       /* "TENSOR_RECEIVED": consumer → producer */
-    MSTAR_MSG_UNPERSIST_TENSORS = 4,     /* "UNPERSIST_TENSORS": conductor → producer */
-    MSTAR_MSG_REMOVE_REQUEST = 5,        /* "REMOVE_REQUEST": conductor → worker, rank 0 → rest */
+    MSTAR_MSG_NEW_REQUEST = 1,       /* "NEW_REQUEST": conductor → worker */
+    MSTAR_MSG_INPUT_SIGNALS = 2,     /* "INPUT_SIGNALS": worker/conductor → worker */
+    MSTAR_MSG_TENSOR_RECEIVED = 3,   /* "TENSOR_RECEIVED": consumer → producer */
+    MSTAR_MSG_UNPERSIST_TENSORS = 4, /* "UNPERSIST_TENSORS": conductor → producer */
+    MSTAR_MSG_REMOVE_REQUEST = 5,    /* "REMOVE_REQUEST": conductor → worker, rank 0 → rest */
     MSTAR_MSG_CONDUCTOR_NEW_REQUEST = 6, /* "CONDUCTOR_NEW_REQUEST": preprocess → conductor */
     MSTAR_MSG_WORKER_GRAPHS_DONE = 7,    /* "WORKER_GRAPHS_DONE": worker → conductor */
     MSTAR_MSG_RESULT_TENSORS = 8,        /* "result_tensors": worker → api_server */
@@ -165,7 +165,7 @@ typedef enum mstar_msg_type {
 } mstar_msg_type;
 
 /* "INPUT_SIGNALS"; NULL for an invalid type. */
-const char *mstar_msg_type_name(mstar_msg_type type);
+MSTAR_API const char *mstar_msg_type_name(mstar_msg_type type);
 
 /* REMOVE_REQUEST sources (reference RemoveRequest.source). */
 typedef enum mstar_remove_source {
@@ -241,40 +241,42 @@ typedef struct mstar_msg {
 } mstar_msg;
 
 /* Zero everything, set `type` and the type's defaults (INPUT_SIGNALS: text = "default"). */
-void mstar_msg_init(mstar_msg *msg, mstar_msg_type type);
+MSTAR_API void mstar_msg_init(mstar_msg *msg, mstar_msg_type type);
 /* Free every array (and each edge's descriptors) and reset to MSTAR_MSG_INVALID. */
-void mstar_msg_clear(mstar_msg *msg);
+MSTAR_API void mstar_msg_clear(mstar_msg *msg);
 
 /* Builders that append to a message's arrays (copying their arguments; an edge is copied deep).
  * MSTAR_ENOSPC past the decoder's limits; add_name and add_rid reject invalid names (EINVAL).
  * Values are checked when the message is encoded. */
-mstar_status mstar_msg_add_edge(mstar_msg *msg, const mstar_edge *edge);
-mstar_status mstar_msg_add_count(mstar_msg *msg, mstar_tensor_id uuid, int64_t count);
-mstar_status mstar_msg_add_uuid(mstar_msg *msg, mstar_tensor_id uuid);
-mstar_status mstar_msg_add_name(mstar_msg *msg, const char *name);
-mstar_status mstar_msg_add_rid(mstar_msg *msg, const mstar_rid *rid);
-mstar_status mstar_msg_add_int(mstar_msg *msg, int64_t value);
-mstar_status mstar_msg_add_rx(mstar_msg *msg, const mstar_rx_info *rx);
-mstar_status mstar_msg_add_tx(mstar_msg *msg, const mstar_tx_info *tx);
+MSTAR_API mstar_status mstar_msg_add_edge(mstar_msg *msg, const mstar_edge *edge);
+MSTAR_API mstar_status mstar_msg_add_count(mstar_msg *msg, mstar_tensor_id uuid, int64_t count);
+MSTAR_API mstar_status mstar_msg_add_uuid(mstar_msg *msg, mstar_tensor_id uuid);
+MSTAR_API mstar_status mstar_msg_add_name(mstar_msg *msg, const char *name);
+MSTAR_API mstar_status mstar_msg_add_rid(mstar_msg *msg, const mstar_rid *rid);
+MSTAR_API mstar_status mstar_msg_add_int(mstar_msg *msg, int64_t value);
+MSTAR_API mstar_status mstar_msg_add_rx(mstar_msg *msg, const mstar_rx_info *rx);
+MSTAR_API mstar_status mstar_msg_add_tx(mstar_msg *msg, const mstar_tx_info *tx);
 /* Sets `key` (a valid name of at most 63 bytes) to `value`, replacing an earlier value. */
-mstar_status mstar_msg_add_kv(mstar_msg *msg, const char *key, int64_t value);
+MSTAR_API mstar_status mstar_msg_add_kv(mstar_msg *msg, const char *key, int64_t value);
 /* The value under `key`, or `def`. */
-int64_t mstar_msg_get_kv(const mstar_msg *msg, const char *key, int64_t def);
+MSTAR_API int64_t mstar_msg_get_kv(const mstar_msg *msg, const char *key, int64_t def);
 
 /* Encode into a freshly malloc'd buffer (*data, *len); the caller frees *data. Validates what it
  * encodes with the decoder's rules (MSTAR_EINVAL naming the field), so a peer never receives
  * what it would reject. */
-mstar_status mstar_msg_encode(const mstar_msg *msg, void **data, size_t *len);
+MSTAR_API mstar_status mstar_msg_encode(const mstar_msg *msg, void **data, size_t *len);
 /* Decode one message. On MSTAR_EPROTO *out is left cleared and owns nothing. */
-mstar_status mstar_msg_decode(const void *data, size_t len, mstar_msg *out);
+MSTAR_API mstar_status mstar_msg_decode(const void *data, size_t len, mstar_msg *out);
 
 /* Stand-alone descriptor and edge codecs (used by tests and by peers that embed them), with the
  * message codec's rules: encoders validate first (MSTAR_EINVAL), decoders are strict
  * (MSTAR_EPROTO) and leave *out in init state on failure (a failed edge owns nothing). */
-mstar_status mstar_tensor_info_encode(const mstar_tensor_info *info, void **data, size_t *len);
-mstar_status mstar_tensor_info_decode(const void *data, size_t len, mstar_tensor_info *out);
-mstar_status mstar_edge_encode(const mstar_edge *edge, void **data, size_t *len);
-mstar_status mstar_edge_decode(const void *data, size_t len, mstar_edge *out);
+MSTAR_API mstar_status mstar_tensor_info_encode(const mstar_tensor_info *info, void **data,
+                                                size_t *len);
+MSTAR_API mstar_status mstar_tensor_info_decode(const void *data, size_t len,
+                                                mstar_tensor_info *out);
+MSTAR_API mstar_status mstar_edge_encode(const mstar_edge *edge, void **data, size_t *len);
+MSTAR_API mstar_status mstar_edge_decode(const void *data, size_t len, mstar_edge *out);
 
 #ifdef __cplusplus
 }

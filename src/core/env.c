@@ -35,14 +35,13 @@ mstar_status mstar_env_get_int(const char *name, int64_t def, int64_t min, int64
         return mstar_error_set(MSTAR_EINVAL, "%s=%s is not an integer (expected %lld..%lld)", name,
                                v, (long long)min, (long long)max);
     if (parsed < min || parsed > max)
-        return mstar_error_set(MSTAR_EINVAL, "%s=%s is out of range (expected %lld..%lld)", name,
-                               v, (long long)min, (long long)max);
+        return mstar_error_set(MSTAR_EINVAL, "%s=%s is out of range (expected %lld..%lld)", name, v,
+                               (long long)min, (long long)max);
     *out = parsed;
     return MSTAR_OK;
 }
 
-mstar_status mstar_env_get_double(const char *name, double def, double min, double max,
-                                  double *out)
+mstar_status mstar_env_get_double(const char *name, double def, double min, double max, double *out)
 {
     const char *v = env_value(name);
     if (v == NULL) {
@@ -81,8 +80,9 @@ mstar_status mstar_env_get_bool(const char *name, bool def, bool *out)
             return MSTAR_OK;
         }
     }
-    return mstar_error_set(MSTAR_EINVAL, "%s=%s is not a boolean (expected 1/0, true/false, "
-                                         "yes/no, on/off)",
+    return mstar_error_set(MSTAR_EINVAL,
+                           "%s=%s is not a boolean (expected 1/0, true/false, "
+                           "yes/no, on/off)",
                            name, v);
 }
 
@@ -104,8 +104,8 @@ mstar_status mstar_env_get_choice(const char *name, const char *const *choices, 
     char accepted[256] = "";
     size_t used = 0;
     for (size_t i = 0; i < nchoices; i++) {
-        int n = snprintf(accepted + used, sizeof(accepted) - used, "%s%s", i ? ", " : "",
-                         choices[i]);
+        int n =
+            snprintf(accepted + used, sizeof(accepted) - used, "%s%s", i ? ", " : "", choices[i]);
         if (n < 0 || (size_t)n >= sizeof(accepted) - used) {
             accepted[used] = '\0';
             break;

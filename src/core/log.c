@@ -44,8 +44,8 @@ static void level_from_env(void)
             return;
         }
     }
-    fprintf(stderr, "mstar: MSTAR_LOG=%s is not one of error, warn, info, debug, trace; using warn\n",
-            v);
+    fprintf(stderr,
+            "mstar: MSTAR_LOG=%s is not one of error, warn, info, debug, trace; using warn\n", v);
 }
 
 mstar_log_level mstar_log_get_level(void)

@@ -8,8 +8,8 @@
 
 static bool name_char_ok(unsigned char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '_' || c == '.' || c == ':' || c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == ':' || c == '-';
 }
 
 mstar_status mstar_name_validate(const char *name, size_t len, const char *what)
@@ -23,8 +23,8 @@ mstar_status mstar_name_validate(const char *name, size_t len, const char *what)
         unsigned char c = (unsigned char)name[i];
         if (!name_char_ok(c))
             return mstar_error_set(MSTAR_EINVAL,
-                                   "%s has byte 0x%02x at %zu (allowed: A-Z a-z 0-9 _ . : -)",
-                                   what, c, i);
+                                   "%s has byte 0x%02x at %zu (allowed: A-Z a-z 0-9 _ . : -)", what,
+                                   c, i);
         if (c == '.' && i + 1 < len && name[i + 1] == '.')
             return mstar_error_set(MSTAR_EINVAL, "%s contains '..'", what);
     }

@@ -3,6 +3,8 @@
  */
 #include "strmap.h"
 
+#include "core/assert.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,8 +128,8 @@ bool mstar__strmap_remove(mstar__strmap *m, const char *key, size_t len, uint64_
         if (prev == 0) {
             if (e->next == 0)
                 mstar__u64map_remove(&m->heads, hash, NULL);
-            else
-                mstar__u64map_put(&m->heads, hash, e->next); /* overwrite: cannot fail */
+            else /* an overwrite: cannot fail */
+                MSTAR__ASSERT_OK(mstar__u64map_put(&m->heads, hash, e->next));
         } else {
             m->entries[prev - 1].next = e->next;
         }

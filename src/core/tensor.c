@@ -9,8 +9,7 @@
 mstar_status mstar_shape_numel(int32_t ndim, const int64_t *shape, size_t elsize, int64_t *numel)
 {
     if (ndim < 0 || ndim > MSTAR_MAX_NDIM)
-        return mstar_error_set(MSTAR_EINVAL, "ndim %d is outside 0..%d", (int)ndim,
-                               MSTAR_MAX_NDIM);
+        return mstar_error_set(MSTAR_EINVAL, "ndim %d is outside 0..%d", (int)ndim, MSTAR_MAX_NDIM);
     /* `span` is the product of the dims with zeros counted as one: it bounds the contiguous
      * strides, which must fit even when a zero dim makes the element count 0. */
     int64_t n = 1;

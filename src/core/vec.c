@@ -34,8 +34,7 @@ mstar_status mstar__vec_reserve(mstar__vec *v, size_t n)
     }
     void *d = realloc(v->data, ncap * v->elsize);
     if (d == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "array of %zu elements of %zu bytes", ncap,
-                               v->elsize);
+        return mstar_error_set(MSTAR_ENOMEM, "array of %zu elements of %zu bytes", ncap, v->elsize);
     v->data = d;
     v->cap = ncap;
     return MSTAR_OK;

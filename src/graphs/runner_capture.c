@@ -17,12 +17,11 @@
 #include "graphs/lifetimes.h"
 #include "graphs/stage.h"
 #include "graphs/step_runner.h"
+#include "graphs/tensor_map.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-void mstar__tensor_map_disown(mstar_tensor_map *m);
 
 /* What one spec needs while it is warmed and captured. */
 struct spec_run {

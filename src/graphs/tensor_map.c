@@ -6,7 +6,7 @@
  * stream it was set with, which is what lets a step's outputs come from the current allocator
  * in both eager and captured runs.
  */
-#include "mstar/step.h"
+#include "graphs/tensor_map.h"
 
 #include "core/vec.h"
 

@@ -5,6 +5,7 @@
  */
 #include "tensors/comm_internal.h"
 
+#include "core/assert.h"
 #include "tensors/completion.h"
 
 #include <errno.h>
@@ -471,7 +472,7 @@ mstar_status mstar_comm_register_request(mstar_comm *comm, const mstar_rid *rid,
         if ((st = mstar__names_intern(&comm->names, config->signals[i], &e.signal)) != MSTAR_OK)
             return st;
         if (e.dim >= 0)
-            mstar__vec_push(&r->shards, &e);
+            MSTAR__ASSERT_OK(mstar__vec_push(&r->shards, &e));
     }
     return MSTAR_OK;
 }

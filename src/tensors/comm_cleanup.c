@@ -11,6 +11,7 @@
  */
 #include "tensors/comm_internal.h"
 
+#include "core/assert.h"
 #include "tensors/completion.h"
 
 #include <stdlib.h>
@@ -165,7 +166,7 @@ static mstar_status cleanup(mstar_comm *comm, const mstar_rid *rid, bool force)
             continue;
         }
         mstar__bk_detach(&comm->bk, s);
-        mstar__vec_push(&comm->collected, &s);
+        MSTAR__ASSERT_OK(mstar__vec_push(&comm->collected, &s));
     }
     mstar__vec_free(&slots);
     mstar__comm_collect(comm);

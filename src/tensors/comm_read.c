@@ -21,6 +21,7 @@
  */
 #include "tensors/comm_internal.h"
 
+#include "core/assert.h"
 #include "tensors/completion.h"
 #include "tensors/layout.h"
 
@@ -180,7 +181,7 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
                          const mstar_tensor_info *info, plan *p)
 {
     uint32_t slot;
-    mstar__bk_put(&comm->bk, info->uuid, req, &slot);
+    MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, info->uuid, req, &slot));
     mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
     mstar_tensor_init(&rec->view, p->buf->data, p->buf->device, info->dtype, info->ndim,
                       info->dims);
@@ -197,7 +198,7 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
 static void commit_slice(mstar_comm *comm, uint32_t req, mstar_tensor_info *info, const plan *p)
 {
     uint32_t slot;
-    mstar__bk_put(&comm->bk, p->slice, req, &slot);
+    MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, p->slice, req, &slot));
     mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
     const mstar__bk_rec *prod = mstar__bk_at(&comm->bk, p->slot);
     rec->view = prod->view;
@@ -305,7 +306,7 @@ mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *ri
         }
         if (p->done != NULL && out != NULL)
             list.items[list.n++] = mstar__completion_retain(p->done);
-        mstar__vec_push(&comm->pending, p);
+        MSTAR__ASSERT_OK(mstar__vec_push(&comm->pending, p));
         mstar__comm_req_at(comm, req)->npending++;
     }
     mstar__comm_collect(comm);
@@ -415,7 +416,7 @@ static mstar_status consolidate(mstar_comm *comm, uint32_t req, mstar__fanin *f,
     }
     for (uint32_t i = 0; i < n; i++) {
         uint32_t slot;
-        mstar__bk_put(&comm->bk, uuids[i], req, &slot);
+        MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, uuids[i], req, &slot));
         mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
         rec->buf = bufs[i];
         rec->view = views[i];
@@ -595,6 +596,7 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
             continue;
         edges[k] = &p->edge;
         status[k] = p->done != NULL ? mstar_completion_poll(p->done) : MSTAR_OK;
+        MSTAR__ASSERT(status[k] != MSTAR_EAGAIN); /* I-4: only landed reads are taken */
         failed[k] = status[k] != MSTAR_OK;
         if (failed[k])
             add_failure(b, r, p->edge.name, status[k], mstar_last_error());

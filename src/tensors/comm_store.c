@@ -11,6 +11,7 @@
  */
 #include "tensors/comm_internal.h"
 
+#include "core/assert.h"
 #include "tensors/layout.h"
 
 #include <stdio.h>
@@ -249,7 +250,7 @@ static void commit(mstar_comm *comm, prepared *ps, uint32_t n, const mstar_store
     for (uint32_t i = 0; i < n; i++) {
         prepared *p = &ps[i];
         uint32_t slot;
-        mstar__bk_put(&comm->bk, p->uuid, p->req, &slot);
+        MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, p->uuid, p->req, &slot));
         mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
         rec->buf = p->buf;
         rec->host = p->host;

@@ -3,6 +3,8 @@
  */
 #include "tensors/fanin.h"
 
+#include "core/assert.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,7 +60,7 @@ mstar_status mstar__fanin_add(mstar__fanin *f, int32_t rank, mstar__buf *const *
         return st;
     for (uint32_t i = 0; i < n; i++) {
         mstar__shard s = { rank, i, mstar__buf_retain(bufs[i]), views[i] };
-        mstar__vec_push(&f->shards, &s);
+        MSTAR__ASSERT_OK(mstar__vec_push(&f->shards, &s));
     }
     f->nranks++;
     return MSTAR_OK;

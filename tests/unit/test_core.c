@@ -92,8 +92,8 @@ static void test_dtype_table(void **state)
     static const struct {
         const char *name;
         size_t size;
-    } want[] = { { "bool", 1 },    { "uint8", 1 },    { "int8", 1 },    { "int16", 2 },
-                 { "int32", 4 },   { "int64", 8 },    { "float16", 2 }, { "bfloat16", 2 },
+    } want[] = { { "bool", 1 },    { "uint8", 1 },  { "int8", 1 },    { "int16", 2 },
+                 { "int32", 4 },   { "int64", 8 },  { "float16", 2 }, { "bfloat16", 2 },
                  { "float32", 4 }, { "float64", 8 } };
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
         mstar_dtype d;
@@ -141,7 +141,8 @@ static void test_tensor_views(void **state)
     assert_int_equal(mstar_tensor_nbytes(&t), 8);
     /* zero-size */
     int64_t zshape[2] = { 0, 5 };
-    assert_mstar_ok(mstar_tensor_init(&t, NULL, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, zshape));
+    assert_mstar_ok(
+        mstar_tensor_init(&t, NULL, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, zshape));
     assert_int_equal(mstar_tensor_nbytes(&t), 0);
     assert_mstar_ok(mstar_tensor_validate(&t, "empty"));
     /* bad input */
@@ -152,12 +153,13 @@ static void test_tensor_views(void **state)
     assert_mstar_status(mstar_tensor_init(&t, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, neg),
                         MSTAR_EINVAL);
     int64_t huge[2] = { INT64_C(1) << 40, INT64_C(1) << 30 };
-    assert_mstar_status(mstar_tensor_init(&t, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, huge),
-                        MSTAR_ERANGE);
+    assert_mstar_status(
+        mstar_tensor_init(&t, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, huge), MSTAR_ERANGE);
     /* a zero dim must not hide strides that overflow */
     int64_t hidden[3] = { INT64_C(1) << 40, 0, INT64_C(1) << 40 };
     assert_mstar_status(
-        mstar_tensor_init(&t, NULL, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 3, hidden), MSTAR_ERANGE);
+        mstar_tensor_init(&t, NULL, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 3, hidden),
+        MSTAR_ERANGE);
     int64_t big[1] = { INT64_C(1) << 62 };
     assert_mstar_status(mstar_tensor_init(&t, buf, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 1, big),
                         MSTAR_ERANGE);
@@ -256,10 +258,10 @@ static void test_logging(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_names),   cmocka_unit_test(test_error_set_wrap_clear),
-        cmocka_unit_test(test_env_int),        cmocka_unit_test(test_env_double_bool_choice),
-        cmocka_unit_test(test_dtype_table),    cmocka_unit_test(test_tensor_views),
-        cmocka_unit_test(test_ids),            cmocka_unit_test(test_names),
+        cmocka_unit_test(test_status_names), cmocka_unit_test(test_error_set_wrap_clear),
+        cmocka_unit_test(test_env_int),      cmocka_unit_test(test_env_double_bool_choice),
+        cmocka_unit_test(test_dtype_table),  cmocka_unit_test(test_tensor_views),
+        cmocka_unit_test(test_ids),          cmocka_unit_test(test_names),
         cmocka_unit_test(test_logging),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
