@@ -448,33 +448,38 @@ static void fan_in(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pend
     mstar__req *r = mstar__comm_req_at(comm, req);
     mstar__fanin *f = NULL;
     size_t at = 0;
-    for (; at < r->fanins.len && f == NULL; at++)
-        if (mstar__fanin_matches(*(mstar__fanin **)mstar__vec_at(&r->fanins, at), &p->edge))
-            f = *(mstar__fanin **)mstar__vec_at(&r->fanins, at);
+    while (at < r->fanins.len &&
+           !mstar__fanin_matches(*(mstar__fanin **)mstar__vec_at(&r->fanins, at), &p->edge))
+        at++;
     mstar_status st = MSTAR_OK;
-    if (f == NULL) {
+    if (at < r->fanins.len) {
+        f = *(mstar__fanin **)mstar__vec_at(&r->fanins, at);
+    } else {
+        /* New buffers go at the end, at index `at`: an edge carrying every rank completes
+         * its buffer at once, which then comes out of that index. */
         st = mstar__fanin_create(&p->edge, &f);
         if (st == MSTAR_OK && (st = mstar__vec_push(&r->fanins, &f)) != MSTAR_OK)
             mstar__fanin_destroy(f);
-        at = r->fanins.len;
-    } else {
-        at--;
     }
     uint32_t n = p->edge.ntensors;
     mstar__buf **bufs = calloc(n, sizeof(*bufs));
     mstar_tensor *views = calloc(n, sizeof(*views));
-    if (st == MSTAR_OK && (bufs == NULL || views == NULL))
+    int32_t *ranks = calloc(n, sizeof(*ranks));
+    if (st == MSTAR_OK && (bufs == NULL || views == NULL || ranks == NULL))
         st = mstar_error_set(MSTAR_ENOMEM, "fan-in of %u shards", n);
     for (uint32_t i = 0; i < n && st == MSTAR_OK; i++) {
         const mstar__bk_rec *rec =
             mstar__bk_at(&comm->bk, mstar__bk_find(&comm->bk, p->edge.tensor_info[i].uuid));
         bufs[i] = rec->buf;
         views[i] = rec->view;
+        /* Each descriptor names its own source rank: one edge may carry several ranks. */
+        ranks[i] = p->edge.tensor_info[i].source_tp_rank;
     }
     if (st == MSTAR_OK)
-        st = mstar__fanin_add(f, p->edge.tensor_info[0].source_tp_rank, bufs, views, n);
+        st = mstar__fanin_add(f, ranks, bufs, views, n);
     free(bufs);
     free(views);
+    free(ranks);
     /* The usage references go now: the buffer holds the bytes (§2.3 "fan-in shard buffered"). */
     for (uint32_t i = 0; i < n; i++)
         mstar__bk_dereference(&comm->bk, p->edge.tensor_info[i].uuid, 1, &comm->collected);
