@@ -95,6 +95,15 @@ typedef enum demo_transport {
 
 const char *demo_transport_name(demo_transport t);
 
+/* Test-only faults (--inject-fault), each planted in the last component's worker, so that the
+ * tests can see the run's own checks fail: CORRUPT_TOKEN changes token 0 of request 0's result
+ * (the self-check always reruns request 0), LEAK_TENSOR keeps request 0's input tensor. */
+typedef enum demo_fault {
+    DEMO_FAULT_NONE = 0,
+    DEMO_FAULT_CORRUPT_TOKEN,
+    DEMO_FAULT_LEAK_TENSOR,
+} demo_fault;
+
 typedef struct demo_options {
     demo_config cfg;
     const char *config_path; /* NULL: defaults only */
@@ -103,9 +112,10 @@ typedef struct demo_options {
     double abort_rate; /* 0..1 */
     bool graphs;
     bool json;
-    double timeout_s;   /* the whole serving phase */
-    int kill_worker;    /* fault injection: -1 none, else a worker rank killed with SIGKILL */
-    int32_t kill_after; /* ... once this many requests completed */
+    double timeout_s;        /* the whole serving phase */
+    int kill_worker;         /* fault injection: -1 none, else a worker rank killed with SIGKILL */
+    int32_t kill_after;      /* ... once this many requests completed */
+    demo_fault inject_fault; /* test-only: a fault the self-check or leak check must catch */
 } demo_options;
 
 /* Parse argv (after "demo") into *opts, loading --config. Returns 0 to run, 1 when --help was
@@ -148,6 +158,9 @@ void demo_requests_free(demo_request_spec *specs, int32_t n);
 #define DEMO_SIG_PROMPT "prompt"
 #define DEMO_SIG_HIDDEN "enc_hidden"
 #define DEMO_SIG_TOKENS "tokens"
+/* The key of a worker's report that names the signal of a tensor it still held at the end:
+ * this prefix, then the signal (the report carries only integers). */
+#define DEMO_HELD_SIGNAL_KEY "held_signal:"
 
 /* Request info keys (NEW_REQUEST kv). */
 #define DEMO_KV_PROMPT_LEN "prompt_len"

@@ -237,6 +237,16 @@ static void shut_down(demo_run *run)
 
 /* ---- checks --------------------------------------------------------------------------------- */
 
+/* ", first held: tensor 0x... (signal 's', request N)" when the worker named one. */
+static void held_text(const demo_worker_report *rep, char *out, size_t size)
+{
+    out[0] = '\0';
+    if (rep->held_signal[0] != '\0')
+        snprintf(out, size, "; first held: tensor 0x%016llx (signal '%s', request %lld)",
+                 (unsigned long long)rep->held_uuid, rep->held_signal,
+                 (long long)rep->held_request);
+}
+
 static void check_leaks(demo_run *run)
 {
     for (int w = 0; w < DEMO_WORKERS; w++) {
@@ -247,13 +257,16 @@ static void check_leaks(demo_run *run)
             continue;
         }
         if (rep->tensors_held != 0 || rep->live_slots != 0 || rep->spill_files != 0 ||
-            rep->open_requests != 0)
+            rep->open_requests != 0) {
+            char held[160];
+            held_text(rep, held, sizeof(held));
             demo_run_fail(run,
                           "leak: %s still holds %lld tensors, %lld arena slots, %lld spill files, "
-                          "%lld open requests",
+                          "%lld open requests%s",
                           run->worker_name[w], (long long)rep->tensors_held,
                           (long long)rep->live_slots, (long long)rep->spill_files,
-                          (long long)rep->open_requests);
+                          (long long)rep->open_requests, held);
+        }
     }
     if (run->pre_tensors_left != 0 || run->pre_live_slots != 0 || run->pre_spill_files != 0)
         demo_run_fail(run, "leak: %s still holds %lld tensors, %lld arena slots, %lld spill files",

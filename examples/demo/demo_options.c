@@ -46,6 +46,8 @@ static void usage(FILE *out)
             "  --timeout SECONDS         give up on the run after this long (default 120)\n"
             "  --kill-worker RANK        fault injection: SIGKILL worker RANK mid-run\n"
             "  --kill-after N            ... once N requests completed (default 4)\n"
+            "  --inject-fault corrupt-token|leak-tensor\n"
+            "                            test only: plant a fault the run's checks must catch\n"
             "  --help                    this text\n"
             "\n"
             "Exit code: 0 when every request completed or was aborted as asked, the self-check\n"
@@ -84,6 +86,7 @@ enum {
     OPT_TIMEOUT,
     OPT_KILL_WORKER,
     OPT_KILL_AFTER,
+    OPT_INJECT_FAULT,
     OPT_HELP,
 };
 
@@ -99,6 +102,7 @@ static const struct option long_opts[] = {
     { "timeout", required_argument, NULL, OPT_TIMEOUT },
     { "kill-worker", required_argument, NULL, OPT_KILL_WORKER },
     { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
+    { "inject-fault", required_argument, NULL, OPT_INJECT_FAULT },
     { "help", no_argument, NULL, OPT_HELP },
     { NULL, 0, NULL, 0 },
 };
@@ -179,6 +183,15 @@ int demo_options_parse(int argc, char **argv, demo_options *opts)
             if (!parse_long(optarg, 0, 1000000, &v))
                 return bad("%s: '%s' is not a count in [0, 1000000]", "--kill-after", optarg);
             opts->kill_after = (int32_t)v;
+            break;
+        case OPT_INJECT_FAULT:
+            if (strcmp(optarg, "corrupt-token") == 0)
+                opts->inject_fault = DEMO_FAULT_CORRUPT_TOKEN;
+            else if (strcmp(optarg, "leak-tensor") == 0)
+                opts->inject_fault = DEMO_FAULT_LEAK_TENSOR;
+            else
+                return bad("%s: '%s' is not a fault (corrupt-token or leak-tensor)",
+                           "--inject-fault", optarg);
             break;
         case OPT_HELP:
             usage(stdout);

@@ -59,6 +59,9 @@ typedef struct demo_worker_report {
     int64_t done, failed, removed_soft, removed_force, drained;
     int64_t busy_us;
     demo_step_stats steps;
+    /* The first tensor the worker still held at the end, named (held_signal "" when none). */
+    int64_t held_uuid, held_request;
+    char held_signal[64];
 } demo_worker_report;
 
 typedef struct demo_run {

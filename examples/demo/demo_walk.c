@@ -368,11 +368,18 @@ static void merge_report(demo_run *run, int rank, const mstar_msg *m)
         { "removed_force", &rep->removed_force },
         { "drained", &rep->drained },
         { "busy_us", &rep->busy_us },
+        { "held_uuid", &rep->held_uuid },
+        { "held_request", &rep->held_request },
     };
     for (uint32_t k = 0; k < m->nkv; k++) {
         const mstar_kv *kv = &m->kv[k];
         bool known = strcmp(kv->key, "report") == 0 || strcmp(kv->key, "rank") == 0 ||
                      strcmp(kv->key, "graphs") == 0;
+        size_t held = strlen(DEMO_HELD_SIGNAL_KEY);
+        if (strncmp(kv->key, DEMO_HELD_SIGNAL_KEY, held) == 0) {
+            snprintf(rep->held_signal, sizeof(rep->held_signal), "%s", kv->key + held);
+            known = true;
+        }
         if (strcmp(kv->key, "report_end") == 0) {
             rep->in = true;
             known = true;

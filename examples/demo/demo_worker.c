@@ -7,6 +7,10 @@
  * on the inbox and the manager's event fd only when there was nothing to do. At SHUTDOWN it
  * waits (a bounded time) until every tensor it produced has been acknowledged, then reports its
  * counters to the conductor and exits.
+ *
+ * The tensors it took in and sent out are remembered (pruned of those already freed as the list
+ * grows), so that a leak found at the report is named, not only counted. The test-only faults
+ * of --inject-fault are planted here too.
  */
 #include "demo_worker.h"
 
@@ -27,6 +31,13 @@ typedef enum wstate {
     W_DRAINED,  /* READS_DONE sent; waiting for the forced removal */
     W_REMOVED,
 } wstate;
+
+/* A tensor this worker took in or sent out: what names it if it is still held at the end. */
+typedef struct seen_tensor {
+    mstar_tensor_id uuid;
+    int64_t rid;
+    char signal[32];
+} seen_tensor;
 
 typedef struct wreq {
     wstate state;
@@ -54,7 +65,88 @@ struct demo_worker {
     double shutdown_by;  /* ... waiting for acknowledgements until then at most */
     double report_again; /* when the report goes out (again) */
     bool bye;            /* the conductor has the report: exit */
+    mstar__vec seen;     /* seen_tensor */
+    size_t prune_at;     /* seen's length at which the freed ones are dropped */
+    bool fault_planted;  /* the --inject-fault fault is in */
 };
+
+/* ---- naming held tensors -----------------------------------------------------------------------
+ */
+
+static bool still_held(demo_worker *w, mstar_tensor_id uuid)
+{
+    mstar_tensor_info info;
+    return mstar_comm_tensor_info(w->link.comm, uuid, &info) == MSTAR_OK;
+}
+
+/* Remember `uuid`; when the list doubled since the last pass, forget the tensors already freed,
+ * so that it stays as long as what is held (in flight) and not as the whole run. */
+static void remember(demo_worker *w, mstar_tensor_id uuid, int64_t rid, const char *signal)
+{
+    seen_tensor s = { uuid, rid, "" };
+    snprintf(s.signal, sizeof(s.signal), "%s", signal);
+    if (mstar__vec_push(&w->seen, &s) != MSTAR_OK)
+        return; /* naming a leak is best effort; the count still catches it */
+    if (w->seen.len < w->prune_at)
+        return;
+    size_t keep = 0;
+    for (size_t i = 0; i < w->seen.len; i++) {
+        seen_tensor *t = mstar__vec_at(&w->seen, i);
+        if (still_held(w, t->uuid))
+            memmove(mstar__vec_at(&w->seen, keep++), t, sizeof(*t));
+    }
+    w->seen.len = keep;
+    w->prune_at = keep < 32 ? 64 : 2 * keep;
+}
+
+/* The first remembered tensor still held, as entries of the report: its uuid, its request and
+ * its signal (in the key: the report carries only integers). Nothing when none is held. */
+static mstar_status report_held(demo_worker *w, mstar_msg *m)
+{
+    for (size_t i = 0; i < w->seen.len; i++) {
+        const seen_tensor *t = mstar__vec_at(&w->seen, i);
+        if (!still_held(w, t->uuid))
+            continue;
+        char key[64];
+        snprintf(key, sizeof(key), "%s%s", DEMO_HELD_SIGNAL_KEY, t->signal);
+        mstar_status st = mstar_msg_add_kv(m, "held_uuid", (int64_t)t->uuid);
+        if (st == MSTAR_OK)
+            st = mstar_msg_add_kv(m, "held_request", t->rid);
+        return st == MSTAR_OK ? mstar_msg_add_kv(m, key, 1) : st;
+    }
+    return MSTAR_OK;
+}
+
+/* ---- test-only faults (--inject-fault) ----------------------------------------------------------
+ */
+
+/* Whether to plant `fault` now: once, in the last component's worker, on request 0. */
+static bool plant(demo_worker *w, demo_fault fault, int64_t rid)
+{
+    if (w->opts->inject_fault != fault || !w->last || rid != 0 || w->fault_planted)
+        return false;
+    w->fault_planted = true;
+    return true;
+}
+
+/* CORRUPT_TOKEN: the result sent for request 0 has token 0 changed (still in the vocabulary,
+ * so only the self-check can tell). `*t` is the caller's; `copy` gets the changed bytes. */
+static mstar_status corrupt_token(demo_worker *w, int64_t rid, const char *signal, mstar_tensor *t,
+                                  int32_t **copy)
+{
+    *copy = NULL;
+    if (strcmp(signal, DEMO_SIG_TOKENS) != 0 || t->dtype != MSTAR_DTYPE_INT32 || t->ndim != 1 ||
+        t->shape[0] < 1 || !plant(w, DEMO_FAULT_CORRUPT_TOKEN, rid))
+        return MSTAR_OK;
+    size_t n = (size_t)t->shape[0];
+    if ((*copy = malloc(n * sizeof(int32_t))) == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "corrupt-token fault");
+    memcpy(*copy, mstar_tensor_ptr(t), n * sizeof(int32_t));
+    (*copy)[0] = ((*copy)[0] + 1) % w->cfg->model.vocab;
+    t->data = *copy;
+    t->byte_offset = 0;
+    return MSTAR_OK;
+}
 
 /* ---- services for the component ------------------------------------------------------------- */
 
@@ -104,9 +196,16 @@ mstar_status demo_worker_emit(demo_worker *w, int64_t rid, const char *signal,
     mstar_edge edge;
     const char *next_node =
         w->last ? "emit_to_client" : demo_component_name(w->cfg->worker_component[1 - w->rank]);
-    mstar_status st = demo_link_stage_output(&w->link, &r, signal, next_node, t, &edge);
+    mstar_tensor out = *t;
+    int32_t *corrupted = NULL;
+    mstar_status st = corrupt_token(w, rid, signal, &out, &corrupted);
+    if (st == MSTAR_OK)
+        st = demo_link_stage_output(&w->link, &r, signal, next_node, &out, &edge);
+    free(corrupted);
     if (st != MSTAR_OK)
         return st;
+    for (uint32_t i = 0; i < edge.ntensors; i++)
+        remember(w, edge.tensor_info[i].uuid, rid, signal);
     mstar_msg m;
     mstar_msg_init(&m, w->last ? MSTAR_MSG_RESULT_TENSORS : MSTAR_MSG_INPUT_SIGNALS);
     m.request_id = r;
@@ -356,9 +455,13 @@ static void collect_ready(demo_worker *w)
                 demo_worker_fail(w, rid->num, mstar_last_error());
                 open = false;
             }
-            /* The usage references: the component has what it needs (or the request is gone). */
-            for (uint32_t t = 0; t < edge->ntensors; t++)
-                mstar_comm_dereference(w->link.comm, edge->tensor_info[t].uuid, 1);
+            /* The usage references: the component has what it needs (or the request is gone).
+             * LEAK_TENSOR keeps request 0's first input. */
+            for (uint32_t t = 0; t < edge->ntensors; t++) {
+                remember(w, edge->tensor_info[t].uuid, rid->num, edge->name);
+                if (t > 0 || !open || !plant(w, DEMO_FAULT_LEAK_TENSOR, rid->num))
+                    mstar_comm_dereference(w->link.comm, edge->tensor_info[t].uuid, 1);
+            }
         }
     }
     mstar_ready_set_clear(&set);
@@ -417,6 +520,8 @@ static mstar_status report(demo_worker *w)
         mstar_msg m;
         mstar_msg_init(&m, MSTAR_MSG_HELLO);
         st = mstar_msg_add_kv(&m, "report", 1);
+        if (first && st == MSTAR_OK)
+            st = report_held(w, &m);
         for (size_t i = 0; first && st == MSTAR_OK && i < sizeof(counters) / sizeof(counters[0]);
              i++)
             st = mstar_msg_add_kv(&m, counters[i].key, counters[i].value);
@@ -436,6 +541,8 @@ static mstar_status report(demo_worker *w)
 
 static mstar_status setup(demo_worker *w, const char *ipc_dir, const char *shm_dir)
 {
+    mstar__vec_init(&w->seen, sizeof(seen_tensor));
+    w->prune_at = 64;
     w->reqs = calloc((size_t)w->cfg->requests, sizeof(*w->reqs));
     if (w->reqs == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "%d request slots", w->cfg->requests);
@@ -475,6 +582,7 @@ static void teardown(demo_worker *w)
         mstar__vec_free(&w->reqs[i].early);
     }
     free(w->reqs);
+    mstar__vec_free(&w->seen);
     demo_link_close(&w->link);
     mstar_backend_destroy(w->backend);
 }

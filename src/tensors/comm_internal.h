@@ -47,7 +47,8 @@ typedef struct mstar__pending {
     uint8_t *fresh;         /* per descriptor: this delivery read the bytes (owes a transit ref) */
     uint8_t *local;         /* per descriptor: produced by this entity (no ACK, no RX) */
     mstar_completion *done; /* NULL: the bytes have landed */
-    double rx_time_s;
+    uint64_t submit_ns;     /* when the read was started: where its RX time begins */
+    double rx_time_s;       /* a read that landed inside start_read: its whole time */
     bool taken; /* landed when the current collection looked (mstar__comm_pending_take) */
 } mstar__pending;
 

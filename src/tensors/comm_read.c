@@ -151,10 +151,10 @@ static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
         for (uint32_t i = 0; i < edge->ntensors; i++)
             if (plans[e][i].kind == KIND_FRESH)
                 items[k++].info = &edge->tensor_info[i];
-        uint64_t t0 = mstar__now_ns();
+        pe[e].submit_ns = mstar__now_ns();
         if (k > 0)
             st = comm->transport->ops->read(comm->transport, items, k, &pe[e].done);
-        pe[e].rx_time_s = (double)(mstar__now_ns() - t0) * 1e-9;
+        pe[e].rx_time_s = (double)(mstar__now_ns() - pe[e].submit_ns) * 1e-9;
         for (uint32_t i = 0, j = 0; st == MSTAR_OK && i < edge->ntensors; i++) {
             if (plans[e][i].kind != KIND_FRESH)
                 continue;
@@ -341,6 +341,16 @@ static void add_failure(ready_builder *b, const mstar__req *r, const char *edge,
         mstar_log(MSTAR_LOG_ERROR, "read of '%s' failed: %s", edge, message);
 }
 
+/* From submit to landing: a read still copying when start_read returned (a device copy, a
+ * remote read) ends when its completion finished, not when it was submitted. */
+static double rx_seconds(const mstar__pending *p)
+{
+    if (p->done == NULL)
+        return p->rx_time_s;
+    uint64_t landed = mstar__completion_finished_ns(p->done);
+    return landed > p->submit_ns ? (double)(landed - p->submit_ns) * 1e-9 : 0.0;
+}
+
 static void record_rx(mstar_comm *comm, mstar__req *r, const mstar__pending *p)
 {
     /* Per source entity of this edge: bytes and count; the edge's read time once per source. */
@@ -369,7 +379,7 @@ static void record_rx(mstar_comm *comm, mstar__req *r, const mstar__pending *p)
         rx->count++;
         rx->num_bytes += (int64_t)info->nbytes;
         if (first)
-            rx->time_s += p->rx_time_s;
+            rx->time_s += rx_seconds(p);
     }
 }
 
@@ -449,33 +459,38 @@ static void fan_in(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pend
     mstar__req *r = mstar__comm_req_at(comm, req);
     mstar__fanin *f = NULL;
     size_t at = 0;
-    for (; at < r->fanins.len && f == NULL; at++)
-        if (mstar__fanin_matches(*(mstar__fanin **)mstar__vec_at(&r->fanins, at), &p->edge))
-            f = *(mstar__fanin **)mstar__vec_at(&r->fanins, at);
+    while (at < r->fanins.len &&
+           !mstar__fanin_matches(*(mstar__fanin **)mstar__vec_at(&r->fanins, at), &p->edge))
+        at++;
     mstar_status st = MSTAR_OK;
-    if (f == NULL) {
+    if (at < r->fanins.len) {
+        f = *(mstar__fanin **)mstar__vec_at(&r->fanins, at);
+    } else {
+        /* New buffers go at the end, at index `at`: an edge carrying every rank completes
+         * its buffer at once, which then comes out of that index. */
         st = mstar__fanin_create(&p->edge, &f);
         if (st == MSTAR_OK && (st = mstar__vec_push(&r->fanins, &f)) != MSTAR_OK)
             mstar__fanin_destroy(f);
-        at = r->fanins.len;
-    } else {
-        at--;
     }
     uint32_t n = p->edge.ntensors;
     mstar__buf **bufs = calloc(n, sizeof(*bufs));
     mstar_tensor *views = calloc(n, sizeof(*views));
-    if (st == MSTAR_OK && (bufs == NULL || views == NULL))
+    int32_t *ranks = calloc(n, sizeof(*ranks));
+    if (st == MSTAR_OK && (bufs == NULL || views == NULL || ranks == NULL))
         st = mstar_error_set(MSTAR_ENOMEM, "fan-in of %u shards", n);
     for (uint32_t i = 0; i < n && st == MSTAR_OK; i++) {
         const mstar__bk_rec *rec =
             mstar__bk_at(&comm->bk, mstar__bk_find(&comm->bk, p->edge.tensor_info[i].uuid));
         bufs[i] = rec->buf;
         views[i] = rec->view;
+        /* Each descriptor names its own source rank: one edge may carry several ranks. */
+        ranks[i] = p->edge.tensor_info[i].source_tp_rank;
     }
     if (st == MSTAR_OK)
-        st = mstar__fanin_add(f, p->edge.tensor_info[0].source_tp_rank, bufs, views, n);
+        st = mstar__fanin_add(f, ranks, bufs, views, n);
     free(bufs);
     free(views);
+    free(ranks);
     /* The usage references go now: the buffer holds the bytes (§2.3 "fan-in shard buffered"). */
     for (uint32_t i = 0; i < n; i++)
         mstar__bk_dereference(&comm->bk, p->edge.tensor_info[i].uuid, 1, &comm->collected);

@@ -4,6 +4,7 @@
 #include "tensors/completion.h"
 
 #include "core/cond.h"
+#include "core/vec.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +23,7 @@ struct mstar_completion {
     mstar_status status;
     char message[256];
     int wake_fd;
+    uint64_t finished_ns; /* written before `done` is set, read only after it is seen */
 };
 
 mstar_status mstar__completion_create(int wake_fd, mstar_completion **out)
@@ -61,6 +63,7 @@ void mstar__completion_finish(mstar_completion *c, mstar_status status, const ch
         return;
     }
     c->status = status;
+    c->finished_ns = mstar__now_ns();
     if (status != MSTAR_OK)
         snprintf(c->message, sizeof(c->message), "%s", message != NULL ? message : "");
     atomic_store(&c->done, true);
@@ -76,6 +79,12 @@ void mstar__completion_finish(mstar_completion *c, mstar_status status, const ch
 bool mstar__completion_done(const mstar_completion *c)
 {
     return atomic_load(&((mstar_completion *)c)->done);
+}
+
+uint64_t mstar__completion_finished_ns(const mstar_completion *c)
+{
+    mstar_completion *m = (mstar_completion *)c;
+    return atomic_load(&m->done) ? m->finished_ns : 0;
 }
 
 static mstar_status result(mstar_completion *c)

@@ -21,5 +21,8 @@ mstar_completion *mstar__completion_retain(mstar_completion *c);
 void mstar__completion_finish(mstar_completion *c, mstar_status status, const char *message);
 /* Finished (either way)? */
 bool mstar__completion_done(const mstar_completion *c);
+/* When it finished (mstar__now_ns), stamped by the first finish: for a read, when its bytes
+ * landed, which is where its RX time ends. 0 while it runs. */
+uint64_t mstar__completion_finished_ns(const mstar_completion *c);
 
 #endif

@@ -48,21 +48,35 @@ bool mstar__fanin_matches(const mstar__fanin *f, const mstar_edge *edge)
     return strcmp(f->name, edge->name) == 0 && strcmp(f->next_node, edge->next_node) == 0;
 }
 
-mstar_status mstar__fanin_add(mstar__fanin *f, int32_t rank, mstar__buf *const *bufs,
+/* Whether one of the first `upto` shards came from `rank`. */
+static bool has_rank(const mstar__fanin *f, size_t upto, int32_t rank)
+{
+    for (size_t i = 0; i < upto; i++)
+        if (shard(f, i)->rank == rank)
+            return true;
+    return false;
+}
+
+mstar_status mstar__fanin_add(mstar__fanin *f, const int32_t *ranks, mstar__buf *const *bufs,
                               const mstar_tensor *views, uint32_t n)
 {
-    for (size_t i = 0; i < f->shards.len; i++)
-        if (shard(f, i)->rank == rank)
+    size_t before = f->shards.len;
+    for (uint32_t i = 0; i < n; i++)
+        if (has_rank(f, before, ranks[i]))
             return mstar_error_set(MSTAR_EPROTO, "fan-in of '%s': source rank %d arrived twice",
-                                   f->name, (int)rank);
-    mstar_status st = mstar__vec_reserve(&f->shards, f->shards.len + n);
+                                   f->name, (int)ranks[i]);
+    mstar_status st = mstar__vec_reserve(&f->shards, before + n);
     if (st != MSTAR_OK)
         return st;
     for (uint32_t i = 0; i < n; i++) {
-        mstar__shard s = { rank, i, mstar__buf_retain(bufs[i]), views[i] };
+        /* The position among this edge's tensors of the same rank. */
+        uint32_t index = 0;
+        for (uint32_t j = 0; j < i; j++)
+            index += ranks[j] == ranks[i];
+        mstar__shard s = { ranks[i], index, mstar__buf_retain(bufs[i]), views[i] };
         MSTAR__ASSERT_OK(mstar__vec_push(&f->shards, &s));
+        f->nranks += index == 0;
     }
-    f->nranks++;
     return MSTAR_OK;
 }
 

@@ -4,7 +4,8 @@
  *
  * A destination whose slice of a signal is produced by several source ranks receives one edge
  * per rank. Each arriving edge's tensors are kept here (by a reference on their storage, not a
- * copy, so their store entries can be released at once) under the rank of its first descriptor.
+ * copy, so their store entries can be released at once), each under the source rank its own
+ * descriptor names: one edge may carry the shards of several ranks.
  * When every rank has arrived, output i is the concatenation over ranks, in ascending rank
  * order, of each rank's tensor i along the shard dim. The tensors are in canonical layout (the
  * shard dim first, contiguous), so that concatenation is the canonical bytes of each shard one
@@ -23,7 +24,7 @@
 
 typedef struct mstar__shard {
     int32_t rank;
-    uint32_t index; /* position within the rank's edge */
+    uint32_t index; /* position among the rank's tensors */
     mstar__buf *buf;
     mstar_tensor view; /* canonical, contiguous */
 } mstar__shard;
@@ -43,9 +44,10 @@ mstar_status mstar__fanin_create(const mstar_edge *first, mstar__fanin **out);
 void mstar__fanin_destroy(mstar__fanin *f);
 bool mstar__fanin_matches(const mstar__fanin *f, const mstar_edge *edge);
 
-/* Add one rank's tensors (their storage is retained). A rank that already arrived is refused
- * with MSTAR_EPROTO and nothing is added. */
-mstar_status mstar__fanin_add(mstar__fanin *f, int32_t rank, mstar__buf *const *bufs,
+/* Add one edge's tensors, tensor i from source rank ranks[i] (their storage is retained). A
+ * rank's tensors keep their order in the edge. A rank that already arrived with an earlier edge
+ * is refused with MSTAR_EPROTO and nothing is added. */
+mstar_status mstar__fanin_add(mstar__fanin *f, const int32_t *ranks, mstar__buf *const *bufs,
                               const mstar_tensor *views, uint32_t n);
 bool mstar__fanin_done(const mstar__fanin *f);
 

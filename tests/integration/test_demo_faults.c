@@ -2,7 +2,9 @@
  * test_demo_faults.c — `mstar demo` when things go wrong: worker 1 (the decoder) is SIGKILLed
  * mid-run, and the driver itself gets SIGTERM. Either way the driver names what failed, exits
  * non-zero, tears the unfinished requests down, and leaves no file, directory or process behind.
- * A SIGKILLed driver leaves its directories to the next run, and no process.
+ * A SIGKILLed driver leaves its directories to the next run, and no process. The run's own
+ * checks fail when a test-only fault is planted (--inject-fault): a corrupted token is caught
+ * by the self-check, a tensor kept alive by the leak check, each named.
  */
 #include "demo_harness.h"
 
@@ -79,12 +81,55 @@ static void test_sigkill_to_the_driver(void **state)
     demo_result_free(&r);
 }
 
+/* The decoder changes token 0 of request 0's result: the self-check (which always reruns the
+ * first completed request) names the request, the token and both values; nothing else fails. */
+static void test_injected_corrupt_token(void **state)
+{
+    const char *cfg = demo_write_file("small.yaml", demo_small_config);
+    const char *args[] = { "--config", cfg, "--inject-fault", "corrupt-token", "--json", NULL };
+    demo_result r = demo_run(300, args);
+    assert_int_equal(demo_exit_code(&r), 1);
+    assert_non_null(strstr(r.out, "\"ok\": false"));
+    assert_non_null(strstr(r.err, "FAILED: self-check: 1 of "));
+    assert_non_null(strstr(r.err, "request 0: token 0 is "));
+    assert_non_null(strstr(r.err, " from the workers, "));
+    assert_int_equal(demo_json_int(&r, "mismatches"), 1);
+    assert_int_equal(demo_json_int(&r, "completed"), 16);
+    assert_int_equal(demo_json_int(&r, "tensors_held"), 0);
+    demo_expect_clean(&r);
+    demo_result_free(&r);
+}
+
+/* The decoder keeps request 0's input: the leak check names the worker, the count and the
+ * tensor (its uuid, signal and request); the self-check still matches. An unknown fault is a
+ * usage error. */
+static void test_injected_leak(void **state)
+{
+    const char *cfg = demo_write_file("small.yaml", demo_small_config);
+    const char *args[] = { "--config", cfg, "--inject-fault", "leak-tensor", "--json", NULL };
+    demo_result r = demo_run(300, args);
+    assert_int_equal(demo_exit_code(&r), 1);
+    assert_non_null(strstr(r.out, "\"ok\": false"));
+    assert_non_null(strstr(r.err, "FAILED: leak: worker_1 still holds 1 tensors"));
+    assert_non_null(strstr(r.err, "; first held: tensor 0x"));
+    assert_non_null(strstr(r.err, " (signal 'enc_hidden', request 0)"));
+    assert_int_equal(demo_json_int(&r, "tensors_held"), 1);
+    assert_int_equal(demo_json_int(&r, "mismatches"), 0);
+    demo_expect_clean(&r);
+    demo_result_free(&r);
+    const char *bad[] = { "--config", cfg, "--inject-fault", "leak", NULL };
+    demo_result u = demo_run(60, bad);
+    assert_int_equal(demo_exit_code(&u), 2);
+    assert_non_null(strstr(u.err, "--inject-fault: 'leak' is not a fault"));
+    demo_result_free(&u);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_kill_worker_1),
-        cmocka_unit_test(test_sigterm_to_the_driver),
-        cmocka_unit_test(test_sigkill_to_the_driver),
+        cmocka_unit_test(test_kill_worker_1),         cmocka_unit_test(test_sigterm_to_the_driver),
+        cmocka_unit_test(test_sigkill_to_the_driver), cmocka_unit_test(test_injected_corrupt_token),
+        cmocka_unit_test(test_injected_leak),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,7 +5,7 @@
  * transport. Covers: no ACK and no delivery before the copy landed (§8.5, invariant 3),
  * has_inflight_reads and the drain, soft cleanup with a read in flight (§8.2, §8.3), force
  * cleanup refused while reads run, a failed read reported once and not poisoning later polls
- * (§8.11), and the completion handle API.
+ * (§8.11), the RX time of a read running from submit to landing, and the completion handle API.
  */
 #include "comm_harness.h"
 
@@ -217,6 +217,37 @@ static void test_failed_read_does_not_poison(void **state)
     mstar_ready_set_clear(&set);
 }
 
+/* An asynchronous read's RX time runs from its submit to its landing (a device copy or a remote
+ * read is still running when start_read returns): the span the test keeps the copy running is
+ * inside it, and it is no longer than everything the test saw from before the submit. Both bounds
+ * come from the one monotonic clock, so neither depends on how fast the machine is. */
+static void test_rx_time_runs_to_landing(void **state)
+{
+    world *w = *state;
+    uint64_t before = mstar__now_ns();
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, NULL));
+    uint64_t submitted = mstar__now_ns();
+    struct timespec copying = { 0, 30 * 1000 * 1000 };
+    nanosleep(&copying, NULL);
+    uint64_t landing = mstar__now_ns();
+    mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
+    uint64_t landed = mstar__now_ns();
+    collect_ready(w->c, 1);
+    mstar_rx_info *rx;
+    uint32_t nrx;
+    assert_mstar_ok(mstar_comm_get_rx_info(w->c, &w->rid, &rx, &nrx));
+    assert_int_equal(nrx, 1);
+    assert_int_equal(rx[0].count, 1);
+    assert_int_equal(rx[0].num_bytes, (int64_t)w->info.nbytes);
+    double time_s = rx[0].time_s;
+    free(rx);
+    if (time_s < (double)(landing - submitted) * 1e-9 || time_s > (double)(landed - before) * 1e-9)
+        fail_msg("RX time %.6f s is not within [%.6f, %.6f] s (submit to landing)", time_s,
+                 (double)(landing - submitted) * 1e-9, (double)(landed - before) * 1e-9);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
+}
+
 static void test_completion_api(void **state)
 {
     world *w = *state;
@@ -327,6 +358,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ack_only_after_copy_landed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cleanup_with_read_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_read_does_not_poison, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rx_time_runs_to_landing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_from_another_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_landing_during_a_poll, setup, teardown),

@@ -104,7 +104,33 @@ static void expect_read_refused(world *w, const mstar_rid *rid, const mstar_tens
     mstar_edge_clear(&e);
 }
 
-/* Bytes arrive intact for every dtype and shape, zero-size and 0-dim included (§8.18); the
+/* Peer segments the consumer `c` has mapped (arena only). */
+static uint64_t peer_segments(mstar_comm *c)
+{
+    mstar_arena_stats st;
+    assert_mstar_ok(mstar_comm_arena_stats(c, &st));
+    return st.peer_segments;
+}
+
+/* The arena of `p` holds exactly the `n` staged tensors of `infos`, each at most 256 bytes: one
+ * 256-byte slot each, zero-byte ones included, every slot at an offset of its own. */
+static void expect_own_slots(mstar_comm *p, const mstar_tensor_info *infos, int n)
+{
+    mstar_arena_stats st;
+    assert_mstar_ok(mstar_comm_arena_stats(p, &st));
+    assert_int_equal(st.live_slots, (uint64_t)n);
+    assert_int_equal(st.total_bytes - st.free_bytes, (uint64_t)n * 256);
+    for (int i = 0; i < n; i++) {
+        assert_true(infos[i].nbytes <= 256);
+        assert_string_not_equal(infos[i].shm_segment, "");
+        for (int j = 0; j < i; j++)
+            assert_false(strcmp(infos[i].shm_segment, infos[j].shm_segment) == 0 &&
+                         infos[i].shm_offset == infos[j].shm_offset);
+    }
+}
+
+/* Bytes arrive intact for every dtype and shape, zero-size and 0-dim included (§8.18); in the
+ * arena a zero-byte tensor takes a 256-byte slot of its own and reading it maps no segment; the
  * ACK goes out when the edge is collected and frees the producer's copy (and its file or slot);
  * the node's release frees the consumer's. */
 static void test_roundtrip(void **state)
@@ -120,23 +146,26 @@ static void test_roundtrip(void **state)
     mstar_tensor_info infos[5];
     produce(w->p, &rid, ts, 5, 1, infos);
     assert_int_equal(count_files(w->dir), w->kind == MSTAR_TRANSPORT_FILES ? 5 : 0);
-    if (w->kind == MSTAR_TRANSPORT_ARENA) {
-        mstar_arena_stats st;
-        assert_mstar_ok(mstar_comm_arena_stats(w->p, &st));
-        assert_int_equal(st.live_slots, 5); /* zero-byte tensors take a slot too */
-        assert_string_not_equal(infos[0].shm_segment, "");
+    if (w->kind == MSTAR_TRANSPORT_ARENA)
+        expect_own_slots(w->p, infos, 5);
+    /* The zero-byte tensors first, on an edge of their own: reading them maps nothing. */
+    const mstar_tensor_info empty[2] = { infos[1], infos[3] },
+                            full[3] = { infos[0], infos[2], infos[4] };
+    mstar_edge e[2] = { edge_of("sig", "node", empty, 2), edge_of("sig", "node", full, 3) };
+    for (int k = 0; k < 2; k++) {
+        mstar_completion_list done;
+        assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e[k], 1, &done));
+        assert_int_equal(done.n, 0); /* host reads land inside the call */
+        mstar_completion_list_clear(&done);
+        if (w->kind == MSTAR_TRANSPORT_ARENA)
+            assert_int_equal(peer_segments(w->c), k); /* 0 after the empty ones, then 1 */
     }
-    mstar_edge e = edge_of("sig", "node", infos, 5);
-    mstar_completion_list done;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, &done));
-    assert_int_equal(done.n, 0); /* host reads land inside the call */
-    mstar_completion_list_clear(&done);
     assert_int_equal(bus_count(&w->b, "worker_0"), 0); /* no ACK before collection */
     mstar_ready_set set;
-    expect_ready(w->c, &set, 1);
+    expect_ready(w->c, &set, 2);
     assert_int_equal(set.nrequests, 1);
     assert_true(mstar_rid_equal(&set.rids[0], &rid));
-    assert_int_equal(set.edge_start[1], 1);
+    assert_int_equal(set.edge_start[1], 2);
     for (int i = 0; i < 5; i++) {
         check_bytes(w->c, infos[i].uuid, &ts[i]);
         assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[i].uuid), 1);
@@ -171,7 +200,8 @@ static void test_roundtrip(void **state)
     assert_string_equal(rx[0].source_entity, "worker_0");
     free(rx);
     mstar_ready_set_clear(&set);
-    mstar_edge_clear(&e);
+    mstar_edge_clear(&e[0]);
+    mstar_edge_clear(&e[1]);
     for (int i = 0; i < 5; i++)
         free(ts[i].data);
 }

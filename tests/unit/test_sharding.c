@@ -2,7 +2,8 @@
  * test_sharding.c — fan-out of edges to destination ranks (§5.2, with offsets local to the
  * source shard, §8.9) and fan-in of shards at the destination (§5.3): rank order regardless of
  * arrival order, requests that were never registered (§8.10), two nodes taking the same signal,
- * and shards that do not fit together.
+ * edges that carry several descriptors (of one rank, or of two ranks at once), and shards that
+ * do not fit together.
  */
 #include "comm_harness.h"
 
@@ -192,37 +193,52 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Rank r stores its shard of signal "h" (real shape [2, 3, 4], sharded on dim 1) and fans it
- * out to the one destination; returns that destination's edge (owned by the caller). */
-static mstar_edge shard_edge(world *w, int r, const mstar_rid *rid, const char *node,
-                             mstar_tensor *t)
+/* Rank r stores `n` (at most 2) tensors of signal "h" (real shape [rows, 3, 4], sharded on dim
+ * 1; tensor k from seed 50 + r + 10 k, into t[k]) and fans them out to the one destination;
+ * returns that destination's edge (owned by the caller). */
+static mstar_edge shard_edge_of(world *w, int r, const mstar_rid *rid, const char *node, uint32_t n,
+                                int64_t rows, mstar_tensor *t)
 {
     const char *sigs[1] = { "h" };
     int32_t dims[1] = { 1 };
     mstar_sharding_config cfg = { 1, sigs, dims };
     assert_mstar_ok(mstar_comm_register_request(w->p[r], rid, &cfg));
-    int64_t shape[3] = { 2, 3, 4 };
-    *t = make_tensor(MSTAR_DTYPE_FLOAT32, 3, shape, (uint32_t)(50 + r));
-    mstar_output o = output_of("h", *t);
+    int64_t shape[3] = { rows, 3, 4 };
+    mstar_output o[2];
+    for (uint32_t k = 0; k < n; k++) {
+        t[k] = make_tensor(MSTAR_DTYPE_FLOAT32, 3, shape, (uint32_t)(50 + r + 10 * k));
+        o[k] = output_of("h", t[k]);
+    }
     mstar_store_params params = { "layer", NULL, 2, r };
-    mstar_tensor_info info;
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p[r], rid, &o, 1, &params, &info));
-    assert_int_equal(info.source_tp_rank, r);
-    mstar_edge e = edge_of("h", node, &info, 1);
+    mstar_tensor_info info[2];
+    mstar_tensor_id uuids[2];
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p[r], rid, o, n, &params, info));
+    for (uint32_t k = 0; k < n; k++) {
+        assert_int_equal(info[k].source_tp_rank, r);
+        uuids[k] = info[k].uuid;
+    }
+    mstar_edge e = edge_of("h", node, info, n);
     const char *src_w[2] = { "worker_0", "worker_1" }, *dst_w[1] = { "worker_2" };
     mstar_shard_group src = { 2, src_w }, dst = { 1, dst_w };
     mstar_fanout fo;
     assert_mstar_ok(mstar_edge_fanout(&e, 1, &src, r, &dst, &fo));
     assert_int_equal(fo.n, 1);
     assert_int_equal(fo.edges[0].total_fanin, 2);
-    assert_mstar_ok(mstar_comm_increment_ref(w->p[r], info.uuid, 1));
-    assert_mstar_ok(mstar_comm_set_output_ref_counts(w->p[r], &info.uuid, 1, fo.edges, 1));
-    assert_mstar_ok(mstar_comm_register_for_send(w->p[r], rid, &info, 1));
+    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w->p[r], uuids, n, 1));
+    assert_mstar_ok(mstar_comm_set_output_ref_counts(w->p[r], uuids, n, fo.edges, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p[r], rid, info, n));
     mstar_edge out;
     assert_mstar_ok(mstar_edge_copy(&out, &fo.edges[0]));
     mstar_fanout_clear(&fo);
     mstar_edge_clear(&e);
     return out;
+}
+
+/* Rank r's one [2, 3, 4] shard of "h" (shard_edge_of). */
+static mstar_edge shard_edge(world *w, int r, const mstar_rid *rid, const char *node,
+                             mstar_tensor *t)
+{
+    return shard_edge_of(w, r, rid, node, 1, 2, t);
 }
 
 static void check_concat(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *t0,
@@ -339,7 +355,8 @@ static void test_fanin_two_nodes_same_signal(void **state)
     shards_free(&sh);
 }
 
-/* A rank arriving twice, or shards that do not concatenate: reported, nothing leaked. */
+/* A rank arriving twice (an edge whose descriptor names a rank that already arrived): reported,
+ * nothing leaked. */
 static void test_fanin_bad_shards(void **state)
 {
     world *w = *state;
@@ -361,6 +378,97 @@ static void test_fanin_bad_shards(void **state)
     shards_free(&sh);
 }
 
+/* One edge carrying the shards of both ranks (rank 1's descriptor first) completes the gather:
+ * each descriptor is buffered under its own source rank, not the edge's first one. */
+static void test_fanin_one_edge_carries_two_ranks(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(80);
+    shards sh = shards_of(w, &rid);
+    mstar_edge both;
+    assert_mstar_ok(mstar_edge_copy(&both, &sh.e[1]));
+    assert_mstar_ok(mstar_edge_add_tensor(&both, &sh.e[0].tensor_info[0]));
+    assert_int_equal(both.total_fanin, 2);
+    mstar_ready_set set;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &both, 1, NULL));
+    expect_ready(w->c, &set, 1);
+    assert_int_equal(set.nfailed, 0);
+    assert_int_equal(set.edges[0].ntensors, 1);
+    check_concat(w->c, set.edges[0].tensor_info[0].uuid, &sh.t[0], &sh.t[1]);
+    assert_mstar_ok(mstar_comm_dereference(w->c, set.edges[0].tensor_info[0].uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    mstar_ready_set_clear(&set);
+    expect_sources_freed(w);
+    mstar_edge_clear(&both);
+    shards_free(&sh);
+}
+
+/* Each rank's edge carries two tensors: output k gathers every rank's tensor k, in rank order. */
+static void test_fanin_two_tensors_per_rank(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(81);
+    mstar_tensor t[2][2];
+    mstar_edge e[2];
+    for (int r = 0; r < 2; r++)
+        e[r] = shard_edge_of(w, r, &rid, "mlp", 2, 2, t[r]);
+    mstar_ready_set set;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e[1], 1, NULL));
+    collect_ready(w->c, 0);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e[0], 1, NULL));
+    expect_ready(w->c, &set, 1);
+    assert_int_equal(set.edges[0].ntensors, 2);
+    for (int k = 0; k < 2; k++) {
+        check_concat(w->c, set.edges[0].tensor_info[k].uuid, &t[0][k], &t[1][k]);
+        assert_mstar_ok(mstar_comm_dereference(w->c, set.edges[0].tensor_info[k].uuid, 1));
+    }
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    mstar_ready_set_clear(&set);
+    expect_sources_freed(w);
+    for (int r = 0; r < 2; r++) {
+        mstar_edge_clear(&e[r]);
+        for (int k = 0; k < 2; k++)
+            free(t[r][k].data);
+    }
+}
+
+/* Gather rank 0's `n0` tensors of `rows0` rows with rank 1's one of 2 rows: one failure whose
+ * message contains `want`, nothing left at the destination or the sources. */
+static void expect_gather_refused(world *w, int64_t rid_n, uint32_t n0, int64_t rows0,
+                                  const char *want)
+{
+    mstar_rid rid = mstar_rid_from_int(rid_n);
+    mstar_tensor t0[2], t1[1];
+    mstar_edge e[2] = { shard_edge_of(w, 0, &rid, "mlp", n0, rows0, t0),
+                        shard_edge_of(w, 1, &rid, "mlp", 1, 2, t1) };
+    mstar_ready_set set;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, e, 2, NULL));
+    expect_ready(w->c, &set, 0);
+    assert_int_equal(set.nfailed, 1);
+    assert_int_equal(set.failed[0].status, MSTAR_EPROTO);
+    assert_string_equal(set.failed[0].edge_name, "h");
+    if (strstr(set.failed[0].message, want) == NULL)
+        fail_msg("expected '%s' in '%s'", want, set.failed[0].message);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid));
+    expect_sources_freed(w);
+    for (int r = 0; r < 2; r++)
+        mstar_edge_clear(&e[r]);
+    for (uint32_t k = 0; k < n0; k++)
+        free(t0[k].data);
+    free(t1[0].data);
+}
+
+/* Shards that do not fit together are refused at the gather: another size in a dim that is not
+ * the shard dim, and ranks that sent different tensor counts. */
+static void test_fanin_shards_that_do_not_fit(void **state)
+{
+    world *w = *state;
+    expect_gather_refused(w, 82, 1, 5, "do not concatenate");
+    expect_gather_refused(w, 83, 2, 2, "unequal tensor counts");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -370,6 +478,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fanin_rank_order_unregistered, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fanin_two_nodes_same_signal, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fanin_bad_shards, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fanin_one_edge_carries_two_ranks, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fanin_two_tensors_per_rank, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fanin_shards_that_do_not_fit, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
