@@ -55,6 +55,12 @@ mstar_status mstar_mesh_endpoint(const mstar_mesh_options *opts, const char *ent
 /* Encode and send `msg` to `peer` (connecting on first use); fills msg->from. Non-blocking:
  * MSTAR_EAGAIN if the peer's queue is full (high-water mark). */
 mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg);
+/* Called after each message mstar_mesh_send handed to ZeroMQ, with the peer and the message
+ * (which it must not keep). The communication manager uses it to learn whom it sent each tensor
+ * to. One hook per mesh: MSTAR_EEXIST when another is set; fn NULL removes it. */
+typedef void (*mstar_mesh_sent_fn)(void *ctx, const char *peer, const mstar_msg *msg);
+mstar_status mstar_mesh_set_sent_hook(mstar_mesh *mesh, mstar_mesh_sent_fn fn, void *ctx);
+
 /* Send raw bytes (tests, and peers speaking their own format). */
 mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data,
                                  size_t len);

@@ -292,9 +292,35 @@ mstar_status mstar_comm_register_for_send_uuids(mstar_comm *comm, const mstar_ri
 mstar_status mstar_comm_refresh_shm_placement(mstar_comm *comm, mstar_edge *edges, uint32_t n);
 
 /* Handle TENSOR_RECEIVED (dereference each uuid by its count; failed_tensor_ids count one each)
- * and UNPERSIST_TENSORS (increment by K, then clear persist). Entries with a count < 1 (< 0 for
- * K) and unknown uuids are logged and skipped. MSTAR_EINVAL for any other message type. */
+ * and UNPERSIST_TENSORS (increment by K, then clear persist). Entries with a count outside
+ * 1..2^32 (0..2^32 for K), unknown uuids and counts whose sum would overflow are logged and
+ * skipped. Once the manager keeps an ACK ledger (see mstar_comm_note_sent) an ACK entry is
+ * applied only from a peer that was sent the tensor, for at most the deliveries it still owes;
+ * the rest is dropped and counted (mstar_comm_get_security_stats). A persisted tensor's ACKs are
+ * applied from any peer (it may be handed on; the persist marker holds it). MSTAR_EINVAL for
+ * any other message type. */
 mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg);
+
+/* The ACK ledger: `msg` was sent to `peer`; each descriptor in it that this manager produced and
+ * still holds is one delivery `peer` owes an ACK for. A manager created with
+ * send = mstar_comm_send_via_mesh learns this from every mstar_mesh_send of its mesh by itself
+ * (mstar_mesh_set_sent_hook; the mesh must outlive the manager); others call this after each
+ * send of descriptors. The first call arms the ledger (handle_message above). */
+mstar_status mstar_comm_note_sent(mstar_comm *comm, const char *peer, const mstar_msg *msg);
+
+/* ACKs from entity `acker` may settle deliveries sent to entity `recipient`: for a deployment
+ * where one entity receives descriptors and another reads and acknowledges them (the demo's
+ * api_server receives results that its preprocess worker reads). */
+mstar_status mstar_comm_accept_acks_for(mstar_comm *comm, const char *acker, const char *recipient);
+
+typedef struct mstar_comm_security_stats {
+    uint64_t acks_dropped;   /* TENSOR_RECEIVED entries not applied (see handle_message) */
+    uint64_t counts_refused; /* reference counts refused: out of range, or the sum overflows */
+    bool ack_ledger;         /* ACKs are checked against the ledger */
+} mstar_comm_security_stats;
+
+/* What the manager refused from other processes so far (docs/security-mesh.md). */
+mstar_status mstar_comm_get_security_stats(const mstar_comm *comm, mstar_comm_security_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Consumer

@@ -120,6 +120,8 @@ struct mstar_mesh {
     mstar__inbox inbox;
     mstar__strmap peers; /* peer entity → (uintptr_t) its connected PUSH socket */
     int wake_fd;         /* -1 when not open */
+    mstar_mesh_sent_fn sent_hook;
+    void *sent_ctx;
 };
 
 #endif

@@ -150,5 +150,19 @@ mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
         return mstar_error_set(MSTAR_ENOMEM, "mesh %s: message to '%s': out of memory",
                                mesh->entity, peer);
     }
-    return send_frame(mesh, peer, &frame);
+    st = send_frame(mesh, peer, &frame);
+    if (st == MSTAR_OK && mesh->sent_hook != NULL)
+        mesh->sent_hook(mesh->sent_ctx, peer, msg);
+    return st;
+}
+
+mstar_status mstar_mesh_set_sent_hook(mstar_mesh *mesh, mstar_mesh_sent_fn fn, void *ctx)
+{
+    if (mesh == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_mesh_set_sent_hook: mesh is NULL");
+    if (fn != NULL && mesh->sent_hook != NULL)
+        return mstar_error_set(MSTAR_EEXIST, "mesh %s: a sent hook is already set", mesh->entity);
+    mesh->sent_hook = fn;
+    mesh->sent_ctx = ctx;
+    return MSTAR_OK;
 }

@@ -131,6 +131,27 @@ static mstar_status open_streams(mstar_comm *comm)
     return st;
 }
 
+/* A manager that ACKs through the mesh also learns from it whom it sent each tensor to: every
+ * message the mesh sends passes its descriptors to the ACK ledger (mstar_comm_note_sent). */
+static void on_mesh_sent(void *ctx, const char *peer, const mstar_msg *msg)
+{
+    if (mstar_comm_note_sent(ctx, peer, msg) != MSTAR_OK)
+        mstar_log(MSTAR_LOG_WARN, "ACK ledger: %s", mstar_last_error());
+}
+
+static void hook_mesh(mstar_comm *comm, const mstar_comm_options *o)
+{
+    if (o->send != mstar_comm_send_via_mesh || o->send_ctx == NULL)
+        return;
+    if (mstar_mesh_set_sent_hook(o->send_ctx, on_mesh_sent, comm) == MSTAR_OK)
+        comm->hooked_mesh = o->send_ctx;
+    else
+        mstar_log(MSTAR_LOG_WARN,
+                  "comm %s: %s; ACKs are checked only against "
+                  "mstar_comm_note_sent",
+                  comm->entity, mstar_last_error());
+}
+
 mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
 {
     if (opts == NULL || out == NULL)
@@ -164,6 +185,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     mstar__strmap_init(&comm->rid_str);
     mstar__vec_init(&comm->pending, sizeof(mstar__pending));
     mstar__vec_init(&comm->collected, sizeof(uint32_t));
+    mstar__vec_init(&comm->ack_aliases, 2 * sizeof(uint32_t));
     comm->dir.fd = -1;
 
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -213,6 +235,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     }
     if (st != MSTAR_OK)
         goto fail;
+    hook_mesh(comm, opts);
     *out = comm;
     return MSTAR_OK;
 fail:
@@ -234,6 +257,9 @@ void mstar_comm_destroy(mstar_comm *comm)
 {
     if (comm == NULL)
         return;
+    if (comm->hooked_mesh != NULL)
+        mstar_mesh_set_sent_hook(comm->hooked_mesh, NULL, NULL);
+    mstar__vec_free(&comm->ack_aliases);
     /* Copies in flight land in buffers this releases: wait for them first. */
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
@@ -514,9 +540,9 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
                 st = mstar_msg_add_count(&msg, info->uuid, 1);
         }
     }
+    mstar__u64map_free(&at);
     if (st == MSTAR_OK)
         st = send_msg(comm, peer, &msg);
-    mstar__u64map_free(&at);
     mstar_msg_clear(&msg);
     return st;
 }
@@ -548,6 +574,95 @@ void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_e
     mstar__strmap_free(&done);
 }
 
+/* ---- the ACK ledger ------------------------------------------------------------------------- */
+
+mstar_status mstar_comm_note_sent(mstar_comm *comm, const char *peer, const mstar_msg *msg)
+{
+    if (comm == NULL || peer == NULL || msg == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "note_sent: an argument is NULL");
+    if (strcmp(peer, comm->entity) == 0)
+        return MSTAR_OK; /* this entity's own reads are never ACKed */
+    uint32_t id = 0;
+    for (uint32_t e = 0; e < msg->nedges; e++) {
+        const mstar_edge *edge = &msg->edges[e];
+        for (uint32_t i = 0; i < edge->ntensors; i++) {
+            const mstar_tensor_info *info = &edge->tensor_info[i];
+            uint32_t slot = mstar__bk_find(&comm->bk, info->uuid);
+            if (strcmp(info->source_entity, comm->entity) != 0 || slot == MSTAR__BK_NONE ||
+                (mstar__bk_at(&comm->bk, slot)->flags & MSTAR__BK_FOREIGN))
+                continue;
+            mstar_status st = id != 0 ? MSTAR_OK : mstar__names_intern(&comm->names, peer, &id);
+            if (st == MSTAR_OK)
+                st = mstar__bk_owe(&comm->bk, info->uuid, id, 1);
+            if (st != MSTAR_OK)
+                return mstar_error_wrap("note_sent to '%s'", peer);
+            comm->ack_ledger = true;
+        }
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar_comm_accept_acks_for(mstar_comm *comm, const char *acker, const char *recipient)
+{
+    if (comm == NULL || acker == NULL || recipient == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "accept_acks_for: an argument is NULL");
+    mstar_status st = mstar_name_validate(acker, strnlen(acker, MSTAR_NAME_MAX + 1), "acker");
+    if (st == MSTAR_OK)
+        st = mstar_name_validate(recipient, strnlen(recipient, MSTAR_NAME_MAX + 1), "recipient");
+    uint32_t pair[2];
+    if (st == MSTAR_OK)
+        st = mstar__names_intern(&comm->names, acker, &pair[0]);
+    if (st == MSTAR_OK)
+        st = mstar__names_intern(&comm->names, recipient, &pair[1]);
+    if (st == MSTAR_OK)
+        st = mstar__vec_push(&comm->ack_aliases, pair);
+    return st;
+}
+
+/* Count a dropped ACK entry and log it, rate-limited to the 1st, 2nd, 4th, 8th... drop. */
+static void drop_ack(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_id uuid, int64_t count,
+                     const char *why)
+{
+    uint64_t n = ++comm->acks_dropped;
+    if ((n & (n - 1)) != 0)
+        return;
+    char r[MSTAR_RID_STRLEN];
+    mstar_log(MSTAR_LOG_WARN,
+              "TENSOR_RECEIVED from '%s' (request %s): count %lld for 0x%016llx dropped: %s "
+              "(%llu dropped so far)",
+              msg->from, mstar_rid_format(&msg->request_id, r), (long long)count,
+              (unsigned long long)uuid, why, (unsigned long long)n);
+}
+
+/* How much of an ACK of `count` deliveries of `uuid` from msg->from to apply. Without a ledger
+ * (nothing of this manager's was ever sent through the mesh or noted) the whole of it; with one,
+ * what the sender still owes. A tensor held by its persist marker may be handed on by whoever it
+ * was sent to (the api server's prompt goes through the conductor), so its ACKs are applied from
+ * any peer: they cannot free it while it is persisted. */
+static int64_t ack_allowed(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_id uuid,
+                           int64_t count)
+{
+    uint32_t slot = mstar__bk_find(&comm->bk, uuid);
+    if (slot == MSTAR__BK_NONE || !comm->ack_ledger)
+        return count;
+    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    if (rec->flags & MSTAR__BK_PERSIST)
+        return count;
+    uint64_t *peer =
+        mstar__strmap_find(&comm->names.index, msg->from, strnlen(msg->from, MSTAR_NAME_MAX + 1));
+    int64_t taken = peer != NULL ? mstar__bk_owed_take(&comm->bk, uuid, (uint32_t)*peer, count) : 0;
+    for (size_t i = 0; peer != NULL && taken < count && i < comm->ack_aliases.len; i++) {
+        const uint32_t *a = mstar__vec_at(&comm->ack_aliases, i);
+        if (a[0] == (uint32_t)*peer)
+            taken += mstar__bk_owed_take(&comm->bk, uuid, a[1], count - taken);
+    }
+    if (taken < count)
+        drop_ack(comm, msg, uuid, count - taken,
+                 taken == 0 ? "the sender was not sent that tensor or owes no ACK for it"
+                            : "more than the sender was sent");
+    return taken;
+}
+
 /* ACKs and UNPERSIST concern tensors this entity produced. A copy read from another entity is
  * held by this process's nodes alone; a message naming one is a peer's mistake and must not free
  * it under them. Unknown uuids pass (the bookkeeper logs them as no-ops). */
@@ -563,52 +678,71 @@ static bool produced_here(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_i
     return false;
 }
 
+static void handle_ack(mstar_comm *comm, const mstar_msg *msg)
+{
+    for (uint32_t i = 0; i < msg->ncounts; i++) {
+        const mstar_uuid_count *c = &msg->counts[i];
+        if (c->count < 1 || c->count > MSTAR__BK_MAX_COUNT) {
+            drop_ack(comm, msg, c->uuid, c->count, "a count must be 1..2^32");
+            continue;
+        }
+        int64_t n =
+            produced_here(comm, msg, c->uuid) ? ack_allowed(comm, msg, c->uuid, c->count) : 0;
+        if (n > 0)
+            mstar__bk_dereference(&comm->bk, c->uuid, n, &comm->collected);
+    }
+    /* A failed read still ends that delivery: the consumer will not read it again. */
+    for (uint32_t i = 0; i < msg->nuuids; i++)
+        if (produced_here(comm, msg, msg->uuids[i]) &&
+            ack_allowed(comm, msg, msg->uuids[i], 1) == 1)
+            mstar__bk_dereference(&comm->bk, msg->uuids[i], 1, &comm->collected);
+}
+
+static void handle_unpersist(mstar_comm *comm, const mstar_msg *msg)
+{
+    char r[MSTAR_RID_STRLEN];
+    for (uint32_t i = 0; i < msg->ncounts; i++) {
+        const mstar_uuid_count *c = &msg->counts[i];
+        if (c->count < 0 || c->count > MSTAR__BK_MAX_COUNT) {
+            comm->bk.refused_ops++;
+            mstar_log(MSTAR_LOG_WARN,
+                      "UNPERSIST_TENSORS from '%s' (request %s): K %lld for "
+                      "0x%016llx refused (K must be 0..2^32)",
+                      msg->from, mstar_rid_format(&msg->request_id, r), (long long)c->count,
+                      (unsigned long long)c->uuid);
+            continue;
+        }
+        if (produced_here(comm, msg, c->uuid) && mstar__bk_increment(&comm->bk, c->uuid, c->count))
+            mstar__bk_set_persist(&comm->bk, c->uuid, false, &comm->collected);
+    }
+}
+
 mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg)
 {
     if (msg == NULL)
         return mstar_error_set(MSTAR_EINVAL, "handle_message: msg is NULL");
-    char r[MSTAR_RID_STRLEN];
-    if (msg->type == MSTAR_MSG_TENSOR_RECEIVED) {
-        for (uint32_t i = 0; i < msg->ncounts; i++) {
-            const mstar_uuid_count *c = &msg->counts[i];
-            if (c->count < 1) {
-                mstar_log(MSTAR_LOG_WARN,
-                          "TENSOR_RECEIVED from '%s' (request %s): count %lld "
-                          "for 0x%016llx ignored",
-                          msg->from, mstar_rid_format(&msg->request_id, r), (long long)c->count,
-                          (unsigned long long)c->uuid);
-                continue;
-            }
-            if (produced_here(comm, msg, c->uuid))
-                mstar__bk_dereference(&comm->bk, c->uuid, c->count, &comm->collected);
-        }
-        /* A failed read still ends that delivery: the consumer will not read it again. */
-        for (uint32_t i = 0; i < msg->nuuids; i++)
-            if (produced_here(comm, msg, msg->uuids[i]))
-                mstar__bk_dereference(&comm->bk, msg->uuids[i], 1, &comm->collected);
-        mstar__comm_collect(comm);
-        return MSTAR_OK;
-    }
-    if (msg->type == MSTAR_MSG_UNPERSIST_TENSORS) {
-        for (uint32_t i = 0; i < msg->ncounts; i++) {
-            const mstar_uuid_count *c = &msg->counts[i];
-            if (c->count < 0) {
-                mstar_log(MSTAR_LOG_WARN,
-                          "UNPERSIST_TENSORS from '%s' (request %s): K %lld for "
-                          "0x%016llx ignored",
-                          msg->from, mstar_rid_format(&msg->request_id, r), (long long)c->count,
-                          (unsigned long long)c->uuid);
-                continue;
-            }
-            if (produced_here(comm, msg, c->uuid) &&
-                mstar__bk_increment(&comm->bk, c->uuid, c->count))
-                mstar__bk_set_persist(&comm->bk, c->uuid, false, &comm->collected);
-        }
-        mstar__comm_collect(comm);
-        return MSTAR_OK;
-    }
-    return mstar_error_set(MSTAR_EINVAL, "handle_message: %s is not a transport message",
-                           mstar_msg_type_name(msg->type) ? mstar_msg_type_name(msg->type) : "?");
+    if (msg->type == MSTAR_MSG_TENSOR_RECEIVED)
+        handle_ack(comm, msg);
+    else if (msg->type == MSTAR_MSG_UNPERSIST_TENSORS)
+        handle_unpersist(comm, msg);
+    else
+        return mstar_error_set(MSTAR_EINVAL, "handle_message: %s is not a transport message",
+                               mstar_msg_type_name(msg->type) ? mstar_msg_type_name(msg->type)
+                                                              : "?");
+    mstar__comm_collect(comm);
+    return MSTAR_OK;
+}
+
+mstar_status mstar_comm_get_security_stats(const mstar_comm *comm, mstar_comm_security_stats *out)
+{
+    if (comm == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "security_stats: %s is NULL",
+                               comm == NULL ? "comm" : "out");
+    memset(out, 0, sizeof(*out));
+    out->acks_dropped = comm->acks_dropped;
+    out->counts_refused = comm->bk.refused_ops;
+    out->ack_ledger = comm->ack_ledger;
+    return MSTAR_OK;
 }
 
 /* ---- profiling ------------------------------------------------------------------------------ */

@@ -76,6 +76,15 @@ struct mstar_comm {
     int event_fd;
     mstar__transport_env env;
     mstar__transport *transport;
+
+    /* ACK security (docs/security-mesh.md). Once this manager has sent a descriptor of its own
+     * through the mesh (or was told of one, mstar_comm_note_sent) it applies an ACK only from a
+     * peer it sent that tensor to, for at most the deliveries that peer still owes (the ledger
+     * in the bookkeeper); anything else is dropped and counted. */
+    bool ack_ledger;
+    uint64_t acks_dropped;
+    mstar_mesh *hooked_mesh; /* the mesh whose sends feed the ledger, or NULL */
+    mstar__vec ack_aliases;  /* uint32[2]: ACKs from [0] may settle deliveries sent to [1] */
 };
 
 /* ---- comm.c --------------------------------------------------------------------------------- */
