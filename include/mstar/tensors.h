@@ -316,6 +316,8 @@ mstar_status mstar_comm_accept_acks_for(mstar_comm *comm, const char *acker, con
 typedef struct mstar_comm_security_stats {
     uint64_t acks_dropped;   /* TENSOR_RECEIVED entries not applied (see handle_message) */
     uint64_t counts_refused; /* reference counts refused: out of range, or the sum overflows */
+    uint64_t acks_queued;    /* ACKs whose send failed, waiting for get_ready_tensors */
+    uint64_t acks_lost;      /* ACKs given up (the resend queue was full) */
     bool ack_ledger;         /* ACKs are checked against the ledger */
 } mstar_comm_security_stats;
 
@@ -361,7 +363,9 @@ void mstar_ready_set_clear(mstar_ready_set *set);
 /* Collect every read whose bytes have landed: ACK them to their producers first, then release
  * the transit reference, buffer sharded inputs until every source rank arrived (then emit one
  * consolidated edge), and hand the edges out. Each delivered descriptor carries one usage
- * reference the node releases with mstar_comm_dereference(uuid, 1). */
+ * reference the node releases with mstar_comm_dereference(uuid, 1). ACKs whose send failed
+ * earlier are resent first. When an ACK cannot be sent the call returns that error, keeps the
+ * ACK queued for the next call, and still fills `out` (clear it either way). */
 mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out);
 
 /* ACK edges of a request that is already gone, without reading them (late result_tensors). */

@@ -185,6 +185,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     mstar__strmap_init(&comm->rid_str);
     mstar__vec_init(&comm->pending, sizeof(mstar__pending));
     mstar__vec_init(&comm->collected, sizeof(uint32_t));
+    mstar__vec_init(&comm->ack_retry, sizeof(mstar__ack_retry));
     mstar__vec_init(&comm->ack_aliases, 2 * sizeof(uint32_t));
     comm->dir.fd = -1;
 
@@ -259,6 +260,9 @@ void mstar_comm_destroy(mstar_comm *comm)
         return;
     if (comm->hooked_mesh != NULL)
         mstar_mesh_set_sent_hook(comm->hooked_mesh, NULL, NULL);
+    for (size_t i = 0; i < comm->ack_retry.len; i++)
+        mstar_msg_clear(&((mstar__ack_retry *)mstar__vec_at(&comm->ack_retry, i))->msg);
+    mstar__vec_free(&comm->ack_retry);
     mstar__vec_free(&comm->ack_aliases);
     /* Copies in flight land in buffers this releases: wait for them first. */
     for (size_t i = 0; i < comm->pending.len; i++) {
@@ -511,6 +515,64 @@ static mstar_status send_msg(mstar_comm *comm, const char *peer, mstar_msg *msg)
     return comm->send(comm->send_ctx, peer, msg);
 }
 
+/* Keep an ACK whose send failed for the next get_ready_tensors (it owns msg from here). When
+ * the queue is full the oldest goes: the producer then holds those tensors until TTL or force
+ * cleanup, as it would have before the queue existed. */
+static void queue_ack(mstar_comm *comm, const char *peer, mstar_msg *msg)
+{
+    if (comm->ack_retry.len >= MSTAR__ACK_RETRY_MAX) {
+        mstar__ack_retry *old = mstar__vec_at(&comm->ack_retry, 0);
+        mstar_msg_clear(&old->msg);
+        memmove(old, old + 1, (comm->ack_retry.len - 1) * sizeof(*old));
+        comm->ack_retry.len--;
+        comm->acks_lost++;
+    }
+    mstar__ack_retry *slot;
+    if (mstar__vec_grow(&comm->ack_retry, 1, (void **)&slot) != MSTAR_OK) {
+        mstar_msg_clear(msg);
+        comm->acks_lost++;
+        return;
+    }
+    snprintf(slot->peer, sizeof(slot->peer), "%s", peer);
+    slot->msg = *msg;
+    mstar_msg_init(msg, MSTAR_MSG_INVALID);
+}
+
+/* Send or queue `msg` to `peer`; the error of a failed send, after queueing it. */
+static mstar_status send_or_queue(mstar_comm *comm, const char *peer, mstar_msg *msg)
+{
+    mstar_status st = send_msg(comm, peer, msg);
+    if (st == MSTAR_OK)
+        return MSTAR_OK;
+    char r[MSTAR_RID_STRLEN];
+    mstar_log(MSTAR_LOG_ERROR,
+              "TENSOR_RECEIVED for request %s to '%s' not sent: %s (kept for "
+              "the next get_ready_tensors)",
+              mstar_rid_format(&msg->request_id, r), peer, mstar_last_error());
+    st = mstar_error_wrap("TENSOR_RECEIVED to '%s'", peer);
+    queue_ack(comm, peer, msg);
+    return st;
+}
+
+mstar_status mstar__comm_flush_acks(mstar_comm *comm)
+{
+    mstar_status first = MSTAR_OK;
+    size_t n = comm->ack_retry.len;
+    mstar__ack_retry *q = malloc((n + 1) * sizeof(*q));
+    if (q == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "resending %zu ACKs", n);
+    memcpy(q, comm->ack_retry.data, n * sizeof(*q));
+    comm->ack_retry.len = 0; /* those that fail again are queued anew, in order */
+    for (size_t i = 0; i < n; i++) {
+        mstar_status st = send_or_queue(comm, q[i].peer, &q[i].msg);
+        mstar_msg_clear(&q[i].msg);
+        if (first == MSTAR_OK && st != MSTAR_OK)
+            first = st;
+    }
+    free(q);
+    return first;
+}
+
 /* One TENSOR_RECEIVED to `peer` for the descriptors of the given edges it produced. */
 static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char *peer,
                              const mstar_edge *const *edges, const bool *failed, uint32_t n)
@@ -542,15 +604,16 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
     }
     mstar__u64map_free(&at);
     if (st == MSTAR_OK)
-        st = send_msg(comm, peer, &msg);
+        st = send_or_queue(comm, peer, &msg);
     mstar_msg_clear(&msg);
     return st;
 }
 
-void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_edge *const *edges,
-                           const bool *failed, uint32_t n)
+mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
+                                   const mstar_edge *const *edges, const bool *failed, uint32_t n)
 {
     /* Each distinct producer once, in order of first appearance. */
+    mstar_status first = MSTAR_OK;
     mstar__strmap done;
     mstar__strmap_init(&done);
     for (uint32_t e = 0; e < n; e++) {
@@ -562,16 +625,12 @@ void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_e
             mstar_status st = mstar__strmap_put(&done, peer, len, 1);
             if (st == MSTAR_OK)
                 st = ack_peer(comm, rid, peer, edges, failed, n);
-            if (st != MSTAR_OK) {
-                char r[MSTAR_RID_STRLEN];
-                mstar_log(MSTAR_LOG_ERROR,
-                          "TENSOR_RECEIVED for request %s to '%s' not sent: "
-                          "%s (the producer keeps those tensors until TTL or force cleanup)",
-                          mstar_rid_format(rid, r), peer, mstar_last_error());
-            }
+            if (st != MSTAR_OK && first == MSTAR_OK)
+                first = st;
         }
     }
     mstar__strmap_free(&done);
+    return first;
 }
 
 /* ---- the ACK ledger ------------------------------------------------------------------------- */
@@ -741,6 +800,8 @@ mstar_status mstar_comm_get_security_stats(const mstar_comm *comm, mstar_comm_se
     memset(out, 0, sizeof(*out));
     out->acks_dropped = comm->acks_dropped;
     out->counts_refused = comm->bk.refused_ops;
+    out->acks_queued = comm->ack_retry.len;
+    out->acks_lost = comm->acks_lost;
     out->ack_ledger = comm->ack_ledger;
     return MSTAR_OK;
 }

@@ -573,8 +573,9 @@ void mstar_ready_set_clear(mstar_ready_set *set)
     memset(set, 0, sizeof(*set));
 }
 
-/* Handle every landed entry of request slot `req`: ACKs first, then delivery. */
-static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
+/* Handle every landed entry of request slot `req`: ACKs first, then delivery. An ACK that could
+ * not be sent is queued, its error kept in *ack_st (the first one). */
+static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
 {
     size_t n = mstar__comm_pending_take(comm, req);
     const mstar_edge **edges = calloc(n, sizeof(*edges));
@@ -601,7 +602,9 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
         k++;
     }
     /* Invariant 3 / §8.5: these copies have landed, so the producer may reuse the bytes. */
-    mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
+    mstar_status st = mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
+    if (*ack_st == MSTAR_OK)
+        *ack_st = st;
     size_t before = b->edges.len;
     size_t w = 0;
     k = 0;
@@ -641,6 +644,7 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
     mstar__vec_init(&b.starts, sizeof(uint32_t));
     mstar__vec_init(&b.edges, sizeof(mstar_edge));
     mstar__vec_init(&b.failed, sizeof(mstar_read_failure));
+    mstar_status ack_st = mstar__comm_flush_acks(comm);
     bool idle = true;
     /* Requests in the order of their first landed entry. */
     for (;;) {
@@ -652,7 +656,7 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
         }
         if (req == MSTAR__BK_NONE)
             break;
-        collect_request(comm, &b, req);
+        collect_request(comm, &b, req, &ack_st);
     }
     for (size_t i = 0; i < comm->pending.len && idle; i++)
         idle = mstar__comm_pending_landed(mstar__vec_at(&comm->pending, i));
@@ -672,7 +676,7 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
     out->edges = b.edges.data;
     out->nfailed = (uint32_t)b.failed.len;
     out->failed = b.failed.data;
-    return MSTAR_OK;
+    return ack_st;
 }
 
 mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *rid,
@@ -686,9 +690,9 @@ mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *ri
         return mstar_error_set(MSTAR_ENOMEM, "ack of %u edges", n);
     for (uint32_t e = 0; e < n; e++)
         list[e] = &edges[e];
-    mstar__comm_send_acks(comm, rid, list, NULL, n);
+    mstar_status st = mstar__comm_send_acks(comm, rid, list, NULL, n);
     free(list);
-    return MSTAR_OK;
+    return st;
 }
 
 /* ---- handing tensors to nodes --------------------------------------------------------------- */

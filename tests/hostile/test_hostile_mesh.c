@@ -312,6 +312,34 @@ static void test_extreme_counts_refused(void **state)
     world_close(&w);
 }
 
+/* Fault 11: an ACK that cannot be sent is an error from get_ready_tensors, the edge is still
+ * delivered, and the ACK is kept and resent by the next call. */
+static void test_failed_ack_kept_and_resent(void **state)
+{
+    (void)state;
+    world w;
+    world_open(&w);
+    mstar_rid rid = mstar_rid_from_int(4);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT32, 64, 11);
+    const char *to[1] = { CONSUMER };
+    produce_to(&w, &rid, &t, to, 1);
+
+    w.cf.fail = 1;
+    consume(w.cm, w.c, &t, MSTAR_EIO);
+    assert_int_equal(stats_of(w.c).acks_queued, 1);
+    assert_int_equal(pump_producer(&w, 200), 0);
+    assert_int_equal(mstar_comm_num_tensors(w.p), 1); /* no ACK yet */
+
+    mstar_ready_set set;
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w.c, &set)); /* resends */
+    assert_int_equal(set.nedges, 0);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(stats_of(w.c).acks_queued, 0);
+    producer_settles(&w, 0);
+    free(t.data);
+    world_close(&w);
+}
+
 /* Attack classes that held before: garbage, truncated and oversized frames and a flood of
  * forged ACKs at both ends; the transfer beside them completes. */
 static void test_garbage_and_floods(void **state)
@@ -364,6 +392,7 @@ int main(void)
         cmocka_unit_test(test_ack_from_stranger_dropped),
         cmocka_unit_test(test_replayed_ack_dropped),
         cmocka_unit_test(test_extreme_counts_refused),
+        cmocka_unit_test(test_failed_ack_kept_and_resent),
         cmocka_unit_test(test_garbage_and_floods),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
