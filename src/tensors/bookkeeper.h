@@ -50,6 +50,7 @@ typedef struct mstar__bk_rec {
     uint32_t edge_name;  /* interned names, 0 = none */
     uint32_t node_name;
     uint32_t graph_walk;
+    uint32_t source; /* FOREIGN: the producing entity (interned); a tensor is (source, uuid) */
     int32_t tp_size; /* the producing group (descriptors) */
     int32_t tp_rank;
     uint32_t flags;

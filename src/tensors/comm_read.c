@@ -38,6 +38,7 @@ typedef struct plan {
     mstar_tensor_id slice; /* the slice's new uuid */
     mstar__buf *buf;       /* fresh: the bytes read */
     bool registered;       /* fresh: the transport must release it at collection */
+    uint32_t source;       /* fresh: the producing entity (interned) */
 } plan;
 
 /* Self-delivery: whole tensor, or a row range of it (§5.4). */
@@ -79,11 +80,28 @@ static mstar_status plan_self(mstar_comm *comm, const mstar_tensor_info *info, p
     return mstar_id_gen_next(&comm->ids, &p->slice);
 }
 
+/* A tensor is (source entity, uuid): a held record may serve a descriptor only if it came from
+ * the entity the descriptor names. Two entities minting under one entity index give the same
+ * uuid to different tensors; serving one for the other would hand out wrong bytes silently. */
+static mstar_status check_identity(mstar_comm *comm, uint32_t slot, const mstar_tensor_info *info)
+{
+    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    const char *held = (rec->flags & MSTAR__BK_FOREIGN)
+                           ? mstar__names_get(&comm->names, rec->source)
+                           : comm->entity;
+    if (strcmp(held, info->source_entity) == 0)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EEXIST,
+                           "descriptor of tensor 0x%016llx from '%s': '%s' holds a tensor of that "
+                           "id from '%s' (do two entities share one entity index?)",
+                           (unsigned long long)info->uuid, info->source_entity, comm->entity, held);
+}
+
 /* Phase 1: decide how each descriptor is served, checking everything; nothing changes. */
 static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
                              size_t *nfresh)
 {
-    mstar__u64map fresh; /* uuids read by this call */
+    mstar__u64map fresh; /* uuids read by this call → (edge << 32 | descriptor) of the first */
     mstar__u64map_init(&fresh);
     mstar_status st = MSTAR_OK;
     *nfresh = 0;
@@ -100,16 +118,28 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
             plan *p = &plans[e][i];
             if ((st = mstar_tensor_info_validate(info)) != MSTAR_OK)
                 break;
+            uint32_t held = mstar__bk_find(&comm->bk, info->uuid);
+            uint64_t *first = mstar__u64map_find(&fresh, info->uuid);
+            if (held != MSTAR__BK_NONE && (st = check_identity(comm, held, info)) != MSTAR_OK)
+                break;
             if (strcmp(info->source_entity, comm->entity) == 0) {
                 st = plan_self(comm, info, p);
-            } else if (mstar__bk_find(&comm->bk, info->uuid) != MSTAR__BK_NONE ||
-                       mstar__u64map_find(&fresh, info->uuid) != NULL) {
+            } else if (held != MSTAR__BK_NONE) {
+                p->kind = KIND_PRESENT;
+            } else if (first != NULL) {
+                const mstar_tensor_info *f = &edges[*first >> 32].tensor_info[(uint32_t)*first];
+                if (strcmp(f->source_entity, info->source_entity) != 0)
+                    st = mstar_error_set(MSTAR_EEXIST,
+                                         "descriptors of tensor 0x%016llx from '%s' and '%s' "
+                                         "(do two entities share one entity index?)",
+                                         (unsigned long long)info->uuid, f->source_entity,
+                                         info->source_entity);
                 p->kind = KIND_PRESENT;
             } else {
                 p->kind = KIND_FRESH;
                 st = comm->transport->ops->check(comm->transport, info);
                 if (st == MSTAR_OK)
-                    st = mstar__u64map_put(&fresh, info->uuid, 1);
+                    st = mstar__u64map_put(&fresh, info->uuid, (uint64_t)e << 32 | i);
                 (*nfresh)++;
             }
         }
@@ -190,6 +220,7 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
     rec->edge_name = name;
     rec->tp_size = info->source_tp_size;
     rec->tp_rank = info->source_tp_rank;
+    rec->source = p->source;
     rec->flags |= MSTAR__BK_FOREIGN | (p->registered ? MSTAR__BK_REGISTERED : 0);
 }
 
@@ -238,8 +269,12 @@ mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *ri
     st = plan_all(comm, edges, n, plans, &nfresh);
     for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
         st = mstar__names_intern(&comm->names, edges[e].name, &names[e]);
-        for (uint32_t i = 0; i < edges[e].ntensors; i++)
+        for (uint32_t i = 0; i < edges[e].ntensors && st == MSTAR_OK; i++) {
             nslices += plans[e][i].kind == KIND_SELF_SLICE;
+            if (plans[e][i].kind == KIND_FRESH)
+                st = mstar__names_intern(&comm->names, edges[e].tensor_info[i].source_entity,
+                                         &plans[e][i].source);
+        }
         nedges += edges[e].ntensors > 0;
     }
     if (st == MSTAR_OK)

@@ -340,6 +340,60 @@ static void test_failed_ack_kept_and_resent(void **state)
     world_close(&w);
 }
 
+/* Fault 10: a tensor's identity is (source entity, uuid). A second producer minting under
+ * worker_0's entity index gives its first tensor worker_0's first uuid; a descriptor of it is
+ * refused where a tensor of that uuid from another entity is held (worker_0's own, or one
+ * worker_1 read), instead of serving the held tensor's bytes for it. */
+static void test_same_index_is_refused(void **state)
+{
+    (void)state;
+    world w;
+    world_open(&w);
+    uint16_t index;
+    assert_mstar_ok(mstar_entity_index(PRODUCER, &index));
+    mstar_comm_options o;
+    mstar_comm_options_init(&o);
+    o.entity = "twin";
+    o.entity_index = index;
+    o.transport = MSTAR_TRANSPORT_FILES;
+    o.shm_dir = w.dir;
+    mstar_comm *twin = NULL;
+    assert_mstar_ok(mstar_comm_create(&o, &twin));
+
+    mstar_rid rid = mstar_rid_from_int(6);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_INT32, 100, 21);
+    mstar_tensor u = make_vector(MSTAR_DTYPE_INT32, 100, 22);
+    const char *to[1] = { CONSUMER };
+    mstar_tensor_info info = produce_to(&w, &rid, &t, to, 1);
+    mstar_tensor_info tinfo;
+    produce(twin, &rid, &u, 1, 1, &tinfo);
+    assert_true(tinfo.uuid == info.uuid);
+    mstar_edge e = edge_of("sig", "node", &tinfo, 1);
+
+    /* The producer itself is handed the twin's descriptor. */
+    assert_mstar_status(mstar_comm_start_read_tensors(w.p, &rid, &e, 1, NULL), MSTAR_EEXIST);
+    assert_non_null(strstr(mstar_last_error(), "from 'twin'"));
+
+    /* A consumer holding worker_0's tensor is handed the twin's. */
+    mstar_msg m;
+    assert_mstar_ok(mstar_mesh_recv(w.cm, 10000, &m));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &m.request_id, m.edges, m.nedges, NULL));
+    mstar_msg_clear(&m);
+    assert_mstar_status(mstar_comm_start_read_tensors(w.c, &rid, &e, 1, NULL), MSTAR_EEXIST);
+    mstar_edge_clear(&e);
+    collect_ready(w.c, 1);
+    check_bytes(w.c, info.uuid, &t); /* worker_0's bytes, untouched */
+    assert_mstar_ok(mstar_comm_dereference(w.c, info.uuid, 1));
+    assert_mstar_ok(mstar_comm_cleanup_request(w.c, &rid));
+    producer_settles(&w, 0);
+
+    assert_mstar_ok(mstar_comm_force_cleanup_request(twin, &rid));
+    mstar_comm_destroy(twin);
+    free(t.data);
+    free(u.data);
+    world_close(&w);
+}
+
 /* Attack classes that held before: garbage, truncated and oversized frames and a flood of
  * forged ACKs at both ends; the transfer beside them completes. */
 static void test_garbage_and_floods(void **state)
@@ -393,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_replayed_ack_dropped),
         cmocka_unit_test(test_extreme_counts_refused),
         cmocka_unit_test(test_failed_ack_kept_and_resent),
+        cmocka_unit_test(test_same_index_is_refused),
         cmocka_unit_test(test_garbage_and_floods),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
