@@ -70,6 +70,10 @@ mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void 
  * logged, counted and skipped. A pending wake-up makes the call return MSTAR_EAGAIN early. */
 mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out);
 
+/* Peer sockets open now (0 for NULL). At most 256: past that the least recently used peer is
+ * closed to make room; a later send to it reconnects. */
+size_t mstar_mesh_num_peers(const mstar_mesh *mesh);
+
 /* Frames dropped as undecodable since creation (0 for NULL). */
 uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);
 

@@ -337,6 +337,11 @@ mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *ri
                                            const mstar_edge *edges, uint32_t n,
                                            mstar_completion_list *out);
 
+/* Name the entities descriptors may come from (copied; n = 0: any, the default). A descriptor
+ * naming another source entity is refused by mstar_comm_start_read_tensors (MSTAR_EPROTO naming
+ * it) before any file is opened or peer connected for it. This entity's own are always read. */
+mstar_status mstar_comm_expect_entities(mstar_comm *comm, const char *const *entities, uint32_t n);
+
 /* A failed read: the request's edge is dropped (its refs released, the failure ACKed to the
  * producer through failed_tensor_ids) and reported here once. */
 typedef struct mstar_read_failure {

@@ -187,6 +187,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     mstar__vec_init(&comm->collected, sizeof(uint32_t));
     mstar__vec_init(&comm->ack_retry, sizeof(mstar__ack_retry));
     mstar__vec_init(&comm->ack_aliases, 2 * sizeof(uint32_t));
+    mstar__strmap_init(&comm->expected);
     comm->dir.fd = -1;
 
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -264,6 +265,7 @@ void mstar_comm_destroy(mstar_comm *comm)
         mstar_msg_clear(&((mstar__ack_retry *)mstar__vec_at(&comm->ack_retry, i))->msg);
     mstar__vec_free(&comm->ack_retry);
     mstar__vec_free(&comm->ack_aliases);
+    mstar__strmap_free(&comm->expected);
     /* Copies in flight land in buffers this releases: wait for them first. */
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
@@ -676,6 +678,31 @@ mstar_status mstar_comm_accept_acks_for(mstar_comm *comm, const char *acker, con
     if (st == MSTAR_OK)
         st = mstar__vec_push(&comm->ack_aliases, pair);
     return st;
+}
+
+mstar_status mstar_comm_expect_entities(mstar_comm *comm, const char *const *entities, uint32_t n)
+{
+    if (comm == NULL || (n > 0 && entities == NULL))
+        return mstar_error_set(MSTAR_EINVAL, "expect_entities: %s is NULL",
+                               comm == NULL ? "comm" : "entities");
+    mstar__strmap set;
+    mstar__strmap_init(&set);
+    mstar_status st = MSTAR_OK;
+    for (uint32_t i = 0; i < n && st == MSTAR_OK; i++) {
+        size_t len = entities[i] != NULL ? strnlen(entities[i], MSTAR_NAME_MAX + 1) : 0;
+        st = entities[i] == NULL
+                 ? mstar_error_set(MSTAR_EINVAL, "expect_entities: entities[%u] is NULL", i)
+                 : mstar_name_validate(entities[i], len, "expected entity");
+        if (st == MSTAR_OK)
+            st = mstar__strmap_put(&set, entities[i], len, 1);
+    }
+    if (st != MSTAR_OK) {
+        mstar__strmap_free(&set);
+        return st;
+    }
+    mstar__strmap_free(&comm->expected);
+    comm->expected = set;
+    return MSTAR_OK;
 }
 
 /* Count a dropped ACK entry and log it, rate-limited to the 1st, 2nd, 4th, 8th... drop. */

@@ -95,6 +95,7 @@ struct mstar_comm {
     mstar_mesh *hooked_mesh; /* the mesh whose sends feed the ledger, or NULL */
     mstar__vec ack_retry;    /* mstar__ack_retry */
     mstar__vec ack_aliases;  /* uint32[2]: ACKs from [0] may settle deliveries sent to [1] */
+    mstar__strmap expected;  /* entities descriptors may come from; empty: any */
     uint64_t acks_lost;      /* ACKs given up after MSTAR__ACK_RETRY_MAX queued */
 };
 

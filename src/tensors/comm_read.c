@@ -97,6 +97,22 @@ static mstar_status check_identity(mstar_comm *comm, uint32_t slot, const mstar_
                            (unsigned long long)info->uuid, info->source_entity, comm->entity, held);
 }
 
+/* A descriptor from an entity the deployment did not name (mstar_comm_expect_entities) is
+ * refused before anything is opened or connected for it: its name would otherwise pick a file
+ * to open and a peer to send the ACK to. */
+static mstar_status check_expected(const mstar_comm *comm, const mstar_tensor_info *info)
+{
+    if (mstar__strmap_len(&comm->expected) == 0 || strcmp(info->source_entity, comm->entity) == 0 ||
+        mstar__strmap_find(&comm->expected, info->source_entity,
+                           strnlen(info->source_entity, MSTAR_NAME_MAX + 1)) != NULL)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EPROTO,
+                           "descriptor of tensor 0x%016llx names source entity '%s', which is "
+                           "not one of the %zu entities '%s' expects",
+                           (unsigned long long)info->uuid, info->source_entity,
+                           mstar__strmap_len(&comm->expected), comm->entity);
+}
+
 /* Phase 1: decide how each descriptor is served, checking everything; nothing changes. */
 static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
                              size_t *nfresh)
@@ -116,7 +132,8 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
         for (uint32_t i = 0; i < edge->ntensors && st == MSTAR_OK; i++) {
             const mstar_tensor_info *info = &edge->tensor_info[i];
             plan *p = &plans[e][i];
-            if ((st = mstar_tensor_info_validate(info)) != MSTAR_OK)
+            if ((st = mstar_tensor_info_validate(info)) != MSTAR_OK ||
+                (st = check_expected(comm, info)) != MSTAR_OK)
                 break;
             uint32_t held = mstar__bk_find(&comm->bk, info->uuid);
             uint64_t *first = mstar__u64map_find(&fresh, info->uuid);

@@ -394,6 +394,64 @@ static void test_same_index_is_refused(void **state)
     world_close(&w);
 }
 
+/* Fault 4: a consumer told which entities to expect refuses a descriptor naming any other
+ * source before it opens or connects anything for it; the expected producer's read completes. */
+static void test_unknown_source_refused(void **state)
+{
+    (void)state;
+    world w;
+    world_open(&w);
+    const char *expected[2] = { PRODUCER, "conductor" };
+    assert_mstar_ok(mstar_comm_expect_entities(w.c, expected, 2));
+    mstar_rid rid = mstar_rid_from_int(8);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT32, 50, 23);
+    const char *to[1] = { CONSUMER };
+    mstar_tensor_info info = produce_to(&w, &rid, &t, to, 1);
+
+    mstar_tensor_info bogus = info;
+    snprintf(bogus.source_entity, sizeof(bogus.source_entity), "stranger_%d", 7);
+    bogus.uuid += 1000;
+    mstar_edge e = edge_of("sig", "node", &bogus, 1);
+    assert_mstar_status(mstar_comm_start_read_tensors(w.c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "'stranger_7'"));
+    mstar_edge_clear(&e);
+    assert_int_equal(mstar_mesh_num_peers(w.cm), 0); /* no ACK socket for it */
+
+    consume(w.cm, w.c, &t, MSTAR_OK);
+    producer_settles(&w, 0);
+    free(t.data);
+    world_close(&w);
+}
+
+/* Fault 4: the peer table is bounded. Sends to more distinct peers than the bound close the
+ * least recently used; a peer in use keeps working. */
+static void test_peer_table_bounded(void **state)
+{
+    (void)state;
+    world w;
+    world_open(&w);
+    mstar_msg m;
+    for (int i = 0; i < 400; i++) {
+        char name[32];
+        snprintf(name, sizeof(name), "ghost_%d", i);
+        assert_mstar_ok(mstar_mesh_send_raw(w.im, name, "x", 1));
+        assert_true(mstar_mesh_num_peers(w.im) <= 256);
+        if (i % 50 == 0) { /* a real peer, used all along */
+            mstar_msg_init(&m, MSTAR_MSG_HELLO);
+            assert_mstar_ok(mstar_msg_add_kv(&m, "seq", i));
+            assert_mstar_ok(mstar_mesh_send(w.im, CONSUMER, &m));
+            mstar_msg_clear(&m);
+        }
+    }
+    assert_int_equal(mstar_mesh_num_peers(w.im), 256);
+    for (int i = 0; i < 400; i += 50) {
+        assert_mstar_ok(mstar_mesh_recv(w.cm, 10000, &m));
+        assert_int_equal(mstar_msg_get_kv(&m, "seq", -1), i);
+        mstar_msg_clear(&m);
+    }
+    world_close(&w);
+}
+
 /* Attack classes that held before: garbage, truncated and oversized frames and a flood of
  * forged ACKs at both ends; the transfer beside them completes. */
 static void test_garbage_and_floods(void **state)
@@ -448,6 +506,8 @@ int main(void)
         cmocka_unit_test(test_extreme_counts_refused),
         cmocka_unit_test(test_failed_ack_kept_and_resent),
         cmocka_unit_test(test_same_index_is_refused),
+        cmocka_unit_test(test_unknown_source_refused),
+        cmocka_unit_test(test_peer_table_bounded),
         cmocka_unit_test(test_garbage_and_floods),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
