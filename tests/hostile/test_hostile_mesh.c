@@ -394,6 +394,24 @@ static void test_same_index_is_refused(void **state)
     world_close(&w);
 }
 
+/* Fault 10, where entities bind: "ab" and "ba" have one byte sum, so one entity index. While
+ * "ab" is live, "ba" is refused; once it is gone, "ba" binds. */
+static void test_same_index_refused_at_bind(void **state)
+{
+    (void)state;
+    world w;
+    world_open(&w);
+    mstar_mesh *ab = open_mesh(&w, "ab"), *ba = NULL;
+    assert_mstar_status(mstar_mesh_create("ba", &w.mo, &ba), MSTAR_EEXIST);
+    assert_null(ba);
+    assert_non_null(strstr(mstar_last_error(), "live entity 'ab'"));
+    mstar_mesh_destroy(ab);
+    ba = open_mesh(&w, "ba");
+    assert_int_equal(mstar_mesh_entity_index(ba), 1000 + ('a' + 'b') % 1000);
+    mstar_mesh_destroy(ba);
+    world_close(&w);
+}
+
 /* Fault 4: a consumer told which entities to expect refuses a descriptor naming any other
  * source before it opens or connects anything for it; the expected producer's read completes. */
 static void test_unknown_source_refused(void **state)
@@ -506,6 +524,7 @@ int main(void)
         cmocka_unit_test(test_extreme_counts_refused),
         cmocka_unit_test(test_failed_ack_kept_and_resent),
         cmocka_unit_test(test_same_index_is_refused),
+        cmocka_unit_test(test_same_index_refused_at_bind),
         cmocka_unit_test(test_unknown_source_refused),
         cmocka_unit_test(test_peer_table_bounded),
         cmocka_unit_test(test_garbage_and_floods),
