@@ -560,6 +560,8 @@ mstar_status mstar__comm_flush_acks(mstar_comm *comm)
 {
     mstar_status first = MSTAR_OK;
     size_t n = comm->ack_retry.len;
+    if (n == 0)
+        return MSTAR_OK; /* the common case: nothing queued, nothing allocated */
     mstar__ack_retry *q = malloc((n + 1) * sizeof(*q));
     if (q == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "resending %zu ACKs", n);
