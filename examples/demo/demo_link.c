@@ -68,6 +68,9 @@ mstar_status demo_link_open(const demo_link_options *o, demo_link *out)
     co.send_ctx = out->mesh;
     co.enable_prof = true;
     st = mstar_comm_create(&co, &out->comm);
+    /* Results go to the api server's inbox; its preprocess worker reads and acknowledges them. */
+    if (st == MSTAR_OK)
+        st = mstar_comm_accept_acks_for(out->comm, DEMO_PREPROCESS, DEMO_API_SERVER);
     if (st != MSTAR_OK) {
         demo_link_close(out);
         return mstar_error_wrap("%s", o->entity);

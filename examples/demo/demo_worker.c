@@ -39,6 +39,12 @@ typedef struct seen_tensor {
     char signal[32];
 } seen_tensor;
 
+/* What a worker holds for requests it has not heard of yet (INPUT_SIGNALS before NEW_REQUEST):
+ * any peer can send them, so the memory they take is bounded in messages and in bytes; past
+ * either bound an input is acknowledged unread (its producer frees it) and counted. */
+#define EARLY_MAX_MSGS  256
+#define EARLY_MAX_BYTES (UINT64_C(16) << 20)
+
 typedef struct wreq {
     wstate state;
     int32_t max_new;
@@ -68,6 +74,9 @@ struct demo_worker {
     mstar__vec seen;     /* seen_tensor */
     size_t prune_at;     /* seen's length at which the freed ones are dropped */
     bool fault_planted;  /* the --inject-fault fault is in */
+    size_t early_msgs;   /* early inputs held, all requests together */
+    uint64_t early_bytes;
+    int64_t early_dropped; /* early inputs refused over the bounds */
 };
 
 /* ---- naming held tensors -----------------------------------------------------------------------
@@ -288,14 +297,34 @@ static wreq *req_of(demo_worker *w, const mstar_msg *m)
     return &w->reqs[m->request_id.num];
 }
 
+/* The memory an early input holds: the message, its edges and their descriptors. */
+static uint64_t early_size(const mstar_msg *m)
+{
+    uint64_t n = sizeof(*m) + (uint64_t)m->nedges * sizeof(mstar_edge);
+    for (uint32_t e = 0; e < m->nedges; e++)
+        n += (uint64_t)m->edges[e].ntensors * sizeof(mstar_tensor_info);
+    return n;
+}
+
+/* Forget the early inputs of `r` (they were started or are being dropped). */
+static void early_forget(demo_worker *w, wreq *r)
+{
+    for (size_t i = 0; i < r->early.len; i++) {
+        mstar_msg *m = mstar__vec_at(&r->early, i);
+        w->early_msgs--;
+        w->early_bytes -= early_size(m);
+        mstar_msg_clear(m);
+    }
+    r->early.len = 0;
+}
+
 static void drop_early(demo_worker *w, wreq *r, const mstar_rid *rid)
 {
     for (size_t i = 0; i < r->early.len; i++) {
         mstar_msg *m = mstar__vec_at(&r->early, i);
         mstar_comm_ack_unread_tensors(w->link.comm, rid, m->edges, m->nedges);
-        mstar_msg_clear(m);
     }
-    r->early.len = 0;
+    early_forget(w, r);
 }
 
 static void start_reads(demo_worker *w, const mstar_rid *rid, const mstar_msg *m)
@@ -327,12 +356,25 @@ static void on_new_request(demo_worker *w, wreq *r, const mstar_msg *m)
     }
     r->max_new = (int32_t)max_new;
     start_reads(w, &m->request_id, m);
-    for (size_t i = 0; i < r->early.len; i++) {
-        mstar_msg *e = mstar__vec_at(&r->early, i);
-        start_reads(w, &m->request_id, e);
-        mstar_msg_clear(e);
-    }
-    r->early.len = 0;
+    for (size_t i = 0; i < r->early.len; i++)
+        start_reads(w, &m->request_id, mstar__vec_at(&r->early, i));
+    early_forget(w, r);
+}
+
+/* Whether an early input fits the bounds; when it does not, it is counted and logged (the 1st,
+ * 2nd, 4th, 8th... time: a flood must not flood the log too). */
+static bool early_fits(demo_worker *w, const mstar_msg *m)
+{
+    if (w->early_msgs < EARLY_MAX_MSGS && early_size(m) <= EARLY_MAX_BYTES - w->early_bytes)
+        return true;
+    int64_t n = ++w->early_dropped;
+    if ((n & (n - 1)) == 0)
+        mstar_log(MSTAR_LOG_WARN,
+                  "%s: INPUT_SIGNALS from '%s' for request %lld before its NEW_REQUEST dropped: "
+                  "%zu early inputs (%llu bytes) held already (%lld dropped so far)",
+                  w->entity, m->from, (long long)m->request_id.num, w->early_msgs,
+                  (unsigned long long)w->early_bytes, (long long)n);
+    return false;
 }
 
 /* Takes ownership of *m (moves it into the early list). */
@@ -340,7 +382,13 @@ static void on_input_signals(demo_worker *w, wreq *r, mstar_msg *m)
 {
     switch (r->state) {
     case W_NONE:
+        if (!early_fits(w, m)) {
+            mstar_comm_ack_unread_tensors(w->link.comm, &m->request_id, m->edges, m->nedges);
+            return;
+        }
         if (mstar__vec_push(&r->early, m) == MSTAR_OK) {
+            w->early_msgs++;
+            w->early_bytes += early_size(m);
             mstar_msg_init(m, MSTAR_MSG_INVALID); /* moved */
             return;
         }
@@ -510,6 +558,7 @@ static mstar_status report(demo_worker *w)
         { "removed_soft", w->removed_soft },
         { "removed_force", w->removed_force },
         { "drained", w->drained },
+        { "early_dropped", w->early_dropped },
         { "busy_us", (int64_t)(w->busy_s * 1e6) },
         { "graphs", w->opts->graphs },
     };

@@ -55,6 +55,12 @@ MSTAR_API mstar_status mstar_mesh_endpoint(const mstar_mesh_options *opts, const
 /* Encode and send `msg` to `peer` (connecting on first use); fills msg->from. Non-blocking:
  * MSTAR_EAGAIN if the peer's queue is full (high-water mark). */
 MSTAR_API mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg);
+/* Called after each message mstar_mesh_send handed to ZeroMQ, with the peer and the message
+ * (which it must not keep). The communication manager uses it to learn whom it sent each tensor
+ * to. One hook per mesh: MSTAR_EEXIST when another is set; fn NULL removes it. */
+typedef void (*mstar_mesh_sent_fn)(void *ctx, const char *peer, const mstar_msg *msg);
+MSTAR_API mstar_status mstar_mesh_set_sent_hook(mstar_mesh *mesh, mstar_mesh_sent_fn fn, void *ctx);
+
 /* Send raw bytes (tests, and peers speaking their own format). */
 MSTAR_API mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void *data,
                                            size_t len);
@@ -63,6 +69,10 @@ MSTAR_API mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, c
  * to timeout_ms (0 = poll, -1 = forever); MSTAR_EAGAIN when none arrived. Undecodable frames are
  * logged, counted and skipped. A pending wake-up makes the call return MSTAR_EAGAIN early. */
 MSTAR_API mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out);
+
+/* Peer sockets open now (0 for NULL). At most 256: past that the least recently used peer is
+ * closed to make room; a later send to it reconnects. */
+MSTAR_API size_t mstar_mesh_num_peers(const mstar_mesh *mesh);
 
 /* Frames dropped as undecodable since creation (0 for NULL). */
 MSTAR_API uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);

@@ -297,9 +297,40 @@ MSTAR_API mstar_status mstar_comm_refresh_shm_placement(mstar_comm *comm, mstar_
                                                         uint32_t n);
 
 /* Handle TENSOR_RECEIVED (dereference each uuid by its count; failed_tensor_ids count one each)
- * and UNPERSIST_TENSORS (increment by K, then clear persist). Entries with a count < 1 (< 0 for
- * K) and unknown uuids are logged and skipped. MSTAR_EINVAL for any other message type. */
+ * and UNPERSIST_TENSORS (increment by K, then clear persist). Entries with a count outside
+ * 1..2^32 (0..2^32 for K), unknown uuids and counts whose sum would overflow are logged and
+ * skipped. Once the manager keeps an ACK ledger (see mstar_comm_note_sent) an ACK entry is
+ * applied only from a peer that was sent the tensor, for at most the deliveries it still owes;
+ * the rest is dropped and counted (mstar_comm_get_security_stats). A persisted tensor's ACKs are
+ * applied from any peer (it may be handed on; the persist marker holds it). MSTAR_EINVAL for
+ * any other message type. */
 MSTAR_API mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg);
+
+/* The ACK ledger: `msg` was sent to `peer`; each descriptor in it that this manager produced and
+ * still holds is one delivery `peer` owes an ACK for. A manager created with
+ * send = mstar_comm_send_via_mesh learns this from every mstar_mesh_send of its mesh by itself
+ * (mstar_mesh_set_sent_hook; the mesh must outlive the manager); others call this after each
+ * send of descriptors. The first call arms the ledger (handle_message above). */
+MSTAR_API mstar_status mstar_comm_note_sent(mstar_comm *comm, const char *peer,
+                                            const mstar_msg *msg);
+
+/* ACKs from entity `acker` may settle deliveries sent to entity `recipient`: for a deployment
+ * where one entity receives descriptors and another reads and acknowledges them (the demo's
+ * api_server receives results that its preprocess worker reads). */
+MSTAR_API mstar_status mstar_comm_accept_acks_for(mstar_comm *comm, const char *acker,
+                                                  const char *recipient);
+
+typedef struct mstar_comm_security_stats {
+    uint64_t acks_dropped;   /* TENSOR_RECEIVED entries not applied (see handle_message) */
+    uint64_t counts_refused; /* reference counts refused: out of range, or the sum overflows */
+    uint64_t acks_queued;    /* ACKs whose send failed, waiting for get_ready_tensors */
+    uint64_t acks_lost;      /* ACKs given up (the resend queue was full) */
+    bool ack_ledger;         /* ACKs are checked against the ledger */
+} mstar_comm_security_stats;
+
+/* What the manager refused from other processes so far (docs/security-mesh.md). */
+MSTAR_API mstar_status mstar_comm_get_security_stats(const mstar_comm *comm,
+                                                     mstar_comm_security_stats *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Consumer
@@ -313,6 +344,12 @@ MSTAR_API mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_m
 MSTAR_API mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
                                                      const mstar_edge *edges, uint32_t n,
                                                      mstar_completion_list *out);
+
+/* Name the entities descriptors may come from (copied; n = 0: any, the default). A descriptor
+ * naming another source entity is refused by mstar_comm_start_read_tensors (MSTAR_EPROTO naming
+ * it) before any file is opened or peer connected for it. This entity's own are always read. */
+MSTAR_API mstar_status mstar_comm_expect_entities(mstar_comm *comm, const char *const *entities,
+                                                  uint32_t n);
 
 /* A failed read: the request's edge is dropped (its refs released, the failure ACKed to the
  * producer through failed_tensor_ids) and reported here once. */
@@ -340,7 +377,9 @@ MSTAR_API void mstar_ready_set_clear(mstar_ready_set *set);
 /* Collect every read whose bytes have landed: ACK them to their producers first, then release
  * the transit reference, buffer sharded inputs until every source rank arrived (then emit one
  * consolidated edge), and hand the edges out. Each delivered descriptor carries one usage
- * reference the node releases with mstar_comm_dereference(uuid, 1). */
+ * reference the node releases with mstar_comm_dereference(uuid, 1). ACKs whose send failed
+ * earlier are resent first. When an ACK cannot be sent the call returns that error, keeps the
+ * ACK queued for the next call, and still fills `out` (clear it either way). */
 MSTAR_API mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out);
 
 /* ACK edges of a request that is already gone, without reading them (late result_tensors). */

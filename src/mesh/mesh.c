@@ -4,10 +4,11 @@
  * A mesh owns one ZeroMQ context (so that meshes created in one process, as the tests do, are
  * independent, and a forked child never shares its parent's), the bound inbox, the peer sockets
  * and the wake-up eventfd. Destroy releases all of them on every path, including a create that
- * failed half way.
+ * failed half way. A second live entity with the index of one already bound is refused here.
  */
 #include "mesh_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,42 @@ void mstar_mesh_destroy(mstar_mesh *mesh)
     if (mesh->wake_fd >= 0)
         close(mesh->wake_fd);
     free(mesh);
+}
+
+/* An entity's index mints its tensor ids, so two live entities with one index would give one id
+ * to two tensors. Over TCP the index is the port offset and the bind itself refuses the second;
+ * over ipc, look for a live inbox of another name with the same index in the directory. */
+static mstar_status check_index_free(const mstar_mesh *mesh)
+{
+    const char *dirpath = mesh->cfg.ipc_dir[0] != '\0' ? mesh->cfg.ipc_dir : "/";
+    DIR *dir = opendir(dirpath);
+    if (dir == NULL)
+        return MSTAR_OK; /* not created yet: nobody is bound there */
+    mstar_status st = MSTAR_OK;
+    for (struct dirent *e; st == MSTAR_OK && (e = readdir(dir)) != NULL;) {
+        size_t len = strlen(e->d_name);
+        if (len <= 4 || len - 4 > MSTAR_NAME_MAX || strcmp(e->d_name + len - 4, ".ipc") != 0)
+            continue;
+        char name[MSTAR_NAME_MAX + 1];
+        memcpy(name, e->d_name, len - 4);
+        name[len - 4] = '\0';
+        uint16_t index;
+        if (strcmp(name, mesh->entity) == 0 ||
+            mstar_name_validate(name, len - 4, "entity") != MSTAR_OK ||
+            mstar__mesh_entity_offset(name, &index) != MSTAR_OK || index != mesh->entity_index)
+            continue;
+        char path[MSTAR__IPC_PATH_MAX + 2];
+        if (snprintf(path, sizeof(path), "%s/%s", mesh->cfg.ipc_dir, e->d_name) >=
+            (int)sizeof(path))
+            continue;
+        if (mstar__ipc_check_unbound(path, mesh->endpoint) == MSTAR_EEXIST)
+            st = mstar_error_set(MSTAR_EEXIST,
+                                 "mesh %s: entity index %u is already used by the live entity "
+                                 "'%s' (%s); the tensor ids of the two would collide",
+                                 mesh->entity, (unsigned)index, name, path);
+    }
+    closedir(dir);
+    return st;
 }
 
 mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opts, mstar_mesh **out)
@@ -64,6 +101,8 @@ mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opt
             st = mstar_error_set(MSTAR_EIO, "mesh %s: cannot create a ZeroMQ context: %s", entity,
                                  zmq_strerror(zmq_errno()));
     }
+    if (st == MSTAR_OK && mesh->cfg.transport == MSTAR_MESH_IPC)
+        st = check_index_free(mesh);
     if (st == MSTAR_OK)
         st = mstar__inbox_bind(&mesh->inbox, mesh->ctx, &mesh->cfg, entity, mesh->endpoint);
     if (st != MSTAR_OK) {

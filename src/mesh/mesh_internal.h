@@ -106,6 +106,17 @@ bool mstar__wake_pending(int fd);
 
 /* ---- peers.c -------------------------------------------------------------------------------- */
 
+/* Peer sockets open at once. Peers are named by what arrives from other processes (an ACK goes
+ * to the source_entity a descriptor names), so the table is bounded: past this the least
+ * recently used peer is closed (a later send reconnects it). */
+#define MSTAR__MESH_MAX_PEERS 256
+
+/* One peer: its connected PUSH socket and when it was last used (mesh->peer_clock). */
+typedef struct mstar__peer {
+    void *sock;
+    uint64_t used;
+} mstar__peer;
+
 /* Close every peer socket and free the table. */
 void mstar__peers_close(mstar__strmap *peers);
 
@@ -118,8 +129,11 @@ struct mstar_mesh {
     char endpoint[MSTAR__MESH_ENDPOINT_MAX];
     void *ctx; /* one ZeroMQ context per mesh */
     mstar__inbox inbox;
-    mstar__strmap peers; /* peer entity → (uintptr_t) its connected PUSH socket */
+    mstar__strmap peers; /* peer entity → (uintptr_t) its mstar__peer */
+    uint64_t peer_clock; /* counts peer uses, for least-recently-used eviction */
     int wake_fd;         /* -1 when not open */
+    mstar_mesh_sent_fn sent_hook;
+    void *sent_ctx;
 };
 
 #endif

@@ -24,20 +24,35 @@ static mstar_status connect_fail(mstar_mesh *mesh, void *sock, const char *endpo
                            zmq_strerror(err));
 }
 
-/* The connected PUSH socket for `peer`, creating it on first use. */
-static mstar_status peer_socket(mstar_mesh *mesh, const char *peer, void **out)
+/* Close the least recently used peer to make room for another. */
+static void evict_lru(mstar_mesh *mesh)
 {
-    size_t len = strlen(peer);
-    uint64_t *found = mstar__strmap_find(&mesh->peers, peer, len);
-    if (found != NULL) {
-        *out = (void *)(uintptr_t)*found;
-        return MSTAR_OK;
+    uint32_t it = 0;
+    const char *key;
+    size_t len;
+    uint64_t val;
+    char victim[MSTAR_NAME_MAX + 1] = "";
+    size_t vlen = 0;
+    uint64_t oldest = UINT64_MAX;
+    while (mstar__strmap_next(&mesh->peers, &it, &key, &len, &val)) {
+        const mstar__peer *p = (const mstar__peer *)(uintptr_t)val;
+        if (p->used < oldest && len < sizeof(victim)) {
+            oldest = p->used;
+            memcpy(victim, key, len);
+            vlen = len;
+        }
     }
-    char endpoint[MSTAR__MESH_ENDPOINT_MAX];
-    mstar_status st = mstar__mesh_endpoint_format(&mesh->cfg, peer, endpoint, sizeof(endpoint));
-    if (st != MSTAR_OK)
-        return mstar_error_wrap("mesh %s: peer", mesh->entity);
+    if (oldest == UINT64_MAX || !mstar__strmap_remove(&mesh->peers, victim, vlen, &val))
+        return;
+    mstar__peer *p = (mstar__peer *)(uintptr_t)val;
+    zmq_close(p->sock);
+    free(p);
+    mstar_log(MSTAR_LOG_DEBUG, "mesh %s: peer '%.*s' closed (%d peers open, least recently used)",
+              mesh->entity, (int)vlen, victim, MSTAR__MESH_MAX_PEERS);
+}
 
+static mstar_status open_socket(mstar_mesh *mesh, const char *endpoint, void **out)
+{
     void *sock = zmq_socket(mesh->ctx, ZMQ_PUSH);
     if (sock == NULL)
         return connect_fail(mesh, NULL, endpoint, "cannot create a socket for");
@@ -50,12 +65,41 @@ static mstar_status peer_socket(mstar_mesh *mesh, const char *peer, void **out)
         return connect_fail(mesh, sock, endpoint, "cannot set the socket options for");
     if (zmq_connect(sock, endpoint) != 0)
         return connect_fail(mesh, sock, endpoint, "cannot connect to");
-    st = mstar__strmap_put(&mesh->peers, peer, len, (uint64_t)(uintptr_t)sock);
+    *out = sock;
+    return MSTAR_OK;
+}
+
+/* The connected PUSH socket for `peer`, creating it on first use. */
+static mstar_status peer_socket(mstar_mesh *mesh, const char *peer, void **out)
+{
+    size_t len = strlen(peer);
+    uint64_t *found = mstar__strmap_find(&mesh->peers, peer, len);
+    if (found != NULL) {
+        mstar__peer *p = (mstar__peer *)(uintptr_t)*found;
+        p->used = ++mesh->peer_clock;
+        *out = p->sock;
+        return MSTAR_OK;
+    }
+    char endpoint[MSTAR__MESH_ENDPOINT_MAX];
+    mstar_status st = mstar__mesh_endpoint_format(&mesh->cfg, peer, endpoint, sizeof(endpoint));
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("mesh %s: peer", mesh->entity);
+    if (mstar__strmap_len(&mesh->peers) >= MSTAR__MESH_MAX_PEERS)
+        evict_lru(mesh);
+    mstar__peer *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mesh %s: peer '%s'", mesh->entity, peer);
+    st = open_socket(mesh, endpoint, &p->sock);
+    if (st == MSTAR_OK)
+        st = mstar__strmap_put(&mesh->peers, peer, len, (uint64_t)(uintptr_t)p);
     if (st != MSTAR_OK) {
-        zmq_close(sock);
+        if (p->sock != NULL)
+            zmq_close(p->sock);
+        free(p);
         return st;
     }
-    *out = sock;
+    p->used = ++mesh->peer_clock;
+    *out = p->sock;
     return MSTAR_OK;
 }
 
@@ -65,8 +109,11 @@ void mstar__peers_close(mstar__strmap *peers)
     const char *key;
     size_t len;
     uint64_t val;
-    while (mstar__strmap_next(peers, &it, &key, &len, &val))
-        zmq_close((void *)(uintptr_t)val);
+    while (mstar__strmap_next(peers, &it, &key, &len, &val)) {
+        mstar__peer *p = (mstar__peer *)(uintptr_t)val;
+        zmq_close(p->sock);
+        free(p);
+    }
     mstar__strmap_free(peers);
 }
 
@@ -150,5 +197,24 @@ mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
         return mstar_error_set(MSTAR_ENOMEM, "mesh %s: message to '%s': out of memory",
                                mesh->entity, peer);
     }
-    return send_frame(mesh, peer, &frame);
+    st = send_frame(mesh, peer, &frame);
+    if (st == MSTAR_OK && mesh->sent_hook != NULL)
+        mesh->sent_hook(mesh->sent_ctx, peer, msg);
+    return st;
+}
+
+size_t mstar_mesh_num_peers(const mstar_mesh *mesh)
+{
+    return mesh ? mstar__strmap_len(&mesh->peers) : 0;
+}
+
+mstar_status mstar_mesh_set_sent_hook(mstar_mesh *mesh, mstar_mesh_sent_fn fn, void *ctx)
+{
+    if (mesh == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_mesh_set_sent_hook: mesh is NULL");
+    if (fn != NULL && mesh->sent_hook != NULL)
+        return mstar_error_set(MSTAR_EEXIST, "mesh %s: a sent hook is already set", mesh->entity);
+    mesh->sent_hook = fn;
+    mesh->sent_ctx = ctx;
+    return MSTAR_OK;
 }

@@ -13,6 +13,8 @@ void mstar__bk_init(mstar__bk *bk)
     memset(bk, 0, sizeof(*bk));
     mstar__u64map_init(&bk->index);
     mstar__vec_init(&bk->req_heads, sizeof(uint32_t));
+    mstar__u64map_init(&bk->owed_index);
+    mstar__vec_init(&bk->owed, sizeof(mstar__bk_owed));
     bk->free_head = MSTAR__BK_NONE;
 }
 
@@ -20,9 +22,35 @@ void mstar__bk_free(mstar__bk *bk)
 {
     mstar__u64map_free(&bk->index);
     mstar__vec_free(&bk->req_heads);
+    mstar__u64map_free(&bk->owed_index);
+    mstar__vec_free(&bk->owed);
     free(bk->recs);
     memset(bk, 0, sizeof(*bk));
     bk->free_head = MSTAR__BK_NONE;
+}
+
+/* ref += delta, refused (ref unchanged, counted, logged) when |delta| is past
+ * MSTAR__BK_MAX_COUNT or the sum would overflow: counts reach here from other processes. */
+static bool add_checked(mstar__bk *bk, mstar__bk_rec *r, int64_t delta, const char *op)
+{
+    int64_t sum;
+    if (delta >= -MSTAR__BK_MAX_COUNT && delta <= MSTAR__BK_MAX_COUNT &&
+        !__builtin_add_overflow(r->ref, delta, &sum)) {
+        r->ref = sum;
+        return true;
+    }
+    bk->refused_ops++;
+    char id[MSTAR_ID_STRLEN];
+    mstar_id_format(r->uuid, id);
+    mstar_log(MSTAR_LOG_WARN, "bookkeeper: %s of tensor %s by %lld refused (count %lld)", op, id,
+              (long long)delta, (long long)r->ref);
+    return false;
+}
+
+/* ref -= n, checked as add_checked (n = INT64_MIN, which has no negation, is refused there). */
+static bool sub_checked(mstar__bk *bk, mstar__bk_rec *r, int64_t n, const char *op)
+{
+    return add_checked(bk, r, n == INT64_MIN ? INT64_MIN : -n, op);
 }
 
 static void note_unknown(mstar__bk *bk, const char *op, mstar_tensor_id uuid)
@@ -156,8 +184,7 @@ bool mstar__bk_increment(mstar__bk *bk, mstar_tensor_id uuid, int64_t n)
     mstar__bk_rec *r = lookup(bk, uuid, "increment_ref");
     if (r == NULL)
         return false;
-    r->ref += n;
-    return true;
+    return add_checked(bk, r, n, "increment_ref");
 }
 
 bool mstar__bk_decrement_raw(mstar__bk *bk, mstar_tensor_id uuid, int64_t n)
@@ -165,8 +192,7 @@ bool mstar__bk_decrement_raw(mstar__bk *bk, mstar_tensor_id uuid, int64_t n)
     mstar__bk_rec *r = lookup(bk, uuid, "transit release");
     if (r == NULL)
         return false;
-    r->ref -= n;
-    return true;
+    return sub_checked(bk, r, n, "transit release");
 }
 
 static bool collectable(const mstar__bk_rec *r)
@@ -180,11 +206,111 @@ bool mstar__bk_can_gc(const mstar__bk *bk, mstar_tensor_id uuid)
     return v != NULL && collectable(&bk->recs[*v]);
 }
 
+/* ---- the ACK ledger ---------------------------------------------------------------------------
+ */
+
+static mstar__bk_owed *owed_at(const mstar__bk *bk, uint32_t idx1)
+{
+    return (mstar__bk_owed *)mstar__vec_at(&bk->owed, idx1 - 1);
+}
+
+/* The entry of (uuid, peer), or NULL. */
+static mstar__bk_owed *owed_find(const mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer)
+{
+    uint64_t *head = mstar__u64map_find(&bk->owed_index, uuid);
+    for (uint32_t i = head != NULL ? (uint32_t)*head : 0; i != 0; i = owed_at(bk, i)->next)
+        if (owed_at(bk, i)->peer == peer)
+            return owed_at(bk, i);
+    return NULL;
+}
+
+static mstar_status owed_new(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer,
+                             mstar__bk_owed **out)
+{
+    uint32_t idx1 = bk->owed_free;
+    if (idx1 == 0) {
+        mstar__bk_owed *e;
+        mstar_status st = mstar__vec_grow(&bk->owed, 1, (void **)&e);
+        if (st != MSTAR_OK)
+            return st;
+        idx1 = (uint32_t)bk->owed.len;
+    } else {
+        bk->owed_free = owed_at(bk, idx1)->next;
+    }
+    uint64_t *head = mstar__u64map_find(&bk->owed_index, uuid);
+    mstar__bk_owed *e = owed_at(bk, idx1);
+    *e = (mstar__bk_owed){ peer, head != NULL ? (uint32_t)*head : 0, 0 };
+    mstar_status st =
+        head != NULL ? (*head = idx1, MSTAR_OK) : mstar__u64map_put(&bk->owed_index, uuid, idx1);
+    if (st != MSTAR_OK) {
+        e->peer = 0;
+        e->next = bk->owed_free;
+        bk->owed_free = idx1;
+        return st;
+    }
+    *out = e;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__bk_owe(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer, int64_t n)
+{
+    if (mstar__u64map_find(&bk->index, uuid) == NULL)
+        return MSTAR_ENOENT;
+    mstar__bk_owed *e = owed_find(bk, uuid, peer);
+    if (e == NULL) {
+        mstar_status st = owed_new(bk, uuid, peer, &e);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    if (n < 0 || n > MSTAR__BK_MAX_COUNT - e->count)
+        return mstar_error_set(MSTAR_ERANGE, "ACK ledger: %lld more deliveries of one tensor",
+                               (long long)n);
+    e->count += n;
+    return MSTAR_OK;
+}
+
+int64_t mstar__bk_owed_take(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer, int64_t n)
+{
+    mstar__bk_owed *e = owed_find(bk, uuid, peer);
+    if (e == NULL || n <= 0)
+        return 0;
+    int64_t take = n < e->count ? n : e->count;
+    e->count -= take;
+    return take;
+}
+
+int64_t mstar__bk_owed_total(const mstar__bk *bk, mstar_tensor_id uuid)
+{
+    uint64_t *head = mstar__u64map_find(&bk->owed_index, uuid);
+    int64_t total = 0;
+    for (uint32_t i = head != NULL ? (uint32_t)*head : 0; i != 0; i = owed_at(bk, i)->next)
+        total += owed_at(bk, i)->count;
+    return total;
+}
+
+/* Free the ledger entries of a record that leaves. */
+static void owed_drop(mstar__bk *bk, mstar_tensor_id uuid)
+{
+    uint64_t head;
+    if (mstar__u64map_len(&bk->owed_index) == 0 ||
+        !mstar__u64map_remove(&bk->owed_index, uuid, &head))
+        return;
+    for (uint32_t i = (uint32_t)head; i != 0;) {
+        mstar__bk_owed *e = owed_at(bk, i);
+        uint32_t next = e->next;
+        e->peer = 0;
+        e->next = bk->owed_free;
+        bk->owed_free = i;
+        i = next;
+    }
+}
+
 void mstar__bk_detach(mstar__bk *bk, uint32_t slot)
 {
     mstar__bk_rec *r = &bk->recs[slot];
     if (!(r->flags & MSTAR__BK_LIVE))
         return;
+    owed_drop(bk, r->uuid);
     mstar__u64map_remove(&bk->index, r->uuid, NULL);
     if (r->prev != MSTAR__BK_NONE)
         bk->recs[r->prev].next = r->next;
@@ -229,7 +355,8 @@ bool mstar__bk_dereference(mstar__bk *bk, mstar_tensor_id uuid, int64_t n, mstar
         return false;
     }
     uint32_t slot = (uint32_t)*v;
-    bk->recs[slot].ref -= n;
+    if (!sub_checked(bk, &bk->recs[slot], n, "dereference"))
+        return false;
     collect_if(bk, slot, collected);
     return true;
 }

@@ -26,6 +26,11 @@
 
 #define MSTAR__BK_NONE UINT32_MAX
 
+/* The largest count a single reference operation may carry. Counts are numbers of deliveries;
+ * no fan-out comes near 2^32, and a bound this far below INT64_MAX keeps every sum of a stored
+ * count and an incoming one representable. Larger counts are refused, not applied. */
+#define MSTAR__BK_MAX_COUNT (INT64_C(1) << 32)
+
 enum {
     MSTAR__BK_PERSIST = 1u << 0,
     MSTAR__BK_REGISTERED = 1u << 1,
@@ -45,6 +50,7 @@ typedef struct mstar__bk_rec {
     uint32_t edge_name;  /* interned names, 0 = none */
     uint32_t node_name;
     uint32_t graph_walk;
+    uint32_t source; /* FOREIGN: the producing entity (interned); a tensor is (source, uuid) */
     int32_t tp_size; /* the producing group (descriptors) */
     int32_t tp_rank;
     uint32_t flags;
@@ -58,7 +64,19 @@ typedef struct mstar__bk {
     uint32_t free_head;   /* a free slot, chained through rec.next; MSTAR__BK_NONE when empty */
     mstar__vec req_heads; /* uint32 per request slot: first record, or MSTAR__BK_NONE */
     uint64_t unknown_ops; /* operations that named an id not held here */
+    uint64_t refused_ops; /* counts refused: out of range, or the sum would overflow */
+    /* The ACK ledger: per produced uuid, which peers were sent it and how many deliveries each
+     * still owes an ACK for (a chain of mstar__bk_owed per uuid, freed when the record goes). */
+    mstar__u64map owed_index; /* uuid → index + 1 of its first entry */
+    mstar__vec owed;          /* mstar__bk_owed */
+    uint32_t owed_free;       /* index + 1 of a free entry, chained through next; 0 none */
 } mstar__bk;
+
+typedef struct mstar__bk_owed {
+    uint32_t peer; /* the caller's id for the peer (an interned name); 0 marks a free entry */
+    uint32_t next; /* index + 1 of the uuid's next entry; 0 = end */
+    int64_t count;
+} mstar__bk_owed;
 
 void mstar__bk_init(mstar__bk *bk);
 /* Frees the slab and the index; does not release any record's bytes (callers drain first). */
@@ -83,14 +101,16 @@ mstar_status mstar__bk_put(mstar__bk *bk, mstar_tensor_id uuid, uint32_t req, ui
 /* The slot of `uuid`, or MSTAR__BK_NONE. */
 uint32_t mstar__bk_find(const mstar__bk *bk, mstar_tensor_id uuid);
 
-/* ref += n, no collection check. False (and counted) for an unknown id. */
+/* ref += n, no collection check. False (and counted) for an unknown id, and for a count outside
+ * 0..MSTAR__BK_MAX_COUNT or a sum that would overflow (counted in refused_ops, ref unchanged). */
 bool mstar__bk_increment(mstar__bk *bk, mstar_tensor_id uuid, int64_t n);
 /* ref -= n, no collection check (the consumer's transit release, §2.2). */
 bool mstar__bk_decrement_raw(mstar__bk *bk, mstar_tensor_id uuid, int64_t n);
 bool mstar__bk_can_gc(const mstar__bk *bk, mstar_tensor_id uuid);
 
 /* ref -= n; when the record became collectable it is detached and its slot appended to
- * `collected` (a vec of uint32). Returns false for an unknown id. */
+ * `collected` (a vec of uint32). Returns false for an unknown id, and for a refused count as
+ * increment refuses it. */
 bool mstar__bk_dereference(mstar__bk *bk, mstar_tensor_id uuid, int64_t n, mstar__vec *collected);
 /* The batch forms: per-uuid counts, or one count for all. Return how many were collected. */
 size_t mstar__bk_dereference_batch(mstar__bk *bk, const mstar_tensor_id *uuids,
@@ -103,7 +123,15 @@ size_t mstar__bk_increment_batch_uniform(mstar__bk *bk, const mstar_tensor_id *u
 bool mstar__bk_set_persist(mstar__bk *bk, mstar_tensor_id uuid, bool persist,
                            mstar__vec *collected);
 
-/* Detach a live record from the index and its request list (teardown). */
+/* The ACK ledger. owe: `peer` was sent n more deliveries of held `uuid` (MSTAR_ENOENT when not
+ * held, MSTAR_ERANGE when the sum would pass MSTAR__BK_MAX_COUNT). owed_take: take up to n of
+ * them back and return how many were taken (0 when the peer is owed nothing). */
+mstar_status mstar__bk_owe(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer, int64_t n);
+int64_t mstar__bk_owed_take(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer, int64_t n);
+/* Deliveries of `uuid` still owed an ACK, all peers together. */
+int64_t mstar__bk_owed_total(const mstar__bk *bk, mstar_tensor_id uuid);
+
+/* Detach a live record from the index and its request list (teardown); its ledger goes too. */
 void mstar__bk_detach(mstar__bk *bk, uint32_t slot);
 /* Return a detached slot to the free list. */
 void mstar__bk_release_slot(mstar__bk *bk, uint32_t slot);

@@ -132,6 +132,27 @@ static mstar_status open_streams(mstar_comm *comm)
     return st;
 }
 
+/* A manager that ACKs through the mesh also learns from it whom it sent each tensor to: every
+ * message the mesh sends passes its descriptors to the ACK ledger (mstar_comm_note_sent). */
+static void on_mesh_sent(void *ctx, const char *peer, const mstar_msg *msg)
+{
+    if (mstar_comm_note_sent(ctx, peer, msg) != MSTAR_OK)
+        mstar_log(MSTAR_LOG_WARN, "ACK ledger: %s", mstar_last_error());
+}
+
+static void hook_mesh(mstar_comm *comm, const mstar_comm_options *o)
+{
+    if (o->send != mstar_comm_send_via_mesh || o->send_ctx == NULL)
+        return;
+    if (mstar_mesh_set_sent_hook(o->send_ctx, on_mesh_sent, comm) == MSTAR_OK)
+        comm->hooked_mesh = o->send_ctx;
+    else
+        mstar_log(MSTAR_LOG_WARN,
+                  "comm %s: %s; ACKs are checked only against "
+                  "mstar_comm_note_sent",
+                  comm->entity, mstar_last_error());
+}
+
 mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
 {
     if (opts == NULL || out == NULL)
@@ -165,6 +186,9 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     mstar__strmap_init(&comm->rid_str);
     mstar__vec_init(&comm->pending, sizeof(mstar__pending));
     mstar__vec_init(&comm->collected, sizeof(uint32_t));
+    mstar__vec_init(&comm->ack_retry, sizeof(mstar__ack_retry));
+    mstar__vec_init(&comm->ack_aliases, 2 * sizeof(uint32_t));
+    mstar__strmap_init(&comm->expected);
     comm->dir.fd = -1;
 
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -214,6 +238,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     }
     if (st != MSTAR_OK)
         goto fail;
+    hook_mesh(comm, opts);
     *out = comm;
     return MSTAR_OK;
 fail:
@@ -235,6 +260,13 @@ void mstar_comm_destroy(mstar_comm *comm)
 {
     if (comm == NULL)
         return;
+    if (comm->hooked_mesh != NULL)
+        mstar_mesh_set_sent_hook(comm->hooked_mesh, NULL, NULL);
+    for (size_t i = 0; i < comm->ack_retry.len; i++)
+        mstar_msg_clear(&((mstar__ack_retry *)mstar__vec_at(&comm->ack_retry, i))->msg);
+    mstar__vec_free(&comm->ack_retry);
+    mstar__vec_free(&comm->ack_aliases);
+    mstar__strmap_free(&comm->expected);
     /* Copies in flight land in buffers this releases: wait for them first. */
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
@@ -486,6 +518,66 @@ static mstar_status send_msg(mstar_comm *comm, const char *peer, mstar_msg *msg)
     return comm->send(comm->send_ctx, peer, msg);
 }
 
+/* Keep an ACK whose send failed for the next get_ready_tensors (it owns msg from here). When
+ * the queue is full the oldest goes: the producer then holds those tensors until TTL or force
+ * cleanup, as it would have before the queue existed. */
+static void queue_ack(mstar_comm *comm, const char *peer, mstar_msg *msg)
+{
+    if (comm->ack_retry.len >= MSTAR__ACK_RETRY_MAX) {
+        mstar__ack_retry *old = mstar__vec_at(&comm->ack_retry, 0);
+        mstar_msg_clear(&old->msg);
+        memmove(old, old + 1, (comm->ack_retry.len - 1) * sizeof(*old));
+        comm->ack_retry.len--;
+        comm->acks_lost++;
+    }
+    mstar__ack_retry *slot;
+    if (mstar__vec_grow(&comm->ack_retry, 1, (void **)&slot) != MSTAR_OK) {
+        mstar_msg_clear(msg);
+        comm->acks_lost++;
+        return;
+    }
+    snprintf(slot->peer, sizeof(slot->peer), "%s", peer);
+    slot->msg = *msg;
+    mstar_msg_init(msg, MSTAR_MSG_INVALID);
+}
+
+/* Send or queue `msg` to `peer`; the error of a failed send, after queueing it. */
+static mstar_status send_or_queue(mstar_comm *comm, const char *peer, mstar_msg *msg)
+{
+    mstar_status st = send_msg(comm, peer, msg);
+    if (st == MSTAR_OK)
+        return MSTAR_OK;
+    char r[MSTAR_RID_STRLEN];
+    mstar_log(MSTAR_LOG_ERROR,
+              "TENSOR_RECEIVED for request %s to '%s' not sent: %s (kept for "
+              "the next get_ready_tensors)",
+              mstar_rid_format(&msg->request_id, r), peer, mstar_last_error());
+    st = mstar_error_wrap("TENSOR_RECEIVED to '%s'", peer);
+    queue_ack(comm, peer, msg);
+    return st;
+}
+
+mstar_status mstar__comm_flush_acks(mstar_comm *comm)
+{
+    mstar_status first = MSTAR_OK;
+    size_t n = comm->ack_retry.len;
+    if (n == 0)
+        return MSTAR_OK; /* the common case: nothing queued, nothing allocated */
+    mstar__ack_retry *q = malloc((n + 1) * sizeof(*q));
+    if (q == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "resending %zu ACKs", n);
+    memcpy(q, comm->ack_retry.data, n * sizeof(*q));
+    comm->ack_retry.len = 0; /* those that fail again are queued anew, in order */
+    for (size_t i = 0; i < n; i++) {
+        mstar_status st = send_or_queue(comm, q[i].peer, &q[i].msg);
+        mstar_msg_clear(&q[i].msg);
+        if (first == MSTAR_OK && st != MSTAR_OK)
+            first = st;
+    }
+    free(q);
+    return first;
+}
+
 /* One TENSOR_RECEIVED to `peer` for the descriptors of the given edges it produced. */
 static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char *peer,
                              const mstar_edge *const *edges, const bool *failed, uint32_t n)
@@ -515,17 +607,18 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
                 st = mstar_msg_add_count(&msg, info->uuid, 1);
         }
     }
-    if (st == MSTAR_OK)
-        st = send_msg(comm, peer, &msg);
     mstar__u64map_free(&at);
+    if (st == MSTAR_OK)
+        st = send_or_queue(comm, peer, &msg);
     mstar_msg_clear(&msg);
     return st;
 }
 
-void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_edge *const *edges,
-                           const bool *failed, uint32_t n)
+mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
+                                   const mstar_edge *const *edges, const bool *failed, uint32_t n)
 {
     /* Each distinct producer once, in order of first appearance. */
+    mstar_status first = MSTAR_OK;
     mstar__strmap done;
     mstar__strmap_init(&done);
     for (uint32_t e = 0; e < n; e++) {
@@ -537,16 +630,126 @@ void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_e
             mstar_status st = mstar__strmap_put(&done, peer, len, 1);
             if (st == MSTAR_OK)
                 st = ack_peer(comm, rid, peer, edges, failed, n);
-            if (st != MSTAR_OK) {
-                char r[MSTAR_RID_STRLEN];
-                mstar_log(MSTAR_LOG_ERROR,
-                          "TENSOR_RECEIVED for request %s to '%s' not sent: "
-                          "%s (the producer keeps those tensors until TTL or force cleanup)",
-                          mstar_rid_format(rid, r), peer, mstar_last_error());
-            }
+            if (st != MSTAR_OK && first == MSTAR_OK)
+                first = st;
         }
     }
     mstar__strmap_free(&done);
+    return first;
+}
+
+/* ---- the ACK ledger ------------------------------------------------------------------------- */
+
+mstar_status mstar_comm_note_sent(mstar_comm *comm, const char *peer, const mstar_msg *msg)
+{
+    if (comm == NULL || peer == NULL || msg == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "note_sent: an argument is NULL");
+    if (strcmp(peer, comm->entity) == 0)
+        return MSTAR_OK; /* this entity's own reads are never ACKed */
+    uint32_t id = 0;
+    for (uint32_t e = 0; e < msg->nedges; e++) {
+        const mstar_edge *edge = &msg->edges[e];
+        for (uint32_t i = 0; i < edge->ntensors; i++) {
+            const mstar_tensor_info *info = &edge->tensor_info[i];
+            uint32_t slot = mstar__bk_find(&comm->bk, info->uuid);
+            if (strcmp(info->source_entity, comm->entity) != 0 || slot == MSTAR__BK_NONE ||
+                (mstar__bk_at(&comm->bk, slot)->flags & MSTAR__BK_FOREIGN))
+                continue;
+            mstar_status st = id != 0 ? MSTAR_OK : mstar__names_intern(&comm->names, peer, &id);
+            if (st == MSTAR_OK)
+                st = mstar__bk_owe(&comm->bk, info->uuid, id, 1);
+            if (st != MSTAR_OK)
+                return mstar_error_wrap("note_sent to '%s'", peer);
+            comm->ack_ledger = true;
+        }
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar_comm_accept_acks_for(mstar_comm *comm, const char *acker, const char *recipient)
+{
+    if (comm == NULL || acker == NULL || recipient == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "accept_acks_for: an argument is NULL");
+    mstar_status st = mstar_name_validate(acker, strnlen(acker, MSTAR_NAME_MAX + 1), "acker");
+    if (st == MSTAR_OK)
+        st = mstar_name_validate(recipient, strnlen(recipient, MSTAR_NAME_MAX + 1), "recipient");
+    uint32_t pair[2];
+    if (st == MSTAR_OK)
+        st = mstar__names_intern(&comm->names, acker, &pair[0]);
+    if (st == MSTAR_OK)
+        st = mstar__names_intern(&comm->names, recipient, &pair[1]);
+    if (st == MSTAR_OK)
+        st = mstar__vec_push(&comm->ack_aliases, pair);
+    return st;
+}
+
+mstar_status mstar_comm_expect_entities(mstar_comm *comm, const char *const *entities, uint32_t n)
+{
+    if (comm == NULL || (n > 0 && entities == NULL))
+        return mstar_error_set(MSTAR_EINVAL, "expect_entities: %s is NULL",
+                               comm == NULL ? "comm" : "entities");
+    mstar__strmap set;
+    mstar__strmap_init(&set);
+    mstar_status st = MSTAR_OK;
+    for (uint32_t i = 0; i < n && st == MSTAR_OK; i++) {
+        size_t len = entities[i] != NULL ? strnlen(entities[i], MSTAR_NAME_MAX + 1) : 0;
+        st = entities[i] == NULL
+                 ? mstar_error_set(MSTAR_EINVAL, "expect_entities: entities[%u] is NULL", i)
+                 : mstar_name_validate(entities[i], len, "expected entity");
+        if (st == MSTAR_OK)
+            st = mstar__strmap_put(&set, entities[i], len, 1);
+    }
+    if (st != MSTAR_OK) {
+        mstar__strmap_free(&set);
+        return st;
+    }
+    mstar__strmap_free(&comm->expected);
+    comm->expected = set;
+    return MSTAR_OK;
+}
+
+/* Count a dropped ACK entry and log it, rate-limited to the 1st, 2nd, 4th, 8th... drop. */
+static void drop_ack(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_id uuid, int64_t count,
+                     const char *why)
+{
+    uint64_t n = ++comm->acks_dropped;
+    if ((n & (n - 1)) != 0)
+        return;
+    char r[MSTAR_RID_STRLEN];
+    mstar_log(MSTAR_LOG_WARN,
+              "TENSOR_RECEIVED from '%s' (request %s): count %lld for 0x%016llx dropped: %s "
+              "(%llu dropped so far)",
+              msg->from, mstar_rid_format(&msg->request_id, r), (long long)count,
+              (unsigned long long)uuid, why, (unsigned long long)n);
+}
+
+/* How much of an ACK of `count` deliveries of `uuid` from msg->from to apply. Without a ledger
+ * (nothing of this manager's was ever sent through the mesh or noted) the whole of it; with one,
+ * what the sender still owes. A tensor held by its persist marker may be handed on by whoever it
+ * was sent to (the api server's prompt goes through the conductor), so its ACKs are applied from
+ * any peer: they cannot free it while it is persisted. */
+static int64_t ack_allowed(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_id uuid,
+                           int64_t count)
+{
+    uint32_t slot = mstar__bk_find(&comm->bk, uuid);
+    if (slot == MSTAR__BK_NONE || !comm->ack_ledger)
+        return count;
+    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    if (rec->flags & MSTAR__BK_PERSIST)
+        return count;
+    uint64_t *peer =
+        mstar__strmap_find(&comm->names.index, msg->from, strnlen(msg->from, MSTAR_NAME_MAX + 1));
+    int64_t taken = peer != NULL ? mstar__bk_owed_take(&comm->bk, uuid, (uint32_t)*peer, count) : 0;
+    for (size_t i = 0; peer != NULL && taken < count && i < comm->ack_aliases.len; i++) {
+        const uint32_t *a = mstar__vec_at(&comm->ack_aliases, i);
+        if (a[0] == (uint32_t)*peer)
+            taken += mstar__bk_owed_take(&comm->bk, uuid, a[1], count - taken);
+    }
+    if (taken < count)
+        drop_ack(comm, msg, uuid, count - taken,
+                 taken == 0 ? "the sender was not sent that tensor or owes no ACK for it"
+                            : "more than the sender was sent");
+    return taken;
 }
 
 /* ACKs and UNPERSIST concern tensors this entity produced. A copy read from another entity is
@@ -564,52 +767,73 @@ static bool produced_here(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_i
     return false;
 }
 
+static void handle_ack(mstar_comm *comm, const mstar_msg *msg)
+{
+    for (uint32_t i = 0; i < msg->ncounts; i++) {
+        const mstar_uuid_count *c = &msg->counts[i];
+        if (c->count < 1 || c->count > MSTAR__BK_MAX_COUNT) {
+            drop_ack(comm, msg, c->uuid, c->count, "a count must be 1..2^32");
+            continue;
+        }
+        int64_t n =
+            produced_here(comm, msg, c->uuid) ? ack_allowed(comm, msg, c->uuid, c->count) : 0;
+        if (n > 0)
+            mstar__bk_dereference(&comm->bk, c->uuid, n, &comm->collected);
+    }
+    /* A failed read still ends that delivery: the consumer will not read it again. */
+    for (uint32_t i = 0; i < msg->nuuids; i++)
+        if (produced_here(comm, msg, msg->uuids[i]) &&
+            ack_allowed(comm, msg, msg->uuids[i], 1) == 1)
+            mstar__bk_dereference(&comm->bk, msg->uuids[i], 1, &comm->collected);
+}
+
+static void handle_unpersist(mstar_comm *comm, const mstar_msg *msg)
+{
+    char r[MSTAR_RID_STRLEN];
+    for (uint32_t i = 0; i < msg->ncounts; i++) {
+        const mstar_uuid_count *c = &msg->counts[i];
+        if (c->count < 0 || c->count > MSTAR__BK_MAX_COUNT) {
+            comm->bk.refused_ops++;
+            mstar_log(MSTAR_LOG_WARN,
+                      "UNPERSIST_TENSORS from '%s' (request %s): K %lld for "
+                      "0x%016llx refused (K must be 0..2^32)",
+                      msg->from, mstar_rid_format(&msg->request_id, r), (long long)c->count,
+                      (unsigned long long)c->uuid);
+            continue;
+        }
+        if (produced_here(comm, msg, c->uuid) && mstar__bk_increment(&comm->bk, c->uuid, c->count))
+            mstar__bk_set_persist(&comm->bk, c->uuid, false, &comm->collected);
+    }
+}
+
 mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg)
 {
     if (msg == NULL)
         return mstar_error_set(MSTAR_EINVAL, "handle_message: msg is NULL");
-    char r[MSTAR_RID_STRLEN];
-    if (msg->type == MSTAR_MSG_TENSOR_RECEIVED) {
-        for (uint32_t i = 0; i < msg->ncounts; i++) {
-            const mstar_uuid_count *c = &msg->counts[i];
-            if (c->count < 1) {
-                mstar_log(MSTAR_LOG_WARN,
-                          "TENSOR_RECEIVED from '%s' (request %s): count %lld "
-                          "for 0x%016llx ignored",
-                          msg->from, mstar_rid_format(&msg->request_id, r), (long long)c->count,
-                          (unsigned long long)c->uuid);
-                continue;
-            }
-            if (produced_here(comm, msg, c->uuid))
-                mstar__bk_dereference(&comm->bk, c->uuid, c->count, &comm->collected);
-        }
-        /* A failed read still ends that delivery: the consumer will not read it again. */
-        for (uint32_t i = 0; i < msg->nuuids; i++)
-            if (produced_here(comm, msg, msg->uuids[i]))
-                mstar__bk_dereference(&comm->bk, msg->uuids[i], 1, &comm->collected);
-        mstar__comm_collect(comm);
-        return MSTAR_OK;
-    }
-    if (msg->type == MSTAR_MSG_UNPERSIST_TENSORS) {
-        for (uint32_t i = 0; i < msg->ncounts; i++) {
-            const mstar_uuid_count *c = &msg->counts[i];
-            if (c->count < 0) {
-                mstar_log(MSTAR_LOG_WARN,
-                          "UNPERSIST_TENSORS from '%s' (request %s): K %lld for "
-                          "0x%016llx ignored",
-                          msg->from, mstar_rid_format(&msg->request_id, r), (long long)c->count,
-                          (unsigned long long)c->uuid);
-                continue;
-            }
-            if (produced_here(comm, msg, c->uuid) &&
-                mstar__bk_increment(&comm->bk, c->uuid, c->count))
-                mstar__bk_set_persist(&comm->bk, c->uuid, false, &comm->collected);
-        }
-        mstar__comm_collect(comm);
-        return MSTAR_OK;
-    }
-    return mstar_error_set(MSTAR_EINVAL, "handle_message: %s is not a transport message",
-                           mstar_msg_type_name(msg->type) ? mstar_msg_type_name(msg->type) : "?");
+    if (msg->type == MSTAR_MSG_TENSOR_RECEIVED)
+        handle_ack(comm, msg);
+    else if (msg->type == MSTAR_MSG_UNPERSIST_TENSORS)
+        handle_unpersist(comm, msg);
+    else
+        return mstar_error_set(MSTAR_EINVAL, "handle_message: %s is not a transport message",
+                               mstar_msg_type_name(msg->type) ? mstar_msg_type_name(msg->type)
+                                                              : "?");
+    mstar__comm_collect(comm);
+    return MSTAR_OK;
+}
+
+mstar_status mstar_comm_get_security_stats(const mstar_comm *comm, mstar_comm_security_stats *out)
+{
+    if (comm == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "security_stats: %s is NULL",
+                               comm == NULL ? "comm" : "out");
+    memset(out, 0, sizeof(*out));
+    out->acks_dropped = comm->acks_dropped;
+    out->counts_refused = comm->bk.refused_ops;
+    out->acks_queued = comm->ack_retry.len;
+    out->acks_lost = comm->acks_lost;
+    out->ack_ledger = comm->ack_ledger;
+    return MSTAR_OK;
 }
 
 /* ---- profiling ------------------------------------------------------------------------------ */

@@ -52,6 +52,15 @@ typedef struct mstar__pending {
     bool taken; /* landed when the current collection looked (mstar__comm_pending_take) */
 } mstar__pending;
 
+/* A TENSOR_RECEIVED whose send failed, kept for the next get_ready_tensors. */
+typedef struct mstar__ack_retry {
+    char peer[MSTAR_NAME_MAX + 1];
+    mstar_msg msg;
+} mstar__ack_retry;
+
+/* ACKs kept for resending; past this the oldest go (logged, counted as lost). */
+#define MSTAR__ACK_RETRY_MAX 4096
+
 struct mstar_comm {
     char entity[MSTAR_NAME_MAX + 1];
     mstar_id_gen ids;
@@ -77,6 +86,18 @@ struct mstar_comm {
     int event_fd;
     mstar__transport_env env;
     mstar__transport *transport;
+
+    /* ACK security (docs/security-mesh.md). Once this manager has sent a descriptor of its own
+     * through the mesh (or was told of one, mstar_comm_note_sent) it applies an ACK only from a
+     * peer it sent that tensor to, for at most the deliveries that peer still owes (the ledger
+     * in the bookkeeper); anything else is dropped and counted. */
+    bool ack_ledger;
+    uint64_t acks_dropped;
+    mstar_mesh *hooked_mesh; /* the mesh whose sends feed the ledger, or NULL */
+    mstar__vec ack_retry;    /* mstar__ack_retry */
+    mstar__vec ack_aliases;  /* uint32[2]: ACKs from [0] may settle deliveries sent to [1] */
+    mstar__strmap expected;  /* entities descriptors may come from; empty: any */
+    uint64_t acks_lost;      /* ACKs given up after MSTAR__ACK_RETRY_MAX queued */
 };
 
 /* ---- comm.c --------------------------------------------------------------------------------- */
@@ -93,9 +114,12 @@ int32_t mstar__comm_shard_dim(const mstar_comm *comm, const mstar__req *r, uint3
 
 /* Send TENSOR_RECEIVED to each producer of the descriptors: one per source entity, counting each
  * (edge, descriptor) occurrence; this entity's own are skipped. `failed` (may be NULL) marks
- * edges whose read failed: their descriptors go into failed_tensor_ids instead. */
-void mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid, const mstar_edge *const *edges,
-                           const bool *failed, uint32_t n);
+ * edges whose read failed: their descriptors go into failed_tensor_ids instead. A message whose
+ * send fails is queued for mstar__comm_flush_acks; the first failure is returned. */
+mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
+                                   const mstar_edge *const *edges, const bool *failed, uint32_t n);
+/* Resend the queued ACKs; those that fail again stay queued. The first failure is returned. */
+mstar_status mstar__comm_flush_acks(mstar_comm *comm);
 
 /* ---- comm_cleanup.c ------------------------------------------------------------------------- */
 

@@ -39,6 +39,7 @@ typedef struct plan {
     mstar_tensor_id slice; /* the slice's new uuid */
     mstar__buf *buf;       /* fresh: the bytes read */
     bool registered;       /* fresh: the transport must release it at collection */
+    uint32_t source;       /* fresh: the producing entity (interned) */
 } plan;
 
 /* Self-delivery: whole tensor, or a row range of it (§5.4). */
@@ -80,11 +81,44 @@ static mstar_status plan_self(mstar_comm *comm, const mstar_tensor_info *info, p
     return mstar_id_gen_next(&comm->ids, &p->slice);
 }
 
+/* A tensor is (source entity, uuid): a held record may serve a descriptor only if it came from
+ * the entity the descriptor names. Two entities minting under one entity index give the same
+ * uuid to different tensors; serving one for the other would hand out wrong bytes silently. */
+static mstar_status check_identity(mstar_comm *comm, uint32_t slot, const mstar_tensor_info *info)
+{
+    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    const char *held = (rec->flags & MSTAR__BK_FOREIGN)
+                           ? mstar__names_get(&comm->names, rec->source)
+                           : comm->entity;
+    if (strcmp(held, info->source_entity) == 0)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EEXIST,
+                           "descriptor of tensor 0x%016llx from '%s': '%s' holds a tensor of that "
+                           "id from '%s' (do two entities share one entity index?)",
+                           (unsigned long long)info->uuid, info->source_entity, comm->entity, held);
+}
+
+/* A descriptor from an entity the deployment did not name (mstar_comm_expect_entities) is
+ * refused before anything is opened or connected for it: its name would otherwise pick a file
+ * to open and a peer to send the ACK to. */
+static mstar_status check_expected(const mstar_comm *comm, const mstar_tensor_info *info)
+{
+    if (mstar__strmap_len(&comm->expected) == 0 || strcmp(info->source_entity, comm->entity) == 0 ||
+        mstar__strmap_find(&comm->expected, info->source_entity,
+                           strnlen(info->source_entity, MSTAR_NAME_MAX + 1)) != NULL)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EPROTO,
+                           "descriptor of tensor 0x%016llx names source entity '%s', which is "
+                           "not one of the %zu entities '%s' expects",
+                           (unsigned long long)info->uuid, info->source_entity,
+                           mstar__strmap_len(&comm->expected), comm->entity);
+}
+
 /* Phase 1: decide how each descriptor is served, checking everything; nothing changes. */
 static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
                              size_t *nfresh)
 {
-    mstar__u64map fresh; /* uuids read by this call */
+    mstar__u64map fresh; /* uuids read by this call → (edge << 32 | descriptor) of the first */
     mstar__u64map_init(&fresh);
     mstar_status st = MSTAR_OK;
     *nfresh = 0;
@@ -99,18 +133,31 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
         for (uint32_t i = 0; i < edge->ntensors && st == MSTAR_OK; i++) {
             const mstar_tensor_info *info = &edge->tensor_info[i];
             plan *p = &plans[e][i];
-            if ((st = mstar_tensor_info_validate(info)) != MSTAR_OK)
+            if ((st = mstar_tensor_info_validate(info)) != MSTAR_OK ||
+                (st = check_expected(comm, info)) != MSTAR_OK)
+                break;
+            uint32_t held = mstar__bk_find(&comm->bk, info->uuid);
+            uint64_t *first = mstar__u64map_find(&fresh, info->uuid);
+            if (held != MSTAR__BK_NONE && (st = check_identity(comm, held, info)) != MSTAR_OK)
                 break;
             if (strcmp(info->source_entity, comm->entity) == 0) {
                 st = plan_self(comm, info, p);
-            } else if (mstar__bk_find(&comm->bk, info->uuid) != MSTAR__BK_NONE ||
-                       mstar__u64map_find(&fresh, info->uuid) != NULL) {
+            } else if (held != MSTAR__BK_NONE) {
+                p->kind = KIND_PRESENT;
+            } else if (first != NULL) {
+                const mstar_tensor_info *f = &edges[*first >> 32].tensor_info[(uint32_t)*first];
+                if (strcmp(f->source_entity, info->source_entity) != 0)
+                    st = mstar_error_set(MSTAR_EEXIST,
+                                         "descriptors of tensor 0x%016llx from '%s' and '%s' "
+                                         "(do two entities share one entity index?)",
+                                         (unsigned long long)info->uuid, f->source_entity,
+                                         info->source_entity);
                 p->kind = KIND_PRESENT;
             } else {
                 p->kind = KIND_FRESH;
                 st = comm->transport->ops->check(comm->transport, info);
                 if (st == MSTAR_OK)
-                    st = mstar__u64map_put(&fresh, info->uuid, 1);
+                    st = mstar__u64map_put(&fresh, info->uuid, (uint64_t)e << 32 | i);
                 (*nfresh)++;
             }
         }
@@ -191,6 +238,7 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
     rec->edge_name = name;
     rec->tp_size = info->source_tp_size;
     rec->tp_rank = info->source_tp_rank;
+    rec->source = p->source;
     rec->flags |= MSTAR__BK_FOREIGN | (p->registered ? MSTAR__BK_REGISTERED : 0);
 }
 
@@ -239,8 +287,12 @@ mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *ri
     st = plan_all(comm, edges, n, plans, &nfresh);
     for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
         st = mstar__names_intern(&comm->names, edges[e].name, &names[e]);
-        for (uint32_t i = 0; i < edges[e].ntensors; i++)
+        for (uint32_t i = 0; i < edges[e].ntensors && st == MSTAR_OK; i++) {
             nslices += plans[e][i].kind == KIND_SELF_SLICE;
+            if (plans[e][i].kind == KIND_FRESH)
+                st = mstar__names_intern(&comm->names, edges[e].tensor_info[i].source_entity,
+                                         &plans[e][i].source);
+        }
         nedges += edges[e].ntensors > 0;
     }
     if (st == MSTAR_OK)
@@ -589,8 +641,9 @@ void mstar_ready_set_clear(mstar_ready_set *set)
     memset(set, 0, sizeof(*set));
 }
 
-/* Handle every landed entry of request slot `req`: ACKs first, then delivery. */
-static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
+/* Handle every landed entry of request slot `req`: ACKs first, then delivery. An ACK that could
+ * not be sent is queued, its error kept in *ack_st (the first one). */
+static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
 {
     size_t n = mstar__comm_pending_take(comm, req);
     const mstar_edge **edges = calloc(n, sizeof(*edges));
@@ -618,7 +671,9 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req)
         k++;
     }
     /* Invariant 3 / §8.5: these copies have landed, so the producer may reuse the bytes. */
-    mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
+    mstar_status st = mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
+    if (*ack_st == MSTAR_OK)
+        *ack_st = st;
     size_t before = b->edges.len;
     size_t w = 0;
     k = 0;
@@ -658,6 +713,7 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
     mstar__vec_init(&b.starts, sizeof(uint32_t));
     mstar__vec_init(&b.edges, sizeof(mstar_edge));
     mstar__vec_init(&b.failed, sizeof(mstar_read_failure));
+    mstar_status ack_st = mstar__comm_flush_acks(comm);
     bool idle = true;
     /* Requests in the order of their first landed entry. */
     for (;;) {
@@ -669,7 +725,7 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
         }
         if (req == MSTAR__BK_NONE)
             break;
-        collect_request(comm, &b, req);
+        collect_request(comm, &b, req, &ack_st);
     }
     for (size_t i = 0; i < comm->pending.len && idle; i++)
         idle = mstar__comm_pending_landed(mstar__vec_at(&comm->pending, i));
@@ -689,7 +745,7 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
     out->edges = b.edges.data;
     out->nfailed = (uint32_t)b.failed.len;
     out->failed = b.failed.data;
-    return MSTAR_OK;
+    return ack_st;
 }
 
 mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *rid,
@@ -703,9 +759,9 @@ mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *ri
         return mstar_error_set(MSTAR_ENOMEM, "ack of %u edges", n);
     for (uint32_t e = 0; e < n; e++)
         list[e] = &edges[e];
-    mstar__comm_send_acks(comm, rid, list, NULL, n);
+    mstar_status st = mstar__comm_send_acks(comm, rid, list, NULL, n);
     free(list);
-    return MSTAR_OK;
+    return st;
 }
 
 /* ---- handing tensors to nodes --------------------------------------------------------------- */

@@ -211,6 +211,66 @@ static void test_request_lists(void **state)
 
 /* Random put / increment / dereference / persist against a model; every collection must match
  * the rule ref <= 0 && !persist evaluated only at dereference and set_persist. */
+/* Counts reach the bookkeeper from other processes: one past MSTAR__BK_MAX_COUNT, or a sum that
+ * would overflow, is refused and counted, and the record keeps its count (issue 11, fault 3:
+ * UBSan reported signed overflow here, and a wrapped count freed a tensor still being read). */
+static void test_extreme_counts_refused(void **state)
+{
+    (void)state;
+    mstar__bk bk;
+    mstar__bk_init(&bk);
+    mstar__vec collected;
+    mstar__vec_init(&collected, sizeof(uint32_t));
+    uint32_t slot;
+    assert_mstar_ok(mstar__bk_put(&bk, id(1), 0, &slot));
+    assert_true(mstar__bk_increment(&bk, id(1), 1));
+    assert_false(mstar__bk_increment(&bk, id(1), INT64_MAX));
+    assert_false(mstar__bk_increment(&bk, id(1), MSTAR__BK_MAX_COUNT + 1));
+    assert_false(mstar__bk_dereference(&bk, id(1), INT64_MAX, &collected));
+    assert_false(mstar__bk_dereference(&bk, id(1), INT64_MIN, &collected));
+    assert_false(mstar__bk_decrement_raw(&bk, id(1), INT64_MIN));
+    assert_int_equal(bk.refused_ops, 5);
+    assert_int_equal(mstar__bk_at(&bk, slot)->ref, 1);
+    assert_int_equal(collected.len, 0);
+    /* The largest allowed count is applied, and sums stay exact. */
+    assert_true(mstar__bk_increment(&bk, id(1), MSTAR__BK_MAX_COUNT));
+    assert_true(mstar__bk_dereference(&bk, id(1), MSTAR__BK_MAX_COUNT, &collected));
+    assert_true(mstar__bk_dereference(&bk, id(1), 1, &collected));
+    assert_int_equal(collected.len, 1);
+    mstar__vec_free(&collected);
+    mstar__bk_free(&bk);
+}
+
+/* The ACK ledger: deliveries owed per (uuid, peer), taken back at most as owed, gone with the
+ * record. */
+static void test_ack_ledger(void **state)
+{
+    (void)state;
+    mstar__bk bk;
+    mstar__bk_init(&bk);
+    uint32_t slot;
+    assert_mstar_ok(mstar__bk_put(&bk, id(1), 0, &slot));
+    assert_mstar_status(mstar__bk_owe(&bk, id(2), 7, 1), MSTAR_ENOENT);
+    assert_mstar_ok(mstar__bk_owe(&bk, id(1), 7, 2));
+    assert_mstar_ok(mstar__bk_owe(&bk, id(1), 8, 1));
+    assert_mstar_status(mstar__bk_owe(&bk, id(1), 8, MSTAR__BK_MAX_COUNT), MSTAR_ERANGE);
+    assert_int_equal(mstar__bk_owed_total(&bk, id(1)), 3);
+    assert_int_equal(mstar__bk_owed_take(&bk, id(1), 9, 1), 0); /* never sent */
+    assert_int_equal(mstar__bk_owed_take(&bk, id(1), 7, 5), 2); /* at most what is owed */
+    assert_int_equal(mstar__bk_owed_take(&bk, id(1), 7, 1), 0); /* a replay */
+    assert_int_equal(mstar__bk_owed_total(&bk, id(1)), 1);
+    mstar__bk_detach(&bk, slot);
+    assert_int_equal(mstar__bk_owed_total(&bk, id(1)), 0);
+    assert_int_equal(mstar__u64map_len(&bk.owed_index), 0);
+    mstar__bk_release_slot(&bk, slot);
+    /* Entries are reused once freed. */
+    assert_mstar_ok(mstar__bk_put(&bk, id(3), 0, &slot));
+    assert_mstar_ok(mstar__bk_owe(&bk, id(3), 7, 1));
+    assert_mstar_ok(mstar__bk_owe(&bk, id(3), 8, 1));
+    assert_int_equal(bk.owed.len, 2);
+    mstar__bk_free(&bk);
+}
+
 static void test_churn_against_model(void **state)
 {
     (void)state;
@@ -285,6 +345,8 @@ int main(void)
         cmocka_unit_test(test_put_twice_is_an_error),
         cmocka_unit_test(test_batch_forms),
         cmocka_unit_test(test_request_lists),
+        cmocka_unit_test(test_extreme_counts_refused),
+        cmocka_unit_test(test_ack_ledger),
         cmocka_unit_test(test_churn_against_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
