@@ -38,7 +38,7 @@ check-asan: deps
 	    -DMSTAR_SANITIZE=address,undefined -DMSTAR_FUZZ=ON -DMSTAR_CUDA=OFF >/dev/null
 	@cmake --build $(SANBUILD) -j $(JOBS) -- --no-print-directory
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	    ctest --test-dir $(SANBUILD) -L 'unit|integration' -E 'unit.install' --output-on-failure -j $(JOBS)
+	    ctest --test-dir $(SANBUILD) -L 'unit|integration|hostile' -E 'unit.install' --output-on-failure -j $(JOBS)
 	ctest --test-dir $(SANBUILD) -L fuzz --output-on-failure
 
 # The threads (mesh, UCX engine and reader, rank groups, allocators) under TSan. The benchmark
@@ -48,7 +48,7 @@ check-tsan: deps
 	    -DMSTAR_SANITIZE=thread -DMSTAR_CUDA=OFF >/dev/null
 	@cmake --build $(TSANBUILD) -j $(JOBS) -- --no-print-directory
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/sanitizers/tsan.supp halt_on_error=1" \
-	    ctest --test-dir $(TSANBUILD) -L 'unit|integration' -E 'unit.install|test_bench_report' \
+	    ctest --test-dir $(TSANBUILD) -L 'unit|integration|hostile' -E 'unit.install|test_bench_report' \
 	    --output-on-failure -j $(JOBS)
 
 check: check-main check-asan check-tsan

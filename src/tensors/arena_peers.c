@@ -48,19 +48,17 @@ void mstar__arena_peers_free(mstar__arena_peers *p)
 
 static mstar_status map_segment(mstar__arena_peers *p, const char *name, mstar__arena_peer *out)
 {
-    int fd = openat(p->dir->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return mstar_error_set(MSTAR_ENOENT,
-                                   "arena segment %s/%s does not exist (its "
-                                   "producer is gone)",
-                                   p->dir->path, name);
-        return mstar_error_set(MSTAR_EIO, "open arena segment %s/%s: %s", p->dir->path, name,
-                               strerror(errno));
-    }
+    int fd;
     struct stat sb;
-    mstar_status st = MSTAR_OK;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0) {
+    mstar_status st = mstar__shm_open_read(p->dir, name, "arena segment", &fd, &sb);
+    if (st == MSTAR_ENOENT)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "arena segment %s/%s does not exist (its "
+                               "producer is gone)",
+                               p->dir->path, name);
+    if (st != MSTAR_OK)
+        return st;
+    if (sb.st_size <= 0) {
         st = mstar_error_set(MSTAR_EPROTO, "arena segment %s/%s is not a non-empty regular file",
                              p->dir->path, name);
     } else {

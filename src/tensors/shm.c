@@ -42,6 +42,15 @@ mstar_status mstar__shm_dir_open(const char *path, const char *ns, mstar__shm_di
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return mstar_error_set(MSTAR_EIO, "shm_dir: open %s: %s", path, strerror(errno));
+    /* Judged on the opened directory, so a rename after the check changes nothing. */
+    if (fstat(fd, &sb) != 0)
+        st = mstar_error_set(MSTAR_EIO, "shm_dir: stat %s: %s", path, strerror(errno));
+    else
+        st = mstar__dir_check_owner("shm_dir", path, &sb);
+    if (st != MSTAR_OK) {
+        close(fd);
+        return st;
+    }
     out->fd = fd;
     snprintf(out->path, sizeof(out->path), "%s", path);
     snprintf(out->ns, sizeof(out->ns), "%s", nslen > 0 ? ns : "");
@@ -53,6 +62,41 @@ void mstar__shm_dir_close(mstar__shm_dir *dir)
     if (dir->fd >= 0)
         close(dir->fd);
     dir->fd = -1;
+}
+
+mstar_status mstar__shm_open_read(const mstar__shm_dir *dir, const char *name, const char *what,
+                                  int *fd_out, struct stat *sb)
+{
+    /* O_NONBLOCK: opening a FIFO planted under this name returns at once instead of waiting for
+     * a writer; O_NOFOLLOW: a symlink is refused, never followed out of the directory. */
+    int fd = openat(dir->fd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return mstar_error_set(MSTAR_ENOENT, "%s %s/%s does not exist", what, dir->path, name);
+        if (errno == ELOOP || errno == ENXIO || errno == ENODEV)
+            return mstar_error_set(MSTAR_EPROTO, "%s %s/%s is not a regular file (%s): refused",
+                                   what, dir->path, name,
+                                   errno == ELOOP ? "a symbolic link" : "a device or socket");
+        return mstar_error_set(MSTAR_EIO, "open %s %s/%s: %s", what, dir->path, name,
+                               strerror(errno));
+    }
+    mstar_status st = MSTAR_OK;
+    if (fstat(fd, sb) != 0)
+        st =
+            mstar_error_set(MSTAR_EIO, "stat %s %s/%s: %s", what, dir->path, name, strerror(errno));
+    else if (!S_ISREG(sb->st_mode))
+        st = mstar_error_set(MSTAR_EPROTO,
+                             "%s %s/%s is not a regular file (%s, mode %04o): refused", what,
+                             dir->path, name, S_ISFIFO(sb->st_mode) ? "a FIFO" : "a special file",
+                             (unsigned)(sb->st_mode & 07777));
+    else
+        st = mstar__file_check_owner(what, dir->path, name, sb);
+    if (st != MSTAR_OK) {
+        close(fd);
+        return st;
+    }
+    *fd_out = fd;
+    return MSTAR_OK;
 }
 
 /* "mstar_" or "mstar-<ns>_": namespaced names start with "mstar-" so the two never parse as
@@ -127,21 +171,16 @@ mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
     mstar_status st = mstar__shm_file_name(dir, entity, uuid, name);
     if (st != MSTAR_OK)
         return st;
-    int fd = openat(dir->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return mstar_error_set(MSTAR_ENOENT,
-                                   "shm file %s/%s does not exist (freed by its "
-                                   "producer, or a producer on another transport)",
-                                   dir->path, name);
-        return mstar_error_set(MSTAR_EIO, "open %s/%s: %s", dir->path, name, strerror(errno));
-    }
+    int fd;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return mstar_error_set(MSTAR_EPROTO, "shm file %s/%s is not a regular file", dir->path,
-                               name);
-    }
+    st = mstar__shm_open_read(dir, name, "shm file", &fd, &sb);
+    if (st == MSTAR_ENOENT)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "shm file %s/%s does not exist (freed by its "
+                               "producer, or a producer on another transport)",
+                               dir->path, name);
+    if (st != MSTAR_OK)
+        return st;
     uint64_t end;
     if (!__builtin_add_overflow(offset, n, &end) && end <= (uint64_t)sb.st_size) {
         char *p = dst;
@@ -232,6 +271,10 @@ static bool remove_entity_file(const mstar__shm_dir *dir, const char *name, cons
     const char *rest = name + plen + elen;
     if (strlen(rest) != 19 || strncmp(rest, "_0x", 3) != 0 || !is_hex(rest + 3, 16))
         return false;
+    /* Only our own: in a shared directory another user's file of this shape is theirs. */
+    struct stat sb;
+    if (fstatat(dir->fd, name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || sb.st_uid != geteuid())
+        return false;
     if (unlinkat(dir->fd, name, 0) != 0)
         return false;
     mstar_log(MSTAR_LOG_INFO, "removed stale shm file %s/%s", dir->path, name);
@@ -298,11 +341,16 @@ mstar_status mstar__shm_segment_check(const char *name, const char *source_entit
 
 /* True when some process holds the segment's lock, or it cannot be opened (gone already, or not
  * ours to judge): either way it is not removed. */
+/* True when some process holds the segment's lock, or it cannot be opened as a regular file of
+ * ours (gone already, planted by someone else, a FIFO): either way it is not removed. */
 static bool segment_locked(const mstar__shm_dir *dir, const char *name)
 {
-    int fd = openat(dir->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0)
+    int fd;
+    struct stat sb;
+    if (mstar__shm_open_read(dir, name, "arena segment", &fd, &sb) != MSTAR_OK) {
+        mstar_error_clear();
         return true;
+    }
     bool locked = flock(fd, LOCK_EX | LOCK_NB) != 0;
     close(fd); /* releases the probe's own lock */
     return locked;
