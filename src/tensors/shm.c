@@ -164,8 +164,8 @@ mstar_status mstar__shm_file_write(const mstar__shm_dir *dir, const char *entity
     return st;
 }
 
-mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
-                                  mstar_tensor_id uuid, uint64_t offset, uint64_t n, void *dst)
+mstar_status mstar__shm_file_open(const mstar__shm_dir *dir, const char *entity,
+                                  mstar_tensor_id uuid, uint64_t offset, uint64_t n, int *fd_out)
 {
     char name[MSTAR__SHM_NAME_BUF];
     mstar_status st = mstar__shm_file_name(dir, entity, uuid, name);
@@ -182,30 +182,45 @@ mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
     if (st != MSTAR_OK)
         return st;
     uint64_t end;
-    if (!__builtin_add_overflow(offset, n, &end) && end <= (uint64_t)sb.st_size) {
-        char *p = dst;
-        uint64_t at = offset, left = n;
-        while (left > 0) {
-            size_t chunk = left > (1u << 30) ? (1u << 30) : (size_t)left;
-            ssize_t r = pread(fd, p, chunk, (off_t)at);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0) {
-                st = mstar_error_set(MSTAR_EIO, "read %s/%s: %s", dir->path, name,
-                                     r < 0 ? strerror(errno) : "file shrank while reading");
-                break;
-            }
-            p += r;
-            at += (uint64_t)r;
-            left -= (uint64_t)r;
-        }
-    } else {
-        st = mstar_error_set(MSTAR_EPROTO,
-                             "descriptor reads bytes [%llu, +%llu) of shm file %s "
-                             "which has %lld bytes",
-                             (unsigned long long)offset, (unsigned long long)n, name,
-                             (long long)sb.st_size);
+    if (__builtin_add_overflow(offset, n, &end) || end > (uint64_t)sb.st_size) {
+        close(fd);
+        return mstar_error_set(MSTAR_EPROTO,
+                               "descriptor reads bytes [%llu, +%llu) of shm file %s "
+                               "which has %lld bytes",
+                               (unsigned long long)offset, (unsigned long long)n, name,
+                               (long long)sb.st_size);
     }
+    *fd_out = fd;
+    return MSTAR_OK;
+}
+
+mstar_status mstar__shm_file_pread(int fd, uint64_t offset, uint64_t n, void *dst)
+{
+    char *p = dst;
+    uint64_t at = offset, left = n;
+    while (left > 0) {
+        size_t chunk = left > (1u << 30) ? (1u << 30) : (size_t)left;
+        ssize_t r = pread(fd, p, chunk, (off_t)at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return mstar_error_set(MSTAR_EIO, "read shm file: %s",
+                                   r < 0 ? strerror(errno) : "file shrank while reading");
+        p += r;
+        at += (uint64_t)r;
+        left -= (uint64_t)r;
+    }
+    return MSTAR_OK;
+}
+
+mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
+                                  mstar_tensor_id uuid, uint64_t offset, uint64_t n, void *dst)
+{
+    int fd;
+    mstar_status st = mstar__shm_file_open(dir, entity, uuid, offset, n, &fd);
+    if (st != MSTAR_OK)
+        return st;
+    st = mstar__shm_file_pread(fd, offset, n, dst);
     close(fd);
     return st;
 }

@@ -61,9 +61,14 @@ mstar_status mstar__shm_file_write(const mstar__shm_dir *dir, const char *entity
 mstar_status mstar__shm_open_read(const mstar__shm_dir *dir, const char *name, const char *what,
                                   int *fd_out, struct stat *sb);
 
-/* Read bytes [offset, offset + n) of the file `entity` wrote for `uuid` into `dst`. The range is
- * checked against the file's size before anything is read: MSTAR_EPROTO if it does not fit (or
- * the name is not a regular file of ours), MSTAR_ENOENT if there is no such file. */
+/* Open the file `entity` wrote for `uuid` and check that bytes [offset, offset + n) lie in it,
+ * before the caller commits memory to the read: MSTAR_EPROTO if they do not, MSTAR_ENOENT if
+ * there is no such file. The caller closes *fd_out. */
+mstar_status mstar__shm_file_open(const mstar__shm_dir *dir, const char *entity,
+                                  mstar_tensor_id uuid, uint64_t offset, uint64_t n, int *fd_out);
+/* Read n bytes at `offset` of an open file into `dst` (MSTAR_EIO if it shrank). */
+mstar_status mstar__shm_file_pread(int fd, uint64_t offset, uint64_t n, void *dst);
+/* mstar__shm_file_open, mstar__shm_file_pread and close. */
 mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
                                   mstar_tensor_id uuid, uint64_t offset, uint64_t n, void *dst);
 /* Remove the file (a missing file is fine: the producer may have spilled nothing). */

@@ -1,10 +1,11 @@
 /*
  * test_hostile_fs.c — a local user attacks a producer (worker_0) and a consumer (worker_1)
  * through the file system: FIFOs and symlinks under the names of tensor files and segments,
- * directories and files owned by someone else or writable by others, names with '..', '/' and
- * control bytes. Each case asserts the clear error or refusal, that legitimate traffic
- * beside it still completes with every byte checked, and that nothing is left behind (no files
- * in the directory, no file descriptors). The threat model is docs/security.md.
+ * directories and files owned by someone else or writable by others, descriptors that claim
+ * huge sizes, names with '..', '/' and control bytes, and ranges past the end. Each case asserts
+ * the clear error or refusal, that legitimate traffic beside it still completes with every byte
+ * checked, and that nothing is left behind (no files in the directory, no file descriptors). The
+ * threat model is docs/security.md.
  *
  * Cases that need another uid run as root and hand the planted files and directories to uid
  * 65534 (nobody); without root they are skipped inside the test.
@@ -229,6 +230,31 @@ static void test_bad_names(void **state)
     legit_roundtrip(w, 3);
 }
 
+/* Fault 8: a descriptor claiming 1 TiB for a file that does not exist, and for one that holds
+ * 16 bytes: refused by what the file holds, before any memory is committed (the read used to
+ * allocate the claim first: ENOMEM, or an abort under ASan). */
+static void test_huge_claim_checks_file_first(void **state)
+{
+    world *w = *state;
+    mstar_tensor_info info = forged(11, INT64_C(1) << 40);
+    expect_refused(w, &info, MSTAR_ENOENT, "does not exist");
+    char name[128], path[4096];
+    shm_name(w, 11, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/%s", w->dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "0123456789abcdef", 16), 16);
+    close(fd);
+    expect_refused(w, &info, MSTAR_EPROTO, "which has 16 bytes");
+    info = forged(11, 8);
+    info.offset = UINT64_MAX - 4; /* [offset, offset + n) wraps */
+    expect_refused(w, &info, MSTAR_EPROTO, "overflows");
+    info.offset = 9; /* [9, 17) of 16 bytes */
+    expect_refused(w, &info, MSTAR_EPROTO, "16 bytes");
+    unlink_in(w, name);
+    legit_roundtrip(w, 4);
+}
+
 /* Fault 5, files: a tensor file under a valid name owned by another user is refused, naming
  * its owner. Our own files are 0600 (held before this work). */
 static void test_foreign_file_is_refused(void **state)
@@ -323,6 +349,7 @@ int main(void)
         BOTH(test_fifo_is_refused),
         BOTH(test_symlink_is_refused),
         BOTH(test_bad_names),
+        BOTH(test_huge_claim_checks_file_first),
         BOTH(test_foreign_file_is_refused),
         cmocka_unit_test(test_foreign_dirs_are_refused),
     };
