@@ -296,9 +296,60 @@ static bool remove_entity_file(const mstar__shm_dir *dir, const char *name, cons
     return true;
 }
 
+/* The liveness lock of an entity's per-uuid files: a shared open-file-description lock on one
+ * byte of the directory, at an offset derived from the file prefix and the entity name. Every
+ * manager holds it on its own directory fd for as long as it lives (the kernel drops it when the
+ * process dies, whatever pid namespace it is in), so a process starting under the same name can
+ * tell whether the files of that name may still be read. A hash collision between two entities
+ * only makes a sweep keep files it could have removed. */
+static off_t entity_lock_offset(const mstar__shm_dir *dir, const char *entity)
+{
+    char prefix[MSTAR__SHM_NS_MAX + 8];
+    file_prefix(dir, prefix, sizeof(prefix));
+    uint64_t h = UINT64_C(14695981039346656037); /* FNV-1a */
+    for (const char *parts[2] = { prefix, entity }, **p = parts; p < parts + 2; p++)
+        for (const char *c = *p; *c != '\0'; c++)
+            h = (h ^ (uint8_t)*c) * UINT64_C(1099511628211);
+    return (off_t)(h >> 2); /* non-negative */
+}
+
+static struct flock entity_lock_range(const mstar__shm_dir *dir, const char *entity, short type)
+{
+    struct flock l;
+    memset(&l, 0, sizeof(l));
+    l.l_type = type;
+    l.l_whence = SEEK_SET;
+    l.l_start = entity_lock_offset(dir, entity);
+    l.l_len = 1;
+    return l;
+}
+
+/* True when another open of the directory holds `entity`'s lock (a live process of that name). */
+static bool entity_alive(const mstar__shm_dir *dir, const char *entity)
+{
+    struct flock l = entity_lock_range(dir, entity, F_WRLCK);
+    if (fcntl(dir->fd, F_OFD_GETLK, &l) != 0)
+        return false; /* no locks here (some network filesystems): the name is all we have */
+    return l.l_type != F_UNLCK;
+}
+
 int mstar__shm_sweep_entity_files(const mstar__shm_dir *dir, const char *entity)
 {
-    return sweep(dir, remove_entity_file, entity);
+    int removed = 0;
+    if (entity_alive(dir, entity))
+        mstar_log(MSTAR_LOG_WARN,
+                  "shm sweep: another live process of entity '%s' uses %s; its files are kept",
+                  entity, dir->path);
+    else
+        removed = sweep(dir, remove_entity_file, entity);
+    /* Held until the directory fd is closed (mstar__shm_dir_close) or the process dies. */
+    struct flock l = entity_lock_range(dir, entity, F_RDLCK);
+    if (fcntl(dir->fd, F_OFD_SETLK, &l) != 0)
+        mstar_log(MSTAR_LOG_WARN,
+                  "shm sweep: cannot hold the liveness lock of '%s' in %s (%s): a later "
+                  "process of this name may remove this one's files",
+                  entity, dir->path, strerror(errno));
+    return removed;
 }
 
 mstar_status mstar__shm_segment_parse(const char *name, mstar__shm_segment_name *out)

@@ -41,7 +41,8 @@ typedef struct mstar__shm_dir {
 
 /* Open `path` (NULL: /dev/shm if it is a directory, else /tmp/mstar_shm), creating it 0700 if
  * missing. `ns` (NULL or "": none) is 1..32 letters and digits. MSTAR_EINVAL when the
- * directory could be tampered with by another local user (mstar__dir_check_owner). */
+ * directory could be tampered with by another local user (mstar__dir_check_owner). Closing it
+ * releases the liveness lock the sweep took. */
 mstar_status mstar__shm_dir_open(const char *path, const char *ns, mstar__shm_dir *out);
 void mstar__shm_dir_close(mstar__shm_dir *dir);
 
@@ -75,9 +76,10 @@ mstar_status mstar__shm_file_read(const mstar__shm_dir *dir, const char *entity,
 void mstar__shm_file_unlink(const mstar__shm_dir *dir, const char *entity, mstar_tensor_id uuid);
 
 /* Remove per-uuid files an earlier incarnation of `entity` left behind (it was killed before its
- * teardown). An entity name is unique in a deployment while it runs, so any such file at start
- * belongs to a dead process. Only files owned by this user are removed. Returns how many were
- * removed. */
+ * teardown), then hold `entity`'s liveness lock on dir->fd until the directory is closed. The
+ * files are removed only when no other process holds that lock: a worker restarted while its
+ * old process still runs keeps the old one's tensors. Only files owned by this user are removed.
+ * Returns how many were removed. */
 int mstar__shm_sweep_entity_files(const mstar__shm_dir *dir, const char *entity);
 
 /* The parts of an arena segment name. */

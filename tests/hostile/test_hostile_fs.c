@@ -2,7 +2,8 @@
  * test_hostile_fs.c — a local user attacks a producer (worker_0) and a consumer (worker_1)
  * through the file system: FIFOs and symlinks under the names of tensor files and segments,
  * directories and files owned by someone else or writable by others, descriptors that claim
- * huge sizes, names with '..', '/' and control bytes, and ranges past the end. Each case asserts
+ * huge sizes, a second process of a live entity, names with '..', '/' and control bytes, and
+ * ranges past the end. Each case asserts
  * the clear error or refusal, that legitimate traffic beside it still completes with every byte
  * checked, and that nothing is left behind (no files in the directory, no file descriptors). The
  * threat model is docs/security.md.
@@ -255,6 +256,32 @@ static void test_huge_claim_checks_file_first(void **state)
     legit_roundtrip(w, 4);
 }
 
+/* Fault 9: a second manager of a live entity (a worker restarted while its old process still
+ * runs) keeps the first one's files; a consumer still reads them byte for byte. The sweep of
+ * a dead one's files is test_comm_arena's test_stale_files_swept_at_start. */
+static void test_restart_keeps_live_files(void **state)
+{
+    world *w = *state;
+    if (w->kind != MSTAR_TRANSPORT_FILES)
+        return; /* segments have had this rule since they were locked */
+    mstar_rid rid = mstar_rid_from_int(5);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_INT32, 300, 5);
+    mstar_tensor_info info;
+    produce(w->p, &rid, &t, 1, 1, &info);
+    sender s = { &w->b, "worker_0" };
+    mstar_comm *again = make_comm("worker_0", w->kind, w->dir, &s);
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    mstar_edge_clear(&e);
+    collect_ready(w->c, 1);
+    check_bytes(w->c, info.uuid, &t);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    bus_deliver(&w->b, "worker_0", w->p);
+    mstar_comm_destroy(again);
+    free(t.data);
+    legit_roundtrip(w, 6);
+}
+
 /* Fault 5, files: a tensor file under a valid name owned by another user is refused, naming
  * its owner. Our own files are 0600 (held before this work). */
 static void test_foreign_file_is_refused(void **state)
@@ -350,6 +377,7 @@ int main(void)
         BOTH(test_symlink_is_refused),
         BOTH(test_bad_names),
         BOTH(test_huge_claim_checks_file_first),
+        BOTH(test_restart_keeps_live_files),
         BOTH(test_foreign_file_is_refused),
         cmocka_unit_test(test_foreign_dirs_are_refused),
     };
