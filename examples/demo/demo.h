@@ -103,9 +103,11 @@ typedef struct demo_options {
     double abort_rate; /* 0..1 */
     bool graphs;
     bool json;
-    double timeout_s;   /* the whole serving phase */
-    int kill_worker;    /* fault injection: -1 none, else a worker rank killed with SIGKILL */
-    int32_t kill_after; /* ... once this many requests completed */
+    double timeout_s;    /* the whole serving phase */
+    int kill_worker;     /* fault injection: -1 none, else a worker rank killed with SIGKILL */
+    int32_t kill_after;  /* ... once this many requests completed */
+    const char *shm_dir; /* --shm-dir: where the run's shm directory is made; NULL:
+                            $MSTAR_SHM_DIR, else /dev/shm, else /tmp */
 } demo_options;
 
 /* Parse argv (after "demo") into *opts, loading --config. Returns 0 to run, 1 when --help was

@@ -46,6 +46,8 @@ static void usage(FILE *out)
             "  --timeout SECONDS         give up on the run after this long (default 120)\n"
             "  --kill-worker RANK        fault injection: SIGKILL worker RANK mid-run\n"
             "  --kill-after N            ... once N requests completed (default 4)\n"
+            "  --shm-dir DIR             make the run's shm directory in DIR (default\n"
+            "                            $MSTAR_SHM_DIR, else /dev/shm, else /tmp)\n"
             "  --help                    this text\n"
             "\n"
             "Exit code: 0 when every request completed or was aborted as asked, the self-check\n"
@@ -84,6 +86,7 @@ enum {
     OPT_TIMEOUT,
     OPT_KILL_WORKER,
     OPT_KILL_AFTER,
+    OPT_SHM_DIR,
     OPT_HELP,
 };
 
@@ -99,6 +102,7 @@ static const struct option long_opts[] = {
     { "timeout", required_argument, NULL, OPT_TIMEOUT },
     { "kill-worker", required_argument, NULL, OPT_KILL_WORKER },
     { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
+    { "shm-dir", required_argument, NULL, OPT_SHM_DIR },
     { "help", no_argument, NULL, OPT_HELP },
     { NULL, 0, NULL, 0 },
 };
@@ -179,6 +183,13 @@ int demo_options_parse(int argc, char **argv, demo_options *opts)
             if (!parse_long(optarg, 0, 1000000, &v))
                 return bad("%s: '%s' is not a count in [0, 1000000]", "--kill-after", optarg);
             opts->kill_after = (int32_t)v;
+            break;
+        case OPT_SHM_DIR:
+            /* Room for "/mstar-demo-<pid>-XXXXXX" in the run's 128-byte path. */
+            if (optarg[0] != '/' || strlen(optarg) > 96)
+                return bad("%s: '%s' is not an absolute path of at most 96 bytes", "--shm-dir",
+                           optarg);
+            opts->shm_dir = optarg;
             break;
         case OPT_HELP:
             usage(stdout);

@@ -32,6 +32,8 @@ mstar_status mstar__shm_dir_open(const char *path, const char *ns, mstar__shm_di
                                    ns, c, i);
     }
     if (path == NULL || path[0] == '\0')
+        path = mstar_env_get_string("MSTAR_SHM_DIR", "");
+    if (path[0] == '\0')
         path = (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode)) ? "/dev/shm" : "/tmp/mstar_shm";
     if (strlen(path) >= sizeof(out->path))
         return mstar_error_set(MSTAR_EINVAL, "shm_dir is longer than %zu bytes",

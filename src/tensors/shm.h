@@ -39,10 +39,10 @@ typedef struct mstar__shm_dir {
     char ns[MSTAR__SHM_NS_MAX + 1]; /* the deployment namespace of per-uuid files; "" none */
 } mstar__shm_dir;
 
-/* Open `path` (NULL: /dev/shm if it is a directory, else /tmp/mstar_shm), creating it 0700 if
- * missing. `ns` (NULL or "": none) is 1..32 letters and digits. MSTAR_EINVAL when the
- * directory could be tampered with by another local user (mstar__dir_check_owner). Closing it
- * releases the liveness lock the sweep took. */
+/* Open `path` (NULL or "": $MSTAR_SHM_DIR, else /dev/shm if it is a directory, else
+ * /tmp/mstar_shm), creating it 0700 if missing. `ns` (NULL or "": none) is 1..32 letters and
+ * digits. MSTAR_EINVAL when the directory could be tampered with by another local user
+ * (mstar__dir_check_owner). Closing it releases the liveness lock the sweep took. */
 mstar_status mstar__shm_dir_open(const char *path, const char *ns, mstar__shm_dir *out);
 void mstar__shm_dir_close(mstar__shm_dir *dir);
 

@@ -364,6 +364,38 @@ static void test_foreign_dirs_are_refused(void **state)
     assert_int_equal(mstar_test_count_dir(fresh), 0);
 }
 
+/* Fault 12: with no shm_dir in the options, MSTAR_SHM_DIR names the directory. */
+static void test_shm_dir_from_env(void **state)
+{
+    (void)state;
+    const char *dir = mstar_test_tmpdir("hostileenv");
+    char sub[4096];
+    snprintf(sub, sizeof(sub), "%s/shm", dir);
+    setenv("MSTAR_SHM_DIR", sub, 1);
+    bus b = { 0 };
+    sender sp = { &b, "worker_0" }, sc = { &b, "worker_1" };
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_FILES, NULL, &sp);
+    mstar_comm *c = make_comm("worker_1", MSTAR_TRANSPORT_FILES, NULL, &sc);
+    unsetenv("MSTAR_SHM_DIR");
+    mstar_rid rid = mstar_rid_from_int(8);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, 64, 8);
+    mstar_tensor_info info;
+    produce(p, &rid, &t, 1, 1, &info);
+    assert_int_equal(mstar_test_count_dir(sub), 1);
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(c, &rid, &e, 1, NULL));
+    mstar_edge_clear(&e);
+    collect_ready(c, 1);
+    check_bytes(c, info.uuid, &t);
+    assert_mstar_ok(mstar_comm_dereference(c, info.uuid, 1));
+    bus_deliver(&b, "worker_0", p);
+    assert_int_equal(mstar_test_count_dir(sub), 0);
+    mstar_comm_destroy(p);
+    mstar_comm_destroy(c);
+    bus_clear(&b);
+    free(t.data);
+}
+
 #define BOTH(fn)                                             \
     { #fn " (files)", fn, setup, teardown, (void *)&FILES }, \
     {                                                        \
@@ -380,6 +412,7 @@ int main(void)
         BOTH(test_restart_keeps_live_files),
         BOTH(test_foreign_file_is_refused),
         cmocka_unit_test(test_foreign_dirs_are_refused),
+        cmocka_unit_test(test_shm_dir_from_env),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
