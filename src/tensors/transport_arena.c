@@ -21,6 +21,7 @@
  */
 #include "tensors/transport.h"
 
+#include "core/guard.h"
 #include "core/u64map.h"
 #include "core/vec.h"
 #include "tensors/arena.h"
@@ -28,6 +29,7 @@
 #include "tensors/arena_peers.h"
 #include "tensors/completion.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -440,8 +442,15 @@ static mstar_status read_segment(arena_transport *a, const mstar_tensor_info *in
         return st;
     }
     const uint8_t *src = peer->base + info->shm_offset + info->offset;
-    /* Into the backend's memory the copy runs on the read stream and gates the ACK. */
-    st = mstar__transport_copy_from_host(env, buf, src, info->nbytes, true);
+    if (env->backend == NULL) {
+        /* Another process's file: truncating it must cost this read, not this process. */
+        char what[MSTAR_NAME_MAX + 64];
+        snprintf(what, sizeof(what), "arena segment %s", info->shm_segment);
+        st = mstar__guarded_copy(buf->data, src, (size_t)info->nbytes, what);
+    } else {
+        /* Into the backend's memory the copy runs on the read stream and gates the ACK. */
+        st = mstar__transport_copy_from_host(env, buf, src, info->nbytes, true);
+    }
     if (st != MSTAR_OK) {
         mstar__buf_release(buf);
         return st;

@@ -2,8 +2,9 @@
  * test_hostile_fs.c — a local user attacks a producer (worker_0) and a consumer (worker_1)
  * through the file system: FIFOs and symlinks under the names of tensor files and segments,
  * directories and files owned by someone else or writable by others, descriptors that claim
- * huge sizes, a second process of a live entity, names with '..', '/' and control bytes, and
- * ranges past the end. Each case asserts
+ * huge sizes, sparse or foreign files under segment names, a segment truncated while mapped, a
+ * second process of a live entity, names with '..', '/' and control bytes, and ranges past the
+ * end. Each case asserts
  * the clear error or refusal, that legitimate traffic beside it still completes with every byte
  * checked, and that nothing is left behind (no files in the directory, no file descriptors). The
  * threat model is docs/security.md.
@@ -14,6 +15,7 @@
 #include "../unit/comm_harness.h"
 
 #include "core/fs.h"
+#include "tensors/arena.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -364,6 +366,89 @@ static void test_foreign_dirs_are_refused(void **state)
     assert_int_equal(mstar_test_count_dir(fresh), 0);
 }
 
+/* Fault 6: files planted under a segment name of worker_0 (a live pid, so no sweep takes
+ * them): a sparse one with a perfect trailer — mapped with MAP_POPULATE it made tmpfs allocate
+ * its holes until full, then the copy died of SIGBUS — and a full one without the trailer its
+ * arena writes. Both refused before they are mapped. */
+static void plant(const world *w, const char *seg, uint64_t size, bool sparse, bool trailer)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", w->dir, seg);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    if (sparse)
+        assert_int_equal(ftruncate(fd, (off_t)(size + sizeof(mstar__arena_trailer))), 0);
+    else
+        assert_int_equal(posix_fallocate(fd, 0, (off_t)(size + sizeof(mstar__arena_trailer))), 0);
+    if (trailer) {
+        mstar__arena_trailer t;
+        memset(&t, 0, sizeof(t));
+        memcpy(t.magic, MSTAR__ARENA_TRAILER_MAGIC, sizeof(t.magic));
+        t.size = size;
+        t.pid = getpid();
+        t.token = 0x0a0b0c0d;
+        assert_int_equal(pwrite(fd, &t, sizeof(t), (off_t)size), (ssize_t)sizeof(t));
+    }
+    close(fd);
+}
+
+static void test_planted_segment_is_refused(void **state)
+{
+    world *w = *state;
+    if (w->kind != MSTAR_TRANSPORT_ARENA)
+        return;
+    char seg[128];
+    snprintf(seg, sizeof(seg), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", (int)getpid());
+    mstar_tensor_info info = forged(13, 4096);
+    snprintf(info.shm_segment, sizeof(info.shm_segment), "%s", seg);
+    plant(w, seg, UINT64_C(64) << 20, true, true);
+    expect_refused(w, &info, MSTAR_EPROTO, "is sparse");
+    unlink_in(w, seg);
+    plant(w, seg, UINT64_C(1) << 20, false, false);
+    expect_refused(w, &info, MSTAR_EPROTO, "trailer");
+    unlink_in(w, seg);
+    legit_roundtrip(w, 9);
+}
+
+/* Fault 6: a segment the consumer already maps is truncated under it (by its producer, or any
+ * process of the user): the copy faults, and the read fails with an error instead of killing
+ * the consumer. Restored, the segment serves reads again. */
+static void test_truncated_segment_fails_the_read(void **state)
+{
+    world *w = *state;
+    if (w->kind != MSTAR_TRANSPORT_ARENA)
+        return;
+    legit_roundtrip(w, 10); /* the consumer maps worker_0's segment 0 */
+    mstar_rid rid = mstar_rid_from_int(11);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, 4096, 11);
+    mstar_tensor_info info;
+    produce(w->p, &rid, &t, 1, 1, &info);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", w->dir, info.shm_segment);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 0), 0);
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_EIO);
+    assert_non_null(strstr(mstar_last_error(), "SIGBUS"));
+    assert_non_null(strstr(mstar_last_error(), info.shm_segment));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_int_equal(ftruncate(fd, sb.st_size), 0); /* holes now, but backed again */
+    close(fd);
+    /* The producer still owes the tensor; a read of it now lands (zeros where the file was
+     * cut), and its ACK frees it. */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    mstar_edge_clear(&e);
+    collect_ready(w->c, 1);
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    free(t.data);
+    legit_roundtrip(w, 12);
+}
+
 /* Fault 12: with no shm_dir in the options, MSTAR_SHM_DIR names the directory. */
 static void test_shm_dir_from_env(void **state)
 {
@@ -411,6 +496,8 @@ int main(void)
         BOTH(test_huge_claim_checks_file_first),
         BOTH(test_restart_keeps_live_files),
         BOTH(test_foreign_file_is_refused),
+        BOTH(test_planted_segment_is_refused),
+        BOTH(test_truncated_segment_fails_the_read),
         cmocka_unit_test(test_foreign_dirs_are_refused),
         cmocka_unit_test(test_shm_dir_from_env),
     };
