@@ -135,9 +135,10 @@ static mstar_status write_all(int fd, const void *data, uint64_t n, const char *
         ssize_t w = write(fd, p, chunk);
         if (w < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
-            return mstar_error_set(MSTAR_EIO, "write %s: %s", name,
-                                   w < 0 ? strerror(errno) : "no progress");
+        if (w <= 0) /* a full filesystem is capacity, like a full arena */
+            return mstar_error_set(w < 0 && (errno == ENOSPC || errno == EDQUOT) ? MSTAR_ENOSPC
+                                                                                 : MSTAR_EIO,
+                                   "write %s: %s", name, w < 0 ? strerror(errno) : "no progress");
         p += w;
         n -= (uint64_t)w;
     }
