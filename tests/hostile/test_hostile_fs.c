@@ -11,7 +11,7 @@
  * Cases that need another uid run as root and hand the planted files and directories to uid
  * 65534 (nobody); without root they are skipped inside the test.
  */
-#include "../unit/comm_harness.h"
+#include "hostile_fs.h"
 
 #include "core/fs.h"
 #include "tensors/arena.h"
@@ -78,23 +78,10 @@ static int teardown(void **state)
     return 0;
 }
 
-/* Legitimate traffic beside the attack: worker_0 produces a vector, worker_1 reads it, checks
- * every byte, and ACKs; the producer frees it. */
+/* Legitimate traffic beside the attack (hostile_fs.h). */
 static void legit_roundtrip(world *w, int64_t rid_n)
 {
-    mstar_rid rid = mstar_rid_from_int(rid_n);
-    mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT32, 1000, (uint32_t)rid_n);
-    mstar_tensor_info info;
-    produce(w->p, &rid, &t, 1, 1, &info);
-    mstar_edge e = edge_of("sig", "node", &info, 1);
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    mstar_edge_clear(&e);
-    collect_ready(w->c, 1);
-    check_bytes(w->c, info.uuid, &t);
-    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
-    bus_deliver(&w->b, "worker_0", w->p);
-    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
-    free(t.data);
+    legit_roundtrip_of(&w->b, w->p, w->c, 4000, rid_n);
 }
 
 /* A descriptor from worker_0 of `n` uint8 elements for tensor number `counter`, never staged. */
@@ -269,13 +256,7 @@ static void test_restart_keeps_live_files(void **state)
     produce(w->p, &rid, &t, 1, 1, &info);
     sender s = { &w->b, "worker_0" };
     mstar_comm *again = make_comm("worker_0", w->kind, w->dir, &s);
-    mstar_edge e = edge_of("sig", "node", &info, 1);
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
-    mstar_edge_clear(&e);
-    collect_ready(w->c, 1);
-    check_bytes(w->c, info.uuid, &t);
-    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
-    bus_deliver(&w->b, "worker_0", w->p);
+    read_checked_and_acked(&w->b, w->p, w->c, &rid, &info, &t);
     mstar_comm_destroy(again);
     free(t.data);
     legit_roundtrip(w, 6);
@@ -460,13 +441,7 @@ static void test_shm_dir_from_env(void **state)
     mstar_tensor_info info;
     produce(p, &rid, &t, 1, 1, &info);
     assert_int_equal(mstar_test_count_dir(sub), 1);
-    mstar_edge e = edge_of("sig", "node", &info, 1);
-    assert_mstar_ok(mstar_comm_start_read_tensors(c, &rid, &e, 1, NULL));
-    mstar_edge_clear(&e);
-    collect_ready(c, 1);
-    check_bytes(c, info.uuid, &t);
-    assert_mstar_ok(mstar_comm_dereference(c, info.uuid, 1));
-    bus_deliver(&b, "worker_0", p);
+    read_checked_and_acked(&b, p, c, &rid, &info, &t);
     assert_int_equal(mstar_test_count_dir(sub), 0);
     mstar_comm_destroy(p);
     mstar_comm_destroy(c);

@@ -7,7 +7,7 @@
  * MSTAR_EIO, now MSTAR_ENOSPC like a full arena. The mount lives in a private mount namespace
  * of this process, so the test needs root (CAP_SYS_ADMIN); without it the test is skipped.
  */
-#include "../unit/comm_harness.h"
+#include "hostile_fs.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -32,24 +32,6 @@ static void mount_small_tmpfs(void)
         snprintf(why, sizeof(why), "cannot mount a tmpfs (%s)", strerror(errno));
         mstar_test_skip(why);
     }
-}
-
-/* Worker_0 stages `n` bytes to worker_1, which reads and checks them; both ends free them. */
-static void roundtrip(bus *b, mstar_comm *p, mstar_comm *c, int64_t n, int64_t rid_n)
-{
-    mstar_rid rid = mstar_rid_from_int(rid_n);
-    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, n, (uint32_t)rid_n);
-    mstar_tensor_info info;
-    produce(p, &rid, &t, 1, 1, &info);
-    mstar_edge e = edge_of("sig", "node", &info, 1);
-    assert_mstar_ok(mstar_comm_start_read_tensors(c, &rid, &e, 1, NULL));
-    mstar_edge_clear(&e);
-    collect_ready(c, 1);
-    check_bytes(c, info.uuid, &t);
-    assert_mstar_ok(mstar_comm_dereference(c, info.uuid, 1));
-    bus_deliver(b, "worker_0", p);
-    assert_int_equal(mstar_comm_num_tensors(p), 0);
-    free(t.data);
 }
 
 static mstar_comm *try_comm(const char *entity, mstar_transport_kind kind, sender *s,
@@ -97,7 +79,7 @@ static void test_files_fill_the_tmpfs(void **state)
     assert_mstar_ok(st);
     mstar_comm *c = try_comm("worker_1", MSTAR_TRANSPORT_FILES, &sc, &st);
     assert_mstar_ok(st);
-    roundtrip(&b, p, c, 512 * 1024, 1);
+    legit_roundtrip_of(&b, p, c, 512 * 1024, 1);
     mstar_rid rid = mstar_rid_from_int(2);
     mstar_tensor big = make_vector(MSTAR_DTYPE_UINT8, 4 << 20, 2);
     mstar_output o = output_of("sig", big);
@@ -107,7 +89,7 @@ static void test_files_fill_the_tmpfs(void **state)
     assert_int_equal(mstar_test_count_dir(mnt), 0);
     assert_mstar_ok(mstar_comm_force_cleanup_request(p, &rid));
     free(big.data);
-    roundtrip(&b, p, c, 256 * 1024, 3);
+    legit_roundtrip_of(&b, p, c, 256 * 1024, 3);
     mstar_comm_destroy(p);
     mstar_comm_destroy(c);
     bus_clear(&b);
