@@ -3,8 +3,8 @@
 #   make demo     install what is missing, build, run the demo (the main job);
 #                 DEMO_ARGS="--abort-rate 0.2" passes options to it
 #   make check    install what is missing, build, run every test: all but gpu in the normal
-#                 build, then unit + integration again under ASan+UBSan, then each fuzz target,
-#                 then unit + integration once more under TSan (check-tsan)
+#                 build, then unit + integration + hostile again under ASan+UBSan, then each
+#                 fuzz target, then unit + integration + hostile once more under TSan (check-tsan)
 #   make install  install headers, libraries, pkg-config and CMake files (PREFIX=/usr/local)
 #   make bench    run every benchmark suite: report in bench-report/ (docs/bench/: the latest)
 #   make format   clang-format every C source
