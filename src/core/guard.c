@@ -1,8 +1,8 @@
 /*
  * guard.c — see guard.h.
  *
- * One process-wide SIGBUS handler (sigaction; put back on top by the next guarded copy when
- * something replaced it) and a per-thread jump buffer: the
+ * One process-wide SIGBUS handler (sigaction, installed by the first guarded copy) and a
+ * per-thread jump buffer: the
  * handler jumps back into the guarded copy only when this thread is inside one and the fault
  * address lies in its source range; otherwise it hands the signal to the previous disposition.
  * The jump buffer is saved without the signal mask (sigsetjmp(…, 0): no system call per copy);
@@ -60,16 +60,11 @@ static void on_sigbus(int sig, siginfo_t *info, void *uctx)
     chain(sig, info, uctx);
 }
 
-/* Whoever set a SIGBUS handler after us (a test framework, a runtime's fault handler) replaced
- * ours: put it back on top, handing what it does not own to them. One sigaction call per copy
- * when nothing changed. */
-static void ensure_installed(void)
+void mstar__guard_install(void)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    struct sigaction cur;
-    if (sigaction(SIGBUS, NULL, &cur) == 0 && ours(&cur))
-        return;
     pthread_mutex_lock(&lock);
+    struct sigaction cur;
     if (sigaction(SIGBUS, NULL, &cur) == 0 && !ours(&cur)) {
         struct sigaction sa;
         memset(&sa, 0, sizeof(sa));
@@ -85,7 +80,9 @@ mstar_status mstar__guarded_copy(void *dst, const void *src, size_t n, const cha
 {
     if (n == 0)
         return MSTAR_OK;
-    ensure_installed();
+    /* Once: a system call per copy would show in small reads. */
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, mstar__guard_install);
     guard_frame frame;
     frame.lo = src;
     frame.hi = (const uint8_t *)src + n;

@@ -8,8 +8,9 @@
  * whose address lies in the guarded source range, on the thread doing the copy, ends the copy
  * with an error instead. Every other SIGBUS goes to whatever handled it before (the default
  * action, or a handler the program or a sanitizer installed), so faults elsewhere still crash
- * as they should. The process-wide handler is installed by the first guarded copy, and again by
- * the next one whenever something installed its own over it.
+ * as they should. The process-wide handler is installed by the first guarded copy. A program
+ * (or test framework) that installs its own SIGBUS handler later should hand on the faults it
+ * does not own, as Python's faulthandler does, or call mstar__guard_install again.
  */
 #ifndef MSTAR_CORE_GUARD_H
 #define MSTAR_CORE_GUARD_H
@@ -22,5 +23,9 @@
  * with a message naming `what` (dst then holds part of the bytes). Plain host memory only: no
  * locks may be taken inside, since the copy can be abandoned at any byte. */
 mstar_status mstar__guarded_copy(void *dst, const void *src, size_t n, const char *what);
+
+/* Put the guard's handler on top of whatever SIGBUS disposition is there now, handing it what
+ * the guard does not own. Idempotent; the first guarded copy calls it. */
+void mstar__guard_install(void);
 
 #endif
