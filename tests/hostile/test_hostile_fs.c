@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #define ATTACKER_UID 65534
@@ -129,21 +128,25 @@ static void shm_name(const world *w, uint64_t counter, char *name, size_t size)
     (void)w;
 }
 
+/* A 16-byte file under the name of worker_0's tensor number `counter`, as `uid` with `mode`. */
+static void plant_file(const world *w, uint64_t counter, mode_t mode, uid_t uid, char *name,
+                       size_t size)
+{
+    char path[4096];
+    shm_name(w, counter, name, size);
+    snprintf(path, sizeof(path), "%s/%s", w->dir, name);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, mode);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "0123456789abcdef", 16), 16);
+    assert_int_equal(fchown(fd, uid, uid), 0);
+    close(fd);
+}
+
 static void unlink_in(const world *w, const char *name)
 {
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", w->dir, name);
     assert_int_equal(unlink(path), 0);
-}
-
-static pid_t dead_pid(void)
-{
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(0);
-    int status;
-    waitpid(pid, &status, 0);
-    return pid;
 }
 
 /* Fault 1: a FIFO under a tensor file's name, a segment's name on the wire, and a dead pid's
@@ -162,7 +165,7 @@ static void test_fifo_is_refused(void **state)
     unlink_in(w, name);
 
     char seg[128];
-    snprintf(seg, sizeof(seg), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", (int)dead_pid());
+    snprintf(seg, sizeof(seg), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", mstar_test_dead_pid());
     snprintf(path, sizeof(path), "%s/%s", w->dir, seg);
     assert_int_equal(mkfifo(path, 0600), 0);
     if (w->kind == MSTAR_TRANSPORT_ARENA) {
@@ -228,13 +231,8 @@ static void test_huge_claim_checks_file_first(void **state)
     world *w = *state;
     mstar_tensor_info info = forged(11, INT64_C(1) << 40);
     expect_refused(w, &info, MSTAR_ENOENT, "does not exist");
-    char name[128], path[4096];
-    shm_name(w, 11, name, sizeof(name));
-    snprintf(path, sizeof(path), "%s/%s", w->dir, name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, "0123456789abcdef", 16), 16);
-    close(fd);
+    char name[128];
+    plant_file(w, 11, 0600, geteuid(), name, sizeof(name));
     expect_refused(w, &info, MSTAR_EPROTO, "which has 16 bytes");
     info = forged(11, 8);
     info.offset = UINT64_MAX - 4; /* [offset, offset + n) wraps */
@@ -274,13 +272,8 @@ static void test_foreign_file_is_refused(void **state)
         return;
     }
     char name[128], path[4096];
-    shm_name(w, 12, name, sizeof(name));
+    plant_file(w, 12, 0644, ATTACKER_UID, name, sizeof(name));
     snprintf(path, sizeof(path), "%s/%s", w->dir, name);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, "0123456789abcdef", 16), 16);
-    assert_int_equal(fchown(fd, ATTACKER_UID, ATTACKER_UID), 0);
-    close(fd);
     mstar_tensor_info info = forged(12, 16);
     expect_refused(w, &info, MSTAR_EPROTO, "owned by uid 65534");
     /* The sweep of a restarted worker_0 leaves another user's file alone. */

@@ -450,16 +450,6 @@ static void test_exit_unlinker(void **state)
     mstar__shm_dir_close(&d);
 }
 
-static pid_t dead_pid(void)
-{
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(0);
-    int status;
-    waitpid(pid, &status, 0);
-    return pid;
-}
-
 /* §3.3 / §8.14: segments of dead pids are swept; live ones (ours, our parent's) and names that
  * do not parse are left alone. */
 static void test_orphan_sweep(void **state)
@@ -467,7 +457,7 @@ static void test_orphan_sweep(void **state)
     (void)state;
     mstar__shm_dir d = open_dir("arenasweep");
     char name[512];
-    pid_t dead = dead_pid();
+    pid_t dead = mstar_test_dead_pid();
     snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", (int)dead);
     touch(&d, name);
     snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg1", (int)dead);
@@ -501,7 +491,7 @@ static void test_sweep_keeps_locked_segments(void **state)
     mstar__arena_destroy(a);
 
     /* The other namespace's creator: a dead pid here, the file locked and mapped there. */
-    snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", (int)dead_pid());
+    snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", mstar_test_dead_pid());
     touch(&d, name);
     int fd = openat(d.fd, name, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
