@@ -11,10 +11,11 @@
  * spill file.
  *
  * Consumer: a descriptor with a segment is read from the cached mapping of that segment
- * (arena_peers.h), after checking the name (prefix, owner) and the range against the mapped
- * size; into host memory with a copy (the slot is reclaimed once ACKed), into device memory with
- * an H2D copy whose completion gates the ACK (§8.5). A descriptor without a segment is a spill
- * or a files producer and is read as a file.
+ * (arena_peers.h: mapped only once the file proves to be a segment an arena wrote), after
+ * checking the name (prefix, owner) and the range against the segment's usable size; into host
+ * memory with a copy guarded against SIGBUS (core/guard.h: the file may be truncated under us),
+ * into device memory with an H2D copy whose completion gates the ACK (§8.5). A descriptor without a
+ * segment is a spill or a files producer and is read as a file.
  *
  * Pinning (MSTAR_SHM_ARENA_PIN): own and peer segments are registered with the backend within
  * MSTAR_SHM_ARENA_PIN_MAX_MB, so device copies from and to them run asynchronously.
