@@ -3,9 +3,10 @@
 #   make demo     install what is missing, build, run the demo (the main job);
 #                 DEMO_ARGS="--abort-rate 0.2" passes options to it
 #   make check    install what is missing, check formatting (check-format), build with -Werror,
-#                 run every test: all but gpu in the normal build, then unit + integration again
-#                 under ASan+UBSan, then each fuzz target, then unit + integration once more under
-#                 TSan (check-tsan); every build of make check turns warnings into errors
+#                 run every test: all but gpu in the normal build, then unit + integration +
+#                 hostile again under ASan+UBSan, then each fuzz target, then unit + integration +
+#                 hostile once more under TSan (check-tsan); every build of make check turns
+#                 warnings into errors
 #   make install  build libmstar and the mstar command (not the tests), then install headers,
 #                 libraries, the command, pkg-config and CMake files under PREFIX
 #   make bench    run every benchmark suite: report in bench-report/ (docs/bench/: the latest)
@@ -60,7 +61,7 @@ check-asan: deps
 	    >/dev/null
 	@cmake --build $(SANBUILD) -j $(JOBS) -- --no-print-directory
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-	    ctest --test-dir $(SANBUILD) -L 'unit|integration' -E 'unit.install' --output-on-failure -j $(JOBS)
+	    ctest --test-dir $(SANBUILD) -L 'unit|integration|hostile' -E 'unit.install' --output-on-failure -j $(JOBS)
 	ctest --test-dir $(SANBUILD) -L fuzz --output-on-failure
 
 # The threads (mesh, UCX engine and reader, rank groups, allocators) under TSan. The benchmark
@@ -70,7 +71,7 @@ check-tsan: deps
 	    -DMSTAR_SANITIZE=thread -DMSTAR_CUDA=OFF -DMSTAR_WERROR=ON >/dev/null
 	@cmake --build $(TSANBUILD) -j $(JOBS) -- --no-print-directory
 	TSAN_OPTIONS="suppressions=$(CURDIR)/tests/sanitizers/tsan.supp halt_on_error=1" \
-	    ctest --test-dir $(TSANBUILD) -L 'unit|integration' -E 'unit.install|test_bench_report' \
+	    ctest --test-dir $(TSANBUILD) -L 'unit|integration|hostile' -E 'unit.install|test_bench_report' \
 	    --output-on-failure -j $(JOBS)
 
 check: check-format check-main check-asan check-tsan

@@ -116,6 +116,8 @@ typedef struct demo_options {
     int kill_worker;         /* fault injection: -1 none, else a worker rank killed with SIGKILL */
     int32_t kill_after;      /* ... once this many requests completed */
     demo_fault inject_fault; /* test-only: a fault the self-check or leak check must catch */
+    const char *shm_dir;     /* --shm-dir: where the run's shm directory is made; NULL:
+                                $MSTAR_SHM_DIR, else /dev/shm, else /tmp */
 } demo_options;
 
 /* Parse argv (after "demo") into *opts, loading --config. Returns 0 to run, 1 when --help was

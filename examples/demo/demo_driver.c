@@ -313,7 +313,7 @@ static void close_links(demo_run *run)
 
 static mstar_status start(demo_run *run)
 {
-    mstar_status st = demo_dirs_create(&run->dirs);
+    mstar_status st = demo_dirs_create(&run->dirs, run->opts->shm_dir);
     if (st != MSTAR_OK)
         return st;
     for (int w = 0; w < DEMO_WORKERS; w++) {

@@ -48,6 +48,8 @@ static void usage(FILE *out)
             "  --kill-after N            ... once N requests completed (default 4)\n"
             "  --inject-fault corrupt-token|leak-tensor\n"
             "                            test only: plant a fault the run's checks must catch\n"
+            "  --shm-dir DIR             make the run's shm directory in DIR (default\n"
+            "                            $MSTAR_SHM_DIR, else /dev/shm, else /tmp)\n"
             "  --help                    this text\n"
             "\n"
             "Exit code: 0 when every request completed or was aborted as asked, the self-check\n"
@@ -87,6 +89,7 @@ enum {
     OPT_KILL_WORKER,
     OPT_KILL_AFTER,
     OPT_INJECT_FAULT,
+    OPT_SHM_DIR,
     OPT_HELP,
 };
 
@@ -103,6 +106,7 @@ static const struct option long_opts[] = {
     { "kill-worker", required_argument, NULL, OPT_KILL_WORKER },
     { "kill-after", required_argument, NULL, OPT_KILL_AFTER },
     { "inject-fault", required_argument, NULL, OPT_INJECT_FAULT },
+    { "shm-dir", required_argument, NULL, OPT_SHM_DIR },
     { "help", no_argument, NULL, OPT_HELP },
     { NULL, 0, NULL, 0 },
 };
@@ -192,6 +196,13 @@ int demo_options_parse(int argc, char **argv, demo_options *opts)
             else
                 return bad("%s: '%s' is not a fault (corrupt-token or leak-tensor)",
                            "--inject-fault", optarg);
+            break;
+        case OPT_SHM_DIR:
+            /* Room for "/mstar-demo-<pid>-XXXXXX" in the run's 128-byte path. */
+            if (optarg[0] != '/' || strlen(optarg) > 96)
+                return bad("%s: '%s' is not an absolute path of at most 96 bytes", "--shm-dir",
+                           optarg);
+            opts->shm_dir = optarg;
             break;
         case OPT_HELP:
             usage(stdout);

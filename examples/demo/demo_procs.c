@@ -57,12 +57,17 @@ static int sweep_dead_runs(const char *parent, const char *prefix)
     return removed;
 }
 
-mstar_status demo_dirs_create(demo_dirs *d)
+mstar_status demo_dirs_create(demo_dirs *d, const char *shm_parent)
 {
     memset(d, 0, sizeof(*d));
     struct stat sb;
-    const char *shm_parent =
-        stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : "/tmp";
+    if (shm_parent == NULL || shm_parent[0] == '\0')
+        shm_parent = mstar_env_get_string("MSTAR_SHM_DIR", "");
+    if (shm_parent[0] == '\0')
+        shm_parent = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode) ? "/dev/shm" : "/tmp";
+    if (strlen(shm_parent) > 96)
+        return mstar_error_set(MSTAR_EINVAL, "shm directory %s is longer than 96 bytes",
+                               shm_parent);
     int swept =
         sweep_dead_runs(shm_parent, "mstar-demo") + sweep_dead_runs("/tmp", "mstar-demo-ipc");
     if (swept > 0)

@@ -2,12 +2,13 @@
  * demo_procs.h — the driver's process plumbing: the run's private directories, forking the
  * workers, signals, and describing how a worker ended.
  *
- * Each run gets its own shm directory (/dev/shm/mstar-demo-<pid>-XXXXXX, or under /tmp without
- * /dev/shm) and its own inbox directory (/tmp/mstar-demo-ipc-<pid>-XXXXXX), both 0700 and
- * removed at the end on every path the driver survives (SIGINT and SIGTERM included); those of
- * a driver that was SIGKILLed (its pid gone) are removed by the next run. Workers are
- * forked before the driver creates any ZeroMQ context or device state and die with the driver
- * (PR_SET_PDEATHSIG), so a killed driver leaves no worker behind.
+ * Each run gets its own shm directory (/dev/shm/mstar-demo-<pid>-XXXXXX, or in --shm-dir or
+ * $MSTAR_SHM_DIR, or under /tmp without /dev/shm) and its own inbox directory
+ * (/tmp/mstar-demo-ipc-<pid>-XXXXXX), both 0700 and removed at the end on every path the driver
+ * survives (SIGINT and SIGTERM included); those of a driver that was SIGKILLed (its pid gone) are
+ * removed by the next run. Workers are forked before the driver creates any ZeroMQ context or
+ * device state and die with the driver (PR_SET_PDEATHSIG), so a killed driver leaves no worker
+ * behind.
  */
 #ifndef MSTAR_EXAMPLES_DEMO_PROCS_H
 #define MSTAR_EXAMPLES_DEMO_PROCS_H
@@ -21,7 +22,9 @@ typedef struct demo_dirs {
     char ipc[128];
 } demo_dirs;
 
-mstar_status demo_dirs_create(demo_dirs *d);
+/* The run's directories; its shm directory is made in `shm_parent` (NULL: $MSTAR_SHM_DIR,
+ * else /dev/shm, else /tmp). */
+mstar_status demo_dirs_create(demo_dirs *d, const char *shm_parent);
 /* Entries left in the shm directory (-1 if it cannot be read); with `entity`, only the per-uuid
  * files and arena segments that entity created. */
 int demo_dirs_count_shm(const demo_dirs *d, const char *entity);

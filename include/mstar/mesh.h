@@ -2,9 +2,9 @@
  * mstar/mesh.h — the control mesh: one ZeroMQ PULL inbox per entity, a lazily connected PUSH
  * per peer, typed messages (mstar/wire.h), and a wake-up eventfd for other threads.
  *
- * Endpoints (transport-spec §1.4): ipc://$MSTAR_IPC_DIR/<entity>.ipc (default /tmp/mstar), or
- * tcp://$MSTAR_ZMQ_TCP_HOST:<port> with port = base (19000) for api_server, +1 conductor,
- * +2 api_server_preprocess_worker, +100+r for worker_<r>, else +1000 + (byte sum of the name mod
+ * Endpoints (transport-spec §1.4): ipc://$MSTAR_IPC_DIR/<entity>.ipc (default /tmp/mstar-<euid>),
+ * or tcp://$MSTAR_ZMQ_TCP_HOST:<port> with port = base (19000) for api_server, +1 conductor, +2
+ * api_server_preprocess_worker, +100+r for worker_<r>, else +1000 + (byte sum of the name mod
  * 1000). Order is kept per (sender, receiver) pair only.
  *
  * A mesh handle belongs to one thread (its entity's loop), except mstar_mesh_wake, which any
@@ -30,7 +30,7 @@ typedef enum mstar_mesh_transport {
 
 typedef struct mstar_mesh_options {
     mstar_mesh_transport transport;
-    const char *ipc_dir;  /* NULL: MSTAR_IPC_DIR, else /tmp/mstar */
+    const char *ipc_dir;  /* NULL: MSTAR_IPC_DIR, else /tmp/mstar-<euid> */
     const char *tcp_host; /* NULL: MSTAR_ZMQ_TCP_HOST, else 127.0.0.1 */
     int tcp_base_port;    /* 0: MSTAR_ZMQ_TCP_BASE_PORT, else 19000 */
 } mstar_mesh_options;
@@ -48,7 +48,8 @@ MSTAR_API const char *mstar_mesh_entity(const mstar_mesh *mesh);
  * of its TCP port, 1000 + (byte sum of the name mod 1000) (docs/architecture.md). */
 MSTAR_API uint16_t mstar_mesh_entity_index(const mstar_mesh *mesh);
 
-/* The endpoint string an entity binds under these options ("ipc:///tmp/mstar/worker_0.ipc"). */
+/* The endpoint string an entity binds under these options ("ipc:///tmp/mstar-<euid>/worker_0.ipc").
+ */
 MSTAR_API mstar_status mstar_mesh_endpoint(const mstar_mesh_options *opts, const char *entity,
                                            char *buf, size_t size);
 

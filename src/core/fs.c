@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 mstar_status mstar__mkdir_p(const char *what, const char *path, mode_t mode)
 {
@@ -29,4 +30,48 @@ mstar_status mstar__mkdir_p(const char *what, const char *path, mode_t mode)
     if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return mstar_error_set(MSTAR_EIO, "%s: %s is not a directory", what, path);
     return MSTAR_OK;
+}
+
+mstar_status mstar__dir_check_owner(const char *what, const char *path, const struct stat *sb)
+{
+    uid_t me = geteuid();
+    bool others_write = (sb->st_mode & S_IWOTH) != 0;
+    bool group_write = (sb->st_mode & S_IWGRP) != 0;
+    bool ours = sb->st_uid == me && !others_write && !group_write;
+    /* A root-owned system directory: writable by group or others only with the sticky bit,
+     * which keeps them from removing or renaming our entries. */
+    bool system =
+        sb->st_uid == 0 && (!(others_write || group_write) || (sb->st_mode & S_ISVTX) != 0);
+    if (ours || system)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EINVAL,
+                           "%s: directory %s is owned by uid %u with mode %04o: it must be owned "
+                           "by uid %u and not writable by group or others (or be a root-owned "
+                           "system directory such as /dev/shm); another local user could read, "
+                           "plant or replace what lives there",
+                           what, path, (unsigned)sb->st_uid, (unsigned)(sb->st_mode & 07777),
+                           (unsigned)me);
+}
+
+mstar_status mstar__mkdir_private(const char *what, const char *path)
+{
+    mstar_status st = mstar__mkdir_p(what, path, 0700);
+    if (st != MSTAR_OK)
+        return st;
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return mstar_error_set(MSTAR_EIO, "%s: stat %s: %s", what, path, strerror(errno));
+    return mstar__dir_check_owner(what, path, &sb);
+}
+
+mstar_status mstar__file_check_owner(const char *what, const char *dir, const char *name,
+                                     const struct stat *sb)
+{
+    if (sb->st_uid == geteuid())
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EPROTO,
+                           "%s %s/%s is owned by uid %u with mode %04o, not by this user (uid "
+                           "%u): planted by another local user, refused",
+                           what, dir, name, (unsigned)sb->st_uid, (unsigned)(sb->st_mode & 07777),
+                           (unsigned)geteuid());
 }

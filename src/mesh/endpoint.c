@@ -11,6 +11,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *const transport_names[] = { "ipc", "tcp" };
 
@@ -130,8 +131,10 @@ mstar_status mstar__mesh_config_resolve(const mstar_mesh_options *opts, mstar__m
     } else if (opts != NULL && opts->ipc_dir != NULL) {
         st = ipc_dir_set(&cfg, opts->ipc_dir, "mesh options: ipc_dir");
     } else {
-        st = ipc_dir_set(&cfg, mstar_env_get_string("MSTAR_IPC_DIR", MSTAR__MESH_DEFAULT_IPC_DIR),
-                         "MSTAR_IPC_DIR");
+        /* Per user: a shared default could be created first by another local user. */
+        char def[sizeof(MSTAR__MESH_DEFAULT_IPC_DIR) + 16];
+        snprintf(def, sizeof(def), MSTAR__MESH_DEFAULT_IPC_DIR "-%u", (unsigned)geteuid());
+        st = ipc_dir_set(&cfg, mstar_env_get_string("MSTAR_IPC_DIR", def), "MSTAR_IPC_DIR");
     }
     if (st != MSTAR_OK)
         return st;

@@ -5,7 +5,9 @@
  * same entity would silently steal the first one's inbox. We therefore probe the path first: a
  * socket that accepts a connection belongs to a live inbox and the bind is refused; a file that
  * refuses (a dead process's leftover) may be replaced. The directory is created 0700 so that
- * other users cannot reach the inboxes.
+ * other users cannot reach the inboxes, and an existing one is used only if it is ours and not
+ * writable by group or others: a directory another local user created first would let them
+ * replace our sockets with theirs (docs/security.md).
  */
 #include "mesh_internal.h"
 
@@ -25,7 +27,7 @@ mstar_status mstar__ipc_dir_ensure(const char *dir, const char *endpoint)
         return MSTAR_OK; /* the root directory */
     char what[MSTAR__MESH_ENDPOINT_MAX + 16];
     snprintf(what, sizeof(what), "mesh endpoint %s", endpoint);
-    return mstar__mkdir_p(what, dir, 0700);
+    return mstar__mkdir_private(what, dir);
 }
 
 mstar_status mstar__ipc_check_unbound(const char *path, const char *endpoint)

@@ -25,7 +25,7 @@
 #define MSTAR__MESH_ENDPOINT_MAX 320
 #define MSTAR__TCP_HOST_MAX      253
 
-#define MSTAR__MESH_DEFAULT_IPC_DIR   "/tmp/mstar"
+#define MSTAR__MESH_DEFAULT_IPC_DIR   "/tmp/mstar" /* + "-<euid>" */
 #define MSTAR__MESH_DEFAULT_TCP_HOST  "127.0.0.1"
 #define MSTAR__MESH_DEFAULT_BASE_PORT 19000
 

@@ -31,6 +31,8 @@ struct mstar__arena {
     uint64_t segment_size;
     uint32_t max_segments;
     uint32_t nsegs;
+    pid_t pid; /* the name's pid and token */
+    uint32_t token;
     segment *segs; /* max_segments entries, allocated once so they never move */
 };
 
@@ -101,6 +103,19 @@ static void exit_untrack(const char *dir, const char *name)
 
 /* ---- segments ----------------------------------------------------------------------------- */
 
+/* The trailer after the usable bytes; the name's pid and token are in base_name. */
+static void write_trailer(const mstar__arena *a, uint8_t *base, uint64_t size, uint32_t index)
+{
+    mstar__arena_trailer t;
+    memset(&t, 0, sizeof(t));
+    memcpy(t.magic, MSTAR__ARENA_TRAILER_MAGIC, sizeof(t.magic));
+    t.size = size;
+    t.pid = a->pid;
+    t.token = a->token;
+    t.index = index;
+    memcpy(base + size, &t, sizeof(t));
+}
+
 static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t size)
 {
     segment *s = &a->segs[index];
@@ -118,7 +133,8 @@ static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t siz
      * without it the sweep has only the pid to go by. */
     (void)flock(fd, LOCK_SH | LOCK_NB);
     mstar_status st = MSTAR_OK;
-    int rc = posix_fallocate(fd, 0, (off_t)size);
+    uint64_t file_len = size + sizeof(mstar__arena_trailer);
+    int rc = posix_fallocate(fd, 0, (off_t)file_len);
     if (rc != 0) {
         st = mstar_error_set(rc == ENOSPC ? MSTAR_ENOSPC : MSTAR_EIO,
                              "arena segment %s/%s: cannot commit %llu bytes: %s", a->dir->path,
@@ -126,17 +142,19 @@ static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t siz
     } else {
         /* MAP_POPULATE: the committed pages are mapped now, not faulted in by the first copies. */
         void *p =
-            mmap(NULL, (size_t)size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-        if (p == MAP_FAILED)
+            mmap(NULL, (size_t)file_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+        if (p == MAP_FAILED) {
             st = mstar_error_set(MSTAR_EIO, "mmap arena segment %s: %s", s->name, strerror(errno));
-        else
+        } else {
             s->base = p;
+            write_trailer(a, s->base, size, index);
+        }
     }
     close(fd);
     if (st == MSTAR_OK) {
         st = mstar__arena_alloc_init(&s->alloc, size);
         if (st != MSTAR_OK)
-            munmap(s->base, (size_t)size);
+            munmap(s->base, (size_t)file_len);
     }
     if (st != MSTAR_OK) {
         unlinkat(a->dir->fd, s->name, 0);
@@ -209,8 +227,10 @@ mstar_status mstar__arena_create(const mstar__shm_dir *dir, const char *entity,
         uint32_t token;
         if (getrandom(&token, sizeof(token), 0) != sizeof(token))
             token = (uint32_t)mstar__now_ns() ^ ((uint32_t)getpid() << 16);
+        a->pid = getpid();
+        a->token = token;
         int n = snprintf(a->base_name, sizeof(a->base_name), MSTAR__SHM_ARENA_PREFIX "%s_%d_%08x",
-                         entity, (int)getpid(), token);
+                         entity, (int)a->pid, token);
         if (n < 0 || n + 14 > MSTAR_NAME_MAX) { /* room for ".seg<N>" */
             st = mstar_error_set(MSTAR_EINVAL, "entity '%s' is too long for arena segment names",
                                  entity);
@@ -237,7 +257,7 @@ void mstar__arena_destroy(mstar__arena *a)
         return;
     for (uint32_t i = 0; i < a->nsegs; i++) {
         segment *s = &a->segs[i];
-        munmap(s->base, (size_t)s->size);
+        munmap(s->base, (size_t)(s->size + sizeof(mstar__arena_trailer)));
         if (unlinkat(a->dir->fd, s->name, 0) != 0 && errno != ENOENT)
             mstar_log(MSTAR_LOG_WARN, "unlink arena segment %s: %s", s->name, strerror(errno));
         exit_untrack(a->dir->path, s->name);

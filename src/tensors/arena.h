@@ -11,6 +11,11 @@
  * posix_fallocate when a segment is created, so a full tmpfs is an error at creation and never
  * a SIGBUS while copying.
  *
+ * Each segment file ends in a trailer the creator writes before anyone can learn the name
+ * (mstar__arena_trailer): the usable size and the name's pid, token and index. A consumer checks
+ * it, and that the file is fully allocated, before it maps a file found under a segment name, so
+ * a planted file (a sparse one that would fault while copied) is refused.
+ *
  * Every segment path is also registered with an exit-time unlinker, so a process that exits
  * without destroying its arena (a worker leaving through exit()) still removes its segments;
  * a forked child never unlinks its parent's segments.
@@ -23,6 +28,18 @@
 #include "tensors/shm.h"
 
 typedef struct mstar__arena mstar__arena;
+
+#define MSTAR__ARENA_TRAILER_MAGIC "mstarSG1"
+
+/* The last bytes of a segment file, after the `size` usable ones. */
+typedef struct mstar__arena_trailer {
+    char magic[8]; /* MSTAR__ARENA_TRAILER_MAGIC, no NUL */
+    uint64_t size; /* usable bytes, before the trailer */
+    int64_t pid;   /* the name's fields */
+    uint32_t token;
+    uint32_t index;
+    uint64_t reserved[4]; /* zero */
+} mstar__arena_trailer;
 
 typedef struct mstar__arena_stats {
     uint32_t segments;

@@ -3,6 +3,8 @@
  */
 #include "tensors/arena_peers.h"
 
+#include "tensors/arena.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -32,8 +34,8 @@ static void unmap(mstar__arena_peers *p, mstar__arena_peer *peer)
     /* Unpin before unmapping: the pinned range must still be mapped when it is released. */
     if (peer->pinned && p->hooks.unpin != NULL)
         p->hooks.unpin(p->hooks.ctx, peer->base, peer->size);
-    if (peer->size > 0)
-        munmap((void *)peer->base, (size_t)peer->size);
+    if (peer->map_len > 0)
+        munmap((void *)peer->base, (size_t)peer->map_len);
     memset(peer, 0, sizeof(*peer));
 }
 
@@ -46,24 +48,58 @@ void mstar__arena_peers_free(mstar__arena_peers *p)
     mstar__vec_free(&p->slots);
 }
 
+/* What an arena that created `name` leaves in its file (arena.h): a trailer that matches the
+ * name and the file's size, and every byte allocated. A planted file fails one of these; a
+ * sparse one would fault (SIGBUS) once its tmpfs could not back a hole. Returns the usable size. */
+static mstar_status check_segment(const mstar__arena_peers *p, const char *name, int fd,
+                                  const struct stat *sb, uint64_t *usable)
+{
+    const char *dir = p->dir->path;
+    mstar__shm_segment_name parsed;
+    mstar__arena_trailer t;
+    uint64_t len = (uint64_t)sb->st_size;
+    if (sb->st_size <= (off_t)sizeof(t))
+        return mstar_error_set(MSTAR_EPROTO,
+                               "arena segment %s/%s has %lld bytes, too few for a segment", dir,
+                               name, (long long)sb->st_size);
+    if ((uint64_t)sb->st_blocks * 512 < len)
+        return mstar_error_set(MSTAR_EPROTO,
+                               "arena segment %s/%s is sparse (%llu of %llu bytes allocated): "
+                               "not a segment an arena created, refused",
+                               dir, name, (unsigned long long)sb->st_blocks * 512,
+                               (unsigned long long)len);
+    if (pread(fd, &t, sizeof(t), (off_t)(len - sizeof(t))) != (ssize_t)sizeof(t))
+        return mstar_error_set(MSTAR_EIO, "read the trailer of arena segment %s/%s: %s", dir, name,
+                               strerror(errno));
+    mstar_status st = mstar__shm_segment_parse(name, &parsed);
+    if (st != MSTAR_OK)
+        return st;
+    if (memcmp(t.magic, MSTAR__ARENA_TRAILER_MAGIC, sizeof(t.magic)) != 0 ||
+        t.size != len - sizeof(t) || t.pid != parsed.pid || t.token != parsed.token ||
+        t.index != parsed.index)
+        return mstar_error_set(MSTAR_EPROTO,
+                               "arena segment %s/%s lacks the trailer its arena writes (or it "
+                               "names another segment or size): refused",
+                               dir, name);
+    *usable = t.size;
+    return MSTAR_OK;
+}
+
 static mstar_status map_segment(mstar__arena_peers *p, const char *name, mstar__arena_peer *out)
 {
-    int fd = openat(p->dir->fd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return mstar_error_set(MSTAR_ENOENT,
-                                   "arena segment %s/%s does not exist (its "
-                                   "producer is gone)",
-                                   p->dir->path, name);
-        return mstar_error_set(MSTAR_EIO, "open arena segment %s/%s: %s", p->dir->path, name,
-                               strerror(errno));
-    }
+    int fd;
     struct stat sb;
-    mstar_status st = MSTAR_OK;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0) {
-        st = mstar_error_set(MSTAR_EPROTO, "arena segment %s/%s is not a non-empty regular file",
-                             p->dir->path, name);
-    } else {
+    mstar_status st = mstar__shm_open_read(p->dir, name, "arena segment", &fd, &sb);
+    if (st == MSTAR_ENOENT)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "arena segment %s/%s does not exist (its "
+                               "producer is gone)",
+                               p->dir->path, name);
+    if (st != MSTAR_OK)
+        return st;
+    uint64_t usable = 0;
+    st = check_segment(p, name, fd, &sb, &usable);
+    if (st == MSTAR_OK) {
         /* MAP_POPULATE: mapped once, read many times; no first-read page faults. */
         void *base = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (base == MAP_FAILED) {
@@ -72,7 +108,8 @@ static mstar_status map_segment(mstar__arena_peers *p, const char *name, mstar__
             memset(out, 0, sizeof(*out));
             snprintf(out->name, sizeof(out->name), "%s", name);
             out->base = base;
-            out->size = (uint64_t)sb.st_size;
+            out->size = usable;
+            out->map_len = (uint64_t)sb.st_size;
             out->dev = sb.st_dev;
             out->ino = sb.st_ino;
         }
@@ -102,11 +139,11 @@ mstar_status mstar__arena_peers_get(mstar__arena_peers *p, const char *name,
         }
     }
     if (at == p->slots.len && (st = mstar__vec_grow(&p->slots, 1, NULL)) != MSTAR_OK) {
-        munmap((void *)fresh.base, (size_t)fresh.size);
+        munmap((void *)fresh.base, (size_t)fresh.map_len);
         return st;
     }
     if ((st = mstar__strmap_put(&p->index, name, len, at)) != MSTAR_OK) {
-        munmap((void *)fresh.base, (size_t)fresh.size);
+        munmap((void *)fresh.base, (size_t)fresh.map_len);
         return st;
     }
     if (p->hooks.pin != NULL)

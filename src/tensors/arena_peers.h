@@ -21,7 +21,8 @@
 typedef struct mstar__arena_peer {
     char name[MSTAR_NAME_MAX + 1]; /* "" marks a free slot */
     const uint8_t *base;
-    uint64_t size;
+    uint64_t size;    /* usable bytes (the trailer excluded) */
+    uint64_t map_len; /* the whole file */
     dev_t dev;
     ino_t ino;
     bool pinned;
@@ -46,8 +47,10 @@ void mstar__arena_peers_init(mstar__arena_peers *p, const mstar__shm_dir *dir,
 /* Unpin and unmap everything. */
 void mstar__arena_peers_free(mstar__arena_peers *p);
 
-/* The mapping of segment `name` (already checked by the caller), mapping it on first use.
- * MSTAR_ENOENT when the segment does not exist (its producer freed it or is gone). The pointer
+/* The mapping of segment `name` (already checked by the caller), mapping it on first use, once
+ * the file is known to be a segment an arena wrote (a regular file of ours, fully allocated,
+ * with a trailer that matches its name and size: MSTAR_EPROTO otherwise). MSTAR_ENOENT when the
+ * segment does not exist (its producer freed it or is gone). The pointer
  * is valid until the next evict or free. */
 mstar_status mstar__arena_peers_get(mstar__arena_peers *p, const char *name,
                                     const mstar__arena_peer **out);

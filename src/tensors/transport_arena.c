@@ -11,16 +11,18 @@
  * spill file.
  *
  * Consumer: a descriptor with a segment is read from the cached mapping of that segment
- * (arena_peers.h), after checking the name (prefix, owner) and the range against the mapped
- * size; into host memory with a copy (the slot is reclaimed once ACKed), into device memory with
- * an H2D copy whose completion gates the ACK (§8.5). A descriptor without a segment is a spill
- * or a files producer and is read as a file.
+ * (arena_peers.h: mapped only once the file proves to be a segment an arena wrote), after
+ * checking the name (prefix, owner) and the range against the segment's usable size; into host
+ * memory with a copy guarded against SIGBUS (core/guard.h: the file may be truncated under us),
+ * into device memory with an H2D copy whose completion gates the ACK (§8.5). A descriptor without a
+ * segment is a spill or a files producer and is read as a file.
  *
  * Pinning (MSTAR_SHM_ARENA_PIN): own and peer segments are registered with the backend within
  * MSTAR_SHM_ARENA_PIN_MAX_MB, so device copies from and to them run asynchronously.
  */
 #include "tensors/transport.h"
 
+#include "core/guard.h"
 #include "core/u64map.h"
 #include "core/vec.h"
 #include "tensors/arena.h"
@@ -28,6 +30,7 @@
 #include "tensors/arena_peers.h"
 #include "tensors/completion.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -440,8 +443,15 @@ static mstar_status read_segment(arena_transport *a, const mstar_tensor_info *in
         return st;
     }
     const uint8_t *src = peer->base + info->shm_offset + info->offset;
-    /* Into the backend's memory the copy runs on the read stream and gates the ACK. */
-    st = mstar__transport_copy_from_host(env, buf, src, info->nbytes, true);
+    if (env->backend == NULL) {
+        /* Another process's file: truncating it must cost this read, not this process. */
+        char what[MSTAR_NAME_MAX + 64];
+        snprintf(what, sizeof(what), "arena segment %s", info->shm_segment);
+        st = mstar__guarded_copy(buf->data, src, (size_t)info->nbytes, what);
+    } else {
+        /* Into the backend's memory the copy runs on the read stream and gates the ACK. */
+        st = mstar__transport_copy_from_host(env, buf, src, info->nbytes, true);
+    }
     if (st != MSTAR_OK) {
         mstar__buf_release(buf);
         return st;

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 mstar_status mstar__files_write_one(const mstar__transport_env *env, mstar__stage_item *item)
 {
@@ -42,16 +43,16 @@ mstar_status mstar__files_write_one(const mstar__transport_env *env, mstar__stag
     return st;
 }
 
-mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_tensor_info *info,
-                                   mstar__buf **out)
+/* Read [offset, offset + nbytes) of the open file into a new destination buffer. */
+static mstar_status read_into_buf(const mstar__transport_env *env, const mstar_tensor_info *info,
+                                  int fd, mstar__buf **out)
 {
     mstar__buf *buf;
     mstar_status st = mstar__transport_alloc_dest(env, info->nbytes, &buf);
     if (st != MSTAR_OK)
         return st;
     if (env->backend == NULL) {
-        st = mstar__shm_file_read(env->dir, info->source_entity, info->uuid, info->offset,
-                                  info->nbytes, buf->data);
+        st = mstar__shm_file_pread(fd, info->offset, info->nbytes, buf->data);
     } else {
         /* Through host memory into the backend's: read, then a synchronised copy (the
          * temporary must outlive it). */
@@ -60,8 +61,7 @@ mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_
             st = mstar_error_set(MSTAR_ENOMEM, "host read buffer of %llu bytes",
                                  (unsigned long long)info->nbytes);
         if (st == MSTAR_OK)
-            st = mstar__shm_file_read(env->dir, info->source_entity, info->uuid, info->offset,
-                                      info->nbytes, tmp);
+            st = mstar__shm_file_pread(fd, info->offset, info->nbytes, tmp);
         if (st == MSTAR_OK)
             st = mstar__transport_copy_from_host(env, buf, tmp, info->nbytes, false);
         free(tmp);
@@ -72,6 +72,21 @@ mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_
     }
     *out = buf;
     return MSTAR_OK;
+}
+
+mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_tensor_info *info,
+                                   mstar__buf **out)
+{
+    /* The file and the range first: a descriptor's size is only a claim until the file backs
+     * it, and nothing is allocated for a claim. */
+    int fd;
+    mstar_status st = mstar__shm_file_open(env->dir, info->source_entity, info->uuid, info->offset,
+                                           info->nbytes, &fd);
+    if (st != MSTAR_OK)
+        return st;
+    st = read_into_buf(env, info, fd, out);
+    close(fd);
+    return st;
 }
 
 static mstar_status files_stage(mstar__transport *t, mstar__stage_item *items, size_t n)

@@ -1,7 +1,7 @@
 /*
  * test_demo_config.c — `mstar demo --config FILE` and the command line: every bad input is a
  * usage error (exit code 2) whose message names the file, the line and the key; a good config
- * that swaps the workers' components runs and passes.
+ * that swaps the workers' components runs and passes; --shm-dir places the run's shm directory.
  */
 #include "demo_harness.h"
 
@@ -71,6 +71,7 @@ static void test_bad_options(void **state)
         { "--requests", "0", "--requests: '0' is not a count" },
         { "--abort-rate", "1.5", "--abort-rate: '1.5' is not a share in [0, 1]" },
         { "--kill-worker", "7", "--kill-worker: '7' is not a worker rank" },
+        { "--shm-dir", "shm", "--shm-dir: 'shm' is not an absolute path" },
         { "--bogus", NULL, "'--bogus' is not an option" },
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -100,13 +101,29 @@ static void test_swapped_workers(void **state)
     demo_result_free(&r);
 }
 
+/* --shm-dir: the run's shm directory is made there (a small tmpfs, or a disk with room), and
+ * removed at the end. */
+static void test_shm_dir_option(void **state)
+{
+    const char *dir = mstar_test_tmpdir("demoshm");
+    const char *cfg = demo_write_file("small.yaml", demo_small_config);
+    const char *args[] = { "--config", cfg, "--requests", "4", "--shm-dir", dir, "--json", NULL };
+    demo_result r = demo_run(300, args);
+    demo_expect_pass(&r, 4);
+    char want[4200];
+    snprintf(want, sizeof(want), "\"shm_dir\": \"%s/mstar-demo-", dir);
+    if (strstr(r.out, want) == NULL)
+        fail_msg("no '%s' in:\n%s", want, r.out);
+    assert_int_equal(mstar_test_count_dir(dir), 0);
+    demo_result_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_configs),
-        cmocka_unit_test(test_missing_file),
-        cmocka_unit_test(test_bad_options),
-        cmocka_unit_test(test_swapped_workers),
+        cmocka_unit_test(test_bad_configs),    cmocka_unit_test(test_missing_file),
+        cmocka_unit_test(test_bad_options),    cmocka_unit_test(test_swapped_workers),
+        cmocka_unit_test(test_shm_dir_option),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MAX_TMPDIRS 32
@@ -151,6 +152,16 @@ void mstar_test_skip(const char *why)
     printf("SKIPPED: %s\n", why);
     fflush(stdout);
     exit(77);
+}
+
+int mstar_test_dead_pid(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(0);
+    int status;
+    waitpid(pid, &status, 0);
+    return (int)pid;
 }
 
 uint64_t mstar_test_rand(uint64_t *state)

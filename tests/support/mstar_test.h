@@ -85,6 +85,9 @@ int mstar_test_run_ranks(int n, mstar_test_rank_fn fn, void *arg, int timeout_s,
         }                                                                    \
     } while (0)
 
+/* The pid of a child that has exited and been reaped: a pid no process has (until reused). */
+int mstar_test_dead_pid(void);
+
 /* Seeded xorshift for reproducible random tests. */
 uint64_t mstar_test_rand(uint64_t *state);
 

@@ -11,6 +11,7 @@
 #include "tensors/shm.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -139,6 +140,56 @@ static void test_sweep_entity_files(void **state)
     assert_int_equal(mstar_test_count_dir(d.path), 4);
     assert_true(exists(&d, "mstar_worker_10_0x006e000000000001"));
     mstar__shm_dir_close(&d);
+}
+
+/* A second process of a live entity (its directory opened again) keeps the files of the first:
+ * each sweep holds the entity's liveness lock until its directory is closed, and files are
+ * removed only when nobody holds it. A process that dies drops it with its descriptors. */
+static void test_sweep_keeps_live_entity_files(void **state)
+{
+    (void)state;
+    mstar__shm_dir first = open_dir("shmlive"), again, other;
+    assert_mstar_ok(mstar__shm_dir_open(first.path, NULL, &again));
+    assert_mstar_ok(mstar__shm_dir_open(first.path, NULL, &other));
+    assert_int_equal(mstar__shm_sweep_entity_files(&first, "worker_1"), 0);
+    touch(&first, "mstar_worker_1_0x0065000000000001");
+    touch(&first, "mstar_worker_2_0x0066000000000001");
+    assert_int_equal(mstar__shm_sweep_entity_files(&again, "worker_1"), 0); /* first lives */
+    assert_int_equal(mstar__shm_sweep_entity_files(&other, "worker_2"), 1); /* nobody did */
+    mstar__shm_dir_close(&first);
+    mstar__shm_dir_close(&again);
+    /* Held by a child that is killed: its lock goes with it. */
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        mstar__shm_dir d;
+        if (mstar__shm_dir_open(other.path, NULL, &d) != MSTAR_OK)
+            _exit(3);
+        if (mstar__shm_sweep_entity_files(&d, "worker_1") != 1) /* first's, both now closed */
+            _exit(4);
+        (void)!write(ready[1], "x", 1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(ready[0], &c, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    touch(&other, "mstar_worker_1_0x0065000000000002");
+    mstar__shm_dir probe;
+    assert_mstar_ok(mstar__shm_dir_open(other.path, NULL, &probe));
+    assert_int_equal(mstar__shm_sweep_entity_files(&probe, "worker_1"), 0);
+    mstar__shm_dir_close(&probe);
+    kill(pid, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_mstar_ok(mstar__shm_dir_open(other.path, NULL, &probe));
+    assert_int_equal(mstar__shm_sweep_entity_files(&probe, "worker_1"), 1); /* the child's */
+    assert_int_equal(mstar_test_count_dir(other.path), 0);
+    mstar__shm_dir_close(&probe);
+    mstar__shm_dir_close(&other);
 }
 
 /* Two deployments sharing one directory, each with its namespace: the same entity and uuid
@@ -399,16 +450,6 @@ static void test_exit_unlinker(void **state)
     mstar__shm_dir_close(&d);
 }
 
-static pid_t dead_pid(void)
-{
-    pid_t pid = fork();
-    if (pid == 0)
-        _exit(0);
-    int status;
-    waitpid(pid, &status, 0);
-    return pid;
-}
-
 /* §3.3 / §8.14: segments of dead pids are swept; live ones (ours, our parent's) and names that
  * do not parse are left alone. */
 static void test_orphan_sweep(void **state)
@@ -416,7 +457,7 @@ static void test_orphan_sweep(void **state)
     (void)state;
     mstar__shm_dir d = open_dir("arenasweep");
     char name[512];
-    pid_t dead = dead_pid();
+    pid_t dead = mstar_test_dead_pid();
     snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", (int)dead);
     touch(&d, name);
     snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg1", (int)dead);
@@ -450,7 +491,7 @@ static void test_sweep_keeps_locked_segments(void **state)
     mstar__arena_destroy(a);
 
     /* The other namespace's creator: a dead pid here, the file locked and mapped there. */
-    snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", (int)dead_pid());
+    snprintf(name, sizeof(name), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", mstar_test_dead_pid());
     touch(&d, name);
     int fd = openat(d.fd, name, O_RDWR | O_CLOEXEC);
     assert_true(fd >= 0);
@@ -475,6 +516,7 @@ int main(void)
         cmocka_unit_test(test_zero_size_file),
         cmocka_unit_test(test_bad_entity_names),
         cmocka_unit_test(test_sweep_entity_files),
+        cmocka_unit_test(test_sweep_keeps_live_entity_files),
         cmocka_unit_test(test_namespaces_keep_deployments_apart),
         cmocka_unit_test(test_segment_names),
         cmocka_unit_test(test_arena_growth_and_cap),
