@@ -406,6 +406,21 @@ static void test_declare_inputs_for_is_cached_and_unchanged(void **state)
     fx_destroy(f);
 }
 
+/* release with a negative real_bs is refused (it would reset rows before the slot's padding
+ * rows), and so is one past the bucket; a valid release still works after both. */
+static void test_release_refuses_bad_real_bs(void **state)
+{
+    struct fx *f = fx_create_captured();
+    mstar_slot_lease l;
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, -1, 2, NULL, &l));
+    assert_mstar_status(mstar_graph_runner_release(f->r, &l, -1), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "real_bs -1"));
+    assert_mstar_status(mstar_graph_runner_release(f->r, &l, l.bucket.bs + 1), MSTAR_EINVAL);
+    assert_mstar_ok(mstar_graph_runner_release(f->r, &l, 1));
+    assert_int_equal(f->kv.pages_used, 0);
+    fx_destroy(f);
+}
+
 /* §8.16: a different cg_key_info misses the capture (eager), it is not an error. */
 static void test_key_info_mismatch_misses(void **state)
 {
@@ -860,6 +875,7 @@ int main(void)
         cmocka_unit_test(test_lease_counter_alternates_across_buckets),
         cmocka_unit_test(test_alias_lease_names_capture_walk),
         cmocka_unit_test(test_declare_inputs_for_is_cached_and_unchanged),
+        cmocka_unit_test(test_release_refuses_bad_real_bs),
         cmocka_unit_test(test_key_info_mismatch_misses),
         cmocka_unit_test(test_key_info_mismatch_at_capture_is_refused),
         cmocka_unit_test(test_staging_keys_and_waiters),
