@@ -262,8 +262,11 @@ static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lea
                                r->name);
     if (pre == NULL)
         return mstar_error_set(MSTAR_EINVAL, "run_forward(%s): preprocessed is NULL", r->name);
-    mstar_status st = mstar__stage_inputs(r->stream, r->who, s->static_inputs, &s->seq_dims, pre,
-                                          false, &r->warned);
+    mstar_status st = mstar__step_runner_check_replay_key(r->sr, lease, r->name);
+    if (st != MSTAR_OK)
+        return st;
+    st = mstar__stage_inputs(r->stream, r->who, s->static_inputs, &s->seq_dims, pre, false,
+                             &r->warned);
     if (st != MSTAR_OK)
         return st;
     if (plan_done != NULL) {

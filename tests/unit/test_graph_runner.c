@@ -556,6 +556,97 @@ static void test_key_info_mismatch_at_capture_is_refused(void **state)
     }
 }
 
+/* §5.1 / §8.16 at replay: a leased step whose cg_key_info is not its bucket's is refused at admit
+ * (and pre-admit), naming both; and run_forward refuses a lease whose bucket's key is not the one
+ * the step planned on its slot declared. Matching keys replay as before. */
+static void test_key_info_mismatch_at_replay_is_refused(void **state)
+{
+    mstar_graph_config c[2];
+    base_config(&c[0]);
+    base_config(&c[1]);
+    c[1].cg_key_info = "cfg";
+    c[1].replay_graph_walks = NULL;
+    c[1].n_replay_graph_walks = 0;
+    struct fx *f = fx_create(c, 2, -1);
+    f->toy.key_info = "cfg";
+    fx_prepare(f);
+    /* Each config's buckets declare its own key: capture one config at a time. */
+    mstar_bucket_key keyed[4], plain[4];
+    size_t nb, nk = 0, np = 0;
+    const mstar_bucket_key *all = mstar_graph_runner_buckets(f->r, &nb);
+    for (size_t i = 0; i < nb; i++) {
+        if (all[i].cg_key_info != NULL)
+            keyed[nk++] = all[i];
+        else
+            plain[np++] = all[i];
+    }
+    assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, keyed, nk));
+    f->toy.key_info = NULL;
+    assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, plain, np));
+    assert_mstar_ok(mstar_dummy_rows_release_all(mstar_graph_runner_dummy_rows(f->r)));
+    assert_true(mstar_graph_runner_can_run(f->r, "decode", 2, 2, "cfg"));
+    assert_true(mstar_graph_runner_can_run(f->r, "decode", 2, 2, NULL));
+
+    mstar_slot_lease lk, lp;
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, 0, 2, "cfg", &lk));
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, 0, 2, NULL, &lp));
+    const mstar_node_input *rows;
+    size_t n;
+    assert_mstar_ok(mstar_graph_runner_declare_inputs_for(f->r, &lk, &rows, &n));
+    int64_t ids[2];
+    assert_mstar_ok(mstar_graph_runner_step_ids(f->r, &lk, NULL, 0, ids));
+    mstar_step *step;
+    assert_mstar_ok(mstar_step_create(&step));
+    bool declared;
+    f->toy.key_info = "nocfg"; /* declared under the keyed lease with another key */
+    assert_mstar_ok(declare_step(&f->toy, "decode", ids, rows, n, step, &declared));
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    ctx->request_ids = ids;
+    ctx->n_requests = n;
+    ctx->slot = lk.slot;
+    ctx->has_lease = true;
+    ctx->lease = lk;
+    mstar_step_admit_result ar;
+    assert_mstar_status(mstar_step_runner_admit(f->sr, step, &ar), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "cg_key_info 'nocfg' is not its lease's"));
+    assert_non_null(strstr(mstar_last_error(), "key=cfg"));
+    assert_mstar_status(mstar_step_runner_pre_admit(f->sr, step, &ar), MSTAR_EINVAL);
+    assert_int_equal(f->kv.pages_used, 0); /* refused before any resource admitted */
+
+    /* The right key: admitted and planned on slot 0; a replay on the other bucket is refused. */
+    mstar_step_reset(step);
+    f->toy.key_info = "cfg";
+    assert_mstar_ok(declare_step(&f->toy, "decode", ids, rows, n, step, &declared));
+    ctx = mstar_step_context(step);
+    ctx->request_ids = ids;
+    ctx->n_requests = n;
+    ctx->slot = lk.slot;
+    ctx->has_lease = true;
+    ctx->lease = lk;
+    assert_mstar_ok(mstar_step_runner_admit(f->sr, step, &ar));
+    assert_true(ar.ok);
+    assert_mstar_ok(mstar_step_runner_plan(f->sr, step));
+    mstar_tensor_map *pre;
+    assert_mstar_ok(mstar_tensor_map_create(&pre));
+    assert_mstar_ok(preprocess(&f->toy, step, rows, n, pre));
+    const mstar_tensor_map *outs = NULL;
+    mstar_signal *started;
+    assert_mstar_ok(mstar_signal_create(&started));
+    assert_mstar_status(mstar_graph_runner_run_forward(f->r, &lp, pre, NULL, started, &outs),
+                        MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "declared cg_key_info 'cfg', not the lease's"));
+    assert_true(mstar_signal_is_set(started)); /* §8.27: waiters released on this path too */
+    assert_null(outs);
+    assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &lk, pre, NULL, NULL, &outs));
+    assert_non_null(outs);
+    assert_mstar_ok(mstar_step_runner_commit(f->sr, step));
+    assert_mstar_ok(mstar_graph_runner_release(f->r, &lk, 0));
+    mstar_signal_destroy(started);
+    mstar_tensor_map_destroy(pre);
+    mstar_step_destroy(step);
+    fx_destroy(f);
+}
+
 /* §8.17 and §8.27: an unknown staging key fails run_forward, and launch_started is still set; a
  * captured key missing at replay is warned about once. */
 static void test_staging_keys_and_waiters(void **state)
@@ -985,6 +1076,7 @@ int main(void)
         cmocka_unit_test(test_release_refuses_bad_real_bs),
         cmocka_unit_test(test_key_info_mismatch_misses),
         cmocka_unit_test(test_key_info_mismatch_at_capture_is_refused),
+        cmocka_unit_test(test_key_info_mismatch_at_replay_is_refused),
         cmocka_unit_test(test_staging_keys_and_waiters),
         cmocka_unit_test(test_padding_never_allocates),
         cmocka_unit_test(test_zero_copy_staging),
