@@ -11,6 +11,7 @@
  */
 #include "graphs/capturer.h"
 
+#include "graphs/buckets.h"
 #include "graphs/pool.h"
 #include "graphs/rank_group.h"
 
@@ -60,8 +61,10 @@ static uint64_t scratch_of(const mstar_capture_stats *stats, uint64_t kept_grown
 }
 
 /* One throwaway capture of bucket i: its graph, kept and outside bytes; with `em`, also the
- * walk's executable-memory measurement on the kept graph. The caller met the barrier. */
-static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memory *em)
+ * walk's executable-memory measurement on the kept graph. `flags` adds to KEEP_GRAPH (lent
+ * sizing: MSTAR__CAPTURE_NO_WARMUP). The caller met the barrier, if one is needed. */
+static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memory *em,
+                              unsigned flags)
 {
     mstar_graph_pool *pool = s->c.ops->pool(s->c.r);
     mstar_backend *backend = mstar_graph_pool_backend(pool);
@@ -77,7 +80,8 @@ static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memo
     mstar_capture_stats stats;
     uint64_t kept_before = mstar__pool_reserved_kept(pool);
     if (st == MSTAR_OK)
-        st = s->c.ops->throwaway(s->c.r, &s->costs[i].key, MSTAR_CAPTURE_KEEP_GRAPH, &g, &stats);
+        st = s->c.ops->throwaway(s->c.r, &s->costs[i].key, MSTAR_CAPTURE_KEEP_GRAPH | flags, &g,
+                                 &stats);
     /* The throwaway's own warm-ups cached segments again; they are not the graph's. */
     if (st == MSTAR_OK)
         st = mstar_caching_trim(backend, NULL);
@@ -149,7 +153,8 @@ static mstar_status warm_all(mstar_capture_sizing *s)
     return MSTAR_OK;
 }
 
-/* Each walk's largest bucket, thrown away; the rest of the walk takes its numbers. */
+/* Each walk's largest bucket, thrown away; the rest of the walk takes its numbers. The capture
+ * runs no warm-up: warm_all just ran them, and left what the capture needs in the bucket. */
 static mstar_status size_walks(mstar_capture_sizing *s)
 {
     for (size_t w = 0; w < s->nwalks; w++) {
@@ -159,7 +164,7 @@ static mstar_status size_walks(mstar_capture_sizing *s)
         if (st != MSTAR_OK)
             return st;
         if (!s->own[big])
-            st = throwaway(s, big, s->walks[w].em);
+            st = throwaway(s, big, s->walks[w].em, MSTAR__CAPTURE_NO_WARMUP);
         if (st != MSTAR_OK) {
             char name[MSTAR_BUCKET_NAME_MAX];
             mstar_log(MSTAR_LOG_WARN,
@@ -234,19 +239,21 @@ mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
     return mstar__size_captures(mstar__capturer_piecewise(runner), barrier, out);
 }
 
+/*
+ * Every bucket this rank sized but did not capture on its own yet, captured once and thrown away
+ * (§4.4). No forward and no barrier: sizing's warm-ups already ran every forward and left what
+ * the capture needs in the bucket (lifetimes, output layout), and a capture records a
+ * collective without running it. So ranks whose own lists differ (one warmed a bucket another
+ * could not) each capture their own, and none waits on another or runs a collective alone.
+ */
 mstar_status mstar_size_lent_captures(mstar_capture_sizing *s, bool wanted)
 {
     if (s == NULL)
         return mstar_error_set(MSTAR_EINVAL, "size_lent_captures: sizing is NULL");
     for (size_t i = 0; wanted && i < s->n; i++) {
-        if (s->walks[s->costs[i].cost.executable].largest == i)
-            continue; /* sized already, on every rank */
-        mstar_status st = meet(s);
-        if (st != MSTAR_OK)
-            return st;
         if (s->own[i])
-            continue;
-        st = throwaway(s, i, NULL);
+            continue; /* sized already, or not capturable */
+        mstar_status st = throwaway(s, i, NULL, MSTAR__CAPTURE_NO_WARMUP);
         if (st != MSTAR_OK) {
             char name[MSTAR_BUCKET_NAME_MAX];
             mstar_log(MSTAR_LOG_WARN,

@@ -242,6 +242,70 @@ static void test_startup_with_graphs_required_fails_on_every_rank(void **state)
     run("agreerequired", 4, startup_across_ranks, &required);
 }
 
+/* ---- §4.4: size_lent_captures where the ranks' own lists differ ------------------------------
+ */
+
+/* Rank 1 cannot warm bs 4 (its last warm-up fails after the forward's collective), so its plan
+ * leaves a bucket out and both ranks size every bucket on its own; rank 0 has bs 4 to size,
+ * rank 1 not. Lent sizing runs no forward and meets no barrier, so neither rank runs a
+ * collective alone: both finish with the agreed plan (bs 4 dropped everywhere) and replay a
+ * step whose collective both run. */
+static int lent_sizing_with_different_lists(int rank, void *arg)
+{
+    (void)arg;
+    mstar_rank_group *g = join(rank, 2, 30000);
+    MSTAR_RANK_CHECK(rank, g != NULL, "join");
+    static const int64_t sizes[] = { 1, 2, 4, 8 };
+    mstar_test_toy_options o = { .device = mstar_device_cpu(),
+                                 .batch_sizes = sizes,
+                                 .n_batch_sizes = 4,
+                                 .row_floats = 16,
+                                 .scratch_per_row = 1024,
+                                 .collective = g,
+                                 .fail_last_warmup_bs = rank == 1 ? 4 : 0 };
+    mstar_test_toy *t = NULL;
+    MSTAR_RANK_CHECK(rank, mstar_test_toy_create(&o, &t) == MSTAR_OK, "toy");
+    mstar_capture_report rep;
+    mstar_status st = mstar_test_toy_capture_startup(t, g, &rep);
+    MSTAR_RANK_CHECK(rank, st == MSTAR_OK, "startup: %s", mstar_last_error());
+    MSTAR_RANK_CHECK(rank, rep.resized, "the plan left bs 4 out: every rank should resize");
+    MSTAR_RANK_CHECK(rank, rep.buckets == 4 && rep.captured == 3, "buckets %zu, captured %zu",
+                     rep.buckets, rep.captured);
+    mstar_bucket_key k;
+    MSTAR_RANK_CHECK(
+        rank,
+        mstar_graph_runner_select_bucket(mstar_test_toy_runner(t), "decode", 3, 3, NULL, &k) &&
+            k.bs == 8,
+        "bs 3 should fall through to 8");
+    int64_t run, bad;
+    mstar_test_toy_collectives(t, &run, &bad);
+    MSTAR_RANK_CHECK(rank, bad == 0, "%lld of %lld collectives failed", (long long)bad,
+                     (long long)run);
+    /* Only warm-ups ran collectives: sizing's of 4 buckets, the real captures' of 3 (2 slots
+     * each); no throwaway capture ran a forward. */
+    MSTAR_RANK_CHECK(rank, run == (4 + 3) * 2 * MSTAR_NUM_WARMUP, "collectives %lld",
+                     (long long)run);
+    static float x[8 * 16], y[8 * 16];
+    for (int i = 0; i < 8 * 16; i++)
+        x[i] = (float)(rank * 100 + i);
+    bool replayed;
+    MSTAR_RANK_CHECK(rank, mstar_test_toy_step(t, x, 3, y, &replayed) == MSTAR_OK && replayed,
+                     "step: %s", mstar_last_error());
+    MSTAR_RANK_CHECK(rank, memcmp(x, y, 3 * 16 * sizeof(float)) == 0, "outputs");
+    mstar_test_toy_collectives(t, &run, &bad);
+    MSTAR_RANK_CHECK(rank, bad == 0 && run == (4 + 3) * 2 * MSTAR_NUM_WARMUP + 1,
+                     "the replay's collective: %lld run, %lld bad", (long long)run, (long long)bad);
+    mstar_test_toy_destroy(t);
+    mstar_rank_group_destroy(g);
+    return 0;
+}
+
+static void test_lent_sizing_with_different_lists(void **state)
+{
+    (void)state;
+    run("agreelent", 2, lent_sizing_with_different_lists, NULL);
+}
+
 /* ---- one rank, and a process playing rank 1 by hand ------------------------------------------ */
 
 static mstar_mesh *impostor_mesh(const char *entity)
@@ -426,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_dead_rank_times_out),
         cmocka_unit_test(test_startup_drops_a_failed_bucket_on_every_rank),
         cmocka_unit_test(test_startup_with_graphs_required_fails_on_every_rank),
+        cmocka_unit_test(test_lent_sizing_with_different_lists),
         cmocka_unit_test(test_late_round_is_not_mixed),
         cmocka_unit_test(test_stray_messages_are_dropped),
         cmocka_unit_test(test_create_checks_its_arguments),
