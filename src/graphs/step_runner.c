@@ -446,9 +446,11 @@ mstar_status mstar_step_runner_claim(mstar_step_runner *sr, const mstar_cg_slot_
 
 mstar_status mstar_step_runner_build_graph_buffers(mstar_step_runner *sr)
 {
+    /* The reference's resources tolerate repeated builds and only grow. Claims after the build
+     * are refused (they would move buffers captured graphs hold), so a repeat has nothing to
+     * grow: it is a no-op, and the buffers stay where the graphs read them. */
     if (sr->built)
-        return mstar_error_set(MSTAR_ESTATE, "graph buffers are built once per device, after "
-                                             "every runner claimed; this is a second build");
+        return MSTAR_OK;
     for (size_t i = 0; i < sr->resources.len; i++) {
         struct resource *r = res_at(sr, i);
         if (r->ops->build_graph_buffers != NULL &&
