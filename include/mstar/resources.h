@@ -124,9 +124,9 @@ mstar_status mstar_kv_cache_remove(mstar_kv_cache *kv, int64_t request);
 /* Reserve the pages each real segment needs to hold length + span tokens. Idempotent: pages a
  * stream already holds count. On a shortage nothing is reserved, *result says what was short
  * (ok false, pages_short for the whole step, the first request and label not served, a reason)
- * and the call returns MSTAR_ENOSPC. MSTAR_EINVAL for a bad segment (label, span, a (request, label)
- * given twice), MSTAR_ENOENT for a request never ingested, MSTAR_ERANGE for a stream that would
- * pass max_seq_len. */
+ * and the call returns MSTAR_ENOSPC. MSTAR_EINVAL for a bad segment (label, span, a (request,
+ * label) given twice), MSTAR_ENOENT for a request never ingested, MSTAR_ERANGE for a stream that
+ * would pass max_seq_len. */
 mstar_status mstar_kv_cache_admit(mstar_kv_cache *kv, const mstar_resource_step *step,
                                   mstar_step_admit_result *result);
 
@@ -165,6 +165,16 @@ mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_runner *step
 
 /* Pages in the pool that nobody holds. */
 int32_t mstar_kv_cache_free_pages(const mstar_kv_cache *kv);
+
+typedef struct mstar_rank_group mstar_rank_group; /* mstar/planner.h */
+/* The TP group whose ranks hold this cache's twins (NULL, the default: this rank alone). Kept,
+ * not owned: it must outlive the cache's last validation. */
+void mstar_kv_cache_set_tp_group(mstar_kv_cache *kv, mstar_rank_group *group);
+/* The reference's post-warm-up TP-symmetry check, which a registered cache also runs from
+ * mstar_step_runner_post_warmup_validate: one agreement across the TP group (collective: every
+ * rank calls it); MSTAR_ESTATE on every rank when their free page counts differ, naming the
+ * fewest and the most. With no group it checks nothing. */
+mstar_status mstar_kv_cache_post_warmup_validate(mstar_kv_cache *kv);
 /* The configuration the cache was built with. */
 const mstar_kv_cache_config *mstar_kv_cache_config_of(const mstar_kv_cache *kv);
 /* A request's stream for `label`: its committed length and the pages it holds (valid until the

@@ -306,6 +306,67 @@ static void test_lent_sizing_with_different_lists(void **state)
     run("agreelent", 2, lent_sizing_with_different_lists, NULL);
 }
 
+/* ---- the KV cache's post-warm-up TP-symmetry check (§3.1 step 7) ------------------------------
+ */
+
+static int kv_symmetry(int rank, void *arg)
+{
+    (void)arg;
+    mstar_rank_group *g = join(rank, 2, 30000);
+    MSTAR_RANK_CHECK(rank, g != NULL, "join");
+    mstar_backend *b = NULL;
+    mstar_stream *s = NULL;
+    mstar_step_runner *sr = NULL;
+    mstar_kv_cache *kv = NULL;
+    mstar_kv_cache_config cfg = {
+        .num_pages = 10, .page_size = 4, .num_labels = 1, .max_seq_len = 64
+    };
+    MSTAR_RANK_CHECK(rank,
+                     mstar_backend_create(mstar_device_cpu(), &b) == MSTAR_OK &&
+                         mstar_stream_create(b, MSTAR_STREAM_DEFAULT, &s) == MSTAR_OK &&
+                         mstar_step_runner_create(b, s, &sr) == MSTAR_OK &&
+                         mstar_kv_cache_create(&cfg, b, &kv) == MSTAR_OK &&
+                         mstar_kv_cache_register(kv, sr, "kv") == MSTAR_OK,
+                     "setup: %s", mstar_last_error());
+    mstar_kv_cache_set_tp_group(kv, g);
+    MSTAR_RANK_CHECK(rank, mstar_step_runner_post_warmup_validate(sr) == MSTAR_OK, "symmetric: %s",
+                     mstar_last_error());
+    /* Rank 1 keeps a request's 2 pages, as a capture that left padding rows resident would. */
+    if (rank == 1) {
+        mstar_step_segment seg = { 1, 0, 8 };
+        mstar_resource_step step = { &seg, 1, true };
+        mstar_step_admit_result res;
+        MSTAR_RANK_CHECK(rank,
+                         mstar_kv_cache_ingest(kv, 1) == MSTAR_OK &&
+                             mstar_kv_cache_admit(kv, &step, &res) == MSTAR_OK && res.ok,
+                         "admit");
+    }
+    mstar_status st = mstar_step_runner_post_warmup_validate(sr);
+    MSTAR_RANK_CHECK(rank, st == MSTAR_ESTATE, "asymmetric: %s", mstar_status_name(st));
+    MSTAR_RANK_CHECK(rank,
+                     strstr(mstar_last_error(), "free pages differ across the TP group") &&
+                         strstr(mstar_last_error(), "7 to 9"),
+                     "message");
+    if (rank == 1)
+        MSTAR_RANK_CHECK(rank, mstar_kv_cache_remove(kv, 1) == MSTAR_OK, "remove");
+    MSTAR_RANK_CHECK(rank, mstar_kv_cache_post_warmup_validate(kv) == MSTAR_OK,
+                     "symmetric again: %s", mstar_last_error());
+    mstar_step_runner_destroy(sr);
+    mstar_kv_cache_destroy(kv);
+    mstar_stream_destroy(s);
+    mstar_backend_destroy(b);
+    mstar_rank_group_destroy(g);
+    return 0;
+}
+
+/* Free pages that differ across the TP group after warm-up fail every rank, naming the fewest
+ * and the most; equal ones pass. */
+static void test_kv_symmetry_after_warmup(void **state)
+{
+    (void)state;
+    run("agreekv", 2, kv_symmetry, NULL);
+}
+
 /* ---- one rank, and a process playing rank 1 by hand ------------------------------------------ */
 
 static mstar_mesh *impostor_mesh(const char *entity)
@@ -491,6 +552,7 @@ int main(void)
         cmocka_unit_test(test_startup_drops_a_failed_bucket_on_every_rank),
         cmocka_unit_test(test_startup_with_graphs_required_fails_on_every_rank),
         cmocka_unit_test(test_lent_sizing_with_different_lists),
+        cmocka_unit_test(test_kv_symmetry_after_warmup),
         cmocka_unit_test(test_late_round_is_not_mixed),
         cmocka_unit_test(test_stray_messages_are_dropped),
         cmocka_unit_test(test_create_checks_its_arguments),
