@@ -262,6 +262,18 @@ static void fx_destroy(struct fx *f)
     free(f);
 }
 
+/* The context of a step declared over `n` rows `ids` under `lease`. */
+static void lease_context(mstar_step *step, const int64_t *ids, size_t n,
+                          const mstar_slot_lease *lease)
+{
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    ctx->request_ids = ids;
+    ctx->n_requests = n;
+    ctx->slot = lease->slot;
+    ctx->has_lease = true;
+    ctx->lease = *lease;
+}
+
 /* One decode step for `n` real requests 0..n-1 through the runner; returns y. */
 static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_slot_lease *lease)
 {
@@ -299,12 +311,7 @@ static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_s
     assert_mstar_ok(mstar_step_create(&step));
     bool declared;
     assert_mstar_ok(declare_step(&f->toy, "decode", step_ids, padded, bs, step, &declared));
-    mstar_step_ctx *ctx = mstar_step_context(step);
-    ctx->request_ids = step_ids;
-    ctx->n_requests = bs;
-    ctx->slot = lease->slot;
-    ctx->has_lease = true;
-    ctx->lease = *lease;
+    lease_context(step, step_ids, bs, lease);
     mstar_step_admit_result ar;
     assert_mstar_ok(mstar_step_runner_admit(f->sr, step, &ar));
     assert_true(ar.ok);
@@ -600,12 +607,7 @@ static void test_key_info_mismatch_at_replay_is_refused(void **state)
     bool declared;
     f->toy.key_info = "nocfg"; /* declared under the keyed lease with another key */
     assert_mstar_ok(declare_step(&f->toy, "decode", ids, rows, n, step, &declared));
-    mstar_step_ctx *ctx = mstar_step_context(step);
-    ctx->request_ids = ids;
-    ctx->n_requests = n;
-    ctx->slot = lk.slot;
-    ctx->has_lease = true;
-    ctx->lease = lk;
+    lease_context(step, ids, n, &lk);
     mstar_step_admit_result ar;
     assert_mstar_status(mstar_step_runner_admit(f->sr, step, &ar), MSTAR_EINVAL);
     assert_non_null(strstr(mstar_last_error(), "cg_key_info 'nocfg' is not its lease's"));
@@ -617,12 +619,7 @@ static void test_key_info_mismatch_at_replay_is_refused(void **state)
     mstar_step_reset(step);
     f->toy.key_info = "cfg";
     assert_mstar_ok(declare_step(&f->toy, "decode", ids, rows, n, step, &declared));
-    ctx = mstar_step_context(step);
-    ctx->request_ids = ids;
-    ctx->n_requests = n;
-    ctx->slot = lk.slot;
-    ctx->has_lease = true;
-    ctx->lease = lk;
+    lease_context(step, ids, n, &lk);
     assert_mstar_ok(mstar_step_runner_admit(f->sr, step, &ar));
     assert_true(ar.ok);
     assert_mstar_ok(mstar_step_runner_plan(f->sr, step));
