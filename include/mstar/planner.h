@@ -254,7 +254,7 @@ typedef struct mstar_capture_startup {
 typedef struct mstar_capture_report {
     uint64_t free_bytes;        /* free memory the plan saw (agreed: the least of any rank) */
     uint64_t floor;             /* the largest eager step */
-    uint64_t predicted;         /* Σ predicted pool bytes of the plan */
+    uint64_t predicted;         /* Σ predicted pool bytes of the plan, each in whole segments */
     uint64_t predicted_outside; /* Σ predicted executable bytes beyond the reused copies */
     uint64_t taken;             /* Σ pool bytes the real captures reserved */
     uint64_t outside;           /* free-memory drop of the captures beyond `taken` */

@@ -166,6 +166,16 @@ MSTAR_API mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_ru
 
 /* Pages in the pool that nobody holds. */
 MSTAR_API int32_t mstar_kv_cache_free_pages(const mstar_kv_cache *kv);
+
+typedef struct mstar_rank_group mstar_rank_group; /* mstar/planner.h */
+/* The TP group whose ranks hold this cache's twins (NULL, the default: this rank alone). Kept,
+ * not owned: it must outlive the cache's last validation. */
+MSTAR_API void mstar_kv_cache_set_tp_group(mstar_kv_cache *kv, mstar_rank_group *group);
+/* The reference's post-warm-up TP-symmetry check, which a registered cache also runs from
+ * mstar_step_runner_post_warmup_validate: one agreement across the TP group (collective: every
+ * rank calls it); MSTAR_ESTATE on every rank when their free page counts differ, naming the
+ * fewest and the most. With no group it checks nothing. */
+MSTAR_API mstar_status mstar_kv_cache_post_warmup_validate(mstar_kv_cache *kv);
 /* The configuration the cache was built with. */
 MSTAR_API const mstar_kv_cache_config *mstar_kv_cache_config_of(const mstar_kv_cache *kv);
 /* A request's stream for `label`: its committed length and the pages it holds (valid until the

@@ -230,7 +230,8 @@ MSTAR_API void mstar_step_runner_remove_request(mstar_step_runner *sr, int64_t r
 MSTAR_API mstar_status mstar_step_runner_claim(mstar_step_runner *sr,
                                                const mstar_cg_slot_spec *specs, size_t n,
                                                int64_t max_bs, int64_t max_seq_len);
-/* Build every resource's graph buffers once, over all claims. MSTAR_ESTATE when called again. */
+/* Build every resource's graph buffers once, over all claims. Called again it does nothing
+ * (no claim can follow the build, so there is nothing to grow) and returns MSTAR_OK. */
 MSTAR_API mstar_status mstar_step_runner_build_graph_buffers(mstar_step_runner *sr);
 MSTAR_API bool mstar_step_runner_buffers_built(const mstar_step_runner *sr);
 MSTAR_API mstar_status mstar_step_runner_post_warmup_validate(mstar_step_runner *sr);

@@ -270,6 +270,13 @@ bool mstar__allocator_owns(mstar__allocator *a, const void *ptr)
     return owns;
 }
 
+uint64_t mstar__allocator_kept_charge(size_t nbytes)
+{
+    size_t size = nbytes == 0 ? 1 : nbytes;
+    size = (size + MSTAR__BLOCK_ROUND - 1) / MSTAR__BLOCK_ROUND * MSTAR__BLOCK_ROUND;
+    return size > MSTAR__SMALL_LIMIT ? whole_segments(size) : size;
+}
+
 mstar_status mstar__allocator_adopt(mstar__allocator *a, uint64_t tag, mstar__vec *ptrs,
                                     uint64_t *bytes)
 {
@@ -285,7 +292,7 @@ mstar_status mstar__allocator_adopt(mstar__allocator *a, uint64_t tag, mstar__ve
         st = mstar__vec_push(ptrs, &p);
         if (st == MSTAR_OK) {
             b->graph_owned = true;
-            *bytes += b->size > MSTAR__SMALL_LIMIT ? whole_segments(b->size) : b->size;
+            *bytes += mstar__allocator_kept_charge(b->size);
         }
     }
     pthread_mutex_unlock(&a->lock);

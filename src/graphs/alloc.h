@@ -55,6 +55,8 @@ mstar_status mstar__allocator_alloc(mstar__allocator *a, size_t nbytes, uint64_t
  * `force`. */
 mstar_status mstar__allocator_free(mstar__allocator *a, void *ptr, bool force);
 bool mstar__allocator_owns(mstar__allocator *a, const void *ptr);
+/* What a kept block of nbytes holds of the allocator, as mstar__allocator_adopt counts it. */
+uint64_t mstar__allocator_kept_charge(size_t nbytes);
 /* Mark the live blocks tagged `tag` as owned by a graph; append their pointers to `ptrs` (void *
  * elements) and add to *bytes what they hold of the allocator: a block over MSTAR__SMALL_LIMIT
  * counts as its size rounded up to MSTAR__SEGMENT_ROUND, the segment such a block is given. */

@@ -80,6 +80,7 @@ struct mstar_backend {
     mstar__vec pools;         /* mstar_graph_pool *, for mstar_free outside a capture */
     mstar__allocator caching; /* the ordinary allocator */
     atomic_int capturing;     /* streams of this backend capturing now */
+    bool host_async;          /* host backend: streams made from now on run on worker threads */
 };
 
 struct mstar_stream {
@@ -98,13 +99,15 @@ struct mstar_stream {
      * share a stream (the host backend serialises their work, not these counts). */
     mstar_event *_Atomic last_waited;
     _Atomic uint64_t waits;
-    _Atomic uint64_t enqueued; /* copies, memsets and launches enqueued, for the same tests */
+    _Atomic uint64_t enqueued;  /* copies, memsets and launches enqueued, for the same tests */
+    struct host_worker *worker; /* host backend, asynchronous streams: the thread running them */
 };
 
 struct mstar_event {
     mstar_backend *backend;
     void *native;              /* cudaEvent_t; NULL on the host backend */
     mstar_stream *last_stream; /* the stream of the last record, or NULL */
+    struct host_event *host;   /* host backend: records made and completed */
 };
 
 struct mstar_graph {
@@ -119,6 +122,16 @@ struct mstar_graph {
     mstar__vec pool_blocks;    /* void *: pool blocks live at capture end */
     mstar__vec caching_blocks; /* void *: output buffers from the caching allocator */
 };
+
+/*
+ * Host backend, for tests of ordering across streams (graph-runner-spec §8.4): streams created
+ * after this call each run their work on a thread of their own, in order, and events are real —
+ * a record completes when its stream's thread reaches it, a wait holds the waiting stream (or,
+ * for a synchronous stream, the caller) until then. Results are there only after a
+ * synchronisation, as on a GPU. Off by default: the demo, the benchmarks and most tests keep the
+ * synchronous streams, where work has run when the call returns.
+ */
+void mstar__host_backend_set_async(mstar_backend *b, bool async);
 
 /* Backend constructors. */
 mstar_status mstar__host_backend_create(mstar_backend *b);

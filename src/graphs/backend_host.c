@@ -7,11 +7,18 @@
  * it; a replay runs the records in order. That is what lets the runner's buckets, slots, padding,
  * staging and pools run in CI exactly as they do on a GPU.
  *
+ * Asynchronous mode (mstar__host_backend_set_async, for ordering tests): each stream made after
+ * it runs its queue on a worker thread of its own, in order; an event record completes when the
+ * stream's thread reaches it, and a wait holds the waiting stream's thread (a synchronous
+ * stream: the caller) until the record it waits for completed. So work on two streams overlaps
+ * and only events order it, as on a GPU, and a test can see a missing wait.
+ *
  * Memory info reads the budget (MSTAR_HOST_MEMORY_BUDGET_MB, or mstar_backend_set_memory_budget):
  * free = budget − raw bytes held, and raw allocations past the budget fail. No budget: plenty.
  */
 #include "graphs/backend.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,7 +34,181 @@ struct host_call {
 struct host_recording {
     mstar__vec calls; /* struct host_call */
     mstar__vec arena; /* bytes, in 16-byte units so every copy stays aligned */
+    mstar__vec marks; /* struct host_event *: recorded by every launch, after its calls */
 };
+
+/* ---- events ------------------------------------------------------------------------------ */
+
+struct host_event {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    uint64_t recorded;  /* records made */
+    uint64_t completed; /* the latest record its stream has reached */
+};
+
+static uint64_t event_next(struct host_event *h)
+{
+    pthread_mutex_lock(&h->mu);
+    uint64_t gen = ++h->recorded;
+    pthread_mutex_unlock(&h->mu);
+    return gen;
+}
+
+static uint64_t event_last(struct host_event *h)
+{
+    pthread_mutex_lock(&h->mu);
+    uint64_t gen = h->recorded;
+    pthread_mutex_unlock(&h->mu);
+    return gen;
+}
+
+static void event_complete(struct host_event *h, uint64_t gen)
+{
+    pthread_mutex_lock(&h->mu);
+    if (gen > h->completed)
+        h->completed = gen;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void event_wait_for(struct host_event *h, uint64_t gen)
+{
+    pthread_mutex_lock(&h->mu);
+    while (h->completed < gen)
+        pthread_cond_wait(&h->cv, &h->mu);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* ---- asynchronous streams ---------------------------------------------------------------- */
+
+enum item_kind { ITEM_CALL, ITEM_GRAPH, ITEM_MARK, ITEM_WAIT };
+
+struct host_item {
+    enum item_kind kind;
+    mstar_host_fn fn;                   /* CALL, with its own copy of the arguments */
+    void *args;                         /* CALL: malloc'd, freed once run */
+    const struct host_recording *graph; /* GRAPH */
+    struct host_event *event;           /* MARK, WAIT */
+    uint64_t gen;                       /* MARK: the record it completes; WAIT: waited for */
+};
+
+struct host_worker {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    mstar__vec items; /* struct host_item, a queue from head */
+    size_t head;
+    bool busy; /* an item is running */
+    bool stop;
+};
+
+static void run_calls(const struct host_recording *r)
+{
+    for (size_t i = 0; i < r->calls.len; i++) {
+        struct host_call *c = mstar__vec_at(&r->calls, i);
+        c->fn(mstar__vec_at(&r->arena, c->args_offset));
+    }
+}
+
+static void run_item(struct host_item *it)
+{
+    switch (it->kind) {
+    case ITEM_CALL:
+        it->fn(it->args);
+        free(it->args);
+        break;
+    case ITEM_GRAPH:
+        run_calls(it->graph);
+        break;
+    case ITEM_MARK:
+        event_complete(it->event, it->gen);
+        break;
+    case ITEM_WAIT:
+        event_wait_for(it->event, it->gen);
+        break;
+    }
+}
+
+static void *worker_main(void *p)
+{
+    struct host_worker *w = p;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->head == w->items.len && !w->stop)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->head == w->items.len)
+            break; /* stopped, and nothing is left */
+        struct host_item it = *(struct host_item *)mstar__vec_at(&w->items, w->head++);
+        if (w->head == w->items.len)
+            w->head = w->items.len = 0;
+        w->busy = true;
+        pthread_mutex_unlock(&w->mu);
+        run_item(&it);
+        pthread_mutex_lock(&w->mu);
+        w->busy = false;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static mstar_status worker_push(struct host_worker *w, const struct host_item *it)
+{
+    pthread_mutex_lock(&w->mu);
+    mstar_status st = mstar__vec_push(&w->items, it);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return st;
+}
+
+static void worker_drain(struct host_worker *w)
+{
+    pthread_mutex_lock(&w->mu);
+    while (w->head < w->items.len || w->busy)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static mstar_status worker_start(mstar_stream *s)
+{
+    struct host_worker *w = calloc(1, sizeof(*w));
+    if (w == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_stream_create: out of memory");
+    mstar__vec_init(&w->items, sizeof(struct host_item));
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        free(w);
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_stream_create: cannot start the stream's "
+                                             "thread");
+    }
+    s->worker = w;
+    return MSTAR_OK;
+}
+
+static void worker_stop(mstar_stream *s)
+{
+    struct host_worker *w = s->worker;
+    if (w == NULL)
+        return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL); /* it runs what is queued first */
+    mstar__vec_free(&w->items);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+    s->worker = NULL;
+}
+
+void mstar__host_backend_set_async(mstar_backend *b, bool async)
+{
+    b->host_async = async;
+}
 
 struct copy_args {
     void *dst;
@@ -80,6 +261,7 @@ static void recording_free(struct host_recording *r)
         return;
     mstar__vec_free(&r->calls);
     mstar__vec_free(&r->arena);
+    mstar__vec_free(&r->marks);
     free(r);
 }
 
@@ -88,6 +270,20 @@ static mstar_status enqueue(mstar_stream *s, mstar_host_fn fn, const void *args,
 {
     if (s->capturing)
         return record(s->capture_state, fn, args, size);
+    if (s->worker != NULL) {
+        struct host_item it = { .kind = ITEM_CALL, .fn = fn, .args = malloc(size ? size : 1) };
+        if (it.args == NULL)
+            return mstar_error_set(MSTAR_ENOMEM,
+                                   "mstar_launch: out of memory for %zu bytes of "
+                                   "arguments",
+                                   size);
+        if (size != 0)
+            memcpy(it.args, args, size);
+        mstar_status st = worker_push(s->worker, &it);
+        if (st != MSTAR_OK)
+            free(it.args);
+        return st;
+    }
     /* Run on an aligned copy: the caller's bytes carry no alignment promise. */
     unit16 local[8];
     void *copy = local;
@@ -155,45 +351,84 @@ static mstar_status host_mem_info(mstar_backend *b, uint64_t *free_bytes, uint64
 
 static mstar_status host_stream_create(mstar_stream *s)
 {
-    return MSTAR_OK;
+    return s->backend->host_async ? worker_start(s) : MSTAR_OK;
 }
 
 static void host_stream_destroy(mstar_stream *s)
 {
+    worker_stop(s);
 }
 
 static mstar_status host_stream_synchronize(mstar_stream *s)
 {
-    return MSTAR_OK; /* everything already ran */
+    if (s->worker != NULL)
+        worker_drain(s->worker); /* a synchronous stream's work already ran */
+    return MSTAR_OK;
 }
 
+/* Waits for the event's latest record, as it stands now. */
 static mstar_status host_stream_wait_event(mstar_stream *s, mstar_event *e)
 {
-    return MSTAR_OK; /* the event's work already ran */
+    uint64_t gen = event_last(e->host);
+    if (gen == 0)
+        return MSTAR_OK; /* never recorded: nothing to wait for */
+    if (s->worker == NULL) {
+        event_wait_for(e->host, gen); /* only an asynchronous stream can still owe it */
+        return MSTAR_OK;
+    }
+    struct host_item it = { .kind = ITEM_WAIT, .event = e->host, .gen = gen };
+    return worker_push(s->worker, &it);
 }
 
 static mstar_status host_event_create(mstar_event *e)
 {
+    struct host_event *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_event_create: out of memory");
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_cond_init(&h->cv, NULL);
+    e->host = h;
     return MSTAR_OK;
 }
 
 static void host_event_destroy(mstar_event *e)
 {
+    struct host_event *h = e->host;
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
 }
 
 static mstar_status host_event_record(mstar_event *e, mstar_stream *s)
 {
-    return MSTAR_OK;
+    uint64_t gen = event_next(e->host);
+    if (s->worker == NULL) {
+        event_complete(e->host, gen); /* the stream's work already ran */
+        return MSTAR_OK;
+    }
+    struct host_item it = { .kind = ITEM_MARK, .event = e->host, .gen = gen };
+    return worker_push(s->worker, &it);
 }
 
-/* A host replay has run all its work when it returns: the event has nothing to wait for. */
+/* Every launch of the graph records the event once its calls have run (graph_launch). */
 static mstar_status host_event_record_in_capture(mstar_event *e, mstar_stream *s)
 {
-    return MSTAR_OK;
+    struct host_recording *r = s->capture_state;
+    return mstar__vec_push(&r->marks, &e->host);
 }
 
 static mstar_status host_event_query(mstar_event *e)
 {
+    struct host_event *h = e->host;
+    pthread_mutex_lock(&h->mu);
+    bool done = h->completed >= h->recorded;
+    pthread_mutex_unlock(&h->mu);
+    return done ? MSTAR_OK : MSTAR_EAGAIN;
+}
+
+static mstar_status host_event_synchronize(mstar_event *e)
+{
+    event_wait_for(e->host, event_last(e->host));
     return MSTAR_OK;
 }
 
@@ -222,6 +457,7 @@ static mstar_status host_capture_begin(mstar_stream *s)
         return mstar_error_set(MSTAR_ENOMEM, "mstar_stream_begin_capture: out of memory");
     mstar__vec_init(&r->calls, sizeof(struct host_call));
     mstar__vec_init(&r->arena, sizeof(unit16));
+    mstar__vec_init(&r->marks, sizeof(struct host_event *));
     s->capture_state = r;
     return MSTAR_OK;
 }
@@ -243,12 +479,23 @@ static mstar_status host_graph_instantiate(mstar_graph *g, bool keep_graph)
 static mstar_status host_graph_launch(mstar_graph *g, mstar_stream *s)
 {
     struct host_recording *r = g->exec;
-    pthread_mutex_lock(&s->lock);
-    for (size_t i = 0; i < r->calls.len; i++) {
-        struct host_call *c = mstar__vec_at(&r->calls, i);
-        c->fn(mstar__vec_at(&r->arena, c->args_offset));
+    if (s->worker != NULL) {
+        struct host_item it = { .kind = ITEM_GRAPH, .graph = r };
+        mstar_status st = worker_push(s->worker, &it);
+        for (size_t i = 0; st == MSTAR_OK && i < r->marks.len; i++) {
+            struct host_event *h = *(struct host_event **)mstar__vec_at(&r->marks, i);
+            struct host_item mark = { .kind = ITEM_MARK, .event = h, .gen = event_next(h) };
+            st = worker_push(s->worker, &mark);
+        }
+        return st;
     }
+    pthread_mutex_lock(&s->lock);
+    run_calls(r);
     pthread_mutex_unlock(&s->lock);
+    for (size_t i = 0; i < r->marks.len; i++) {
+        struct host_event *h = *(struct host_event **)mstar__vec_at(&r->marks, i);
+        event_complete(h, event_next(h));
+    }
     return MSTAR_OK;
 }
 
@@ -277,7 +524,7 @@ static const mstar__backend_ops host_ops = {
     .event_record = host_event_record,
     .event_record_in_capture = host_event_record_in_capture,
     .event_query = host_event_query,
-    .event_synchronize = host_event_query,
+    .event_synchronize = host_event_synchronize,
     .memcpy_async = host_memcpy_async,
     .memset_async = host_memset_async,
     .launch = host_launch,

@@ -110,6 +110,8 @@ static void bucket_free(const mstar__buckets *set, struct bucket *b)
     free(b->slots);
     free(b->row_lens);
     free(b->declare_rows);
+    mstar__lifetimes_free(&b->hints);
+    mstar_tensor_map_destroy(b->warm_layout);
     free(b);
 }
 
@@ -150,6 +152,7 @@ mstar_status mstar__buckets_add(mstar__buckets *set, const mstar_bucket_key *key
         bucket_free(set, b);
         return mstar_error_set(MSTAR_ENOMEM, "%s: out of memory", set->who);
     }
+    mstar__lifetimes_init(&b->hints);
     b->key = *key;
     b->config_idx = config_idx;
     for (int64_t i = 0; i < key->bs; i++)
@@ -316,7 +319,19 @@ mstar_status mstar__buckets_throwaway(mstar__buckets *set, mstar__spec_fn fn, vo
     mstar_status st = find_or_fail(set, key, &b);
     if (st == MSTAR_OK && out == NULL)
         st = mstar_error_set(MSTAR_EINVAL, "capture_throwaway: out is NULL");
-    mstar__spec_job job = { .capture = true, .flags = flags, .throwaway = out, .stats = stats };
+    bool no_warmup = (flags & MSTAR__CAPTURE_NO_WARMUP) != 0;
+    if (st == MSTAR_OK && no_warmup && !b->warmed) {
+        char name[MSTAR_BUCKET_NAME_MAX];
+        st = mstar_error_set(MSTAR_ESTATE,
+                             "%s: %s was never warmed up, so it cannot be captured "
+                             "without a warm-up",
+                             set->who, mstar_bucket_key_format(&b->key, name, sizeof(name)));
+    }
+    mstar__spec_job job = { .capture = true,
+                            .no_warmup = no_warmup,
+                            .flags = flags & ~MSTAR__CAPTURE_NO_WARMUP,
+                            .throwaway = out,
+                            .stats = stats };
     return st != MSTAR_OK ? st : fn(runner, b, 0, &job, NULL);
 }
 

@@ -10,6 +10,7 @@
 #include "mstar/graphs.h"
 
 #include "core/vec.h"
+#include "graphs/lifetimes.h"
 
 /* One captured graph and the buffers its replay reads and writes (reference AcceleratorGraphSlot,
  * PiecewiseGraphData). */
@@ -39,6 +40,12 @@ struct bucket {
     struct mstar_graph_slot **slots; /* num_slots, NULL until captured */
     int64_t *row_lens;               /* input tokens of each of the bs rows at capture */
     mstar_node_input *declare_rows;  /* the whole-forward runner's declare_inputs_for cache */
+    /* What the bucket's last warm-ups taught, for a capture that runs none (lent sizing, §4.4):
+     * which allocations of the whole forward outlived it (lifetimes.h), and the names, dtypes and
+     * shapes of a piecewise region's outputs (no data). `warmed` once a warm-up ran. */
+    bool warmed;
+    mstar__lifetimes hints;
+    mstar_tensor_map *warm_layout;
 };
 
 typedef struct mstar__buckets {
@@ -78,9 +85,14 @@ mstar_status mstar__buckets_drop(mstar__buckets *set, const mstar_bucket_key *ke
 mstar_status mstar__buckets_claim(mstar__buckets *set, mstar_step_runner *sr,
                                   const mstar_cg_slot_spec **specs, size_t *n);
 
+/* A flag for mstar__buckets_throwaway, above mstar_capture_into_graph's: capture only, with no
+ * warm-up (no forward), from what the bucket's earlier warm-ups recorded. */
+#define MSTAR__CAPTURE_NO_WARMUP (1u << 30)
+
 /* What one warm-up of a (bucket, slot) is asked for. */
 typedef struct mstar__spec_job {
     bool capture;               /* capture it after the warm-ups */
+    bool no_warmup;             /* capture only: the bucket was warmed before (lent sizing) */
     unsigned flags;             /* as mstar_capture_into_graph's */
     mstar_graph **throwaway;    /* non-NULL: the caller takes the graph (sizing) */
     mstar_capture_stats *stats; /* may be NULL */
@@ -110,7 +122,8 @@ mstar_status mstar__spec_finish(const mstar__buckets *set, const struct bucket *
 /* Warm every slot of a bucket without capturing; *peak = the largest peak of its slots. */
 mstar_status mstar__buckets_warm(mstar__buckets *set, mstar__spec_fn fn, void *runner,
                                  const mstar_bucket_key *key, uint64_t *peak);
-/* Capture slot 0 of a bucket once and hand the graph to the caller. */
+/* Capture slot 0 of a bucket once and hand the graph to the caller. With
+ * MSTAR__CAPTURE_NO_WARMUP in flags no warm-up runs (MSTAR_ESTATE if the bucket never warmed). */
 mstar_status mstar__buckets_throwaway(mstar__buckets *set, mstar__spec_fn fn, void *runner,
                                       const mstar_bucket_key *key, unsigned flags,
                                       mstar_graph **out, mstar_capture_stats *stats);

@@ -76,9 +76,15 @@ static mstar_dummy_rows *w_rows(void *r)
     return mstar_graph_runner_dummy_rows(r);
 }
 
+static bool w_kept_hint(const void *r, const mstar_bucket_key *key, uint64_t *bytes)
+{
+    const struct bucket *b = mstar__buckets_find(&((const mstar_graph_runner *)r)->set, key);
+    return b != NULL && b->warmed && mstar__lifetimes_kept_bytes(&b->hints, bytes);
+}
+
 static const mstar__capturer_ops whole_ops = {
     w_name, w_pool,      w_step_runner, w_num_slots, w_buckets, w_config_idx, w_prepare,
-    w_warm, w_throwaway, w_capture,     w_dropped,   w_drop,    w_rows,
+    w_warm, w_throwaway, w_capture,     w_dropped,   w_drop,    w_rows,       w_kept_hint,
 };
 
 mstar__capturer mstar__capturer_whole(mstar_graph_runner *runner)
@@ -156,7 +162,7 @@ static mstar_dummy_rows *p_rows(void *r)
 
 static const mstar__capturer_ops piecewise_ops = {
     p_name, p_pool,      p_step_runner, p_num_slots, p_buckets, p_config_idx, p_prepare,
-    p_warm, p_throwaway, p_capture,     p_dropped,   p_drop,    p_rows,
+    p_warm, p_throwaway, p_capture,     p_dropped,   p_drop,    p_rows,       NULL,
 };
 
 mstar__capturer mstar__capturer_piecewise(mstar_piecewise_runner *runner)

@@ -26,6 +26,9 @@ typedef struct mstar__capturer_ops {
     const mstar_bucket_key *(*dropped)(const void *r, size_t *n);
     mstar_status (*drop)(void *r, const mstar_bucket_key *key);
     mstar_dummy_rows *(*rows)(void *r);
+    /* The pool bytes a capture of `key` would keep, from its own last warm-up (lifetimes.h);
+     * false when unknown (not warmed, or a piecewise region, whose outputs leave the pool). */
+    bool (*kept_hint)(const void *r, const mstar_bucket_key *key, uint64_t *bytes);
 } mstar__capturer_ops;
 
 typedef struct mstar__capturer {

@@ -38,6 +38,20 @@ void mstar__lifetimes_apply(mstar_stream *s, mstar__lifetimes *lt)
     s->applying = lt;
 }
 
+bool mstar__lifetimes_kept_bytes(const mstar__lifetimes *lt, uint64_t *bytes)
+{
+    if (lt->allocs.len == 0 || lt->diverged)
+        return false;
+    uint64_t sum = 0;
+    for (size_t i = 0; i < lt->allocs.len; i++) {
+        const struct mstar__lifetime *l = mstar__vec_at(&lt->allocs, i);
+        if (l->outlived)
+            sum += mstar__allocator_kept_charge(l->nbytes);
+    }
+    *bytes = sum;
+    return true;
+}
+
 void mstar__lifetimes_note_alloc(mstar_stream *s, size_t nbytes, void *ptr)
 {
     mstar__lifetimes *lt = s->recording;

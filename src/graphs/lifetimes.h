@@ -37,6 +37,11 @@ void mstar__lifetimes_record(mstar_stream *s, mstar__lifetimes *lt);
 /* Hint stream s's capture allocations from lt, from its first; NULL stops. */
 void mstar__lifetimes_apply(mstar_stream *s, mstar__lifetimes *lt);
 
+/* What a capture of the recorded run keeps in its pool, as its stats would count it: the
+ * allocator's charge (mstar__allocator_kept_charge) of every allocation that outlived the run.
+ * False when the recording is empty or lost a note. */
+bool mstar__lifetimes_kept_bytes(const mstar__lifetimes *lt, uint64_t *bytes);
+
 /* backend.c's mstar_alloc / mstar_free outside a capture: note them while s records. */
 void mstar__lifetimes_note_alloc(mstar_stream *s, size_t nbytes, void *ptr);
 void mstar__lifetimes_note_free(mstar_stream *s, void *ptr);

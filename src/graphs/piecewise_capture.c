@@ -113,6 +113,27 @@ static mstar_status warm_up(struct region_run *rr)
     return st;
 }
 
+/* Keep the names, dtypes and shapes of the last warm-up's outputs in the shape, for a capture
+ * that runs no warm-up (lent sizing) but must size its static output buffers the same way. */
+static mstar_status keep_layout(struct region_run *rr)
+{
+    mstar_tensor_map *layout = NULL;
+    mstar_status st = mstar_tensor_map_create(&layout);
+    for (size_t i = 0; st == MSTAR_OK && i < mstar_tensor_map_count(rr->warm); i++) {
+        mstar_tensor t = *mstar_tensor_map_at(rr->warm, i);
+        t.data = NULL; /* the warm-up's bytes are gone once it is destroyed */
+        st = mstar_tensor_map_set(layout, mstar_tensor_map_name(rr->warm, i), &t);
+    }
+    if (st != MSTAR_OK) {
+        mstar_tensor_map_destroy(layout);
+        return st;
+    }
+    mstar_tensor_map_destroy(rr->shape->warm_layout);
+    rr->shape->warm_layout = layout;
+    rr->shape->warmed = true;
+    return MSTAR_OK;
+}
+
 /* Warm one spec up (mstar__spec_fn) and, as the job asks, capture it. */
 static mstar_status run_spec(void *runner, struct bucket *shape, int32_t slot,
                              const mstar__spec_job *job, struct mstar_graph_slot **slot_out)
@@ -140,13 +161,16 @@ static mstar_status run_spec(void *runner, struct bucket *shape, int32_t slot,
     mstar__spec_peak_begin(backend, &base);
     if (st == MSTAR_OK)
         st = prepare(&rr, true);
-    if (st == MSTAR_OK)
+    if (st == MSTAR_OK && !job->no_warmup)
         st = warm_up(&rr);
+    if (st == MSTAR_OK && !job->no_warmup)
+        st = keep_layout(&rr);
     mstar__spec_peak_end(backend, base, job);
     if (st == MSTAR_OK && job->capture)
         st = mstar__step_runner_replay_event(pw->sr, slot, &rr.replayed);
+    const mstar_tensor_map *layout = job->no_warmup ? shape->warm_layout : rr.warm;
     if (st == MSTAR_OK && job->capture)
-        st = mstar_capture_with_static_outputs(pw->stream, pw->pool, capture_region, &rr, rr.warm,
+        st = mstar_capture_with_static_outputs(pw->stream, pw->pool, capture_region, &rr, layout,
                                                job->flags, &rr.g->graph, rr.g->static_outputs,
                                                job->stats);
     /* Every exit path: the rows hold nothing once this spec is done (§8.30). */

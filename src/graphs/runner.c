@@ -502,8 +502,12 @@ mstar_status mstar_graph_runner_declare_inputs_for(mstar_graph_runner *r,
 mstar_status mstar_graph_runner_release(mstar_graph_runner *r, const mstar_slot_lease *lease,
                                         int64_t real_bs)
 {
+    /* A negative count would index the slot's padding rows before their start. */
+    if (real_bs < 0)
+        return mstar_error_set(MSTAR_EINVAL, "graph runner %s: release with real_bs %lld < 0",
+                               r->name, (long long)real_bs);
     const struct bucket *b = NULL;
-    mstar_status st = lease_check(r, lease, real_bs < 0 ? 0 : (size_t)real_bs, &b);
+    mstar_status st = lease_check(r, lease, (size_t)real_bs, &b);
     if (st != MSTAR_OK)
         return st;
     const struct mstar_graph_slot *s = b->slots[lease->slot];

@@ -152,13 +152,12 @@ static mstar_status run_spec(void *runner, struct bucket *b, int32_t slot,
     if (st == MSTAR_OK)
         st = mstar_stream_synchronize(r->stream);
     /* Each warm-up notes which of its allocations outlive the forward; the capture, which makes
-     * the same ones, keeps those apart from the pool's shared scratch (lifetimes.h). */
-    mstar__lifetimes lifetimes;
-    mstar__lifetimes_init(&lifetimes);
-    for (int w = 0; st == MSTAR_OK && w < MSTAR_NUM_WARMUP; w++) {
+     * the same ones, keeps those apart from the pool's shared scratch (lifetimes.h). The bucket
+     * keeps the notes for a capture without warm-ups (lent sizing: no forward runs there). */
+    for (int w = 0; st == MSTAR_OK && !job->no_warmup && w < MSTAR_NUM_WARMUP; w++) {
         mstar_tensor_map *outs = NULL;
         st = mstar_tensor_map_create(&outs);
-        mstar__lifetimes_record(r->stream, job->capture ? &lifetimes : NULL);
+        mstar__lifetimes_record(r->stream, &b->hints);
         if (st == MSTAR_OK)
             st = forward_of(r, b)(r->sub_self, r->step, sr.s->static_inputs, outs);
         mstar__lifetimes_record(r->stream, NULL);
@@ -172,18 +171,19 @@ static mstar_status run_spec(void *runner, struct bucket *b, int32_t slot,
     }
     if (st == MSTAR_OK)
         st = mstar_stream_synchronize(r->stream);
+    if (st == MSTAR_OK && !job->no_warmup)
+        b->warmed = true;
     mstar__spec_peak_end(backend, base, job);
     if (st == MSTAR_OK && job->capture)
         st = mstar__step_runner_replay_event(r->sr, slot, &sr.replayed);
     if (st == MSTAR_OK && job->capture) {
-        mstar__lifetimes_apply(r->stream, &lifetimes);
+        mstar__lifetimes_apply(r->stream, &b->hints);
         st = mstar_capture_into_graph(r->stream, r->pool, capture_run, &sr, job->flags,
                                       &sr.s->graph, job->stats);
         mstar__lifetimes_apply(r->stream, NULL);
         /* The outputs live in the graph's pool blocks now; the map only views them. */
         mstar__tensor_map_disown(sr.s->static_outputs);
     }
-    mstar__lifetimes_free(&lifetimes);
     /* Back to clean rows; their storage stays until release_all, for the next capture. */
     mstar_status reset = sr.rows == NULL
                              ? MSTAR_OK
@@ -261,8 +261,11 @@ static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lea
                                r->name);
     if (pre == NULL)
         return mstar_error_set(MSTAR_EINVAL, "run_forward(%s): preprocessed is NULL", r->name);
-    mstar_status st = mstar__stage_inputs(r->stream, r->who, s->static_inputs, &s->seq_dims, pre,
-                                          false, &r->warned);
+    mstar_status st = mstar__step_runner_check_replay_key(r->sr, lease, r->name);
+    if (st != MSTAR_OK)
+        return st;
+    st = mstar__stage_inputs(r->stream, r->who, s->static_inputs, &s->seq_dims, pre, false,
+                             &r->warned);
     if (st != MSTAR_OK)
         return st;
     if (plan_done != NULL) {

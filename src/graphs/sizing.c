@@ -11,6 +11,7 @@
  */
 #include "graphs/capturer.h"
 
+#include "graphs/buckets.h"
 #include "graphs/pool.h"
 #include "graphs/rank_group.h"
 
@@ -60,8 +61,10 @@ static uint64_t scratch_of(const mstar_capture_stats *stats, uint64_t kept_grown
 }
 
 /* One throwaway capture of bucket i: its graph, kept and outside bytes; with `em`, also the
- * walk's executable-memory measurement on the kept graph. The caller met the barrier. */
-static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memory *em)
+ * walk's executable-memory measurement on the kept graph. `flags` adds to KEEP_GRAPH (lent
+ * sizing: MSTAR__CAPTURE_NO_WARMUP). The caller met the barrier, if one is needed. */
+static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memory *em,
+                              unsigned flags)
 {
     mstar_graph_pool *pool = s->c.ops->pool(s->c.r);
     mstar_backend *backend = mstar_graph_pool_backend(pool);
@@ -77,7 +80,8 @@ static mstar_status throwaway(mstar_capture_sizing *s, size_t i, mstar_exec_memo
     mstar_capture_stats stats;
     uint64_t kept_before = mstar__pool_reserved_kept(pool);
     if (st == MSTAR_OK)
-        st = s->c.ops->throwaway(s->c.r, &s->costs[i].key, MSTAR_CAPTURE_KEEP_GRAPH, &g, &stats);
+        st = s->c.ops->throwaway(s->c.r, &s->costs[i].key, MSTAR_CAPTURE_KEEP_GRAPH | flags, &g,
+                                 &stats);
     /* The throwaway's own warm-ups cached segments again; they are not the graph's. */
     if (st == MSTAR_OK)
         st = mstar_caching_trim(backend, NULL);
@@ -149,7 +153,34 @@ static mstar_status warm_all(mstar_capture_sizing *s)
     return MSTAR_OK;
 }
 
-/* Each walk's largest bucket, thrown away; the rest of the walk takes its numbers. */
+/*
+ * Bucket i, not captured on its own, takes its walk's largest bucket's cost as an upper bound —
+ * except for what it keeps, where its own last warm-up says better. A graph keeps what its
+ * forward returns (the outputs, which scale with the batch), so pricing every bucket at the
+ * largest's kept bytes summed, over 7 batch sizes and 2 slots, 14 times the largest's output
+ * where the captures kept 2·(1 + 2 + … + 64)/64 ≈ 4 times it: the pool predicted 228 MiB for
+ * 66 MiB taken on the H200 when every bucket fitted. The warm-up just before sizing ran the
+ * same forward on the same shapes, and what it had not freed when the forward returned is what
+ * the capture keeps (lifetimes.h), charged as the pool charges it; its scratch beyond that
+ * (graph − kept) stays the largest's, since the pool holds only the largest scratch anyway.
+ */
+static void take_walks_cost(mstar_capture_sizing *s, size_t i, const mstar_capture_cost *big)
+{
+    mstar_capture_cost *c = &s->costs[i].cost;
+    c->has_graph = big->has_graph;
+    c->graph = big->graph;
+    c->kept = big->kept;
+    c->outside = big->outside;
+    uint64_t kept;
+    if (big->has_graph && s->c.ops->kept_hint != NULL &&
+        s->c.ops->kept_hint(s->c.r, &s->costs[i].key, &kept) && kept < big->kept) {
+        c->kept = kept;
+        c->graph = kept + (big->graph - big->kept);
+    }
+}
+
+/* Each walk's largest bucket, thrown away; the rest of the walk takes its numbers. The capture
+ * runs no warm-up: warm_all just ran them, and left what the capture needs in the bucket. */
 static mstar_status size_walks(mstar_capture_sizing *s)
 {
     for (size_t w = 0; w < s->nwalks; w++) {
@@ -159,7 +190,7 @@ static mstar_status size_walks(mstar_capture_sizing *s)
         if (st != MSTAR_OK)
             return st;
         if (!s->own[big])
-            st = throwaway(s, big, s->walks[w].em);
+            st = throwaway(s, big, s->walks[w].em, MSTAR__CAPTURE_NO_WARMUP);
         if (st != MSTAR_OK) {
             char name[MSTAR_BUCKET_NAME_MAX];
             mstar_log(MSTAR_LOG_WARN,
@@ -171,13 +202,8 @@ static mstar_status size_walks(mstar_capture_sizing *s)
             s->own[big] = true;
         }
         for (size_t i = big + 1; i < s->n; i++) {
-            mstar_capture_cost *c = &s->costs[i].cost;
-            if ((size_t)c->executable != w || s->own[i])
-                continue;
-            c->has_graph = s->costs[big].cost.has_graph;
-            c->graph = s->costs[big].cost.graph;
-            c->kept = s->costs[big].cost.kept;
-            c->outside = s->costs[big].cost.outside;
+            if ((size_t)s->costs[i].cost.executable == w && !s->own[i])
+                take_walks_cost(s, i, &s->costs[big].cost);
         }
     }
     return MSTAR_OK;
@@ -234,19 +260,21 @@ mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
     return mstar__size_captures(mstar__capturer_piecewise(runner), barrier, out);
 }
 
+/*
+ * Every bucket this rank sized but did not capture on its own yet, captured once and thrown away
+ * (§4.4). No forward and no barrier: sizing's warm-ups already ran every forward and left what
+ * the capture needs in the bucket (lifetimes, output layout), and a capture records a
+ * collective without running it. So ranks whose own lists differ (one warmed a bucket another
+ * could not) each capture their own, and none waits on another or runs a collective alone.
+ */
 mstar_status mstar_size_lent_captures(mstar_capture_sizing *s, bool wanted)
 {
     if (s == NULL)
         return mstar_error_set(MSTAR_EINVAL, "size_lent_captures: sizing is NULL");
     for (size_t i = 0; wanted && i < s->n; i++) {
-        if (s->walks[s->costs[i].cost.executable].largest == i)
-            continue; /* sized already, on every rank */
-        mstar_status st = meet(s);
-        if (st != MSTAR_OK)
-            return st;
         if (s->own[i])
-            continue;
-        st = throwaway(s, i, NULL);
+            continue; /* sized already, or not capturable */
+        mstar_status st = throwaway(s, i, NULL, MSTAR__CAPTURE_NO_WARMUP);
         if (st != MSTAR_OK) {
             char name[MSTAR_BUCKET_NAME_MAX];
             mstar_log(MSTAR_LOG_WARN,

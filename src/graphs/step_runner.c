@@ -13,9 +13,11 @@
 
 #include "core/vec.h"
 #include "graphs/backend.h"
+#include "mstar/piecewise.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +46,10 @@ struct mstar_step_runner {
      * of the slot was captured), and whether such a graph has been launched since. */
     mstar_event *slot_events[MSTAR__MAX_SLOTS];
     atomic_bool slot_replayed[MSTAR__MAX_SLOTS];
+    /* By slot, under lease_lock: the cg_key_info of the last leased step planned for it
+     * (planned_key_set; the key may be NULL), which run_forward checks its lease against. */
+    char *planned_key[MSTAR__MAX_SLOTS];
+    bool planned_key_set[MSTAR__MAX_SLOTS];
 };
 
 mstar_status mstar_step_runner_create(mstar_backend *b, mstar_stream *compute,
@@ -80,8 +86,10 @@ void mstar_step_runner_destroy(mstar_step_runner *sr)
         return;
     for (size_t i = 0; i < sr->resources.len; i++)
         free(((struct resource *)mstar__vec_at(&sr->resources, i))->key);
-    for (int i = 0; i < MSTAR__MAX_SLOTS; i++)
+    for (int i = 0; i < MSTAR__MAX_SLOTS; i++) {
         mstar_event_destroy(sr->slot_events[i]);
+        free(sr->planned_key[i]);
+    }
     mstar__vec_free(&sr->resources);
     mstar__vec_free(&sr->claims);
     mstar_stream_destroy(sr->plan);
@@ -239,17 +247,88 @@ static void default_stream(mstar_step_runner *sr, mstar_step *step)
         ctx->stream = sr->compute;
 }
 
+static bool same_key_info(const char *a, const char *b)
+{
+    return a == b || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+/* A whole-forward replay step (leased, not a capture; a piecewise region's lease names its label
+ * instead) whose cg_key_info is not its lease's bucket's: the graph was captured for steps that
+ * declare something else (§5.1, §8.16). */
+static bool replay_step_of(const mstar_step *step)
+{
+    const mstar_step_ctx *ctx = mstar_step_context((mstar_step *)step);
+    return ctx->has_lease && !ctx->capture && ctx->lease.bucket.graph_walk != NULL &&
+           strcmp(ctx->lease.bucket.graph_walk, MSTAR_PIECEWISE_WALK) != 0;
+}
+
+static mstar_status check_lease_key(const mstar_step *step, const char *what)
+{
+    const mstar_step_ctx *ctx = mstar_step_context((mstar_step *)step);
+    const char *key = mstar_step_cg_key_info(step);
+    if (!replay_step_of(step) || same_key_info(key, ctx->lease.bucket.cg_key_info))
+        return MSTAR_OK;
+    char name[MSTAR_BUCKET_NAME_MAX];
+    return mstar_error_set(MSTAR_EINVAL, "%s: the step's cg_key_info '%s' is not its lease's (%s)",
+                           what, key != NULL ? key : "(none)",
+                           mstar_bucket_key_format(&ctx->lease.bucket, name, sizeof(name)));
+}
+
 mstar_status mstar_step_runner_admit(mstar_step_runner *sr, mstar_step *step,
                                      mstar_step_admit_result *out)
 {
     default_stream(sr, step);
-    return run_admit(sr, step, out, false);
+    mstar_status st = check_lease_key(step, "admit");
+    return st != MSTAR_OK ? st : run_admit(sr, step, out, false);
+}
+
+/* Note the key a replay step of a slot was planned with, for run_forward's check. */
+static mstar_status note_planned_key(mstar_step_runner *sr, const mstar_step *step)
+{
+    const mstar_step_ctx *ctx = mstar_step_context((mstar_step *)step);
+    int32_t slot = ctx->lease.slot;
+    if (!replay_step_of(step) || slot < 0 || slot >= MSTAR__MAX_SLOTS)
+        return MSTAR_OK;
+    const char *key = mstar_step_cg_key_info(step);
+    char *copy = key != NULL ? strdup(key) : NULL;
+    if (key != NULL && copy == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "plan: out of memory");
+    pthread_mutex_lock(&sr->lease_lock);
+    free(sr->planned_key[slot]);
+    sr->planned_key[slot] = copy;
+    sr->planned_key_set[slot] = true;
+    pthread_mutex_unlock(&sr->lease_lock);
+    return MSTAR_OK;
 }
 
 mstar_status mstar_step_runner_plan(mstar_step_runner *sr, mstar_step *step)
 {
     default_stream(sr, step);
-    return run_phase(sr, step, "plan", offsetof(mstar_resource_ops, plan), false);
+    mstar_status st = run_phase(sr, step, "plan", offsetof(mstar_resource_ops, plan), false);
+    return st != MSTAR_OK ? st : note_planned_key(sr, step);
+}
+
+mstar_status mstar__step_runner_check_replay_key(mstar_step_runner *sr,
+                                                 const mstar_slot_lease *lease, const char *who)
+{
+    int32_t slot = lease->slot;
+    if (slot < 0 || slot >= MSTAR__MAX_SLOTS)
+        return MSTAR_OK;
+    pthread_mutex_lock(&sr->lease_lock);
+    bool set = sr->planned_key_set[slot];
+    bool same = !set || same_key_info(sr->planned_key[slot], lease->bucket.cg_key_info);
+    char planned[MSTAR_NAME_MAX + 1] = "(none)";
+    if (!same && sr->planned_key[slot] != NULL)
+        snprintf(planned, sizeof(planned), "%s", sr->planned_key[slot]);
+    pthread_mutex_unlock(&sr->lease_lock);
+    if (same)
+        return MSTAR_OK;
+    char name[MSTAR_BUCKET_NAME_MAX];
+    return mstar_error_set(MSTAR_EINVAL,
+                           "run_forward(%s): the step planned on slot %d declared cg_key_info "
+                           "'%s', not the lease's (%s)",
+                           who, (int)slot, planned,
+                           mstar_bucket_key_format(&lease->bucket, name, sizeof(name)));
 }
 
 mstar_status mstar_step_runner_commit(mstar_step_runner *sr, mstar_step *step)
@@ -275,6 +354,8 @@ mstar_status mstar_step_runner_pre_admit(mstar_step_runner *sr, mstar_step *step
                                          mstar_step_admit_result *out)
 {
     mstar_status st = enter_preplan(sr, step);
+    if (st == MSTAR_OK)
+        st = check_lease_key(step, "pre-admit");
     return st != MSTAR_OK ? st : run_admit(sr, step, out, true);
 }
 
@@ -365,9 +446,11 @@ mstar_status mstar_step_runner_claim(mstar_step_runner *sr, const mstar_cg_slot_
 
 mstar_status mstar_step_runner_build_graph_buffers(mstar_step_runner *sr)
 {
+    /* The reference's resources tolerate repeated builds and only grow. Claims after the build
+     * are refused (they would move buffers captured graphs hold), so a repeat has nothing to
+     * grow: it is a no-op, and the buffers stay where the graphs read them. */
     if (sr->built)
-        return mstar_error_set(MSTAR_ESTATE, "graph buffers are built once per device, after "
-                                             "every runner claimed; this is a second build");
+        return MSTAR_OK;
     for (size_t i = 0; i < sr->resources.len; i++) {
         struct resource *r = res_at(sr, i);
         if (r->ops->build_graph_buffers != NULL &&

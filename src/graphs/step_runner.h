@@ -25,6 +25,10 @@ mstar_status mstar__step_runner_replay_event(mstar_step_runner *sr, int32_t slot
 /* A graph captured with the slot's replay event was launched: pre-plans of `slot` wait for it
  * from now on. One store, no device call; thread-safe against a pre-plan on another thread. */
 void mstar__step_runner_replay_launched(mstar_step_runner *sr, int32_t slot);
+/* run_forward's check (§5.1, §8.16): MSTAR_EINVAL when the last leased step planned for the
+ * lease's slot declared another cg_key_info than the lease's bucket; OK when none was planned. */
+mstar_status mstar__step_runner_check_replay_key(mstar_step_runner *sr,
+                                                 const mstar_slot_lease *lease, const char *who);
 /* Largest max_bs / max_seq_len claimed so far. */
 void mstar__step_runner_claimed_sizes(const mstar_step_runner *sr, int64_t *max_bs,
                                       int64_t *max_seq_len);

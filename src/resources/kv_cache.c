@@ -16,6 +16,8 @@
  */
 #include "mstar/resources.h"
 
+#include "mstar/planner.h"
+
 #include "requests.h"
 #include "resource.h"
 
@@ -46,6 +48,7 @@ struct mstar_kv_cache {
     int32_t slot_rows, slot_tokens;   /* capacity of the slot blocks */
     int32_t eager_rows, eager_tokens; /* capacity of the eager blocks */
     mstar__resource_adapter adapter;  /* what a step runner calls */
+    mstar_rank_group *tp_group;       /* post-warm-up symmetry check; NULL: this rank alone */
 };
 
 static const mstar__resource_class kv_class;
@@ -530,6 +533,43 @@ int32_t mstar_kv_cache_free_pages(const mstar_kv_cache *kv)
     return kv->ring_count;
 }
 
+void mstar_kv_cache_set_tp_group(mstar_kv_cache *kv, mstar_rank_group *group)
+{
+    kv->tp_group = group;
+}
+
+/*
+ * The ranks of a TP group run the same steps on the same requests, so after the warm-ups and
+ * captures every rank's pool must have as many free pages as every other's. A rank that holds
+ * more (a capture's padding rows left resident, a leak) would admit differently from the others
+ * at the first real step, and ranks that admit differently run different steps: a hang in the
+ * first collective. One agreement of (free, −free) with min gives every rank the fewest and the
+ * most free pages at once, so all ranks fail together, naming both.
+ */
+mstar_status mstar_kv_cache_post_warmup_validate(mstar_kv_cache *kv)
+{
+    if (kv == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "kv cache validate: NULL argument");
+    if (kv->tp_group == NULL)
+        return MSTAR_OK;
+    int64_t v[2] = { kv->ring_count, -(int64_t)kv->ring_count };
+    mstar_status st = mstar_agree_across_ranks(kv->tp_group, v, 2, MSTAR_REDUCE_MIN);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("kv cache: post-warm-up symmetry check");
+    if (v[0] == -v[1])
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_ESTATE,
+                           "kv cache: free pages differ across the TP group after warm-up: "
+                           "%lld to %lld (rank %d has %d); the ranks would admit differently",
+                           (long long)v[0], (long long)-v[1],
+                           (int)mstar_rank_group_rank(kv->tp_group), (int)kv->ring_count);
+}
+
+static mstar_status class_validate(void *res)
+{
+    return mstar_kv_cache_post_warmup_validate(res);
+}
+
 const mstar_kv_cache_config *mstar_kv_cache_config_of(const mstar_kv_cache *kv)
 {
     return &kv->cfg;
@@ -624,6 +664,7 @@ static const mstar__resource_class kv_class = {
     .reset = class_reset,
     .remove = class_remove,
     .build = class_build,
+    .post_warmup_validate = class_validate,
 };
 
 mstar_status mstar_kv_cache_register(mstar_kv_cache *kv, mstar_step_runner *step_runner,

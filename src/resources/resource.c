@@ -186,6 +186,13 @@ static mstar_status op_build(void *self, const mstar_cg_slot_spec *specs, size_t
     return ad->cls->build(ad->res, (int32_t)slots, (int32_t)rows, (int32_t)tokens);
 }
 
+static mstar_status op_validate(void *self)
+{
+    const mstar__resource_adapter *ad = self;
+    return ad->cls->post_warmup_validate == NULL ? MSTAR_OK
+                                                 : ad->cls->post_warmup_validate(ad->res);
+}
+
 static const mstar_resource_ops adapter_ops = {
     .supports_preplan = true,
     .admit = op_admit,
@@ -198,6 +205,7 @@ static const mstar_resource_ops adapter_ops = {
     .reset_request = op_reset,
     .remove_request = op_remove,
     .build_graph_buffers = op_build,
+    .post_warmup_validate = op_validate,
 };
 
 mstar_status mstar__resource_adapter_register(mstar__resource_adapter *ad,

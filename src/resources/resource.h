@@ -38,6 +38,8 @@ typedef struct mstar__resource_class {
     mstar_status (*remove)(void *res, int64_t request);
     /* Build the slot buffers: `slots` slots for up to `rows` rows and `tokens` tokens. */
     mstar_status (*build)(void *res, int32_t slots, int32_t rows, int32_t tokens);
+    /* After every capture of the device (startup step 7); NULL: nothing to check. */
+    mstar_status (*post_warmup_validate)(void *res);
 } mstar__resource_class;
 
 typedef struct mstar__resource_adapter {

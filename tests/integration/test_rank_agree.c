@@ -242,6 +242,131 @@ static void test_startup_with_graphs_required_fails_on_every_rank(void **state)
     run("agreerequired", 4, startup_across_ranks, &required);
 }
 
+/* ---- §4.4: size_lent_captures where the ranks' own lists differ ------------------------------
+ */
+
+/* Rank 1 cannot warm bs 4 (its last warm-up fails after the forward's collective), so its plan
+ * leaves a bucket out and both ranks size every bucket on its own; rank 0 has bs 4 to size,
+ * rank 1 not. Lent sizing runs no forward and meets no barrier, so neither rank runs a
+ * collective alone: both finish with the agreed plan (bs 4 dropped everywhere) and replay a
+ * step whose collective both run. */
+static int lent_sizing_with_different_lists(int rank, void *arg)
+{
+    (void)arg;
+    mstar_rank_group *g = join(rank, 2, 30000);
+    MSTAR_RANK_CHECK(rank, g != NULL, "join");
+    static const int64_t sizes[] = { 1, 2, 4, 8 };
+    mstar_test_toy_options o = { .device = mstar_device_cpu(),
+                                 .batch_sizes = sizes,
+                                 .n_batch_sizes = 4,
+                                 .row_floats = 16,
+                                 .scratch_per_row = 1024,
+                                 .collective = g,
+                                 .fail_last_warmup_bs = rank == 1 ? 4 : 0 };
+    mstar_test_toy *t = NULL;
+    MSTAR_RANK_CHECK(rank, mstar_test_toy_create(&o, &t) == MSTAR_OK, "toy");
+    mstar_capture_report rep;
+    mstar_status st = mstar_test_toy_capture_startup(t, g, &rep);
+    MSTAR_RANK_CHECK(rank, st == MSTAR_OK, "startup: %s", mstar_last_error());
+    MSTAR_RANK_CHECK(rank, rep.resized, "the plan left bs 4 out: every rank should resize");
+    MSTAR_RANK_CHECK(rank, rep.buckets == 4 && rep.captured == 3, "buckets %zu, captured %zu",
+                     rep.buckets, rep.captured);
+    mstar_bucket_key k;
+    MSTAR_RANK_CHECK(
+        rank,
+        mstar_graph_runner_select_bucket(mstar_test_toy_runner(t), "decode", 3, 3, NULL, &k) &&
+            k.bs == 8,
+        "bs 3 should fall through to 8");
+    int64_t run, bad;
+    mstar_test_toy_collectives(t, &run, &bad);
+    MSTAR_RANK_CHECK(rank, bad == 0, "%lld of %lld collectives failed", (long long)bad,
+                     (long long)run);
+    /* Only warm-ups ran collectives: sizing's of 4 buckets, the real captures' of 3 (2 slots
+     * each); no throwaway capture ran a forward. */
+    MSTAR_RANK_CHECK(rank, run == (4 + 3) * 2 * MSTAR_NUM_WARMUP, "collectives %lld",
+                     (long long)run);
+    static float x[8 * 16], y[8 * 16];
+    for (int i = 0; i < 8 * 16; i++)
+        x[i] = (float)(rank * 100 + i);
+    bool replayed;
+    MSTAR_RANK_CHECK(rank, mstar_test_toy_step(t, x, 3, y, &replayed) == MSTAR_OK && replayed,
+                     "step: %s", mstar_last_error());
+    MSTAR_RANK_CHECK(rank, memcmp(x, y, 3 * 16 * sizeof(float)) == 0, "outputs");
+    mstar_test_toy_collectives(t, &run, &bad);
+    MSTAR_RANK_CHECK(rank, bad == 0 && run == (4 + 3) * 2 * MSTAR_NUM_WARMUP + 1,
+                     "the replay's collective: %lld run, %lld bad", (long long)run, (long long)bad);
+    mstar_test_toy_destroy(t);
+    mstar_rank_group_destroy(g);
+    return 0;
+}
+
+static void test_lent_sizing_with_different_lists(void **state)
+{
+    (void)state;
+    run("agreelent", 2, lent_sizing_with_different_lists, NULL);
+}
+
+/* ---- the KV cache's post-warm-up TP-symmetry check (§3.1 step 7) ------------------------------
+ */
+
+static int kv_symmetry(int rank, void *arg)
+{
+    (void)arg;
+    mstar_rank_group *g = join(rank, 2, 30000);
+    MSTAR_RANK_CHECK(rank, g != NULL, "join");
+    mstar_backend *b = NULL;
+    mstar_stream *s = NULL;
+    mstar_step_runner *sr = NULL;
+    mstar_kv_cache *kv = NULL;
+    mstar_kv_cache_config cfg = {
+        .num_pages = 10, .page_size = 4, .num_labels = 1, .max_seq_len = 64
+    };
+    MSTAR_RANK_CHECK(rank,
+                     mstar_backend_create(mstar_device_cpu(), &b) == MSTAR_OK &&
+                         mstar_stream_create(b, MSTAR_STREAM_DEFAULT, &s) == MSTAR_OK &&
+                         mstar_step_runner_create(b, s, &sr) == MSTAR_OK &&
+                         mstar_kv_cache_create(&cfg, b, &kv) == MSTAR_OK &&
+                         mstar_kv_cache_register(kv, sr, "kv") == MSTAR_OK,
+                     "setup: %s", mstar_last_error());
+    mstar_kv_cache_set_tp_group(kv, g);
+    MSTAR_RANK_CHECK(rank, mstar_step_runner_post_warmup_validate(sr) == MSTAR_OK, "symmetric: %s",
+                     mstar_last_error());
+    /* Rank 1 keeps a request's 2 pages, as a capture that left padding rows resident would. */
+    if (rank == 1) {
+        mstar_step_segment seg = { 1, 0, 8 };
+        mstar_resource_step step = { &seg, 1, true };
+        mstar_step_admit_result res;
+        MSTAR_RANK_CHECK(rank,
+                         mstar_kv_cache_ingest(kv, 1) == MSTAR_OK &&
+                             mstar_kv_cache_admit(kv, &step, &res) == MSTAR_OK && res.ok,
+                         "admit");
+    }
+    mstar_status st = mstar_step_runner_post_warmup_validate(sr);
+    MSTAR_RANK_CHECK(rank, st == MSTAR_ESTATE, "asymmetric: %s", mstar_status_name(st));
+    MSTAR_RANK_CHECK(rank,
+                     strstr(mstar_last_error(), "free pages differ across the TP group") &&
+                         strstr(mstar_last_error(), "7 to 9"),
+                     "message");
+    if (rank == 1)
+        MSTAR_RANK_CHECK(rank, mstar_kv_cache_remove(kv, 1) == MSTAR_OK, "remove");
+    MSTAR_RANK_CHECK(rank, mstar_kv_cache_post_warmup_validate(kv) == MSTAR_OK,
+                     "symmetric again: %s", mstar_last_error());
+    mstar_step_runner_destroy(sr);
+    mstar_kv_cache_destroy(kv);
+    mstar_stream_destroy(s);
+    mstar_backend_destroy(b);
+    mstar_rank_group_destroy(g);
+    return 0;
+}
+
+/* Free pages that differ across the TP group after warm-up fail every rank, naming the fewest
+ * and the most; equal ones pass. */
+static void test_kv_symmetry_after_warmup(void **state)
+{
+    (void)state;
+    run("agreekv", 2, kv_symmetry, NULL);
+}
+
 /* ---- one rank, and a process playing rank 1 by hand ------------------------------------------ */
 
 static mstar_mesh *impostor_mesh(const char *entity)
@@ -426,6 +551,8 @@ int main(void)
         cmocka_unit_test(test_dead_rank_times_out),
         cmocka_unit_test(test_startup_drops_a_failed_bucket_on_every_rank),
         cmocka_unit_test(test_startup_with_graphs_required_fails_on_every_rank),
+        cmocka_unit_test(test_lent_sizing_with_different_lists),
+        cmocka_unit_test(test_kv_symmetry_after_warmup),
         cmocka_unit_test(test_late_round_is_not_mixed),
         cmocka_unit_test(test_stray_messages_are_dropped),
         cmocka_unit_test(test_create_checks_its_arguments),

@@ -3,6 +3,7 @@
  */
 #include "mstar_test_toy.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,31 @@ struct mstar_test_toy {
     mstar_graph_runner *runner;
     mstar_piecewise_runner *region;
     float *template_row; /* host memory: what capture rows carry */
+    int fail_warmups;    /* warm-ups of o.fail_last_warmup_bs so far */
+    atomic_llong collectives, bad_collectives;
 };
+
+struct collective_args {
+    mstar_test_toy *t;
+    int64_t rows;
+};
+
+/* On the stream: every rank's forward of the same step has the same row count. */
+static void collective_kernel(void *p)
+{
+    struct collective_args *a = p;
+    int64_t v = a->rows;
+    if (mstar_agree_across_ranks(a->t->o.collective, &v, 1, MSTAR_REDUCE_MAX) != MSTAR_OK ||
+        v != a->rows)
+        atomic_fetch_add(&a->t->bad_collectives, 1);
+    atomic_fetch_add(&a->t->collectives, 1);
+}
+
+void mstar_test_toy_collectives(const mstar_test_toy *toy, int64_t *run, int64_t *bad)
+{
+    *run = atomic_load(&toy->collectives);
+    *bad = atomic_load(&toy->bad_collectives);
+}
 
 static mstar_status declare_step(void *self, const char *walk, const int64_t *ids,
                                  const mstar_node_input *inputs, size_t n, mstar_step *step,
@@ -106,6 +131,18 @@ static mstar_status forward(void *self, mstar_step *step, const mstar_tensor_map
     const mstar_tensor *x = mstar_tensor_map_get(in, "x");
     if (x == NULL)
         return mstar_error_set(MSTAR_EINVAL, "toy forward: no input x");
+    mstar_test_toy *t = self;
+    if (t->o.collective != NULL) {
+        struct collective_args a = { t, x->shape[0] };
+        mstar_status st = mstar_launch(ctx->stream, collective_kernel, &a, sizeof(a));
+        if (st != MSTAR_OK)
+            return st;
+    }
+    if (ctx->capture && !mstar_stream_is_capturing(ctx->stream) &&
+        x->shape[0] == t->o.fail_last_warmup_bs &&
+        ++t->fail_warmups == t->o.num_slots * MSTAR_NUM_WARMUP)
+        return mstar_error_set(MSTAR_EDEVICE, "toy: injected warm-up failure at bs %lld",
+                               (long long)x->shape[0]);
     return copy_rows(self, ctx->stream, x, ctx->capture, out);
 }
 

@@ -23,6 +23,12 @@ typedef struct mstar_test_toy_options {
     int64_t fail_capture_bs; /* a capture (not a warm-up) of this bs fails; 0: none */
     const char *name;        /* runner and pool name; NULL: "toy" */
     bool region;             /* add the piecewise region "mlp" (same batch sizes) */
+    /* Each whole forward first enqueues a collective over these ranks (a max of its row count,
+     * checked): warm-ups and replays run it, a capture records it. NULL: none. */
+    mstar_rank_group *collective;
+    /* This bs's last warm-up at sizing (the num_slots × MSTAR_NUM_WARMUP-th, after its
+     * collective) fails: this rank alone cannot plan the bucket. 0: none. */
+    int64_t fail_last_warmup_bs;
 } mstar_test_toy_options;
 
 typedef struct mstar_test_toy mstar_test_toy;
@@ -36,6 +42,8 @@ mstar_backend *mstar_test_toy_backend(mstar_test_toy *toy);
 mstar_step_runner *mstar_test_toy_step_runner(mstar_test_toy *toy);
 mstar_graph_runner *mstar_test_toy_runner(mstar_test_toy *toy);
 mstar_graph_pool *mstar_test_toy_pool(mstar_test_toy *toy);
+/* Collectives the forwards ran, and how many of them failed or disagreed. */
+void mstar_test_toy_collectives(const mstar_test_toy *toy, int64_t *run, int64_t *bad);
 /* The piecewise region, or NULL without opts.region. */
 mstar_piecewise_runner *mstar_test_toy_region(mstar_test_toy *toy);
 

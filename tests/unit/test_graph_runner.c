@@ -20,15 +20,61 @@
 /* ---- the toy submodule ------------------------------------------------------------------------
  */
 
+/* A library's per-stream workspace (§8.25, cuBLAS's): made on the first forward on a stream, and
+ * that first use must not be inside a capture (mstar_lazy refuses it there). */
+struct workspace {
+    mstar_stream *stream;
+    mstar_lazy *lazy;
+    void *buf;
+};
+
+#define MAX_WORKSPACES 4
+
 struct toy {
     int64_t fail_bs; /* a capture of this bs fails (§8.1) */
     int forwards;
     const char *key_info;
     float one_x;
-    mstar_stream *stream; /* the runner's stream, once a test sets it (§8.25) */
-    int off_stream;       /* forwards on any other stream */
-    int captured;         /* forwards inside a capture */
+    bool per_stream_workspace; /* forwards need their stream's workspace (§8.25) */
+    struct workspace ws[MAX_WORKSPACES];
+    int n_ws;
+    int captured; /* forwards inside a capture */
 };
+
+static mstar_status make_workspace(mstar_stream *stream, void *user)
+{
+    struct workspace *w = user;
+    return mstar_alloc(stream, 256, &w->buf);
+}
+
+/* The workspace of `stream`, made on its first use there. */
+static mstar_status use_workspace(struct toy *t, mstar_stream *stream)
+{
+    int i = 0;
+    while (i < t->n_ws && t->ws[i].stream != stream)
+        i++;
+    if (i == t->n_ws) {
+        if (i == MAX_WORKSPACES)
+            return mstar_error_set(MSTAR_ENOSPC, "toy: too many streams");
+        t->ws[i].stream = stream;
+        mstar_status st =
+            mstar_lazy_create("toy workspace", make_workspace, &t->ws[i], &t->ws[i].lazy);
+        if (st != MSTAR_OK)
+            return st;
+        t->n_ws++;
+    }
+    return mstar_lazy_ensure(t->ws[i].lazy, stream);
+}
+
+static void free_workspaces(struct toy *t)
+{
+    for (int i = 0; i < t->n_ws; i++) {
+        if (t->ws[i].buf != NULL)
+            mstar_free(t->ws[i].stream, t->ws[i].buf);
+        mstar_lazy_destroy(t->ws[i].lazy);
+    }
+    t->n_ws = 0;
+}
 
 static mstar_status declare_step(void *self, const char *walk, const int64_t *ids,
                                  const mstar_node_input *inputs, size_t n, mstar_step *step,
@@ -88,8 +134,12 @@ static mstar_status forward(void *self, mstar_step *step, const mstar_tensor_map
     struct toy *t = self;
     mstar_step_ctx *ctx = mstar_step_context(step);
     t->forwards++;
-    t->off_stream += t->stream != NULL && ctx->stream != t->stream;
     t->captured += mstar_stream_is_capturing(ctx->stream);
+    if (t->per_stream_workspace) {
+        mstar_status st = use_workspace(t, ctx->stream);
+        if (st != MSTAR_OK)
+            return st;
+    }
     const mstar_tensor *x = mstar_tensor_map_get(in, "x");
     if (ctx->capture && mstar_stream_is_capturing(ctx->stream) && x->shape[0] == t->fail_bs)
         return mstar_error_set(MSTAR_EDEVICE, "injected capture failure at bs %lld",
@@ -204,11 +254,24 @@ static void map_set_f32(mstar_tensor_map *m, const char *key, float *v, int64_t 
 static void fx_destroy(struct fx *f)
 {
     mstar_graph_runner_destroy(f->r);
+    free_workspaces(&f->toy);
     mstar_step_runner_destroy(f->sr);
     mstar_test_counter_free(&f->kv);
     mstar_graph_pool_destroy(f->pool);
     mstar_test_host_close(f->b, f->s);
     free(f);
+}
+
+/* The context of a step declared over `n` rows `ids` under `lease`. */
+static void lease_context(mstar_step *step, const int64_t *ids, size_t n,
+                          const mstar_slot_lease *lease)
+{
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    ctx->request_ids = ids;
+    ctx->n_requests = n;
+    ctx->slot = lease->slot;
+    ctx->has_lease = true;
+    ctx->lease = *lease;
 }
 
 /* One decode step for `n` real requests 0..n-1 through the runner; returns y. */
@@ -248,12 +311,7 @@ static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_s
     assert_mstar_ok(mstar_step_create(&step));
     bool declared;
     assert_mstar_ok(declare_step(&f->toy, "decode", step_ids, padded, bs, step, &declared));
-    mstar_step_ctx *ctx = mstar_step_context(step);
-    ctx->request_ids = step_ids;
-    ctx->n_requests = bs;
-    ctx->slot = lease->slot;
-    ctx->has_lease = true;
-    ctx->lease = *lease;
+    lease_context(step, step_ids, bs, lease);
     mstar_step_admit_result ar;
     assert_mstar_ok(mstar_step_runner_admit(f->sr, step, &ar));
     assert_true(ar.ok);
@@ -381,10 +439,38 @@ static void test_alias_lease_names_capture_walk(void **state)
     fx_destroy(f);
 }
 
-/* §8.15: declare_inputs_for is cached and read-only: the same rows, bytes unchanged by a declare.
- */
+/* Appends every byte a row set carries (lengths, names, shapes, tensor bytes) to buf. */
+static size_t rows_bytes(const mstar_node_input *rows, size_t n, unsigned char *buf, size_t cap)
+{
+    size_t len = 0;
+#define PUT(p, k)                      \
+    do {                               \
+        assert_true(len + (k) <= cap); \
+        memcpy(buf + len, (p), (k));   \
+        len += (k);                    \
+    } while (0)
+    for (size_t i = 0; i < n; i++) {
+        PUT(&rows[i].seq_len, sizeof(rows[i].seq_len));
+        for (size_t j = 0; j < mstar_tensor_map_count(rows[i].tensors); j++) {
+            const char *name = mstar_tensor_map_name(rows[i].tensors, j);
+            const mstar_tensor *t = mstar_tensor_map_at(rows[i].tensors, j);
+            PUT(name, strlen(name) + 1);
+            PUT(&t->dtype, sizeof(t->dtype));
+            PUT(t->shape, (size_t)t->ndim * sizeof(t->shape[0]));
+            PUT(mstar_tensor_ptr(t), (size_t)mstar_tensor_nbytes(t));
+        }
+    }
+#undef PUT
+    return len;
+}
+
+/* §8.15: declare_inputs_for is cached and read-only: the same rows, holding the config's template
+ * (make_row's bytes), and every byte of them unchanged by a declare over them and by replays of
+ * the bucket and of others (which pad from the same templates). */
 static void test_declare_inputs_for_is_cached_and_unchanged(void **state)
 {
+    for (size_t i = 0; i < 64; i++)
+        template_x[i] = 0.5f + (float)i;
     struct fx *f = fx_create_captured();
     mstar_slot_lease l;
     assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 4, -1, -1, NULL, &l));
@@ -392,17 +478,45 @@ static void test_declare_inputs_for_is_cached_and_unchanged(void **state)
     size_t n, n2;
     assert_mstar_ok(mstar_graph_runner_declare_inputs_for(f->r, &l, &rows, &n));
     assert_int_equal(n, 4);
-    mstar_node_input copy[4];
-    memcpy(copy, rows, sizeof(copy));
+    for (size_t i = 0; i < n; i++) {
+        const mstar_tensor *x = mstar_tensor_map_get(rows[i].tensors, "x");
+        assert_int_equal(rows[i].seq_len, 1);
+        assert_int_equal(x->shape[0], 1);
+        assert_true(((const float *)mstar_tensor_ptr(x))[0] == template_x[0]);
+    }
+    static unsigned char before[4096], after[4096];
+    size_t nb = rows_bytes(rows, n, before, sizeof(before));
     int64_t ids[4] = { 0, 1, 2, 3 };
     mstar_step *step;
     assert_mstar_ok(mstar_step_create(&step));
     bool declared;
     assert_mstar_ok(declare_step(&f->toy, "decode", ids, rows, n, step, &declared));
     mstar_step_destroy(step);
+    float xs[8] = { 9, 8, 7, 6, 5, 4, 3, 2 };
+    mstar_slot_lease used;
+    for (size_t k = 1; k <= 8; k++)
+        replay_step(f, k, xs, &used);
     assert_mstar_ok(mstar_graph_runner_declare_inputs_for(f->r, &l, &again, &n2));
     assert_ptr_equal(again, rows);
-    assert_memory_equal(copy, rows, sizeof(copy));
+    assert_int_equal(n2, n);
+    assert_int_equal(rows_bytes(again, n2, after, sizeof(after)), nb);
+    assert_memory_equal(before, after, nb);
+    fx_destroy(f);
+    memset(template_x, 0, sizeof(template_x));
+}
+
+/* release with a negative real_bs is refused (it would reset rows before the slot's padding
+ * rows), and so is one past the bucket; a valid release still works after both. */
+static void test_release_refuses_bad_real_bs(void **state)
+{
+    struct fx *f = fx_create_captured();
+    mstar_slot_lease l;
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, -1, 2, NULL, &l));
+    assert_mstar_status(mstar_graph_runner_release(f->r, &l, -1), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "real_bs -1"));
+    assert_mstar_status(mstar_graph_runner_release(f->r, &l, l.bucket.bs + 1), MSTAR_EINVAL);
+    assert_mstar_ok(mstar_graph_runner_release(f->r, &l, 1));
+    assert_int_equal(f->kv.pages_used, 0);
     fx_destroy(f);
 }
 
@@ -447,6 +561,87 @@ static void test_key_info_mismatch_at_capture_is_refused(void **state)
         assert_int_equal(f->toy.forwards, 0); /* refused before any warm-up */
         fx_destroy(f);
     }
+}
+
+/* §5.1 / §8.16 at replay: a leased step whose cg_key_info is not its bucket's is refused at admit
+ * (and pre-admit), naming both; and run_forward refuses a lease whose bucket's key is not the one
+ * the step planned on its slot declared. Matching keys replay as before. */
+static void test_key_info_mismatch_at_replay_is_refused(void **state)
+{
+    mstar_graph_config c[2];
+    base_config(&c[0]);
+    base_config(&c[1]);
+    c[1].cg_key_info = "cfg";
+    c[1].replay_graph_walks = NULL;
+    c[1].n_replay_graph_walks = 0;
+    struct fx *f = fx_create(c, 2, -1);
+    f->toy.key_info = "cfg";
+    fx_prepare(f);
+    /* Each config's buckets declare its own key: capture one config at a time. */
+    mstar_bucket_key keyed[4], plain[4];
+    size_t nb, nk = 0, np = 0;
+    const mstar_bucket_key *all = mstar_graph_runner_buckets(f->r, &nb);
+    for (size_t i = 0; i < nb; i++) {
+        if (all[i].cg_key_info != NULL)
+            keyed[nk++] = all[i];
+        else
+            plain[np++] = all[i];
+    }
+    assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, keyed, nk));
+    f->toy.key_info = NULL;
+    assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, plain, np));
+    assert_mstar_ok(mstar_dummy_rows_release_all(mstar_graph_runner_dummy_rows(f->r)));
+    assert_true(mstar_graph_runner_can_run(f->r, "decode", 2, 2, "cfg"));
+    assert_true(mstar_graph_runner_can_run(f->r, "decode", 2, 2, NULL));
+
+    mstar_slot_lease lk, lp;
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, 0, 2, "cfg", &lk));
+    assert_true(mstar_graph_runner_lease_slot(f->r, "decode", 2, 0, 2, NULL, &lp));
+    const mstar_node_input *rows;
+    size_t n;
+    assert_mstar_ok(mstar_graph_runner_declare_inputs_for(f->r, &lk, &rows, &n));
+    int64_t ids[2];
+    assert_mstar_ok(mstar_graph_runner_step_ids(f->r, &lk, NULL, 0, ids));
+    mstar_step *step;
+    assert_mstar_ok(mstar_step_create(&step));
+    bool declared;
+    f->toy.key_info = "nocfg"; /* declared under the keyed lease with another key */
+    assert_mstar_ok(declare_step(&f->toy, "decode", ids, rows, n, step, &declared));
+    lease_context(step, ids, n, &lk);
+    mstar_step_admit_result ar;
+    assert_mstar_status(mstar_step_runner_admit(f->sr, step, &ar), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "cg_key_info 'nocfg' is not its lease's"));
+    assert_non_null(strstr(mstar_last_error(), "key=cfg"));
+    assert_mstar_status(mstar_step_runner_pre_admit(f->sr, step, &ar), MSTAR_EINVAL);
+    assert_int_equal(f->kv.pages_used, 0); /* refused before any resource admitted */
+
+    /* The right key: admitted and planned on slot 0; a replay on the other bucket is refused. */
+    mstar_step_reset(step);
+    f->toy.key_info = "cfg";
+    assert_mstar_ok(declare_step(&f->toy, "decode", ids, rows, n, step, &declared));
+    lease_context(step, ids, n, &lk);
+    assert_mstar_ok(mstar_step_runner_admit(f->sr, step, &ar));
+    assert_true(ar.ok);
+    assert_mstar_ok(mstar_step_runner_plan(f->sr, step));
+    mstar_tensor_map *pre;
+    assert_mstar_ok(mstar_tensor_map_create(&pre));
+    assert_mstar_ok(preprocess(&f->toy, step, rows, n, pre));
+    const mstar_tensor_map *outs = NULL;
+    mstar_signal *started;
+    assert_mstar_ok(mstar_signal_create(&started));
+    assert_mstar_status(mstar_graph_runner_run_forward(f->r, &lp, pre, NULL, started, &outs),
+                        MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "declared cg_key_info 'cfg', not the lease's"));
+    assert_true(mstar_signal_is_set(started)); /* §8.27: waiters released on this path too */
+    assert_null(outs);
+    assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &lk, pre, NULL, NULL, &outs));
+    assert_non_null(outs);
+    assert_mstar_ok(mstar_step_runner_commit(f->sr, step));
+    assert_mstar_ok(mstar_graph_runner_release(f->r, &lk, 0));
+    mstar_signal_destroy(started);
+    mstar_tensor_map_destroy(pre);
+    mstar_step_destroy(step);
+    fx_destroy(f);
 }
 
 /* §8.17 and §8.27: an unknown staging key fails run_forward, and launch_started is still set; a
@@ -722,16 +917,31 @@ static void test_caps_eager_batch_size(void **state)
     fx_destroy(f);
 }
 
-/* §8.25: warm-ups run on the stream the capture then runs on (a library's per-stream workspace
- * is made before the capture, not inside it); one capture per bucket and slot. */
+/* §8.25: warm-ups run on the stream the capture then runs on. The forward needs a workspace of
+ * its stream, made on first use, which a capture refuses to make: had the warm-ups run on any
+ * other stream, every capture would fail and its bucket be dropped. One workspace, made by the
+ * first warm-up; every bucket captured (one capture per bucket and slot) and replaying right. */
 static void test_warmups_run_on_the_capture_stream(void **state)
 {
     struct fx *f = fx_create_base();
-    f->toy.stream = f->s;
+    f->toy.per_stream_workspace = true;
     fx_capture(f);
     assert_int_equal(f->toy.forwards, 4 * 2 * (MSTAR_NUM_WARMUP + 1));
-    assert_int_equal(f->toy.off_stream, 0);
     assert_int_equal(f->toy.captured, 4 * 2);
+    size_t nd;
+    mstar_graph_runner_dropped_buckets(f->r, &nd);
+    assert_int_equal(nd, 0);
+    assert_int_equal(f->toy.n_ws, 1);
+    assert_non_null(f->toy.ws[0].buf);
+    float xs[3] = { 1, 2, 3 };
+    int64_t before[3];
+    memcpy(before, f->kv.lens, sizeof(before));
+    mstar_slot_lease l;
+    const float *y = replay_step(f, 3, xs, &l);
+    assert_int_equal(l.bucket.bs, 4);
+    assert_int_equal(f->toy.n_ws, 1);
+    for (int i = 0; i < 3; i++)
+        assert_true(y[i] == 2.0f * xs[i] + (float)before[i]);
     fx_destroy(f);
 }
 
@@ -810,7 +1020,9 @@ static void test_token_multiplier(void **state)
     fx_destroy(f);
 }
 
-/* §8.26: buffers are built once, after every claim; a later claim or build is refused. */
+/* §8.26: buffers are built once, after every claim; a later claim is refused, and a repeated
+ * build is tolerated as the reference's resources tolerate it: it builds nothing again and moves
+ * no buffer. */
 static void test_claims_then_one_build(void **state)
 {
     struct fx *f = fx_create_base();
@@ -823,8 +1035,10 @@ static void test_claims_then_one_build(void **state)
     assert_int_equal(f->kv.builds, 1);
     float *before = f->kv.plan_buf[0];
     assert_mstar_status(mstar_graph_runner_prepare_for_capture(f->r, NULL, NULL), MSTAR_ESTATE);
-    assert_mstar_status(mstar_step_runner_build_graph_buffers(f->sr), MSTAR_ESTATE);
+    assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
+    assert_int_equal(f->kv.builds, 1);
     assert_mstar_ok(mstar_graph_runner_warmup_and_capture(f->r, NULL, 0));
+    assert_mstar_ok(mstar_step_runner_build_graph_buffers(f->sr));
     assert_ptr_equal(f->kv.plan_buf[0], before);
     assert_int_equal(f->kv.builds, 1);
     fx_destroy(f);
@@ -860,8 +1074,10 @@ int main(void)
         cmocka_unit_test(test_lease_counter_alternates_across_buckets),
         cmocka_unit_test(test_alias_lease_names_capture_walk),
         cmocka_unit_test(test_declare_inputs_for_is_cached_and_unchanged),
+        cmocka_unit_test(test_release_refuses_bad_real_bs),
         cmocka_unit_test(test_key_info_mismatch_misses),
         cmocka_unit_test(test_key_info_mismatch_at_capture_is_refused),
+        cmocka_unit_test(test_key_info_mismatch_at_replay_is_refused),
         cmocka_unit_test(test_staging_keys_and_waiters),
         cmocka_unit_test(test_padding_never_allocates),
         cmocka_unit_test(test_zero_copy_staging),

@@ -461,6 +461,25 @@ static void test_page_accounting_churn(void **state)
 /* The cache and positions as step-runner resources: a shortage is an ok = false result naming the
  * request, not an error; a leased plan lands in the lease's slot; commit honours the payload;
  * pre-plans clear per slot or all at once; bad payloads and double registration are refused. */
+/* The post-warm-up symmetry check: nothing to compare without a TP group, and a group of one
+ * rank agrees with itself whatever the pool holds. */
+static void test_post_warmup_validate_alone(void **state)
+{
+    (void)state;
+    mstar_kv_cache *kv = make_kv(8, 4, 1, 64);
+    assert_mstar_ok(mstar_kv_cache_post_warmup_validate(kv));
+    mstar_rank_group *g;
+    assert_mstar_ok(mstar_rank_group_create_single(&g));
+    mstar_kv_cache_set_tp_group(kv, g);
+    assert_mstar_ok(mstar_kv_cache_ingest(kv, 1));
+    mstar_step_segment seg = { 1, 0, 5 };
+    admit_ok(kv, &seg, 1);
+    assert_mstar_ok(mstar_kv_cache_post_warmup_validate(kv));
+    assert_mstar_status(mstar_kv_cache_post_warmup_validate(NULL), MSTAR_EINVAL);
+    mstar_kv_cache_destroy(kv);
+    mstar_rank_group_destroy(g);
+}
+
 static void test_as_step_runner_resources(void **state)
 {
     (void)state;
@@ -569,6 +588,7 @@ int main(void)
         cmocka_unit_test(test_build_plans_only_grows),
         cmocka_unit_test(test_lifecycle),
         cmocka_unit_test(test_page_accounting_churn),
+        cmocka_unit_test(test_post_warmup_validate_alone),
         cmocka_unit_test(test_as_step_runner_resources),
     };
     return cmocka_run_group_tests(tests, host_group_setup, host_group_teardown);

@@ -9,8 +9,10 @@
 #include "graphs/step_runner.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct res {
     const char *name;
@@ -247,6 +249,151 @@ static void test_preplan_stream_slot_wait_and_clear(void **state)
     mstar_step_destroy(step);
 }
 
+/* ---- §8.4 with real streams: a slow replay and a pre-plan of its slot -------------------------
+ */
+
+/* What the replay and the plan write: the replay's own count of finished replays, and what the
+ * plan saw of it when it ran. */
+struct ordering {
+    atomic_int replays_done;
+    int seen_by_plan[4];
+    int plans;
+};
+
+/* The replay's work: slow, then done. */
+static void slow_replay(void *p)
+{
+    struct ordering *o = *(struct ordering **)p;
+    struct timespec ts = { 0, 30 * 1000 * 1000 };
+    nanosleep(&ts, NULL);
+    atomic_fetch_add(&o->replays_done, 1);
+}
+
+/* The plan's work, on the plan stream: it writes the slot's buffers, which the replay reads. */
+static void plan_writes(void *p)
+{
+    struct ordering *o = *(struct ordering **)p;
+    o->seen_by_plan[o->plans++] = atomic_load(&o->replays_done);
+}
+
+static mstar_status r_pre_admit_nothing(void *self, mstar_step *step, mstar_step_admit_result *out)
+{
+    return MSTAR_OK;
+}
+
+static mstar_status ord_pre_plan(void *self, mstar_step *step)
+{
+    struct ordering *o = self;
+    return mstar_launch(mstar_step_context(step)->stream, plan_writes, &o, sizeof(o));
+}
+
+static const mstar_resource_ops ordering_ops = {
+    .supports_preplan = true,
+    .pre_admit = r_pre_admit_nothing,
+    .pre_plan = ord_pre_plan,
+};
+
+/* On the host backend with asynchronous streams (each runs on a thread of its own, events are
+ * real): replays of slot 1 that take 30 ms each are launched on the compute stream, and right
+ * after each launch a pre-plan of slot 1 runs on the plan stream. The plan must see every
+ * replay before it finished (§8.4: the plan stream waits for the slot's last replay); without
+ * that wait it runs at once, long before the replay's work is done. The compute stream is not
+ * waited for by the host in between, so nothing else orders the two. */
+static void test_preplan_waits_for_a_slow_replay(void **state)
+{
+    (void)state;
+    mstar_backend *b;
+    mstar_stream *s;
+    mstar_step_runner *sr;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &b));
+    mstar__host_backend_set_async(b, true);
+    assert_mstar_ok(mstar_stream_create(b, MSTAR_STREAM_DEFAULT, &s));
+    assert_mstar_ok(mstar_step_runner_create(b, s, &sr));
+    static struct ordering o;
+    memset(&o, 0, sizeof(o));
+    assert_mstar_ok(mstar_step_runner_add_resource(sr, "ord", &ordering_ops, &o, NULL, 0));
+
+    /* The slot's graph: the slow work, then the slot's replay event (as capture_run does). */
+    mstar_event *replayed;
+    assert_mstar_ok(mstar__step_runner_replay_event(sr, 1, &replayed));
+    mstar_graph *g;
+    struct ordering *op = &o;
+    assert_mstar_ok(mstar_stream_begin_capture(s));
+    assert_mstar_ok(mstar_launch(s, slow_replay, &op, sizeof(op)));
+    assert_mstar_ok(mstar__event_record_in_capture(replayed, s));
+    assert_mstar_ok(mstar_stream_end_capture(s, &g));
+    assert_mstar_ok(mstar_graph_instantiate(g, false));
+    assert_int_equal(atomic_load(&o.replays_done), 0); /* captured, not run */
+
+    mstar_step *step;
+    assert_mstar_ok(mstar_step_create(&step));
+    char p = 0;
+    assert_mstar_ok(mstar_step_set_resource(step, "ord", &p, 1));
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    ctx->has_lease = true;
+    ctx->lease.slot = 1;
+    mstar_event *done;
+    assert_mstar_ok(mstar_event_create(b, &done));
+    for (int k = 0; k < 3; k++) {
+        assert_mstar_ok(mstar_graph_launch(g, s));
+        mstar__step_runner_replay_launched(sr, 1);
+        assert_mstar_ok(mstar_step_runner_pre_plan(sr, step, done));
+    }
+    assert_mstar_ok(mstar_event_synchronize(done));
+    assert_mstar_ok(mstar_event_query(done));
+    assert_int_equal(o.plans, 3);
+    for (int k = 0; k < 3; k++)
+        assert_int_equal(o.seen_by_plan[k], k + 1);
+    assert_mstar_ok(mstar_stream_synchronize(s));
+    assert_int_equal(atomic_load(&o.replays_done), 3);
+    mstar_event_destroy(done);
+    mstar_step_destroy(step);
+    mstar_graph_destroy(g);
+    mstar_step_runner_destroy(sr);
+    mstar_stream_destroy(s);
+    mstar_backend_destroy(b);
+}
+
+/* The asynchronous host streams themselves: work runs in order on the stream's thread and is
+ * there after a synchronisation; a record completes when its stream reaches it, and a stream
+ * that waits for it runs nothing after the wait before then. */
+static void test_host_async_streams_and_events(void **state)
+{
+    (void)state;
+    mstar_backend *b;
+    mstar_stream *a, *c;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &b));
+    mstar__host_backend_set_async(b, true);
+    assert_mstar_ok(mstar_stream_create(b, MSTAR_STREAM_DEFAULT, &a));
+    assert_mstar_ok(mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &c));
+    static struct ordering o;
+    memset(&o, 0, sizeof(o));
+    struct ordering *op = &o;
+    mstar_event *e;
+    assert_mstar_ok(mstar_event_create(b, &e));
+    assert_mstar_ok(mstar_event_query(e)); /* nothing recorded: complete */
+    for (int k = 0; k < 2; k++)
+        assert_mstar_ok(mstar_launch(a, slow_replay, &op, sizeof(op)));
+    assert_mstar_ok(mstar_event_record(e, a));
+    assert_mstar_ok(mstar_stream_wait_event(c, e));
+    assert_mstar_ok(mstar_launch(c, plan_writes, &op, sizeof(op)));
+    assert_mstar_ok(mstar_stream_synchronize(c));
+    assert_int_equal(o.plans, 1);
+    assert_int_equal(o.seen_by_plan[0], 2); /* after both of a's, which ran in order */
+    assert_mstar_ok(mstar_event_query(e));
+    /* A copy is there after the stream is synchronised. */
+    static int src[256], dst[256];
+    for (int i = 0; i < 256; i++)
+        src[i] = i * 3;
+    assert_mstar_ok(mstar_memcpy_async(a, dst, src, sizeof(src), MSTAR_MEMCPY_H2H));
+    assert_mstar_ok(mstar_stream_synchronize(a));
+    assert_memory_equal(dst, src, sizeof(src));
+    mstar_event_destroy(e);
+    mstar_stream_destroy(c);
+    mstar_stream_destroy(a);
+    mstar_backend_destroy(b);
+}
+
 static void test_dummy_rid_registry(void **state)
 {
     int64_t a, b, a2;
@@ -324,6 +471,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_dependencies_and_preplan_rule, setup, teardown),
         cmocka_unit_test_setup_teardown(test_preplan_stream_slot_wait_and_clear, setup, teardown),
+        cmocka_unit_test(test_preplan_waits_for_a_slow_replay),
+        cmocka_unit_test(test_host_async_streams_and_events),
         cmocka_unit_test(test_dummy_rid_registry),
         cmocka_unit_test_setup_teardown(test_dummy_rows_pool, setup, teardown),
         cmocka_unit_test(test_signals),
