@@ -75,7 +75,7 @@ static int setup(void **state)
     const char *cfg = demo_write_file("small.yaml", demo_small_config);
     char *argv[] = { "demo", "--config", (char *)cfg, "--requests", "8", NULL };
     assert_int_equal(demo_options_parse(5, argv, &W->opts), 0);
-    assert_mstar_ok(demo_dirs_create(&W->dirs));
+    assert_mstar_ok(demo_dirs_create(&W->dirs, NULL));
     assert_mstar_ok(demo_spawn_worker(&W->opts, 1, &W->dirs, &W->pid));
     demo_link_options lo[] = {
         { "conductor", W->dirs.ipc, NULL, DEMO_TRANSPORT_ARENA, NULL },
