@@ -5,7 +5,7 @@
 #ifndef MSTAR_GRAPHS_POOL_H
 #define MSTAR_GRAPHS_POOL_H
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 /* mstar_alloc / mstar_free on a stream that captures into `pool`. `kind`: MSTAR__SEG_KEPT for a
  * block expected to outlive the capture (lifetimes.h), so that it never splits shared scratch. */

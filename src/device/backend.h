@@ -14,7 +14,7 @@
 
 #include "core/u64map.h"
 #include "core/vec.h"
-#include "graphs/alloc.h"
+#include "device/alloc.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -21,7 +21,7 @@
 #ifndef MSTAR_GRAPHS_LIFETIMES_H
 #define MSTAR_GRAPHS_LIFETIMES_H
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 typedef struct mstar__lifetimes {
     mstar__vec allocs; /* struct mstar__lifetime, in allocation order */

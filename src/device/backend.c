@@ -7,9 +7,9 @@
  * hold allocations to its budget), pinned and registered ranges, and the count of capturing streams
  * that fences the caching allocator.
  */
-#include "graphs/backend.h"
+#include "device/backend.h"
 
-#include "graphs/lifetimes.h"
+#include "device/lifetimes.h"
 #include "graphs/pool.h"
 
 #include <stdlib.h>
