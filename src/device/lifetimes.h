@@ -18,8 +18,8 @@
  * of the capture: everything after it is shared, as without a recording. Hints only place
  * blocks; nothing else depends on them.
  */
-#ifndef MSTAR_GRAPHS_LIFETIMES_H
-#define MSTAR_GRAPHS_LIFETIMES_H
+#ifndef MSTAR_DEVICE_LIFETIMES_H
+#define MSTAR_DEVICE_LIFETIMES_H
 
 #include "device/backend.h"
 
