@@ -9,7 +9,7 @@
  * here a memset of the very block the read lands in — runs before the read's copy (the CUDA
  * event the reader waits for, as the reference reader does). Skips (77) without a GPU.
  */
-#include "../unit/comm_harness.h"
+#include "comm_harness.h"
 
 #include "tensors/comm_internal.h"
 #include "tensors/ucx/ucx_engine.h"
