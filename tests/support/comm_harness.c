@@ -1,0 +1,217 @@
+/*
+ * comm_harness.c — the in-memory message bus and the manager and tensor helpers of the
+ * communication-manager tests (comm_harness.h says what each does).
+ */
+#include "comm_harness.h"
+
+mstar_status bus_send(void *ctx, const char *peer, mstar_msg *msg)
+{
+    sender *s = ctx;
+    bus *b = s->b;
+    if (b->n == BUS_MAX)
+        return mstar_error_set(MSTAR_EAGAIN, "test bus full");
+    bus_msg *m = &b->q[b->n];
+    snprintf(m->peer, sizeof(m->peer), "%s", peer);
+    snprintf(m->from, sizeof(m->from), "%s", s->entity);
+    mstar_msg_init(&m->msg, msg->type);
+    m->msg.request_id = msg->request_id;
+    snprintf(m->msg.from, sizeof(m->msg.from), "%s", s->entity);
+    for (uint32_t i = 0; i < msg->ncounts; i++)
+        mstar_msg_add_count(&m->msg, msg->counts[i].uuid, msg->counts[i].count);
+    for (uint32_t i = 0; i < msg->nuuids; i++)
+        mstar_msg_add_uuid(&m->msg, msg->uuids[i]);
+    b->n++;
+    b->sent++;
+    return MSTAR_OK;
+}
+
+int bus_count(const bus *b, const char *peer)
+{
+    int n = 0;
+    for (int i = 0; i < b->n; i++)
+        n += strcmp(b->q[i].peer, peer) == 0;
+    return n;
+}
+
+int bus_deliver(bus *b, const char *peer, mstar_comm *c)
+{
+    int delivered = 0, w = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (strcmp(b->q[i].peer, peer) != 0) {
+            b->q[w++] = b->q[i];
+            continue;
+        }
+        assert_mstar_ok(mstar_comm_handle_message(c, &b->q[i].msg));
+        mstar_msg_clear(&b->q[i].msg);
+        delivered++;
+    }
+    b->n = w;
+    return delivered;
+}
+
+void bus_drop(bus *b, const char *peer)
+{
+    int w = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (strcmp(b->q[i].peer, peer) == 0)
+            mstar_msg_clear(&b->q[i].msg);
+        else
+            b->q[w++] = b->q[i];
+    }
+    b->n = w;
+}
+
+void bus_clear(bus *b)
+{
+    for (int i = 0; i < b->n; i++)
+        mstar_msg_clear(&b->q[i].msg);
+    b->n = 0;
+}
+
+int64_t bus_ack_count(const bus *b, const char *peer, mstar_tensor_id uuid)
+{
+    int64_t n = 0;
+    for (int i = 0; i < b->n; i++) {
+        if (strcmp(b->q[i].peer, peer) != 0)
+            continue;
+        for (uint32_t k = 0; k < b->q[i].msg.ncounts; k++)
+            if (b->q[i].msg.counts[k].uuid == uuid)
+                n += b->q[i].msg.counts[k].count;
+    }
+    return n;
+}
+
+mstar_comm *make_comm_with(const char *entity, mstar_transport_kind kind, const char *dir,
+                           sender *s, mstar_backend *backend)
+{
+    mstar_comm_options o;
+    mstar_comm_options_init(&o);
+    o.entity = entity;
+    o.transport = kind;
+    o.shm_dir = dir;
+    o.send = bus_send;
+    o.send_ctx = s;
+    o.backend = backend;
+    o.enable_prof = true;
+    mstar_comm *c = NULL;
+    assert_mstar_ok(mstar_comm_create(&o, &c));
+    return c;
+}
+
+mstar_comm *make_comm(const char *entity, mstar_transport_kind kind, const char *dir, sender *s)
+{
+    return make_comm_with(entity, kind, dir, s, NULL);
+}
+
+mstar_rid rid_str(const char *s)
+{
+    mstar_rid r;
+    assert_mstar_ok(mstar_rid_from_str(s, &r));
+    return r;
+}
+
+mstar_tensor make_tensor(mstar_dtype dtype, int32_t ndim, const int64_t *shape, uint32_t seed)
+{
+    mstar_tensor t;
+    assert_mstar_ok(mstar_tensor_init(&t, NULL, mstar_device_cpu(), dtype, ndim, shape));
+    size_t n = (size_t)mstar_tensor_nbytes(&t);
+    uint8_t *p = malloc(n + 1);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = (uint8_t)(seed * 131 + i * 7 + (i >> 8));
+    t.data = p;
+    return t;
+}
+
+mstar_tensor make_vector(mstar_dtype dtype, int64_t n, uint32_t seed)
+{
+    return make_tensor(dtype, 1, &n, seed);
+}
+
+mstar_output output_of(const char *signal, mstar_tensor t)
+{
+    mstar_output o;
+    memset(&o, 0, sizeof(o));
+    o.signal = signal;
+    o.tensor = t;
+    return o;
+}
+
+mstar_edge edge_of(const char *name, const char *next, const mstar_tensor_info *infos, uint32_t n)
+{
+    mstar_edge e;
+    mstar_edge_init(&e);
+    snprintf(e.name, sizeof(e.name), "%s", name);
+    snprintf(e.next_node, sizeof(e.next_node), "%s", next);
+    for (uint32_t i = 0; i < n; i++)
+        assert_mstar_ok(mstar_edge_add_tensor(&e, &infos[i]));
+    return e;
+}
+
+void produce(mstar_comm *p, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n, int fanout,
+             mstar_tensor_info *infos)
+{
+    assert_true(n <= 8 && fanout >= 0 && fanout <= 4);
+    mstar_output o[8];
+    memset(o, 0, sizeof(o)); /* compiled apart from its callers, n is not known to be > 0 */
+    for (uint32_t i = 0; i < n; i++)
+        o[i] = output_of("sig", ts[i]);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, o, n, NULL, infos));
+    mstar_tensor_id held[8];
+    for (uint32_t i = 0; i < n; i++)
+        held[i] = infos[i].uuid;
+    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(p, held, n, 1));
+    mstar_edge routed[4];
+    for (int k = 0; k < fanout; k++)
+        routed[k] = edge_of("sig", "node", infos, n);
+    assert_mstar_ok(mstar_comm_set_output_ref_counts(p, held, n, routed, (uint32_t)fanout));
+    for (int k = 0; k < fanout; k++)
+        mstar_edge_clear(&routed[k]);
+    assert_mstar_ok(mstar_comm_register_for_send(p, rid, infos, n));
+}
+
+void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)
+{
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(c, uuid, &got));
+    assert_int_equal(got.dtype, want->dtype);
+    assert_int_equal(got.ndim, want->ndim);
+    for (int32_t d = 0; d < want->ndim; d++)
+        assert_int_equal(got.shape[d], want->shape[d]);
+    uint64_t n = mstar_tensor_nbytes(want);
+    if (n > 0)
+        assert_memory_equal(mstar_tensor_ptr(&got), want->data, n);
+}
+
+void store_sharded_fanout(mstar_comm *p, const mstar_rid *rid, mstar_tensor *t,
+                          mstar_tensor_info *info, mstar_edge *e, mstar_fanout *fo)
+{
+    const char *sigs[1] = { "h" };
+    int32_t dims[1] = { 0 };
+    mstar_sharding_config cfg = { 1, sigs, dims };
+    assert_mstar_ok(mstar_comm_register_request(p, rid, &cfg));
+    int64_t shape[2] = { 8, 4 };
+    *t = make_tensor(MSTAR_DTYPE_INT32, 2, shape, 13);
+    mstar_output o = output_of("h", *t);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, &o, 1, NULL, info));
+    *e = edge_of("h", "mlp", info, 1);
+    const char *dst_workers[2] = { "worker_1", "worker_2" };
+    mstar_shard_group dst = { 2, dst_workers };
+    assert_mstar_ok(mstar_edge_fanout(e, 0, NULL, 0, &dst, fo));
+    assert_int_equal(fo->n, 2);
+}
+
+void expect_ready(mstar_comm *c, mstar_ready_set *set, uint32_t want)
+{
+    assert_mstar_ok(mstar_comm_get_ready_tensors(c, set));
+    if (set->nedges != want)
+        fail_msg("expected %u ready edges, got %u (%u failed: %s)", want, set->nedges, set->nfailed,
+                 set->nfailed ? set->failed[0].message : "");
+}
+
+void collect_ready(mstar_comm *c, uint32_t want)
+{
+    mstar_ready_set set;
+    expect_ready(c, &set, want);
+    mstar_ready_set_clear(&set);
+}
