@@ -70,17 +70,6 @@ static void world_each_transport(void (*run)(mstar_transport_kind kind))
     }
 }
 
-/* Regions the manager's UCX engine still has registered (0 for other transports). */
-static size_t world_registered(mstar_comm *c)
-{
-    mstar__ucx_engine *ue = mstar__ucx_transfer_engine_ucx(c->engine);
-    if (ue == NULL)
-        return 0;
-    mstar__ucx_engine_stats st;
-    mstar__ucx_engine_get_stats(ue, &st);
-    return st.regions;
-}
-
 double world_now(void)
 {
     struct timespec ts;
@@ -651,7 +640,7 @@ void prod_stop_consumer(producer *p, int c)
 
 void prod_check_released(const producer *p)
 {
-    assert_int_equal(world_registered(p->comm), 0);
+    assert_int_equal(regions_of(p->comm), 0);
     if (p->cfg->kind == MSTAR_TRANSPORT_ARENA) {
         mstar_arena_stats s;
         assert_mstar_ok(mstar_comm_arena_stats(p->comm, &s));
