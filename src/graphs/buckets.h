@@ -10,7 +10,7 @@
 #include "mstar/graphs.h"
 
 #include "core/vec.h"
-#include "graphs/lifetimes.h"
+#include "device/lifetimes.h"
 
 /* One captured graph and the buffers its replay reads and writes (reference AcceleratorGraphSlot,
  * PiecewiseGraphData). */

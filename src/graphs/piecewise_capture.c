@@ -14,7 +14,7 @@
  */
 #include "graphs/piecewise.h"
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 #include "graphs/step_runner.h"
 
 #include <stdio.h>

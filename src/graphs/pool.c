@@ -37,6 +37,19 @@ struct mstar_graph_pool {
     uint64_t start_allocated;
 };
 
+static void release_graph_blocks(mstar_graph *g);
+
+/* How the device layer reaches a pool (device/backend.h): mstar_alloc and mstar_free during a
+ * capture, mstar_free of a pool block after it, and mstar_graph_destroy of a graph owning blocks.
+ */
+static const mstar__pool_hooks pool_hooks = {
+    .capture_alloc = mstar__pool_capture_alloc,
+    .capture_free = mstar__pool_capture_free,
+    .owns = mstar__pool_owns,
+    .free_outside_capture = mstar__pool_free_outside_capture,
+    .release_graph_blocks = release_graph_blocks,
+};
+
 mstar_status mstar_graph_pool_create(mstar_backend *b, const char *name, mstar_graph_pool **out)
 {
     if (b == NULL || out == NULL)
@@ -57,7 +70,7 @@ mstar_status mstar_graph_pool_create(mstar_backend *b, const char *name, mstar_g
     atomic_init(&p->refs, 1);
     pthread_mutex_init(&p->lock, NULL);
     p->next_capture_id = 1;
-    st = mstar__backend_add_pool(b, p);
+    st = mstar__backend_add_pool(b, p, &pool_hooks);
     if (st != MSTAR_OK) {
         mstar__allocator_fini(&p->alloc);
         pthread_mutex_destroy(&p->lock);
@@ -179,6 +192,7 @@ mstar_status mstar__pool_route_begin(mstar_graph_pool *p, mstar_stream *s)
     p->start_reserved = stats.reserved;
     p->start_allocated = stats.allocated;
     s->pool = p;
+    s->pool_hooks = &pool_hooks;
     return MSTAR_OK;
 }
 
@@ -187,6 +201,7 @@ mstar_status mstar__pool_route_end(mstar_graph_pool *p, mstar_stream *s, mstar_g
 {
     mstar_status st = MSTAR_OK;
     s->pool = NULL;
+    s->pool_hooks = NULL;
     mstar_alloc_stats stats;
     mstar__allocator_stats(&p->alloc, &stats);
     if (g != NULL) {
@@ -195,6 +210,7 @@ mstar_status mstar__pool_route_end(mstar_graph_pool *p, mstar_stream *s, mstar_g
         if (g->pool_blocks.len != 0) {
             atomic_fetch_add(&p->refs, 1);
             g->pool = p;
+            g->pool_hooks = &pool_hooks;
         }
         if (taken != NULL)
             *taken = stats.reserved - p->start_reserved;
@@ -214,16 +230,8 @@ mstar_status mstar__pool_route_end(mstar_graph_pool *p, mstar_stream *s, mstar_g
     return st;
 }
 
-void mstar__graph_release_owned(mstar_graph *g)
+static void release_graph_blocks(mstar_graph *g)
 {
-    for (size_t i = 0; i < g->caching_blocks.len; i++) {
-        void *ptr = *(void **)mstar__vec_at(&g->caching_blocks, i);
-        mstar__allocator_free(&g->backend->caching, ptr, true);
-    }
-    g->caching_blocks.len = 0;
-    if (g->pool == NULL) {
-        return;
-    }
     for (size_t i = 0; i < g->pool_blocks.len; i++) {
         void *ptr = *(void **)mstar__vec_at(&g->pool_blocks, i);
         mstar__allocator_free(&g->pool->alloc, ptr, true);
@@ -231,4 +239,5 @@ void mstar__graph_release_owned(mstar_graph *g)
     g->pool_blocks.len = 0;
     pool_unref(g->pool);
     g->pool = NULL;
+    g->pool_hooks = NULL;
 }

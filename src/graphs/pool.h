@@ -1,11 +1,12 @@
 /*
  * pool.h — graph pools inside the library: how a capture routes allocations into its pool, and
- * what a graph owns when its capture ends. The public half is in mstar/graphs.h.
+ * what a graph owns when its capture ends. The public half is in mstar/graphs.h. The device layer
+ * reaches a pool only through the hooks pool.c installs (device/backend.h).
  */
 #ifndef MSTAR_GRAPHS_POOL_H
 #define MSTAR_GRAPHS_POOL_H
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 /* mstar_alloc / mstar_free on a stream that captures into `pool`. `kind`: MSTAR__SEG_KEPT for a
  * block expected to outlive the capture (lifetimes.h), so that it never splits shared scratch. */
@@ -26,8 +27,5 @@ mstar_status mstar__pool_route_begin(mstar_graph_pool *pool, mstar_stream *strea
  * back to the pool. Always leaves the stream allocating from the caching allocator again. */
 mstar_status mstar__pool_route_end(mstar_graph_pool *pool, mstar_stream *stream, mstar_graph *g,
                                    uint64_t *taken, uint64_t *kept, uint64_t *peak);
-
-/* Give back what a graph owns beyond its native parts (pool blocks, caching buffers). */
-void mstar__graph_release_owned(mstar_graph *g);
 
 #endif

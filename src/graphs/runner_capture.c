@@ -12,9 +12,9 @@
  */
 #include "graphs/runner.h"
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 #include "graphs/config.h"
-#include "graphs/lifetimes.h"
+#include "device/lifetimes.h"
 #include "graphs/stage.h"
 #include "graphs/step_runner.h"
 #include "graphs/tensor_map.h"

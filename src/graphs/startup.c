@@ -13,7 +13,7 @@
 #include "graphs/capturer.h"
 
 #include "core/vec.h"
-#include "graphs/alloc.h"
+#include "device/alloc.h"
 #include "graphs/rank_group.h"
 
 #include <inttypes.h>

@@ -12,7 +12,7 @@
 #include "graphs/step_runner.h"
 
 #include "core/vec.h"
-#include "graphs/backend.h"
+#include "device/backend.h"
 #include "mstar/piecewise.h"
 
 #include <pthread.h>

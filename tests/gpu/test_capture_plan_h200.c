@@ -12,7 +12,7 @@
  *
  * Twice: on the toy of tests/support (y = x by device copies, a 16 MiB-a-row scratch, 300 extra
  * graph nodes for a measurable executable, 4 MiB of output per row), whose sizes are controlled;
- * and on the reference decode model (examples/ref_node.h) with a 65536-token vocabulary, whose
+ * and on the reference decode model (models/ref/ref_node.h) with a 65536-token vocabulary, whose
  * fp32 logits are the kept output, checked against its eager twin in bf16 (relative 1e-2). The
  * reference model with its default config also gives the capture time of 7 batch sizes × 2
  * slots. Figures go to stdout for the closing note; nothing here asserts a time. Skips (77)

@@ -6,7 +6,7 @@
  * canonical layout and sliced; shards gathered on the device. Every byte is checked through
  * get_tensor_copy. Skips (77) without a GPU.
  */
-#include "../unit/comm_harness.h"
+#include "comm_harness.h"
 
 static void *device_tensor(mstar_backend *b, mstar_stream *s, const mstar_tensor *host,
                            mstar_tensor *dev)

@@ -9,7 +9,8 @@
  * here a memset of the very block the read lands in — runs before the read's copy (the CUDA
  * event the reader waits for, as the reference reader does). Skips (77) without a GPU.
  */
-#include "../unit/comm_harness.h"
+#include "comm_harness.h"
+#include "ucx_test.h"
 
 #include "tensors/comm_internal.h"
 #include "tensors/ucx/ucx_engine.h"
@@ -34,13 +35,6 @@ static void open_world(gpu_world *w)
     w->sc = (sender){ &w->bb, "worker_1" };
     w->p = make_comm_with("worker_0", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sp, w->b);
     w->c = make_comm_with("worker_1", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sc, w->b);
-}
-
-static size_t regions_of(mstar_comm *c)
-{
-    mstar__ucx_engine_stats st;
-    mstar__ucx_engine_get_stats(mstar__ucx_transfer_engine_ucx(c->engine), &st);
-    return st.regions;
 }
 
 /* Nothing held, registered or pinned by either manager. */

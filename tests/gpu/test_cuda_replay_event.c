@@ -9,7 +9,7 @@
  */
 #include "mstar_test.h"
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 enum { SLOW_BYTES = 1 << 30, SLOW_PASSES = 8 };
 

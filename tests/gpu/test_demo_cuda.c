@@ -5,7 +5,7 @@
  * decoder's tokens per second of step time are printed for both, with their ratio (a figure for
  * the report, not an assertion). Skips (77) without a GPU.
  */
-#include "../integration/demo_harness.h"
+#include "demo_harness.h"
 
 static double decoder_tok_per_s(const demo_result *r)
 {

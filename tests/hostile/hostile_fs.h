@@ -6,7 +6,7 @@
 #ifndef MSTAR_TEST_HOSTILE_FS_H
 #define MSTAR_TEST_HOSTILE_FS_H
 
-#include "../unit/comm_harness.h"
+#include "comm_harness.h"
 
 /* `c` reads the staged tensor `info` of `rid` (the bytes of `want`), checks every byte,
  * releases it, and its ACK reaches the producer `p`. */

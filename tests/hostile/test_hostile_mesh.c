@@ -7,7 +7,7 @@
  * left behind (no tensor held, no file in the shm directory). The defences are described in
  * docs/security-mesh.md.
  */
-#include "../unit/comm_harness.h"
+#include "comm_harness.h"
 
 #include <stdint.h>
 #include <time.h>

@@ -5,7 +5,7 @@
  * frees it, and counted in the worker's report. The inputs it kept are acknowledged when the
  * request is drained, so the producer ends holding nothing and the worker exits cleanly.
  */
-#include "../integration/demo_harness.h"
+#include "demo_harness.h"
 
 #include "demo/demo_link.h"
 #include "demo/demo_procs.h"

@@ -97,13 +97,6 @@ static mstar_comm *ucx_comm(pipe_out *out)
     return c;
 }
 
-static size_t regions_of(mstar_comm *c)
-{
-    mstar__ucx_engine_stats st;
-    mstar__ucx_engine_get_stats(mstar__ucx_transfer_engine_ucx(c->engine), &st);
-    return st.regions;
-}
-
 /* ---- the producer process ---------------------------------------------------------------------
  */
 

@@ -1,7 +1,8 @@
 /*
  * format_check.h — strict little checkers for the files the benchmark report writes (tests of
- * bench/svg_plot.c and of `mstar bench all`): an XML well-formedness check for SVG, and a JSON
- * syntax check that also wants every number finite. They stop at the first problem and say where.
+ * apps/mstar/bench/svg_plot.c and of `mstar bench all`): an XML well-formedness check for SVG, and
+ * a JSON syntax check that also wants every number finite. They stop at the first problem and say
+ * where.
  */
 #ifndef MSTAR_TEST_FORMAT_CHECK_H
 #define MSTAR_TEST_FORMAT_CHECK_H

@@ -7,6 +7,7 @@
  */
 #include "ucx_test.h"
 
+#include "tensors/comm_internal.h"
 #include "tensors/ucx/ucx_internal.h"
 
 #include <dirent.h>
@@ -298,4 +299,14 @@ void ucx_test_producer_kill(ucx_test_producer *p, int sig)
     if (sig == SIGSTOP || sig == SIGCONT)
         return;
     reap(p);
+}
+
+size_t regions_of(mstar_comm *c)
+{
+    mstar__ucx_engine *ue = mstar__ucx_transfer_engine_ucx(c->engine);
+    if (ue == NULL)
+        return 0;
+    mstar__ucx_engine_stats st;
+    mstar__ucx_engine_get_stats(ue, &st);
+    return st.regions;
 }

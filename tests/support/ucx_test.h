@@ -29,6 +29,9 @@ size_t ucx_test_check(const void *buf, size_t n, uint64_t seed);
 /* The same for bytes that were read from `offset` of a filled buffer. */
 size_t ucx_test_check_at(const void *buf, size_t n, uint64_t seed, size_t offset);
 
+/* Regions a manager's UCX engine still has registered (0 for a manager of another transport). */
+size_t regions_of(mstar_comm *c);
+
 /* A TCP listener on 127.0.0.1 that never accepts nor speaks: reads from its session stay
  * pending until the fd is closed (then they fail). Writes its session to session_out. */
 int ucx_test_blackhole(char session_out[MSTAR_NAME_MAX + 1]);

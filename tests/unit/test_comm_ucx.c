@@ -38,18 +38,6 @@ static int setup(void **state)
     return 0;
 }
 
-static mstar__ucx_engine *ucx_of(mstar_comm *c)
-{
-    return mstar__ucx_transfer_engine_ucx(c->engine);
-}
-
-static size_t regions_of(mstar_comm *c)
-{
-    mstar__ucx_engine_stats st;
-    mstar__ucx_engine_get_stats(ucx_of(c), &st);
-    return st.regions;
-}
-
 static int teardown(void **state)
 {
     world *w = *state;

@@ -4,7 +4,7 @@
  * the pool surviving other graphs' replays (§8.18), and lazy initialisation refused inside a
  * capture (§8.32).
  *
- * Then what graphs keep, kept apart from the scratch their captures share (src/graphs/lifetimes.h,
+ * Then what graphs keep, kept apart from the scratch their captures share (src/device/lifetimes.h,
  * the pool's kept segments):
  *   - a recording notes which allocations of an eager run outlive it, an address reused in the
  *     run included; allocations outside the recording are not noted;
@@ -19,7 +19,7 @@
  */
 #include "mstar_test.h"
 
-#include "graphs/lifetimes.h"
+#include "device/lifetimes.h"
 #include "graphs/pool.h"
 
 #include <string.h>

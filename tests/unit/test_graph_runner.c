@@ -7,7 +7,7 @@
 
 #include "counter_resource.h"
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 #include "graphs/stage.h"
 
 #include <stdlib.h>

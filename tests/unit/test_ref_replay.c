@@ -18,7 +18,7 @@
 
 #include "ref_twin.h"
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 #include <stdlib.h>
 #include <string.h>

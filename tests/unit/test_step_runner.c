@@ -5,7 +5,7 @@
  */
 #include "mstar_test.h"
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 #include "graphs/step_runner.h"
 
 #include <pthread.h>

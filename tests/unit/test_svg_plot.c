@@ -1,5 +1,5 @@
 /*
- * test_svg_plot.c — the benchmark report's SVG writer (bench/svg_plot.c): linear and log
+ * test_svg_plot.c — the benchmark report's SVG writer (apps/mstar/bench/svg_plot.c): linear and log
  * scales, range fitting, ticks and their labels, escaping of text, gaps for points that cannot be
  * drawn, and a well-formed document; plus the checkers the report tests rely on
  * (tests/support/format_check.c), which must reject what is broken.

@@ -6,15 +6,14 @@
  * key per region; a consumer reads byte ranges of that memory into its own buffers. The async
  * reader (AsyncMooncakeReader) runs those reads on a pool of threads and gives completion handles.
  *
- * Layout of the module:
- *   ucx_engine.h    this API
- *   ucx_internal.h  the structures the .c files share
- *   ucx_config.c    configuration, environment knobs, session ids ("ip:port")
- *   ucx_rkey.c      the remote-key envelope that travels in descriptors
- *   ucx_engine.c    context, worker, listener, the progress thread, memory registration
- *   ucx_peer.c      endpoints: the cache of connections per session, accepted connections
- *   ucx_read.c      the two read protocols (get, active messages) and the producer's side of AM
- *   ucx_reader.c    the async reader: worker threads, batches per session, completion handles
+ * How the module fits together: the configuration (environment knobs, "ip:port" session ids)
+ * and the remote-key envelope are plain data that travel in descriptors. The engine owns the UCP
+ * context, the one progress thread that drives its worker, and the registered regions; endpoints
+ * to peers are cached per session, and accepted connections are kept beside them. A read runs
+ * one of two protocols (a UCX get, or an active message the producer answers after checking the
+ * range) on the progress thread. Above the engine, the async reader batches reads per session on
+ * threads of its own and hands out completion handles. ucx_internal.h holds what the .c files
+ * share; this header is the API the transport uses.
  *
  * Threads: one progress thread per engine owns the UCP worker; every worker call (endpoints, gets,
  * active messages) runs on it. Other threads hand it batches through a locked queue and an

@@ -6,9 +6,9 @@
  * what matters for graph pools is exact accounting — which bytes are reserved, which are live,
  * which a graph keeps — not allocation speed.
  */
-#include "graphs/alloc.h"
+#include "device/alloc.h"
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 #include <stdlib.h>
 

@@ -1,6 +1,6 @@
 /*
- * bench.h — the benchmark suites behind `mstar bench <suite>` (src/cli/cmd_bench.c). Each suite
- * measures its figures and a baseline in the same run, fills a result struct, and has three
+ * bench.h — the benchmark suites behind `mstar bench <suite>` (apps/mstar/cli/cmd_bench.c). Each
+ * suite measures its figures and a baseline in the same run, fills a result struct, and has three
  * faces over it: a text table (its own command), JSON (--json, and report.json), and the issue
  * targets it checks. `mstar bench all` (bench_all.c) runs every suite in one process and writes
  * the Markdown report with plots (bench_report.c).

@@ -1,6 +1,7 @@
 /*
- * cmd_bench.c — `mstar bench <suite>`. Suites register here as they land (bench/bench.h);
- * `mstar bench all` runs them all and writes the report (bench/bench_all.c).
+ * cmd_bench.c — `mstar bench <suite>`. Suites register here as they land
+ * (apps/mstar/bench/bench.h); `mstar bench all` runs them all and writes the report
+ * (apps/mstar/bench/bench_all.c).
  */
 #include "commands.h"
 

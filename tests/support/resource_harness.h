@@ -8,27 +8,15 @@
 
 #include "mstar_test.h"
 
-static mstar_backend *B;
-static mstar_stream *S;
+/* The group's backend and stream, open between host_group_setup and host_group_teardown. */
+extern mstar_backend *B;
+extern mstar_stream *S;
 
-static inline int host_group_setup(void **state)
-{
-    (void)state;
-    return mstar_test_host_open(&B, &S);
-}
+int host_group_setup(void **state);
 
-static inline int host_group_teardown(void **state)
-{
-    (void)state;
-    mstar_test_host_close(B, S);
-    return 0;
-}
+int host_group_teardown(void **state);
 
 /* A step over the `n` segments at `segs`, committing when `commit`. */
-static inline mstar_resource_step step_of(const mstar_step_segment *segs, size_t n, bool commit)
-{
-    mstar_resource_step s = { .segments = segs, .num_segments = n, .commit = commit };
-    return s;
-}
+mstar_resource_step step_of(const mstar_step_segment *segs, size_t n, bool commit);
 
 #endif

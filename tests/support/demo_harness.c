@@ -1,26 +1,10 @@
 /*
- * demo_harness.h — what the `mstar demo` integration tests share: running the real binary
- * ($MSTAR_TEST_BUILD_DIR/mstar; the `mstar bench all` test runs it the same way) with a small
- * config, capturing its stdout and stderr, reading fields of its --json summary, and checking
- * that a run left nothing behind (its private shm and inbox directories, its worker processes).
+ * demo_harness.c — running the `mstar` binary for the demo tests and reading what it reported
+ * (demo_harness.h says what each helper does).
  */
-#ifndef MSTAR_TEST_DEMO_HARNESS_H
-#define MSTAR_TEST_DEMO_HARNESS_H
+#include "demo_harness.h"
 
-#include "mstar_test.h"
-
-#include <errno.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-/* A model, buckets and request counts small enough for seconds under ASan. */
-static const char demo_small_config[] =
+const char demo_small_config[] =
     "# the integration tests' demo: small model, 16 requests\n"
     "workers: {0: encoder, 1: decoder}\n"
     "model: {vocab: 128, hidden: 64, heads: 2, head_dim: 32, mlp: 128, layers: 2, seed: 3}\n"
@@ -42,8 +26,7 @@ static const char demo_small_config[] =
     "  output_tokens: [4, 12]\n"
     "  check_sample: 4\n";
 
-/* One scratch directory per test process (mstar_test_tmpdir removes it at exit). */
-static inline const char *demo_scratch(void)
+const char *demo_scratch(void)
 {
     static const char *dir;
     if (dir == NULL)
@@ -51,13 +34,7 @@ static inline const char *demo_scratch(void)
     return dir;
 }
 
-typedef struct demo_result {
-    int status; /* waitpid status */
-    char *out;  /* stdout, NUL-terminated */
-    char *err;  /* stderr */
-} demo_result;
-
-static inline char *demo_slurp(const char *path)
+char *demo_slurp(const char *path)
 {
     FILE *f = fopen(path, "rb");
     assert_non_null(f);
@@ -72,9 +49,7 @@ static inline char *demo_slurp(const char *path)
     return buf;
 }
 
-/* Write `text` to the file `name` in the scratch directory; returns its path (valid until the
- * eighth call after this one). */
-static inline const char *demo_write_file(const char *name, const char *text)
+const char *demo_write_file(const char *name, const char *text)
 {
     static char path[8][4096];
     static int next;
@@ -87,10 +62,8 @@ static inline const char *demo_write_file(const char *name, const char *text)
     return p;
 }
 
-/* Run `mstar <command> <args...>` (args NULL-terminated), sending it `sig` after
- * `signal_after_s` seconds when sig != 0, and killing it if it runs past `timeout_s`. */
-static inline demo_result mstar_cli_run_sig(int timeout_s, int sig, double signal_after_s,
-                                            const char *command, const char *const *args)
+demo_result mstar_cli_run_sig(int timeout_s, int sig, double signal_after_s, const char *command,
+                              const char *const *args)
 {
     const char *build = getenv("MSTAR_TEST_BUILD_DIR");
     if (build == NULL)
@@ -145,31 +118,28 @@ static inline demo_result mstar_cli_run_sig(int timeout_s, int sig, double signa
     return r;
 }
 
-/* Run `mstar demo <args...>`, as mstar_cli_run_sig does. */
-static inline demo_result demo_run_sig(int timeout_s, int sig, double signal_after_s,
-                                       const char *const *args)
+demo_result demo_run_sig(int timeout_s, int sig, double signal_after_s, const char *const *args)
 {
     return mstar_cli_run_sig(timeout_s, sig, signal_after_s, "demo", args);
 }
 
-static inline demo_result demo_run(int timeout_s, const char *const *args)
+demo_result demo_run(int timeout_s, const char *const *args)
 {
     return demo_run_sig(timeout_s, 0, 0.0, args);
 }
 
-static inline void demo_result_free(demo_result *r)
+void demo_result_free(demo_result *r)
 {
     free(r->out);
     free(r->err);
 }
 
-static inline int demo_exit_code(const demo_result *r)
+int demo_exit_code(const demo_result *r)
 {
     return WIFEXITED(r->status) ? WEXITSTATUS(r->status) : 128 + WTERMSIG(r->status);
 }
 
-/* The integer after `"key": ` in the JSON summary (the demo's keys are unique). */
-static inline long long demo_json_int(const demo_result *r, const char *key)
+long long demo_json_int(const demo_result *r, const char *key)
 {
     char pat[128];
     snprintf(pat, sizeof(pat), "\"%s\": ", key);
@@ -179,9 +149,7 @@ static inline long long demo_json_int(const demo_result *r, const char *key)
     return strtoll(at + strlen(pat), NULL, 10);
 }
 
-/* The string after `"key": "` (copied into buf). */
-static inline const char *demo_json_str(const demo_result *r, const char *key, char *buf,
-                                        size_t size)
+const char *demo_json_str(const demo_result *r, const char *key, char *buf, size_t size)
 {
     char pat[128];
     snprintf(pat, sizeof(pat), "\"%s\": \"", key);
@@ -197,8 +165,7 @@ static inline const char *demo_json_str(const demo_result *r, const char *key, c
     return buf;
 }
 
-/* The sum of `field` ("replays" or "eager") over the summary's step rows of `walk`. */
-static inline long long demo_json_steps(const demo_result *r, const char *walk, const char *field)
+long long demo_json_steps(const demo_result *r, const char *walk, const char *field)
 {
     char pat[64], fpat[64];
     snprintf(pat, sizeof(pat), "\"walk\": \"%s\"", walk);
@@ -212,15 +179,13 @@ static inline long long demo_json_steps(const demo_result *r, const char *walk, 
     return sum;
 }
 
-static inline bool demo_path_exists(const char *path)
+bool demo_path_exists(const char *path)
 {
     struct stat sb;
     return stat(path, &sb) == 0;
 }
 
-/* From the driver's first stderr line ("mstar demo: driver pid D; worker_0 (encoder) pid N;
- * worker_1 (decoder) pid M; ...; shm DIR; ipc DIR"): worker w's pid, or a directory. */
-static inline pid_t demo_worker_pid(const demo_result *r, int w)
+pid_t demo_worker_pid(const demo_result *r, int w)
 {
     char pat[64];
     snprintf(pat, sizeof(pat), "worker_%d (", w);
@@ -233,8 +198,7 @@ static inline pid_t demo_worker_pid(const demo_result *r, int w)
     return pid;
 }
 
-static inline const char *demo_startup_dir(const demo_result *r, const char *which, char *buf,
-                                           size_t size)
+const char *demo_startup_dir(const demo_result *r, const char *which, char *buf, size_t size)
 {
     char pat[16];
     snprintf(pat, sizeof(pat), "; %s ", which);
@@ -248,9 +212,7 @@ static inline const char *demo_startup_dir(const demo_result *r, const char *whi
     return buf;
 }
 
-/* The process is gone: no such pid, or a zombie nobody reaped yet (reparented to an init that
- * has not waited for it). */
-static inline bool demo_pid_gone(pid_t pid)
+bool demo_pid_gone(pid_t pid)
 {
     if (kill(pid, 0) != 0)
         return errno == ESRCH;
@@ -266,8 +228,7 @@ static inline bool demo_pid_gone(pid_t pid)
     return state != NULL && state[1] == ' ' && state[2] == 'Z';
 }
 
-/* The run's private directories are gone, and so are its workers. */
-static inline void demo_expect_clean(const demo_result *r)
+void demo_expect_clean(const demo_result *r)
 {
     char shm[256], ipc[256];
     demo_json_str(r, "shm_dir", shm, sizeof(shm));
@@ -279,9 +240,7 @@ static inline void demo_expect_clean(const demo_result *r)
         assert_true(demo_pid_gone(demo_worker_pid(r, w)));
 }
 
-/* A run that passed: every request completed or was aborted, nothing leaked, the self-check
- * sampled and matched. */
-static inline void demo_expect_pass(const demo_result *r, long long requests)
+void demo_expect_pass(const demo_result *r, long long requests)
 {
     if (demo_exit_code(r) != 0)
         fail_msg("mstar demo exited with %d\nstdout:\n%s\nstderr:\n%s", demo_exit_code(r), r->out,
@@ -300,5 +259,3 @@ static inline void demo_expect_pass(const demo_result *r, long long requests)
         assert_true(demo_json_int(r, "sampled") > 0);
     demo_expect_clean(r);
 }
-
-#endif

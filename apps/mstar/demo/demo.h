@@ -9,21 +9,15 @@
  *   preprocess ──prompt──▶ encoder ──enc_hidden──▶ decoder ──tokens──▶ api server
  *
  * with the control messages of transport-spec §6 and the tensors over the chosen transport. The
- * files of this folder, one job each:
- *   demo_config.c    defaults, the YAML config file, validation
- *   demo_options.c   the command line
- *   demo_requests.c  the seeded request generator
- *   demo_encoder.c   the encoder component (its weights, forward, graph runner)
- *   demo_decoder.c   the decoder's model side (codebook lookup, prefill and decode steps)
- *   demo_batcher.c   the decoder's continuous batching
- *   demo_link.c      mesh + communication manager wiring, sending outputs along an edge
- *   demo_worker.c    a worker process: its loop and the per-request protocol
- *   demo_walk.c      the driver's roles: api server, conductor, preprocess worker
- *   demo_driver.c    the driver process: workers, the loop, failures, shutdown
- *   demo_procs.c     private directories, forking workers, signals
- *   demo_check.c     the eager self-check and the leak check
- *   demo_stats.c     step counters, edge traffic, latency percentiles
- *   demo_report.c    progress and the summary (text and JSON)
+ * parts fit together so: a configuration (defaults, a YAML file, the command line) fixes the model
+ * and a seeded request load. The driver makes a private directory for the run, forks the two
+ * workers and plays its three roles in one loop over the mesh, failures and shutdown included.
+ * Each worker wires a mesh inbox to a communication manager and runs the per-request protocol
+ * around its component: the encoder is a stateless node captured per batch size through the
+ * graph runner; the decoder is the reference decode model (models/ref/) with a codebook lookup,
+ * prefill and decode steps, and continuous batching. At the end an eager re-run of a sample
+ * checks the outputs, a leak check finds nothing left behind, and the report prints what the
+ * step and traffic counters saw (text or JSON). Each of these parts is a demo_*.c of its own.
  */
 #ifndef MSTAR_EXAMPLES_DEMO_H
 #define MSTAR_EXAMPLES_DEMO_H

@@ -16,7 +16,7 @@
  * Memory info reads the budget (MSTAR_HOST_MEMORY_BUDGET_MB, or mstar_backend_set_memory_budget):
  * free = budget − raw bytes held, and raw allocations past the budget fail. No budget: plenty.
  */
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 #include <pthread.h>
 #include <stdlib.h>

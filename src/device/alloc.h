@@ -9,8 +9,8 @@
  * one kind, and a block only ever comes from a segment of the kind asked for: a graph pool keeps
  * what its graphs keep apart from the scratch their captures share (pool.c). Thread-safe.
  */
-#ifndef MSTAR_GRAPHS_ALLOC_H
-#define MSTAR_GRAPHS_ALLOC_H
+#ifndef MSTAR_DEVICE_ALLOC_H
+#define MSTAR_DEVICE_ALLOC_H
 
 #include "mstar/device.h"
 

@@ -7,10 +7,9 @@
  * hold allocations to its budget), pinned and registered ranges, and the count of capturing streams
  * that fences the caching allocator.
  */
-#include "graphs/backend.h"
+#include "device/backend.h"
 
-#include "graphs/lifetimes.h"
-#include "graphs/pool.h"
+#include "device/lifetimes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +62,7 @@ mstar_status mstar_backend_create(mstar_device device, mstar_backend **out)
     mstar__u64map_init(&b->raw);
     mstar__u64map_init(&b->pinned);
     mstar__u64map_init(&b->registered);
-    mstar__vec_init(&b->pools, sizeof(mstar_graph_pool *));
+    mstar__vec_init(&b->pools, sizeof(mstar__pool_entry));
     atomic_init(&b->capturing, 0);
     mstar__allocator_init(&b->caching, b);
     mstar_status st;
@@ -140,10 +139,12 @@ mstar_status mstar_mem_info(mstar_backend *b, uint64_t *free_bytes, uint64_t *to
     return b->ops->mem_info(b, free_bytes, total_bytes);
 }
 
-mstar_status mstar__backend_add_pool(mstar_backend *b, mstar_graph_pool *pool)
+mstar_status mstar__backend_add_pool(mstar_backend *b, mstar_graph_pool *pool,
+                                     const mstar__pool_hooks *hooks)
 {
+    mstar__pool_entry entry = { pool, hooks };
     pthread_mutex_lock(&b->pools_lock);
-    mstar_status st = mstar__vec_push(&b->pools, &pool);
+    mstar_status st = mstar__vec_push(&b->pools, &entry);
     pthread_mutex_unlock(&b->pools_lock);
     return st;
 }
@@ -152,7 +153,7 @@ void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool)
 {
     pthread_mutex_lock(&b->pools_lock);
     for (size_t i = 0; i < b->pools.len; i++) {
-        if (*(mstar_graph_pool **)mstar__vec_at(&b->pools, i) == pool) {
+        if (((mstar__pool_entry *)mstar__vec_at(&b->pools, i))->pool == pool) {
             mstar__vec_remove(&b->pools, i);
             break;
         }
@@ -392,8 +393,8 @@ mstar_status mstar_alloc(mstar_stream *s, size_t nbytes, void **out)
     if (out == NULL)
         return mstar_error_set(MSTAR_EINVAL, "mstar_alloc: out is NULL");
     if (s->pool != NULL)
-        return mstar__pool_capture_alloc(s->pool, nbytes, mstar__lifetimes_next_kind(s, nbytes),
-                                         out);
+        return s->pool_hooks->capture_alloc(s->pool, nbytes, mstar__lifetimes_next_kind(s, nbytes),
+                                            out);
     st = mstar_caching_alloc(s->backend, nbytes, out);
     if (st == MSTAR_OK)
         mstar__lifetimes_note_alloc(s, nbytes, *out);
@@ -406,7 +407,7 @@ mstar_status mstar_free(mstar_stream *s, void *ptr)
     if (st != MSTAR_OK || ptr == NULL)
         return st;
     if (s->pool != NULL)
-        return mstar__pool_capture_free(s->pool, ptr);
+        return s->pool_hooks->capture_free(s->pool, ptr);
     mstar_backend *b = s->backend;
     if (mstar__allocator_owns(&b->caching, ptr)) {
         st = mstar_caching_free(b, ptr);
@@ -415,16 +416,16 @@ mstar_status mstar_free(mstar_stream *s, void *ptr)
         return st;
     }
     /* A pool block outside its capture: the pool knows whether a graph owns it. */
-    mstar_graph_pool *owner = NULL;
+    mstar__pool_entry owner = { NULL, NULL };
     pthread_mutex_lock(&b->pools_lock);
-    for (size_t i = 0; i < b->pools.len && owner == NULL; i++) {
-        mstar_graph_pool *p = *(mstar_graph_pool **)mstar__vec_at(&b->pools, i);
-        if (mstar__pool_owns(p, ptr))
-            owner = p;
+    for (size_t i = 0; i < b->pools.len && owner.pool == NULL; i++) {
+        mstar__pool_entry *e = mstar__vec_at(&b->pools, i);
+        if (e->hooks->owns(e->pool, ptr))
+            owner = *e;
     }
     pthread_mutex_unlock(&b->pools_lock);
-    if (owner != NULL)
-        return mstar__pool_free_outside_capture(owner, ptr);
+    if (owner.pool != NULL)
+        return owner.hooks->free_outside_capture(owner.pool, ptr);
     return mstar_error_set(MSTAR_EINVAL,
                            "mstar_free: %p was not allocated by mstar_alloc on this backend (or "
                            "was freed already)",
@@ -784,12 +785,25 @@ mstar_backend *mstar_graph_backend(const mstar_graph *g)
     return g->backend;
 }
 
+/* Give back what `g` owns beyond its native parts: output buffers from the caching allocator, and
+ * through its pool's hooks the pool blocks it kept. */
+static void graph_release_owned(mstar_graph *g)
+{
+    for (size_t i = 0; i < g->caching_blocks.len; i++) {
+        void *ptr = *(void **)mstar__vec_at(&g->caching_blocks, i);
+        mstar__allocator_free(&g->backend->caching, ptr, true);
+    }
+    g->caching_blocks.len = 0;
+    if (g->pool != NULL)
+        g->pool_hooks->release_graph_blocks(g);
+}
+
 void mstar_graph_destroy(mstar_graph *g)
 {
     if (g == NULL)
         return;
     g->backend->ops->graph_release(g);
-    mstar__graph_release_owned(g);
+    graph_release_owned(g);
     mstar__vec_free(&g->host_calls);
     mstar__vec_free(&g->pool_blocks);
     mstar__vec_free(&g->caching_blocks);

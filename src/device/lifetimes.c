@@ -2,7 +2,7 @@
  * lifetimes.c — recording which allocations of an eager run outlive it, and replaying that as
  * placement hints for the capture of the same run (see lifetimes.h).
  */
-#include "graphs/lifetimes.h"
+#include "device/lifetimes.h"
 
 struct mstar__lifetime {
     size_t nbytes;

@@ -1,88 +1,17 @@
 /*
- * transport_world.h — one producer process and two consumer processes talking over the control
- * mesh, shared by the soak and fault tests of the tensor transport.
- *
- * The producer (the test process itself, entity worker_0) plays a worker and the conductor: it
- * stores random tensors (sizes log-uniform from 0 B to a cap, random dtypes and shapes, 0-dim and
- * empty ones included), routes each to one or both consumers, persists some (sent on as the
- * conductor would, then UNPERSISTed with the count it sent, before or after the ACKs arrive),
- * aborts some requests mid-flight (DRAIN_REQUEST to the readers, READS_DONE back, then force
- * cleanup), and soft-cleans the others at once (deferred until their ACKs arrive).
- *
- * Each consumer (forked, worker_1 and worker_2) reads what it is sent, checks every byte against
- * the pattern the uuid determines, holds a few delivered edges before consuming them (so drains
- * find tensors in use), and reports what it verified when told to stop. It is written as a
- * worker's event loop is, for any transport: it sleeps in poll() on its mesh inbox and the
- * manager's event fd, and delivers edges whenever their reads have landed — inside
- * start_read_tensors for the one-host transports, later for a remote one. A drain waits for the
- * request's reads in flight (delivering other requests' edges meanwhile) and counts what it
- * received and never delivered as dropped, so that every descriptor sent is accounted for:
- * verified + dropped == sent (aborted requests' included).
- *
- * Every process has a private shm directory and ipc directory under a tmpdir, so nothing touches
- * other runs. Before a process destroys its mesh (linger 0: undelivered messages are dropped) it
- * waits for its peer to confirm receipt of its last message.
- *
- * The transports to run are a table (files, arena, ucx-tcp) that MSTAR_TEST_TRANSPORTS (a
- * comma-separated list of transport names) overrides. Over ucx-tcp the producer's and the
- * consumers' UCX engines talk over TCP on 127.0.0.1 (every byte crosses a socket), and the end
- * state includes no registered region left in the producer.
+ * transport_world.c — the producer, the consumers and the main of the transport's soak and fault
+ * tests (transport_world.h says what the world is).
  */
-#ifndef MSTAR_TEST_TRANSPORT_WORLD_H
-#define MSTAR_TEST_TRANSPORT_WORLD_H
+#include "transport_world.h"
 
-#include "mstar_test.h"
-#include "ucx_test.h"
+const char *const consumer_names[NCONS] = { "worker_1", "worker_2" };
 
-#include "tensors/comm_internal.h"
-#include "tensors/ucx/ucx_engine.h"
-
-#include <errno.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
-
-#define PRODUCER "worker_0"
-#define NCONS    2
-static const char *const consumer_names[NCONS] = { "worker_1", "worker_2" };
-
-/* Abort the whole test rather than hang: every wait is bounded by this. */
-#define WORLD_DEADLINE_S 600
-
-typedef struct world_cfg {
-    mstar_transport_kind kind;
-    const char *shm_dir;
-    const char *ipc_dir;
-    int64_t tensors;    /* total tensors stored */
-    uint64_t max_bytes; /* size cap (log-uniform below it) */
-    uint64_t seed;
-    int64_t kill_after; /* fault test: SIGKILL worker_2 after this many requests; -1: never */
-} world_cfg;
-
-/* What a consumer reports when told to stop (HELLO with these keys). */
-typedef struct cons_report {
-    int64_t tensors; /* descriptors delivered and verified */
-    int64_t bytes;   /* bytes verified */
-    int64_t bad;     /* descriptors whose bytes or shape were wrong */
-    int64_t left;    /* tensors the consumer still held after its last release (must be 0) */
-    int64_t failed;  /* read failures reported by get_ready_tensors */
-    int64_t dropped; /* descriptors of aborted requests received and never delivered */
-} cons_report;
-
-/* ---- the byte pattern --------------------------------------------------------------------- */
-
-static inline uint64_t pattern_word(mstar_tensor_id uuid, uint64_t i)
+static uint64_t pattern_word(mstar_tensor_id uuid, uint64_t i)
 {
     return (uuid ^ (i * UINT64_C(0x9E3779B97F4A7C15))) * UINT64_C(0xBF58476D1CE4E5B9) + i;
 }
 
-static inline void pattern_fill(mstar_tensor_id uuid, uint8_t *p, uint64_t n)
+static void pattern_fill(mstar_tensor_id uuid, uint8_t *p, uint64_t n)
 {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -95,7 +24,7 @@ static inline void pattern_fill(mstar_tensor_id uuid, uint8_t *p, uint64_t n)
     }
 }
 
-static inline bool pattern_check(mstar_tensor_id uuid, const uint8_t *p, uint64_t n)
+static bool pattern_check(mstar_tensor_id uuid, const uint8_t *p, uint64_t n)
 {
     uint64_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -111,20 +40,13 @@ static inline bool pattern_check(mstar_tensor_id uuid, const uint8_t *p, uint64_
     return true;
 }
 
-/* ---- transports ----------------------------------------------------------------------------- */
-
-#define WORLD_TRANSPORTS "files,arena,ucx-tcp"
-
-static inline bool world_is_ucx(mstar_transport_kind kind)
+static bool world_is_ucx(mstar_transport_kind kind)
 {
     return kind == MSTAR_TRANSPORT_UCX_TCP || kind == MSTAR_TRANSPORT_UCX_RDMA;
 }
 
-/* The tensors a run over `kind` stores: `knob` (default `def`) for the one-host transports,
- * `ucx_knob` (default `ucx_def`) for UCX, whose every read crosses a socket (CI also runs it
- * under ASan on two cores). At least `min`. */
-static inline int64_t world_tensors(mstar_transport_kind kind, const char *knob, int64_t def,
-                                    const char *ucx_knob, int64_t ucx_def, int64_t min)
+int64_t world_tensors(mstar_transport_kind kind, const char *knob, int64_t def,
+                      const char *ucx_knob, int64_t ucx_def, int64_t min)
 {
     int64_t n;
     mstar_status st = world_is_ucx(kind)
@@ -135,7 +57,7 @@ static inline int64_t world_tensors(mstar_transport_kind kind, const char *knob,
 }
 
 /* Run `run(kind)` for each transport of MSTAR_TEST_TRANSPORTS (default WORLD_TRANSPORTS). */
-static inline void world_each_transport(void (*run)(mstar_transport_kind kind))
+static void world_each_transport(void (*run)(mstar_transport_kind kind))
 {
     char buf[256];
     snprintf(buf, sizeof(buf), "%s",
@@ -148,40 +70,21 @@ static inline void world_each_transport(void (*run)(mstar_transport_kind kind))
     }
 }
 
-/* Regions the manager's UCX engine still has registered (0 for other transports). */
-static inline size_t world_registered(mstar_comm *c)
-{
-    mstar__ucx_engine *ue = mstar__ucx_transfer_engine_ucx(c->engine);
-    if (ue == NULL)
-        return 0;
-    mstar__ucx_engine_stats st;
-    mstar__ucx_engine_get_stats(ue, &st);
-    return st.regions;
-}
-
-/* ---- small helpers ------------------------------------------------------------------------ */
-
-static inline double world_now(void)
+double world_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static inline void world_die(const char *who, const char *what)
+void world_die(const char *who, const char *what)
 {
     fprintf(stderr, "[%s] FAILED: %s (%s)\n", who, what, mstar_last_error());
     fflush(stderr);
     _exit(1);
 }
 
-#define WORLD_CHECK(who, expr)     \
-    do {                           \
-        if ((expr) != MSTAR_OK)    \
-            world_die(who, #expr); \
-    } while (0)
-
-static inline mstar_mesh *world_mesh(const world_cfg *cfg, const char *entity)
+static mstar_mesh *world_mesh(const world_cfg *cfg, const char *entity)
 {
     mstar_mesh_options mo = { MSTAR_MESH_IPC, cfg->ipc_dir, NULL, 0 };
     mstar_mesh *mesh;
@@ -189,7 +92,7 @@ static inline mstar_mesh *world_mesh(const world_cfg *cfg, const char *entity)
     return mesh;
 }
 
-static inline mstar_comm *world_comm(const world_cfg *cfg, const char *entity, mstar_mesh *mesh)
+static mstar_comm *world_comm(const world_cfg *cfg, const char *entity, mstar_mesh *mesh)
 {
     mstar_comm_options o;
     mstar_comm_options_init(&o);
@@ -204,7 +107,7 @@ static inline mstar_comm *world_comm(const world_cfg *cfg, const char *entity, m
 }
 
 /* Send, retrying while the peer's queue is full (it is draining it). */
-static inline void world_send(const char *who, mstar_mesh *mesh, const char *peer, mstar_msg *msg)
+static void world_send(const char *who, mstar_mesh *mesh, const char *peer, mstar_msg *msg)
 {
     double until = world_now() + WORLD_DEADLINE_S;
     for (;;) {
@@ -218,8 +121,8 @@ static inline void world_send(const char *who, mstar_mesh *mesh, const char *pee
     }
 }
 
-static inline void world_send_simple(const char *who, mstar_mesh *mesh, const char *peer,
-                                     mstar_msg_type type, const mstar_rid *rid)
+void world_send_simple(const char *who, mstar_mesh *mesh, const char *peer, mstar_msg_type type,
+                       const mstar_rid *rid)
 {
     mstar_msg m;
     mstar_msg_init(&m, type);
@@ -229,36 +132,7 @@ static inline void world_send_simple(const char *who, mstar_mesh *mesh, const ch
     mstar_msg_clear(&m);
 }
 
-/* ---- consumer ----------------------------------------------------------------------------- */
-
-#define CONS_HOLD 3 /* delivered edges a consumer keeps before consuming the oldest */
-
-typedef struct held_edge {
-    mstar_rid rid;
-    mstar_edge edge;
-} held_edge;
-
-/* Per request (rids are the producer's request numbers): descriptors received in INPUT_SIGNALS
- * and descriptors delivered, so that a drain knows how many it dropped. */
-typedef struct cons_count {
-    int64_t received;
-    int64_t delivered;
-} cons_count;
-
-typedef struct consumer {
-    const char *me;
-    mstar_mesh *mesh;
-    mstar_comm *comm;
-    cons_report rep;
-    held_edge held[CONS_HOLD + 1];
-    int nheld;
-    mstar_completion **reading; /* handles of reads still running (a remote transport's) */
-    size_t nreading, cap_reading;
-    cons_count *counts; /* by rid number */
-    size_t ncounts;
-} consumer;
-
-static inline cons_count *cons_count_of(consumer *k, const mstar_rid *rid)
+static cons_count *cons_count_of(consumer *k, const mstar_rid *rid)
 {
     if (rid->is_str || rid->num < 0)
         world_die(k->me, "a request id the producer does not make");
@@ -275,7 +149,7 @@ static inline cons_count *cons_count_of(consumer *k, const mstar_rid *rid)
     return &k->counts[i];
 }
 
-static inline void verify_edge(mstar_comm *c, const mstar_edge *e, cons_report *rep)
+static void verify_edge(mstar_comm *c, const mstar_edge *e, cons_report *rep)
 {
     for (uint32_t i = 0; i < e->ntensors; i++) {
         const mstar_tensor_info *info = &e->tensor_info[i];
@@ -295,7 +169,7 @@ static inline void verify_edge(mstar_comm *c, const mstar_edge *e, cons_report *
     }
 }
 
-static inline void consume(const char *me, mstar_comm *c, held_edge *h)
+static void consume(const char *me, mstar_comm *c, held_edge *h)
 {
     for (uint32_t i = 0; i < h->edge.ntensors; i++)
         WORLD_CHECK(me, mstar_comm_dereference(c, h->edge.tensor_info[i].uuid, 1));
@@ -304,7 +178,7 @@ static inline void consume(const char *me, mstar_comm *c, held_edge *h)
 
 /* Deliver what has landed: verify each edge and hold it (the oldest beyond CONS_HOLD is
  * consumed). Edges of every request are kept, whichever request the caller waits for. */
-static inline void cons_collect(consumer *k)
+static void cons_collect(consumer *k)
 {
     mstar_ready_set set;
     WORLD_CHECK(k->me, mstar_comm_get_ready_tensors(k->comm, &set));
@@ -329,7 +203,7 @@ static inline void cons_collect(consumer *k)
 }
 
 /* Keep the handles of reads still running; forget those that finished. */
-static inline void cons_track(consumer *k, mstar_completion_list *list)
+static void cons_track(consumer *k, mstar_completion_list *list)
 {
     size_t w = 0;
     for (size_t i = 0; i < k->nreading; i++) {
@@ -352,7 +226,7 @@ static inline void cons_track(consumer *k, mstar_completion_list *list)
 }
 
 /* Sleep until a message or a finished read (or timeout_ms), as a worker's event loop does. */
-static inline void cons_wait(consumer *k, int timeout_ms)
+static void cons_wait(consumer *k, int timeout_ms)
 {
     struct pollfd fds[2] = { { mstar_mesh_inbox_fd(k->mesh), POLLIN, 0 },
                              { mstar_comm_event_fd(k->comm), POLLIN, 0 } };
@@ -361,7 +235,7 @@ static inline void cons_wait(consumer *k, int timeout_ms)
         mstar_comm_event_drain(k->comm);
 }
 
-static inline void cons_start_reads(consumer *k, const mstar_msg *m)
+static void cons_start_reads(consumer *k, const mstar_msg *m)
 {
     mstar_completion_list list;
     WORLD_CHECK(k->me,
@@ -377,7 +251,7 @@ static inline void cons_start_reads(consumer *k, const mstar_msg *m)
 /* The request is aborted: its nodes stop (their inputs are not released), reads drain, then
  * everything of it goes and READS_DONE tells the conductor. What was received and not
  * delivered by then is dropped (a remote read still running, or landed and not collected). */
-static inline void cons_drain(consumer *k, const mstar_rid *rid)
+static void cons_drain(consumer *k, const mstar_rid *rid)
 {
     int w = 0;
     for (int i = 0; i < k->nheld; i++) {
@@ -399,7 +273,7 @@ static inline void cons_drain(consumer *k, const mstar_rid *rid)
 }
 
 /* The consumer process: returns only through _exit. */
-static inline void consumer_main(const world_cfg *cfg, int index)
+static void consumer_main(const world_cfg *cfg, int index)
 {
     consumer k;
     memset(&k, 0, sizeof(k));
@@ -470,46 +344,13 @@ static inline void consumer_main(const world_cfg *cfg, int index)
     _exit(k.rep.bad == 0 && k.rep.left == 0 && k.rep.failed == 0 ? 0 : 3);
 }
 
-/* ---- producer ----------------------------------------------------------------------------- */
-
-typedef struct pending_unpersist {
-    mstar_tensor_id uuid;
-    int64_t k;
-} pending_unpersist;
-
-typedef struct drain {
-    mstar_rid rid;
-    bool waiting[NCONS]; /* READS_DONE still to come from each consumer */
-} drain;
-
-typedef struct producer {
-    const world_cfg *cfg;
-    mstar_mesh *mesh;
-    mstar_comm *comm;
-    uint64_t rng;
-    pid_t pids[NCONS];
-    bool dead[NCONS];
-    pending_unpersist *unpersist;
-    size_t nunpersist, cap_unpersist;
-    drain *drains;
-    size_t ndrains, cap_drains;
-    bool reports_in[NCONS];
-    cons_report reports[NCONS];
-    int64_t sent_tensors[NCONS]; /* descriptors sent to each consumer (deliveries) */
-    int64_t sent_bytes[NCONS];
-    int64_t aborted_deliveries[NCONS]; /* of requests aborted: may or may not be delivered */
-    int64_t aborted_requests;
-    int64_t persisted;
-    int64_t stored;
-} producer;
-
-static inline uint64_t prod_rand(producer *p)
+uint64_t prod_rand(producer *p)
 {
     return mstar_test_rand(&p->rng);
 }
 
 /* A size log-uniform in [1, max], or 0 with 2% probability. */
-static inline uint64_t random_size(producer *p)
+static uint64_t random_size(producer *p)
 {
     if (prod_rand(p) % 50 == 0)
         return 0;
@@ -519,7 +360,7 @@ static inline uint64_t random_size(producer *p)
     return n < 1 ? 1 : (n > p->cfg->max_bytes ? p->cfg->max_bytes : n);
 }
 
-static inline mstar_tensor random_tensor(producer *p)
+static mstar_tensor random_tensor(producer *p)
 {
     static const mstar_dtype dtypes[] = { MSTAR_DTYPE_BOOL,    MSTAR_DTYPE_UINT8,
                                           MSTAR_DTYPE_INT8,    MSTAR_DTYPE_INT16,
@@ -558,14 +399,14 @@ static inline mstar_tensor random_tensor(producer *p)
     return t;
 }
 
-static inline void release_free(void *ctx, void *data)
+static void release_free(void *ctx, void *data)
 {
     free(data);
 }
 
 /* A reader of drain i is done (READS_DONE, or it died: a dead reader reads nothing more); when
  * none is left, the request is force-cleaned. */
-static inline void drain_reader_done(producer *p, size_t i, int reader)
+static void drain_reader_done(producer *p, size_t i, int reader)
 {
     p->drains[i].waiting[reader] = false;
     for (int c = 0; c < NCONS; c++)
@@ -575,7 +416,7 @@ static inline void drain_reader_done(producer *p, size_t i, int reader)
     p->drains[i] = p->drains[--p->ndrains];
 }
 
-static inline void drain_done(producer *p, const mstar_rid *rid, const char *from)
+static void drain_done(producer *p, const mstar_rid *rid, const char *from)
 {
     for (size_t i = 0; i < p->ndrains; i++) {
         if (!mstar_rid_equal(&p->drains[i].rid, rid))
@@ -587,16 +428,14 @@ static inline void drain_done(producer *p, const mstar_rid *rid, const char *fro
     }
 }
 
-/* The conductor learns that consumer c died: it will send no READS_DONE. */
-static inline void reader_died(producer *p, int c)
+void reader_died(producer *p, int c)
 {
     p->dead[c] = true;
     for (size_t i = p->ndrains; i-- > 0;)
         drain_reader_done(p, i, c);
 }
 
-/* Handle one message; false when none came within timeout_ms. */
-static inline bool prod_pump(producer *p, int timeout_ms)
+bool prod_pump(producer *p, int timeout_ms)
 {
     mstar_msg m;
     mstar_status st = mstar_mesh_recv(p->mesh, timeout_ms, &m);
@@ -625,7 +464,7 @@ static inline bool prod_pump(producer *p, int timeout_ms)
     return true;
 }
 
-static inline void prod_unpersist_one(producer *p, size_t i)
+void prod_unpersist_one(producer *p, size_t i)
 {
     mstar_msg m;
     mstar_msg_init(&m, MSTAR_MSG_UNPERSIST_TENSORS);
@@ -635,8 +474,7 @@ static inline void prod_unpersist_one(producer *p, size_t i)
     p->unpersist[i] = p->unpersist[--p->nunpersist];
 }
 
-/* One request: k tensors, each to one or both consumers, some persisted, some aborted. */
-static inline void prod_request(producer *p, int64_t index, int k)
+void prod_request(producer *p, int64_t index, int k)
 {
     mstar_rid rid = mstar_rid_from_int(index);
     mstar_output outs[8];
@@ -757,9 +595,7 @@ static inline void prod_request(producer *p, int64_t index, int k)
         mstar_edge_clear(&routed[c]);
 }
 
-/* Starts the world of `cfg`: forks the consumers, opens the producer's mesh and manager, and
- * waits for every consumer's HELLO. */
-static inline void prod_start(producer *p, const world_cfg *cfg)
+void prod_start(producer *p, const world_cfg *cfg)
 {
     p->cfg = cfg;
     p->rng = cfg->seed;
@@ -781,11 +617,7 @@ static inline void prod_start(producer *p, const world_cfg *cfg)
     }
 }
 
-/* Consumer `c` reported, with nothing bad and no read failed, and every descriptor sent to it was
- * read and verified or — of an aborted request — dropped by the drain. A one-host transport reads
- * inside start_read_tensors, before the drain that follows the INPUT_SIGNALS, so it verifies them
- * all; over UCX a drain may find a read still running. */
-static inline void prod_check_report(const producer *p, int c)
+void prod_check_report(const producer *p, int c)
 {
     assert_true(p->reports_in[c]);
     assert_int_equal(p->reports[c].bad, 0);
@@ -797,8 +629,7 @@ static inline void prod_check_report(const producer *p, int c)
         assert_int_equal(p->reports[c].dropped, 0);
 }
 
-/* Tells consumer `c` to stop (its goodbye) and waits for it: it exits 0. */
-static inline void prod_stop_consumer(producer *p, int c)
+void prod_stop_consumer(producer *p, int c)
 {
     world_send_simple(PRODUCER, p->mesh, consumer_names[c], MSTAR_MSG_SHUTDOWN, NULL);
     int status;
@@ -807,11 +638,9 @@ static inline void prod_stop_consumer(producer *p, int c)
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
-/* Nothing the producer's transport holds is left: no registered region (UCX), no live slot or
- * spill file (arena). */
-static inline void prod_check_released(const producer *p)
+void prod_check_released(const producer *p)
 {
-    assert_int_equal(world_registered(p->comm), 0);
+    assert_int_equal(regions_of(p->comm), 0);
     if (p->cfg->kind == MSTAR_TRANSPORT_ARENA) {
         mstar_arena_stats s;
         assert_mstar_ok(mstar_comm_arena_stats(p->comm, &s));
@@ -820,16 +649,13 @@ static inline void prod_check_released(const producer *p)
     }
 }
 
-/* Releases what prod_start opened and the producer's lists. */
-static inline void prod_close(producer *p)
+void prod_close(producer *p)
 {
     mstar_comm_destroy(p->comm);
     mstar_mesh_destroy(p->mesh);
     free(p->unpersist);
     free(p->drains);
 }
-
-/* ---- main ------------------------------------------------------------------------------------ */
 
 static void (*world_run)(mstar_transport_kind kind);
 
@@ -839,11 +665,7 @@ static void world_test(void **state)
     world_each_transport(world_run);
 }
 
-/* A world test's main: UCX's settings (under the sanitizers too), small arena segments so that
- * growth, dedicated segments and spills all happen, then one cmocka test `name` that runs `run`
- * for each transport. */
-static inline int world_main(int argc, char **argv, const char *name,
-                             void (*run)(mstar_transport_kind kind))
+int world_main(int argc, char **argv, const char *name, void (*run)(mstar_transport_kind kind))
 {
     ucx_test_setup(argc, argv);
     setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "16", 0);
@@ -852,5 +674,3 @@ static inline int world_main(int argc, char **argv, const char *name,
     const struct CMUnitTest tests[] = { { name, world_test, NULL, NULL, NULL } };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
-
-#endif

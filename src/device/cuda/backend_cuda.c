@@ -12,7 +12,7 @@
  * Driver API functions are reached through cudaGetDriverEntryPointByVersion only, never by
  * linking libcuda, so the library loads on a machine without a driver and reports MSTAR_ENOTSUP.
  */
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 #include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>

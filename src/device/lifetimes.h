@@ -18,10 +18,10 @@
  * of the capture: everything after it is shared, as without a recording. Hints only place
  * blocks; nothing else depends on them.
  */
-#ifndef MSTAR_GRAPHS_LIFETIMES_H
-#define MSTAR_GRAPHS_LIFETIMES_H
+#ifndef MSTAR_DEVICE_LIFETIMES_H
+#define MSTAR_DEVICE_LIFETIMES_H
 
-#include "graphs/backend.h"
+#include "device/backend.h"
 
 typedef struct mstar__lifetimes {
     mstar__vec allocs; /* struct mstar__lifetime, in allocation order */

@@ -1,6 +1,6 @@
 /*
  * demo_decoder.h — the decoder component's model side: the reference decode model as a
- * graph-runner node (examples/ref_node.h: the model, its paged KV cache and positions registered
+ * graph-runner node (models/ref/ref_node.h: the model, its paged KV cache and positions registered
  * with a step runner, a whole-forward runner) and the codebook that turns the encoder's states
  * into its prompt.
  *

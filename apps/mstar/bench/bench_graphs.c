@@ -1,6 +1,6 @@
 /*
  * bench_graphs.c — `mstar bench graphs [--device host|cuda] [--json] [--quick]`: the reference
- * decode model (examples/ref_node.h, default size) through the graph runner at batch sizes 1, 8,
+ * decode model (models/ref/ref_node.h, default size) through the graph runner at batch sizes 1, 8,
  * 32 and 64, with 64 requests prefilled (64 tokens each) and frozen decode steps (commit false:
  * every step rewrites the same positions, so every iteration does the same work). --quick, for
  * tests (sanitizer builds included), takes the small model and 16-token prompts.

@@ -1,6 +1,6 @@
 /*
  * cmd_demo.c — `mstar demo`: a composite model served across worker processes, end to end. The
- * demo lives in examples/demo/ (demo.h describes it); this is its entry in the command table.
+ * demo lives in apps/mstar/demo/ (demo.h describes it); this is its entry in the command table.
  */
 #include "commands.h"
 

@@ -7,19 +7,40 @@
  * the device work. backend_host.c and cuda/backend_cuda.c implement `ops`. Nothing above this file
  * (pools, capture, runners) knows which backend it runs on.
  */
-#ifndef MSTAR_GRAPHS_BACKEND_H
-#define MSTAR_GRAPHS_BACKEND_H
+#ifndef MSTAR_DEVICE_BACKEND_H
+#define MSTAR_DEVICE_BACKEND_H
 
 #include "mstar/device.h"
 
 #include "core/u64map.h"
 #include "core/vec.h"
-#include "graphs/alloc.h"
+#include "device/alloc.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
 
 typedef struct mstar_graph_pool mstar_graph_pool;
+
+/* What the device calls need from a graph pool, as hooks the pool fills in (graphs/pool.c): this
+ * layer knows a pool only as an opaque pointer that came with its hooks, so it depends on no
+ * graph code. A capture into a pool installs them on its stream (mstar_alloc and mstar_free go to
+ * the pool meanwhile), a pool registers them with its backend (mstar_free of a pool block outside
+ * a capture) and a graph that owns pool blocks keeps them (mstar_graph_destroy gives them back). */
+typedef struct mstar__pool_hooks {
+    mstar_status (*capture_alloc)(mstar_graph_pool *pool, size_t nbytes, mstar__seg_kind kind,
+                                  void **out);
+    mstar_status (*capture_free)(mstar_graph_pool *pool, void *ptr);
+    bool (*owns)(mstar_graph_pool *pool, const void *ptr);
+    mstar_status (*free_outside_capture)(mstar_graph_pool *pool, void *ptr);
+    /* Give back the pool blocks `g` owns and its reference on g->pool. */
+    void (*release_graph_blocks)(mstar_graph *g);
+} mstar__pool_hooks;
+
+/* A pool as its backend lists it. */
+typedef struct mstar__pool_entry {
+    mstar_graph_pool *pool;
+    const mstar__pool_hooks *hooks;
+} mstar__pool_entry;
 
 typedef struct mstar__backend_ops {
     const char *name;
@@ -77,7 +98,7 @@ struct mstar_backend {
      * lock — an allocator takes `lock` for its segments while it holds its own, so `pools` has
      * a lock of its own that mstar_free may hold while it asks each pool. */
     pthread_mutex_t pools_lock;
-    mstar__vec pools;         /* mstar_graph_pool *, for mstar_free outside a capture */
+    mstar__vec pools;         /* mstar__pool_entry, for mstar_free outside a capture */
     mstar__allocator caching; /* the ordinary allocator */
     atomic_int capturing;     /* streams of this backend capturing now */
     bool host_async;          /* host backend: streams made from now on run on worker threads */
@@ -89,8 +110,9 @@ struct mstar_stream {
     void *native;         /* cudaStream_t; NULL on the host backend */
     pthread_mutex_t lock; /* host backend: serialises the stream's work */
     bool capturing;
-    void *capture_state;    /* the backend's recording while capturing */
-    mstar_graph_pool *pool; /* where mstar_alloc goes while capturing into a pool */
+    void *capture_state;                 /* the backend's recording while capturing */
+    mstar_graph_pool *pool;              /* where mstar_alloc goes while capturing into a pool */
+    const mstar__pool_hooks *pool_hooks; /* the pool's, while `pool` is set */
     /* Allocation lifetimes (lifetimes.h): noted here outside a capture, hints inside one. */
     struct mstar__lifetimes *recording;
     struct mstar__lifetimes *applying;
@@ -118,9 +140,10 @@ struct mstar_graph {
     bool instantiated;
     mstar__vec host_calls; /* CUDA: records of mstar_launch calls the graph replays (void *) */
     /* What the graph owns beyond its native parts (capture.c / pool.c fill these). */
-    mstar_graph_pool *pool;    /* holds a reference while blocks below are owned */
-    mstar__vec pool_blocks;    /* void *: pool blocks live at capture end */
-    mstar__vec caching_blocks; /* void *: output buffers from the caching allocator */
+    mstar_graph_pool *pool;              /* holds a reference while blocks below are owned */
+    const mstar__pool_hooks *pool_hooks; /* the pool's, while `pool` is set */
+    mstar__vec pool_blocks;              /* void *: pool blocks live at capture end */
+    mstar__vec caching_blocks;           /* void *: output buffers from the caching allocator */
 };
 
 /*
@@ -140,8 +163,9 @@ mstar_status mstar__cuda_backend_create(mstar_backend *b);
 #endif
 
 /* Register and unregister a pool with its backend (pool.c), so that mstar_free outside a capture
- * finds the pool that owns a block. */
-mstar_status mstar__backend_add_pool(mstar_backend *b, mstar_graph_pool *pool);
+ * finds the pool that owns a block and asks it through `hooks`. */
+mstar_status mstar__backend_add_pool(mstar_backend *b, mstar_graph_pool *pool,
+                                     const mstar__pool_hooks *hooks);
 void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool);
 
 /* While `s` captures: put a record of `e` into the graph at this point, so that every launch of

@@ -1,0 +1,90 @@
+/*
+ * comm_harness.h — what the communication-manager tests share: an in-memory message bus that
+ * stands in for the control mesh (it records every TENSOR_RECEIVED a manager sends and delivers
+ * them on request), helpers to build managers of each transport in a private shm directory, and
+ * tensors with recognisable bytes.
+ */
+#ifndef MSTAR_TEST_COMM_HARNESS_H
+#define MSTAR_TEST_COMM_HARNESS_H
+
+#include "mstar_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BUS_MAX 512
+
+typedef struct bus_msg {
+    char peer[MSTAR_NAME_MAX + 1];
+    char from[MSTAR_NAME_MAX + 1];
+    mstar_msg msg;
+} bus_msg;
+
+typedef struct bus {
+    bus_msg q[BUS_MAX];
+    int n;
+    int sent; /* total ever sent */
+} bus;
+
+/* The sender a manager gets: ctx is a `struct sender` naming the bus and the sending entity. */
+typedef struct sender {
+    bus *b;
+    char entity[MSTAR_NAME_MAX + 1];
+} sender;
+
+mstar_status bus_send(void *ctx, const char *peer, mstar_msg *msg);
+
+/* Messages waiting for `peer`. */
+int bus_count(const bus *b, const char *peer);
+
+/* Hand every message for `peer` to its manager; returns how many. */
+int bus_deliver(bus *b, const char *peer, mstar_comm *c);
+
+/* Drop every queued message (a lost ACK, or a consumer that died before sending it). */
+void bus_drop(bus *b, const char *peer);
+
+void bus_clear(bus *b);
+
+/* Total count a queued TENSOR_RECEIVED for `peer` carries for `uuid` (0 if none). */
+int64_t bus_ack_count(const bus *b, const char *peer, mstar_tensor_id uuid);
+
+mstar_comm *make_comm_with(const char *entity, mstar_transport_kind kind, const char *dir,
+                           sender *s, mstar_backend *backend);
+
+mstar_comm *make_comm(const char *entity, mstar_transport_kind kind, const char *dir, sender *s);
+
+mstar_rid rid_str(const char *s);
+
+/* A host tensor of `dtype` and shape with bytes derived from `seed` (owned by the caller). */
+mstar_tensor make_tensor(mstar_dtype dtype, int32_t ndim, const int64_t *shape, uint32_t seed);
+
+/* make_tensor of one dimension: `n` elements. */
+mstar_tensor make_vector(mstar_dtype dtype, int64_t n, uint32_t seed);
+
+mstar_output output_of(const char *signal, mstar_tensor t);
+
+/* An edge named `name` to node `next` carrying copies of `infos`. */
+mstar_edge edge_of(const char *name, const char *next, const mstar_tensor_info *infos, uint32_t n);
+
+/* Store `n` (at most 8) outputs of signal "sig" on producer `p`, hold them, route them to
+ * `fanout` (at most 4) destinations and stage them; their descriptors land in infos[0..n). */
+void produce(mstar_comm *p, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n, int fanout,
+             mstar_tensor_info *infos);
+
+/* `c` holds tensor `uuid` with the dtype, shape and bytes of `want`. */
+void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want);
+
+/* The setup of §8.4: an 8x4 int32 output of signal "h" sharded on dim 0 in request `rid`, stored
+ * by `p` (*t holds its bytes; the caller frees t->data), and its edge to node "mlp" fanned out
+ * to worker_1 and worker_2 (rows 0-3 and 4-7) before anything was staged. */
+void store_sharded_fanout(mstar_comm *p, const mstar_rid *rid, mstar_tensor *t,
+                          mstar_tensor_info *info, mstar_edge *e, mstar_fanout *fo);
+
+/* Collect ready edges, expecting exactly `want` edges over all requests. */
+void expect_ready(mstar_comm *c, mstar_ready_set *set, uint32_t want);
+
+/* Collect exactly `want` ready edges, whose contents the test does not look at. */
+void collect_ready(mstar_comm *c, uint32_t want);
+
+#endif
