@@ -149,6 +149,10 @@ static mstar_status py_send(void *ctx, const char *peer, mstar_msg *msg)
 {
     comm_obj *self = ctx;
     PyGILState_STATE g = PyGILState_Ensure();
+    if (!self->send_obj) { /* cleared by the garbage collector while the manager goes */
+        PyGILState_Release(g);
+        return mstar_error_set(MSTAR_ECLOSED, "the manager's send callback is gone");
+    }
     PyObject *m = mstarpy_msg_to_py(msg);
     PyObject *r = m ? PyObject_CallFunction(self->send_obj, "sO", peer, m) : NULL;
     Py_XDECREF(m);

@@ -180,3 +180,15 @@ def test_fanout_and_refresh(make):
     assert [w for w, _ in out] == ["w1", "w2"]
     assert [e.tensor_info[0].dims for _, e in out] == [(2, 6), (2, 6)]
     assert [e.tensor_info[0].offset for _, e in out] == [0, 48]
+
+
+def test_cycle_through_the_send_callback_is_collected(shm_dir):
+    m = mstar.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir,
+                                   send=lambda peer, msg: m.handle_message(msg))
+    infos = m.store_and_return_tensor_info(1, {"x": [torch.ones(64)]})["x"]
+    m.increment_ref(infos[0].uuid)
+    m.register_for_send(1, infos)
+    assert os.listdir(shm_dir)
+    del m  # manager -> callback -> closure cell -> manager: only the cycle collector frees it
+    gc.collect()
+    assert os.listdir(shm_dir) == []
