@@ -43,6 +43,8 @@ def producer(ipc_dir, shm_dir, device):
         assert mesh.recv().type == "HELLO"
         for rid in range(1, N + 1):
             x = torch.full((256, 1024), float(rid), device=device or "cpu")
+            if device:
+                torch.cuda.synchronize()  # the step's work is done before its outputs are stored
             infos = mgr.store_and_return_tensor_info(rid, {"x": [x]})["x"]
             mgr.increment_ref(infos[0].uuid)  # one consumer: freed by its ACK
             mgr.register_for_send(rid, infos)  # staged: the descriptor may leave now

@@ -150,6 +150,27 @@ def to_torch(t: Tensor):
     return torch.from_dlpack(t)
 
 
+class _AsUint8:
+    """A bool view exported as uint8, for consumers whose DLPack lacks bool."""
+
+    def __init__(self, t: Tensor):
+        self._t = t
+
+    def __dlpack__(self, **kw):
+        return self._t.__dlpack__(bool_as_uint8=True)
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+
+def to_numpy(t: Tensor):
+    """numpy.from_dlpack(t), also for bool tensors on NumPy versions whose DLPack lacks bool."""
+    import numpy
+    if t.dtype == "bool":
+        return numpy.from_dlpack(_AsUint8(t)).view(numpy.bool_)
+    return numpy.from_dlpack(t)
+
+
 def create_tensor_communication_manager(protocol: str = "shm", **kw) -> CommunicationManager:
     """The reference's factory: protocol "shm" (MSTAR_SHM_ARENA: files or arena), "tcp"
     (ucx-tcp) or "rdma" (ucx-rdma); keywords as CommunicationManager's
@@ -170,5 +191,5 @@ __all__ = [
     "ShardingConfig", "ShardGroup", "StoredOutputs", "Message", "TxInfo", "RxInfo",
     "ReadFailure", "create_tensor_communication_manager", "fanout", "version",
     "built_with_cuda", "entity_index", "dtype_size", "status_name", "set_log_level",
-    "error_class", "TRANSPORTS", "Error", "to_torch",
+    "error_class", "TRANSPORTS", "Error", "to_torch", "to_numpy",
 ] + [cls.__name__ for cls in _BY_STATUS.values()]

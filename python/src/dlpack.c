@@ -221,9 +221,9 @@ static int fill_from_dl(const DLTensor *dl, mstar_tensor *out)
     return 0;
 }
 
-/* torch before 2.0 refuses to export bool tensors through DLPack: take such a tensor through a
- * uint8 view of the same storage (still no copy) and store it as bool. Any other failure of
- * __dlpack__ is raised as it is. */
+/* torch before 2.0 and NumPy before 1.25 refuse to export bool tensors through DLPack: take such
+ * a tensor through a uint8 view of the same storage (still no copy) and store it as bool. Any
+ * other failure of __dlpack__ is raised as it is. */
 static int bool_fallback(PyObject *obj, mstar_tensor *out, mstar_release_fn *release, void **ctx)
 {
     PyObject *et, *ev, *tb;
@@ -232,7 +232,8 @@ static int bool_fallback(PyObject *obj, mstar_tensor *out, mstar_release_fn *rel
     PyObject *name = dtype ? PyObject_Str(dtype) : NULL;
     Py_XDECREF(dtype);
     const char *s = name ? PyUnicode_AsUTF8AndSize(name, NULL) : NULL;
-    bool is_bool = s && strcmp(s, "torch.bool") == 0;
+    bool is_torch = s && strcmp(s, "torch.bool") == 0, is_numpy = s && strcmp(s, "bool") == 0;
+    bool is_bool = is_torch || is_numpy;
     Py_XDECREF(name);
     PyErr_Clear();
     if (!is_bool) {
@@ -242,10 +243,10 @@ static int bool_fallback(PyObject *obj, mstar_tensor *out, mstar_release_fn *rel
     Py_XDECREF(et);
     Py_XDECREF(ev);
     Py_XDECREF(tb);
-    PyObject *torch = PyImport_ImportModule("torch");
-    PyObject *u8 = torch ? PyObject_GetAttrString(torch, "uint8") : NULL;
+    PyObject *lib = PyImport_ImportModule(is_torch ? "torch" : "numpy");
+    PyObject *u8 = lib ? PyObject_GetAttrString(lib, "uint8") : NULL;
     PyObject *view = u8 ? PyObject_CallMethod(obj, "view", "O", u8) : NULL;
-    Py_XDECREF(torch);
+    Py_XDECREF(lib);
     Py_XDECREF(u8);
     if (!view)
         return -1;

@@ -46,12 +46,23 @@ def test_torch_roundtrip_every_dtype(make, dtype, transport):
     assert got.dtype == dtype and torch.equal(got, t)
 
 
-@pytest.mark.parametrize("dtype", NUMPY_DTYPES, ids=lambda d: d.__name__)
+@pytest.mark.parametrize("dtype", NUMPY_DTYPES + [np.bool_], ids=lambda d: d.__name__)
 def test_numpy_roundtrip_every_dtype(make, dtype):
     a = (np.arange(35).reshape(5, 7) * 3).astype(dtype)
     _, view = _through(make, a)
-    got = np.from_dlpack(view)
+    got = mstar.to_numpy(view)  # numpy.from_dlpack, with NumPy 1.24's missing bool bridged
     assert got.dtype == a.dtype and np.array_equal(got, a)
+    if dtype != np.bool_:
+        assert np.array_equal(np.from_dlpack(view), a)
+
+
+def test_bool_is_shared_between_torch_and_numpy(make):
+    t = torch.tensor([[True, False, True], [False, False, True]])
+    _, view = _through(make, t, "arena")
+    assert np.array_equal(mstar.to_numpy(view), t.numpy())
+    a = np.array([True, True, False])
+    _, view = _through(make, a)
+    assert torch.equal(mstar.to_torch(view), torch.from_numpy(a))
 
 
 def test_torch_in_numpy_out_and_back(make):
