@@ -3,6 +3,7 @@ when the test ends (every manager closed, by `with`, close() or garbage collecti
 manager factory."""
 import gc
 import os
+import tempfile
 
 import pytest
 
@@ -51,9 +52,10 @@ def make(shm_dir):
 
 
 def ucx_available():
-    try:
-        m = mstar.CommunicationManager("probe_ucx", transport="ucx-tcp")
-    except mstar.Error:
-        return False
-    m.close()
-    return True
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            m = mstar.CommunicationManager("probe_ucx", transport="ucx-tcp", shm_dir=d)
+        except mstar.Error:
+            return False
+        m.close()
+        return True

@@ -183,7 +183,8 @@ def test_factory_returns_shm_manager(shm_dir, monkeypatch):
 def test_factory_returns_mooncake_for_rdma(shm_dir):
     # The reference's remote engine is Mooncake; here protocol "tcp" is the UCX transport.
     try:
-        mgr = mstar.create_tensor_communication_manager(protocol="tcp", my_entity_id="w0")
+        mgr = mstar.create_tensor_communication_manager(protocol="tcp", my_entity_id="w0",
+                                                        shm_dir=shm_dir)
     except (mstar.NotSupportedError, mstar.OSCallError, mstar.RemoteError) as e:
         pytest.skip(f"ucx-tcp unavailable here: {e}")
     with mgr:
