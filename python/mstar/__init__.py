@@ -77,7 +77,9 @@ class CommunicationManager(_Comm):
         """Store one request's outputs {signal: [tensors]} (ref 0 each) and return their
         descriptors, {signal: [TensorPointerInfo]}. The tensors are not copied (unless not
         contiguous, or sharded into canonical layout)."""
-        return self._store(request_id, dict(outputs), node_name=node_name,
+        # Each signal's tensors as a list: the C side walks them twice (store, then results).
+        outputs = {k: v if isinstance(v, (list, tuple)) else list(v) for k, v in outputs.items()}
+        return self._store(request_id, outputs, node_name=node_name,
                            graph_walk=graph_walk, tp_size=tp_size, tp_rank=tp_rank)
 
     def store_and_populate_graph_edges(self, request_id: Rid, outputs: Mapping[str, Sequence],

@@ -22,8 +22,10 @@
 #include <string.h>
 
 struct mstarpy_comm {
-    PyObject_HEAD mstar_comm *comm;
+    PyObject ob_base; /* PyObject_HEAD */
+    mstar_comm *comm;
     mstar_backend *backend; /* owned, destroyed after the manager */
+    bool uses_mesh;         /* send_obj is a Mesh this manager holds acquired */
     PyObject *send_obj;     /* the Mesh or the callable; kept alive */
     PyObject *views;        /* dict rid -> live view count */
     Py_ssize_t nviews;
@@ -47,11 +49,16 @@ static void destroy_now(comm_obj *self)
     self->comm = NULL;
     self->backend = NULL;
     if (c) {
-        Py_BEGIN_ALLOW_THREADS mstar_comm_destroy(c);
-        Py_END_ALLOW_THREADS
+        PyThreadState *ts_ = PyEval_SaveThread();
+        mstar_comm_destroy(c);
+        PyEval_RestoreThread(ts_);
     }
     if (b)
         mstar_backend_destroy(b);
+    if (self->uses_mesh) {
+        self->uses_mesh = false;
+        mstarpy_mesh_release(self->send_obj);
+    }
     free(self->deferred);
     self->deferred = NULL;
     self->ndeferred = self->cap_deferred = 0;
@@ -279,12 +286,17 @@ static int comm_init(PyObject *obj, PyObject *args, PyObject *kw)
     if (!self->views)
         return -1;
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st = mstar_comm_create(&o, &self->comm);
-    Py_END_ALLOW_THREADS if (st != MSTAR_OK)
-    {
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_comm_create(&o, &self->comm);
+    PyEval_RestoreThread(ts_);
+    if (st != MSTAR_OK) {
         self->comm = NULL;
         mstarpy_raise(st);
         return -1;
+    }
+    if (mesh) {
+        mstarpy_mesh_acquire(self->send_obj);
+        self->uses_mesh = true;
     }
     return 0;
 }
@@ -316,7 +328,11 @@ static int comm_traverse(PyObject *obj, visitproc visit, void *arg)
 
 static int comm_clear(PyObject *obj)
 {
-    Py_CLEAR(((comm_obj *)obj)->send_obj);
+    comm_obj *self = (comm_obj *)obj;
+    /* Only a Python callback can close a cycle; a Mesh holds nothing and must outlive the
+     * manager's teardown. */
+    if (!self->uses_mesh)
+        Py_CLEAR(self->send_obj);
     return 0;
 }
 
@@ -533,10 +549,11 @@ static PyObject *comm_store(PyObject *obj, PyObject *args, PyObject *kw)
         goto fail_release;
     }
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st = mstar_comm_store_and_return_tensor_info(
-        self->comm, &rid, outs, (uint32_t)n, &params, infos);
-    Py_END_ALLOW_THREADS if (st != MSTAR_OK)
-    {
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_comm_store_and_return_tensor_info(self->comm, &rid, outs, (uint32_t)n, &params,
+                                                 infos);
+    PyEval_RestoreThread(ts_);
+    if (st != MSTAR_OK) {
         mstarpy_raise(st);
         goto fail_release;
     }
@@ -656,10 +673,11 @@ static PyObject *comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     }
     mstar_stored_outputs so;
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st = mstar_comm_store_and_return_tensor_info_batch(
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_comm_store_and_return_tensor_info_batch(
         self->comm, rids, (uint32_t)nreq, outs, (uint32_t)n, sigs, (uint32_t)nsig, &params, &so);
-    Py_END_ALLOW_THREADS if (st != MSTAR_OK)
-    {
+    PyEval_RestoreThread(ts_);
+    if (st != MSTAR_OK) {
         outputs_release(outs, n);
         fail(self, st);
         goto out;
@@ -885,9 +903,10 @@ static PyObject *comm_register_for_send(PyObject *obj, PyObject *args)
     if (enter(self) < 0)
         goto out;
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st = mstar_comm_register_for_send(self->comm, &rid, infos, (uint32_t)n);
-    Py_END_ALLOW_THREADS if (st != MSTAR_OK)
-    {
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_comm_register_for_send(self->comm, &rid, infos, (uint32_t)n);
+    PyEval_RestoreThread(ts_);
+    if (st != MSTAR_OK) {
         fail(self, st);
         goto out;
     }
@@ -947,9 +966,10 @@ static PyObject *comm_register_for_send_uuids(PyObject *obj, PyObject *args)
     if (enter(self) < 0)
         goto out;
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st =
-        mstar_comm_register_for_send_uuids(self->comm, rids, (uint32_t)nreq, counts, uuids);
-    Py_END_ALLOW_THREADS r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_comm_register_for_send_uuids(self->comm, rids, (uint32_t)nreq, counts, uuids);
+    PyEval_RestoreThread(ts_);
+    r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
 out:
     free(uuids);
     free(rids);
@@ -1014,19 +1034,15 @@ static PyObject *edges_call(PyObject *obj, PyObject *args, bool read)
     if (enter(self) == 0) {
         mstar_completion_list list = { 0, NULL };
         mstar_status st;
-        Py_BEGIN_ALLOW_THREADS st =
-            read ? mstar_comm_start_read_tensors(self->comm, &rid, edges, n, &list)
-                 : mstar_comm_ack_unread_tensors(self->comm, &rid, edges, n);
-        Py_END_ALLOW_THREADS if (st != MSTAR_OK)
-        {
+        PyThreadState *ts_ = PyEval_SaveThread();
+        st = read ? mstar_comm_start_read_tensors(self->comm, &rid, edges, n, &list)
+                  : mstar_comm_ack_unread_tensors(self->comm, &rid, edges, n);
+        PyEval_RestoreThread(ts_);
+        if (st != MSTAR_OK) {
             r = fail(self, st);
-        }
-        else if (!read)
-        {
+        } else if (!read) {
             r = leave(self, Py_NewRef(Py_None));
-        }
-        else
-        {
+        } else {
             PyObject *l = PyList_New((Py_ssize_t)list.n);
             for (uint32_t i = 0; i < list.n; i++) {
                 PyObject *c = l ? mstarpy_completion_new(list.items[i]) : NULL;
@@ -1107,8 +1123,11 @@ static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *args, PyObject 
         return NULL;
     mstar_ready_set set;
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st = mstar_comm_get_ready_tensors(self->comm, &set);
-    Py_END_ALLOW_THREADS if (st != MSTAR_OK) return fail(self, st);
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_comm_get_ready_tensors(self->comm, &set);
+    PyEval_RestoreThread(ts_);
+    if (st != MSTAR_OK)
+        return fail(self, st);
     PyObject *ready = ready_to_py(&set);
     PyObject *r = ready;
     if (ready && with_failures) {
@@ -1180,9 +1199,11 @@ static PyObject *cleanup_call(PyObject *obj, PyObject *arg, bool force)
     if (enter(self) < 0)
         return NULL;
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st = force ? mstar_comm_force_cleanup_request(self->comm, &rid)
-                                      : mstar_comm_cleanup_request(self->comm, &rid);
-    Py_END_ALLOW_THREADS return st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = force ? mstar_comm_force_cleanup_request(self->comm, &rid)
+               : mstar_comm_cleanup_request(self->comm, &rid);
+    PyEval_RestoreThread(ts_);
+    return st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
 }
 
 static PyObject *comm_cleanup_request(PyObject *obj, PyObject *arg)

@@ -291,7 +291,8 @@ int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *releas
 /* ---- tensors out: mstar.Tensor -------------------------------------------------------------- */
 
 typedef struct tensor_obj {
-    PyObject_HEAD mstarpy_comm *comm; /* strong reference (a PyObject) */
+    PyObject ob_base;   /* PyObject_HEAD */
+    mstarpy_comm *comm; /* strong reference (a PyObject) */
     PyObject *rid;
     mstar_tensor_id uuid;
     mstar_tensor t;

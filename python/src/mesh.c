@@ -10,9 +10,21 @@
 #include <string.h>
 
 typedef struct mesh_obj {
-    PyObject_HEAD mstar_mesh *mesh;
+    PyObject ob_base; /* PyObject_HEAD */
+    mstar_mesh *mesh;
     bool busy;
+    Py_ssize_t users; /* managers sending through it */
 } mesh_obj;
+
+void mstarpy_mesh_acquire(PyObject *mesh)
+{
+    ((mesh_obj *)mesh)->users++;
+}
+
+void mstarpy_mesh_release(PyObject *mesh)
+{
+    ((mesh_obj *)mesh)->users--;
+}
 
 mstar_mesh *mstarpy_mesh_handle(PyObject *obj)
 {
@@ -55,9 +67,10 @@ static int mesh_init(PyObject *obj, PyObject *args, PyObject *kw)
                                  transport),
                -1;
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st = mstar_mesh_create(entity, &o, &self->mesh);
-    Py_END_ALLOW_THREADS if (st != MSTAR_OK)
-    {
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_mesh_create(entity, &o, &self->mesh);
+    PyEval_RestoreThread(ts_);
+    if (st != MSTAR_OK) {
         self->mesh = NULL;
         mstarpy_raise(st);
         return -1;
@@ -87,6 +100,11 @@ static PyObject *mesh_close(PyObject *obj, PyObject *unused)
     mesh_obj *self = (mesh_obj *)obj;
     if (self->busy)
         return mstarpy_raise_msg(MSTAR_ESTATE, "close() during a recv on another thread");
+    if (self->users > 0)
+        return mstarpy_raise_msg(MSTAR_ESTATE,
+                                 "close(): %zd communication manager(s) still send through this "
+                                 "mesh; close them first",
+                                 self->users);
     mesh_close_now(self);
     Py_RETURN_NONE;
 }
@@ -156,8 +174,10 @@ static PyObject *mesh_recv(PyObject *obj, PyObject *args, PyObject *kw)
     mstar_msg m;
     mstar_status st;
     self->busy = true;
-    Py_BEGIN_ALLOW_THREADS st = mstar_mesh_recv(mesh, timeout, &m);
-    Py_END_ALLOW_THREADS self->busy = false;
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_mesh_recv(mesh, timeout, &m);
+    PyEval_RestoreThread(ts_);
+    self->busy = false;
     if (st == MSTAR_EAGAIN)
         Py_RETURN_NONE;
     if (st != MSTAR_OK)
@@ -278,7 +298,8 @@ int mstarpy_add_mesh_type(PyObject *module)
 /* ---- Completion ----------------------------------------------------------------------------- */
 
 typedef struct completion_obj {
-    PyObject_HEAD mstar_completion *c;
+    PyObject ob_base; /* PyObject_HEAD */
+    mstar_completion *c;
 } completion_obj;
 
 PyObject *mstarpy_completion_new(mstar_completion *c)
@@ -319,8 +340,11 @@ static PyObject *completion_result(PyObject *obj, PyObject *args, PyObject *kw)
     }
     mstar_completion *c = ((completion_obj *)obj)->c;
     mstar_status st;
-    Py_BEGIN_ALLOW_THREADS st = mstar_completion_wait(c, ms);
-    Py_END_ALLOW_THREADS if (st != MSTAR_OK) return mstarpy_raise(st);
+    PyThreadState *ts_ = PyEval_SaveThread();
+    st = mstar_completion_wait(c, ms);
+    PyEval_RestoreThread(ts_);
+    if (st != MSTAR_OK)
+        return mstarpy_raise(st);
     Py_RETURN_NONE;
 }
 

@@ -96,6 +96,10 @@ void mstarpy_comm_view_dropped(mstarpy_comm *comm, PyObject *rid, mstar_tensor_i
 PyObject *mstarpy_completion_new(mstar_completion *c);
 /* The mesh handle behind a Mesh object, or NULL (no exception) for anything else. */
 mstar_mesh *mstarpy_mesh_handle(PyObject *obj);
+/* A manager sends through this Mesh from now on (acquire) / no more (release): close() refuses
+ * while one does, so the handle cannot go from under it. */
+void mstarpy_mesh_acquire(PyObject *mesh);
+void mstarpy_mesh_release(PyObject *mesh);
 
 /* dtype <-> DLPack's (code, bits); 0 / -1. */
 int mstarpy_dtype_to_dl(mstar_dtype dtype, uint8_t *code, uint8_t *bits);

@@ -192,3 +192,30 @@ def test_cycle_through_the_send_callback_is_collected(shm_dir):
     del m  # manager -> callback -> closure cell -> manager: only the cycle collector frees it
     gc.collect()
     assert os.listdir(shm_dir) == []
+
+
+@pytest.mark.skipif(mstar.built_with_cuda(), reason="libmstar has CUDA: the GPU tests cover it")
+def test_cuda_device_without_cuda_is_not_supported(shm_dir):
+    with pytest.raises(mstar.NotSupportedError):
+        mstar.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir, device="cuda:0")
+    with pytest.raises(mstar.InvalidArgumentError, match="device"):
+        mstar.CommunicationManager("worker_0", shm_dir=shm_dir, device="tpu")
+    with mstar.CommunicationManager("worker_0", shm_dir=shm_dir, device="cpu") as m:
+        assert m.num_tensors == 0
+
+
+def test_mesh_close_refused_while_a_manager_sends_through_it(make, tmp_path):
+    mesh = mstar.Mesh("worker_0", ipc_dir=str(tmp_path))
+    mgr = make("worker_0", send=mesh)
+    with pytest.raises(mstar.StateError, match="close them first"):
+        mesh.close()
+    assert not mesh.closed
+    mgr.close()
+    mesh.close()
+    assert mesh.closed
+
+
+def test_outputs_may_be_any_iterable(make):
+    mgr = make("worker_0", "local")
+    infos = mgr.store_and_return_tensor_info(1, {"x": (torch.ones(2) for _ in range(3))})
+    assert len(infos["x"]) == 3
