@@ -22,6 +22,13 @@ int mstar_bench_ucx(int argc, char **argv);
 /* bench_all.c: every suite, then the report. */
 int mstar_bench_all(int argc, char **argv);
 
+/* bench_python.c: the Python package's transport suite (python/bench/bench_transport.py), run by
+ * `mstar bench all` when the package was built. run: writes DIR/python.{json,txt}; report:
+ * appends the table to DIR/report.md and prints it on `out`. */
+bool mstar_bench_python_available(void);
+mstar_status mstar_bench_python_run(const char *out_dir, bool quick);
+void mstar_bench_python_report(const char *out_dir, FILE *out);
+
 /* ---- shared helpers (bench_util.c) ---------------------------------------------- */
 
 /* Progress lines on stderr ("[  12.3 s] transport: arena, 4 MiB") so that a long run does not

@@ -109,6 +109,17 @@ int mstar_bench_all(int argc, char **argv)
     mstar_bench_machine_read(&run->machine);
     mstar_bench_progress_enable(true);
     int rc = 0;
+    /* The Python suite first: it forks, and must run before a suite here starts CUDA. Not in
+     * --quick runs (tests), where its interpreter start-up would dominate. */
+    bool python = !quick && mstar_bench_python_available();
+    if (python) {
+        mstar_bench_progress("python", "start");
+        if (mstar_bench_python_run(out_dir, quick) != MSTAR_OK) {
+            fprintf(stderr, "mstar bench all: python failed: %s\n", mstar_last_error());
+            python = false;
+            rc = 1;
+        }
+    }
     for (int id = 0; id < MSTAR_BENCH_NSUITES; id++) {
         mstar_bench_outcome *o = &run->outcome[id];
         const char *name = mstar_bench_suite_name((mstar_bench_suite_id)id);
@@ -136,6 +147,8 @@ int mstar_bench_all(int argc, char **argv)
     size_t n = mstar_bench_run_targets(run, t, suite, sizeof(t) / sizeof(t[0]));
     printf("mstar bench all%s: report in %s/report.md\n", quick ? " (quick)" : "", out_dir);
     mstar_bench_targets_print(t, n, stdout);
+    if (python)
+        mstar_bench_python_report(out_dir, stdout);
     free(run);
     return rc;
 }

@@ -1,0 +1,197 @@
+"""mstar — the transport and control mesh of mstar-c for PyTorch and NumPy.
+
+Tensors move between the worker processes of one machine (or over UCX) without copies:
+
+    import mstar, torch
+    with mstar.Mesh("worker_0") as mesh, \\
+         mstar.CommunicationManager("worker_0", transport="arena", send=mesh) as mgr:
+        infos = mgr.store_and_return_tensor_info(1, {"x": [torch.randn(4, 8)]})
+        mgr.increment_ref(infos["x"][0].uuid)            # one consumer will ACK it
+        mgr.register_for_send(1, infos["x"])             # stage; stamps the descriptors
+        mesh.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
+                  edges=[mstar.GraphEdge("node", "x", infos["x"])]))
+
+and in the consumer:
+
+        msg = mesh.recv()
+        mgr.start_read_tensors(msg.request_id, msg.edges)
+        for rid, edges in mgr.get_ready_tensors().items():      # ACKs go out here
+            t = torch.from_dlpack(mgr.get_tensor(rid, edges[0].tensor_info[0].uuid))
+
+Objects: CommunicationManager (the reference's TensorCommunicationManager), Mesh (an
+entity's inbox), Tensor (a zero-copy view, DLPack), Completion (a read in flight), the data
+classes TensorPointerInfo, GraphEdge, ShardingConfig, Message, StoredOutputs, TxInfo,
+RxInfo, ReadFailure, and the exceptions: Error and one subclass per status code.
+Documentation: docs/python.md in the mstar-c repository.
+"""
+from __future__ import annotations
+
+import atexit
+import weakref
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from ._errors import *  # noqa: F401,F403  (Error and its subclasses)
+from ._errors import BY_STATUS as _BY_STATUS
+from ._errors import Error
+from ._types import (GraphEdge, Message, ReadFailure, Rid, RxInfo, ShardGroup,
+                     ShardingConfig, StoredOutputs, TensorPointerInfo, TxInfo)
+from ._mstar import (Completion, Mesh, Tensor, built_with_cuda, dtype_size, entity_index,
+                     fanout, set_log_level, status_name, version)
+from ._mstar import Comm as _Comm
+
+__version__ = version()
+
+TRANSPORTS = ("default", "local", "files", "arena", "ucx-tcp", "ucx-rdma")
+
+
+class CommunicationManager(_Comm):
+    """One entity's tensor transport (the reference's TensorCommunicationManager).
+
+    CommunicationManager(entity, *, transport="default", shm_dir=None, shm_namespace=None,
+                         session_id=None, entity_index=-1, send=None, enable_prof=False,
+                         device=None)
+
+    transport: "default" (MSTAR_SHM_ARENA picks files or arena), "local", "files", "arena",
+    "ucx-tcp", "ucx-rdma" (or the protocol names "shm", "tcp", "rdma").
+    send: where ACKs go — an mstar.Mesh, a callable send(peer, Message), or an object with
+    such a send method (the reference's communicator); None: nothing can leave the process.
+    device: None or "cpu" for host tensors; "cuda" / "cuda:N" gives the manager a CUDA backend
+    (CUDA tensors in, CUDA tensors out; NotSupportedError when libmstar has no CUDA).
+
+    Storing takes the producer's tensors without copying them (DLPack): each stays alive until
+    the manager lets go. get_tensor returns an mstar.Tensor view that torch.from_dlpack and
+    numpy.from_dlpack read in place. close(), `with` and garbage collection all release
+    everything the manager created (files, segments, mappings).
+    """
+
+    def __init__(self, entity: str, *, entity_index: int = -1, **kw):
+        if entity_index == -1:
+            entity_index = _default_entity_index(entity)
+        super().__init__(entity, entity_index=entity_index, **kw)
+        _live.add(self)
+
+    def store_and_return_tensor_info(self, request_id: Rid, outputs: Mapping[str, Sequence],
+                                     *, node_name: Optional[str] = None,
+                                     graph_walk: Optional[str] = None, tp_size: int = 1,
+                                     tp_rank: int = 0) -> Dict[str, List[TensorPointerInfo]]:
+        """Store one request's outputs {signal: [tensors]} (ref 0 each) and return their
+        descriptors, {signal: [TensorPointerInfo]}. The tensors are not copied (unless not
+        contiguous, or sharded into canonical layout)."""
+        # Each signal's tensors as a list: the C side walks them twice (store, then results).
+        outputs = {k: v if isinstance(v, (list, tuple)) else list(v) for k, v in outputs.items()}
+        return self._store(request_id, outputs, node_name=node_name,
+                           graph_walk=graph_walk, tp_size=tp_size, tp_rank=tp_rank)
+
+    def store_and_populate_graph_edges(self, request_id: Rid, outputs: Mapping[str, Sequence],
+                                       edges: Sequence[GraphEdge], **params) -> None:
+        """Store outputs and set each edge's tensor_info to the descriptors of its signal
+        (edges whose signal was not output keep theirs)."""
+        infos = self.store_and_return_tensor_info(request_id, outputs, **params)
+        for edge in edges:
+            if edge.name in infos:
+                edge.tensor_info = [TensorPointerInfo(**vars(i)) for i in infos[edge.name]]
+
+    def register_for_send(self, request_id: Rid, infos: Sequence[TensorPointerInfo]) -> None:
+        """Stage each descriptor's tensor for other processes (file written, arena copy made,
+        memory registered) and stamp the transport's fields onto the descriptors in place.
+        A message carrying them may be sent once this returns."""
+        self._register_for_send(request_id, list(infos))
+
+    def start_read_tensors(self, request_id: Rid, edges: Sequence[GraphEdge],
+                           graph_walk: Optional[str] = None) -> List[Completion]:
+        """Begin reading the edges' descriptors (validated first; nothing kept if any is bad).
+        Returns the reads still in flight; their results land in get_ready_tensors.
+        graph_walk is accepted for the reference's signature and not needed."""
+        return self._start_read_tensors(request_id, list(edges))
+
+    def get_ready_tensors(self, graph_walk: Optional[str] = None, *,
+                          with_failures: bool = False):
+        """Collect every read whose bytes landed: ACK them (through `send`), gather sharded
+        inputs, and return {request_id: [GraphEdge]}. Each delivered descriptor carries one
+        usage reference: release it with dereference(uuid). with_failures=True returns
+        (ready, [ReadFailure])."""
+        return self._get_ready_tensors(with_failures=with_failures)
+
+    def __repr__(self) -> str:
+        if self.closed:
+            return "<mstar.CommunicationManager closed>"
+        return (f"<mstar.CommunicationManager entity={self.entity!r} "
+                f"transport={self.transport!r} tensors={self.num_tensors}>")
+
+
+def _default_entity_index(entity: str) -> int:
+    """The fixed index of a well-known name, else the mesh's rule for other names (1000 +
+    the byte sum of the name mod 1000), so managers need no index of their own."""
+    try:
+        return entity_index(entity)
+    except NotFoundError:  # noqa: F405
+        return 1000 + sum(entity.encode()) % 1000
+    except InvalidArgumentError:  # noqa: F405
+        return -1  # let the manager report the bad name
+
+
+# Managers still open at interpreter exit are closed then, so nothing is left in the shm
+# directory even when a module global keeps one alive to the end.
+_live: "weakref.WeakSet[CommunicationManager]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_managers() -> None:
+    for m in list(_live):
+        try:
+            m.close()
+        except Error:
+            pass
+
+
+def to_torch(t: Tensor):
+    """torch.from_dlpack(t), also for bool tensors on torch versions whose DLPack lacks bool."""
+    import torch
+    if t.dtype == "bool":
+        return torch.utils.dlpack.from_dlpack(t.__dlpack__(bool_as_uint8=True)).view(torch.bool)
+    return torch.from_dlpack(t)
+
+
+class _AsUint8:
+    """A bool view exported as uint8, for consumers whose DLPack lacks bool."""
+
+    def __init__(self, t: Tensor):
+        self._t = t
+
+    def __dlpack__(self, **kw):
+        return self._t.__dlpack__(bool_as_uint8=True)
+
+    def __dlpack_device__(self):
+        return self._t.__dlpack_device__()
+
+
+def to_numpy(t: Tensor):
+    """numpy.from_dlpack(t), also for bool tensors on NumPy versions whose DLPack lacks bool."""
+    import numpy
+    if t.dtype == "bool":
+        return numpy.from_dlpack(_AsUint8(t)).view(numpy.bool_)
+    return numpy.from_dlpack(t)
+
+
+def create_tensor_communication_manager(protocol: str = "shm", **kw) -> CommunicationManager:
+    """The reference's factory: protocol "shm" (MSTAR_SHM_ARENA: files or arena), "tcp"
+    (ucx-tcp) or "rdma" (ucx-rdma); keywords as CommunicationManager's
+    (my_entity_id is accepted for entity)."""
+    if "my_entity_id" in kw:
+        kw["entity"] = kw.pop("my_entity_id")
+    entity = kw.pop("entity")
+    return CommunicationManager(entity, transport=protocol, **kw)
+
+
+def error_class(status: int) -> type:
+    """The exception class raised for a library status code."""
+    return _BY_STATUS.get(status, Error)
+
+
+__all__ = [
+    "CommunicationManager", "Mesh", "Tensor", "Completion", "TensorPointerInfo", "GraphEdge",
+    "ShardingConfig", "ShardGroup", "StoredOutputs", "Message", "TxInfo", "RxInfo",
+    "ReadFailure", "create_tensor_communication_manager", "fanout", "version",
+    "built_with_cuda", "entity_index", "dtype_size", "status_name", "set_log_level",
+    "error_class", "TRANSPORTS", "Error", "to_torch", "to_numpy",
+] + [cls.__name__ for cls in _BY_STATUS.values()]

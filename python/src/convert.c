@@ -1,0 +1,825 @@
+/*
+ * convert.c — between the library's wire structs (request ids, descriptors, edges, control
+ * messages, profiling records) and the package's data classes (mstar/_types.py).
+ *
+ * Python objects are read by attribute name, so any object with the right attributes works
+ * (the reference's own classes included). Every value is checked on the way in: a name that is
+ * too long, a count out of range or a wrong type raises before the library sees it.
+ */
+#include "mstar_py.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- scalars -------------------------------------------------------------------------------- */
+
+static int i64_from_py(PyObject *obj, int64_t *out, const char *what)
+{
+    long long v = PyLong_AsLongLong(obj);
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: an integer in int64 range is required", what);
+        return -1;
+    }
+    *out = (int64_t)v;
+    return 0;
+}
+
+int mstarpy_u64_from_py(PyObject *obj, uint64_t *out, const char *what)
+{
+    unsigned long long v = PyLong_AsUnsignedLongLong(obj);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: a non-negative integer below 2**64 is required", what);
+        return -1;
+    }
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int i32_from_py(PyObject *obj, int32_t *out, const char *what)
+{
+    int64_t v;
+    if (i64_from_py(obj, &v, what) < 0)
+        return -1;
+    if (v < INT32_MIN || v > INT32_MAX) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: %lld is out of int32 range", what, (long long)v);
+        return -1;
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+int mstarpy_name_from_py(PyObject *obj, char *buf, size_t size, bool none_ok, const char *what)
+{
+    if (obj == Py_None && none_ok) {
+        buf[0] = '\0';
+        return 0;
+    }
+    Py_ssize_t len;
+    const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8AndSize(obj, &len) : NULL;
+    if (!s) {
+        PyErr_Clear();
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: a str is required", what);
+        return -1;
+    }
+    if ((size_t)len >= size) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: %zd bytes, at most %zu", what, len, size - 1);
+        return -1;
+    }
+    memcpy(buf, s, (size_t)len + 1);
+    return 0;
+}
+
+/* Attribute getters: -1 with an exception when the attribute is missing or of the wrong type. */
+static PyObject *attr(PyObject *obj, const char *name)
+{
+    return PyObject_GetAttrString(obj, name);
+}
+
+#define GET_ATTR(obj, name, conv, ...)            \
+    ({                                            \
+        PyObject *a_ = attr(obj, name);           \
+        int r_ = a_ ? conv(a_, __VA_ARGS__) : -1; \
+        Py_XDECREF(a_);                           \
+        r_;                                       \
+    })
+
+static int bool_from_py(PyObject *obj, bool *out, const char *what)
+{
+    int v = PyObject_IsTrue(obj);
+    if (v < 0)
+        return -1;
+    *out = v != 0;
+    return 0;
+}
+
+/* None or an int; None is -1 (the C spelling of None for a shard dim). */
+static int opt_i32_from_py(PyObject *obj, int32_t *out, const char *what)
+{
+    if (obj == Py_None) {
+        *out = -1;
+        return 0;
+    }
+    return i32_from_py(obj, out, what);
+}
+
+static PyObject *str_or_none(const char *s)
+{
+    if (!s[0])
+        Py_RETURN_NONE;
+    return PyUnicode_FromString(s);
+}
+
+static int set_attr_steal(PyObject *obj, const char *name, PyObject *v)
+{
+    if (!v)
+        return -1;
+    int r = PyObject_SetAttrString(obj, name, v);
+    Py_DECREF(v);
+    return r;
+}
+
+/* ---- request ids ---------------------------------------------------------------------------- */
+
+int mstarpy_rid_from_py(PyObject *obj, mstar_rid *out)
+{
+    if (PyLong_Check(obj)) {
+        int64_t v;
+        if (i64_from_py(obj, &v, "request id") < 0)
+            return -1;
+        *out = mstar_rid_from_int(v);
+        return 0;
+    }
+    if (!PyUnicode_Check(obj)) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "a request id is an int or a str");
+        return -1;
+    }
+    const char *s = PyUnicode_AsUTF8AndSize(obj, NULL);
+    if (!s)
+        return -1;
+    mstar_status st = mstar_rid_from_str(s, out);
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *mstarpy_rid_to_py(const mstar_rid *rid)
+{
+    if (rid->is_str)
+        return PyUnicode_FromString(rid->str);
+    return PyLong_FromLongLong(rid->num);
+}
+
+/* ---- descriptors ---------------------------------------------------------------------------- */
+
+static int dims_from_py(PyObject *seq, int64_t *dims, int32_t *ndim, const char *what)
+{
+    PyObject *fast = PySequence_Tuple(seq);
+    if (!fast) {
+        PyErr_Clear();
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: a sequence of ints is required", what);
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_Size(fast);
+    if (n > MSTAR_MAX_NDIM) {
+        Py_DECREF(fast);
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: %zd dims, at most %d", what, n, MSTAR_MAX_NDIM);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i64_from_py(PyTuple_GetItem(fast, i), &dims[i], what) < 0) {
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    if (ndim)
+        *ndim = (int32_t)n;
+    return 0;
+}
+
+static int dtype_from_py(PyObject *obj, mstar_dtype *out, const char *what)
+{
+    PyObject *s = PyObject_Str(obj);
+    if (!s)
+        return -1;
+    Py_ssize_t len;
+    const char *name = PyUnicode_AsUTF8AndSize(s, &len);
+    mstar_status st = name ? mstar_dtype_from_name(name, (size_t)len, out) : MSTAR_OK;
+    Py_DECREF(s);
+    if (!name)
+        return -1;
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
+static int remote_key_from_py(PyObject *obj, mstar_tensor_info *info, const char *what)
+{
+    info->remote_key_len = 0;
+    if (obj == Py_None)
+        return 0;
+    char *data;
+    Py_ssize_t len;
+    if (!PyBytes_Check(obj) || PyBytes_AsStringAndSize(obj, &data, &len) < 0) {
+        PyErr_Clear();
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: bytes or None", what);
+        return -1;
+    }
+    if ((size_t)len > MSTAR_REMOTE_KEY_MAX) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: %zd bytes, at most %d", what, len,
+                          MSTAR_REMOTE_KEY_MAX);
+        return -1;
+    }
+    memcpy(info->remote_key, data, (size_t)len);
+    info->remote_key_len = (uint32_t)len;
+    return 0;
+}
+
+#define NAME_FIELD(obj, info, f, none_ok)                                          \
+    GET_ATTR(obj, #f, mstarpy_name_from_py, (info)->f, sizeof((info)->f), none_ok, \
+             "TensorPointerInfo." #f)
+
+int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *info)
+{
+    mstar_tensor_info_init(info);
+    int32_t nstride = 0;
+    if (GET_ATTR(obj, "uuid", mstarpy_u64_from_py, &info->uuid, "TensorPointerInfo.uuid") < 0 ||
+        GET_ATTR(obj, "dtype", dtype_from_py, &info->dtype, "TensorPointerInfo.dtype") < 0 ||
+        GET_ATTR(obj, "dims", dims_from_py, info->dims, &info->ndim, "TensorPointerInfo.dims") <
+            0 ||
+        GET_ATTR(obj, "stride", dims_from_py, info->stride, &nstride, "TensorPointerInfo.stride") <
+            0 ||
+        GET_ATTR(obj, "nbytes", mstarpy_u64_from_py, &info->nbytes, "TensorPointerInfo.nbytes") <
+            0 ||
+        GET_ATTR(obj, "address", mstarpy_u64_from_py, &info->address, "TensorPointerInfo.address") <
+            0 ||
+        GET_ATTR(obj, "offset", mstarpy_u64_from_py, &info->offset, "TensorPointerInfo.offset") <
+            0 ||
+        GET_ATTR(obj, "source_tp_size", i32_from_py, &info->source_tp_size,
+                 "TensorPointerInfo.source_tp_size") < 0 ||
+        GET_ATTR(obj, "source_tp_rank", i32_from_py, &info->source_tp_rank,
+                 "TensorPointerInfo.source_tp_rank") < 0 ||
+        GET_ATTR(obj, "shm_offset", mstarpy_u64_from_py, &info->shm_offset,
+                 "TensorPointerInfo.shm_offset") < 0 ||
+        NAME_FIELD(obj, info, source_session_id, true) < 0 ||
+        NAME_FIELD(obj, info, source_entity, false) < 0 ||
+        NAME_FIELD(obj, info, shm_segment, true) < 0 ||
+        NAME_FIELD(obj, info, source_node_name, true) < 0 ||
+        NAME_FIELD(obj, info, source_graph_walk, true) < 0 ||
+        GET_ATTR(obj, "remote_key", remote_key_from_py, info, "TensorPointerInfo.remote_key") < 0)
+        return -1;
+    if (nstride != info->ndim) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "TensorPointerInfo.stride: %d entries for %d dims",
+                          (int)nstride, (int)info->ndim);
+        return -1;
+    }
+    mstar_status st = mstar_tensor_info_validate(info);
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *tuple_i64(const int64_t *v, int32_t n)
+{
+    PyObject *t = PyTuple_New(n);
+    for (int32_t i = 0; t && i < n; i++) {
+        PyObject *x = PyLong_FromLongLong(v[i]);
+        if (!x) {
+            Py_CLEAR(t);
+            break;
+        }
+        PyTuple_SetItem(t, i, x);
+    }
+    return t;
+}
+
+static PyObject *remote_key_to_py(const mstar_tensor_info *info)
+{
+    if (info->remote_key_len == 0)
+        Py_RETURN_NONE;
+    return PyBytes_FromStringAndSize((const char *)info->remote_key, info->remote_key_len);
+}
+
+int mstarpy_info_update_py(PyObject *obj, const mstar_tensor_info *info)
+{
+    const char *dtype = mstar_dtype_name(info->dtype);
+    if (set_attr_steal(obj, "uuid", PyLong_FromUnsignedLongLong(info->uuid)) < 0 ||
+        set_attr_steal(obj, "dtype", PyUnicode_FromString(dtype ? dtype : "?")) < 0 ||
+        set_attr_steal(obj, "dims", tuple_i64(info->dims, info->ndim)) < 0 ||
+        set_attr_steal(obj, "stride", tuple_i64(info->stride, info->ndim)) < 0 ||
+        set_attr_steal(obj, "nbytes", PyLong_FromUnsignedLongLong(info->nbytes)) < 0 ||
+        set_attr_steal(obj, "address", PyLong_FromUnsignedLongLong(info->address)) < 0 ||
+        set_attr_steal(obj, "offset", PyLong_FromUnsignedLongLong(info->offset)) < 0 ||
+        set_attr_steal(obj, "source_tp_size", PyLong_FromLong(info->source_tp_size)) < 0 ||
+        set_attr_steal(obj, "source_tp_rank", PyLong_FromLong(info->source_tp_rank)) < 0 ||
+        set_attr_steal(obj, "shm_offset", PyLong_FromUnsignedLongLong(info->shm_offset)) < 0 ||
+        set_attr_steal(obj, "source_session_id", PyUnicode_FromString(info->source_session_id)) <
+            0 ||
+        set_attr_steal(obj, "source_entity", PyUnicode_FromString(info->source_entity)) < 0 ||
+        set_attr_steal(obj, "shm_segment", str_or_none(info->shm_segment)) < 0 ||
+        set_attr_steal(obj, "source_node_name", str_or_none(info->source_node_name)) < 0 ||
+        set_attr_steal(obj, "source_graph_walk", str_or_none(info->source_graph_walk)) < 0 ||
+        set_attr_steal(obj, "remote_key", remote_key_to_py(info)) < 0)
+        return -1;
+    return 0;
+}
+
+PyObject *mstarpy_info_to_py(const mstar_tensor_info *info)
+{
+    PyObject *obj = PyObject_CallNoArgs(mstarpy.info_cls);
+    if (obj && mstarpy_info_update_py(obj, info) < 0)
+        Py_CLEAR(obj);
+    return obj;
+}
+
+/* ---- edges ---------------------------------------------------------------------------------- */
+
+static int infos_from_py(PyObject *seq, mstar_edge *edge)
+{
+    PyObject *fast = PySequence_Tuple(seq);
+    if (!fast) {
+        PyErr_Clear();
+        mstarpy_raise_msg(MSTAR_EINVAL, "GraphEdge.tensor_info: a sequence is required");
+        return -1;
+    }
+    Py_ssize_t n = PyTuple_Size(fast);
+    if (n > MSTAR_WIRE_MAX_TENSORS) {
+        Py_DECREF(fast);
+        mstarpy_raise_msg(MSTAR_EINVAL, "GraphEdge.tensor_info: %zd descriptors, at most %d", n,
+                          MSTAR_WIRE_MAX_TENSORS);
+        return -1;
+    }
+    if (n > 0) {
+        edge->tensor_info = calloc((size_t)n, sizeof(mstar_tensor_info));
+        if (!edge->tensor_info) {
+            Py_DECREF(fast);
+            PyErr_NoMemory();
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (mstarpy_info_from_py(PyTuple_GetItem(fast, i), &edge->tensor_info[i]) < 0) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        edge->ntensors = (uint32_t)(i + 1);
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+int mstarpy_edge_from_py(PyObject *obj, mstar_edge *e)
+{
+    mstar_edge_init(e);
+    if (GET_ATTR(obj, "next_node", mstarpy_name_from_py, e->next_node, sizeof(e->next_node), true,
+                 "GraphEdge.next_node") < 0 ||
+        GET_ATTR(obj, "name", mstarpy_name_from_py, e->name, sizeof(e->name), false,
+                 "GraphEdge.name") < 0 ||
+        GET_ATTR(obj, "persist", bool_from_py, &e->persist, "GraphEdge.persist") < 0 ||
+        GET_ATTR(obj, "is_streaming", bool_from_py, &e->is_streaming, "GraphEdge.is_streaming") <
+            0 ||
+        GET_ATTR(obj, "persist_for_loop", bool_from_py, &e->persist_for_loop,
+                 "GraphEdge.persist_for_loop") < 0 ||
+        GET_ATTR(obj, "total_fanin", i32_from_py, &e->total_fanin, "GraphEdge.total_fanin") < 0 ||
+        GET_ATTR(obj, "shard_dim", opt_i32_from_py, &e->shard_dim, "GraphEdge.shard_dim") < 0 ||
+        GET_ATTR(obj, "tensor_info", infos_from_py, e) < 0) {
+        mstarpy_edges_free(e, 1);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *infos_to_py(const mstar_edge *edge)
+{
+    PyObject *list = PyList_New((Py_ssize_t)edge->ntensors);
+    for (uint32_t i = 0; list && i < edge->ntensors; i++) {
+        PyObject *x = mstarpy_info_to_py(&edge->tensor_info[i]);
+        if (!x) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SetItem(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+PyObject *mstarpy_edge_to_py(const mstar_edge *e)
+{
+    PyObject *obj = PyObject_CallNoArgs(mstarpy.edge_cls);
+    if (!obj)
+        return NULL;
+    if (set_attr_steal(obj, "next_node", PyUnicode_FromString(e->next_node)) < 0 ||
+        set_attr_steal(obj, "name", PyUnicode_FromString(e->name)) < 0 ||
+        set_attr_steal(obj, "tensor_info", infos_to_py(e)) < 0 ||
+        set_attr_steal(obj, "persist", PyBool_FromLong(e->persist)) < 0 ||
+        set_attr_steal(obj, "is_streaming", PyBool_FromLong(e->is_streaming)) < 0 ||
+        set_attr_steal(obj, "persist_for_loop", PyBool_FromLong(e->persist_for_loop)) < 0 ||
+        set_attr_steal(obj, "total_fanin", PyLong_FromLong(e->total_fanin)) < 0 ||
+        set_attr_steal(obj, "shard_dim",
+                       e->shard_dim < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(e->shard_dim)) < 0)
+        Py_CLEAR(obj);
+    return obj;
+}
+
+void mstarpy_edges_free(mstar_edge *edges, uint32_t n)
+{
+    for (uint32_t i = 0; edges && i < n; i++) {
+        free(edges[i].tensor_info);
+        edges[i].tensor_info = NULL;
+        edges[i].ntensors = 0;
+    }
+}
+
+int mstarpy_edges_from_py(PyObject *seq, mstar_edge **out, uint32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    PyObject *fast = PySequence_Tuple(seq);
+    if (!fast) {
+        PyErr_Clear();
+        mstarpy_raise_msg(MSTAR_EINVAL, "edges: a sequence of GraphEdge is required");
+        return -1;
+    }
+    Py_ssize_t len = PyTuple_Size(fast);
+    if (len > MSTAR_WIRE_MAX_EDGES) {
+        Py_DECREF(fast);
+        mstarpy_raise_msg(MSTAR_EINVAL, "edges: %zd, at most %d", len, MSTAR_WIRE_MAX_EDGES);
+        return -1;
+    }
+    mstar_edge *edges = calloc(len > 0 ? (size_t)len : 1, sizeof(mstar_edge));
+    if (!edges) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < len; i++) {
+        if (mstarpy_edge_from_py(PyTuple_GetItem(fast, i), &edges[i]) < 0) {
+            mstarpy_edges_free(edges, (uint32_t)i);
+            free(edges);
+            Py_DECREF(fast);
+            return -1;
+        }
+    }
+    Py_DECREF(fast);
+    *out = edges;
+    *n = (uint32_t)len;
+    return 0;
+}
+
+int mstarpy_edges_update_py(PyObject *seq, const mstar_edge *edges, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        PyObject *e = PySequence_GetItem(seq, (Py_ssize_t)i);
+        PyObject *infos = e ? attr(e, "tensor_info") : NULL;
+        Py_XDECREF(e);
+        if (!infos)
+            return -1;
+        for (uint32_t j = 0; j < edges[i].ntensors; j++) {
+            PyObject *info = PySequence_GetItem(infos, (Py_ssize_t)j);
+            int r = info ? mstarpy_info_update_py(info, &edges[i].tensor_info[j]) : -1;
+            Py_XDECREF(info);
+            if (r < 0) {
+                Py_DECREF(infos);
+                return -1;
+            }
+        }
+        Py_DECREF(infos);
+    }
+    return 0;
+}
+
+/* ---- profiling records ---------------------------------------------------------------------- */
+
+PyObject *mstarpy_tx_to_py(const mstar_tx_info *tx, uint32_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (uint32_t i = 0; list && i < n; i++) {
+        PyObject *o = PyObject_CallNoArgs(mstarpy.tx_cls);
+        if (!o || set_attr_steal(o, "edge_name", PyUnicode_FromString(tx[i].edge_name)) < 0 ||
+            set_attr_steal(o, "source_entity", PyUnicode_FromString(tx[i].source_entity)) < 0 ||
+            set_attr_steal(o, "count", PyLong_FromLongLong(tx[i].count)) < 0 ||
+            set_attr_steal(o, "num_bytes", PyLong_FromLongLong(tx[i].num_bytes)) < 0 ||
+            set_attr_steal(o, "time_s", PyFloat_FromDouble(tx[i].time_s)) < 0) {
+            Py_XDECREF(o);
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SetItem(list, (Py_ssize_t)i, o);
+    }
+    return list;
+}
+
+PyObject *mstarpy_rx_to_py(const mstar_rx_info *rx, uint32_t n)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (uint32_t i = 0; list && i < n; i++) {
+        PyObject *o = PyObject_CallNoArgs(mstarpy.rx_cls);
+        if (!o || set_attr_steal(o, "edge_name", PyUnicode_FromString(rx[i].edge_name)) < 0 ||
+            set_attr_steal(o, "source_entity", PyUnicode_FromString(rx[i].source_entity)) < 0 ||
+            set_attr_steal(o, "dest_entity", PyUnicode_FromString(rx[i].dest_entity)) < 0 ||
+            set_attr_steal(o, "count", PyLong_FromLongLong(rx[i].count)) < 0 ||
+            set_attr_steal(o, "num_bytes", PyLong_FromLongLong(rx[i].num_bytes)) < 0 ||
+            set_attr_steal(o, "time_s", PyFloat_FromDouble(rx[i].time_s)) < 0) {
+            Py_XDECREF(o);
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SetItem(list, (Py_ssize_t)i, o);
+    }
+    return list;
+}
+
+static int tx_from_py(PyObject *o, mstar_tx_info *tx)
+{
+    memset(tx, 0, sizeof(*tx));
+    return GET_ATTR(o, "edge_name", mstarpy_name_from_py, tx->edge_name, sizeof(tx->edge_name),
+                    false, "TxInfo.edge_name") < 0 ||
+                   GET_ATTR(o, "source_entity", mstarpy_name_from_py, tx->source_entity,
+                            sizeof(tx->source_entity), false, "TxInfo.source_entity") < 0 ||
+                   GET_ATTR(o, "count", i64_from_py, &tx->count, "TxInfo.count") < 0 ||
+                   GET_ATTR(o, "num_bytes", i64_from_py, &tx->num_bytes, "TxInfo.num_bytes") < 0
+               ? -1
+               : 0;
+}
+
+static int rx_from_py(PyObject *o, mstar_rx_info *rx)
+{
+    memset(rx, 0, sizeof(*rx));
+    return GET_ATTR(o, "edge_name", mstarpy_name_from_py, rx->edge_name, sizeof(rx->edge_name),
+                    false, "RxInfo.edge_name") < 0 ||
+                   GET_ATTR(o, "source_entity", mstarpy_name_from_py, rx->source_entity,
+                            sizeof(rx->source_entity), false, "RxInfo.source_entity") < 0 ||
+                   GET_ATTR(o, "dest_entity", mstarpy_name_from_py, rx->dest_entity,
+                            sizeof(rx->dest_entity), false, "RxInfo.dest_entity") < 0 ||
+                   GET_ATTR(o, "count", i64_from_py, &rx->count, "RxInfo.count") < 0 ||
+                   GET_ATTR(o, "num_bytes", i64_from_py, &rx->num_bytes, "RxInfo.num_bytes") < 0
+               ? -1
+               : 0;
+}
+
+/* ---- messages ------------------------------------------------------------------------------- */
+
+static int msg_type_from_py(PyObject *obj, mstar_msg_type *out, const char *what)
+{
+    const char *s = PyUnicode_Check(obj) ? PyUnicode_AsUTF8AndSize(obj, NULL) : NULL;
+    if (!s) {
+        PyErr_Clear();
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: a message type name is required", what);
+        return -1;
+    }
+    for (int t = 1; t < MSTAR_MSG_TYPE_COUNT_; t++) {
+        const char *name = mstar_msg_type_name((mstar_msg_type)t);
+        if (name && strcasecmp(name, s) == 0) {
+            *out = (mstar_msg_type)t;
+            return 0;
+        }
+    }
+    mstarpy_raise_msg(MSTAR_EINVAL, "%s: unknown message type \"%s\"", what, s);
+    return -1;
+}
+
+static int check_add(mstar_status st)
+{
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
+/* Apply `fn(msg, item)` to each item of the sequence attribute `name`. */
+typedef int (*msg_item_fn)(mstar_msg *msg, PyObject *item);
+
+static int each_item(PyObject *obj, const char *name, mstar_msg *msg, msg_item_fn fn)
+{
+    PyObject *seq = attr(obj, name);
+    PyObject *fast = seq ? PySequence_Tuple(seq) : NULL;
+    Py_XDECREF(seq);
+    if (!fast)
+        return -1;
+    int r = 0;
+    for (Py_ssize_t i = 0; r == 0 && i < PyTuple_Size(fast); i++)
+        r = fn(msg, PyTuple_GetItem(fast, i));
+    Py_DECREF(fast);
+    return r;
+}
+
+static int add_edge_item(mstar_msg *msg, PyObject *item)
+{
+    mstar_edge e;
+    if (mstarpy_edge_from_py(item, &e) < 0)
+        return -1;
+    int r = check_add(mstar_msg_add_edge(msg, &e));
+    mstarpy_edges_free(&e, 1);
+    return r;
+}
+
+static int add_uuid_item(mstar_msg *msg, PyObject *item)
+{
+    uint64_t u;
+    return mstarpy_u64_from_py(item, &u, "Message.uuids") < 0
+               ? -1
+               : check_add(mstar_msg_add_uuid(msg, u));
+}
+
+static int add_name_item(mstar_msg *msg, PyObject *item)
+{
+    char buf[MSTAR_NAME_MAX + 1];
+    return mstarpy_name_from_py(item, buf, sizeof(buf), false, "Message.names") < 0
+               ? -1
+               : check_add(mstar_msg_add_name(msg, buf));
+}
+
+static int add_rid_item(mstar_msg *msg, PyObject *item)
+{
+    mstar_rid rid;
+    return mstarpy_rid_from_py(item, &rid) < 0 ? -1 : check_add(mstar_msg_add_rid(msg, &rid));
+}
+
+static int add_int_item(mstar_msg *msg, PyObject *item)
+{
+    int64_t v;
+    return i64_from_py(item, &v, "Message.ints") < 0 ? -1 : check_add(mstar_msg_add_int(msg, v));
+}
+
+static int add_tx_item(mstar_msg *msg, PyObject *item)
+{
+    mstar_tx_info tx;
+    return tx_from_py(item, &tx) < 0 ? -1 : check_add(mstar_msg_add_tx(msg, &tx));
+}
+
+static int add_rx_item(mstar_msg *msg, PyObject *item)
+{
+    mstar_rx_info rx;
+    return rx_from_py(item, &rx) < 0 ? -1 : check_add(mstar_msg_add_rx(msg, &rx));
+}
+
+/* counts {uuid: n} and kv {key: value}: dicts. */
+static int add_counts(PyObject *obj, mstar_msg *msg)
+{
+    PyObject *d = attr(obj, "counts");
+    if (!d)
+        return -1;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    int r = PyDict_Check(d) ? 0 : (mstarpy_raise_msg(MSTAR_EINVAL, "Message.counts: a dict"), -1);
+    while (r == 0 && PyDict_Check(d) && PyDict_Next(d, &pos, &k, &v)) {
+        uint64_t u;
+        int64_t n;
+        r = mstarpy_u64_from_py(k, &u, "Message.counts key") < 0 ||
+                    i64_from_py(v, &n, "Message.counts value") < 0
+                ? -1
+                : check_add(mstar_msg_add_count(msg, u, n));
+    }
+    Py_DECREF(d);
+    return r;
+}
+
+static int add_kv(PyObject *obj, mstar_msg *msg)
+{
+    PyObject *d = attr(obj, "kv");
+    if (!d)
+        return -1;
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    int r = PyDict_Check(d) ? 0 : (mstarpy_raise_msg(MSTAR_EINVAL, "Message.kv: a dict"), -1);
+    while (r == 0 && PyDict_Check(d) && PyDict_Next(d, &pos, &k, &v)) {
+        char key[64];
+        int64_t n;
+        r = mstarpy_name_from_py(k, key, sizeof(key), false, "Message.kv key") < 0 ||
+                    i64_from_py(v, &n, "Message.kv value") < 0
+                ? -1
+                : check_add(mstar_msg_add_kv(msg, key, n));
+    }
+    Py_DECREF(d);
+    return r;
+}
+
+static int remove_source_from_py(PyObject *o, mstar_remove_source *out, const char *what)
+{
+    int32_t v;
+    if (i32_from_py(o, &v, what) < 0)
+        return -1;
+    if (v < MSTAR_REMOVE_FROM_CONDUCTOR || v > MSTAR_REMOVE_FROM_SELF) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "%s: 0, 1 or 2, not %d", what, (int)v);
+        return -1;
+    }
+    *out = (mstar_remove_source)v;
+    return 0;
+}
+
+int mstarpy_msg_from_py(PyObject *obj, mstar_msg *m)
+{
+    mstar_msg_type type;
+    if (GET_ATTR(obj, "type", msg_type_from_py, &type, "Message.type") < 0) {
+        mstar_msg_init(m, MSTAR_MSG_INVALID);
+        return -1;
+    }
+    mstar_msg_init(m, type);
+    if (GET_ATTR(obj, "request_id", mstarpy_rid_from_py, &m->request_id) < 0 ||
+        GET_ATTR(obj, "graph_walk", mstarpy_name_from_py, m->graph_walk, sizeof(m->graph_walk),
+                 true, "Message.graph_walk") < 0 ||
+        GET_ATTR(obj, "text", mstarpy_name_from_py, m->text, sizeof(m->text), true,
+                 "Message.text") < 0 ||
+        GET_ATTR(obj, "remove_source", remove_source_from_py, &m->remove_source,
+                 "Message.remove_source") < 0 ||
+        GET_ATTR(obj, "force", bool_from_py, &m->force, "Message.force") < 0 ||
+        GET_ATTR(obj, "is_first_tp_rank", bool_from_py, &m->is_first_tp_rank,
+                 "Message.is_first_tp_rank") < 0 ||
+        GET_ATTR(obj, "round", i64_from_py, &m->round, "Message.round") < 0 ||
+        GET_ATTR(obj, "rank", i32_from_py, &m->rank, "Message.rank") < 0 ||
+        GET_ATTR(obj, "world_size", i32_from_py, &m->world_size, "Message.world_size") < 0 ||
+        each_item(obj, "edges", m, add_edge_item) < 0 || add_counts(obj, m) < 0 ||
+        each_item(obj, "uuids", m, add_uuid_item) < 0 ||
+        each_item(obj, "names", m, add_name_item) < 0 ||
+        each_item(obj, "rids", m, add_rid_item) < 0 ||
+        each_item(obj, "ints", m, add_int_item) < 0 || each_item(obj, "rx", m, add_rx_item) < 0 ||
+        each_item(obj, "tx", m, add_tx_item) < 0 || add_kv(obj, m) < 0)
+        return -1;
+    /* INPUT_SIGNALS defaults text to "default" (mstar_msg_init); keep it when left empty. */
+    if (type == MSTAR_MSG_INPUT_SIGNALS && !m->text[0])
+        snprintf(m->text, sizeof(m->text), "default");
+    return 0;
+}
+
+static PyObject *list_of(uint32_t n, PyObject *(*item)(const mstar_msg *, uint32_t),
+                         const mstar_msg *m)
+{
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    for (uint32_t i = 0; list && i < n; i++) {
+        PyObject *x = item(m, i);
+        if (!x) {
+            Py_CLEAR(list);
+            break;
+        }
+        PyList_SetItem(list, (Py_ssize_t)i, x);
+    }
+    return list;
+}
+
+static PyObject *edge_item(const mstar_msg *m, uint32_t i)
+{
+    return mstarpy_edge_to_py(&m->edges[i]);
+}
+static PyObject *uuid_item(const mstar_msg *m, uint32_t i)
+{
+    return PyLong_FromUnsignedLongLong(m->uuids[i]);
+}
+static PyObject *name_item(const mstar_msg *m, uint32_t i)
+{
+    return PyUnicode_FromString(m->names[i]);
+}
+static PyObject *rid_item(const mstar_msg *m, uint32_t i)
+{
+    return mstarpy_rid_to_py(&m->rids[i]);
+}
+static PyObject *int_item(const mstar_msg *m, uint32_t i)
+{
+    return PyLong_FromLongLong(m->ints[i]);
+}
+
+static PyObject *counts_to_py(const mstar_msg *m)
+{
+    PyObject *d = PyDict_New();
+    for (uint32_t i = 0; d && i < m->ncounts; i++) {
+        PyObject *k = PyLong_FromUnsignedLongLong(m->counts[i].uuid);
+        PyObject *v = PyLong_FromLongLong(m->counts[i].count);
+        if (!k || !v || PyDict_SetItem(d, k, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+static PyObject *kv_to_py(const mstar_msg *m)
+{
+    PyObject *d = PyDict_New();
+    for (uint32_t i = 0; d && i < m->nkv; i++) {
+        PyObject *v = PyLong_FromLongLong(m->kv[i].value);
+        if (!v || PyDict_SetItemString(d, m->kv[i].key, v) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
+PyObject *mstarpy_msg_to_py(const mstar_msg *m)
+{
+    PyObject *obj = PyObject_CallNoArgs(mstarpy.msg_cls);
+    if (!obj)
+        return NULL;
+    const char *type = mstar_msg_type_name(m->type);
+    if (set_attr_steal(obj, "type", PyUnicode_FromString(type ? type : "INVALID")) < 0 ||
+        set_attr_steal(obj, "sender", PyUnicode_FromString(m->from)) < 0 ||
+        set_attr_steal(obj, "request_id", mstarpy_rid_to_py(&m->request_id)) < 0 ||
+        set_attr_steal(obj, "graph_walk", PyUnicode_FromString(m->graph_walk)) < 0 ||
+        set_attr_steal(obj, "text", PyUnicode_FromString(m->text)) < 0 ||
+        set_attr_steal(obj, "remove_source", PyLong_FromLong((long)m->remove_source)) < 0 ||
+        set_attr_steal(obj, "force", PyBool_FromLong(m->force)) < 0 ||
+        set_attr_steal(obj, "is_first_tp_rank", PyBool_FromLong(m->is_first_tp_rank)) < 0 ||
+        set_attr_steal(obj, "round", PyLong_FromLongLong(m->round)) < 0 ||
+        set_attr_steal(obj, "rank", PyLong_FromLong(m->rank)) < 0 ||
+        set_attr_steal(obj, "world_size", PyLong_FromLong(m->world_size)) < 0 ||
+        set_attr_steal(obj, "edges", list_of(m->nedges, edge_item, m)) < 0 ||
+        set_attr_steal(obj, "counts", counts_to_py(m)) < 0 ||
+        set_attr_steal(obj, "uuids", list_of(m->nuuids, uuid_item, m)) < 0 ||
+        set_attr_steal(obj, "names", list_of(m->nnames, name_item, m)) < 0 ||
+        set_attr_steal(obj, "rids", list_of(m->nrids, rid_item, m)) < 0 ||
+        set_attr_steal(obj, "ints", list_of(m->nints, int_item, m)) < 0 ||
+        set_attr_steal(obj, "rx", mstarpy_rx_to_py(m->rx, m->nrx)) < 0 ||
+        set_attr_steal(obj, "tx", mstarpy_tx_to_py(m->tx, m->ntx)) < 0 ||
+        set_attr_steal(obj, "kv", kv_to_py(m)) < 0)
+        Py_CLEAR(obj);
+    return obj;
+}

@@ -1,0 +1,252 @@
+/*
+ * module.c — the _mstar extension module: its import (the exception and data classes it builds
+ * objects from, the object types), raising library errors as Python exceptions, and the module
+ * level functions (version, dtype names, fan-out of an edge).
+ */
+#include "mstar_py.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+mstarpy_state mstarpy;
+
+static PyObject *error_class(mstar_status st)
+{
+    PyObject *key = PyLong_FromLong((long)st);
+    if (!key)
+        return NULL;
+    PyObject *cls = mstarpy.errors ? PyDict_GetItemWithError(mstarpy.errors, key) : NULL;
+    Py_DECREF(key);
+    if (!cls && !PyErr_Occurred())
+        cls = mstarpy.error_base ? mstarpy.error_base : PyExc_RuntimeError;
+    return cls; /* borrowed */
+}
+
+PyObject *mstarpy_raise_msg(mstar_status st, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    PyObject *cls = error_class(st);
+    if (cls)
+        PyErr_SetString(cls, buf);
+    return NULL;
+}
+
+PyObject *mstarpy_raise(mstar_status st)
+{
+    const char *msg = mstar_last_error();
+    if (!msg || !*msg || mstar_last_status() != st)
+        msg = mstar_strerror(st);
+    return mstarpy_raise_msg(st, "%s", msg);
+}
+
+/* ---- module functions ----------------------------------------------------------------------- */
+
+static PyObject *py_version(PyObject *mod, PyObject *unused)
+{
+    return PyUnicode_FromString(mstar_version_string());
+}
+
+static PyObject *py_built_with_cuda(PyObject *mod, PyObject *unused)
+{
+    return PyBool_FromLong(mstar_built_with_cuda());
+}
+
+static PyObject *py_entity_index(PyObject *mod, PyObject *arg)
+{
+    const char *name = PyUnicode_AsUTF8AndSize(arg, NULL);
+    if (!name)
+        return NULL;
+    uint16_t idx;
+    mstar_status st = mstar_entity_index(name, &idx);
+    if (st != MSTAR_OK)
+        return mstarpy_raise(st);
+    return PyLong_FromLong(idx);
+}
+
+static PyObject *py_dtype_size(PyObject *mod, PyObject *arg)
+{
+    Py_ssize_t len;
+    PyObject *s = PyObject_Str(arg);
+    if (!s)
+        return NULL;
+    const char *name = PyUnicode_AsUTF8AndSize(s, &len);
+    mstar_dtype dt;
+    mstar_status st = name ? mstar_dtype_from_name(name, (size_t)len, &dt) : MSTAR_OK;
+    Py_DECREF(s);
+    if (!name)
+        return NULL;
+    if (st != MSTAR_OK)
+        return mstarpy_raise(st);
+    return PyLong_FromSize_t(mstar_dtype_size(dt));
+}
+
+static PyObject *py_status_name(PyObject *mod, PyObject *arg)
+{
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    return PyUnicode_FromString(mstar_status_name((mstar_status)v));
+}
+
+static PyObject *py_set_log_level(PyObject *mod, PyObject *arg)
+{
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    if (v < MSTAR_LOG_ERROR || v > MSTAR_LOG_TRACE)
+        return mstarpy_raise_msg(MSTAR_EINVAL, "log level %ld: 0 (error) to 4 (trace)", v);
+    mstar_log_set_level((mstar_log_level)v);
+    Py_RETURN_NONE;
+}
+
+/* fanout(edge, shard_dim, src_workers, src_rank, dst_workers) -> [(worker, GraphEdge)] */
+static int workers_from_py(PyObject *seq, mstar_shard_group *g, const char ***names)
+{
+    *names = NULL;
+    if (seq == Py_None)
+        return 0;
+    Py_ssize_t n = PySequence_Size(seq);
+    if (n < 0)
+        return -1;
+    if (n == 0 || n > 65536) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "a shard group has 1 to 65536 workers, not %zd", n);
+        return -1;
+    }
+    *names = PyMem_Calloc((size_t)n, sizeof(char *));
+    if (!*names) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *w = PySequence_GetItem(seq, i);
+        if (!w)
+            return -1;
+        /* The string lives as long as the sequence's element: the caller holds the sequence. */
+        (*names)[i] = PyUnicode_AsUTF8AndSize(w, NULL);
+        Py_DECREF(w);
+        if (!(*names)[i])
+            return -1;
+    }
+    g->tp_size = (int32_t)n;
+    g->workers = *names;
+    return 0;
+}
+
+static PyObject *py_fanout(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "edge", "shard_dim", "src_workers", "src_rank", "dst_workers", NULL };
+    PyObject *edge_obj, *dim_obj, *src_obj = Py_None, *dst_obj = Py_None;
+    int src_rank = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OiO", kwlist, &edge_obj, &dim_obj, &src_obj,
+                                     &src_rank, &dst_obj))
+        return NULL;
+    int32_t dim = -1;
+    if (dim_obj != Py_None) {
+        long v = PyLong_AsLong(dim_obj);
+        if (v == -1 && PyErr_Occurred())
+            return NULL;
+        dim = (int32_t)v;
+    }
+    mstar_shard_group src = { 0 }, dst = { 0 };
+    const char **src_names = NULL, **dst_names = NULL;
+    mstar_edge edge;
+    mstar_edge_init(&edge);
+    PyObject *result = NULL;
+    if (workers_from_py(src_obj, &src, &src_names) < 0 ||
+        workers_from_py(dst_obj, &dst, &dst_names) < 0 || mstarpy_edge_from_py(edge_obj, &edge) < 0)
+        goto out;
+    mstar_fanout fo;
+    mstar_status st = mstar_edge_fanout(&edge, dim, src_names ? &src : NULL, src_rank,
+                                        dst_names ? &dst : NULL, &fo);
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        goto out;
+    }
+    result = PyList_New((Py_ssize_t)fo.n);
+    for (uint32_t i = 0; result && i < fo.n; i++) {
+        PyObject *e = mstarpy_edge_to_py(&fo.edges[i]);
+        PyObject *pair = e ? Py_BuildValue("(sN)", fo.workers[i], e) : NULL;
+        if (!pair) {
+            Py_CLEAR(result);
+            break;
+        }
+        PyList_SetItem(result, (Py_ssize_t)i, pair);
+    }
+    mstar_fanout_clear(&fo);
+out:
+    mstarpy_edges_free(&edge, 1);
+    PyMem_Free(src_names);
+    PyMem_Free(dst_names);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    { "version", py_version, METH_NOARGS, "version() -> str: libmstar's version." },
+    { "built_with_cuda", py_built_with_cuda, METH_NOARGS,
+      "built_with_cuda() -> bool: whether libmstar has the CUDA backend." },
+    { "entity_index", py_entity_index, METH_O,
+      "entity_index(name) -> int: the fixed tensor-id index of a well-known entity name." },
+    { "dtype_size", py_dtype_size, METH_O,
+      "dtype_size(dtype) -> int: bytes per element of a torch dtype name." },
+    { "status_name", py_status_name, METH_O, "status_name(code) -> str, e.g. 'MSTAR_EINVAL'." },
+    { "set_log_level", py_set_log_level, METH_O,
+      "set_log_level(level): 0 error, 1 warn, 2 info, 3 debug, 4 trace (overrides MSTAR_LOG)." },
+    { "fanout", (PyCFunction)(void (*)(void))py_fanout, METH_VARARGS | METH_KEYWORDS,
+      "fanout(edge, shard_dim, src_workers=None, src_rank=0, dst_workers=None)\n"
+      "-> list[(worker, GraphEdge)]: the per-destination clones of an edge (the reference's\n"
+      "fanout_graph_edges). shard_dim None: replicated." },
+    { NULL, NULL, 0, NULL },
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    "_mstar",
+    "The C core of the mstar package (see the mstar package for the documented API).",
+    -1,
+    module_methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
+};
+
+static int load_classes(void)
+{
+    PyObject *errors = PyImport_ImportModule("mstar._errors");
+    PyObject *types = errors ? PyImport_ImportModule("mstar._types") : NULL;
+    if (!types) {
+        Py_XDECREF(errors);
+        return -1;
+    }
+    mstarpy.errors = PyObject_GetAttrString(errors, "BY_STATUS");
+    mstarpy.error_base = PyObject_GetAttrString(errors, "Error");
+    mstarpy.info_cls = PyObject_GetAttrString(types, "TensorPointerInfo");
+    mstarpy.edge_cls = PyObject_GetAttrString(types, "GraphEdge");
+    mstarpy.msg_cls = PyObject_GetAttrString(types, "Message");
+    mstarpy.tx_cls = PyObject_GetAttrString(types, "TxInfo");
+    mstarpy.rx_cls = PyObject_GetAttrString(types, "RxInfo");
+    mstarpy.stored_cls = PyObject_GetAttrString(types, "StoredOutputs");
+    mstarpy.failure_cls = PyObject_GetAttrString(types, "ReadFailure");
+    Py_DECREF(errors);
+    Py_DECREF(types);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+PyMODINIT_FUNC PyInit__mstar(void)
+{
+    if (load_classes() < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module_def);
+    if (!m)
+        return NULL;
+    if (mstarpy_add_comm_type(m) < 0 || mstarpy_add_tensor_type(m) < 0 ||
+        mstarpy_add_mesh_type(m) < 0 || mstarpy_add_completion_type(m) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

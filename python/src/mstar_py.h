@@ -1,0 +1,108 @@
+/*
+ * mstar_py.h — what the files of the _mstar extension share: the limited-API setup, the module's
+ * state (the exception classes and data classes it builds Python objects from), the converters
+ * between the library's structs and those Python objects, and the object types.
+ *
+ * The extension is written against the CPython stable ABI of 3.11 (Py_LIMITED_API), so one
+ * build loads in every later Python. It uses only the public headers of libmstar.
+ */
+#ifndef MSTAR_PY_H
+#define MSTAR_PY_H
+
+#define Py_LIMITED_API 0x030B0000
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "mstar/mstar.h"
+
+/* Module state: filled once at import (module.c). */
+typedef struct mstarpy_state {
+    PyObject *errors;      /* dict status -> exception class (mstar._errors.BY_STATUS) */
+    PyObject *error_base;  /* mstar.Error */
+    PyObject *info_cls;    /* TensorPointerInfo */
+    PyObject *edge_cls;    /* GraphEdge */
+    PyObject *msg_cls;     /* Message */
+    PyObject *tx_cls;      /* TxInfo */
+    PyObject *rx_cls;      /* RxInfo */
+    PyObject *stored_cls;  /* StoredOutputs */
+    PyObject *failure_cls; /* ReadFailure */
+    PyTypeObject *comm_type;
+    PyTypeObject *tensor_type;
+    PyTypeObject *mesh_type;
+    PyTypeObject *completion_type;
+} mstarpy_state;
+
+extern mstarpy_state mstarpy;
+
+/* Raise the exception class of `st` with the library's last error as text; returns NULL. */
+PyObject *mstarpy_raise(mstar_status st);
+/* Raise `st`'s class with a message of our own; returns NULL. */
+PyObject *mstarpy_raise_msg(mstar_status st, const char *fmt, ...);
+
+/* ---- converters (convert.c). Each returns 0 / a new reference, or -1 / NULL with an
+ * exception set. The *_from_py functions take what Python callers pass: an object with the
+ * data class's attributes. */
+int mstarpy_rid_from_py(PyObject *obj, mstar_rid *out);
+PyObject *mstarpy_rid_to_py(const mstar_rid *rid);
+int mstarpy_name_from_py(PyObject *obj, char *buf, size_t size, bool none_ok, const char *what);
+int mstarpy_u64_from_py(PyObject *obj, uint64_t *out, const char *what);
+
+int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *out);
+PyObject *mstarpy_info_to_py(const mstar_tensor_info *info);
+/* Write every field of `info` onto an existing descriptor object (stamping after staging). */
+int mstarpy_info_update_py(PyObject *obj, const mstar_tensor_info *info);
+
+/* Edges built here own a malloc'd tensor_info array: release with mstarpy_edges_free. */
+int mstarpy_edge_from_py(PyObject *obj, mstar_edge *out);
+PyObject *mstarpy_edge_to_py(const mstar_edge *edge);
+/* A sequence of edges: *out (malloc'd) and *n. */
+int mstarpy_edges_from_py(PyObject *seq, mstar_edge **out, uint32_t *n);
+void mstarpy_edges_free(mstar_edge *edges, uint32_t n);
+/* Copy the descriptors of `edges` back onto the Python edges they came from. */
+int mstarpy_edges_update_py(PyObject *seq, const mstar_edge *edges, uint32_t n);
+
+/* Messages: msg_from_py fills a message the caller mstar_msg_clear's (also on error). */
+int mstarpy_msg_from_py(PyObject *obj, mstar_msg *out);
+PyObject *mstarpy_msg_to_py(const mstar_msg *msg);
+
+PyObject *mstarpy_tx_to_py(const mstar_tx_info *tx, uint32_t n);
+PyObject *mstarpy_rx_to_py(const mstar_rx_info *rx, uint32_t n);
+
+/* ---- tensors in (dlpack.c) ------------------------------------------------------------------ */
+
+/* Take a tensor from anything with __dlpack__ (or the buffer protocol, as 1-D uint8 bytes):
+ * *out views the producer's memory, *release / *release_ctx hand it over (the DLPack deleter
+ * runs when the manager lets go). On failure nothing is held. */
+int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release,
+                      void **release_ctx);
+
+/* ---- object types ------------------------------------------------------------------------- */
+
+int mstarpy_add_comm_type(PyObject *module);
+int mstarpy_add_tensor_type(PyObject *module);
+int mstarpy_add_mesh_type(PyObject *module);
+int mstarpy_add_completion_type(PyObject *module);
+
+/* A Comm object's manager handle (NULL with ClosedError when closed, TypeError otherwise). */
+typedef struct mstarpy_comm mstarpy_comm;
+/* A new mstar.Tensor viewing `t` (a held tensor of `comm`, of request `rid`); it holds one
+ * reference on the tensor and on `comm` until it goes. */
+PyObject *mstarpy_tensor_new(mstarpy_comm *comm, PyObject *rid, mstar_tensor_id uuid,
+                             const mstar_tensor *t);
+/* The view bookkeeping of the manager (comm.c): a view of `rid` came or went. */
+int mstarpy_comm_view_added(mstarpy_comm *comm, PyObject *rid);
+void mstarpy_comm_view_dropped(mstarpy_comm *comm, PyObject *rid, mstar_tensor_id uuid);
+/* A completion handle as a Python object (takes ownership of `c`). */
+PyObject *mstarpy_completion_new(mstar_completion *c);
+/* The mesh handle behind a Mesh object, or NULL (no exception) for anything else. */
+mstar_mesh *mstarpy_mesh_handle(PyObject *obj);
+/* A manager sends through this Mesh from now on (acquire) / no more (release): close() refuses
+ * while one does, so the handle cannot go from under it. */
+void mstarpy_mesh_acquire(PyObject *mesh);
+void mstarpy_mesh_release(PyObject *mesh);
+
+/* dtype <-> DLPack's (code, bits); 0 / -1. */
+int mstarpy_dtype_to_dl(mstar_dtype dtype, uint8_t *code, uint8_t *bits);
+int mstarpy_dtype_from_dl(uint8_t code, uint8_t bits, uint16_t lanes, mstar_dtype *out);
+
+#endif /* MSTAR_PY_H */

@@ -1,0 +1,61 @@
+"""Fixtures shared by the package's tests: a private shm directory per test that must be empty
+when the test ends (every manager closed, by `with`, close() or garbage collection), and a
+manager factory."""
+import gc
+import os
+import tempfile
+
+import pytest
+
+import mstar
+
+
+class Recorder:
+    """A send callback that records (peer, Message) — the reference's mock communicator."""
+
+    def __init__(self):
+        self.sent = []
+
+    def __call__(self, peer, msg):
+        self.sent.append((peer, msg))
+
+
+@pytest.fixture
+def shm_dir(tmp_path, monkeypatch):
+    d = tmp_path / "shm"
+    d.mkdir()
+    for k in list(os.environ):
+        if k.startswith("MSTAR_SHM_ARENA"):
+            monkeypatch.delenv(k)
+    yield str(d)
+    gc.collect()
+    left = sorted(os.listdir(d))
+    assert left == [], f"left in the shm directory: {left}"
+
+
+@pytest.fixture
+def make(shm_dir):
+    """make(entity, transport="files", **kw) -> a manager whose send records into .sent."""
+    made = []
+
+    def factory(entity, transport="files", **kw):
+        rec = Recorder()
+        kw.setdefault("send", rec)
+        m = mstar.CommunicationManager(entity, transport=transport, shm_dir=shm_dir, **kw)
+        m.sent = rec.sent
+        made.append(m)
+        return m
+
+    yield factory
+    for m in made:
+        m.close()
+
+
+def ucx_available():
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            m = mstar.CommunicationManager("probe_ucx", transport="ucx-tcp", shm_dir=d)
+        except mstar.Error:
+            return False
+        m.close()
+        return True

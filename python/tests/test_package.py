@@ -1,0 +1,221 @@
+"""What a Python user expects of the package: exceptions per status with the library's
+message, the control mesh as Python objects, the GIL released while waiting, a busy manager
+refusing a second caller, closing by `with`, close() and garbage collection alike."""
+import gc
+import os
+import pydoc
+import threading
+
+import pytest
+import torch
+
+import mstar
+
+
+def test_errors_are_classes_per_status_with_the_library_message(make):
+    mgr = make("worker_0")
+    with pytest.raises(mstar.NotFoundError) as e:
+        mgr.get_tensor(1, 12345)
+    assert isinstance(e.value, mstar.Error) and isinstance(e.value, LookupError)
+    assert e.value.status == -4 and e.value.status_name == "MSTAR_ENOENT"
+    assert "0x0000000000003039" in str(e.value)  # the library's text names the uuid
+    with pytest.raises(mstar.InvalidArgumentError, match="transport"):
+        mstar.CommunicationManager("worker_9", transport="pigeon")
+    with pytest.raises(mstar.InvalidArgumentError):
+        mgr.increment_ref(1, -3)
+    assert mstar.error_class(-13) is mstar.ClosedError
+    assert {c.status for c in mstar._errors.BY_STATUS.values()} == set(range(-16, 0))
+
+
+def test_bad_descriptors_raise_before_the_library(make):
+    mgr = make("worker_0")
+    bad = mstar.TensorPointerInfo(dims=(2,), stride=(1,), dtype="float32", nbytes=7, uuid=1,
+                                  source_entity="worker_1")
+    with pytest.raises(mstar.ProtocolError, match="nbytes"):
+        mgr.start_read_tensors(1, [mstar.GraphEdge("n", "x", [bad])])
+    bad.nbytes, bad.dtype = 8, "complex32"
+    with pytest.raises(mstar.InvalidArgumentError):
+        mgr.start_read_tensors(1, [mstar.GraphEdge("n", "x", [bad])])
+    with pytest.raises(mstar.InvalidArgumentError, match="request id"):
+        mgr.cleanup_request(3.5)
+
+
+def test_mesh_messages_roundtrip(tmp_path):
+    with mstar.Mesh("worker_0", transport="ipc", ipc_dir=str(tmp_path)) as a, \
+         mstar.Mesh("worker_1", transport="ipc", ipc_dir=str(tmp_path)) as b:
+        info = mstar.TensorPointerInfo(dims=(2, 3), stride=(3, 1), dtype="bfloat16", nbytes=12,
+                                       uuid=7, source_entity="worker_0", shm_segment=None)
+        msg = mstar.Message("INPUT_SIGNALS", request_id="req-1", graph_walk="decode",
+                            edges=[mstar.GraphEdge("LLM", "x", [info], shard_dim=1,
+                                                   total_fanin=2)],
+                            names=["done"], kv={"seed": 42})
+        a.send("worker_1", msg)
+        got = b.recv(timeout_ms=5000)
+        assert got.type == "INPUT_SIGNALS" and got.sender == "worker_0"
+        assert got.request_id == "req-1" and got.graph_walk == "decode"
+        assert got.edges[0].tensor_info[0] == info
+        assert got.edges[0].shard_dim == 1 and got.edges[0].total_fanin == 2
+        assert got.names == ["done"] and got.kv == {"seed": 42}
+        assert got.text == "default"  # INPUT_SIGNALS' partition default
+        b.send("worker_0", mstar.Message("TENSOR_RECEIVED", request_id=5, counts={7: 2},
+                                         uuids=[9]))
+        ack = a.recv(timeout_ms=5000)
+        assert ack.successful_tensors == {7: 2} and ack.failed_tensor_ids == [9]
+        assert a.recv(timeout_ms=0) is None
+    assert not os.listdir(tmp_path)  # the ipc files are gone with the meshes
+
+
+def test_manager_acks_through_a_mesh(make, tmp_path):
+    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as pm, \
+         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as cm:
+        prod, cons = make("worker_0", send=pm), make("worker_1", send=cm)
+        infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
+        prod.increment_ref(infos[0].uuid)
+        prod.register_for_send(1, infos)
+        cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)])
+        cons.get_ready_tensors()
+        ack = pm.recv(timeout_ms=5000)
+        assert ack.type == "TENSOR_RECEIVED" and ack.sender == "worker_1"
+        prod.handle_message(ack)
+        assert prod.num_tensors == 0
+        prod.close()
+        cons.close()
+
+
+def test_gil_released_while_waiting(tmp_path):
+    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as m:
+        counter = [0]
+        stop = threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                counter[0] += 1
+
+        th = threading.Thread(target=spin)
+        th.start()
+        assert m.recv(timeout_ms=300) is None  # waits with the GIL released
+        stop.set()
+        th.join()
+        # The spinning thread ran while recv waited: with the GIL held it could not have
+        # (the switch interval is 5 ms; 300 ms of waiting gives it tens of slices).
+        assert counter[0] > 1000
+
+
+def test_send_callback_errors_and_reentry(make):
+    prod = make("worker_0")
+    seen = []
+
+    def send(peer, msg):
+        seen.append(msg)
+        cons.dereference(1)  # calling back into the busy manager
+
+    cons = make("worker_1", send=send)
+    infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
+    prod.increment_ref(infos[0].uuid)
+    prod.register_for_send(1, infos)
+    cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)])
+    with pytest.raises(mstar.StateError, match="in use"):
+        cons.get_ready_tensors()  # the callback's exception comes out of the call that sent
+    assert len(seen) == 1 and seen[0].type == "TENSOR_RECEIVED"
+    assert cons.num_tensors >= 0  # the manager is usable again
+
+
+def test_gc_and_context_manager_leave_nothing(shm_dir):
+    def produce(entity):
+        m = mstar.CommunicationManager(entity, transport="arena", shm_dir=shm_dir)
+        infos = m.store_and_return_tensor_info(1, {"x": [torch.ones(1000)]})["x"]
+        m.increment_ref(infos[0].uuid)
+        m.register_for_send(1, infos)
+        return m
+
+    m = produce("worker_0")
+    assert os.listdir(shm_dir)
+    del m
+    gc.collect()
+    assert os.listdir(shm_dir) == []  # garbage collection destroyed it
+    with produce("worker_1") as m:
+        assert os.listdir(shm_dir)
+    assert os.listdir(shm_dir) == [] and m.closed
+    m.close()  # idempotent
+    with pytest.raises(mstar.ClosedError):
+        m.num_tensors
+
+
+def test_help_and_stubs():
+    text = pydoc.render_doc(mstar, renderer=pydoc.plaintext)
+    for name in ("CommunicationManager", "store_and_return_tensor_info", "get_ready_tensors",
+                 "Mesh", "Tensor", "Error"):
+        assert name in text
+    here = os.path.dirname(mstar.__file__)
+    assert os.path.exists(os.path.join(here, "__init__.pyi"))
+    assert os.path.exists(os.path.join(here, "py.typed"))
+    assert mstar._mstar.__file__.endswith(".abi3.so")
+
+
+def test_batch_store_and_profiling(make):
+    mgr = make("worker_0", enable_prof=True)
+    so = mgr.store_and_return_tensor_info_batch(
+        [1, 2], [{"a": [torch.ones(2)], "b": [torch.ones(3), torch.ones(4)]}, {"a": [torch.ones(5)]}],
+        ["a", "b"])
+    assert len(so.flat_uuids) == 4
+    assert so.flat_rids == [0, 0, 0, 1]
+    assert so.signal_idxs == [0, 1, 1, 0]
+    assert so.num_tensors == [[1, 2], [1, 0]]
+    mgr.register_for_send_uuids([1, 2], [3, 1], so.flat_uuids)
+    assert mgr.get_tx_info(1) == [] or all(t.count >= 0 for t in mgr.get_tx_info(1))
+    assert isinstance(mgr.get_rx_info(1), list)
+    mgr.set_persist(so.flat_uuids[0])
+    mgr.cleanup_request(1)
+    assert mgr.num_tensors == 2  # the persisted one and request 2's
+    mgr.handle_message(mstar.Message("UNPERSIST_TENSORS", request_id=1,
+                                     counts={so.flat_uuids[0]: 0}))
+    assert mgr.num_tensors == 1
+
+
+def test_fanout_and_refresh(make):
+    info = mstar.TensorPointerInfo(dims=(4, 6), stride=(6, 1), dtype="float32", nbytes=96,
+                                   uuid=1, source_entity="w0")
+    out = mstar.fanout(mstar.GraphEdge("B", "x", [info]), 0, src_workers=["w0"], src_rank=0,
+                       dst_workers=["w1", "w2"])
+    assert [w for w, _ in out] == ["w1", "w2"]
+    assert [e.tensor_info[0].dims for _, e in out] == [(2, 6), (2, 6)]
+    assert [e.tensor_info[0].offset for _, e in out] == [0, 48]
+
+
+def test_cycle_through_the_send_callback_is_collected(shm_dir):
+    m = mstar.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir,
+                                   send=lambda peer, msg: m.handle_message(msg))
+    infos = m.store_and_return_tensor_info(1, {"x": [torch.ones(64)]})["x"]
+    m.increment_ref(infos[0].uuid)
+    m.register_for_send(1, infos)
+    assert os.listdir(shm_dir)
+    del m  # manager -> callback -> closure cell -> manager: only the cycle collector frees it
+    gc.collect()
+    assert os.listdir(shm_dir) == []
+
+
+@pytest.mark.skipif(mstar.built_with_cuda(), reason="libmstar has CUDA: the GPU tests cover it")
+def test_cuda_device_without_cuda_is_not_supported(shm_dir):
+    with pytest.raises(mstar.NotSupportedError):
+        mstar.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir, device="cuda:0")
+    with pytest.raises(mstar.InvalidArgumentError, match="device"):
+        mstar.CommunicationManager("worker_0", shm_dir=shm_dir, device="tpu")
+    with mstar.CommunicationManager("worker_0", shm_dir=shm_dir, device="cpu") as m:
+        assert m.num_tensors == 0
+
+
+def test_mesh_close_refused_while_a_manager_sends_through_it(make, tmp_path):
+    mesh = mstar.Mesh("worker_0", ipc_dir=str(tmp_path))
+    mgr = make("worker_0", send=mesh)
+    with pytest.raises(mstar.StateError, match="close them first"):
+        mesh.close()
+    assert not mesh.closed
+    mgr.close()
+    mesh.close()
+    assert mesh.closed
+
+
+def test_outputs_may_be_any_iterable(make):
+    mgr = make("worker_0", "local")
+    infos = mgr.store_and_return_tensor_info(1, {"x": (torch.ones(2) for _ in range(3))})
+    assert len(infos["x"]) == 3
