@@ -328,7 +328,7 @@ typedef struct mstar_comm_security_stats {
     bool ack_ledger;         /* ACKs are checked against the ledger */
 } mstar_comm_security_stats;
 
-/* What the manager refused from other processes so far (docs/security-mesh.md). */
+/* What the manager refused from other processes so far (docs/security.md). */
 MSTAR_API mstar_status mstar_comm_get_security_stats(const mstar_comm *comm,
                                                      mstar_comm_security_stats *out);
 

@@ -87,7 +87,7 @@ struct mstar_comm {
     mstar__transport_env env;
     mstar__transport *transport;
 
-    /* ACK security (docs/security-mesh.md). Once this manager has sent a descriptor of its own
+    /* ACK security (docs/security.md). Once this manager has sent a descriptor of its own
      * through the mesh (or was told of one, mstar_comm_note_sent) it applies an ACK only from a
      * peer it sent that tensor to, for at most the deliveries that peer still owes (the ledger
      * in the bookkeeper); anything else is dropped and counted. */

@@ -7,7 +7,7 @@
  * worker_1's READS_DONE (it releases what it read) and REMOVE_REQUEST (soft or forced cleanup).
  *
  * A model runs beside the managers: per tensor, the deliveries each destination still owes an
- * ACK for, the reference count and the persist marker, following the rules docs/security-mesh.md
+ * ACK for, the reference count and the persist marker, following the rules docs/security.md
  * gives. After every step: a tensor the model says is held is held, with every byte as stored;
  * one the model says is freed is gone; a tensor worker_1 read and has not released is held there
  * with its bytes. At the end everything is torn down and nothing is left: no tensor held, no

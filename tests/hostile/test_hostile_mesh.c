@@ -5,7 +5,7 @@
  * oversized frames, floods. Each test asserts the counted drop or the clear error, that the
  * legitimate transfer beside it still completes with every byte verified, and that nothing is
  * left behind (no tensor held, no file in the shm directory). The defences are described in
- * docs/security-mesh.md.
+ * docs/security.md.
  */
 #include "comm_harness.h"
 
