@@ -2,7 +2,7 @@
  * mstar/graphs.h — the accelerator graph runner: graph pools and capture.
  *
  * Graph pools are this project's own allocator over backend memory with the reference semantics
- * (docs/architecture.md, DESIGN.md "Graph pools"): while a stream captures into a pool, the
+ * (docs/architecture.md, docs/design.md "Pools"): while a stream captures into a pool, the
  * stream's mstar_alloc calls are served from the pool; blocks freed during a capture return to the
  * pool for later captures; blocks live when the capture ends belong to the graph until it is
  * destroyed. One pool per node, shared by the node's whole-forward runner and its piecewise
@@ -66,7 +66,7 @@ typedef mstar_status (*mstar_capture_fn)(mstar_stream *stream, void *user);
  * On failure (run fails, the runtime invalidates the capture, instantiation fails) everything is
  * undone before returning: the stream no longer captures, its allocations route to the caching
  * allocator again, the pool takes back the capture's blocks, and the next capture on the same
- * pool and stream works (§8.1). The error names the pool and the cause. `stats` may be NULL.
+ * pool and stream works (G-1). The error names the pool and the cause. `stats` may be NULL.
  */
 MSTAR_API mstar_status mstar_capture_into_graph(mstar_stream *stream, mstar_graph_pool *pool,
                                                 mstar_capture_fn run, void *user, unsigned flags,
@@ -78,10 +78,10 @@ typedef mstar_status (*mstar_capture_outputs_fn)(mstar_stream *stream, void *use
                                                  mstar_tensor_map *outputs);
 
 /*
- * Capture run so its outputs land in buffers allocated OUTSIDE the pool (§3.4). `warm_outputs`
- * (what run returned in a warm-up) fixes each output's name, shape and dtype; one buffer per
- * output is taken from the caching allocator before the capture, and the graph ends with a
- * device-to-device copy of each output into its buffer. Such a buffer stays valid until this
+ * Capture run so its outputs land in buffers allocated OUTSIDE the pool (design.md "Pools").
+ * `warm_outputs` (what run returned in a warm-up) fixes each output's name, shape and dtype; one
+ * buffer per output is taken from the caching allocator before the capture, and the graph ends with
+ * a device-to-device copy of each output into its buffer. Such a buffer stays valid until this
  * graph's own next replay, whatever other graphs of the pool replay in between — unlike a pool
  * block, which a later capture may reuse as scratch. `static_outputs` receives views of the
  * buffers (owned by the graph). run's outputs must match the warm outputs (MSTAR_EINVAL names the
@@ -162,7 +162,7 @@ typedef struct mstar_node_input {
     const mstar_tensor_map *tensors; /* per-request tensors (may be NULL) */
 } mstar_node_input;
 
-/* A declared seq dim for one input key (§8.11): staging narrows on it. */
+/* A declared seq dim for one input key (G-11): staging narrows on it. */
 typedef struct mstar_seq_dim {
     const char *key;
     int32_t dim;
@@ -209,9 +209,9 @@ typedef struct mstar_graph_config {
 
 /* Defaults: BATCHED, caps_eager_batch_size true, multiplier 1, compile NONE, default sizes. */
 MSTAR_API void mstar_graph_config_init(mstar_graph_config *config);
-/* The checks a runner applies to each config (§1): walk names, positive unique sizes (stored
- * sorted), a template, PACKED buckets with num_tokens == bs rejected (§8.10), multiplier >= 1, a
- * known compile mode. MSTAR_EINVAL naming config_idx and the field. */
+/* The checks a runner applies to each config (design.md "Graph configs"): walk names, positive
+ * unique sizes (stored sorted), a template, PACKED buckets with num_tokens == bs rejected (G-10),
+ * multiplier >= 1, a known compile mode. MSTAR_EINVAL naming config_idx and the field. */
 MSTAR_API mstar_status mstar_graph_config_validate(const mstar_graph_config *config,
                                                    uint32_t config_idx);
 
@@ -257,7 +257,7 @@ MSTAR_API int32_t mstar_graph_runner_num_slots(const mstar_graph_runner *runner)
 MSTAR_API mstar_stream *mstar_graph_runner_plan_stream(const mstar_graph_runner *runner);
 MSTAR_API mstar_dummy_rows *mstar_graph_runner_dummy_rows(mstar_graph_runner *runner);
 
-/* Every configured bucket, in capture order: descending (bs, num_tokens) (§3.6). Borrowed. */
+/* Every configured bucket, in capture order: descending (bs, num_tokens) (I-21). Borrowed. */
 MSTAR_API const mstar_bucket_key *mstar_graph_runner_buckets(const mstar_graph_runner *runner,
                                                              size_t *n);
 /* Claim this runner's capture jobs with the step runner (reference prepare_for_capture); call on
@@ -286,11 +286,12 @@ MSTAR_API mstar_status mstar_graph_runner_warmup_and_capture(mstar_graph_runner 
 /* Buckets not captured: planned out, failed or blocked (borrowed). */
 MSTAR_API const mstar_bucket_key *
 mstar_graph_runner_dropped_buckets(const mstar_graph_runner *runner, size_t *n);
-/* Forget a captured bucket (e.g. another rank dropped it, §4.6): lookups then miss it. */
+/* Forget a captured bucket (e.g. another rank dropped it, design.md "Rank agreement"): lookups then
+ * miss it. */
 MSTAR_API mstar_status mstar_graph_runner_drop_bucket(mstar_graph_runner *runner,
                                                       const mstar_bucket_key *bucket);
 
-/* Lookups (§2.4–2.7). num_tokens < 0: the inputs are not built yet (batched search). */
+/* Lookups (design.md "Lookup"). num_tokens < 0: the inputs are not built yet (batched search). */
 MSTAR_API bool mstar_graph_runner_select_bucket(const mstar_graph_runner *runner,
                                                 const char *graph_walk, int64_t bs,
                                                 int64_t num_tokens, const char *cg_key_info,
@@ -329,7 +330,8 @@ MSTAR_API const mstar_tensor_map *mstar_graph_slot_static_inputs(const mstar_gra
 MSTAR_API const mstar_tensor_map *mstar_graph_slot_static_outputs(const mstar_graph_slot *slot);
 MSTAR_API const int64_t *mstar_graph_slot_dummy_rids(const mstar_graph_slot *slot, size_t *n);
 
-/* The step around a replay (§2.9, §2.10). `out` has room for lease->bucket.bs entries. */
+/* The step around a replay (design.md "Padding rows"). `out` has room for lease->bucket.bs
+ * entries. */
 MSTAR_API mstar_status mstar_graph_runner_pad_inputs(mstar_graph_runner *runner,
                                                      const mstar_slot_lease *lease,
                                                      const mstar_node_input *inputs, size_t n,
@@ -342,7 +344,7 @@ MSTAR_API mstar_status mstar_graph_runner_step_metadata(mstar_graph_runner *runn
                                                         const mstar_forward_info *real, size_t n,
                                                         mstar_forward_info *out);
 /* Template rows for a declare-only call, cached per bucket: read-only, shared by every caller
- * (§8.15). Only for declare_step; never mutate them or preprocess them. */
+ * (G-15). Only for declare_step; never mutate them or preprocess them. */
 MSTAR_API mstar_status mstar_graph_runner_declare_inputs_for(mstar_graph_runner *runner,
                                                              const mstar_slot_lease *lease,
                                                              const mstar_node_input **rows,
@@ -375,7 +377,7 @@ MSTAR_API mstar_status mstar_graph_runner_static_input(const mstar_graph_runner 
  * slot's static outputs (views; valid until the slot's next replay). A value that already is
  * the static buffer (mstar_graph_runner_static_input) is not copied. An unknown key is
  * MSTAR_EINVAL; a captured key missing from `preprocessed` keeps its last contents and is warned
- * about once per key (§8.17). launch_started is set on every path, failures included (§8.27).
+ * about once per key (G-17). launch_started is set on every path, failures included (G-27).
  */
 MSTAR_API mstar_status mstar_graph_runner_run_forward(
     mstar_graph_runner *runner, const mstar_slot_lease *lease, const mstar_tensor_map *preprocessed,

@@ -2,10 +2,10 @@
  * mstar/mesh.h — the control mesh: one ZeroMQ PULL inbox per entity, a lazily connected PUSH
  * per peer, typed messages (mstar/wire.h), and a wake-up eventfd for other threads.
  *
- * Endpoints (transport-spec §1.4): ipc://$MSTAR_IPC_DIR/<entity>.ipc (default /tmp/mstar-<euid>),
- * or tcp://$MSTAR_ZMQ_TCP_HOST:<port> with port = base (19000) for api_server, +1 conductor, +2
- * api_server_preprocess_worker, +100+r for worker_<r>, else +1000 + (byte sum of the name mod
- * 1000). Order is kept per (sender, receiver) pair only.
+ * Endpoints (architecture.md "Control mesh"): ipc://$MSTAR_IPC_DIR/<entity>.ipc (default
+ * /tmp/mstar-<euid>), or tcp://$MSTAR_ZMQ_TCP_HOST:<port> with port = base (19000) for api_server,
+ * +1 conductor, +2 api_server_preprocess_worker, +100+r for worker_<r>, else +1000 + (byte sum of
+ * the name mod 1000). Order is kept per (sender, receiver) pair only.
  *
  * A mesh handle belongs to one thread (its entity's loop), except mstar_mesh_wake, which any
  * thread may call. A peer that sends garbage is logged and skipped; the receiver goes on.

@@ -2,7 +2,7 @@
  * mstar/piecewise.h — the piecewise runner (reference PiecewiseAcceleratorGraphRunner): one inner
  * region of a submodule's forward (a transformer block loop, say) captured as a graph per shape
  * and slot, while the preamble around it stays eager and calls the region itself
- * (graph-runner-spec §6).
+ * (design.md "Piecewise regions").
  *
  * A region is described by a config: a capture function over named static input buffers, the
  * buffers themselves (made per shape), and the region's own step declaration, which the runner
@@ -14,15 +14,17 @@
  * Shapes and keys. A BATCHED region captures, per batch size bs, bs rows of seq_len tokens; a
  * PACKED region captures, per bs and per total token count t, t tokens spread over bs rows
  * (each row t / bs, the first also t % bs). Each shape is a bucket key with walk
- * MSTAR_PIECEWISE_WALK and cg_key_info = the region's label (§2.1). Its padding rows come from a
- * row pool with prefix "pw_<label>" and key "<bs>_<total_tokens>_slot<slot>" (§2.8).
+ * MSTAR_PIECEWISE_WALK and cg_key_info = the region's label (design.md "Buckets"). Its padding rows
+ * come from a row pool with prefix "pw_<label>" and key "<bs>_<total_tokens>_slot<slot>" (design.md
+ * "Padding rows").
  *
  * Memory. Every region of a node captures into the node's one graph pool, shared with its
- * whole-forward runner (§3.5), through mstar_capture_with_static_outputs: a region's outputs live
- * in buffers outside the pool, which only this region's own next replay overwrites (§3.4, §8.18).
+ * whole-forward runner (design.md "Pools"), through mstar_capture_with_static_outputs: a region's
+ * outputs live in buffers outside the pool, which only this region's own next replay overwrites
+ * (design.md "Pools", G-18).
  *
  * Lookup never falls back to a larger batch size: a batch pads to the smallest configured bs at
- * least its size, and that exact shape must be captured (§8.21; the whole-forward runner does
+ * least its size, and that exact shape must be captured (G-21; the whole-forward runner does
  * fall back).
  *
  * Threads: a runner belongs to the thread that drives its node's steps.
@@ -109,9 +111,9 @@ typedef struct mstar_piecewise_config {
 
 /* Zeroed: BATCHED, default batch sizes, compile NONE, no lease before the step. */
 MSTAR_API void mstar_piecewise_config_init(mstar_piecewise_config *config);
-/* The checks a runner applies (§1): both callbacks, a known kind and compile mode, positive
- * unique sizes, seq_len >= 1 (BATCHED), total_tokens given (PACKED) with no shape whose tokens
- * equal its bs (§8.10). MSTAR_EINVAL naming the field. */
+/* The checks a runner applies (design.md "Graph configs"): both callbacks, a known kind and compile
+ * mode, positive unique sizes, seq_len >= 1 (BATCHED), total_tokens given (PACKED) with no shape
+ * whose tokens equal its bs (G-10). MSTAR_EINVAL naming the field. */
 MSTAR_API mstar_status mstar_piecewise_config_validate(const mstar_piecewise_config *config);
 /*
  * Reference replay_seq_lens(shape, seq_lens, real_bs): the tokens each of shape->bs rows carries
@@ -202,21 +204,23 @@ MSTAR_API mstar_status mstar_piecewise_runner_capture_throwaway(mstar_piecewise_
 /* Capture the planned shapes (NULL: every shape), largest first, each slot warmed first. A shape
  * whose capture fails on any slot, or whose step a resource blocks, is dropped whole and logged;
  * the rest still capture. Padding rows are reset (storage freed) after every capture, failed ones
- * included (§8.30). MSTAR_ESTATE before the graph buffers are built. */
+ * included (G-30). MSTAR_ESTATE before the graph buffers are built. */
 MSTAR_API mstar_status mstar_piecewise_runner_warmup_and_capture(mstar_piecewise_runner *runner,
                                                                  const mstar_bucket_key *planned,
                                                                  size_t n);
 /* Shapes not captured: planned out, failed or blocked (reference dropped_shapes; borrowed). */
 MSTAR_API const mstar_bucket_key *
 mstar_piecewise_runner_dropped_shapes(const mstar_piecewise_runner *runner, size_t *n);
-/* Forget a captured shape (another rank dropped it, §4.6): lookups then miss it. */
+/* Forget a captured shape (another rank dropped it, design.md "Rank agreement"): lookups then miss
+ * it. */
 MSTAR_API mstar_status mstar_piecewise_runner_drop_shape(mstar_piecewise_runner *runner,
                                                          const mstar_bucket_key *bucket);
 MSTAR_API bool mstar_piecewise_runner_any_graphs(const mstar_piecewise_runner *runner);
 
-/* Lookups (§6). The batch pads to the smallest configured bs >= batch_size, and that exact shape
- * must be captured: BATCHED (padded bs, seq_len·padded bs), total_tokens ignored; PACKED the
- * smallest captured total >= total_tokens at the padded bs (total_tokens < 0: none, no shape). */
+/* Lookups (design.md "Piecewise regions"). The batch pads to the smallest configured bs >=
+ * batch_size, and that exact shape must be captured: BATCHED (padded bs, seq_len·padded bs),
+ * total_tokens ignored; PACKED the smallest captured total >= total_tokens at the padded bs
+ * (total_tokens < 0: none, no shape). */
 MSTAR_API bool mstar_piecewise_runner_can_run(const mstar_piecewise_runner *runner,
                                               int64_t batch_size, int64_t total_tokens);
 /* The shape and slot a batch would replay on, asked before the forward, so the outer step can
@@ -251,7 +255,7 @@ mstar_piecewise_runner_slot_for(const mstar_piecewise_runner *runner,
  *   4. lease_before_step (or no declare_step): only stage and replay.
  *   5. Otherwise declare the region's step over request_ids then the shape's padding rows
  *      [real_bs, bs), with mstar_piecewise_replay_seq_lens; admit (refused: MSTAR_ENOSPC), plan,
- *      replay, commit; the padding rows are reset with their storage freed on every path (§8.30).
+ *      replay, commit; the padding rows are reset with their storage freed on every path (G-30).
  * *out is the region's outputs with real_len = total (PACKED) or real_bs (BATCHED).
  */
 MSTAR_API mstar_status mstar_piecewise_runner_run(mstar_piecewise_runner *runner,

@@ -1,19 +1,21 @@
 /*
  * mstar/planner.h — deciding, before anything is captured, which buckets a device can afford to
- * capture, and keeping every rank of a group in the same decision (graph-runner-spec §3.8, §4).
+ * capture, and keeping every rank of a group in the same decision (design.md "Executable memory",
+ * "Planning").
  *
- *   - mstar_plan_captures: the §4.3 model. Each graph pool holds what every one of its graphs
- *     keeps plus the most any single graph needs beyond that; each graph also holds executable
- *     memory outside every pool, part of which a walk's held measurement copies pay for. Buckets
- *     are added cheapest first while the largest eager step still fits beside them.
+ *   - mstar_plan_captures: the pool model of design.md "Planning". Each graph pool holds what
+ *     every one of its graphs keeps plus the most any single graph needs beyond that; each graph
+ *     also holds executable memory outside every pool, part of which a walk's held measurement
+ *     copies pay for. Buckets are added cheapest first while the largest eager step still fits
+ *     beside them.
  *   - mstar_exec_memory_estimate: executable memory per graph node from free-memory readings
- *     taken around instantiated copies of a graph (§3.8), kept apart from the device so the
- *     arithmetic is testable on any machine.
+ *     taken around instantiated copies of a graph (design.md "Executable memory"), kept apart
+ *     from the device so the arithmetic is testable on any machine.
  *   - Rank groups and mstar_agree_across_ranks: an elementwise min or max of an int64 vector
- *     over every rank (§4.6), by a single-rank identity, the control mesh (one process per
- *     rank) or NCCL.
+ *     over every rank (design.md "Rank agreement"), by a single-rank identity, the control mesh
+ *     (one process per rank) or NCCL.
  *   - mstar_fail_if_graphs_required: MSTAR_REQUIRE_CUDA_GRAPHS=1 turns a dropped bucket into a
- *     startup failure (§4.5).
+ *     startup failure (design.md "Startup").
  *
  * Everything here is plain data in, plain data out, except the rank groups (opaque handles).
  * Byte counts are uint64_t. Nothing keeps a pointer to its arguments past the call.
@@ -95,7 +97,7 @@ typedef struct mstar_graph_memory {
 #define MSTAR_PLAN_REUSE_UNBOUNDED UINT64_MAX
 
 /*
- * Reference plan_captures(pools, free, reusable) (graph-runner-spec §4.3).
+ * Reference plan_captures(pools, free, reusable) (design.md "Planning").
  *
  *   floor = max peak over every bucket. Candidates (buckets with a graph) in ascending standalone
  *   cost slots·kept + (graph − kept) + slots·outside, ties in the key order above. For each in
@@ -198,19 +200,19 @@ typedef struct mstar_capture_sizing mstar_capture_sizing;
 typedef struct mstar_rank_group mstar_rank_group; /* below */
 
 /*
- * Reference size_captures (graph-runner-spec §4.1), for one runner whose graph buffers are
+ * Reference size_captures (design.md "Planning"), for one runner whose graph buffers are
  * built. Warm every bucket and every slot up (a slot's first plan builds state of its own, which
  * must be spent before free memory is read) for its peak; then capture each walk's largest bucket
  * once, thrown away, keeping the graph: `kept` is what stayed live (mstar_capture_stats.kept),
  * `graph` is kept plus what the capture needed beyond it — the pool's shared segments it grew
  * (its scratch) and one more segment for the partly empty last one of the small blocks graphs
- * keep — so that the §4.3 model errs high rather than low; `outside` is per_node × its nodes
- * when the walk's ExecutableMemory measured on it gives a rate, else the free-memory drop the
- * capture caused beyond its pool bytes. The walk's other buckets get the largest's graph, kept
- * and outside. The pool is trimmed after each throwaway.
- * A bucket whose warm-up fails, or whose walk's throwaway capture fails, is unplannable
- * (has_graph false), logged. `barrier` (may be NULL) is met before each warm-up and capture, so
- * no rank issues a collective while another is still setting up (§3.1).
+ * keep — so that the planner's pool model (design.md "Planning") errs high rather than low;
+ * `outside` is per_node × its nodes when the walk's ExecutableMemory measured on it gives a rate,
+ * else the free-memory drop the capture caused beyond its pool bytes. The walk's other buckets get
+ * the largest's graph, kept and outside. The pool is trimmed after each throwaway. A bucket whose
+ * warm-up fails, or whose walk's throwaway capture fails, is unplannable (has_graph false), logged.
+ * `barrier` (may be NULL) is met before each warm-up and capture, so no rank issues a collective
+ * while another is still setting up (design.md "Startup").
  */
 MSTAR_API mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *barrier,
                                            mstar_capture_sizing **out);
@@ -220,8 +222,8 @@ MSTAR_API mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_ran
 MSTAR_API mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
                                                      mstar_rank_group *barrier,
                                                      mstar_capture_sizing **out);
-/* Reference size_lent_captures (§4.4): when `wanted` (agreed with max across ranks first), capture
- * every other sized bucket once, thrown away, for its own graph, kept and outside. */
+/* Reference size_lent_captures (design.md "Planning"): when `wanted` (agreed with max across ranks
+ * first), capture every other sized bucket once, thrown away, for its graph, kept and outside. */
 MSTAR_API mstar_status mstar_size_lent_captures(mstar_capture_sizing *sizing, bool wanted);
 
 /* The costs, one per bucket in the runner's capture order; `executable` indexes this sizing's
@@ -236,7 +238,7 @@ MSTAR_API void mstar_capture_sizing_release(mstar_capture_sizing *sizing);
 MSTAR_API void mstar_capture_sizing_destroy(mstar_capture_sizing *sizing);
 
 /* ---------------------------------------------------------------------------------------------
- * The startup order of one device (graph-runner-spec §3.1; the reference engine's warmup)
+ * The startup order of one device (design.md "Startup"; the reference engine's warmup)
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_capture_startup {
@@ -266,7 +268,7 @@ typedef struct mstar_capture_report {
 } mstar_capture_report;
 
 /*
- * Bring every runner of a device from configured to captured, in the order of §3.1:
+ * Bring every runner of a device from configured to captured, in the order of design.md "Startup":
  *   1. prepare_for_capture on every runner, then build the step runner's graph buffers once;
  *   2. size every runner (mstar_size_captures); agree the costs with max and free memory (read
  *      after trimming the caching allocator) and the executable credits with min;

@@ -10,7 +10,7 @@
  *   plan    write the plan (e.g. per-(slot, label) static plan buffers a graph reads);
  *   commit  record consumption (advance lengths and positions) for real rows.
  * Pre-plan runs admit/plan for the next step early, into each resource's pending state for the
- * leased slot, on the plan stream; the full plan then promotes that state (graph-runner-spec §7).
+ * leased slot, on the plan stream; the full plan then promotes that state (design.md "Steps").
  *
  * Threads: a step runner's lease counter (mstar__ internal, used by the graph runners) is the one
  * thread-safe part; everything else belongs to the thread that drives steps. Signals are
@@ -71,7 +71,8 @@ MSTAR_API char *mstar_bucket_key_format(const mstar_bucket_key *key, char *buf, 
 MSTAR_API bool mstar_bucket_key_equal(const mstar_bucket_key *a, const mstar_bucket_key *b);
 
 /* Which bucket and double-buffer slot a step replays on. The bucket always names the CAPTURE walk,
- * even when found through a replay alias (§2.3, §8.14): resources key per-slot state on it. */
+ * even when found through a replay alias (design.md "Buckets", G-14): resources key per-slot state
+ * on it. */
 typedef struct mstar_slot_lease {
     int32_t slot;
     mstar_bucket_key bucket;
@@ -210,7 +211,7 @@ MSTAR_API mstar_status mstar_step_runner_commit(mstar_step_runner *sr, mstar_ste
 
 /* Pre-plan (needs ctx->has_lease): sets ctx->is_preplan and ctx->stream = the plan stream, and
  * runs the pre-planning resources only. pre_plan first makes the plan stream wait for the last
- * replay that used the leased slot (§8.4), then records `plan_done` (may be NULL) on the plan
+ * replay that used the leased slot (G-4), then records `plan_done` (may be NULL) on the plan
  * stream; run_forward waits for it on the device. */
 MSTAR_API mstar_status mstar_step_runner_pre_admit(mstar_step_runner *sr, mstar_step *step,
                                                    mstar_step_admit_result *out);
@@ -226,7 +227,7 @@ MSTAR_API void mstar_step_runner_remove_request(mstar_step_runner *sr, int64_t r
 
 /* Capture jobs claimed by runners (reference prepare_for_capture's result), accumulated until
  * the one build. MSTAR_ESTATE after the build: a later claim would move buffers that captured
- * graphs already hold (§8.26). */
+ * graphs already hold (G-26). */
 MSTAR_API mstar_status mstar_step_runner_claim(mstar_step_runner *sr,
                                                const mstar_cg_slot_spec *specs, size_t n,
                                                int64_t max_bs, int64_t max_seq_len);

@@ -1,12 +1,13 @@
 /*
  * mstar/tensors.h — tensor transport between the workers of one machine (reference module
- * mstar.communication.tensors; transport-spec §1–3, §5–7).
+ * mstar.communication.tensors; design.md "Descriptors and edges", "Transports", "Sharding",
+ * "Transfer statistics").
  *
  * A communication manager (mstar_comm) is one entity's view of every tensor it holds:
  *   - as a producer it stores a step's outputs under fresh tensor ids, counts references to them
- *     (signed: persisted tensors may go negative, §2.5), stages them for other processes and
- *     frees them when every consumer has acknowledged (TENSOR_RECEIVED) or the request is torn
- *     down;
+ *     (signed: persisted tensors may go negative, design.md "Persist"), stages them for other
+ *     processes and frees them when every consumer has acknowledged (TENSOR_RECEIVED) or the
+ *     request is torn down;
  *   - as a consumer it reads descriptors other entities sent, acknowledges each delivery once
  *     its bytes have landed, gathers sharded inputs (fan-in) and hands the tensors to the node.
  *
@@ -108,7 +109,7 @@ typedef struct mstar_comm_options {
     mstar_backend *backend;    /* NULL: host tensors only; borrowed, must outlive the comm */
     mstar_comm_send_fn send;   /* required for any ACK to leave the process */
     void *send_ctx;
-    bool enable_prof; /* record TX/RX info (§7) */
+    bool enable_prof; /* record TX/RX info (design.md "Transfer statistics") */
 } mstar_comm_options;
 
 /* shm_namespace: tensor ids restart with every process, so the per-uuid file of one deployment
@@ -120,7 +121,8 @@ typedef struct mstar_comm_options {
 MSTAR_API void mstar_comm_options_init(mstar_comm_options *opts);
 
 /* Validate the options and the transport's knobs (docs/environment.md), open the shm directory,
- * sweep what dead processes left there (§3.3), create the arena's first segment. */
+ * sweep what dead processes left there (design.md "Transports"), create the arena's first
+ * segment. */
 MSTAR_API mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out);
 /* Release every tensor, staged file, segment and mapping. Waits for reads in flight. */
 MSTAR_API void mstar_comm_destroy(mstar_comm *comm);
@@ -134,8 +136,8 @@ MSTAR_API const char *mstar_comm_session_id(const mstar_comm *comm);
 MSTAR_API bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm);
 /* True when registration writes fields onto descriptors that a copy made before it (a sharded
  * clone) lacks, so mstar_comm_refresh_shm_placement must run on every edge leaving the process:
- * the arena (shm_segment, shm_offset; §2.6) and UCX (source_session_id, address, remote_key).
- * False for local and files. */
+ * the arena (shm_segment, shm_offset; design.md "Placement refresh") and UCX (source_session_id,
+ * address, remote_key). False for local and files. */
 MSTAR_API bool mstar_comm_stamps_shm_placement(const mstar_comm *comm);
 /* Tensors held right now (produced and read). */
 MSTAR_API size_t mstar_comm_num_tensors(const mstar_comm *comm);
@@ -178,8 +180,9 @@ MSTAR_API void mstar_fanout_clear(mstar_fanout *fanout);
  * destination ""). shard_dim -1: replicated — the source worker itself if it is a destination,
  * and from rank 0 every destination outside the source group, each with the whole descriptors.
  * Otherwise each destination rank whose range overlaps this source's rows gets descriptors with
- * dims[0], nbytes and an offset LOCAL to this source's shard (§5.2, §8.9). MSTAR_EINVAL when
- * the total rows do not divide among the destination ranks or a descriptor has no dims. */
+ * dims[0], nbytes and an offset LOCAL to this source's shard (design.md "Sharding", T-9).
+ * MSTAR_EINVAL when the total rows do not divide among the destination ranks or a descriptor has no
+ * dims. */
 MSTAR_API mstar_status mstar_edge_fanout(const mstar_edge *edge, int32_t shard_dim,
                                          const mstar_shard_group *src, int32_t src_rank,
                                          const mstar_shard_group *dst, mstar_fanout *out);
@@ -251,8 +254,9 @@ MSTAR_API mstar_status mstar_comm_tensor_info(mstar_comm *comm, mstar_tensor_id 
                                               mstar_tensor_info *out);
 
 /* ---------------------------------------------------------------------------------------------
- * Reference counts (§2.3). An unknown uuid is a logged no-op (MSTAR_OK); a count that is not
- * positive is MSTAR_EINVAL. Collection happens only in dereference, set_persist and teardown.
+ * Reference counts (design.md "Reference counts"). An unknown uuid is a logged no-op (MSTAR_OK); a
+ * count that is not positive is MSTAR_EINVAL. Collection happens only in dereference, set_persist
+ * and teardown.
  * ------------------------------------------------------------------------------------------- */
 
 MSTAR_API mstar_status mstar_comm_increment_ref(mstar_comm *comm, mstar_tensor_id uuid, int64_t n);
@@ -268,7 +272,7 @@ MSTAR_API mstar_status mstar_comm_dereference_batch_uniform(mstar_comm *comm,
 MSTAR_API mstar_status mstar_comm_set_persist(mstar_comm *comm, mstar_tensor_id uuid, bool persist);
 
 /* From the safety hold (1) to the real fanout: for each held uuid, the number of (edge,
- * descriptor) occurrences among the routed edges that are not persist edges (§8.7). A count of
+ * descriptor) occurrences among the routed edges that are not persist edges (T-7). A count of
  * 0 on a tensor that is not persisted frees it here. */
 MSTAR_API mstar_status mstar_comm_set_output_ref_counts(mstar_comm *comm,
                                                         const mstar_tensor_id *held, uint32_t nheld,
@@ -281,7 +285,7 @@ MSTAR_API mstar_status mstar_comm_set_output_ref_counts(mstar_comm *comm,
 /* Stage every descriptor's tensor not yet registered (file written, arena copy synchronised,
  * memory registered with UCX), and stamp the transport's fields onto infos (see
  * mstar_comm_stamps_shm_placement). When this returns, a message carrying the descriptors may be
- * sent (invariant 1). MSTAR_ENOENT for a uuid not held. */
+ * sent (I-1). MSTAR_ENOENT for a uuid not held. */
 MSTAR_API mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid,
                                                     mstar_tensor_info *infos, uint32_t n);
 /* The uuid-driven form: request r's uuids are uuids[sum(counts[0..r)) ..][0..counts[r]). */
@@ -290,9 +294,9 @@ MSTAR_API mstar_status mstar_comm_register_for_send_uuids(mstar_comm *comm, cons
                                                           const uint32_t *counts,
                                                           const mstar_tensor_id *uuids);
 /* Copy the transport's fields of every staged uuid onto the descriptors of edges about to leave
- * the process — only those fields (§2.6, §8.4): the arena's placement (shm_segment, shm_offset),
- * UCX's source_session_id, address and remote_key. Descriptors of uuids not staged here are left
- * as they are. No-op unless mstar_comm_stamps_shm_placement. */
+ * the process — only those fields (design.md "Placement refresh", T-4): the arena's placement
+ * (shm_segment, shm_offset), UCX's source_session_id, address and remote_key. Descriptors of uuids
+ * not staged here are left as they are. No-op unless mstar_comm_stamps_shm_placement. */
 MSTAR_API mstar_status mstar_comm_refresh_shm_placement(mstar_comm *comm, mstar_edge *edges,
                                                         uint32_t n);
 
@@ -395,7 +399,7 @@ MSTAR_API mstar_status mstar_comm_get_tensor(mstar_comm *comm, mstar_tensor_id u
 MSTAR_API mstar_status mstar_comm_get_tensor_copy(mstar_comm *comm, mstar_tensor_id uuid, void *dst,
                                                   size_t dst_size, mstar_tensor *out);
 
-/* Whether a read of this request is still copying (gates READS_DONE, §2.7). */
+/* Whether a read of this request is still copying (gates READS_DONE, I-7). */
 MSTAR_API bool mstar_comm_has_inflight_reads(const mstar_comm *comm, const mstar_rid *rid);
 
 /* An fd that becomes readable when a read finishes; poll it with the mesh inbox and drain it. */
@@ -403,7 +407,7 @@ MSTAR_API int mstar_comm_event_fd(const mstar_comm *comm);
 MSTAR_API void mstar_comm_event_drain(mstar_comm *comm);
 
 /* ---------------------------------------------------------------------------------------------
- * Teardown (§2.7)
+ * Teardown (design.md "Teardown and the drain")
  * ------------------------------------------------------------------------------------------- */
 
 /* Soft: drop the request's sharding config, fan-in buffers and profiling; ACK and drop its
@@ -420,8 +424,8 @@ MSTAR_API mstar_status mstar_comm_force_cleanup_request(mstar_comm *comm, const 
  * Profiling and statistics
  * ------------------------------------------------------------------------------------------- */
 
-/* The request's TX / RX records (§7) in a malloc'd array the caller frees; *n may be 0 (then
- * *out is NULL). Empty unless enable_prof. */
+/* The request's TX / RX records (design.md "Transfer statistics") in a malloc'd array the caller
+ * frees; *n may be 0 (then *out is NULL). Empty unless enable_prof. */
 MSTAR_API mstar_status mstar_comm_get_tx_info(mstar_comm *comm, const mstar_rid *rid,
                                               mstar_tx_info **out, uint32_t *n);
 MSTAR_API mstar_status mstar_comm_get_rx_info(mstar_comm *comm, const mstar_rid *rid,

@@ -56,7 +56,7 @@ MSTAR_API uint64_t mstar_rid_hash(const mstar_rid *rid);
 MSTAR_API const char *mstar_rid_format(const mstar_rid *rid, char buf[MSTAR_RID_STRLEN]);
 
 /* ---------------------------------------------------------------------------------------------
- * Tensor descriptor (reference TensorPointerInfo; transport-spec §1.1)
+ * Tensor descriptor (reference TensorPointerInfo; design.md "Descriptors and edges")
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_tensor_info {
@@ -88,7 +88,7 @@ MSTAR_API void mstar_tensor_info_init(mstar_tensor_info *info);
 MSTAR_API mstar_status mstar_tensor_info_validate(const mstar_tensor_info *info);
 
 /* ---------------------------------------------------------------------------------------------
- * Graph edge (reference GraphEdge; the fields transport touches, transport-spec §1.2)
+ * Graph edge (reference GraphEdge; the fields transport touches, design.md "Descriptors and edges")
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_edge {
@@ -113,7 +113,7 @@ MSTAR_API mstar_status mstar_edge_copy(mstar_edge *dst, const mstar_edge *src);
 MSTAR_API mstar_status mstar_edge_add_tensor(mstar_edge *edge, const mstar_tensor_info *info);
 
 /* ---------------------------------------------------------------------------------------------
- * Profiling records (transport-spec §7)
+ * Profiling records (design.md "Transfer statistics")
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_tx_info {
@@ -140,7 +140,7 @@ typedef struct mstar_kv {
 } mstar_kv;
 
 /* ---------------------------------------------------------------------------------------------
- * Control messages (transport-spec §6)
+ * Control messages (design.md "Control messages")
  * ------------------------------------------------------------------------------------------- */
 
 typedef enum mstar_msg_type {

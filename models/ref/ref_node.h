@@ -99,7 +99,7 @@ mstar_status ref_node_launch(ref_node *node, ref_step_timing *timing);
 mstar_status ref_node_end(ref_node *node, float *logits, int32_t *next_tokens,
                           ref_step_timing *timing);
 
-/* Pre-plan `req` ahead of its step (graph-runner-spec §7.3): lease a slot, declare over the
+/* Pre-plan `req` ahead of its step (design.md "Steps"): lease a slot, declare over the
  * padded rows, pre-admit and pre-plan on the plan stream, record `plan_done` there. *slot is the
  * reserved slot: pass it (and plan_done) in the step's request, whose plan then promotes the
  * pre-plan; or drop the speculation with ref_node_drop_preplan. MSTAR_ENOENT when no captured

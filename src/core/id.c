@@ -3,7 +3,7 @@
  *
  * A tensor id is unique across a deployment because its top 16 bits name the producing entity;
  * a consumer can therefore key every store by id alone (the reference system's integer uuids
- * collided across entities; transport-spec §10).
+ * collided across entities; design.md "Conventions").
  */
 #include "mstar/core.h"
 

@@ -117,7 +117,7 @@ struct mstar_stream {
     struct mstar__lifetimes *recording;
     struct mstar__lifetimes *applying;
     /* The last event this stream was told to wait on, and how many waits: read by tests that
-     * check which stream waited for what (graph-runner-spec §8.4, §8.5). Atomic: threads may
+     * check which stream waited for what (design.md G-4, G-5). Atomic: threads may
      * share a stream (the host backend serialises their work, not these counts). */
     mstar_event *_Atomic last_waited;
     _Atomic uint64_t waits;
@@ -147,7 +147,7 @@ struct mstar_graph {
 };
 
 /*
- * Host backend, for tests of ordering across streams (graph-runner-spec §8.4): streams created
+ * Host backend, for tests of ordering across streams (design.md G-4): streams created
  * after this call each run their work on a thread of their own, in order, and events are real —
  * a record completes when its stream's thread reaches it, a wait holds the waiting stream (or,
  * for a synchronous stream, the caller) until then. Results are there only after a

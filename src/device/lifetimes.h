@@ -1,7 +1,7 @@
 /*
  * lifetimes.h — which allocations of a run outlive it, learned from an eager run and used by the
  * capture of the same run, so that a graph pool can keep a graph's outputs apart from the
- * scratch that every capture of the pool shares (graph-runner-spec §4.3's model).
+ * scratch that every capture of the pool shares (the pool model of design.md "Planning").
  *
  * Why: a pool holds what every graph keeps plus the most any one graph needs beyond that only if
  * kept blocks never land in the shared scratch. With one kind of segment they do: the second

@@ -5,9 +5,9 @@
  *
  * Every configured bucket exists from creation; capture marks the ones that made it, and lookups
  * see only those. A bucket's slots are captured together: if any slot fails the whole bucket is
- * dropped, so no lease can land on a hole (§2.3). Capture goes largest first (§3.6): static input
- * interning sizes its buffers by the first capture, and the smaller graphs reuse the largest
- * one's transient pool blocks.
+ * dropped, so no lease can land on a hole (design.md "Buckets"). Capture goes largest first
+ * (design.md "Capture order and interning"): static input interning sizes its buffers by the first
+ * capture, and the smaller graphs reuse the largest one's transient pool blocks.
  */
 #include "graphs/buckets.h"
 
@@ -371,7 +371,8 @@ mstar_status mstar__buckets_capture(mstar__buckets *set, mstar__spec_fn fn, void
             b->captured = true;
             continue;
         }
-        /* A hole in a bucket's slots would let a lease land on nothing: drop it whole (§2.3). */
+        /* A hole in a bucket's slots would let a lease land on nothing: drop it whole (design.md
+         * "Buckets"). */
         mstar_log(MSTAR_LOG_WARN, "%s: dropped a bucket: %s", set->who, mstar_last_error());
         mstar__bucket_uncapture(set, b);
         if ((st = mstar__vec_push(&set->dropped, &b->key)) != MSTAR_OK)

@@ -1,8 +1,9 @@
 /*
  * buckets.h — what the whole-forward and the piecewise runner share about their captures: every
  * configured bucket in capture order, each with one graph per slot; claims; lookups by key;
- * drops; and the driver that warms and captures them (graph-runner-spec §2.3, §3.1, §3.6, §4.5).
- * A runner supplies how one (bucket, slot) is warmed and captured.
+ * drops; and the driver that warms and captures them (design.md "Buckets", "Startup", and
+ * "Capture order and interning"). A runner supplies how one (bucket, slot) is warmed and
+ * captured.
  */
 #ifndef MSTAR_GRAPHS_BUCKETS_H
 #define MSTAR_GRAPHS_BUCKETS_H
@@ -40,9 +41,9 @@ struct bucket {
     struct mstar_graph_slot **slots; /* num_slots, NULL until captured */
     int64_t *row_lens;               /* input tokens of each of the bs rows at capture */
     mstar_node_input *declare_rows;  /* the whole-forward runner's declare_inputs_for cache */
-    /* What the bucket's last warm-ups taught, for a capture that runs none (lent sizing, §4.4):
-     * which allocations of the whole forward outlived it (lifetimes.h), and the names, dtypes and
-     * shapes of a piecewise region's outputs (no data). `warmed` once a warm-up ran. */
+    /* What the bucket's last warm-ups taught, for a capture that runs none (lent sizing, design.md
+     * "Planning"): which allocations of the whole forward outlived it (lifetimes.h), and the names,
+     * dtypes and shapes of a piecewise region's outputs (no data). `warmed` once a warm-up ran. */
     bool warmed;
     mstar__lifetimes hints;
     mstar_tensor_map *warm_layout;
@@ -72,7 +73,8 @@ void mstar__buckets_free(mstar__buckets *set);
  */
 mstar_status mstar__buckets_add(mstar__buckets *set, const mstar_bucket_key *key,
                                 uint32_t config_idx, int64_t seq_len, int64_t tokens);
-/* Capture order: descending (bs, num_tokens), then config order (§3.6). Call once, after adding. */
+/* Capture order: descending (bs, num_tokens), then config order (I-21). Call once,
+ * after adding. */
 mstar_status mstar__buckets_order(mstar__buckets *set);
 /* The bucket registered under `key` (captured or not), or NULL. */
 struct bucket *mstar__buckets_find(const mstar__buckets *set, const mstar_bucket_key *key);
@@ -108,7 +110,8 @@ typedef mstar_status (*mstar__spec_fn)(void *runner, struct bucket *b, int32_t s
 void mstar__spec_peak_begin(mstar_backend *backend, uint64_t *base);
 /* After them: job->peak (when set) = the allocator's peak above `base`. */
 void mstar__spec_peak_end(mstar_backend *backend, uint64_t base, const mstar__spec_job *job);
-/* MSTAR_ENOTSUP naming the resources of `step` that cannot capture it (§3.2 step 3), else OK. */
+/* MSTAR_ENOTSUP naming the resources of `step` that cannot capture it (design.md "Capture"), else
+ * OK. */
 mstar_status mstar__spec_capturable(const mstar_step_runner *sr, const mstar_step *step);
 /*
  * The end of a spec, `st` being how it went: a kept capture hands `s` to *slot_out; a throwaway

@@ -1,6 +1,6 @@
 /*
  * capture.c — capturing a run into a graph whose memory comes from a graph pool, with the cleanup
- * that keeps a failed capture from sinking the captures after it (graph-runner-spec §3.3, §3.4).
+ * that keeps a failed capture from sinking the captures after it (design.md "Capture", "Pools").
  *
  * What a failed capture leaves behind in the reference — the allocator still routing the thread
  * into the pool, the thread still on the capture stream — maps here to: the stream still

@@ -1,7 +1,7 @@
 /*
  * capturer.h — one face for both kinds of runner that capture into a node's pool (the
  * whole-forward runner and the piecewise runner), so that sizing and the startup order drive
- * every runner of a device the same way (graph-runner-spec §3.1, §4).
+ * every runner of a device the same way (design.md "Startup", "Planning").
  */
 #ifndef MSTAR_GRAPHS_CAPTURER_H
 #define MSTAR_GRAPHS_CAPTURER_H

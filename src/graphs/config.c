@@ -1,5 +1,5 @@
 /*
- * config.c — capture configs: defaults, validation (graph-runner-spec §1) and the buckets each
+ * config.c — capture configs: defaults, validation (design.md "Graph configs") and the buckets each
  * config yields.
  *
  * Token counts in bucket keys are plan tokens: the input tokens times the config's multiplier
@@ -8,11 +8,11 @@
  * (bs, capture token length).
  *
  * A PACKED pair whose token count equals its batch size is refused when the config is validated
- * (§1, §8.10). A resource that picks its attention plan from the bucket's shape takes bs == tokens
- * for decode (one token per row), which is wrong for packed rows of uneven length ([2, 1, 1, 0]).
- * The spec's other way out, forcing the prefill plan kind, needs a step that can say which plan
- * kind it wants; a step here carries no plan kind, so the runner cannot force one, and a silent
- * drop would leave the user wondering why the bucket never replays.
+ * (design.md "Graph configs", G-10). A resource that picks its attention plan from the bucket's
+ * shape takes bs == tokens for decode (one token per row), which is wrong for packed rows of uneven
+ * length ([2, 1, 1, 0]). The other way out, forcing the prefill plan kind, needs a step that can
+ * say which plan kind it wants; a step here carries no plan kind, so the runner cannot force one,
+ * and a silent drop would leave the user wondering why the bucket never replays.
  */
 #include "graphs/config.h"
 
@@ -46,7 +46,7 @@ mstar_status mstar__check_packed_pairs(const int64_t *sizes, size_t n, const int
                                        "%s: packed bucket bs=%lld tokens=%lld has as many tokens "
                                        "as rows, which a plan that goes by the bucket's shape "
                                        "takes for decode, wrong for packed rows of uneven length "
-                                       "(§8.10); leave %lld out of the batch sizes or the token "
+                                       "(G-10); leave %lld out of the batch sizes or the token "
                                        "lengths",
                                        who, (long long)sizes[i], (long long)tokens[j],
                                        (long long)tokens[j]);
@@ -173,7 +173,7 @@ int64_t *mstar__sorted_copy(const int64_t *v, size_t n, bool *failed)
     }
     if (n != 0) {
         memcpy(d, v, n * sizeof(*d));
-        qsort(d, n, sizeof(*d), cmp_i64); /* lookups and the capture order rely on it (§8.22) */
+        qsort(d, n, sizeof(*d), cmp_i64); /* lookups and the capture order rely on it (G-22) */
     }
     return d;
 }

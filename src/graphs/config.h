@@ -18,7 +18,7 @@ mstar_status mstar__check_sizes(const int64_t *v, size_t n, const char *who, con
 int64_t *mstar__sorted_copy(const int64_t *v, size_t n, bool *failed);
 /* The same for capture batch sizes: `v` NULL gives the defaults and sets *n. */
 int64_t *mstar__sorted_batch_sizes(const int64_t *v, size_t *n, bool *failed);
-/* Refuse a PACKED (bs, tokens) pair with tokens == bs (§8.10); `sizes` NULL: the default batch
+/* Refuse a PACKED (bs, tokens) pair with tokens == bs (G-10); `sizes` NULL: the default batch
  * sizes. `who` starts the message ("config 3"). */
 mstar_status mstar__check_packed_pairs(const int64_t *sizes, size_t n, const int64_t *tokens,
                                        size_t m, const char *who);

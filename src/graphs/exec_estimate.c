@@ -1,6 +1,6 @@
 /*
- * exec_estimate.c — ExecutableMemory's arithmetic (graph-runner-spec §3.8): executable bytes per
- * graph node from device free-memory readings taken around instantiated copies of a graph.
+ * exec_estimate.c — ExecutableMemory's arithmetic (design.md "Executable memory"): executable bytes
+ * per graph node from device free-memory readings taken around instantiated copies of a graph.
  *
  * The driver maps executable memory in 2 MiB pieces and hands a new executable the rest of a
  * piece mapped earlier before it maps another, so one copy's drop in free memory says little;

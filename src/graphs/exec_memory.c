@@ -1,6 +1,6 @@
 /*
- * exec_memory.c — ExecutableMemory (graph-runner-spec §3.8): measure a walk's executable memory
- * per graph node on copies of its first throwaway graph, and hold the copies until the real
+ * exec_memory.c — ExecutableMemory (design.md "Executable memory"): measure a walk's executable
+ * memory per graph node on copies of its first throwaway graph, and hold the copies until the real
  * captures.
  *
  * Why copies are held rather than destroyed after reading: the driver keeps a destroyed

@@ -1,17 +1,17 @@
 /*
  * piecewise.c — the piecewise runner (reference PiecewiseAcceleratorGraphRunner): its config,
- * the registry of shapes, the lookups, and run (graph-runner-spec §6).
+ * the registry of shapes, the lookups, and run (design.md "Piecewise regions").
  *
  * Every configured shape exists from creation, in capture order (descending (bs, total_tokens));
  * capture marks the ones that made it. A shape's slots are captured together and dropped
- * together, so a lease never lands on a hole (§2.3).
+ * together, so a lease never lands on a hole (design.md "Buckets").
  *
  * A run stages the real rows into the leased graph's static buffers and zeroes the rest, then
  * either just replays (the outer step already planned the region against the lease) or drives the
  * region's own step around the replay: declare over the real ids and the shape's padding rows,
  * admit, plan, replay, commit. Padding rows of a BATCHED region carry real spans (the batch axis
  * was captured, so they compute), which a resource may back with storage; they are reset with
- * their storage freed on every path out of run, so nothing of theirs stays resident (§8.30).
+ * their storage freed on every path out of run, so nothing of theirs stays resident (G-30).
  */
 #include "graphs/piecewise.h"
 
@@ -251,12 +251,12 @@ mstar_status mstar_piecewise_runner_prepare_for_capture(mstar_piecewise_runner *
     return mstar__buckets_claim(&pw->set, pw->sr, specs, n);
 }
 
-/* ---- lookups (§6, §8.21) ----------------------------------------------------------------------
+/* ---- lookups (design.md "Piecewise regions", G-21) ----------------------------------------------
  */
 
 /* The captured shape a batch replays on. The batch pads to the smallest CONFIGURED bs that holds
  * it, and only shapes of exactly that bs answer: when that shape was dropped the region runs
- * eager, even if a larger one is captured (the reference piecewise lookup; §8.21). */
+ * eager, even if a larger one is captured (the reference piecewise lookup; G-21). */
 static struct bucket *lookup(const mstar_piecewise_runner *pw, int64_t bs, int64_t total)
 {
     const mstar_piecewise_config *c = &pw->config;
@@ -418,7 +418,7 @@ static mstar_status resolve(mstar_piecewise_runner *pw, const int64_t *ids, cons
 static mstar_status replay(mstar_piecewise_runner *pw, const struct mstar_graph_slot *g)
 {
     mstar_status st = mstar_graph_launch(g->graph, pw->stream);
-    if (st == MSTAR_OK) /* the graph recorded the slot's replay event (§8.4) */
+    if (st == MSTAR_OK) /* the graph recorded the slot's replay event (G-4) */
         mstar__step_runner_replay_launched(pw->sr, pw->slot);
     return st;
 }
@@ -447,7 +447,7 @@ static mstar_status step_and_replay(mstar_piecewise_runner *pw, const struct buc
         st = replay(pw, g);
     if (st == MSTAR_OK && declared)
         st = mstar_step_runner_commit(pw->sr, pw->step);
-    /* On every path: the padding rows hold nothing once the step is over (§8.30). */
+    /* On every path: the padding rows hold nothing once the step is over (G-30). */
     mstar_status reset = mstar_dummy_rows_reset(pw->rows, g->dummy_rids + real_bs,
                                                 (size_t)(s->key.bs - real_bs), true);
     mstar_step_reset(pw->step);
@@ -470,7 +470,8 @@ mstar_status mstar_piecewise_runner_run(mstar_piecewise_runner *pw,
     if (st != MSTAR_OK)
         return st;
     const struct mstar_graph_slot *g = s->slots[pw->slot];
-    /* Zero the tails: a batched region computes over its padding rows (§6.3). */
+    /* Zero the tails: a batched region computes over its padding rows
+     * (design.md "Piecewise regions"). */
     st = mstar__stage_inputs(pw->stream, pw->who, g->static_inputs, NULL, static_inputs, true,
                              &pw->warned);
     if (st != MSTAR_OK)

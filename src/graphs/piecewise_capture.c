@@ -1,14 +1,15 @@
 /*
- * piecewise_capture.c — warming and capturing a piecewise region's shapes (graph-runner-spec §6
- * "Capture", §4.1's WarmedRegion), and the sizing hooks built on them.
+ * piecewise_capture.c — warming and capturing a piecewise region's shapes (design.md
+ * "Piecewise regions"; the warm-up record sizing uses, design.md "Planning"), and the sizing hooks
+ * built on them.
  *
  * One spec is one (shape, slot): ensure the slot's padding rows, make the shape's static inputs,
  * declare the region's step over the rows with the shape's lengths, check that no resource blocks
  * the capture, admit and plan; build the region's call once; run it eagerly MSTAR_NUM_WARMUP
  * times, each followed by a reset of the rows and a re-plan, so every warm-up and the capture see
- * the same state (§8.24); then capture it with its outputs outside the node's pool
- * (mstar_capture_with_static_outputs, §3.4). The rows are reset, their storage freed, on every
- * exit path — the reference freed them only when the capture succeeded (§8.30). Unlike the
+ * the same state (G-24); then capture it with its outputs outside the node's pool
+ * (mstar_capture_with_static_outputs, design.md "Pools"). The rows are reset, their storage freed,
+ * on every exit path — the reference freed them only when the capture succeeded (G-30). Unlike the
  * whole-forward runner's, these captures get no lifetime hints (lifetimes.h): the region's own
  * outputs are freed inside the capture once copied out, so all it allocates in the pool is scratch.
  */
@@ -36,7 +37,7 @@ static mstar_status capture_region(mstar_stream *stream, void *p, mstar_tensor_m
 {
     struct region_run *rr = p;
     mstar_status st = rr->pw->config.capture_fn(rr->pw->config.user, &rr->call, outputs);
-    /* Each replay marks the end of the region's work for a later pre-plan of the slot (§8.4);
+    /* Each replay marks the end of the region's work for a later pre-plan of the slot (G-4);
      * only the copies of its outputs out of the pool follow, and they read no plan buffer. */
     return st != MSTAR_OK ? st : mstar__event_record_in_capture(rr->replayed, stream);
 }
@@ -173,7 +174,7 @@ static mstar_status run_spec(void *runner, struct bucket *shape, int32_t slot,
         st = mstar_capture_with_static_outputs(pw->stream, pw->pool, capture_region, &rr, layout,
                                                job->flags, &rr.g->graph, rr.g->static_outputs,
                                                job->stats);
-    /* Every exit path: the rows hold nothing once this spec is done (§8.30). */
+    /* Every exit path: the rows hold nothing once this spec is done (G-30). */
     mstar_status reset = rows == NULL
                              ? MSTAR_OK
                              : mstar_dummy_rows_reset(pw->rows, rows, (size_t)shape->key.bs, true);

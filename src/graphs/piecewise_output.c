@@ -4,7 +4,7 @@
  *
  * get_view hands out that slice as it is; get copies it, because the buffer is overwritten by
  * the region's next run (never by another region's replay: the buffers live outside the pool).
- * A copy is what a caller keeps past the step, e.g. sampled tokens held across two steps (§8.19).
+ * A copy is what a caller keeps past the step, e.g. sampled tokens held across two steps (G-19).
  */
 #include "mstar/piecewise.h"
 

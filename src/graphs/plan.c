@@ -1,5 +1,5 @@
 /*
- * plan.c — plan_captures (graph-runner-spec §4.3): which buckets of every graph pool on a device
+ * plan.c — plan_captures (design.md "Planning"): which buckets of every graph pool on a device
  * to capture, chosen from their sized costs before any is captured.
  *
  * The model: graphs of one pool are captured largest first and reuse each other's transient

@@ -1,5 +1,5 @@
 /*
- * rank_group.c — agree_across_ranks (graph-runner-spec §4.6): the public entry points of every
+ * rank_group.c — agree_across_ranks (design.md "Rank agreement"): the public entry points of every
  * rank group, and the group of one.
  *
  * Ranks that disagree about which buckets they captured hang as soon as a captured region holds

@@ -1,5 +1,5 @@
 /*
- * required.c — fail_if_graphs_required (graph-runner-spec §4.5): a deployment that would rather
+ * required.c — fail_if_graphs_required (design.md "Startup"): a deployment that would rather
  * not come up than serve eager at 10–20× the latency sets MSTAR_REQUIRE_CUDA_GRAPHS=1, and then
  * any bucket dropped at startup (planned out, failed to capture, blocked) fails startup, named.
  */

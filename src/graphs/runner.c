@@ -203,8 +203,8 @@ mstar_status mstar__runner_template(mstar_graph_runner *r, uint32_t idx, int64_t
         (st = c->make_node_input(c->template_user, r->stream, len, t.full)) != MSTAR_OK)
         mstar_error_wrap("config %u: make_node_input(%lld)", idx, (long long)len);
     for (size_t i = 0; st == MSTAR_OK && i < mstar_tensor_map_count(t.full); i++) {
-        /* Padding rows are the template cut to length 0 on the seq dim (§2.9): a view of the
-         * same bytes that holds nothing, so padding allocates nothing. */
+        /* Padding rows are the template cut to length 0 on the seq dim (design.md "Padding rows"):
+         * a view of the same bytes that holds nothing, so padding allocates nothing. */
         mstar_tensor e = *mstar_tensor_map_at(t.full, i);
         const char *name = mstar_tensor_map_name(t.full, i);
         if (e.ndim > 0)
@@ -244,7 +244,7 @@ mstar_status mstar_graph_runner_prepare_for_capture(mstar_graph_runner *r,
     return mstar__buckets_claim(&r->set, r->sr, specs, n);
 }
 
-/* ---- lookups (§2.4–2.7) -----------------------------------------------------------------------
+/* ---- lookups (design.md "Lookup") ---------------------------------------------------------------
  */
 
 static bool key_info_equal(const char *a, const char *b)
@@ -329,7 +329,7 @@ bool mstar_graph_runner_lease_slot(mstar_graph_runner *r, const char *walk, int6
         return false;
     if (slot < 0)
         slot = mstar__step_runner_next_slot(r->sr, r->num_slots);
-    /* The key names the capture walk even when `walk` is an alias (§2.3, §8.14). */
+    /* The key names the capture walk even when `walk` is an alias (design.md "Buckets", G-14). */
     out->slot = slot % r->num_slots;
     out->bucket = b->key;
     return true;
@@ -358,8 +358,8 @@ bool mstar_graph_runner_any_graphs(const mstar_graph_runner *r)
 
 int64_t mstar_graph_runner_max_batch_size_for(const mstar_graph_runner *r, const char *walk)
 {
-    /* Configured sizes, captured or not (§2.7, §8.20): a dropped largest bucket still caps the
-     * batch, and those batches run eager rather than being split differently per rank. */
+    /* Configured sizes, captured or not (design.md "Lookup", G-20): a dropped largest bucket still
+     * caps the batch, and those batches run eager rather than being split differently per rank. */
     int64_t cap = -1;
     for (size_t i = 0; walk != NULL && i < r->n_configs; i++) {
         const mstar_graph_config *c = &r->configs[i];
@@ -406,7 +406,7 @@ const mstar_graph_slot *mstar_graph_runner_slot_for(const mstar_graph_runner *r,
     return b == NULL ? NULL : b->slots[lease->slot];
 }
 
-/* ---- padding (§2.9, §2.10) --------------------------------------------------------------------
+/* ---- padding (design.md "Padding rows") ---------------------------------------------------------
  */
 
 static mstar_status lease_check(const mstar_graph_runner *r, const mstar_slot_lease *lease,
@@ -511,7 +511,7 @@ mstar_status mstar_graph_runner_release(mstar_graph_runner *r, const mstar_slot_
     if (st != MSTAR_OK)
         return st;
     const struct mstar_graph_slot *s = b->slots[lease->slot];
-    /* Padding rows run against the sinks, so nothing of theirs stays resident (§2.10, §8.13). */
+    /* Padding rows run against the sinks, so nothing of theirs stays resident (I-16, G-13). */
     return mstar_dummy_rows_reset(r->rows, s->dummy_rids + real_bs, (size_t)(b->key.bs - real_bs),
                                   true);
 }

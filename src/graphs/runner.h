@@ -47,8 +47,8 @@ mstar_status mstar__runner_template(mstar_graph_runner *r, uint32_t config_idx, 
  * `rows` has room for bucket->key.bs entries. */
 mstar_status mstar__runner_node_inputs(mstar_graph_runner *r, const struct bucket *b,
                                        mstar_node_input *rows);
-/* admit then plan; an admit that is not ok is MSTAR_ENOSPC naming the request (§3.2: a capture
- * that cannot admit fails). */
+/* admit then plan; an admit that is not ok is MSTAR_ENOSPC naming the request (design.md "Capture":
+ * a capture that cannot admit fails). */
 mstar_status mstar__admit_and_plan(mstar_step_runner *sr, mstar_step *step);
 
 #endif

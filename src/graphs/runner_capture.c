@@ -1,12 +1,12 @@
 /*
- * runner_capture.c — warming and capturing a runner's buckets (graph-runner-spec §3.2–3.7), and
- * replaying them (run_forward, §5.2).
+ * runner_capture.c — warming and capturing a runner's buckets (design.md "Capture"
+ * and "Capture order and interning"), and replaying them (run_forward, design.md "Replay").
  *
  * One spec is one (bucket, slot). Warming it: ensure the slot's padding rows, declare the step
  * over them with the bucket's template inputs, check no resource blocks the capture, then
  * prepare (admit, plan, preprocess, intern the static inputs) and run the forward eagerly
  * MSTAR_NUM_WARMUP times, each time resetting the rows and preparing again, so every warm-up and
- * the capture see identical shapes and state (§8.24). The capture then records the forward over
+ * the capture see identical shapes and state (G-24). The capture then records the forward over
  * the static inputs into the node's pool, its outputs in the pool's kept segments as the last
  * warm-up's allocations show them (lifetimes.h). The rows are reset on every exit path.
  */
@@ -67,8 +67,9 @@ static mstar_status declare(struct spec_run *sr)
                                            (size_t)sr->b->key.bs, r->step, &declared);
     if (st != MSTAR_OK)
         return mstar_error_wrap("declare_step");
-    /* §5.1 / §8.16: a step declared with another cg_key_info than its lease's bucket would be
-     * captured under a key whose steps declare something else; refuse it, as the engine does. */
+    /* design.md "Replay" / G-16: a step declared with another cg_key_info than its lease's bucket
+     * would be captured under a key whose steps declare something else; refuse it, as the engine
+     * does. */
     mstar_bucket_key declared_key = sr->b->key;
     declared_key.cg_key_info = mstar_step_cg_key_info(r->step);
     if (declared && !mstar_bucket_key_equal(&declared_key, &sr->b->key))
@@ -117,7 +118,7 @@ static mstar_status capture_run(mstar_stream *stream, void *p)
     struct spec_run *sr = p;
     mstar_status st = forward_of(sr->r, sr->b)(sr->r->sub_self, sr->r->step, sr->s->static_inputs,
                                                sr->s->static_outputs);
-    /* Last: each replay then marks its own end for a later pre-plan of the slot (§8.4). */
+    /* Last: each replay then marks its own end for a later pre-plan of the slot (G-4). */
     return st != MSTAR_OK ? st : mstar__event_record_in_capture(sr->replayed, stream);
 }
 
@@ -215,7 +216,7 @@ mstar_status mstar_graph_runner_warmup_and_capture(mstar_graph_runner *r,
     return mstar__buckets_capture(&r->set, run_spec, r, r->sr, planned, n);
 }
 
-/* ---- run_forward (§5.2) -----------------------------------------------------------------------
+/* ---- run_forward (design.md "Replay") -----------------------------------------------------------
  */
 
 mstar_status mstar_graph_runner_static_input(const mstar_graph_runner *r,
@@ -275,7 +276,7 @@ static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lea
             return st;
     }
     /* Just before the launch, so the submitting thread's work overlaps the launch, not the
-     * staging (§5.2.3). */
+     * staging (design.md "Replay"). */
     if (launch_started != NULL)
         mstar_signal_set(launch_started);
     st = mstar_graph_launch(s->graph, r->stream);
@@ -296,7 +297,7 @@ mstar_status mstar_graph_runner_run_forward(mstar_graph_runner *r, const mstar_s
         outputs == NULL
             ? mstar_error_set(MSTAR_EINVAL, "run_forward: outputs is NULL")
             : stage_and_launch(r, lease, preprocessed, plan_done, launch_started, outputs);
-    /* Every waiter is released on every path, failures included (§8.27). */
+    /* Every waiter is released on every path, failures included (G-27). */
     if (launch_started != NULL)
         mstar_signal_set(launch_started);
     return st;

@@ -1,5 +1,5 @@
 /*
- * sizing.c — size_captures and size_lent_captures (graph-runner-spec §4.1, §4.4): what each of
+ * sizing.c — size_captures and size_lent_captures (design.md "Planning"): what each of
  * a runner's buckets would cost, measured before anything is captured for real.
  *
  * Warm-ups come first, for every bucket and slot, so that per-slot state (workspaces, plan
@@ -262,8 +262,8 @@ mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
 
 /*
  * Every bucket this rank sized but did not capture on its own yet, captured once and thrown away
- * (§4.4). No forward and no barrier: sizing's warm-ups already ran every forward and left what
- * the capture needs in the bucket (lifetimes, output layout), and a capture records a
+ * (design.md "Planning"). No forward and no barrier: sizing's warm-ups already ran every forward
+ * and left what the capture needs in the bucket (lifetimes, output layout), and a capture records a
  * collective without running it. So ranks whose own lists differ (one warmed a bucket another
  * could not) each capture their own, and none waits on another or runs a collective alone.
  */

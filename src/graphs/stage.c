@@ -2,21 +2,21 @@
  * stage.c — static input buffers shared by every bucket and slot of a config.
  *
  * A graph reads its inputs at fixed addresses, so each (config_idx, key) gets one buffer, sized by
- * the first capture — the largest, since captures go largest first (§3.6) — and every smaller
- * bucket reads a prefix of it along the key's seq dim. Where the reference moves a non-leading
- * seq dim (mrope's [3, seq]) to the front for storage and permutes the view back, this keeps the
- * buffer in the value's own layout and narrows the seq dim in place: the view is the same strided
- * [3, n] either way, and staging is one contiguous copy per index of the dims before the seq dim.
- * The buffers are shared across slots and buckets: replays on one device are serialised on one
- * stream (§2.2).
+ * the first capture — the largest, since captures go largest first (I-21) — and every smaller
+ * bucket reads a prefix of it along the key's seq dim. Where the reference moves a non-leading seq
+ * dim (mrope's [3, seq]) to the front for storage and permutes the view back, this keeps the buffer
+ * in the value's own layout and narrows the seq dim in place: the view is the same strided [3, n]
+ * either way, and staging is one contiguous copy per index of the dims before the seq dim. The
+ * buffers are shared across slots and buckets: replays on one device are serialised on one stream
+ * (design.md "Slots").
  *
  * Staging a step's values (both runners) checks the keys: a value with no static buffer is an
  * error (a graph cannot read it), and a static buffer with no value keeps its last contents, which
- * is warned about once per key (§8.17). The piecewise runner also zeroes the tail past the
- * value's length, because a batched region computes over its padded rows (§6). A value that
- * already is the static buffer, narrowed (a preprocess that built its tensor in place through
- * mstar_graph_runner_static_input), is not copied: staging it costs no device call, which is
- * what keeps a replay's host time near the bare launch.
+ * is warned about once per key (G-17). The piecewise runner also zeroes the tail past the
+ * value's length, because a batched region computes over its padded rows (design.md
+ * "Piecewise regions"). A value that already is the static buffer, narrowed (a preprocess that
+ * built its tensor in place through mstar_graph_runner_static_input), is not copied: staging it
+ * costs no device call, which is what keeps a replay's host time near the bare launch.
  */
 #include "graphs/stage.h"
 

@@ -1,5 +1,6 @@
 /*
- * stage.h — static input buffers: interning at capture (§3.7) and staging at replay (§5.2).
+ * stage.h — static input buffers: interning at capture (design.md "Capture order and interning")
+ * and staging at replay (design.md "Replay").
  */
 #ifndef MSTAR_GRAPHS_STAGE_H
 #define MSTAR_GRAPHS_STAGE_H
@@ -19,7 +20,7 @@ typedef struct mstar__interned {
  * like `value` (narrowed on the seq dim) with `value` copied in. The seq dim is `declared` when
  * >= 0, else the first dim of size num_tokens, else 0. MSTAR_ERANGE when `value` needs a longer
  * seq dim than the buffer (a smaller bucket captured before a larger one) or other dims differ
- * (§8.12). */
+ * (G-12). */
 mstar_status mstar__intern(mstar__vec *interned, mstar_stream *stream, uint32_t config_idx,
                            const char *key, const mstar_tensor *value, int64_t num_tokens,
                            int32_t declared, mstar_tensor *view, int32_t *seq_dim);
@@ -29,10 +30,11 @@ mstar_status mstar__intern(mstar__vec *interned, mstar_stream *stream, uint32_t 
  * already in place: no copy, only the tail. */
 mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t seq_dim,
                           const mstar_tensor *value, const char *key, bool zero_tail);
-/* Stage every entry of `values` into the same-named entry of `statics` (§5.2, §6). A value with
- * no static entry is MSTAR_EINVAL; a static entry with no value keeps its contents and is warned
- * about once per key (the keys warned about are kept in `warned`, char *). seq_dims[i] (int32_t)
- * is the seq dim of statics' i-th entry; NULL: dim 0 for every entry. `who` starts messages. */
+/* Stage every entry of `values` into the same-named entry of `statics` (design.md "Replay",
+ * "Piecewise regions"). A value with no static entry is MSTAR_EINVAL; a static entry with no value
+ * keeps its contents and is warned about once per key (the keys warned about are kept in `warned`,
+ * char *). seq_dims[i] (int32_t) is the seq dim of statics' i-th entry; NULL: dim 0 for every
+ * entry. `who` starts messages. */
 mstar_status mstar__stage_inputs(mstar_stream *stream, const char *who,
                                  const mstar_tensor_map *statics, const mstar__vec *seq_dims,
                                  const mstar_tensor_map *values, bool zero_tail,

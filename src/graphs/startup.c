@@ -1,5 +1,5 @@
 /*
- * startup.c — the startup order of one device (graph-runner-spec §3.1): size every runner, agree
+ * startup.c — the startup order of one device (design.md "Startup"): size every runner, agree
  * the costs across ranks, plan under the device's free memory, resize and replan if anything was
  * left out, capture what the plan chose, and make every rank drop whatever any rank failed.
  *
@@ -392,7 +392,7 @@ static uint64_t pool_predicted(const struct startup *s, size_t p)
     return x < MSTAR__SEGMENT_ROUND ? x : x / MSTAR__SEGMENT_ROUND * MSTAR__SEGMENT_ROUND;
 }
 
-/* The boot log's comparison of the plan with what capture took (§4.3 step 6). */
+/* The boot log's comparison of the plan with what capture took (design.md "Planning"). */
 static void log_memory(const struct startup *s, const mstar_capture_report *rep)
 {
     for (size_t p = 0; p < s->npools; p++) {
@@ -411,7 +411,7 @@ static void log_memory(const struct startup *s, const mstar_capture_report *rep)
               MiB(rep->free_bytes));
 }
 
-/* Plan, and resize and replan if any rank left a bucket out (§4.4). */
+/* Plan, and resize and replan if any rank left a bucket out (design.md "Planning"). */
 static mstar_status decide(struct startup *s, mstar_capture_report *rep)
 {
     mstar_status st = agree_costs(s);

@@ -2,7 +2,7 @@
  * step_runner.c — one per device: the resources, the admit → plan → commit cycle, pre-plan on the
  * plan stream, the one-time build of graph buffers, and the lease counter.
  *
- * Why one lease counter here and not per bucket or per runner (graph-runner-spec §2.6, §8.3):
+ * Why one lease counter here and not per bucket or per runner (design.md "Slots", G-3):
  * slot-keyed resource buffers (plan state per (slot, label), workspace per label and slot) are
  * shared across buckets and across the runners of nodes that share resources. Counters per
  * bucket let consecutive steps on different buckets pick the same slot and pre-plan over buffers
@@ -254,7 +254,7 @@ static bool same_key_info(const char *a, const char *b)
 
 /* A whole-forward replay step (leased, not a capture; a piecewise region's lease names its label
  * instead) whose cg_key_info is not its lease's bucket's: the graph was captured for steps that
- * declare something else (§5.1, §8.16). */
+ * declare something else (design.md "Replay", G-16). */
 static bool replay_step_of(const mstar_step *step)
 {
     const mstar_step_ctx *ctx = mstar_step_context((mstar_step *)step);
@@ -365,7 +365,7 @@ mstar_status mstar_step_runner_pre_plan(mstar_step_runner *sr, mstar_step *step,
     mstar_status st = enter_preplan(sr, step);
     if (st != MSTAR_OK)
         return st;
-    /* §8.4: the slot's buffers may still be read by the last replay that used it (the device
+    /* G-4: the slot's buffers may still be read by the last replay that used it (the device
      * can lag two steps behind); the plan stream waits for that replay first. */
     int32_t slot = mstar_step_context(step)->lease.slot;
     if (slot >= 0 && slot < MSTAR__MAX_SLOTS &&

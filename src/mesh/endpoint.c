@@ -2,7 +2,7 @@
  * endpoint.c — where an entity's inbox lives: the transport knobs, the TCP port map and the
  * entity index derived from it.
  *
- * Port map (transport-spec §1.4): base for api_server, +1 conductor, +2
+ * Port map (architecture.md "Control mesh"): base for api_server, +1 conductor, +2
  * api_server_preprocess_worker, +100+r worker_<r>, any other name +1000 + (byte sum mod 1000).
  * The same offset is the entity's index in tensor ids, so one rule serves both and a deployment
  * whose TCP ports do not collide has unique tensor ids too (docs/architecture.md).

@@ -2,8 +2,8 @@
  * wake.c — the eventfd that lets other threads wake an entity's loop.
  *
  * The reference system's read futures write 1 to an eventfd when they complete; the loop polls
- * it together with the inbox and drains it (transport-spec §1.4). The counter makes wakes
- * cumulative, so none is lost between two drains.
+ * it together with the inbox and drains it (architecture.md "Control mesh"). The counter makes
+ * wakes cumulative, so none is lost between two drains.
  */
 #include "mesh_internal.h"
 

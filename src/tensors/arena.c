@@ -129,7 +129,7 @@ static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t siz
                                "create arena segment %s/%s: %s", a->dir->path, s->name,
                                strerror(errno));
     /* A shared lock the mapping keeps until it is unmapped or the process dies: how the orphan
-     * sweep tells a live segment from a dead one when the pid cannot say (§8.14). Best effort:
+     * sweep tells a live segment from a dead one when the pid cannot say (T-14). Best effort:
      * without it the sweep has only the pid to go by. */
     (void)flock(fd, LOCK_SH | LOCK_NB);
     mstar_status st = MSTAR_OK;

@@ -1,9 +1,9 @@
 /*
  * arena.h — the producer's shared-memory arena: named segments in the shm directory, each with a
- * first-fit allocator (transport-spec §3.2).
+ * first-fit allocator (design.md "Transports").
  *
  * Segment names are instance-unique, "mstar_arena_<entity>_<pid>_<8 hex>.seg<N>", so a second
- * server on the same host can never truncate or reuse a live one's segments (§8.14). Segment 0
+ * server on the same host can never truncate or reuse a live one's segments (T-14). Segment 0
  * is created eagerly; a reserve that fits nowhere creates the next segment, up to max_segments;
  * a request larger than the segment size gets a dedicated segment of its own size, which later
  * requests may reuse. Segments never move, shrink or disappear before the arena is destroyed,

@@ -1,5 +1,5 @@
 /*
- * arena_alloc.h — the allocator inside one arena segment (transport-spec §3.2).
+ * arena_alloc.h — the allocator inside one arena segment (design.md "Transports").
  *
  * Offsets only: it never touches the segment's bytes. Requests are rounded up to a multiple of
  * 256 bytes (a zero-byte request still takes 256, so every live tensor has a distinct offset).

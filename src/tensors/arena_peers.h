@@ -1,6 +1,6 @@
 /*
- * arena_peers.h — a consumer's mappings of other processes' arena segments (transport-spec
- * §3.3, read side).
+ * arena_peers.h — a consumer's mappings of other processes' arena segments (design.md
+ * "Transports", read side).
  *
  * A segment is mapped read-only the first time a descriptor names it and kept, so a steady
  * stream of reads costs no syscalls. A producer's segments disappear when it exits (or is

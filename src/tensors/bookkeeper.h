@@ -1,5 +1,6 @@
 /*
- * bookkeeper.h — one record per tensor id held by this process (transport-spec §1.5, §2.3).
+ * bookkeeper.h — one record per tensor id held by this process (design.md "Descriptors and edges",
+ * "Reference counts").
  *
  * A record carries the signed 64-bit reference count, the persist marker, the registered flag
  * (staged for other processes), the request it belongs to, the shard dim that undoes the
@@ -104,7 +105,7 @@ uint32_t mstar__bk_find(const mstar__bk *bk, mstar_tensor_id uuid);
 /* ref += n, no collection check. False (and counted) for an unknown id, and for a count outside
  * 0..MSTAR__BK_MAX_COUNT or a sum that would overflow (counted in refused_ops, ref unchanged). */
 bool mstar__bk_increment(mstar__bk *bk, mstar_tensor_id uuid, int64_t n);
-/* ref -= n, no collection check (the consumer's transit release, §2.2). */
+/* ref -= n, no collection check (the consumer's transit release, design.md "Tensor lifecycle"). */
 bool mstar__bk_decrement_raw(mstar__bk *bk, mstar_tensor_id uuid, int64_t n);
 bool mstar__bk_can_gc(const mstar__bk *bk, mstar_tensor_id uuid);
 

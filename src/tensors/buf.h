@@ -3,7 +3,7 @@
  *
  * A stored output, a tensor read from a peer, a local slice of a stored tensor and a shard kept
  * by a fan-in buffer all point into a buffer; slices and shards share it, so a view outlives the
- * store entry it was cut from (transport-spec §5.3, §5.4) without a copy. The buffer is either
+ * store entry it was cut from (design.md "Sharding") without a copy. The buffer is either
  * memory this library allocated (one malloc, header and bytes together) or memory the caller
  * handed over with a release function, called once when the last reference goes.
  *

@@ -1,10 +1,10 @@
 /*
  * comm_cleanup.c — freeing: the collection of records whose last reference went, pending reads
- * that will not be delivered, and request teardown (transport-spec §2.7).
+ * that will not be delivered, and request teardown (design.md "Teardown and the drain").
  *
  * Soft cleanup (the happy path, request done) frees only what is safe: records with no
  * reference left and no persist marker. Everything else is deferred — still in the store, and a
- * later ACK or UNPERSIST frees it — because another process may still read it (§8.1). Force
+ * later ACK or UNPERSIST frees it — because another process may still read it (T-1). Force
  * cleanup drops everything of the request regardless, and is only safe once every reader has
  * drained (READS_DONE); this process's own reads of the request must have finished, which is
  * checked.
@@ -22,7 +22,7 @@ void mstar__comm_collect(mstar_comm *comm)
     for (size_t i = 0; i < comm->collected.len; i++) {
         uint32_t slot = *(uint32_t *)mstar__vec_at(&comm->collected, i);
         mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
-        /* Transport first (unlink, free the slot, unregister), then the bytes (invariant 6). */
+        /* Transport first (unlink, free the slot, unregister), then the bytes (I-10). */
         if (rec->flags & MSTAR__BK_REGISTERED)
             comm->transport->ops->release(comm->transport, rec->uuid, &rec->view);
         mstar__buf_release(rec->buf);

@@ -1,7 +1,7 @@
 /*
- * comm_read.c — the consumer side of the communication manager (transport-spec §2.2–2.4, §5.3,
- * §5.4): starting reads, collecting the edges whose bytes landed, acknowledging them, fan-in of
- * sharded inputs, and handing tensors to nodes.
+ * comm_read.c — the consumer side of the communication manager (design.md "Tensor lifecycle",
+ * "ACKs", "Sharding"): starting reads, collecting the edges whose bytes landed, acknowledging them,
+ * fan-in of sharded inputs, and handing tensors to nodes.
  *
  * The reference ledger, per descriptor of a delivered edge:
  *   - first read of a uuid here ("fresh"): +2 — one transit reference, released when the edge is
@@ -9,11 +9,11 @@
  *   - a uuid already held (an earlier delivery, or twice in one call): +1, the node's usage;
  *   - a tensor this entity produced (self-delivery): no change — the reference the producer
  *     counted for this destination when it routed the output becomes the node's usage;
- *   - a slice of a tensor this entity produced (§5.4): a new record for the rows, +1 usage, and
- *     the producer's reference for this destination released.
+ *   - a slice of a tensor this entity produced (design.md "Sharding"): a new record for the
+ *     rows, +1 usage, and the producer's reference for this destination released.
  * The transit reference is released exactly for fresh reads, whether or not the uuid was seen
  * before in the request: a persisted input legitimately re-sent after its first copy was freed
- * is read again and must be freed again (§8.6, where the reference leaks it).
+ * is read again and must be freed again (T-6, where the reference leaks it).
  *
  * start_read_tensors is all or nothing: every descriptor is checked (names, owner, bounds) before
  * anything is read, reads that succeeded are released if a later one fails, and the store is
@@ -42,7 +42,7 @@ typedef struct plan {
     uint32_t source;       /* fresh: the producing entity (interned) */
 } plan;
 
-/* Self-delivery: whole tensor, or a row range of it (§5.4). */
+/* Self-delivery: whole tensor, or a row range of it (design.md "Sharding"). */
 static mstar_status plan_self(mstar_comm *comm, const mstar_tensor_info *info, plan *p)
 {
     uint32_t slot = mstar__bk_find(&comm->bk, info->uuid);
@@ -543,7 +543,8 @@ static void fan_in(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pend
     free(bufs);
     free(views);
     free(ranks);
-    /* The usage references go now: the buffer holds the bytes (§2.3 "fan-in shard buffered"). */
+    /* The usage references go now: the buffer holds the bytes (design.md "Reference counts",
+     * "Sharding"). */
     for (uint32_t i = 0; i < n; i++)
         mstar__bk_dereference(&comm->bk, p->edge.tensor_info[i].uuid, 1, &comm->collected);
     mstar__comm_collect(comm);
@@ -670,7 +671,7 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, ms
             add_failure(b, r, p->edge.name, status[k], mstar_last_error());
         k++;
     }
-    /* Invariant 3 / §8.5: these copies have landed, so the producer may reuse the bytes. */
+    /* I-4 / T-5: these copies have landed, so the producer may reuse the bytes. */
     mstar_status st = mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
     if (*ack_st == MSTAR_OK)
         *ack_st = st;

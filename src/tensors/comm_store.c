@@ -1,5 +1,5 @@
 /*
- * comm_store.c — the producer side of the communication manager (transport-spec §2.1):
+ * comm_store.c — the producer side of the communication manager (design.md "Tensor lifecycle"):
  * storing a step's outputs under fresh ids (canonical layout for sharded signals, contiguous
  * always), building their descriptors, reference counting, and staging them for other
  * processes (register_for_send) with the transport's fields (the arena's placement, UCX's key)
@@ -563,7 +563,7 @@ mstar_status mstar_comm_set_output_ref_counts(mstar_comm *comm, const mstar_tens
     mstar_status st = mstar__u64map_reserve(&counts, nheld);
     for (uint32_t i = 0; i < nheld && st == MSTAR_OK; i++)
         st = mstar__u64map_put(&counts, held[i], 1);
-    /* Persist edges are held by their marker, not by a reference (§8.7). */
+    /* Persist edges are held by their marker, not by a reference (T-7). */
     for (uint32_t e = 0; e < nrouted && st == MSTAR_OK; e++) {
         if (routed[e].persist)
             continue;

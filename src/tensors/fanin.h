@@ -1,6 +1,6 @@
 /*
  * fanin.h — gathering a sharded input from every source rank (reference BufferedShards,
- * transport-spec §5.3).
+ * design.md "Sharding").
  *
  * A destination whose slice of a signal is produced by several source ranks receives one edge
  * per rank. Each arriving edge's tensors are kept here (by a reference on their storage, not a
@@ -12,7 +12,7 @@
  * after another: a plain copy per shard, the same on the host and on a device.
  *
  * A buffer is keyed by (signal name, destination node): two nodes of one worker that take the
- * same signal gather separately (the reference keys by name alone, §8.10).
+ * same signal gather separately (the reference keys by name alone, T-10).
  */
 #ifndef MSTAR_TENSORS_FANIN_H
 #define MSTAR_TENSORS_FANIN_H

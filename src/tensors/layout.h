@@ -1,5 +1,5 @@
 /*
- * layout.h — tensor layouts the transport moves between (transport-spec §5.1).
+ * layout.h — tensor layouts the transport moves between (design.md "Sharding").
  *
  * A sharded signal is stored in canonical layout: its shard dim moved to position 0 and the
  * bytes contiguous, so that any destination's slice is one contiguous byte range (offset,

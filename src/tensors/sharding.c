@@ -1,12 +1,12 @@
 /*
  * sharding.c — fan-out of an edge to the workers of the destination group (reference
- * ShardingConfig.compute_fanout / fanout_graph_edges / compute_fanin, transport-spec §5.2).
+ * ShardingConfig.compute_fanout / fanout_graph_edges / compute_fanin, design.md "Sharding").
  *
  * Descriptors are in canonical layout, so a destination's part of a sharded tensor is a range of
  * rows along dim 0 — one contiguous byte range (offset, nbytes) of the SOURCE rank's tensor. The
  * offset is local to the source shard: row `start` of the logical tensor is row
  * start - src_rank * rows_per_source of this rank's slab (the reference computed it in logical
- * coordinates, out of range for any rank above 0, §8.9). Element sizes come from the dtype, so
+ * coordinates, out of range for any rank above 0, T-9). Element sizes come from the dtype, so
  * dims of 0 are fine (the reference divided nbytes by the element count).
  */
 #include "mstar/tensors.h"

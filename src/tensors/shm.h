@@ -1,5 +1,5 @@
 /*
- * shm.h — the shared-memory directory and everything named in it (transport-spec §3.1, §3.2).
+ * shm.h — the shared-memory directory and everything named in it (design.md "Transports").
  *
  * All entities of a deployment use one directory (default /dev/shm, else /tmp/mstar_shm). Two
  * kinds of names live there:
@@ -96,7 +96,7 @@ mstar_status mstar__shm_segment_parse(const char *name, mstar__shm_segment_name 
 /* A segment name from a descriptor: valid, and produced by `source_entity`. */
 mstar_status mstar__shm_segment_check(const char *name, const char *source_entity);
 
-/* Unlink arena segments in `dir` whose pid is no longer running (transport-spec §3.3). Returns
+/* Unlink arena segments in `dir` whose pid is no longer running (design.md "Transports"). Returns
  * how many were removed. */
 int mstar__shm_sweep_dead_segments(const mstar__shm_dir *dir);
 

@@ -35,7 +35,7 @@ typedef struct mstar__stage_item {
     mstar_tensor_id uuid;
     mstar_tensor tensor;      /* the canonical bytes, contiguous (host or device) */
     const mstar_tensor *host; /* a host copy of the same bytes, or NULL */
-    uint64_t tx_bytes;        /* out: bytes made readable (§7) */
+    uint64_t tx_bytes;        /* out: bytes made readable (design.md "Transfer statistics") */
     double tx_time_s;         /* out: time spent doing it */
 } mstar__stage_item;
 
@@ -59,7 +59,7 @@ typedef struct mstar__transport_ops {
      * shm_offset, or none for a spill), UCX the session, the address of the registered bytes and
      * their remote key. Only those fields: the rest of a descriptor may be a destination's slice.
      * NULL for transports whose consumers need nothing more (local, files); with it, every edge
-     * leaving the process must be refreshed (mstar_comm_refresh_shm_placement, §2.6). */
+     * leaving the process must be refreshed (mstar_comm_refresh_shm_placement, I-12). */
     void (*stamp)(mstar__transport *t, mstar_tensor_id uuid, mstar_tensor_info *info);
     /* Undo what stage (or a registered read) did for a collected uuid. */
     void (*release)(mstar__transport *t, mstar_tensor_id uuid, const mstar_tensor *tensor);

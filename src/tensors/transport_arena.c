@@ -1,5 +1,5 @@
 /*
- * transport_arena.c — the shared-memory arena transport (transport-spec §3.2–3.4;
+ * transport_arena.c — the shared-memory arena transport (design.md "Transports";
  * MSTAR_SHM_ARENA=1 or AUTO).
  *
  * Producer: staging reserves a slot in this process's arena (arena.h) and copies the tensor
@@ -14,7 +14,7 @@
  * (arena_peers.h: mapped only once the file proves to be a segment an arena wrote), after
  * checking the name (prefix, owner) and the range against the segment's usable size; into host
  * memory with a copy guarded against SIGBUS (core/guard.h: the file may be truncated under us),
- * into device memory with an H2D copy whose completion gates the ACK (§8.5). A descriptor without a
+ * into device memory with an H2D copy whose completion gates the ACK (T-5). A descriptor without a
  * segment is a spill or a files producer and is read as a file.
  *
  * Pinning (MSTAR_SHM_ARENA_PIN): own and peer segments are registered with the backend within
@@ -224,8 +224,8 @@ static void drop(arena_transport *a, mstar_tensor_id uuid)
         mstar_log(MSTAR_LOG_WARN, "shm arena: out of memory recycling a placement entry");
 }
 
-/* The TTL backstop (§3.3, §8.16): slots and spill files staged longer ago than the TTL are
- * freed; the store entry stays (and stays registered, so it is not staged again). */
+/* The TTL backstop (design.md "Transports", T-16): slots and spill files staged longer ago than the
+ * TTL are freed; the store entry stays (and stays registered, so it is not staged again). */
 static size_t reclaim_expired(arena_transport *a)
 {
     if (a->knobs.slot_ttl_s <= 0)
@@ -256,8 +256,8 @@ static size_t reclaim_expired(arena_transport *a)
 
 /* ---- staging -------------------------------------------------------------------------------- */
 
-/* Reserve n bytes with the layered degradation of §3.3. *spill is set when the caller should
- * write a file instead. */
+/* Reserve n bytes with the layered degradation of design.md "Transports". *spill is set when the
+ * caller should write a file instead. */
 static mstar_status reserve(arena_transport *a, uint64_t n, uint32_t *seg, uint64_t *off,
                             bool *spill)
 {
@@ -366,7 +366,7 @@ static mstar_status arena_stage(mstar__transport *t, mstar__stage_item *items, s
         if (!spill)
             item->tx_time_s = (double)(mstar__now_ns() - t0) * 1e-9;
     }
-    /* Invariant 1: the copies have landed before anyone can learn the placement. */
+    /* I-1: the copies have landed before anyone can learn the placement. */
     if (queued) {
         mstar_status sync = mstar_stream_synchronize(t->env->d2h);
         if (sync != MSTAR_OK && st == MSTAR_OK)
@@ -531,7 +531,7 @@ static void arena_maintain(mstar__transport *t, bool reads_idle)
                       (unsigned long long)s.spill_files);
         }
     }
-    /* Only with no copy pending can a mapping go (invariant 6). */
+    /* Only with no copy pending can a mapping go (I-10). */
     if (reads_idle && now - a->last_sweep_ns >= (uint64_t)(a->knobs.peer_sweep_s * 1e9)) {
         a->last_sweep_ns = now;
         mstar__arena_peers_evict_dead(&a->peers);

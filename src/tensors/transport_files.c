@@ -1,5 +1,5 @@
 /*
- * transport_files.c — one file per staged tensor in the shm directory (transport-spec §3.1;
+ * transport_files.c — one file per staged tensor in the shm directory (design.md "Transports";
  * MSTAR_SHM_ARENA=0). The producer writes the raw contiguous bytes (no header) when the tensor
  * is registered for send and unlinks the file when the uuid is collected; a consumer reads
  * [offset, offset + nbytes) of it, checked against the file's size. A descriptor that names an

@@ -3,8 +3,8 @@
  * the encoder (MSTAR_EINVAL before anything is written) and the decoder (MSTAR_EPROTO after a
  * field is read), so that a peer never receives what it would reject.
  *
- * The body field names come from the reference dataclasses (transport-spec §6) where they exist;
- * docs/wire-format.md lists them per type.
+ * The body field names come from the reference dataclasses (design.md "Control messages") where
+ * they exist; docs/wire-format.md lists them per type.
  */
 #include "msg_body.h"
 

@@ -2,7 +2,7 @@
  * test_comm_cuda.c — the tensor transport with device tensors on a real GPU: a device output is
  * staged into the arena (device-to-host copy into a pinned segment, synchronised before
  * registration returns) and into a file; a consumer with the CUDA backend reads it into device
- * memory behind a completion that gates the ACK (§8.5); a sharded device output is stored in
+ * memory behind a completion that gates the ACK (T-5); a sharded device output is stored in
  * canonical layout and sliced; shards gathered on the device. Every byte is checked through
  * get_tensor_copy. Skips (77) without a GPU.
  */

@@ -2,7 +2,7 @@
  * test_cuda_graph_pool.c — graph pools under real CUDA stream capture: mstar_alloc on the
  * capturing stream comes from the pool (cudaMalloc during capture), taken/kept are exact, a
  * replay computes, and a capture the runtime invalidated leaves pool and stream usable for the
- * next capture (§8.1 on the device). Skips (77) without a GPU.
+ * next capture (G-1 on the device). Skips (77) without a GPU.
  */
 #include "mstar_test.h"
 

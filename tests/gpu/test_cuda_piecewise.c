@@ -2,7 +2,7 @@
  * test_cuda_piecewise.c — the piecewise runner under real CUDA stream capture: two regions of one
  * node share a graph pool, each copies its input through pool scratch into its output; region B
  * captured first replays over A's scratch, and A's output view stays intact because it lives
- * outside the pool (§8.18); a run zeroes the rows past the real ones on the device; get's copy
+ * outside the pool (G-18); a run zeroes the rows past the real ones on the device; get's copy
  * survives the next run. Skips (77) without a GPU.
  */
 #include "mstar_test.h"

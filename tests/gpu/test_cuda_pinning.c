@@ -1,5 +1,5 @@
 /*
- * test_cuda_pinning.c — device pinning for cuda:N > 0 (graph-runner-spec §8.25): a backend for the
+ * test_cuda_pinning.c — device pinning for cuda:N > 0 (design.md G-25): a backend for the
  * last GPU allocates, creates streams and captures on that GPU even when the thread's current
  * device is 0. Skips (77) without two GPUs.
  */

@@ -1,6 +1,6 @@
 /*
  * test_cuda_replay_event.c — an event recorded into a CUDA graph (mstar__event_record_in_capture,
- * how a runner's replay marks its slot for a later pre-plan, graph-runner-spec §8.4): the record
+ * how a runner's replay marks its slot for a later pre-plan, design.md G-4): the record
  * is a node of the graph, every launch records the event again, and another stream that waits on
  * it after a launch runs only once that launch's work is done. The graph's work is slow device
  * work (memsets over 1 GiB, milliseconds) followed by setting a flag on the device; the waiting

@@ -1,6 +1,6 @@
 /*
  * test_nccl_group.c — the NCCL rank group on 2 GPUs, one process per GPU, bootstrapped over the
- * control mesh (graph-runner-spec §4.6): min and max agree, a large vector agrees, and a rank
+ * control mesh (design.md "Rank agreement"): min and max agree, a large vector agrees, and a rank
  * that dies is an error on the other (a timeout, or NCCL's own error if it notices first), after
  * which the aborted group answers MSTAR_ECLOSED.
  *

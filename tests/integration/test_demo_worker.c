@@ -3,7 +3,7 @@
  * process is its conductor, the encoder worker that feeds it (with a communication manager over
  * the arena) and the api server that reads its results. It covers the worker's side of the
  * protocol, the orders the mesh allows and the bad input another process can send:
- *   - INPUT_SIGNALS before NEW_REQUEST is buffered, then served (transport-spec §8.19), and the
+ *   - INPUT_SIGNALS before NEW_REQUEST is buffered, then served (design.md T-19), and the
  *     tokens equal an eager rerun of the same states (codebook, prefill, greedy decode);
  *   - a drained request answers READS_DONE, acknowledges a late input unread, never produces a
  *     result, and is torn down by REMOVE_REQUEST with force;

@@ -1,6 +1,6 @@
 /*
  * test_rank_agree.c — agree_across_ranks over the control mesh, one process per rank
- * (graph-runner-spec §4.6, hard case §8.2 at the agreement level).
+ * (design.md "Rank agreement", hard case G-2 at the agreement level).
  *
  *   - 4 ranks agree with min and max, many rounds back to back (ranks race ahead of each other);
  *   - a rank that fails one bucket's capture: every rank drops that bucket;
@@ -93,7 +93,7 @@ static void test_four_ranks_min_and_max(void **state)
     run("agree4", 4, four_ranks_min_and_max, NULL);
 }
 
-/* ---- §8.2: a bucket one rank failed is dropped on every rank ----------------------------------
+/* ---- G-2: a bucket one rank failed is dropped on every rank -------------------------------------
  */
 
 #define NBUCKETS 6
@@ -156,7 +156,7 @@ static void test_dead_rank_times_out(void **state)
     run("agreedead", 3, dead_rank_times_out, NULL);
 }
 
-/* ---- the startup order across ranks (§3.1, §8.2) ----------------------------------------------
+/* ---- the startup order across ranks (design.md "Startup", G-2) ----------------------------------
  */
 
 /* This rank's view of every lookup: the whole-forward bucket bs for each batch size (0: eager)
@@ -242,7 +242,7 @@ static void test_startup_with_graphs_required_fails_on_every_rank(void **state)
     run("agreerequired", 4, startup_across_ranks, &required);
 }
 
-/* ---- §4.4: size_lent_captures where the ranks' own lists differ ------------------------------
+/* ---- design.md "Planning": size_lent_captures where the ranks' own lists differ -----------------
  */
 
 /* Rank 1 cannot warm bs 4 (its last warm-up fails after the forward's collective), so its plan
@@ -306,7 +306,7 @@ static void test_lent_sizing_with_different_lists(void **state)
     run("agreelent", 2, lent_sizing_with_different_lists, NULL);
 }
 
-/* ---- the KV cache's post-warm-up TP-symmetry check (§3.1 step 7) ------------------------------
+/* ---- the KV cache's post-warm-up TP-symmetry check (design.md "Startup") -----------------------
  */
 
 static int kv_symmetry(int rank, void *arg)

@@ -1,6 +1,6 @@
 /*
  * test_transport_soak.c — one producer and two consumer processes over the control mesh move
- * MSTAR_TEST_SOAK_TENSORS tensors (default 1,000 — see docs/environment.md; the spec's 10,000
+ * MSTAR_TEST_SOAK_TENSORS tensors (default 1,000 — see docs/environment.md; 10,000
  * is a documented manual run; MSTAR_TEST_SOAK_UCX_TENSORS, default 300, over UCX) of random
  * sizes from 0 B to MSTAR_TEST_SOAK_MAX_MB (default 8 MiB, log-uniform), random dtypes and
  * shapes, random fanout, persist and unpersist in both orders with the ACKs, and aborts

@@ -75,7 +75,7 @@ void produce(mstar_comm *p, const mstar_rid *rid, const mstar_tensor *ts, uint32
 /* `c` holds tensor `uuid` with the dtype, shape and bytes of `want`. */
 void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want);
 
-/* The setup of §8.4: an 8x4 int32 output of signal "h" sharded on dim 0 in request `rid`, stored
+/* The setup of T-4: an 8x4 int32 output of signal "h" sharded on dim 0 in request `rid`, stored
  * by `p` (*t holds its bytes; the caller frees t->data), and its edge to node "mlp" fanned out
  * to worker_1 and worker_2 (rows 0-3 and 4-7) before anything was staged. */
 void store_sharded_fanout(mstar_comm *p, const mstar_rid *rid, mstar_tensor *t,

@@ -24,7 +24,7 @@ typedef struct mstar_test_counter {
     int64_t capacity;
     float *plan_buf[MSTAR_TEST_COUNTER_SLOTS]; /* static: graphs read it at fixed addresses */
     int builds;
-    int capture_plans_with_dirty_rows; /* §8.24: a capture-time plan saw state left over */
+    int capture_plans_with_dirty_rows; /* G-24: a capture-time plan saw state left over */
     int ingested;
     int plans;      /* full plans run */
     bool fail_plan; /* the next plans fail (MSTAR_EDEVICE) */

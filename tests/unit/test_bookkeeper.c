@@ -48,7 +48,7 @@ static uint32_t put_with_ref(mstar__bk *bk, mstar_tensor_id uuid, uint32_t req, 
     return slot;
 }
 
-/* Invariant 4 / §1.5: GC is never evaluated on store or increment. */
+/* I-2 / design.md "Descriptors and edges": GC is never evaluated on store or increment. */
 static void test_no_gc_on_store_or_increment(void **state)
 {
     (void)state;
@@ -88,7 +88,7 @@ static void test_dereference_collects_at_zero(void **state)
     bk_close(&bk, &col);
 }
 
-/* §8.8: ACKs before UNPERSIST drive a persisted tensor's ref below zero; that is normal. */
+/* T-8: ACKs before UNPERSIST drive a persisted tensor's ref below zero; that is normal. */
 static void test_negative_refs_under_persist(void **state)
 {
     (void)state;

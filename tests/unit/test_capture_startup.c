@@ -1,5 +1,5 @@
 /*
- * test_capture_startup.c — the startup order of one device (graph-runner-spec §3.1, §4) on the
+ * test_capture_startup.c — the startup order of one device (design.md "Startup", "Planning") on the
  * host backend, one rank: everything fits; a memory budget that fits only part of the buckets
  * (sizing, resizing, a plan that captures without running out, lookups that fall through, the
  * dropped buckets run eager with correct outputs); MSTAR_REQUIRE_CUDA_GRAPHS=1 turning the drops
@@ -183,7 +183,7 @@ static mstar_test_toy *toy_h200_like(void)
     return t;
 }
 
-/* What sizing measures per bucket (§4.1, §4.4), by hand for the toy: kept is the output,
+/* What sizing measures per bucket (design.md "Planning"), by hand for the toy: kept is the output,
  * 256 KiB a row; graph − kept is the scratch segments the capture grew — the 1 MiB-a-row scratch
  * (a 2 MiB segment of small blocks at bs 1, its own segment above) and a small segment for the
  * 512-byte memset buffer — plus one segment for the partly empty last segment of the small blocks
@@ -324,7 +324,7 @@ static void test_whole_forward_and_piecewise_in_one_pool(void **state)
         if (replayed)
             assert_memory_equal(x, y, (size_t)n * ROW_FLOATS * sizeof(float));
         ran += replayed;
-        /* The region pads to the next configured bs and needs that exact shape (§8.21). */
+        /* The region pads to the next configured bs and needs that exact shape (G-21). */
         assert_int_equal(replayed, !(n > 4 && n <= 8));
     }
     assert_true(ran > 0);

@@ -1,9 +1,9 @@
 /*
  * test_comm_arena.c — what only the arena transport does: fragmentation leading to a spill
- * (§8.15), strict mode's timeout, the TTL backstop and its hazards (§8.16), dedicated segments
- * for oversized tensors, eviction of mappings whose producer is gone (§8.14), the orphan sweep
+ * (T-15), strict mode's timeout, the TTL backstop and its hazards (T-16), dedicated segments
+ * for oversized tensors, eviction of mappings whose producer is gone (T-14), the orphan sweep
  * at start, two instances of one entity side by side, pinning within its budget, mixed SHM modes
- * (§8.17), and the device paths through the host backend.
+ * (T-17), and the device paths through the host backend.
  */
 #include "comm_harness.h"
 
@@ -116,7 +116,7 @@ static void read_back(mstar_comm *c, const mstar_rid *rid, const mstar_tensor_in
     assert_mstar_ok(mstar_comm_dereference(c, info->uuid, 1));
 }
 
-/* §8.15: free space exists but no block is large enough → a warning, then a spill to a file,
+/* T-15: free space exists but no block is large enough → a warning, then a spill to a file,
  * which any consumer reads and the ACK removes. */
 static void test_fragmentation_spills(void **state)
 {
@@ -227,7 +227,7 @@ static void sleep_ms(int ms)
     nanosleep(&ts, NULL);
 }
 
-/* §8.16: the TTL frees a slot nobody ACKed, leaves the store entry (still registered: it is not
+/* T-16: the TTL frees a slot nobody ACKed, leaves the store entry (still registered: it is not
  * staged again), and a late ACK then frees the entry without touching whatever reuses the slot. */
 static void test_ttl_backstop(void **state)
 {
@@ -279,7 +279,7 @@ static void test_growth_and_dedicated_segment(void **state)
     mstar_comm_destroy(p);
 }
 
-/* §8.14: a consumer's mapping of a producer's segment goes once the producer is gone. */
+/* T-14: a consumer's mapping of a producer's segment goes once the producer is gone. */
 static void test_peer_eviction(void **state)
 {
     world *w = *state;
@@ -299,8 +299,8 @@ static void test_peer_eviction(void **state)
     mstar_comm_destroy(c);
 }
 
-/* §3.3 / §8.14: segments a dead process left are swept when a manager starts; two instances of
- * one entity (a second server) never share names. */
+/* design.md "Transports" / T-14: segments a dead process left are swept when a manager starts; two
+ * instances of one entity (a second server) never share names. */
 static void test_orphans_and_collisions(void **state)
 {
     world *w = *state;
@@ -329,7 +329,7 @@ static void test_orphans_and_collisions(void **state)
     mstar_comm_destroy(b);
 }
 
-/* §8.17: an arena producer cannot be read by a files consumer (loudly); a files producer is
+/* T-17: an arena producer cannot be read by a files consumer (loudly); a files producer is
  * read by an arena consumer. */
 static void test_mixed_shm_modes(void **state)
 {

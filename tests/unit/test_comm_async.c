@@ -2,10 +2,10 @@
  * test_comm_async.c — reads whose copies are still running when start_read_tensors returns, as
  * a device copy or a remote engine leaves them. The consumer's transport is wrapped so every
  * read returns a completion the test finishes by hand; everything else is the real file
- * transport. Covers: no ACK and no delivery before the copy landed (§8.5, invariant 3),
- * has_inflight_reads and the drain, soft cleanup with a read in flight (§8.2, §8.3), force
+ * transport. Covers: no ACK and no delivery before the copy landed (T-5, I-4),
+ * has_inflight_reads and the drain, soft cleanup with a read in flight (T-2, T-3), force
  * cleanup refused while reads run, a failed read reported once and not poisoning later polls
- * (§8.11), the RX time of a read running from submit to landing, and the completion handle API.
+ * (T-11), the RX time of a read running from submit to landing, and the completion handle API.
  */
 #include "comm_harness.h"
 
@@ -170,7 +170,7 @@ static void test_ack_only_after_copy_landed(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
 }
 
-/* §8.2 / §8.3: cleanup while a read is copying neither ACKs it (the producer would free the
+/* T-2 / T-3: cleanup while a read is copying neither ACKs it (the producer would free the
  * source mid-copy) nor frees its buffer; force cleanup is refused until it lands. When it
  * lands it is ACKed and dropped, never delivered. */
 static void test_cleanup_with_read_in_flight(void **state)
@@ -192,7 +192,7 @@ static void test_cleanup_with_read_in_flight(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
 }
 
-/* §8.11: a failed read is reported once, its references released and its delivery ended at the
+/* T-11: a failed read is reported once, its references released and its delivery ended at the
  * producer (failed_tensor_ids); the next poll is clean. */
 static void test_failed_read_does_not_poison(void **state)
 {

@@ -117,7 +117,8 @@ static void test_ownership(void **state)
     mstar_comm_destroy(c);
 }
 
-/* §5.1: a sharded signal is stored with its shard dim first; get_tensor undoes it. */
+/* design.md "Sharding": a sharded signal is stored with its shard dim first; get_tensor undoes
+ * it. */
 static void test_canonical_layout(void **state)
 {
     (void)state;
@@ -234,8 +235,8 @@ static void unpersist(mstar_comm *c, mstar_tensor_id uuid, int64_t k)
     mstar_msg_clear(&un);
 }
 
-/* Invariant 4 / §2.1: set_output_ref_counts moves the safety hold to the routed count; persist
- * edges do not count (§8.7, the persist reference leak). */
+/* I-2 / design.md "Tensor lifecycle": set_output_ref_counts moves the safety hold to the routed
+ * count; persist edges do not count (T-7, the persist reference leak). */
 static void test_output_ref_counts(void **state)
 {
     (void)state;
@@ -274,7 +275,7 @@ static void test_output_ref_counts(void **state)
     mstar_comm_destroy(c);
 }
 
-/* §8.8: ACKs before UNPERSIST drive the ref negative; UNPERSIST{K} then frees it. */
+/* T-8: ACKs before UNPERSIST drive the ref negative; UNPERSIST{K} then frees it. */
 static void test_negative_refs_and_unpersist(void **state)
 {
     (void)state;
@@ -361,8 +362,8 @@ static void test_bad_acks(void **state)
     mstar_comm_destroy(c);
 }
 
-/* §2.7 soft cleanup defers persisted and referenced tensors; a late ACK still frees (§8.19);
- * force cleanup frees everything. */
+/* design.md "Teardown and the drain" soft cleanup defers persisted and referenced tensors; a late
+ * ACK still frees (T-19); force cleanup frees everything. */
 static void test_soft_and_force_cleanup(void **state)
 {
     (void)state;
@@ -432,7 +433,7 @@ static void test_bad_options(void **state)
     mstar_comm_destroy(c);
 }
 
-/* §7: TX records per edge name at registration. */
+/* design.md "Transfer statistics": TX records per edge name at registration. */
 static void test_tx_info(void **state)
 {
     (void)state;

@@ -129,7 +129,7 @@ static void expect_own_slots(mstar_comm *p, const mstar_tensor_info *infos, int 
     }
 }
 
-/* Bytes arrive intact for every dtype and shape, zero-size and 0-dim included (§8.18); in the
+/* Bytes arrive intact for every dtype and shape, zero-size and 0-dim included (T-18); in the
  * arena a zero-byte tensor takes a 256-byte slot of its own and reading it maps no segment; the
  * ACK goes out when the edge is collected and frees the producer's copy (and its file or slot);
  * the node's release frees the consumer's. */
@@ -206,7 +206,7 @@ static void test_roundtrip(void **state)
         free(ts[i].data);
 }
 
-/* Invariant 7: two consumers, two ACKs; freed only after both. */
+/* I-8: two consumers, two ACKs; freed only after both. */
 static void test_two_consumers(void **state)
 {
     world *w = *state;
@@ -227,7 +227,7 @@ static void test_two_consumers(void **state)
     free(t.data);
 }
 
-/* §8.6: the same persisted input re-sent in a later walk, after the consumer freed its first
+/* T-6: the same persisted input re-sent in a later walk, after the consumer freed its first
  * copy, is read again and freed again (no leak); a true re-delivery of an edge whose uuid is
  * still held passes through and takes one usage reference. Each delivery is ACKed once. */
 static void test_redelivery_vs_resend(void **state)
@@ -254,7 +254,7 @@ static void test_redelivery_vs_resend(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->c), 1);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
-    /* Four deliveries, four ACKs (invariant 7): the producer's ref is -4; UNPERSIST{4} frees. */
+    /* Four deliveries, four ACKs (I-8): the producer's ref is -4; UNPERSIST{4} frees. */
     assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 4);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 1);
@@ -269,7 +269,7 @@ static void test_redelivery_vs_resend(void **state)
     free(t.data);
 }
 
-/* §8.1: the request is aborted while a persisted input is still to be read by another rank.
+/* T-1: the request is aborted while a persisted input is still to be read by another rank.
  * Soft cleanup keeps it (the reference unlinked it under the reader); the reader reads it; only
  * after READS_DONE does force cleanup free it. */
 static void test_abort_with_live_reader(void **state)
@@ -309,7 +309,7 @@ static void test_abort_with_live_reader(void **state)
     free(t.data);
 }
 
-/* §8.4: sharded fan-out clones descriptors before staging; without refresh_shm_placement an
+/* T-4: sharded fan-out clones descriptors before staging; without refresh_shm_placement an
  * arena consumer would look for a per-uuid file that was never written. */
 static void test_unstamped_sharded_clones(void **state)
 {
@@ -348,7 +348,7 @@ static void test_unstamped_sharded_clones(void **state)
     free(t.data);
 }
 
-/* §8.4, its other half: descriptors of a uuid that is already registered (objects the worker
+/* T-4, its other half: descriptors of a uuid that is already registered (objects the worker
  * built after the first registration, or kept when it de-duplicated by uuid) are stamped again by
  * register_for_send, without staging the bytes again; each consumer reads through its own. */
 static void test_registered_uuid_clones_are_stamped(void **state)
@@ -461,7 +461,7 @@ static void test_bad_descriptors(void **state)
     free(t.data);
 }
 
-/* §8.19: result tensors for a request already removed are ACKed unread; a late ACK after the
+/* T-19: result tensors for a request already removed are ACKed unread; a late ACK after the
  * producer's soft cleanup still frees (and unlinks); reads for a request the consumer never
  * registered work. */
 static void test_late_messages(void **state)
@@ -509,8 +509,9 @@ static void test_consumer_cleanup_acks_landed(void **state)
     free(ts[1].data);
 }
 
-/* §5.4: an edge a producer sends to itself needs no read; a slice of its own sharded output is
- * cut without a copy under a new uuid, and the producer's reference for it moves there. */
+/* design.md "Sharding": an edge a producer sends to itself needs no read; a slice of its own
+ * sharded output is cut without a copy under a new uuid, and the producer's reference for it moves
+ * there. */
 static void test_self_delivery_and_local_slice(void **state)
 {
     world *w = *state;

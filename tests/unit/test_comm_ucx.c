@@ -3,11 +3,11 @@
  * consumers in one process, each manager with its own UCX engine (so every byte crosses a
  * loopback socket): bytes and ACKs gated on the read's completion, the producer's memory
  * registered until the last ACK and no longer, a read in flight that cleanup must neither ACK
- * nor free (§8.2, §2.7 has_inflight_reads), a failed read reported once without poisoning later
- * polls (§8.11), a strided output read contiguous (§8.12), descriptors from the wire that are
+ * nor free (T-2; has_inflight_reads, I-7), a failed read reported once without poisoning later
+ * polls (T-11), a strided output read contiguous (T-12), descriptors from the wire that are
  * refused, the remote key stamped at registration and by refresh_shm_placement so the get
- * protocol reads through the manager (§8.4 over UCX), tensors in a backend's memory staged
- * through pinned host memory both ways, and the protocol names.
+ * protocol reads through the manager (T-4 over UCX), tensors in a backend's memory staged through
+ * pinned host memory both ways, and the protocol names.
  */
 #include "comm_harness.h"
 #include "ucx_test.h"
@@ -118,7 +118,7 @@ static void test_roundtrip(void **state)
         free(ts[i].data);
 }
 
-/* §8.12 over UCX (the reference's Mooncake case: the consumer reads nbytes contiguous bytes
+/* T-12 over UCX (the reference's Mooncake case: the consumer reads nbytes contiguous bytes
  * from a producer that kept a strided tensor): a transposed output is stored contiguous, so the
  * bytes read are its elements in row-major order. */
 static void test_non_contiguous_output(void **state)
@@ -176,8 +176,8 @@ static void test_two_consumers(void **state)
 }
 
 /* A read that cannot finish (its session is a socket that never answers): in flight, cleanup
- * neither ACKs nor frees it (§8.2) and force cleanup is refused; when the socket goes away the
- * edge fails once, with the session in the message, and a later read works (§8.11). */
+ * neither ACKs nor frees it (T-2) and force cleanup is refused; when the socket goes away the
+ * edge fails once, with the session in the message, and a later read works (T-11). */
 static void test_read_in_flight_then_failed(void **state)
 {
     world *w = *state;
@@ -297,7 +297,7 @@ static int setup_get(void **state)
 }
 
 /* Registration stamps the key onto the descriptors it is given, and the get protocol reads
- * through the manager with it; a sharded clone made before staging has none (§8.4 over UCX:
+ * through the manager with it; a sharded clone made before staging has none (T-4 over UCX:
  * get cannot read it) until refresh_shm_placement stamps session, address and key — only those. */
 static void test_get_protocol_and_clones(void **state)
 {

@@ -1,5 +1,5 @@
 /*
- * test_exec_memory.c — ExecutableMemory (graph-runner-spec §3.8, hard case §8.29).
+ * test_exec_memory.c — ExecutableMemory (design.md "Executable memory", hard case G-29).
  *
  * The estimate on simulated free-memory series: a clean series, a rise, an outlier copy, the
  * largest-rate fallback when no count is kept, and nothing countable. Series are written as the

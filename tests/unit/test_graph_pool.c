@@ -1,8 +1,8 @@
 /*
  * test_graph_pool.c — graph pools and capture on the host backend: pool routing and semantics,
- * taken/kept accounting, a failed capture leaving pool and stream usable (§8.1), outputs outside
- * the pool surviving other graphs' replays (§8.18), and lazy initialisation refused inside a
- * capture (§8.32).
+ * taken/kept accounting, a failed capture leaving pool and stream usable (G-1), outputs outside
+ * the pool surviving other graphs' replays (G-18), and lazy initialisation refused inside a
+ * capture (G-32).
  *
  * Then what graphs keep, kept apart from the scratch their captures share (src/device/lifetimes.h,
  * the pool's kept segments):
@@ -13,8 +13,8 @@
  *   - the regression behind issue 6's H200 figures: two slots of one bucket, each keeping an
  *     output and freeing a scratch four times its size. Without hints the second output lands in
  *     the first slot's freed scratch and the second scratch needs a segment of its own: the pool
- *     holds one output and two scratches where the planner's model (§4.3) says two outputs and
- *     one scratch. With the warm-up's hints it holds exactly the model's bytes;
+ *     holds one output and two scratches where the planner's model (design.md "Planning") says
+ *     two outputs and one scratch. With the warm-up's hints it holds exactly the model's bytes;
  *   - kept counts a block over 1 MiB with its segment's rounding, a small one by its bytes.
  */
 #include "mstar_test.h"

@@ -1,7 +1,7 @@
 /*
  * test_graph_runner.c — the whole-forward runner on the host backend with a small counting
  * resource and a toy submodule (y = 2·x + the row's planned length, read from per-slot plan
- * buffers the resource builds once). Each test names the graph-runner-spec §8 case it covers.
+ * buffers the resource builds once). Each test names the hard case (design.md G-n) it covers.
  */
 #include "mstar_test.h"
 
@@ -20,7 +20,7 @@
 /* ---- the toy submodule ------------------------------------------------------------------------
  */
 
-/* A library's per-stream workspace (§8.25, cuBLAS's): made on the first forward on a stream, and
+/* A library's per-stream workspace (G-25, cuBLAS's): made on the first forward on a stream, and
  * that first use must not be inside a capture (mstar_lazy refuses it there). */
 struct workspace {
     mstar_stream *stream;
@@ -31,11 +31,11 @@ struct workspace {
 #define MAX_WORKSPACES 4
 
 struct toy {
-    int64_t fail_bs; /* a capture of this bs fails (§8.1) */
+    int64_t fail_bs; /* a capture of this bs fails (G-1) */
     int forwards;
     const char *key_info;
     float one_x;
-    bool per_stream_workspace; /* forwards need their stream's workspace (§8.25) */
+    bool per_stream_workspace; /* forwards need their stream's workspace (G-25) */
     struct workspace ws[MAX_WORKSPACES];
     int n_ws;
     int captured; /* forwards inside a capture */
@@ -189,7 +189,7 @@ static void base_config(mstar_graph_config *c)
     c->capture_graph_walk = "decode";
     c->replay_graph_walks = alias_walks;
     c->n_replay_graph_walks = 1;
-    c->capture_batch_sizes = unsorted_sizes; /* §8.22: sorted by the runner */
+    c->capture_batch_sizes = unsorted_sizes; /* G-22: sorted by the runner */
     c->n_capture_batch_sizes = 4;
     c->seq_len = 1;
     c->make_node_input = make_row;
@@ -296,7 +296,7 @@ static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_s
         assert_int_equal(padded[i].seq_len, 0);
         assert_true(mstar_is_padding_row(step_ids[i]));
     }
-    /* real info first, then the padding rows' stand-ins (§2.9) */
+    /* real info first, then the padding rows' stand-ins (design.md "Padding rows") */
     mstar_forward_info real_info[MAX_BS], info[MAX_BS];
     for (size_t i = 0; i < n; i++)
         real_info[i] = (mstar_forward_info){ "decode", true, (int64_t)i + 1, 7, 16 };
@@ -338,7 +338,7 @@ static const float *replay_step(struct fx *f, size_t n, const float *xs, mstar_s
  */
 
 /* Replayed outputs equal the eager formula at every batch size, padded ones included; sizes
- * were given unsorted (§8.22); every warm-up and the capture saw clean rows (§8.24). */
+ * were given unsorted (G-22); every warm-up and the capture saw clean rows (G-24). */
 static void test_replay_matches_eager_at_every_bs(void **state)
 {
     struct fx *f = fx_create_captured();
@@ -349,7 +349,7 @@ static void test_replay_matches_eager_at_every_bs(void **state)
     assert_int_equal(keys[3].bs, 1);
     assert_int_equal(f->kv.capture_plans_with_dirty_rows, 0);
     assert_int_equal(f->toy.forwards, 4 * 2 * (MSTAR_NUM_WARMUP + 1));
-    assert_int_equal(f->kv.pages_used, 0); /* release_all: nothing resident (§8.8) */
+    assert_int_equal(f->kv.pages_used, 0); /* release_all: nothing resident (G-8) */
     float xs[8];
     for (size_t n = 1; n <= 8; n++) {
         for (size_t i = 0; i < n; i++)
@@ -368,7 +368,7 @@ static void test_replay_matches_eager_at_every_bs(void **state)
     fx_destroy(f);
 }
 
-/* §8.1 + §8.21: bucket bs=4 fails to capture; bs=2 still captures, and a batch of 3 falls back to
+/* G-1 + G-21: bucket bs=4 fails to capture; bs=2 still captures, and a batch of 3 falls back to
  * the larger bs=8 bucket instead of running eager. */
 static void test_failed_bucket_next_captures_and_lookup_falls_back(void **state)
 {
@@ -396,14 +396,14 @@ static void test_failed_bucket_next_captures_and_lookup_falls_back(void **state)
     mstar_slot_lease lease;
     const float *y = replay_step(f, 3, xs, &lease);
     assert_true(y[2] == 6.0f);
-    /* §8.20: the configured largest size still caps the eager batch */
+    /* G-20: the configured largest size still caps the eager batch */
     assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "decode"), 8);
     assert_int_equal(mstar_graph_runner_max_batch_size_for(f->r, "prefill"), -1);
     assert_false(mstar_graph_runner_can_run(f->r, "decode", 9, 9, NULL));
     fx_destroy(f);
 }
 
-/* §8.3: consecutive leases alternate slots even across buckets (one counter per device). */
+/* G-3: consecutive leases alternate slots even across buckets (one counter per device). */
 static void test_lease_counter_alternates_across_buckets(void **state)
 {
     struct fx *f = fx_create_captured();
@@ -422,7 +422,7 @@ static void test_lease_counter_alternates_across_buckets(void **state)
     fx_destroy(f);
 }
 
-/* §8.14: a lease found through a replay alias names the capture walk. */
+/* G-14: a lease found through a replay alias names the capture walk. */
 static void test_alias_lease_names_capture_walk(void **state)
 {
     struct fx *f = fx_create_captured();
@@ -464,7 +464,7 @@ static size_t rows_bytes(const mstar_node_input *rows, size_t n, unsigned char *
     return len;
 }
 
-/* §8.15: declare_inputs_for is cached and read-only: the same rows, holding the config's template
+/* G-15: declare_inputs_for is cached and read-only: the same rows, holding the config's template
  * (make_row's bytes), and every byte of them unchanged by a declare over them and by replays of
  * the bucket and of others (which pad from the same templates). */
 static void test_declare_inputs_for_is_cached_and_unchanged(void **state)
@@ -520,7 +520,7 @@ static void test_release_refuses_bad_real_bs(void **state)
     fx_destroy(f);
 }
 
-/* §8.16: a different cg_key_info misses the capture (eager), it is not an error. */
+/* G-16: a different cg_key_info misses the capture (eager), it is not an error. */
 static void test_key_info_mismatch_misses(void **state)
 {
     mstar_graph_config c;
@@ -535,7 +535,7 @@ static void test_key_info_mismatch_misses(void **state)
     fx_destroy(f);
 }
 
-/* §8.16, the raise: a step declared with another cg_key_info than the bucket it is captured for
+/* G-16, the raise: a step declared with another cg_key_info than the bucket it is captured for
  * is refused, naming both keys, and the bucket is dropped instead of captured under the wrong key
  * (no key at all against a keyed bucket included). */
 static void test_key_info_mismatch_at_capture_is_refused(void **state)
@@ -563,9 +563,9 @@ static void test_key_info_mismatch_at_capture_is_refused(void **state)
     }
 }
 
-/* §5.1 / §8.16 at replay: a leased step whose cg_key_info is not its bucket's is refused at admit
- * (and pre-admit), naming both; and run_forward refuses a lease whose bucket's key is not the one
- * the step planned on its slot declared. Matching keys replay as before. */
+/* design.md "Replay" / G-16 at replay: a leased step whose cg_key_info is not its bucket's is
+ * refused at admit (and pre-admit), naming both; and run_forward refuses a lease whose bucket's key
+ * is not the one the step planned on its slot declared. Matching keys replay as before. */
 static void test_key_info_mismatch_at_replay_is_refused(void **state)
 {
     mstar_graph_config c[2];
@@ -632,7 +632,7 @@ static void test_key_info_mismatch_at_replay_is_refused(void **state)
     assert_mstar_status(mstar_graph_runner_run_forward(f->r, &lp, pre, NULL, started, &outs),
                         MSTAR_EINVAL);
     assert_non_null(strstr(mstar_last_error(), "declared cg_key_info 'cfg', not the lease's"));
-    assert_true(mstar_signal_is_set(started)); /* §8.27: waiters released on this path too */
+    assert_true(mstar_signal_is_set(started)); /* G-27: waiters released on this path too */
     assert_null(outs);
     assert_mstar_ok(mstar_graph_runner_run_forward(f->r, &lk, pre, NULL, NULL, &outs));
     assert_non_null(outs);
@@ -644,7 +644,7 @@ static void test_key_info_mismatch_at_replay_is_refused(void **state)
     fx_destroy(f);
 }
 
-/* §8.17 and §8.27: an unknown staging key fails run_forward, and launch_started is still set; a
+/* G-17 and G-27: an unknown staging key fails run_forward, and launch_started is still set; a
  * captured key missing at replay is warned about once. */
 static void test_staging_keys_and_waiters(void **state)
 {
@@ -743,7 +743,7 @@ static void test_zero_copy_staging(void **state)
     fx_destroy(f);
 }
 
-/* §8.4 through the runner: a replay's graph records its slot's event, so the next pre-plan of
+/* G-4 through the runner: a replay's graph records its slot's event, so the next pre-plan of
  * that slot waits for it on the plan stream; a slot no replay used is not waited for. */
 static void test_replay_event_orders_preplan(void **state)
 {
@@ -771,7 +771,7 @@ static void test_replay_event_orders_preplan(void **state)
     fx_destroy(f);
 }
 
-/* §8.13 / §8.8: padding rows allocate nothing, and nothing stays resident after release. */
+/* G-13 / G-8: padding rows allocate nothing, and nothing stays resident after release. */
 static void test_padding_never_allocates(void **state)
 {
     struct fx *f = fx_create_captured();
@@ -787,7 +787,7 @@ static void test_padding_never_allocates(void **state)
     fx_destroy(f);
 }
 
-/* §8.12: a smaller bucket interned before a larger one hard-fails; so does a trailing dim that
+/* G-12: a smaller bucket interned before a larger one hard-fails; so does a trailing dim that
  * differs. */
 static void test_interning_order_and_trailing_dims(void **state)
 {
@@ -819,7 +819,7 @@ static void test_interning_order_and_trailing_dims(void **state)
     fx_destroy(f);
 }
 
-/* §8.11: with a declared seq dim, an ambiguous [3, n] with n = 3 narrows dim 1 (mrope), not the
+/* G-11: with a declared seq dim, an ambiguous [3, n] with n = 3 narrows dim 1 (mrope), not the
  * first dim of size n. Staging the buffer's own narrowed view copies nothing (zero-copy). */
 static void test_declared_seq_dim(void **state)
 {
@@ -870,7 +870,7 @@ static void test_declared_seq_dim(void **state)
     mstar_test_host_close(b, s);
 }
 
-/* §8.33: two batched configs of one walk: the tightest bucket over both answers. */
+/* G-33: two batched configs of one walk: the tightest bucket over both answers. */
 static void test_two_configs_of_one_walk(void **state)
 {
     mstar_graph_config c[2];
@@ -894,7 +894,7 @@ static void test_two_configs_of_one_walk(void **state)
     fx_destroy(f);
 }
 
-/* §8.31: caps_eager_batch_size false makes a config's sizes an acceleration subset that caps no
+/* G-31: caps_eager_batch_size false makes a config's sizes an acceleration subset that caps no
  * batch; the cap of a walk is the largest size over the configs that do cap it. */
 static void test_caps_eager_batch_size(void **state)
 {
@@ -917,7 +917,7 @@ static void test_caps_eager_batch_size(void **state)
     fx_destroy(f);
 }
 
-/* §8.25: warm-ups run on the stream the capture then runs on. The forward needs a workspace of
+/* G-25: warm-ups run on the stream the capture then runs on. The forward needs a workspace of
  * its stream, made on first use, which a capture refuses to make: had the warm-ups run on any
  * other stream, every capture would fail and its bucket be dropped. One workspace, made by the
  * first warm-up; every bucket captured (one capture per bucket and slot) and replaying right. */
@@ -945,7 +945,7 @@ static void test_warmups_run_on_the_capture_stream(void **state)
     fx_destroy(f);
 }
 
-/* §8.10: a packed bucket with as many tokens as rows is refused when the config is checked, with
+/* G-10: a packed bucket with as many tokens as rows is refused when the config is checked, with
  * an error naming the pair (not dropped silently); pairs with fewer tokens than rows are captured
  * as configured. Validation errors name the config and field. */
 static void test_config_validation(void **state)
@@ -1020,7 +1020,7 @@ static void test_token_multiplier(void **state)
     fx_destroy(f);
 }
 
-/* §8.26: buffers are built once, after every claim; a later claim is refused, and a repeated
+/* G-26: buffers are built once, after every claim; a later claim is refused, and a repeated
  * build is tolerated as the reference's resources tolerate it: it builds nothing again and moves
  * no buffer. */
 static void test_claims_then_one_build(void **state)

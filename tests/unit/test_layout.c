@@ -96,7 +96,7 @@ static void test_copy_into_strided_subview(void **state)
     assert_memory_equal(tr, want_t, sizeof(want_t));
 }
 
-/* §8.18: a 0-dim tensor is one element; an empty one copies nothing. */
+/* T-18: a 0-dim tensor is one element; an empty one copies nothing. */
 static void test_zero_dim_and_empty(void **state)
 {
     (void)state;

@@ -2,7 +2,8 @@
  * test_piecewise.c — the piecewise runner on the host backend: a toy region (y = 3·h + the row's
  * planned length + a bias the region reads from its forward kwargs at capture) over the counting
  * resource, whose padding rows hold pages while a step admits them, so a padding row left
- * resident shows. Each test names the graph-runner-spec §6 / §8 case it covers.
+ * resident shows. Each test names the part of design.md "Piecewise regions" or the hard case (G-n)
+ * it covers.
  */
 #include "mstar_test.h"
 
@@ -65,7 +66,7 @@ static mstar_status region_fn(void *user, const mstar_piecewise_call *call,
     const mstar_tensor *h = mstar_tensor_map_get(call->static_inputs, "h");
     int64_t n = (int64_t)(mstar_tensor_nbytes(h) / sizeof(float));
     /* The output first, then the scratch: a capture's output takes the first free pool block,
-     * which may be where a region captured earlier keeps its scratch (§8.18). */
+     * which may be where a region captured earlier keeps its scratch (G-18). */
     mstar_tensor tmp = { 0 }, y;
     mstar_status st = mstar_tensor_alloc(call->stream, MSTAR_DTYPE_FLOAT32, h->ndim, h->shape, &y);
     if (st != MSTAR_OK)
@@ -145,7 +146,7 @@ static void region_config(mstar_piecewise_config *c, struct region *rg, struct k
     c->declare_step = region_declare;
     c->user = rg;
     c->forward_kwargs = kw;
-    c->capture_batch_sizes = unsorted_sizes; /* §8.22: sorted by the runner */
+    c->capture_batch_sizes = unsorted_sizes; /* G-22: sorted by the runner */
     c->n_capture_batch_sizes = 4;
     c->seq_len = L;
 }
@@ -295,9 +296,10 @@ static void eager(struct fx *f, const mstar_slot_lease *lease, float *y, size_t 
 /* ---- tests ------------------------------------------------------------------------------------
  */
 
-/* §6: shapes are keyed (walk __piecewise__, label), captured largest first over padding rows
- * named pw_<label> / <bs>_<tokens>_slot<s>; every capture-time plan saw clean rows (§8.24); and
- * a replay equals the region run eagerly at every captured bs, padded batches included. */
+/* design.md "Piecewise regions": shapes are keyed (walk __piecewise__, label), captured largest
+ * first over padding rows named pw_<label> / <bs>_<tokens>_slot<s>; every capture-time plan saw
+ * clean rows (G-24); and a replay equals the region run eagerly at every captured bs, padded
+ * batches included. */
 static void test_replay_equals_eager_at_every_bs(void **state)
 {
     (void)state;
@@ -305,7 +307,7 @@ static void test_replay_equals_eager_at_every_bs(void **state)
     size_t n;
     const mstar_bucket_key *keys = mstar_piecewise_runner_buckets(f->pw[0], &n);
     assert_int_equal(n, 4);
-    assert_int_equal(keys[0].bs, 8); /* §8.22: given unsorted, captured largest first */
+    assert_int_equal(keys[0].bs, 8); /* G-22: given unsorted, captured largest first */
     assert_int_equal(keys[0].num_tokens, 8 * L);
     assert_int_equal(keys[3].bs, 1);
     assert_string_equal(keys[0].graph_walk, MSTAR_PIECEWISE_WALK);
@@ -344,13 +346,14 @@ static void test_replay_equals_eager_at_every_bs(void **state)
         }
         for (int64_t i = 0; i < bs; i++)
             assert_int_equal(f->kv.lens[i], before[i] + L);           /* committed */
-        assert_int_equal(mstar_test_counter_padding_held(&f->kv), 0); /* §8.30 */
+        assert_int_equal(mstar_test_counter_padding_held(&f->kv), 0); /* G-30 */
     }
     assert_int_equal(f->rg[0].declares_at_run, MAX_BS);
     fx_destroy(f);
 }
 
-/* §6.3: the rows past the real ones read zeros, not the last step's values. */
+/* design.md "Piecewise regions": the rows past the real ones read zeros, not the last step's
+ * values. */
 static void test_zeroed_tails(void **state)
 {
     (void)state;
@@ -375,8 +378,9 @@ static void test_zeroed_tails(void **state)
     fx_destroy(f);
 }
 
-/* §6 lease_before_step, can_lease, set_slot: the outer step plans the region against the lease
- * (here slot 1); the region's run only stages and replays, reading slot 1's plan. */
+/* design.md "Piecewise regions" lease_before_step, can_lease, set_slot: the outer step plans the
+ * region against the lease (here slot 1); the region's run only stages and replays, reading slot
+ * 1's plan. */
 static void test_lease_before_step(void **state)
 {
     (void)state;
@@ -434,7 +438,8 @@ static void test_lease_before_step(void **state)
     fx_destroy(f);
 }
 
-/* §6 PiecewiseOutput: get copies (safe past the next run), get_view aliases the static buffer. */
+/* design.md "Piecewise regions" PiecewiseOutput: get copies (safe past the next run), get_view
+ * aliases the static buffer. */
 static void test_get_copies_and_get_view_aliases(void **state)
 {
     (void)state;
@@ -468,7 +473,7 @@ static void test_get_copies_and_get_view_aliases(void **state)
     fx_destroy(f);
 }
 
-/* §8.18: region B captured earlier into the same pool replays over the pool block A used as
+/* G-18: region B captured earlier into the same pool replays over the pool block A used as
  * scratch; A's outputs live outside the pool, so A's get_view is intact afterwards. */
 static void test_regions_sharing_a_pool_keep_outputs(void **state)
 {
@@ -497,7 +502,7 @@ static void test_regions_sharing_a_pool_keep_outputs(void **state)
     fx_destroy(f);
 }
 
-/* §8.21 (piecewise half): a batch pads to the exact configured bs; when that shape was dropped
+/* G-21 (piecewise half): a batch pads to the exact configured bs; when that shape was dropped
  * the region runs eager even though a larger one is captured. (The whole-forward runner falls
  * back: test_graph_runner's test_failed_bucket_next_captures_and_lookup_falls_back.) */
 static void test_dropped_exact_bs_does_not_fall_back(void **state)
@@ -555,7 +560,7 @@ static void test_planned_subset(void **state)
     fx_destroy(f);
 }
 
-/* §8.30: a failure in the middle of a run (after admit reserved pages for the padding rows of a
+/* G-30: a failure in the middle of a run (after admit reserved pages for the padding rows of a
  * batched shape) still resets them; nothing of theirs stays resident, and the next run works. */
 static void test_failure_mid_run_resets_padding_rows(void **state)
 {
@@ -581,7 +586,7 @@ static void test_failure_mid_run_resets_padding_rows(void **state)
     fx_destroy(f);
 }
 
-/* §8.30 and §8.1: a failure in the middle of a capture, or of a warm-up, still resets the padding
+/* G-30 and G-1: a failure in the middle of a capture, or of a warm-up, still resets the padding
  * rows (storage freed, no release_all needed), and the next shapes capture into the same pool. */
 static void test_failure_mid_capture_resets_padding_rows(void **state)
 {
@@ -685,7 +690,8 @@ static void test_replay_seq_lens(void **state)
     assert_mstar_status(mstar_piecewise_replay_seq_lens(&c, &shape, NULL, 2, out), MSTAR_EINVAL);
 }
 
-/* §1 validation for piecewise configs, including §8.10's tokens == bs; option checks. */
+/* design.md "Graph configs" validation for piecewise configs, including G-10's tokens == bs; option
+ * checks. */
 static void test_config_validation(void **state)
 {
     (void)state;
@@ -777,7 +783,7 @@ static void test_sizing_hooks(void **state)
     fx_destroy(f);
 }
 
-/* run's arguments and staging keys (§8.17 for regions). */
+/* run's arguments and staging keys (G-17 for regions). */
 static void test_run_arguments_and_staging_keys(void **state)
 {
     (void)state;

@@ -1,6 +1,6 @@
 /*
- * test_plan_captures.c — plan_captures against hand-computed plans (graph-runner-spec §4.3,
- * hard case §8.28): the pool model (kept plus the largest extra), executable memory and a walk's
+ * test_plan_captures.c — plan_captures against hand-computed plans (design.md "Planning",
+ * hard case G-28): the pool model (kept plus the largest extra), executable memory and a walk's
  * reuse credit spread across its buckets, the `reusable` bound, the stop at the first candidate
  * that does not fit, the floor of the largest eager step, and a plan that does not depend on the
  * order the costs came in.

@@ -1,6 +1,6 @@
 /*
  * test_positions.c — the positions resource: per-token positions with zeroed padding and tails,
- * one advance per request however many labels it has rows for (graph-runner-spec §8.23), frozen
+ * one advance per request however many labels it has rows for (design.md G-23), frozen
  * steps, pre-plan promote, lifecycle and bad input.
  */
 #include "resource_harness.h"
@@ -42,7 +42,7 @@ static void test_plan_positions(void **state)
     mstar_positions_destroy(pos);
 }
 
-/* §8.23: a combined-label step (cond and uncond rows of one request) advances the request once;
+/* G-23: a combined-label step (cond and uncond rows of one request) advances the request once;
  * a frozen-prefix step does not grow. The KV cache advances each label's stream once. */
 static void test_combined_label_commit_advances_once(void **state)
 {

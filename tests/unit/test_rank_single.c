@@ -1,6 +1,6 @@
 /*
- * test_rank_single.c — agree_across_ranks on a group of one (graph-runner-spec §4.6: "a trivial
- * group returns the input unchanged"), the argument checks every group shares, the elementwise
+ * test_rank_single.c — agree_across_ranks on a group of one (design.md "Rank agreement": a group of
+ * one returns the input unchanged), the argument checks every group shares, the elementwise
  * reduction, and a build without CUDA answering MSTAR_ENOTSUP for NCCL.
  */
 #include "mstar_test.h"

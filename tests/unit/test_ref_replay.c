@@ -4,12 +4,12 @@
  *   - replayed outputs equal eager outputs exactly (fp32) at every batch size 1..64, padded ones
  *     included, and padding rows never touch a live request's KV pages (every page compared
  *     before and after each step; every stream compared with the twin's);
- *   - graph-runner-spec §8.7: free pages unchanged after a dropped speculation (pre-plan), and a
+ *   - design.md G-7: free pages unchanged after a dropped speculation (pre-plan), and a
  *     kept pre-plan is promoted and replays right;
- *   - §8.9: a packed bucket with fewer real tokens than it captured, next to a resident request:
+ *   - G-9: a packed bucket with fewer real tokens than it captured, next to a resident request:
  *     that request's KV is unchanged, the padded tail scatters into the sink page;
- *   - §8.13 (and §8.8): padding never allocates — not at capture, not at replay;
- *   - §8.19: outputs held across steps must be copies: the static outputs are overwritten;
+ *   - G-13 (and G-8): padding never allocates — not at capture, not at replay;
+ *   - G-19: outputs held across steps must be copies: the static outputs are overwritten;
  *   - zero-copy staging: a replay's tokens are built in the static input, the launch copies
  *     nothing.
  * The batch sizes go up to MSTAR_TEST_REPLAY_MAX_BS (default 64).
@@ -106,7 +106,7 @@ static void walk_to_page_boundary(const int64_t *req, int32_t *cur)
     }
 }
 
-/* §8.7: a pre-plan admits the pages its rows need; dropping the speculation hands exactly those
+/* G-7: a pre-plan admits the pages its rows need; dropping the speculation hands exactly those
  * back. A pre-plan that is kept is promoted by the step's own plan, and the replay it feeds
  * matches the twin. */
 static void test_dropped_speculation_keeps_free_pages(void **state)
@@ -177,7 +177,7 @@ static void packed_step(const int64_t *reqs, const int32_t *spans, const int32_t
     assert_memory_equal(lg, le, sizeof(lg));
 }
 
-/* §8.9: a packed step of 16 real tokens leaves real-looking ids in the static token buffer; then
+/* G-9: a packed step of 16 real tokens leaves real-looking ids in the static token buffer; then
  * two prompts of 5 and 4 tokens on the same (2 rows, 16 tokens) bucket, beside a resident
  * request: the resident request's KV is byte for byte what it was, only the new rows' slots
  * changed outside the sink, and every stream matches the twin's. */
@@ -221,7 +221,7 @@ static void test_packed_tail_scatters_into_sink(void **state)
     close_both(reqs, 2);
 }
 
-/* §8.13 and §8.8: captures ran on padding rows only and left no page held; a padded replay takes
+/* G-13 and G-8: captures ran on padding rows only and left no page held; a padded replay takes
  * exactly the pages its real rows need. */
 static void test_padding_never_allocates(void **state)
 {
@@ -259,7 +259,7 @@ static const int32_t *next_view(int32_t n, int32_t slot)
     return mstar_tensor_ptr(t); /* host backend: device memory is host memory */
 }
 
-/* §8.19: a replay's outputs live in its slot's static buffers, which the slot's next replay
+/* G-19: a replay's outputs live in its slot's static buffers, which the slot's next replay
  * overwrites; a caller holding the view across steps reads a later step's tokens (the duplicated
  * token bug). The copy the step hands back still holds its own step's tokens. */
 static void test_held_outputs_are_copies(void **state)

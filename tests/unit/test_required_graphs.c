@@ -1,6 +1,6 @@
 /*
- * test_required_graphs.c — fail_if_graphs_required (graph-runner-spec §4.5, the
- * MSTAR_REQUIRE_CUDA_GRAPHS half of hard case §8.28): a dropped bucket is a warning by default
+ * test_required_graphs.c — fail_if_graphs_required (design.md "Startup", the
+ * MSTAR_REQUIRE_CUDA_GRAPHS half of hard case G-28): a dropped bucket is a warning by default
  * and a startup failure naming the bucket when graphs are required.
  */
 #include "mstar_test.h"

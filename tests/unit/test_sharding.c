@@ -1,9 +1,9 @@
 /*
- * test_sharding.c — fan-out of edges to destination ranks (§5.2, with offsets local to the
- * source shard, §8.9) and fan-in of shards at the destination (§5.3): rank order regardless of
- * arrival order, requests that were never registered (§8.10), two nodes taking the same signal,
- * edges that carry several descriptors (of one rank, or of two ranks at once), and shards that
- * do not fit together.
+ * test_sharding.c — fan-out of edges to destination ranks (design.md "Sharding", with offsets local
+ * to the source shard, T-9) and fan-in of shards at the destination (design.md "Sharding"): rank
+ * order regardless of arrival order, requests that were never registered (T-10), two nodes taking
+ * the same signal, edges that carry several descriptors (of one rank, or of two ranks at once), and
+ * shards that do not fit together.
  */
 #include "comm_harness.h"
 
@@ -62,7 +62,7 @@ static void test_replicated(void **state)
     mstar_edge_clear(&e);
 }
 
-/* Rows per destination and offsets local to the source's own shard (§8.9). */
+/* Rows per destination and offsets local to the source's own shard (T-9). */
 static void test_sharded_offsets_are_local(void **state)
 {
     (void)state;
@@ -292,9 +292,9 @@ static void expect_sources_freed(world *w)
     assert_int_equal(mstar_comm_num_tensors(w->p[0]) + mstar_comm_num_tensors(w->p[1]), 0);
 }
 
-/* §5.3 / §8.10: shards arriving rank 1 first are gathered in rank order along the real shard
- * dim, for a request the destination never registered; each shard is ACKed on arrival and its
- * store entry freed, the gathered tensor is one new local tensor. */
+/* design.md "Sharding" / T-10: shards arriving rank 1 first are gathered in rank order along the
+ * real shard dim, for a request the destination never registered; each shard is ACKed on arrival
+ * and its store entry freed, the gathered tensor is one new local tensor. */
 static void test_fanin_rank_order_unregistered(void **state)
 {
     world *w = *state;
@@ -322,7 +322,7 @@ static void test_fanin_rank_order_unregistered(void **state)
     shards_free(&sh);
 }
 
-/* Two nodes of one worker taking the same sharded signal gather separately (§8.10). */
+/* Two nodes of one worker taking the same sharded signal gather separately (T-10). */
 static void test_fanin_two_nodes_same_signal(void **state)
 {
     world *w = *state;

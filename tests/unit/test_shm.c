@@ -1,9 +1,9 @@
 /*
  * test_shm.c — the shared-memory directory: per-uuid files (exclusive 0600 creation, bounds-
  * checked reads, bad names), segment-name parsing and checking, the arena's segments (growth to
- * the cap, dedicated oversized segments, full), the arena under several threads (§8.13), name
+ * the cap, dedicated oversized segments, full), the arena under several threads (T-13), name
  * collisions, the exit-time unlinker across fork, and the orphan sweep of dead processes' segments,
- * which keeps a segment its creator still maps whatever its pid says (§8.14).
+ * which keeps a segment its creator still maps whatever its pid says (T-14).
  */
 #include "mstar_test.h"
 
@@ -94,7 +94,7 @@ static void test_file_roundtrip_and_bounds(void **state)
     mstar__shm_dir_close(&d);
 }
 
-/* §8.18: an empty tensor is an empty file, read without touching the destination. */
+/* T-18: an empty tensor is an empty file, read without touching the destination. */
 static void test_zero_size_file(void **state)
 {
     (void)state;
@@ -311,7 +311,7 @@ static void test_arena_growth_and_cap(void **state)
     mstar__shm_dir_close(&d);
 }
 
-/* §8.13: threads reserving, filling, checking and releasing slots of one arena at once (the
+/* T-13: threads reserving, filling, checking and releasing slots of one arena at once (the
  * threaded api-server's case) never get overlapping slots, grow it together without losing a
  * segment, and leave it empty. */
 enum { ARENA_THREADS = 4, ARENA_ROUNDS = 3000, ARENA_HELD = 8, ARENA_MAX_LEN = 16 * 1024 };
@@ -383,7 +383,7 @@ static void test_arena_threads(void **state)
     mstar__shm_dir_close(&d);
 }
 
-/* §8.14: two arenas of one entity in one process (a restart, a second server) get distinct
+/* T-14: two arenas of one entity in one process (a restart, a second server) get distinct
  * names; neither truncates the other's segments. */
 static void test_arena_names_never_collide(void **state)
 {
@@ -450,8 +450,8 @@ static void test_exit_unlinker(void **state)
     mstar__shm_dir_close(&d);
 }
 
-/* §3.3 / §8.14: segments of dead pids are swept; live ones (ours, our parent's) and names that
- * do not parse are left alone. */
+/* design.md "Transports" / T-14: segments of dead pids are swept; live ones (ours, our parent's)
+ * and names that do not parse are left alone. */
 static void test_orphan_sweep(void **state)
 {
     (void)state;
@@ -473,7 +473,7 @@ static void test_orphan_sweep(void **state)
     mstar__shm_dir_close(&d);
 }
 
-/* §8.14: a segment whose pid looks dead here (a creator in another pid namespace sharing the
+/* T-14: a segment whose pid looks dead here (a creator in another pid namespace sharing the
  * directory) is kept while its creator still maps it: the arena holds a shared lock on each
  * segment for as long as it is mapped, and the sweep removes only segments nobody locks. */
 static void test_sweep_keeps_locked_segments(void **state)

@@ -1,7 +1,7 @@
 /*
  * test_step_runner.c — resources and the step runner: dependency order and the pre-plan rule,
- * admit results, pre-plan on the plan stream (§8.5) after the slot's last replay (§8.4), clearing
- * one slot's pre-plan only (§8.6), blocked capture resources, padding-row handles, and signals.
+ * admit results, pre-plan on the plan stream (G-5) after the slot's last replay (G-4), clearing
+ * one slot's pre-plan only (G-6), blocked capture resources, padding-row handles, and signals.
  */
 #include "mstar_test.h"
 
@@ -180,7 +180,7 @@ static void test_dependencies_and_preplan_rule(void **state)
     mstar_step_destroy(step);
 }
 
-/* §8.4, §8.5, §8.6 */
+/* G-4, G-5, G-6 */
 static void test_preplan_stream_slot_wait_and_clear(void **state)
 {
     struct fx *f = *state;
@@ -203,7 +203,7 @@ static void test_preplan_stream_slot_wait_and_clear(void **state)
     /* No replay used slot 1 yet: nothing to wait for. */
     assert_mstar_ok(mstar_step_runner_pre_admit(f->sr, step, &ar));
     assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, done));
-    assert_ptr_equal(f->kv.stream_seen, plan); /* §8.5: on the plan stream */
+    assert_ptr_equal(f->kv.stream_seen, plan); /* G-5: on the plan stream */
     assert_true(ctx->is_preplan);
     assert_null(strstr(f->log, "pos")); /* only pre-planning resources */
     assert_int_equal(plan->waits, 0);
@@ -221,7 +221,7 @@ static void test_preplan_stream_slot_wait_and_clear(void **state)
     assert_mstar_ok(mstar_graph_instantiate(g, false));
     assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, done));
     assert_int_equal(plan->waits, 0);
-    /* Launched on slot 1: the next pre-plan of slot 1 waits for it (§8.4), of slot 0 does not. */
+    /* Launched on slot 1: the next pre-plan of slot 1 waits for it (G-4), of slot 0 does not. */
     assert_mstar_ok(mstar_graph_launch(g, f->s));
     mstar__step_runner_replay_launched(f->sr, 1);
     assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, done));
@@ -231,7 +231,7 @@ static void test_preplan_stream_slot_wait_and_clear(void **state)
     ctx->lease.slot = 0;
     assert_mstar_ok(mstar_step_runner_pre_plan(f->sr, step, done));
     assert_int_equal(plan->waits, 1);
-    /* §8.6: clearing slot 0 leaves slot 1's pending plan alone */
+    /* G-6: clearing slot 0 leaves slot 1's pending plan alone */
     assert_true(f->kv.pending[0] && f->kv.pending[1]);
     mstar_step_runner_clear_preplan(f->sr, 0);
     assert_false(f->kv.pending[0]);
@@ -249,7 +249,7 @@ static void test_preplan_stream_slot_wait_and_clear(void **state)
     mstar_step_destroy(step);
 }
 
-/* ---- §8.4 with real streams: a slow replay and a pre-plan of its slot -------------------------
+/* ---- G-4 with real streams: a slow replay and a pre-plan of its slot ----------------------------
  */
 
 /* What the replay and the plan write: the replay's own count of finished replays, and what the
@@ -296,7 +296,7 @@ static const mstar_resource_ops ordering_ops = {
 /* On the host backend with asynchronous streams (each runs on a thread of its own, events are
  * real): replays of slot 1 that take 30 ms each are launched on the compute stream, and right
  * after each launch a pre-plan of slot 1 runs on the plan stream. The plan must see every
- * replay before it finished (§8.4: the plan stream waits for the slot's last replay); without
+ * replay before it finished (G-4: the plan stream waits for the slot's last replay); without
  * that wait it runs at once, long before the replay's work is done. The compute stream is not
  * waited for by the host in between, so nothing else orders the two. */
 static void test_preplan_waits_for_a_slow_replay(void **state)

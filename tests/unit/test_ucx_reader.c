@@ -1,7 +1,7 @@
 /*
  * test_ucx_reader.c — the async reader (reference AsyncMooncakeReader) over two in-process
  * producers: grouping by session in batches of at most max_batch, handles that poll / wait /
- * fail with a message, a failure that does not poison later polls (transport-spec §8.11),
+ * fail with a message, a failure that does not poison later polls (design.md T-11),
  * wait_all reporting a failure once, the eventfd each finish writes, the submitter's `then` work,
  * one thread keeping many submissions in flight, shutdown with reads in flight, and the argument
  * checks.
@@ -158,7 +158,7 @@ static void test_batches_of_at_most_max(void **state)
 }
 
 /* A failed submission fails its own handle with a message; others, and later ones, succeed;
- * wait_all reports the failure once (§8.11: a failed read does not poison later polls). */
+ * wait_all reports the failure once (T-11: a failed read does not poison later polls). */
 static void test_failure_does_not_poison(void **state)
 {
     (void)state;

@@ -549,7 +549,7 @@ static void test_edge_and_message_ranges(void **state)
 static void test_huge_counts(void **state)
 {
     (void)state;
-    /* DESIGN.md's 6-byte input: a map32 claiming 176 M entries. */
+    /* A hostile 6-byte input (design.md "Dependencies"): a map32 claiming 176 M entries. */
     expect_eproto(memdup("\xdf\x0a\x7d\x8c\x00\x80", 6), 6, "message: 176000000 entries, at most");
     /* Headers that msgpuck's mp_check miscounts (its pending count is an int: 2^31 map entries
      * wrap it to zero, an array of 2^31 - 1 overflows it). */

@@ -13,7 +13,7 @@
  *   - replay, runner: the prepared step replayed through the runner again and again — select
  *     (lease_slot), stage and launch (run_forward); its host time is the runner's host overhead.
  *     The node's preprocess built the tokens in the slot's static input (zero-copy staging), so
- *     staging enqueues nothing, and the graph records its slot's replay event itself (§8.4);
+ *     staging enqueues nothing, and the graph records its slot's replay event itself (G-4);
  * against the floor measured in the same run on the same graph:
  *   - replay, raw: mstar_graph_launch of the bucket's graph in a tight loop (cudaGraphLaunch on
  *     CUDA, the recorded calls on the host backend), and the host time of one launch call.

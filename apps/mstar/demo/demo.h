@@ -8,13 +8,13 @@
  *
  *   preprocess ──prompt──▶ encoder ──enc_hidden──▶ decoder ──tokens──▶ api server
  *
- * with the control messages of transport-spec §6 and the tensors over the chosen transport. The
- * parts fit together so: a configuration (defaults, a YAML file, the command line) fixes the model
- * and a seeded request load. The driver makes a private directory for the run, forks the two
- * workers and plays its three roles in one loop over the mesh, failures and shutdown included.
- * Each worker wires a mesh inbox to a communication manager and runs the per-request protocol
- * around its component: the encoder is a stateless node captured per batch size through the
- * graph runner; the decoder is the reference decode model (models/ref/) with a codebook lookup,
+ * with the control messages of design.md "Control messages" and the tensors over the chosen
+ * transport. The parts fit together so: a configuration (defaults, a YAML file, the command line)
+ * fixes the model and a seeded request load. The driver makes a private directory for the run,
+ * forks the two workers and plays its three roles in one loop over the mesh, failures and shutdown
+ * included. Each worker wires a mesh inbox to a communication manager and runs the per-request
+ * protocol around its component: the encoder is a stateless node captured per batch size through
+ * the graph runner; the decoder is the reference decode model (models/ref/) with a codebook lookup,
  * prefill and decode steps, and continuous batching. At the end an eager re-run of a sample
  * checks the outputs, a leak check finds nothing left behind, and the report prints what the
  * step and traffic counters saw (text or JSON). Each of these parts is a demo_*.c of its own.

@@ -103,7 +103,8 @@ mstar_status demo_link_stage_output(demo_link *l, const mstar_rid *rid, const ch
     mstar_status st = mstar_comm_store_and_return_tensor_info(l->comm, rid, &o, 1, &params, &info);
     if (st != MSTAR_OK)
         return st;
-    /* The safety hold, then the real fanout: one routed edge (transport-spec §2.1 steps 1–4). */
+    /* The safety hold, then the real fanout: one routed edge (the producer's steps of design.md
+     * "Tensor lifecycle"). */
     if ((st = mstar_comm_increment_ref(l->comm, info.uuid, 1)) == MSTAR_OK &&
         (st = mstar_edge_add_tensor(edge, &info)) == MSTAR_OK &&
         (st = mstar_comm_set_output_ref_counts(l->comm, &info.uuid, 1, edge, 1)) == MSTAR_OK &&

@@ -1,7 +1,7 @@
 /*
  * demo_link.h — one entity of the demo on the control mesh, with its communication manager:
  * how messages are sent (never dropping one silently) and how a tensor leaves a process along an
- * edge, in the order transport-spec §2.1 prescribes.
+ * edge, in the order design.md "Tensor lifecycle" prescribes.
  */
 #ifndef MSTAR_EXAMPLES_DEMO_LINK_H
 #define MSTAR_EXAMPLES_DEMO_LINK_H

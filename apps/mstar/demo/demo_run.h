@@ -11,7 +11,7 @@
  *
  * DRAINING sends DRAIN_REQUEST to every live worker and to the preprocess role, waits for each
  * one's READS_DONE (a dead worker counts as drained), then sends REMOVE_REQUEST with force to
- * each: only then may the producers free what readers might still copy (transport-spec §2.7).
+ * each: only then may the producers free what readers might still copy (I-5, I-7).
  */
 #ifndef MSTAR_EXAMPLES_DEMO_RUN_H
 #define MSTAR_EXAMPLES_DEMO_RUN_H

@@ -46,7 +46,7 @@ bool demo_bucket_fit(const demo_sizes *batch_sizes, const demo_sizes *token_leng
         size_t nt = token_lengths != NULL ? token_lengths->n : 1;
         for (size_t j = 0; j < nt; j++) {
             int64_t t = token_lengths != NULL ? token_lengths->v[j] : bs;
-            /* Packed buckets carry more tokens than rows (graph-runner-spec §8.10). */
+            /* Packed buckets carry more tokens than rows (design.md G-10). */
             if (bs < rows || t < tokens || (token_lengths != NULL && t <= bs))
                 continue;
             if (!found || t < best_tokens || (t == best_tokens && bs < best_bs)) {

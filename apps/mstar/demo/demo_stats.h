@@ -1,6 +1,7 @@
 /*
  * demo_stats.h — what the demo counts: steps per bucket (graph replays against eager steps),
- * traffic per edge (the transport's TX/RX records, transport-spec §7), request latencies.
+ * traffic per edge (the transport's TX/RX records, design.md "Transfer statistics"), request
+ * latencies.
  *
  * Workers count their steps and send the table to the driver at shutdown inside HELLO messages
  * (free-form kv: "<walk>.b<bs>.t<tokens>.<field>"), split over as many messages as it takes.
@@ -40,7 +41,7 @@ typedef struct demo_step_stats {
 void demo_step_stats_add(demo_step_stats *s, const char *walk, const demo_step_info *info);
 
 /* The smallest configured (bs, tokens) bucket that holds `rows` rows and `tokens` tokens, the
- * lexicographic tightest fit of graph-runner-spec §2.4 (fewest tokens, then fewest rows). For a
+ * lexicographic tightest fit of design.md "Lookup" (fewest tokens, then fewest rows). For a
  * decode walk tokens == rows; `token_lengths` NULL means tokens == bs. false: none fits. */
 bool demo_bucket_fit(const demo_sizes *batch_sizes, const demo_sizes *token_lengths, int64_t rows,
                      int64_t tokens, int64_t *bucket_bs, int64_t *bucket_tokens);

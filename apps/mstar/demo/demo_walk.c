@@ -217,7 +217,8 @@ mstar_status demo_walk_submit(demo_run *run, int32_t i)
     mstar_edge edge;
     mstar_edge_init(&edge);
     snprintf(edge.name, sizeof(edge.name), "%s", DEMO_SIG_PROMPT);
-    /* transport-spec §2.1, api-server producer: store (no hold), stage, persist, then send. */
+    /* design.md "Tensor lifecycle", api-server producer: store (no hold), stage, persist, then
+     * send. */
     if (st == MSTAR_OK)
         st = mstar_comm_store_and_return_tensor_info(run->pre.comm, &rid, &o, 1, &params, &info);
     if (st == MSTAR_OK &&
@@ -290,7 +291,7 @@ static void on_conductor_new_request(demo_run *run, dreq *r, const mstar_msg *m)
     snprintf(input.next_node, sizeof(input.next_node), "%s", demo_component_name(DEMO_ENCODER));
     r->walk_started = true;
     r->prompt_uuid = input.tensor_info[0].uuid;
-    r->prompt_sends++; /* one more read the producer will see ACKed (§2.5) */
+    r->prompt_sends++; /* one more read the producer will see ACKed (design.md "Persist") */
     send_new_request(run, r, run->enc_rank, &input);
     send_new_request(run, r, run->dec_rank, NULL);
     mstar_edge_clear(&input);
@@ -477,7 +478,7 @@ static void maybe_done(demo_run *run, dreq *r)
 static void on_result(demo_run *run, dreq *r, const mstar_msg *m)
 {
     bool take = r->state == R_RUNNING && !r->pre_draining && !r->pre_drained && !r->result_read;
-    if (!take) { /* a late result: acknowledged, never read (transport-spec §6) */
+    if (!take) { /* a late result: acknowledged, never read (design.md "Control messages") */
         mstar_comm_ack_unread_tensors(run->pre.comm, &m->request_id, m->edges, m->nedges);
         return;
     }

@@ -515,7 +515,7 @@ static void collect_ready(demo_worker *w)
     mstar_ready_set_clear(&set);
 }
 
-/* READS_DONE for every draining request none of whose reads is still copying (§2.7). */
+/* READS_DONE for every draining request none of whose reads is still copying (I-7). */
 static void answer_drains(demo_worker *w)
 {
     for (int32_t i = 0; w->draining > 0 && i < w->cfg->requests; i++) {

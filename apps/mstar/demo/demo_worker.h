@@ -1,12 +1,13 @@
 /*
  * demo_worker.h — a worker process of the demo and the components it runs.
  *
- * The worker owns the per-request protocol (transport-spec §2, §2.7, §6): NEW_REQUEST opens a
- * request and reads its initial inputs; INPUT_SIGNALS that arrive before it are buffered; ready
- * edges go to the component; DRAIN_REQUEST stops the request, waits until none of its reads is
- * copying and answers READS_DONE; REMOVE_REQUEST cleans the request up (soft, or forced after a
- * drain); inputs of a drained or removed request are acknowledged unread. The component only
- * sees ready inputs, runs steps, and hands outputs back through demo_worker_emit.
+ * The worker owns the per-request protocol (design.md "Tensor lifecycle", "Teardown and the drain",
+ * "Control messages"): NEW_REQUEST opens a request and reads its initial inputs; INPUT_SIGNALS that
+ * arrive before it are buffered; ready edges go to the component; DRAIN_REQUEST stops the request,
+ * waits until none of its reads is copying and answers READS_DONE; REMOVE_REQUEST cleans the
+ * request up (soft, or forced after a drain); inputs of a drained or removed request are
+ * acknowledged unread. The component only sees ready inputs, runs steps, and hands outputs back
+ * through demo_worker_emit.
  */
 #ifndef MSTAR_EXAMPLES_DEMO_WORKER_H
 #define MSTAR_EXAMPLES_DEMO_WORKER_H

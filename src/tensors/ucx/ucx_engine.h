@@ -223,7 +223,7 @@ mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned thread
  * completion handle (mstar/tensors.h: poll, wait, release) the caller owns; when it finishes,
  * 1 is written to wake_fd (-1: none). An empty list gives a handle that is already complete.
  * MSTAR_ECLOSED after shutdown. The local buffers must stay valid until the handle finishes.
- * One handle's failure says nothing about any other handle (§8.11). */
+ * One handle's failure says nothing about any other handle (T-11). */
 mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
                                       size_t n, int wake_fd, mstar_completion **out);
 

@@ -1,6 +1,6 @@
 /*
  * ucx_transport.c — the communication manager's remote transport over UCX (reference
- * MooncakeCommunicationManager; transport-spec §4), kinds ucx-tcp and ucx-rdma.
+ * MooncakeCommunicationManager; design.md "Transports"), kinds ucx-tcp and ucx-rdma.
  *
  * Producer: staging registers each tensor's bytes with the engine — a host tensor's own memory
  * (no copy), a tensor in the backend's memory through a pinned host copy made with a
@@ -13,7 +13,7 @@
  * Consumer: check validates what came from the wire (session id, key, range); read allocates a
  * buffer per descriptor and submits all of them to the engine's async reader as one list, whose
  * completion handle gates the ACK (the manager sends ACKs only for finished reads, and keeps
- * reads in flight out of cleanup, §8.2). A failed read fails that handle only (§8.11). Into the
+ * reads in flight out of cleanup, T-2). A failed read fails that handle only (T-11). Into the
  * backend's memory the reads land in one pinned host buffer first; the reader's thread then
  * copies them up on the read stream and the handle completes once those copies have landed. The
  * copies wait for an event recorded at submit on the staging stream (which is ordered after the
