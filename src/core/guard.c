@@ -76,30 +76,63 @@ void mstar__guard_install(void)
     pthread_mutex_unlock(&lock);
 }
 
-mstar_status mstar__guarded_copy(void *dst, const void *src, size_t n, const char *what)
+/* fn(ctx) with the guard on [lo, lo + n); false if it was abandoned on a fault. The jump buffer
+ * lives in this frame, which stays on the stack while fn runs. */
+static bool run_guarded(const void *lo, size_t n, void (*fn)(void *ctx), void *ctx)
 {
-    if (n == 0)
-        return MSTAR_OK;
     /* Once: a system call per copy would show in small reads. */
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, mstar__guard_install);
     guard_frame frame;
-    frame.lo = src;
-    frame.hi = (const uint8_t *)src + n;
+    frame.lo = lo;
+    frame.hi = (const uint8_t *)lo + n;
     if (sigsetjmp(frame.jump, 0) != 0) {
         sigset_t bus;
         sigemptyset(&bus);
         sigaddset(&bus, SIGBUS);
         pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
-        return mstar_error_set(MSTAR_EIO,
-                               "%s: the memory faulted (SIGBUS) while copying %zu bytes from it: "
-                               "its file was truncated or its filesystem ran out of space",
-                               what, n);
+        return false;
     }
     active = &frame;
-    atomic_signal_fence(memory_order_seq_cst); /* the copy stays inside the guard */
-    memcpy(dst, src, n);
+    atomic_signal_fence(memory_order_seq_cst); /* fn's accesses stay inside the guard */
+    fn(ctx);
     atomic_signal_fence(memory_order_seq_cst);
     active = NULL;
-    return MSTAR_OK;
+    return true;
+}
+
+typedef struct copy_args {
+    void *dst;
+    const void *src;
+    size_t n;
+} copy_args;
+
+static void copy(void *ctx)
+{
+    const copy_args *a = ctx;
+    memcpy(a->dst, a->src, a->n);
+}
+
+mstar_status mstar__guarded_copy(void *dst, const void *src, size_t n, const char *what)
+{
+    if (n == 0)
+        return MSTAR_OK;
+    copy_args a = { dst, src, n };
+    if (run_guarded(src, n, copy, &a))
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EIO,
+                           "%s: the memory faulted (SIGBUS) while copying %zu bytes from it: "
+                           "its file was truncated or its filesystem ran out of space",
+                           what, n);
+}
+
+mstar_status mstar__guarded_run(const void *lo, size_t n, void (*fn)(void *ctx), void *ctx,
+                                const char *what)
+{
+    if (run_guarded(lo, n, fn, ctx))
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EIO,
+                           "%s: the memory faulted (SIGBUS) while reading it: its file was "
+                           "truncated or its filesystem ran out of space",
+                           what);
 }

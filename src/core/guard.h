@@ -24,6 +24,13 @@
  * locks may be taken inside, since the copy can be abandoned at any byte. */
 mstar_status mstar__guarded_copy(void *dst, const void *src, size_t n, const char *what);
 
+/* Run fn(ctx) so that a SIGBUS reading [lo, lo + n) on this thread abandons it: MSTAR_EIO with a
+ * message naming `what`, and fn may have stopped at any point. For reads that are more than one
+ * copy (a peer's arena slot is checked, copied and checked again). The rules of the copy apply
+ * to fn: no locks, no allocation, nothing that must run to its end. */
+mstar_status mstar__guarded_run(const void *lo, size_t n, void (*fn)(void *ctx), void *ctx,
+                                const char *what);
+
 /* Put the guard's handler on top of whatever SIGBUS disposition is there now, handing it what
  * the guard does not own. Idempotent; the first guarded copy calls it. */
 void mstar__guard_install(void);

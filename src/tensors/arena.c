@@ -3,11 +3,13 @@
  */
 #include "tensors/arena.h"
 
+#include "core/assert.h"
 #include "tensors/arena_alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@ typedef struct segment {
     char name[MSTAR_NAME_MAX + 1];
     uint8_t *base;
     uint64_t size;
+    _Atomic uint64_t *stamps; /* base + size: one word per granule (arena.h) */
     mstar__arena_alloc alloc;
 } segment;
 
@@ -103,7 +106,13 @@ static void exit_untrack(const char *dir, const char *name)
 
 /* ---- segments ----------------------------------------------------------------------------- */
 
-/* The trailer after the usable bytes; the name's pid and token are in base_name. */
+/* Usable bytes, stamps and trailer. */
+static uint64_t file_len(uint64_t size)
+{
+    return size + mstar__arena_stamps_bytes(size) + sizeof(mstar__arena_trailer);
+}
+
+/* The trailer after the stamps; the name's pid and token are in base_name. */
 static void write_trailer(const mstar__arena *a, uint8_t *base, uint64_t size, uint32_t index)
 {
     mstar__arena_trailer t;
@@ -113,7 +122,7 @@ static void write_trailer(const mstar__arena *a, uint8_t *base, uint64_t size, u
     t.pid = a->pid;
     t.token = a->token;
     t.index = index;
-    memcpy(base + size, &t, sizeof(t));
+    memcpy(base + size + mstar__arena_stamps_bytes(size), &t, sizeof(t));
 }
 
 static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t size)
@@ -133,20 +142,21 @@ static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t siz
      * without it the sweep has only the pid to go by. */
     (void)flock(fd, LOCK_SH | LOCK_NB);
     mstar_status st = MSTAR_OK;
-    uint64_t file_len = size + sizeof(mstar__arena_trailer);
-    int rc = posix_fallocate(fd, 0, (off_t)file_len);
+    uint64_t len = file_len(size);
+    /* Committed pages read as zeros: every stamp starts clear. */
+    int rc = posix_fallocate(fd, 0, (off_t)len);
     if (rc != 0) {
         st = mstar_error_set(rc == ENOSPC ? MSTAR_ENOSPC : MSTAR_EIO,
                              "arena segment %s/%s: cannot commit %llu bytes: %s", a->dir->path,
                              s->name, (unsigned long long)size, strerror(rc));
     } else {
         /* MAP_POPULATE: the committed pages are mapped now, not faulted in by the first copies. */
-        void *p =
-            mmap(NULL, (size_t)file_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+        void *p = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
         if (p == MAP_FAILED) {
             st = mstar_error_set(MSTAR_EIO, "mmap arena segment %s: %s", s->name, strerror(errno));
         } else {
             s->base = p;
+            s->stamps = (_Atomic uint64_t *)(s->base + size);
             write_trailer(a, s->base, size, index);
         }
     }
@@ -154,7 +164,7 @@ static mstar_status segment_create(mstar__arena *a, uint32_t index, uint64_t siz
     if (st == MSTAR_OK) {
         st = mstar__arena_alloc_init(&s->alloc, size);
         if (st != MSTAR_OK)
-            munmap(s->base, (size_t)file_len);
+            munmap(s->base, (size_t)len);
     }
     if (st != MSTAR_OK) {
         unlinkat(a->dir->fd, s->name, 0);
@@ -173,7 +183,7 @@ static void check_capacity(const mstar__arena *a, bool *fits)
     *fits = true;
     if (fstatvfs(a->dir->fd, &vfs) != 0)
         return;
-    long double want = (long double)a->segment_size * a->max_segments;
+    long double want = (long double)file_len(a->segment_size) * a->max_segments;
     long double total = (long double)vfs.f_blocks * vfs.f_frsize;
     long double avail = (long double)vfs.f_bavail * vfs.f_frsize;
     if (want > total) {
@@ -257,7 +267,7 @@ void mstar__arena_destroy(mstar__arena *a)
         return;
     for (uint32_t i = 0; i < a->nsegs; i++) {
         segment *s = &a->segs[i];
-        munmap(s->base, (size_t)(s->size + sizeof(mstar__arena_trailer)));
+        munmap(s->base, (size_t)file_len(s->size));
         if (unlinkat(a->dir->fd, s->name, 0) != 0 && errno != ENOENT)
             mstar_log(MSTAR_LOG_WARN, "unlink arena segment %s: %s", s->name, strerror(errno));
         exit_untrack(a->dir->path, s->name);
@@ -290,6 +300,11 @@ mstar_status mstar__arena_reserve(mstar__arena *a, uint64_t n, uint32_t *seg, ui
         if (st == MSTAR_OK)
             *seg = i;
     }
+    /* The slot's last occupant cleared its stamp in release (under this lock); the fence orders
+     * that clearing before the caller's writes into the slot, so a reader whose copy sees any of
+     * them then sees the stamp changed (the writer's half of the check in arena_peers.c). */
+    if (st == MSTAR_OK)
+        atomic_thread_fence(memory_order_release);
     if (st == MSTAR_ENOSPC && at_cap) {
         uint64_t free_b = 0, total = 0;
         for (uint32_t i = 0; i < a->nsegs; i++) {
@@ -306,10 +321,25 @@ mstar_status mstar__arena_reserve(mstar__arena *a, uint64_t n, uint32_t *seg, ui
     return st;
 }
 
+void mstar__arena_publish(mstar__arena *a, uint32_t seg, uint64_t off, uint64_t uuid)
+{
+    MSTAR__ASSERT(uuid != 0 && off % MSTAR__ARENA_ALIGN == 0);
+    pthread_mutex_lock(&a->lock);
+    /* Release: a reader that sees the uuid sees the bytes written before it. */
+    atomic_store_explicit(&a->segs[seg].stamps[off / MSTAR__ARENA_ALIGN], uuid,
+                          memory_order_release);
+    pthread_mutex_unlock(&a->lock);
+}
+
 bool mstar__arena_release(mstar__arena *a, uint32_t seg, uint64_t off)
 {
     pthread_mutex_lock(&a->lock);
     bool ok = seg < a->nsegs && mstar__arena_alloc_release(&a->segs[seg].alloc, off);
+    /* Cleared before the slot can be reserved again (this lock); reserve orders it before the
+     * next occupant's bytes. */
+    if (ok)
+        atomic_store_explicit(&a->segs[seg].stamps[off / MSTAR__ARENA_ALIGN], 0,
+                              memory_order_relaxed);
     pthread_mutex_unlock(&a->lock);
     return ok;
 }

@@ -11,10 +11,21 @@
  * posix_fallocate when a segment is created, so a full tmpfs is an error at creation and never
  * a SIGBUS while copying.
  *
- * Each segment file ends in a trailer the creator writes before anyone can learn the name
- * (mstar__arena_trailer): the usable size and the name's pid, token and index. A consumer checks
- * it, and that the file is fully allocated, before it maps a file found under a segment name, so
- * a planted file (a sparse one that would fault while copied) is refused.
+ * A segment file is the usable bytes, then the slot stamps, then a trailer the creator writes
+ * before anyone can learn the name (mstar__arena_trailer): the usable size and the name's pid,
+ * token and index. A consumer checks the trailer, and that the file is fully allocated, before
+ * it maps a file found under a segment name, so a planted file (a sparse one that would fault
+ * while copied) is refused.
+ *
+ * The stamps say which slots are live, for readers in other processes: one 64-bit word per
+ * 256-byte granule of the usable bytes, the word of a slot's first granule holding the uuid of
+ * the tensor in it, 0 otherwise (every other word stays 0). The producer publishes the uuid once
+ * the slot's bytes are in place and clears it when the slot is released, before the slot can be
+ * reserved again; a reader compares the word with its descriptor's uuid before and after its
+ * copy (arena_peers.h), so a read of a freed slot, or of one freed while it was being copied,
+ * fails instead of returning whatever took its place. Uuids are never 0 (their counter starts at
+ * 1) and a producer stages a uuid at most once, so a word that matches before and after the
+ * copy proves the slot held that tensor throughout.
  *
  * Every segment path is also registered with an exit-time unlinker, so a process that exits
  * without destroying its arena (a worker leaving through exit()) still removes its segments;
@@ -25,13 +36,22 @@
 #ifndef MSTAR_TENSORS_ARENA_H
 #define MSTAR_TENSORS_ARENA_H
 
+#include "tensors/arena_alloc.h"
 #include "tensors/shm.h"
 
 typedef struct mstar__arena mstar__arena;
 
-#define MSTAR__ARENA_TRAILER_MAGIC "mstarSG1"
+/* SG2: the stamps between the usable bytes and the trailer. */
+#define MSTAR__ARENA_TRAILER_MAGIC "mstarSG2"
 
-/* The last bytes of a segment file, after the `size` usable ones. */
+/* The bytes of the stamps of a segment of `size` usable bytes (a multiple of MSTAR__ARENA_ALIGN),
+ * which follow them in its file. */
+static inline uint64_t mstar__arena_stamps_bytes(uint64_t size)
+{
+    return size / MSTAR__ARENA_ALIGN * sizeof(uint64_t);
+}
+
+/* The last bytes of a segment file, after the `size` usable ones and their stamps. */
 typedef struct mstar__arena_trailer {
     char magic[8]; /* MSTAR__ARENA_TRAILER_MAGIC, no NUL */
     uint64_t size; /* usable bytes, before the trailer */
@@ -58,9 +78,13 @@ void mstar__arena_destroy(mstar__arena *arena);
 
 /* Reserve n bytes (a zero-byte request takes one 256-byte slot). MSTAR_ENOSPC with a message
  * giving the need, the free and the total bytes when it fits nowhere and no segment can be
- * added. */
+ * added. The slot's stamp is clear, and its clearing is ordered before whatever the caller
+ * writes into the slot. */
 mstar_status mstar__arena_reserve(mstar__arena *arena, uint64_t n, uint32_t *seg, uint64_t *off);
-/* False if (seg, off) is not a live slot. */
+/* Stamp the reserved slot (seg, off) with `uuid` (never 0): call once its bytes are in place,
+ * before anyone can learn the placement. */
+void mstar__arena_publish(mstar__arena *arena, uint32_t seg, uint64_t off, uint64_t uuid);
+/* Clear the slot's stamp and free it. False if (seg, off) is not a live slot. */
 bool mstar__arena_release(mstar__arena *arena, uint32_t seg, uint64_t off);
 
 /* The mapping of a live slot. */

@@ -3,6 +3,9 @@
  */
 #include "tensors/arena_peers.h"
 
+#include "core/assert.h"
+#include "core/guard.h"
+#include "core/vec.h"
 #include "tensors/arena.h"
 
 #include <errno.h>
@@ -48,8 +51,18 @@ void mstar__arena_peers_free(mstar__arena_peers *p)
     mstar__vec_free(&p->slots);
 }
 
+/* Whether a file of `len` bytes is laid out as the trailer's usable size says: the usable bytes
+ * (whole slots), their stamps, the trailer. */
+static bool layout_matches(const mstar__arena_trailer *t, uint64_t len)
+{
+    uint64_t with_stamps, total;
+    return t->size > 0 && t->size % MSTAR__ARENA_ALIGN == 0 &&
+           mstar__add_u64(t->size, mstar__arena_stamps_bytes(t->size), &with_stamps) &&
+           mstar__add_u64(with_stamps, sizeof(*t), &total) && total == len;
+}
+
 /* What an arena that created `name` leaves in its file (arena.h): a trailer that matches the
- * name and the file's size, and every byte allocated. A planted file fails one of these; a
+ * name and the file's layout, and every byte allocated. A planted file fails one of these; a
  * sparse one would fault (SIGBUS) once its tmpfs could not back a hole. Returns the usable size. */
 static mstar_status check_segment(const mstar__arena_peers *p, const char *name, int fd,
                                   const struct stat *sb, uint64_t *usable)
@@ -75,12 +88,13 @@ static mstar_status check_segment(const mstar__arena_peers *p, const char *name,
     if (st != MSTAR_OK)
         return st;
     if (memcmp(t.magic, MSTAR__ARENA_TRAILER_MAGIC, sizeof(t.magic)) != 0 ||
-        t.size != len - sizeof(t) || t.pid != parsed.pid || t.token != parsed.token ||
+        !layout_matches(&t, len) || t.pid != parsed.pid || t.token != parsed.token ||
         t.index != parsed.index)
-        return mstar_error_set(MSTAR_EPROTO,
-                               "arena segment %s/%s lacks the trailer its arena writes (or it "
-                               "names another segment or size): refused",
-                               dir, name);
+        return mstar_error_set(
+            MSTAR_EPROTO,
+            "arena segment %s/%s lacks the trailer its arena writes (or it names "
+            "another segment, size or layout): refused",
+            dir, name);
     *usable = t.size;
     return MSTAR_OK;
 }
@@ -109,6 +123,7 @@ static mstar_status map_segment(mstar__arena_peers *p, const char *name, mstar__
             snprintf(out->name, sizeof(out->name), "%s", name);
             out->base = base;
             out->size = usable;
+            out->stamps = (const _Atomic uint64_t *)(out->base + usable);
             out->map_len = (uint64_t)sb.st_size;
             out->dev = sb.st_dev;
             out->ino = sb.st_ino;
@@ -151,6 +166,106 @@ mstar_status mstar__arena_peers_get(mstar__arena_peers *p, const char *name,
     *slot(p, at) = fresh;
     *out = slot(p, at);
     return MSTAR_OK;
+}
+
+/* ---- slot stamps ---------------------------------------------------------------------------- */
+
+enum { SLOT_STEADY, SLOT_GONE_BEFORE, SLOT_GONE_DURING };
+
+/* The reader's half of the stamp check, run under the guard (so no locks, no allocation). */
+typedef struct live_read {
+    const _Atomic uint64_t *stamp;
+    uint64_t uuid;
+    const uint8_t *src; /* NULL: check only, no copy */
+    void *dst;
+    size_t n;
+    bool landed; /* a check only, after a copy made elsewhere */
+    int outcome;
+} live_read;
+
+static void read_if_live(void *ctx)
+{
+    live_read *r = ctx;
+    if (r->landed) {
+        /* The copy was made by another engine and has landed; one load says whether the slot
+         * held the tensor throughout (arena.h: a uuid is staged once). */
+        uint64_t now = atomic_load_explicit(r->stamp, memory_order_acquire);
+        r->outcome = now == r->uuid ? SLOT_STEADY : SLOT_GONE_DURING;
+        return;
+    }
+    /* Acquire: the bytes published with the uuid are visible to the copy. */
+    if (atomic_load_explicit(r->stamp, memory_order_acquire) != r->uuid) {
+        r->outcome = SLOT_GONE_BEFORE;
+        return;
+    }
+    if (r->src == NULL) {
+        r->outcome = SLOT_STEADY;
+        return;
+    }
+    memcpy(r->dst, r->src, r->n);
+    /* The fence keeps the copy's loads before the second load of the stamp; paired with the
+     * producer's fence after a slot is reserved (arena.c), a copy that saw any byte of the next
+     * occupant sees the stamp cleared. */
+    atomic_thread_fence(memory_order_acquire);
+    uint64_t after = atomic_load_explicit(r->stamp, memory_order_relaxed);
+    r->outcome = after == r->uuid ? SLOT_STEADY : SLOT_GONE_DURING;
+}
+
+static mstar_status run_live_read(const uint8_t *map, uint64_t map_len, const char *name,
+                                  uint64_t slot, live_read *r)
+{
+    if (r->uuid == 0) /* never staged: a stamp of 0 marks a slot that is not live */
+        r->outcome = SLOT_GONE_BEFORE;
+    else {
+        char what[MSTAR_NAME_MAX + 32];
+        snprintf(what, sizeof(what), "arena segment %s", name);
+        mstar_status st = mstar__guarded_run(map, (size_t)map_len, read_if_live, r, what);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    if (r->outcome == SLOT_GONE_BEFORE)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "tensor 0x%016llx is no longer at offset %llu of arena segment %s: "
+                               "its producer released the slot (it may hold another tensor now)",
+                               (unsigned long long)r->uuid, (unsigned long long)slot, name);
+    if (r->outcome == SLOT_GONE_DURING)
+        return mstar_error_set(MSTAR_ENOENT,
+                               "tensor 0x%016llx left offset %llu of arena segment %s while it was "
+                               "being copied (its producer released the slot): the bytes may be "
+                               "torn, the read is refused",
+                               (unsigned long long)r->uuid, (unsigned long long)slot, name);
+    return MSTAR_OK;
+}
+
+static const _Atomic uint64_t *stamp_of(const mstar__arena_peer *peer, uint64_t slot)
+{
+    MSTAR__ASSERT(slot % MSTAR__ARENA_ALIGN == 0 && slot < peer->size);
+    return &peer->stamps[slot / MSTAR__ARENA_ALIGN];
+}
+
+mstar_status mstar__arena_peer_copy(const mstar__arena_peer *peer, uint64_t slot, uint64_t skip,
+                                    uint64_t n, uint64_t uuid, void *dst)
+{
+    live_read r = { stamp_of(peer, slot), uuid, peer->base + slot + skip, dst, (size_t)n, false,
+                    SLOT_STEADY };
+    return run_live_read(peer->base, peer->map_len, peer->name, slot, &r);
+}
+
+void mstar__arena_peer_slot(const mstar__arena_peer *peer, uint64_t slot, uint64_t uuid,
+                            mstar__arena_slot_ref *out)
+{
+    out->map = peer->base;
+    out->map_len = peer->map_len;
+    out->stamp = stamp_of(peer, slot);
+    out->slot = slot;
+    out->uuid = uuid;
+    memcpy(out->name, peer->name, sizeof(out->name));
+}
+
+mstar_status mstar__arena_slot_check(const mstar__arena_slot_ref *ref, bool landed)
+{
+    live_read r = { ref->stamp, ref->uuid, NULL, NULL, 0, landed, SLOT_STEADY };
+    return run_live_read(ref->map, ref->map_len, ref->name, ref->slot, &r);
 }
 
 int mstar__arena_peers_evict_dead(mstar__arena_peers *p)

@@ -17,12 +17,17 @@
  * into device memory with an H2D copy whose completion gates the ACK (T-5). A descriptor without a
  * segment is a spill or a files producer and is read as a file.
  *
+ * Slot stamps (arena.h): staging publishes each slot's uuid once its bytes are in place, and
+ * releasing the slot clears it. A read checks the stamp before and after its copy — a host copy
+ * inside the SIGBUS guard, a device copy before it is queued and again in the host function
+ * that finishes its completion — so a read of a slot its producer freed (a force cleanup, the
+ * TTL) fails with MSTAR_ENOENT instead of returning whatever the slot holds now.
+ *
  * Pinning (MSTAR_SHM_ARENA_PIN): own and peer segments are registered with the backend within
  * MSTAR_SHM_ARENA_PIN_MAX_MB, so device copies from and to them run asynchronously.
  */
 #include "tensors/transport.h"
 
-#include "core/guard.h"
 #include "core/u64map.h"
 #include "core/vec.h"
 #include "tensors/arena.h"
@@ -329,6 +334,17 @@ static mstar_status copy_in(arena_transport *a, mstar__stage_item *item, void *d
     return MSTAR_OK;
 }
 
+/* Stamp the slots of the first n items with their uuids: their bytes are in place. */
+static void publish(arena_transport *a, const mstar__stage_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint64_t idx;
+        if (mstar__u64map_get(&a->where, items[i].uuid, &idx) && !place_at(a, idx)->spilled)
+            mstar__arena_publish(a->arena, place_at(a, idx)->seg, place_at(a, idx)->off,
+                                 items[i].uuid);
+    }
+}
+
 static mstar_status arena_stage(mstar__transport *t, mstar__stage_item *items, size_t n)
 {
     arena_transport *a = self(t);
@@ -378,6 +394,7 @@ static mstar_status arena_stage(mstar__transport *t, mstar__stage_item *items, s
             drop(a, items[i].uuid);
         return saved;
     }
+    publish(a, items, done);
     return MSTAR_OK;
 }
 
@@ -409,6 +426,12 @@ static mstar_status arena_check(mstar__transport *t, const mstar_tensor_info *in
         return mstar__shm_file_name(t->env->dir, info->source_entity, info->uuid, name);
     }
     mstar_status st = mstar__shm_segment_check(info->shm_segment, info->source_entity);
+    if (st == MSTAR_OK && info->shm_offset % MSTAR__ARENA_ALIGN != 0)
+        st = mstar_error_set(MSTAR_EPROTO,
+                             "descriptor of tensor 0x%016llx names offset %llu of arena segment "
+                             "%s, where no slot starts (slots start at multiples of %d)",
+                             (unsigned long long)info->uuid, (unsigned long long)info->shm_offset,
+                             info->shm_segment, MSTAR__ARENA_ALIGN);
     if (st != MSTAR_OK || info->nbytes == 0)
         return st;
     const mstar__arena_peer *peer;
@@ -426,8 +449,50 @@ static mstar_status arena_check(mstar__transport *t, const mstar_tensor_info *in
     return MSTAR_OK;
 }
 
+/* The slots a batch of device copies reads, checked again once the copies landed. Owned by the
+ * host function that finishes the batch's completion once it is queued. */
+typedef struct landing {
+    mstar_completion *done;
+    size_t n;
+    mstar__arena_slot_ref slots[];
+} landing;
+
+/* Runs on the read stream after the batch's copies (a host node; at once on the host backend):
+ * the copies have landed, so each slot must still hold its tensor. */
+static void landed(void *args)
+{
+    landing *l;
+    memcpy(&l, args, sizeof(l));
+    mstar_status st = MSTAR_OK;
+    for (size_t i = 0; i < l->n && st == MSTAR_OK; i++)
+        st = mstar__arena_slot_check(&l->slots[i], true);
+    mstar__completion_finish(l->done, st, st != MSTAR_OK ? mstar_last_error() : NULL);
+    mstar_completion_release(l->done);
+    free(l);
+}
+
+/* The completion of the batch's device copies; on success `l` belongs to the host function. */
+static mstar_status landing_completion(const mstar__transport_env *env, landing *l,
+                                       mstar_completion **out)
+{
+    mstar_completion *c;
+    mstar_status st = mstar__completion_create(env->wake_fd, &c);
+    if (st != MSTAR_OK)
+        return st;
+    l->done = mstar__completion_retain(c); /* the host function's reference */
+    if (mstar_launch(env->h2d, landed, &l, sizeof(l)) != MSTAR_OK) {
+        mstar_completion_release(c);
+        mstar_completion_release(c);
+        return mstar_error_wrap("queueing the host-to-device completion");
+    }
+    *out = c;
+    return MSTAR_OK;
+}
+
+/* Read one descriptor's bytes out of the peer's slot: copied now into host memory, or queued
+ * into the backend's memory with the slot added to `l` for the check after landing. */
 static mstar_status read_segment(arena_transport *a, const mstar_tensor_info *info,
-                                 mstar__buf **out, bool *queued)
+                                 mstar__buf **out, landing *l)
 {
     const mstar__transport_env *env = a->base.env;
     mstar__buf *buf;
@@ -435,28 +500,29 @@ static mstar_status read_segment(arena_transport *a, const mstar_tensor_info *in
     if (st != MSTAR_OK || info->nbytes == 0) {
         if (st == MSTAR_OK)
             *out = buf;
-        return st; /* an empty tensor needs no mapping */
+        return st; /* an empty tensor needs no mapping: it has no bytes to get wrong */
     }
     const mstar__arena_peer *peer;
-    if ((st = mstar__arena_peers_get(&a->peers, info->shm_segment, &peer)) != MSTAR_OK) {
-        mstar__buf_release(buf);
-        return st;
-    }
-    const uint8_t *src = peer->base + info->shm_offset + info->offset;
-    if (env->backend == NULL) {
-        /* Another process's file: truncating it must cost this read, not this process. */
-        char what[MSTAR_NAME_MAX + 64];
-        snprintf(what, sizeof(what), "arena segment %s", info->shm_segment);
-        st = mstar__guarded_copy(buf->data, src, (size_t)info->nbytes, what);
-    } else {
+    st = mstar__arena_peers_get(&a->peers, info->shm_segment, &peer);
+    if (st == MSTAR_OK && env->backend == NULL) {
+        /* Another process's file: truncating it, or freeing the slot, must cost this read. */
+        st = mstar__arena_peer_copy(peer, info->shm_offset, info->offset, info->nbytes, info->uuid,
+                                    buf->data);
+    } else if (st == MSTAR_OK) {
         /* Into the backend's memory the copy runs on the read stream and gates the ACK. */
-        st = mstar__transport_copy_from_host(env, buf, src, info->nbytes, true);
+        mstar__arena_slot_ref *slot = &l->slots[l->n];
+        mstar__arena_peer_slot(peer, info->shm_offset, info->uuid, slot);
+        st = mstar__arena_slot_check(slot, false);
+        if (st == MSTAR_OK)
+            st = mstar__transport_copy_from_host(
+                env, buf, peer->base + info->shm_offset + info->offset, info->nbytes, true);
+        if (st == MSTAR_OK)
+            l->n++;
     }
     if (st != MSTAR_OK) {
         mstar__buf_release(buf);
         return st;
     }
-    *queued = *queued || env->backend != NULL;
     *out = buf;
     return MSTAR_OK;
 }
@@ -465,7 +531,14 @@ static mstar_status arena_read(mstar__transport *t, mstar__read_item *items, siz
                                mstar_completion **done)
 {
     arena_transport *a = self(t);
-    bool queued = false;
+    landing *l = NULL;
+    *done = NULL;
+    if (t->env->backend != NULL) {
+        /* Room for every item: at most one slot each. */
+        l = calloc(1, sizeof(*l) + n * sizeof(l->slots[0]));
+        if (l == NULL)
+            return mstar_error_set(MSTAR_ENOMEM, "arena read of %zu tensors", n);
+    }
     mstar_status st = MSTAR_OK;
     size_t i = 0;
     for (; i < n && st == MSTAR_OK; i++) {
@@ -474,13 +547,16 @@ static mstar_status arena_read(mstar__transport *t, mstar__read_item *items, siz
         if (info->shm_segment[0] == '\0')
             st = mstar__files_read_one(t->env, info, &items[i].buf);
         else
-            st = read_segment(a, info, &items[i].buf, &queued);
+            st = read_segment(a, info, &items[i].buf, l);
         if (st != MSTAR_OK)
             break;
     }
-    *done = NULL;
-    if (st == MSTAR_OK && queued)
-        st = mstar__transport_h2d_completion(t->env, done);
+    bool queued = l != NULL && l->n > 0;
+    if (st == MSTAR_OK && queued) {
+        st = landing_completion(t->env, l, done);
+        if (st == MSTAR_OK)
+            l = NULL; /* the host function's now */
+    }
     if (st != MSTAR_OK) {
         /* Copies already queued into these buffers must land before they are released. */
         if (queued)
@@ -490,6 +566,7 @@ static mstar_status arena_read(mstar__transport *t, mstar__read_item *items, siz
             items[j].buf = NULL;
         }
     }
+    free(l);
     return st;
 }
 

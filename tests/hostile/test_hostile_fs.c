@@ -382,7 +382,8 @@ static void test_planted_segment_is_refused(void **state)
 
 /* Fault 6: a segment the consumer already maps is truncated under it (by its producer, or any
  * process of the user): the copy faults, and the read fails with an error instead of killing
- * the consumer. Restored, the segment serves reads again. */
+ * the consumer. Restored, the segment serves reads again, but not of the tensor that was cut:
+ * its stamp went with the file, so the zeros in its place are refused, not delivered. */
 static void test_truncated_segment_fails_the_read(void **state)
 {
     world *w = *state;
@@ -406,16 +407,90 @@ static void test_truncated_segment_fails_the_read(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->c), 0);
     assert_int_equal(ftruncate(fd, sb.st_size), 0); /* holes now, but backed again */
     close(fd);
-    /* The producer still owes the tensor; a read of it now lands (zeros where the file was
-     * cut), and its ACK frees it. */
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    assert_mstar_status(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL), MSTAR_ENOENT);
+    assert_non_null(strstr(mstar_last_error(), "is no longer at offset"));
     mstar_edge_clear(&e);
-    collect_ready(w->c, 1);
-    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
-    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    /* The producer still owes the tensor; releasing it frees the slot. */
+    assert_mstar_ok(mstar_comm_dereference(w->p, info.uuid, 1));
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
     free(t.data);
     legit_roundtrip(w, 12);
+}
+
+/* Fault 6: the slot stamps (docs/security.md). A process of the user writes the segment file of
+ * a live producer: a stamp overwritten on a live slot fails its reads until it is put back; a
+ * descriptor whose offset is not a slot start is refused; the stamps cut off the end of the file
+ * fault inside the guard (the read fails, the consumer lives); a stamp planted on a free slot
+ * for a forged descriptor lets a read take the bytes that slot holds, inside the segment and
+ * nowhere else; a segment laid out without room for its stamps is refused before it is mapped. */
+static void poke_stamp(int fd, uint64_t usable, uint64_t slot, uint64_t value)
+{
+    off_t at = (off_t)(usable + slot / MSTAR__ARENA_ALIGN * sizeof(uint64_t));
+    assert_int_equal(pwrite(fd, &value, sizeof(value), at), (ssize_t)sizeof(value));
+}
+
+static void test_planted_stamps(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(14);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, 4096, 14);
+    mstar_tensor_info info;
+    produce(w->p, &rid, &t, 1, 1, &info);
+    assert_int_equal(info.shm_offset, 0);
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", w->dir, info.shm_segment);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    struct stat sb;
+    assert_int_equal(fstat(fd, &sb), 0);
+    const uint64_t usable = UINT64_C(1) << 20; /* MSTAR_SHM_ARENA_SEGMENT_MB=1 */
+    /* Another uuid over the live slot's stamp: refused, until it is put back. */
+    poke_stamp(fd, usable, 0, info.uuid + 7);
+    expect_refused(w, &info, MSTAR_ENOENT, "is no longer at offset 0");
+    poke_stamp(fd, usable, 0, info.uuid);
+    read_checked_and_acked(&w->b, w->p, w->c, &rid, &info, &t);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    /* Not a slot start. */
+    produce(w->p, &rid, &t, 1, 1, &info);
+    mstar_tensor_info odd = info;
+    odd.shm_offset = 128;
+    expect_refused(w, &odd, MSTAR_EPROTO, "where no slot starts");
+    /* The stamps and the trailer cut off: the data is all there, the stamp faults. */
+    assert_int_equal(ftruncate(fd, (off_t)usable), 0);
+    mstar__guard_install(); /* on top of the handler cmocka sets for each test */
+    expect_refused(w, &info, MSTAR_EIO, "SIGBUS");
+    assert_int_equal(ftruncate(fd, sb.st_size), 0); /* restored with the stamps cleared */
+    expect_refused(w, &info, MSTAR_ENOENT, "is no longer at offset 0");
+    assert_mstar_ok(mstar_comm_dereference(w->p, info.uuid, 1));
+    /* A stamp planted on a free slot, for a forged descriptor of a tensor never staged there:
+     * the read takes what the slot holds, which is all a stamp can grant. */
+    mstar_tensor_info fake = forged(77, 256);
+    snprintf(fake.shm_segment, sizeof(fake.shm_segment), "%s", info.shm_segment);
+    fake.shm_offset = 8192;
+    mstar_tensor held = make_vector(MSTAR_DTYPE_UINT8, 256, 77);
+    assert_int_equal(pwrite(fd, held.data, 256, 8192), 256);
+    poke_stamp(fd, usable, fake.shm_offset, fake.uuid);
+    mstar_edge e = edge_of("sig", "node", &fake, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    mstar_edge_clear(&e);
+    collect_ready(w->c, 1);
+    check_bytes(w->c, fake.uuid, &held);
+    free(held.data);
+    assert_mstar_ok(mstar_comm_dereference(w->c, fake.uuid, 1));
+    poke_stamp(fd, usable, fake.shm_offset, 0);
+    bus_clear(&w->b); /* the ACK of a tensor worker_0 never staged */
+    close(fd);
+    /* A segment file whose trailer follows the usable bytes with no stamps between. */
+    char seg[128];
+    snprintf(seg, sizeof(seg), "mstar_arena_worker_0_%d_0a0b0c0d.seg0", (int)getpid());
+    mstar_tensor_info planted = forged(13, 4096);
+    snprintf(planted.shm_segment, sizeof(planted.shm_segment), "%s", seg);
+    plant(w, seg, UINT64_C(1) << 20, false, true);
+    expect_refused(w, &planted, MSTAR_EPROTO, "trailer");
+    unlink_in(w, seg);
+    free(t.data);
+    legit_roundtrip(w, 15);
 }
 
 /* Fault 12: with no shm_dir in the options, MSTAR_SHM_DIR names the directory. */
@@ -461,6 +536,7 @@ int main(void)
         BOTH(test_foreign_file_is_refused),
         ONE(test_planted_segment_is_refused, ARENA, "arena"),
         ONE(test_truncated_segment_fails_the_read, ARENA, "arena"),
+        ONE(test_planted_stamps, ARENA, "arena"),
         cmocka_unit_test(test_foreign_dirs_are_refused),
         cmocka_unit_test(test_shm_dir_from_env),
     };

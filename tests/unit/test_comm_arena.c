@@ -3,13 +3,17 @@
  * (T-15), strict mode's timeout, the TTL backstop and its hazards (T-16), dedicated segments
  * for oversized tensors, eviction of mappings whose producer is gone (T-14), the orphan sweep
  * at start, two instances of one entity side by side, pinning within its budget, mixed SHM modes
- * (T-17), and the device paths through the host backend.
+ * (T-17), the device paths through the host backend, and the slot stamps: a late reader of a
+ * slot that was freed and reused, or freed while it was being copied, fails its read.
  */
 #include "comm_harness.h"
 
 #include "core/vec.h"
+#include "tensors/arena.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -401,6 +405,171 @@ static void test_device_paths_host_backend(void **state)
     mstar_backend_destroy(be);
 }
 
+/* A consumer with (device) or without a backend. */
+static mstar_comm *consumer(world *w, mstar_backend *be)
+{
+    return be != NULL ? make_comm_with("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc, be)
+                      : make_comm("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc);
+}
+
+/* `c` reads `info` and the read fails with MSTAR_ENOENT saying `why`: at once, or (a device
+ * copy) when its completion finishes, the edge then reported failed. `c` holds nothing after. */
+static void expect_gone(mstar_comm *c, const mstar_rid *rid, const mstar_tensor_info *info,
+                        const char *why)
+{
+    mstar_edge e = edge_of("x", "n", info, 1);
+    mstar_completion_list list = { 0 };
+    mstar_status st = mstar_comm_start_read_tensors(c, rid, &e, 1, &list);
+    mstar_edge_clear(&e);
+    const char *msg = mstar_last_error();
+    mstar_ready_set set;
+    if (st == MSTAR_OK) {
+        assert_int_equal(list.n, 1);
+        assert_mstar_status(mstar_completion_wait(list.items[0], -1), MSTAR_ENOENT);
+        mstar_completion_list_clear(&list);
+        expect_ready(c, &set, 0);
+        assert_int_equal(set.nfailed, 1);
+        assert_int_equal(set.failed[0].status, MSTAR_ENOENT);
+        msg = set.failed[0].message;
+    } else {
+        assert_int_equal(st, MSTAR_ENOENT);
+    }
+    if (strstr(msg, why) == NULL)
+        fail_msg("error '%s' does not say '%s'", msg, why);
+    if (st == MSTAR_OK)
+        mstar_ready_set_clear(&set);
+    assert_int_equal(mstar_comm_num_tensors(c), 0);
+}
+
+/* A late reader: x is freed (its ACK) and y takes its slot; reading x's descriptor now fails
+ * instead of returning y's bytes, through host memory and through the backend's. y reads. */
+static void test_late_reader_of_a_reused_slot(void **state)
+{
+    world *w = *state;
+    mstar_backend *be;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &be));
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_rid rid = mstar_rid_from_int(10);
+    mstar_tensor_info x = stage(p, &rid, 4096, 1, MSTAR_OK);
+    ack(p, x.uuid);
+    mstar_tensor_info y = stage(p, &rid, 4096, 2, MSTAR_OK);
+    assert_string_equal(y.shm_segment, x.shm_segment);
+    assert_int_equal(y.shm_offset, x.shm_offset); /* x's bytes are gone: y's are there */
+    for (int device = 0; device < 2; device++) {
+        mstar_comm *c = consumer(w, device ? be : NULL);
+        expect_gone(c, &rid, &x, "is no longer at offset 0");
+        read_back(c, &rid, &y);
+        mstar_comm_destroy(c);
+    }
+    ack(p, y.uuid); /* the first consumer's ACK went to the bus; the producer still owes one */
+    assert_int_equal(mstar_comm_num_tensors(p), 0);
+    bus_clear(&w->b);
+    mstar_comm_destroy(p);
+    mstar_backend_destroy(be);
+}
+
+/* The consumer's read-only mapping of `seg` in this process ("r--s" in /proc/self/maps). */
+static uint8_t *consumer_mapping(const char *dir, const char *seg)
+{
+    char want[4096], line[8192];
+    snprintf(want, sizeof(want), "%s/%s", dir, seg);
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    uint8_t *base = NULL;
+    while (base == NULL && fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+        char perms[8];
+        int at = 0;
+        line[strcspn(line, "\n")] = '\0';
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %n", &lo, &hi, perms, &at) == 3 && at > 0 &&
+            strcmp(perms, "r--s") == 0 && strcmp(line + at, want) == 0)
+            base = (uint8_t *)lo;
+    }
+    fclose(f);
+    assert_non_null(base);
+    return base;
+}
+
+/* While a copy reads the slot, its stamp changes: the page the copy is about to read is
+ * protected, and the fault (SIGSEGV) rewrites the stamp in the segment file, as the producer's
+ * release would, then lets the copy go on. */
+static struct {
+    uint8_t *page;
+    size_t page_len;
+    int fd;
+    off_t stamp_at;
+    uint64_t value;
+    volatile sig_atomic_t hits;
+} flip;
+
+static void flip_stamp(int sig, siginfo_t *info, void *uctx)
+{
+    (void)uctx;
+    uint8_t *addr = info->si_addr;
+    if (addr < flip.page || addr >= flip.page + flip.page_len) {
+        signal(sig, SIG_DFL); /* not ours: the fault repeats and ends the test */
+        return;
+    }
+    if (pwrite(flip.fd, &flip.value, sizeof(flip.value), flip.stamp_at) == sizeof(flip.value))
+        flip.hits++;
+    mprotect(flip.page, flip.page_len, PROT_READ);
+}
+
+/* Arm the flip for the slot of `info` in `dir`: the stamp becomes `value` when the copy reaches
+ * the slot's second page. */
+static void arm_flip(const char *dir, const mstar_tensor_info *info, uint64_t value)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, info->shm_segment);
+    flip.fd = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(flip.fd >= 0);
+    struct stat sb;
+    assert_int_equal(fstat(flip.fd, &sb), 0);
+    mstar__arena_trailer t;
+    assert_int_equal(pread(flip.fd, &t, sizeof(t), sb.st_size - (off_t)sizeof(t)), sizeof(t));
+    flip.stamp_at = (off_t)(t.size + info->shm_offset / MSTAR__ARENA_ALIGN * sizeof(uint64_t));
+    flip.value = value;
+    flip.hits = 0;
+    flip.page_len = (size_t)sysconf(_SC_PAGESIZE);
+    uint8_t *map = consumer_mapping(dir, info->shm_segment);
+    flip.page = map + (info->shm_offset + flip.page_len) / flip.page_len * flip.page_len;
+    assert_int_equal(mprotect(flip.page, flip.page_len, PROT_NONE), 0);
+}
+
+/* A slot freed (stamp 0) or freed and reused (another uuid) while the consumer copies it: the
+ * copy ran to its end, but the read fails as torn, through host memory (the check after the
+ * copy) and through the backend's (the check when the copy landed). */
+static void test_slot_freed_during_the_copy(void **state)
+{
+    world *w = *state;
+    mstar_backend *be;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &be));
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_rid rid = mstar_rid_from_int(11);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_sigaction = flip_stamp;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    for (int device = 0; device < 2; device++) {
+        mstar_comm *c = consumer(w, device ? be : NULL);
+        mstar_tensor_info x = stage(p, &rid, 64 * 1024, 3, MSTAR_OK);
+        read_back(c, &rid, &x); /* maps the segment; x stays staged (its ACK is on the bus) */
+        arm_flip(w->dir, &x, device ? 0 : x.uuid + 1);
+        assert_int_equal(sigaction(SIGSEGV, &sa, &old), 0);
+        expect_gone(c, &rid, &x, "while it was being copied");
+        assert_int_equal(sigaction(SIGSEGV, &old, NULL), 0);
+        assert_int_equal(flip.hits, 1); /* the stamp changed once, mid-copy */
+        close(flip.fd);
+        bus_clear(&w->b);
+        ack(p, x.uuid);
+        mstar_comm_destroy(c);
+    }
+    assert_int_equal(mstar_comm_num_tensors(p), 0);
+    mstar_comm_destroy(p);
+    mstar_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -414,6 +583,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_orphans_and_collisions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_shm_modes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_device_paths_host_backend, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_reader_of_a_reused_slot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slot_freed_during_the_copy, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
