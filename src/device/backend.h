@@ -102,6 +102,7 @@ struct mstar_backend {
     mstar__u64map pinned;     /* pinned allocation → size */
     mstar__u64map registered; /* registered host range start → size */
     uint64_t raw_bytes;       /* held by raw allocations (the caching allocator's segments too) */
+    uint64_t raw_frees;       /* raw allocations freed so far: exported handles may be stale */
     uint64_t budget;          /* host backend: 0 = unlimited */
     /* Lock order: pools_lock, then an allocator's lock (a pool's, the caching one's), then
      * lock — an allocator takes `lock` for its segments while it holds its own, so `pools` has
@@ -205,6 +206,9 @@ typedef struct mstar__ipc_segment {
  * allocation of `b` holds the range (a pool block is in one too: pools allocate raw segments). */
 mstar_status mstar__ipc_export(mstar_backend *b, const void *ptr, uint64_t nbytes,
                                mstar__ipc_segment *out);
+/* How many raw allocations `b` has freed: a cache of exported handles is stale once it moves
+ * (a new allocation may reuse a freed one's address under another handle). */
+uint64_t mstar__ipc_generation(mstar_backend *b);
 /* Map another process's exported segment: *base and its real *size. MSTAR_ENOENT for a handle
  * that names no live exported segment. Close each successful open once. */
 mstar_status mstar__ipc_open(mstar_backend *b, const uint8_t *handle, void **base, uint64_t *size);

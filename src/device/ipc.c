@@ -56,6 +56,14 @@ mstar_status mstar__ipc_export(mstar_backend *b, const void *ptr, uint64_t nbyte
     return MSTAR_OK;
 }
 
+uint64_t mstar__ipc_generation(mstar_backend *b)
+{
+    pthread_mutex_lock(&b->lock);
+    uint64_t g = b->raw_frees;
+    pthread_mutex_unlock(&b->lock);
+    return g;
+}
+
 mstar_status mstar__ipc_open(mstar_backend *b, const uint8_t *handle, void **base, uint64_t *size)
 {
     if (b->ops->ipc_mem_open == NULL)

@@ -113,8 +113,9 @@ mstar_status mstar__host_id_read(const char *path, char *out);
 mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
                                             mstar__cuda_ipc_mode mode, mstar__transport *inner,
                                             mstar__transport **out);
-/* Segments this manager has opened over the route (0 for any other transport); tests. */
-uint64_t mstar__transport_cuda_ipc_opens(mstar__transport *t);
+/* Segments this manager has opened over the route so far, and those still mapped (0 for any
+ * other transport); tests. */
+void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint64_t *mapped);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

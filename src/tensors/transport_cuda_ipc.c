@@ -67,7 +67,8 @@ typedef struct ipc_transport {
     /* producer */
     mstar_event *event; /* NULL until the first export */
     uint8_t event_handle[MSTAR__IPC_HANDLE_BYTES];
-    mstar__vec exported;        /* struct exported */
+    mstar__vec exported;        /* struct exported, valid while the backend generation is: */
+    uint64_t exported_gen;      /* mstar__ipc_generation when `exported` was last emptied */
     mstar__u64map staged;       /* uuid → mstar_cuda_ipc_ref * (offset of the tensor's byte 0) */
     mstar__u64map inner_staged; /* uuid → 1 when the inner transport staged it too */
     /* consumer */
@@ -141,6 +142,11 @@ static mstar_status export_segment(ipc_transport *it, const mstar_tensor *tensor
     const mstar__transport_env *env = it->base.env;
     uint64_t n = mstar_tensor_nbytes(tensor);
     uintptr_t p = (uintptr_t)mstar_tensor_ptr(tensor);
+    uint64_t gen = mstar__ipc_generation(env->backend);
+    if (gen != it->exported_gen) { /* a segment went back: its address may now be another's */
+        it->exported.len = 0;
+        it->exported_gen = gen;
+    }
     for (size_t i = 0; i < it->exported.len; i++) {
         const struct exported *e = mstar__vec_at(&it->exported, i);
         uintptr_t b = (uintptr_t)e->base;
@@ -314,9 +320,15 @@ static void ipc_release(mstar__transport *t, mstar_tensor_id uuid, const mstar_t
 
 /* ---- consumer ---------------------------------------------------------------------------- */
 
+/* CUDA refuses to open a handle in the process that exported it, so a descriptor of this very
+ * process (two managers in one process) takes the staged route; the host stand-in works only
+ * inside one process, so it is exempt. */
 static bool routed_here(ipc_transport *it, const mstar_tensor_info *info)
 {
-    return mstar__cuda_ipc_usable(it->host_id, info);
+    if (!mstar__cuda_ipc_usable(it->host_id, info))
+        return false;
+    return info->cuda_ipc.pid != (int32_t)getpid() ||
+           mstar_backend_device(it->base.env->backend).type != MSTAR_DEVICE_CUDA;
 }
 
 static mstar_status ipc_check(mstar__transport *t, const mstar_tensor_info *info)
@@ -687,7 +699,9 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
     return MSTAR_OK;
 }
 
-uint64_t mstar__transport_cuda_ipc_opens(mstar__transport *t)
+void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint64_t *mapped)
 {
-    return t->ops->destroy == ipc_destroy ? ipc_of(t)->opens : 0;
+    bool ipc = t->ops->destroy == ipc_destroy;
+    *opens = ipc ? ipc_of(t)->opens : 0;
+    *mapped = ipc ? ipc_of(t)->opened.len : 0;
 }

@@ -176,6 +176,13 @@ static int teardown(void **state)
     return 0;
 }
 
+static uint64_t opens_of(mstar_comm *c)
+{
+    uint64_t opens, mapped;
+    mstar__transport_cuda_ipc_counts(c->transport, &opens, &mapped);
+    return opens;
+}
+
 /* Store `n` vectors of `len` floats on the producer and stamp their descriptors. */
 static void produce_n(world *w, const mstar_rid *rid, uint32_t n, int64_t len, mstar_tensor *ts,
                       mstar_tensor_info *infos)
@@ -234,7 +241,7 @@ static void test_route_bytes_one_open(void **state)
     collect_ready(w->c, 1);
     for (int i = 0; i < 6; i++)
         check_bytes(w->c, infos[i].uuid, &ts[i]);
-    assert_int_equal(mstar__transport_cuda_ipc_opens(w->c->transport), 1);
+    assert_int_equal(opens_of(w->c), 1);
     /* A second batch in the same segment opens nothing new. */
     mstar_rid rid2 = rid_str("r2");
     mstar_tensor t2[2];
@@ -243,7 +250,7 @@ static void test_route_bytes_one_open(void **state)
     assert_mstar_ok(read_infos(w, &rid2, i2, 2));
     collect_ready(w->c, 1);
     check_bytes(w->c, i2[1].uuid, &t2[1]);
-    assert_int_equal(mstar__transport_cuda_ipc_opens(w->c->transport), 1);
+    assert_int_equal(opens_of(w->c), 1);
     /* The ACKs reach the producer, which frees its copies. */
     assert_true(bus_ack_count(&w->b, "worker_0", infos[0].uuid) == 1);
     bus_deliver(&w->b, "worker_0", w->p);
@@ -288,6 +295,32 @@ static void test_route_refuses(void **state)
     free_tensors(ts, 1);
 }
 
+/* A segment the producer gave back (trim) is not named again: the next tensor, whatever address
+ * its new segment has, carries that segment's handle, and reads. */
+static void test_route_segment_reused(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("r5");
+    mstar_tensor ts[1], t2[1];
+    mstar_tensor_info infos[1], i2[1];
+    produce_n(w, &rid, 1, 256, ts, infos);
+    assert_mstar_ok(read_infos(w, &rid, infos, 1));
+    collect_ready(w->c, 1);
+    bus_deliver(&w->b, "worker_0", w->p); /* the ACK frees the producer's block */
+    uint64_t released = 0;
+    assert_mstar_ok(mstar_caching_trim(w->bp, &released));
+    assert_true(released > 0);
+    mstar_rid rid2 = rid_str("r6");
+    produce_n(w, &rid2, 1, 256, t2, i2);
+    assert_memory_not_equal(i2[0].cuda_ipc.mem_handle, infos[0].cuda_ipc.mem_handle,
+                            MSTAR_IPC_HANDLE_BYTES);
+    assert_mstar_ok(read_infos(w, &rid2, i2, 1));
+    collect_ready(w->c, 1);
+    check_bytes(w->c, i2[0].uuid, &t2[0]);
+    free_tensors(ts, 1);
+    free_tensors(t2, 1);
+}
+
 /* Zero-size tensors have no bytes to reach: the staged route carries them. */
 static void test_route_zero_size(void **state)
 {
@@ -312,6 +345,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_segment_reused, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
