@@ -56,6 +56,7 @@ struct opened_event {
     char entity[MSTAR_NAME_MAX + 1];
     uint8_t handle[MSTAR__IPC_HANDLE_BYTES];
     mstar_event *event;
+    int32_t pid;
 };
 
 typedef struct ipc_transport {
@@ -339,8 +340,22 @@ static mstar_status ipc_check(mstar__transport *t, const mstar_tensor_info *info
     return it->inner->ops->check(it->inner, info);
 }
 
-/* The producer's segment, open here: from the cache, or opened now and checked against the
- * descriptor's size (a handle that names another, smaller segment is refused and closed). */
+/* The size a descriptor claims for its segment is the segment's real size. */
+static mstar_status check_size(const mstar_tensor_info *info, uint64_t size)
+{
+    if (size == info->cuda_ipc.segment_size)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EPROTO,
+                           "tensor %llu from '%s': cuda_ipc.segment_size says %llu bytes, the "
+                           "segment the handle opens has %llu",
+                           (unsigned long long)info->uuid, info->source_entity,
+                           (unsigned long long)info->cuda_ipc.segment_size,
+                           (unsigned long long)size);
+}
+
+/* The producer's segment, open here: from the cache, or opened now; either way checked against
+ * the descriptor's size (a handle that names another, smaller segment is refused, and a mapping
+ * opened for it closed again). */
 static mstar_status open_segment(ipc_transport *it, const mstar_tensor_info *info,
                                  const struct opened **out)
 {
@@ -350,7 +365,7 @@ static mstar_status open_segment(ipc_transport *it, const mstar_tensor_info *inf
         if (strcmp(o->entity, info->source_entity) == 0 &&
             memcmp(o->handle, ref->mem_handle, sizeof(o->handle)) == 0) {
             *out = o;
-            return MSTAR_OK;
+            return check_size(info, o->size);
         }
     }
     mstar_backend *b = it->base.env->backend;
@@ -361,12 +376,7 @@ static mstar_status open_segment(ipc_transport *it, const mstar_tensor_info *inf
     if (st != MSTAR_OK)
         return mstar_error_wrap("tensor %llu from '%s': opening its segment",
                                 (unsigned long long)info->uuid, info->source_entity);
-    if (o.size != ref->segment_size)
-        st = mstar_error_set(MSTAR_EPROTO,
-                             "tensor %llu from '%s': cuda_ipc.segment_size says %llu bytes, the "
-                             "segment the handle opens has %llu",
-                             (unsigned long long)info->uuid, info->source_entity,
-                             (unsigned long long)ref->segment_size, (unsigned long long)o.size);
+    st = check_size(info, o.size);
     if (st == MSTAR_OK)
         st = mstar__vec_push(&it->opened, &o);
     if (st != MSTAR_OK) {
@@ -389,7 +399,7 @@ static mstar_status open_event(ipc_transport *it, const mstar_tensor_info *info,
             return MSTAR_OK;
         }
     }
-    struct opened_event o;
+    struct opened_event o = { .pid = info->cuda_ipc.pid };
     memcpy(o.entity, info->source_entity, sizeof(o.entity));
     memcpy(o.handle, h, sizeof(o.handle));
     mstar_status st = mstar__ipc_event_open(it->base.env->backend, h, &o.event);
@@ -606,6 +616,13 @@ static void close_dead(ipc_transport *it)
             continue;
         mstar__ipc_close(b, o->base);
         mstar__vec_remove(&it->opened, i);
+    }
+    for (size_t i = it->opened_events.len; i-- > 0;) {
+        struct opened_event *o = mstar__vec_at(&it->opened_events, i);
+        if (process_alive(o->pid))
+            continue;
+        mstar_event_destroy(o->event);
+        mstar__vec_remove(&it->opened_events, i);
     }
 }
 

@@ -292,6 +292,13 @@ static void test_route_refuses(void **state)
     assert_mstar_ok(read_infos(w, &rid, good, 1));
     collect_ready(w->c, 1);
     check_bytes(w->c, good[0].uuid, &ts[0]);
+    /* With the segment open and cached, a lying size is still refused (another uuid: the one
+     * read is already here). */
+    bad = good[0];
+    bad.uuid += 1000;
+    bad.cuda_ipc.segment_size *= 2;
+    assert_mstar_status(read_infos(w, &rid, &bad, 1), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "segment_size says"));
     free_tensors(ts, 1);
 }
 
