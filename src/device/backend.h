@@ -223,8 +223,8 @@ mstar_status mstar__host_ipc_mem_export(mstar_backend *b, void *base, uint8_t *h
 mstar_status mstar__host_ipc_mem_open(mstar_backend *b, const uint8_t *handle, void **base,
                                       uint64_t *size);
 void mstar__host_ipc_mem_close(mstar_backend *b, void *base);
-/* Forget what `b` exported (its destroy). */
-void mstar__host_ipc_forget(mstar_backend *b);
+/* Forget what `b` exported at `base` (its raw free), or all of it (NULL: its destroy). */
+void mstar__host_ipc_forget(mstar_backend *b, const void *base);
 
 /* Raw allocation with the shared bookkeeping (budget, registry); the allocators use these. */
 mstar_status mstar__raw_alloc(mstar_backend *b, size_t nbytes, void **out);

@@ -307,7 +307,7 @@ static mstar_status enqueue(mstar_stream *s, mstar_host_fn fn, const void *args,
 
 static void host_destroy(mstar_backend *b)
 {
-    mstar__host_ipc_forget(b);
+    mstar__host_ipc_forget(b, NULL);
 }
 
 static mstar_status host_raw_alloc(mstar_backend *b, size_t nbytes, void **out)
@@ -322,6 +322,7 @@ static mstar_status host_raw_alloc(mstar_backend *b, size_t nbytes, void **out)
 
 static void host_raw_free(mstar_backend *b, void *ptr)
 {
+    mstar__host_ipc_forget(b, ptr);
     free(ptr);
 }
 

@@ -5,6 +5,8 @@
  * exporter's pid, and a serial number looked up in a process-wide table. Opening a handle that
  * the table does not hold, or whose allocation has since been freed, is MSTAR_ENOENT, as a
  * forged or stale handle is for the CUDA backend; opening yields the exporter's own pointer.
+ * Freeing an allocation forgets its handle, so a later allocation at the same address gets a new
+ * one, as cudaMalloc's does.
  */
 #include "device/backend.h"
 
@@ -87,12 +89,12 @@ void mstar__host_ipc_mem_close(mstar_backend *b, void *base)
     (void)b, (void)base; /* nothing was mapped */
 }
 
-void mstar__host_ipc_forget(mstar_backend *b)
+void mstar__host_ipc_forget(mstar_backend *b, const void *base)
 {
     pthread_mutex_lock(&table_lock);
     for (size_t i = table.len; i-- > 0;) {
         struct exported *e = mstar__vec_at(&table, i);
-        if (e->backend == b)
+        if (e->backend == b && (base == NULL || e->base == base))
             mstar__vec_remove(&table, i);
     }
     if (table.len == 0)
