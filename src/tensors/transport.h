@@ -116,6 +116,9 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
 /* Segments this manager has opened over the route so far, and those still mapped (0 for any
  * other transport); tests. */
 void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint64_t *mapped);
+/* Switch a wrapped transport's mode (tests: AUTO on the host stand-in, which the environment
+ * turns on only when forced). */
+void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mode mode);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

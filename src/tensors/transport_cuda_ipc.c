@@ -722,3 +722,12 @@ void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint
     *opens = ipc ? ipc_of(t)->opens : 0;
     *mapped = ipc ? ipc_of(t)->opened.len : 0;
 }
+
+void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mode mode)
+{
+    if (t->ops->destroy != ipc_destroy)
+        return;
+    ipc_transport *it = ipc_of(t);
+    it->mode = mode;
+    it->ops.needs_cpu_tensor = it->inner->ops->needs_cpu_tensor && mode != MSTAR__CUDA_IPC_ON;
+}

@@ -328,6 +328,33 @@ static void test_route_segment_reused(void **state)
     free_tensors(t2, 1);
 }
 
+/* In AUTO the producer also stages, and a consumer that cannot use the route reads that copy:
+ * a descriptor from another host is not tried, a handle that does not open falls back. */
+static void test_route_auto_fallback(void **state)
+{
+    world *w = *state;
+    mstar__transport_cuda_ipc_set_mode(w->p->transport, MSTAR__CUDA_IPC_AUTO);
+    mstar__transport_cuda_ipc_set_mode(w->c->transport, MSTAR__CUDA_IPC_AUTO);
+    mstar_rid rid = rid_str("r7");
+    mstar_tensor ts[3];
+    mstar_tensor_info infos[3];
+    produce_n(w, &rid, 3, 300, ts, infos);
+    for (int i = 0; i < 3; i++) {
+        assert_true(infos[i].cuda_ipc.host_id[0] != '\0'); /* the route, */
+        assert_true(infos[i].shm_segment[0] != '\0');      /* and the staged copy */
+    }
+    strcpy(infos[1].cuda_ipc.host_id, "another-host");
+    infos[2].cuda_ipc.mem_handle[20] ^= 1;
+    assert_mstar_ok(read_infos(w, &rid, infos, 3));
+    collect_ready(w->c, 1);
+    for (int i = 0; i < 3; i++)
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+    assert_int_equal(opens_of(w->c), 1); /* only the first went over the route */
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    free_tensors(ts, 3);
+}
+
 /* Zero-size tensors have no bytes to reach: the staged route carries them. */
 static void test_route_zero_size(void **state)
 {
@@ -353,6 +380,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_segment_reused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_auto_fallback, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
