@@ -171,6 +171,15 @@ static mstar_status export_segment(ipc_transport *it, const mstar_tensor *tensor
 /* Note the route of one device item: its segment exported, its reference kept by uuid. */
 static mstar_status export_item(ipc_transport *it, mstar__stage_item *item)
 {
+    /* Only blocks of the caching allocator, whose segments live until the allocator is trimmed
+     * or finalised: a graph pool's or a raw allocation may be freed while a consumer maps it,
+     * which CUDA leaves undefined. */
+    mstar_backend *b = it->base.env->backend;
+    if (!mstar__allocator_owns(&b->caching, item->tensor.data))
+        return mstar_error_set(MSTAR_ENOENT,
+                               "tensor %llu is not a block of the caching allocator, so it is not "
+                               "exported",
+                               (unsigned long long)item->uuid);
     const struct exported *seg;
     mstar_status st = export_segment(it, &item->tensor, &seg);
     if (st != MSTAR_OK)
@@ -202,10 +211,11 @@ static void forget_staged(ipc_transport *it, mstar_tensor_id uuid)
         free((void *)(uintptr_t)v);
 }
 
-/* Which items the route carries: device tensors whose segment exports. Memory this library did
- * not allocate (MSTAR_ENOENT: a caller's tensor stored without a copy) is not exported, as its
- * owner may free or reuse it while a consumer has it mapped: the staged route carries it. Any
- * other failed export does the same in AUTO and is an error with the route forced. */
+/* Which items the route carries: device tensors in blocks of the caching allocator. Other memory
+ * (MSTAR_ENOENT: a caller's tensor stored without a copy, a graph pool's block, a raw
+ * allocation) is not exported, as it may be freed or reused while a consumer has it mapped: the
+ * staged route carries it. Any other failed export does the same in AUTO and is an error with
+ * the route forced. */
 static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, size_t n,
                                  bool *routed)
 {

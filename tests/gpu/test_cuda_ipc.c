@@ -401,13 +401,15 @@ int main(void)
         cmocka_unit_test(test_producer_killed),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    /* The mappings close before the producer frees its segments (freeing memory another process
+     * still maps is undefined behaviour in CUDA). */
+    mstar_comm_destroy(cc);
+    bus_clear(&cbus);
     if (child > 0) {
         struct cmd c = { OP_QUIT, 0, 0, 0, 0 };
         write_all(to_child[1], &c, sizeof(c));
         waitpid(child, NULL, 0);
     }
-    mstar_comm_destroy(cc);
-    bus_clear(&cbus);
     mstar_backend_destroy(cb);
     return failed;
 }

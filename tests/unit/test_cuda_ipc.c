@@ -355,6 +355,43 @@ static void test_route_auto_fallback(void **state)
     free_tensors(ts, 3);
 }
 
+static void no_release(void *ctx, void *data)
+{
+    (void)ctx, (void)data;
+}
+
+/* Memory outside the caching allocator (here a raw allocation, handed over without a copy) may be
+ * freed while a consumer maps it: it is not exported, the staged route carries it. */
+static void test_route_raw_memory_staged(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("r8");
+    mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT32, 64, 7);
+    void *raw;
+    assert_mstar_ok(mstar_device_alloc(w->bp, 256, &raw));
+    memcpy(raw, t.data, 256);
+    mstar_tensor dev = t;
+    dev.data = raw;
+    mstar_output o = output_of("sig", dev);
+    o.release = no_release;
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
+    assert_mstar_ok(mstar_comm_increment_ref(w->p, info.uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
+    info = e.tensor_info[0];
+    mstar_edge_clear(&e);
+    assert_string_equal(info.cuda_ipc.host_id, "");
+    assert_mstar_ok(read_infos(w, &rid, &info, 1));
+    collect_ready(w->c, 1);
+    check_bytes(w->c, info.uuid, &t);
+    assert_int_equal(opens_of(w->c), 0);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_device_free(w->bp, raw));
+    free(t.data);
+}
+
 /* Zero-size tensors have no bytes to reach: the staged route carries them. */
 static void test_route_zero_size(void **state)
 {
@@ -381,6 +418,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_segment_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_auto_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_raw_memory_staged, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -359,9 +359,11 @@ static void *source_alloc(producer *p, uint64_t size)
         memset(bytes, 0x5a, size);
         return bytes;
     }
+    /* From the caching allocator, which keeps its segments: a consumer may still map one over
+     * the CUDA IPC route, and CUDA memory must not be freed while another process maps it. */
     void *bytes;
     mstar_stream *st;
-    CHECK(mstar_device_alloc(p->backend, size, &bytes));
+    CHECK(mstar_caching_alloc(p->backend, size, &bytes));
     CHECK(mstar_stream_create(p->backend, MSTAR_STREAM_DEFAULT, &st));
     CHECK(mstar_memset_async(st, bytes, 0x5a, size));
     CHECK(mstar_stream_synchronize(st));
@@ -374,7 +376,7 @@ static void source_free(producer *p, void *bytes)
     if (p->backend == NULL)
         free(bytes);
     else
-        CHECK(mstar_device_free(p->backend, bytes));
+        CHECK(mstar_caching_free(p->backend, bytes));
 }
 
 static void measure(producer *p, uint64_t size, bool quick, row *out)
