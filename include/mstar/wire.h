@@ -32,6 +32,8 @@ extern "C" {
 #define MSTAR_WIRE_MAX_ENTRIES 65536       /* entries of a uuid map or list */
 #define MSTAR_WIRE_MAX_KV      64          /* metadata entries */
 #define MSTAR_REMOTE_KEY_MAX   1024        /* bytes of a packed remote key */
+#define MSTAR_IPC_HANDLE_BYTES 64          /* a CUDA IPC memory or event handle */
+#define MSTAR_HOST_ID_MAX      63          /* bytes of a host identity (a boot id) */
 
 /* ---------------------------------------------------------------------------------------------
  * Request ids: an integer (worker handles) or a string (api-server ids); an opaque key.
@@ -59,6 +61,20 @@ MSTAR_API const char *mstar_rid_format(const mstar_rid *rid, char buf[MSTAR_RID_
  * Tensor descriptor (reference TensorPointerInfo; design.md "Descriptors and edges")
  * ------------------------------------------------------------------------------------------- */
 
+/* Where a device tensor's bytes can be reached on the producer's host without leaving the GPUs
+ * (the CUDA IPC route, docs/wire-format.md): the allocation segment that holds them, exported
+ * once, and an event the producer recorded after the work that wrote them. host_id "" = none. */
+typedef struct mstar_cuda_ipc_ref {
+    char host_id[MSTAR_HOST_ID_MAX + 1];        /* the producer's host (its boot id) */
+    uint8_t mem_handle[MSTAR_IPC_HANDLE_BYTES]; /* cudaIpcMemHandle_t of the segment */
+    uint8_t
+        event_handle[MSTAR_IPC_HANDLE_BYTES]; /* cudaIpcEventHandle_t, recorded after the write */
+    uint64_t segment_size;   /* bytes of the segment; the reader checks it after opening */
+    uint64_t segment_offset; /* where the tensor's bytes (offset 0) start in the segment */
+    int32_t device;          /* the producer's CUDA device ordinal */
+    int32_t pid;             /* the producer's process id (liveness) */
+} mstar_cuda_ipc_ref;
+
 typedef struct mstar_tensor_info {
     mstar_tensor_id uuid;
     mstar_dtype dtype;
@@ -78,6 +94,7 @@ typedef struct mstar_tensor_info {
     char source_graph_walk[MSTAR_NAME_MAX + 1]; /* "" = None */
     uint32_t remote_key_len;                    /* 0 = none */
     uint8_t remote_key[MSTAR_REMOTE_KEY_MAX];   /* packed remote key of the producer's memory */
+    mstar_cuda_ipc_ref cuda_ipc;                /* host_id "" = no CUDA IPC route */
 } mstar_tensor_info;
 
 /* Defaults: everything zero/empty, source_tp_size 1. */

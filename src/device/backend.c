@@ -198,8 +198,10 @@ void mstar__raw_free(mstar_backend *b, void *ptr)
     uint64_t size = 0;
     pthread_mutex_lock(&b->lock);
     bool known = mstar__u64map_remove(&b->raw, (uint64_t)(uintptr_t)ptr, &size);
-    if (known)
+    if (known) {
         b->raw_bytes -= size;
+        b->raw_frees++;
+    }
     pthread_mutex_unlock(&b->lock);
     if (known)
         b->ops->raw_free(b, ptr);

@@ -80,6 +80,15 @@ typedef struct mstar__backend_ops {
     mstar_status (*graph_instantiate)(mstar_graph *g, bool keep_graph);
     mstar_status (*graph_launch)(mstar_graph *g, mstar_stream *s);
     void (*graph_release)(mstar_graph *g); /* the native parts only */
+
+    /* Sharing device memory and events with other processes on the host (ipc.c has the entry
+     * points and their contracts). NULL where the backend cannot: MSTAR_ENOTSUP. */
+    mstar_status (*ipc_mem_export)(mstar_backend *b, void *base, uint8_t *handle);
+    mstar_status (*ipc_mem_open)(mstar_backend *b, const uint8_t *handle, void **base,
+                                 uint64_t *size);
+    void (*ipc_mem_close)(mstar_backend *b, void *base);
+    mstar_status (*ipc_event_create)(mstar_event *e, uint8_t *handle);
+    mstar_status (*ipc_event_open)(mstar_event *e, const uint8_t *handle);
 } mstar__backend_ops;
 
 struct mstar_backend {
@@ -93,6 +102,7 @@ struct mstar_backend {
     mstar__u64map pinned;     /* pinned allocation → size */
     mstar__u64map registered; /* registered host range start → size */
     uint64_t raw_bytes;       /* held by raw allocations (the caching allocator's segments too) */
+    uint64_t raw_frees;       /* raw allocations freed so far: exported handles may be stale */
     uint64_t budget;          /* host backend: 0 = unlimited */
     /* Lock order: pools_lock, then an allocator's lock (a pool's, the caching one's), then
      * lock — an allocator takes `lock` for its segments while it holds its own, so `pools` has
@@ -173,6 +183,48 @@ void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool);
  * event-record node; host: nothing, a host replay has run all its work when it returns).
  * MSTAR_ESTATE when `s` does not capture. */
 mstar_status mstar__event_record_in_capture(mstar_event *e, mstar_stream *s);
+
+/* ---- CUDA IPC (ipc.c) ---------------------------------------------------------------------
+ *
+ * A producer exports the raw allocation (an allocator segment, or a raw mstar_device_alloc) that
+ * holds a pointer, once per segment; a consumer in another process of the same host opens the
+ * handle and gets the segment mapped into its own address space, on its own device. Handles are
+ * MSTAR__IPC_HANDLE_BYTES opaque bytes (cudaIpcMemHandle_t, cudaIpcEventHandle_t).
+ *
+ * The host backend has an in-process stand-in (ipc_host.c): a handle names a live raw allocation
+ * of a host backend in this process, and its events are always complete. It exists so that the
+ * logic above these calls (the handle cache, the range checks, the route choice) runs in CI. */
+#define MSTAR__IPC_HANDLE_BYTES 64
+
+typedef struct mstar__ipc_segment {
+    uint8_t handle[MSTAR__IPC_HANDLE_BYTES];
+    void *base;    /* the segment's first byte in the exporter */
+    uint64_t size; /* its size */
+} mstar__ipc_segment;
+
+/* The raw allocation that holds [ptr, ptr + nbytes), exported. MSTAR_ENOENT when no single raw
+ * allocation of `b` holds the range (a pool block is in one too: pools allocate raw segments). */
+mstar_status mstar__ipc_export(mstar_backend *b, const void *ptr, uint64_t nbytes,
+                               mstar__ipc_segment *out);
+/* How many raw allocations `b` has freed: a cache of exported handles is stale once it moves
+ * (a new allocation may reuse a freed one's address under another handle). */
+uint64_t mstar__ipc_generation(mstar_backend *b);
+/* Map another process's exported segment: *base and its real *size. MSTAR_ENOENT for a handle
+ * that names no live exported segment. Close each successful open once. */
+mstar_status mstar__ipc_open(mstar_backend *b, const uint8_t *handle, void **base, uint64_t *size);
+void mstar__ipc_close(mstar_backend *b, void *base);
+/* An event other processes can wait on (CUDA: interprocess, no timing), and its handle. */
+mstar_status mstar__ipc_event_create(mstar_backend *b, mstar_event **out, uint8_t *handle);
+/* Another process's event: record it there, wait on it here (mstar_stream_wait_event). */
+mstar_status mstar__ipc_event_open(mstar_backend *b, const uint8_t *handle, mstar_event **out);
+
+/* The host backend's stand-in (ipc_host.c). */
+mstar_status mstar__host_ipc_mem_export(mstar_backend *b, void *base, uint8_t *handle);
+mstar_status mstar__host_ipc_mem_open(mstar_backend *b, const uint8_t *handle, void **base,
+                                      uint64_t *size);
+void mstar__host_ipc_mem_close(mstar_backend *b, void *base);
+/* Forget what `b` exported at `base` (its raw free), or all of it (NULL: its destroy). */
+void mstar__host_ipc_forget(mstar_backend *b, const void *base);
 
 /* Raw allocation with the shared bookkeeping (budget, registry); the allocators use these. */
 mstar_status mstar__raw_alloc(mstar_backend *b, size_t nbytes, void **out);

@@ -307,7 +307,7 @@ static mstar_status enqueue(mstar_stream *s, mstar_host_fn fn, const void *args,
 
 static void host_destroy(mstar_backend *b)
 {
-    (void)b;
+    mstar__host_ipc_forget(b, NULL);
 }
 
 static mstar_status host_raw_alloc(mstar_backend *b, size_t nbytes, void **out)
@@ -322,6 +322,7 @@ static mstar_status host_raw_alloc(mstar_backend *b, size_t nbytes, void **out)
 
 static void host_raw_free(mstar_backend *b, void *ptr)
 {
+    mstar__host_ipc_forget(b, ptr);
     free(ptr);
 }
 
@@ -389,6 +390,24 @@ static mstar_status host_event_create(mstar_event *e)
     pthread_cond_init(&h->cv, NULL);
     e->host = h;
     return MSTAR_OK;
+}
+
+/* The stand-in's interprocess events (ipc_host.c): the host backend's work has run when a
+ * synchronous stream returns, so an event opened from a handle is a fresh one, already complete;
+ * the handle only says which backend made it. */
+static mstar_status host_ipc_event_create(mstar_event *e, uint8_t *handle)
+{
+    memset(handle, 0, MSTAR__IPC_HANDLE_BYTES);
+    memcpy(handle, "mstar-host-event", 16);
+    return host_event_create(e);
+}
+
+static mstar_status host_ipc_event_open(mstar_event *e, const uint8_t *handle)
+{
+    if (memcmp(handle, "mstar-host-event", 16) != 0)
+        return mstar_error_set(MSTAR_ENOENT, "opening another process's event: the handle names "
+                                             "no event of the host backend");
+    return host_event_create(e);
 }
 
 static void host_event_destroy(mstar_event *e)
@@ -510,6 +529,11 @@ static const mstar__backend_ops host_ops = {
     .destroy = host_destroy,
     .raw_alloc = host_raw_alloc,
     .raw_free = host_raw_free,
+    .ipc_mem_export = mstar__host_ipc_mem_export,
+    .ipc_mem_open = mstar__host_ipc_mem_open,
+    .ipc_mem_close = mstar__host_ipc_mem_close,
+    .ipc_event_create = host_ipc_event_create,
+    .ipc_event_open = host_ipc_event_open,
     .host_alloc_pinned = host_raw_alloc,
     .host_free_pinned = host_raw_free,
     .host_register = host_register,

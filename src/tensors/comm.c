@@ -82,6 +82,19 @@ static mstar_status kind_from_env(mstar_transport_kind *out)
     return MSTAR_OK;
 }
 
+/* The host-local transports (files, arena) carry device tensors GPU to GPU when the route is
+ * on (MSTAR_CUDA_IPC; docs/environment.md). */
+static mstar_status wrap_cuda_ipc(mstar_comm *comm)
+{
+    mstar__cuda_ipc_mode mode;
+    mstar_status st = mstar__cuda_ipc_mode_get(&mode);
+    if (st != MSTAR_OK || !mstar__cuda_ipc_wanted(mode, comm->env.backend))
+        return st;
+    mstar__transport *inner = comm->transport;
+    comm->transport = NULL;
+    return mstar__transport_cuda_ipc_wrap(&comm->env, mode, inner, &comm->transport);
+}
+
 static mstar_status check_options(const mstar_comm_options *o, uint16_t *index)
 {
     if (o->entity == NULL)
@@ -236,6 +249,8 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
         st = mstar__transport_arena_create(&comm->env, &comm->transport);
         break;
     }
+    if (st == MSTAR_OK && comm->has_dir)
+        st = wrap_cuda_ipc(comm);
     if (st != MSTAR_OK)
         goto fail;
     hook_mesh(comm, opts);

@@ -91,6 +91,35 @@ mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar_
  * memory in flight); 0 for any other transport. Any thread. */
 uint64_t mstar__transport_ucx_pinned_bytes(mstar__transport *t);
 
+/* ---- the CUDA IPC route (transport_cuda_ipc.c) ------------------------------------------ */
+
+/* MSTAR_CUDA_IPC: 0 off, 1 forced (the route alone), AUTO (the default: on for CUDA backends,
+ * beside the staged copy). */
+typedef enum mstar__cuda_ipc_mode {
+    MSTAR__CUDA_IPC_OFF = 0,
+    MSTAR__CUDA_IPC_ON = 1,
+    MSTAR__CUDA_IPC_AUTO = 2,
+} mstar__cuda_ipc_mode;
+
+mstar_status mstar__cuda_ipc_mode_get(mstar__cuda_ipc_mode *out);
+/* Whether a manager with `backend` (NULL: host tensors only) wraps its transport in the route. */
+bool mstar__cuda_ipc_wanted(mstar__cuda_ipc_mode mode, const mstar_backend *backend);
+/* Whether a consumer on host `host_id` may read `info` over the route. */
+bool mstar__cuda_ipc_usable(const char *host_id, const mstar_tensor_info *info);
+/* The host identity in `path` (a boot id file): a name of 1..MSTAR_HOST_ID_MAX bytes into
+ * out[MSTAR_HOST_ID_MAX + 1]. */
+mstar_status mstar__host_id_read(const char *path, char *out);
+/* Wrap `inner` (files or arena) in the route; owns `inner` from the call on, even on failure. */
+mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
+                                            mstar__cuda_ipc_mode mode, mstar__transport *inner,
+                                            mstar__transport **out);
+/* Segments this manager has opened over the route so far, and those still mapped (0 for any
+ * other transport); tests. */
+void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint64_t *mapped);
+/* Switch a wrapped transport's mode (tests: AUTO on the host stand-in, which the environment
+ * turns on only when forced). */
+void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mode mode);
+
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 
 /* A transport whose state is only its ops and env (local, files): allocate it, and free it as

@@ -28,6 +28,7 @@ enum {
     F_NODE,
     F_WALK,
     F_REMOTE_KEY,
+    F_CUDA_IPC,
     F_COUNT
 };
 
@@ -48,6 +49,7 @@ static const mstar__wkey keys[F_COUNT] = {
     [F_NODE] = { "_source_node_name", 17 },
     [F_WALK] = { "_source_graph_walk", 18 },
     [F_REMOTE_KEY] = { "remote_key", 10 },
+    [F_CUDA_IPC] = { "cuda_ipc", 8 },
 };
 
 #define REQUIRED                                                                    \
@@ -108,6 +110,67 @@ static mstar_status read_remote_key(mstar__rd *r, const mstar__wpath *path, msta
     return MSTAR_OK;
 }
 
+/* The `cuda_ipc` map (mstar_cuda_ipc_ref): every key required. */
+enum { C_HOST, C_MEM, C_EVENT, C_SEG_SIZE, C_SEG_OFFSET, C_DEVICE, C_PID, C_COUNT };
+
+static const mstar__wkey ipc_keys[C_COUNT] = {
+    [C_HOST] = { "host", 4 },
+    [C_MEM] = { "mem", 3 },
+    [C_EVENT] = { "event", 5 },
+    [C_SEG_SIZE] = { "segment_size", 12 },
+    [C_SEG_OFFSET] = { "segment_offset", 14 },
+    [C_DEVICE] = { "device", 6 },
+    [C_PID] = { "pid", 3 },
+};
+
+static const mstar__wmap ipc_map = { ipc_keys, C_COUNT, (UINT64_C(1) << C_COUNT) - 1,
+                                     (UINT64_C(1) << C_COUNT) - 1 };
+
+/* A handle is exactly MSTAR_IPC_HANDLE_BYTES: the runtime opens whatever it is given. */
+static mstar_status read_handle(mstar__rd *r, const mstar__wpath *path, uint8_t *dst)
+{
+    const char *s;
+    uint32_t len;
+    mstar_status st = mstar__rd_bin(r, path, &s, &len);
+    if (st != MSTAR_OK)
+        return st;
+    if (len != MSTAR_IPC_HANDLE_BYTES)
+        return mstar__wire_fail(MSTAR_EPROTO, path, "%u bytes, must be %d", len,
+                                MSTAR_IPC_HANDLE_BYTES);
+    memcpy(dst, s, len);
+    return MSTAR_OK;
+}
+
+static mstar_status read_ipc_field(mstar__rd *r, const mstar__wpath *path, int field, void *ctx)
+{
+    mstar_cuda_ipc_ref *out = ctx;
+    switch (field) {
+    case C_HOST: {
+        char name[MSTAR_NAME_MAX + 1];
+        mstar_status st = mstar__rd_name(r, path, false, name);
+        if (st == MSTAR_OK && strlen(name) > MSTAR_HOST_ID_MAX)
+            st = mstar__wire_fail(MSTAR_EPROTO, path, "%zu bytes, at most %d", strlen(name),
+                                  MSTAR_HOST_ID_MAX);
+        if (st == MSTAR_OK)
+            strcpy(out->host_id, name);
+        return st;
+    }
+    case C_MEM:
+        return read_handle(r, path, out->mem_handle);
+    case C_EVENT:
+        return read_handle(r, path, out->event_handle);
+    case C_SEG_SIZE:
+        return mstar__rd_uint(r, path, &out->segment_size);
+    case C_SEG_OFFSET:
+        return mstar__rd_uint(r, path, &out->segment_offset);
+    case C_DEVICE:
+        return mstar__rd_int32(r, path, 0, INT32_MAX, &out->device);
+    case C_PID:
+        return mstar__rd_int32(r, path, 1, INT32_MAX, &out->pid);
+    }
+    return mstar__wire_fail(MSTAR_EPROTO, path, "unhandled field");
+}
+
 /* The descriptor being read, and how many stride entries it had (-1: none yet). */
 typedef struct info_reading {
     mstar_tensor_info *info;
@@ -151,6 +214,8 @@ static mstar_status read_field(mstar__rd *r, const mstar__wpath *path, int field
         return read_optional_name(r, path, out->source_graph_walk);
     case F_REMOTE_KEY:
         return read_remote_key(r, path, out);
+    case F_CUDA_IPC:
+        return mstar__rd_fields(r, path, &ipc_map, read_ipc_field, &out->cuda_ipc);
     }
     return mstar__wire_fail(MSTAR_EPROTO, path, "unhandled field");
 }
@@ -232,6 +297,7 @@ static uint64_t present(const mstar_tensor_info *info)
     m |= (uint64_t)(info->source_node_name[0] != '\0') << F_NODE;
     m |= (uint64_t)(info->source_graph_walk[0] != '\0') << F_WALK;
     m |= (uint64_t)(info->remote_key_len != 0) << F_REMOTE_KEY;
+    m |= (uint64_t)(info->cuda_ipc.host_id[0] != '\0') << F_CUDA_IPC;
     return m;
 }
 
@@ -240,6 +306,37 @@ static void write_shape(mstar__wr *w, const int64_t *v, int32_t n)
     mstar__wr_array(w, (uint32_t)n);
     for (int32_t i = 0; i < n; i++)
         mstar__wr_int(w, v[i]);
+}
+
+static mstar_status write_ipc_field(mstar__wr *w, const mstar__wpath *path, int field,
+                                    const void *value)
+{
+    (void)path;
+    const mstar_cuda_ipc_ref *ipc = value;
+    switch (field) {
+    case C_HOST:
+        mstar__wr_cstr(w, ipc->host_id);
+        break;
+    case C_MEM:
+        mstar__wr_bin(w, ipc->mem_handle, MSTAR_IPC_HANDLE_BYTES);
+        break;
+    case C_EVENT:
+        mstar__wr_bin(w, ipc->event_handle, MSTAR_IPC_HANDLE_BYTES);
+        break;
+    case C_SEG_SIZE:
+        mstar__wr_uint(w, ipc->segment_size);
+        break;
+    case C_SEG_OFFSET:
+        mstar__wr_uint(w, ipc->segment_offset);
+        break;
+    case C_DEVICE:
+        mstar__wr_int(w, ipc->device);
+        break;
+    case C_PID:
+        mstar__wr_int(w, ipc->pid);
+        break;
+    }
+    return MSTAR_OK;
 }
 
 static mstar_status write_field(mstar__wr *w, const mstar__wpath *path, int field,
@@ -295,6 +392,9 @@ static mstar_status write_field(mstar__wr *w, const mstar__wpath *path, int fiel
     case F_REMOTE_KEY:
         mstar__wr_bin(w, info->remote_key, info->remote_key_len);
         break;
+    case F_CUDA_IPC:
+        return mstar__wr_fields(w, path, &ipc_map, ipc_map.allowed, write_ipc_field,
+                                &info->cuda_ipc);
     }
     return MSTAR_OK;
 }

@@ -99,6 +99,40 @@ static mstar_status check_names(mstar_status code, const mstar__wpath *path,
     return MSTAR_OK;
 }
 
+/* A CUDA IPC reference names a host, a live-looking process and device, and a range inside the
+ * segment: segment_offset + offset + nbytes within segment_size, without wrapping. A reader still
+ * checks the size against the segment it opens; this rejects what no segment could hold. */
+static mstar_status check_cuda_ipc(mstar_status code, const mstar__wpath *path,
+                                   const mstar_tensor_info *info)
+{
+    const mstar_cuda_ipc_ref *ipc = &info->cuda_ipc;
+    if (ipc->host_id[0] == '\0')
+        return MSTAR_OK;
+    mstar__wpath pipc = mstar__wpath_key(path, "cuda_ipc");
+    mstar__wpath p = mstar__wpath_key(&pipc, "host");
+    mstar_status st = mstar__wire_check_cname(code, &p, ipc->host_id, MSTAR_HOST_ID_MAX + 1, false);
+    if (st != MSTAR_OK)
+        return st;
+    if (ipc->device < 0) {
+        p = mstar__wpath_key(&pipc, "device");
+        return mstar__wire_fail(code, &p, "%d, must be >= 0", (int)ipc->device);
+    }
+    if (ipc->pid < 1) {
+        p = mstar__wpath_key(&pipc, "pid");
+        return mstar__wire_fail(code, &p, "%d, must be >= 1", (int)ipc->pid);
+    }
+    uint64_t end;
+    if (!mstar__add_u64(ipc->segment_offset, info->offset, &end) ||
+        !mstar__add_u64(end, info->nbytes, &end) || end > ipc->segment_size) {
+        p = mstar__wpath_key(&pipc, "segment_offset");
+        return mstar__wire_fail(
+            code, &p, "%llu + offset %llu + nbytes %llu runs past the segment's %llu bytes",
+            (unsigned long long)ipc->segment_offset, (unsigned long long)info->offset,
+            (unsigned long long)info->nbytes, (unsigned long long)ipc->segment_size);
+    }
+    return MSTAR_OK;
+}
+
 mstar_status mstar__wire_check_info(mstar_status code, const mstar__wpath *path,
                                     const mstar_tensor_info *info, bool names)
 {
@@ -133,6 +167,8 @@ mstar_status mstar__wire_check_info(mstar_status code, const mstar__wpath *path,
         return mstar__wire_fail(code, &p, "%u bytes, at most %d", info->remote_key_len,
                                 MSTAR_REMOTE_KEY_MAX);
     }
+    if ((st = check_cuda_ipc(code, path, info)) != MSTAR_OK)
+        return st;
     return names ? check_names(code, path, info) : MSTAR_OK;
 }
 

@@ -39,6 +39,15 @@ void mstar_test_sample_info(mstar_test_info_kind kind, mstar_tensor_info *out)
         out->remote_key_len = 100;
         for (uint32_t i = 0; i < out->remote_key_len; i++)
             out->remote_key[i] = (uint8_t)(i * 37 + 1);
+        strcpy(out->cuda_ipc.host_id, "0b6f2c1e-7d4a-4c55-9a0e-3f1d2b8c9e71");
+        for (int i = 0; i < MSTAR_IPC_HANDLE_BYTES; i++) {
+            out->cuda_ipc.mem_handle[i] = (uint8_t)(i * 13 + 5);
+            out->cuda_ipc.event_handle[i] = (uint8_t)(255 - i);
+        }
+        out->cuda_ipc.segment_size = 2u << 20;
+        out->cuda_ipc.segment_offset = 1536;
+        out->cuda_ipc.device = 1;
+        out->cuda_ipc.pid = 4242;
         break;
     case MSTAR_TEST_INFO_MINIMAL:
         out->uuid = mstar_id_make(103, 8);
@@ -313,6 +322,8 @@ const char *mstar_test_info_diff(const mstar_tensor_info *a, const mstar_tensor_
     DIFF_SCALAR(a, b, remote_key_len);
     if (memcmp(a->remote_key, b->remote_key, a->remote_key_len) != 0)
         return "remote_key";
+    if (memcmp(&a->cuda_ipc, &b->cuda_ipc, sizeof(a->cuda_ipc)) != 0)
+        return "cuda_ipc";
     return NULL;
 }
 

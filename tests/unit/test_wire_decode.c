@@ -482,6 +482,51 @@ static void test_descriptor_ranges(void **state)
                     D ".remote_key: 1025 bytes, at most 1024");
 }
 
+/* The CUDA IPC reference: handles of exactly 64 bytes, a host name, a device and pid in range,
+ * and a slice inside the segment; every key required. */
+static void test_descriptor_cuda_ipc(void **state)
+{
+    (void)state;
+    const mstar_msg_type T = MSTAR_MSG_INPUT_SIGNALS;
+    char h[80];
+    char *p = mp_encode_binl(h, MSTAR_IPC_HANDLE_BYTES - 1);
+    memset(p, 1, MSTAR_IPC_HANDLE_BYTES - 1);
+    expect_replaced(T, D ".cuda_ipc.mem", raw(h, (size_t)(p - h) + MSTAR_IPC_HANDLE_BYTES - 1),
+                    D ".cuda_ipc.mem: 63 bytes, must be 64");
+    p = mp_encode_binl(h, MSTAR_IPC_HANDLE_BYTES + 1);
+    memset(p, 1, MSTAR_IPC_HANDLE_BYTES + 1);
+    expect_replaced(T, D ".cuda_ipc.event", raw(h, (size_t)(p - h) + MSTAR_IPC_HANDLE_BYTES + 1),
+                    D ".cuda_ipc.event: 65 bytes, must be 64");
+    expect_replaced(T, D ".cuda_ipc.host", fmt("%s", ""), D ".cuda_ipc.host is empty");
+    expect_replaced(T, D ".cuda_ipc.host", fmt("%s", "../boot"), D ".cuda_ipc.host");
+    char longhost[MSTAR_HOST_ID_MAX + 2];
+    memset(longhost, 'h', MSTAR_HOST_ID_MAX + 1);
+    longhost[MSTAR_HOST_ID_MAX + 1] = '\0';
+    expect_replaced(T, D ".cuda_ipc.host", fmt("%s", longhost),
+                    D ".cuda_ipc.host: 64 bytes, at most 63");
+    expect_replaced(T, D ".cuda_ipc.device", fmt("%d", -1), D ".cuda_ipc.device: -1");
+    expect_replaced(T, D ".cuda_ipc.pid", fmt("%d", 0), D ".cuda_ipc.pid: 0");
+    /* The sample's slice is offset 96 + nbytes 48 at segment_offset 1536 of 2 MiB. */
+    expect_replaced(T, D ".cuda_ipc.segment_offset",
+                    fmt("%llu", (unsigned long long)(2u << 20) - 143),
+                    D ".cuda_ipc.segment_offset: 2097009 + offset 96 + nbytes 48 runs past");
+    expect_replaced(T, D ".cuda_ipc.segment_offset",
+                    fmt("%llu", (unsigned long long)UINT64_MAX - 100),
+                    D ".cuda_ipc.segment_offset:");
+    expect_replaced(T, D ".cuda_ipc.segment_size", fmt("%u", 1000u),
+                    D ".cuda_ipc.segment_offset: 1536 + offset 96 + nbytes 48 runs past the "
+                      "segment's 1000 bytes");
+    /* The last byte of the slice on the segment's last byte is fine. */
+    sample s = load(T, true);
+    size_t len;
+    char *buf = replace_value(&s, D ".cuda_ipc.segment_offset",
+                              fmt("%llu", (unsigned long long)(2u << 20) - 144), &len);
+    mstar_msg m = expect_ok(buf, len);
+    assert_int_equal(m.edges[0].tensor_info[0].cuda_ipc.segment_offset, (2u << 20) - 144);
+    mstar_msg_clear(&m);
+    unload(&s);
+}
+
 static void test_edge_and_message_ranges(void **state)
 {
     (void)state;
@@ -783,6 +828,10 @@ static void test_missing_required(void **state)
         { MSTAR_MSG_INPUT_SIGNALS, D ".nbytes", D ": missing required field 'nbytes'" },
         { MSTAR_MSG_INPUT_SIGNALS, D ".source_entity",
           D ": missing required field 'source_entity'" },
+        { MSTAR_MSG_INPUT_SIGNALS, D ".cuda_ipc.mem", D ".cuda_ipc: missing required field 'mem'" },
+        { MSTAR_MSG_INPUT_SIGNALS, D ".cuda_ipc.pid", D ".cuda_ipc: missing required field 'pid'" },
+        { MSTAR_MSG_INPUT_SIGNALS, D ".cuda_ipc.segment_size",
+          D ".cuda_ipc: missing required field 'segment_size'" },
         { MSTAR_MSG_INPUT_SIGNALS, E ".next_node", E ": missing required field 'next_node'" },
         { MSTAR_MSG_INPUT_SIGNALS, E ".name", E ": missing required field 'name'" },
         { MSTAR_MSG_WORKER_GRAPHS_DONE, "WORKER_GRAPHS_DONE.body.rx_info[1].dest_entity",
@@ -943,6 +992,7 @@ int main(void)
         cmocka_unit_test(test_wrong_type_every_field),
         cmocka_unit_test(test_non_string_key),
         cmocka_unit_test(test_descriptor_ranges),
+        cmocka_unit_test(test_descriptor_cuda_ipc),
         cmocka_unit_test(test_edge_and_message_ranges),
         cmocka_unit_test(test_huge_counts),
         cmocka_unit_test(test_bad_names),

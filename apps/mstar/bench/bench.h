@@ -124,12 +124,21 @@ typedef struct mstar_bench_transport_result {
     int nkinds;
     mstar_transport_kind kinds[MSTAR_BENCH_TRANSPORT_KINDS];
     mstar_bench_transport_row rows[MSTAR_BENCH_TRANSPORT_KINDS][MSTAR_BENCH_TRANSPORT_SIZES];
+    /* --device cuda: kinds are the arena twice, over the CUDA IPC route (cuda_ipc[k]) and
+     * staged; baselines per size in one process on cuda:0 instead of memcpy and ZeroMQ. */
+    bool device;
+    bool cuda_ipc[MSTAR_BENCH_TRANSPORT_KINDS];
+    double d2d_gbps[MSTAR_BENCH_TRANSPORT_SIZES];    /* device-to-device copy */
+    double staged_gbps[MSTAR_BENCH_TRANSPORT_SIZES]; /* pinned D2H then H2D */
 } mstar_bench_transport_result;
 
 /* kinds: files and/or the arena, or a UCX kind alone (measured with its TCP stream baseline). */
 mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
                                        mstar_bench_transport_result *out);
 void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out);
+/* Device tensors on cuda:0 between two processes: the arena over the CUDA IPC route and staged,
+ * and the in-process baselines. MSTAR_ENOTSUP without CUDA. */
+mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_result *out);
 /* With the arena measured: its throughput at >= 1 MiB >= 0.45x memcpy, its 4 KiB round trip
  * <= 3x the ZeroMQ ping-pong. With UCX: its throughput at >= 1 MiB >= 0.6x the TCP stream. */
 size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r,

@@ -1,6 +1,10 @@
 /*
- * bench_transport.c — `mstar bench transport [--transport files|arena|ucx-tcp|ucx-rdma] [--json]
- * [--quick]`.
+ * bench_transport.c — `mstar bench transport [--transport files|arena|ucx-tcp|ucx-rdma]
+ * [--device cpu|cuda] [--json] [--quick]`.
+ *
+ * With --device cuda (bench_transport's second half): the arena carries device tensors on cuda:0,
+ * once over the CUDA IPC route and once staged, each run in a child of its own, against a
+ * device-to-device copy and pinned D2H + H2D in one process.
  *
  * A producer (this process, worker_0) and a consumer (a forked process, worker_1) on one host,
  * talking over the control mesh (ipc), for tensors of 4 KiB to 64 MiB:
@@ -177,9 +181,22 @@ typedef struct setup {
     mstar_transport_kind kind;
     const char *ipc_dir;
     const char *shm_dir;
+    bool cuda; /* device tensors on cuda:0 in both processes */
 } setup;
 
-static mstar_comm *make_comm(const setup *s, const char *entity, mstar_mesh *mesh)
+/* The backend of a process of a device run (NULL: host tensors). Each process makes its own,
+ * after the fork: a CUDA context does not survive one. */
+static mstar_backend *make_backend(const setup *s)
+{
+    if (!s->cuda)
+        return NULL;
+    mstar_backend *b;
+    CHECK(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &b));
+    return b;
+}
+
+static mstar_comm *make_comm(const setup *s, const char *entity, mstar_mesh *mesh,
+                             mstar_backend *backend)
 {
     mstar_comm_options o;
     mstar_comm_options_init(&o);
@@ -188,6 +205,7 @@ static mstar_comm *make_comm(const setup *s, const char *entity, mstar_mesh *mes
     o.shm_dir = s->shm_dir;
     o.send = mstar_comm_send_via_mesh;
     o.send_ctx = mesh;
+    o.backend = backend;
     mstar_comm *c;
     CHECK(mstar_comm_create(&o, &c));
     return c;
@@ -241,7 +259,8 @@ static void consumer(const setup *s)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     mstar_mesh *mesh = make_mesh(s, "worker_1");
-    mstar_comm *c = make_comm(s, "worker_1", mesh);
+    mstar_backend *b = make_backend(s);
+    mstar_comm *c = make_comm(s, "worker_1", mesh, b);
     send_simple(mesh, "worker_0", MSTAR_MSG_HELLO);
     int shutdowns = 0;
     while (shutdowns < 2) {
@@ -265,6 +284,8 @@ static void consumer(const setup *s)
     }
     mstar_comm_destroy(c);
     mstar_mesh_destroy(mesh);
+    if (b != NULL)
+        mstar_backend_destroy(b);
     _exit(0);
 }
 
@@ -275,6 +296,7 @@ static void no_release(void *ctx, void *data)
 typedef struct producer {
     mstar_mesh *mesh;
     mstar_comm *comm;
+    mstar_backend *backend; /* device runs: the source tensors live there */
     int64_t next_rid;
     int tcp_fd;       /* the TCP stream baseline's connection (UCX transports), or -1 */
     uint8_t *tcp_buf; /* where it reads */
@@ -288,7 +310,8 @@ static void send_one(producer *p, void *bytes, uint64_t size)
     memset(&o, 0, sizeof(o));
     o.signal = "x";
     int64_t n = (int64_t)size;
-    CHECK(mstar_tensor_init(&o.tensor, bytes, mstar_device_cpu(), MSTAR_DTYPE_UINT8, 1, &n));
+    mstar_device d = p->backend != NULL ? mstar_backend_device(p->backend) : mstar_device_cpu();
+    CHECK(mstar_tensor_init(&o.tensor, bytes, d, MSTAR_DTYPE_UINT8, 1, &n));
     o.release = no_release;
     mstar_tensor_info info;
     CHECK(mstar_comm_store_and_return_tensor_info(p->comm, &rid, &o, 1, NULL, &info));
@@ -326,12 +349,39 @@ static void wait_held(producer *p, size_t outstanding)
     }
 }
 
+/* The source of every handoff of one size: host memory, or device memory of the backend. */
+static void *source_alloc(producer *p, uint64_t size)
+{
+    if (p->backend == NULL) {
+        void *bytes = malloc(size);
+        if (bytes == NULL)
+            fail("source buffer");
+        memset(bytes, 0x5a, size);
+        return bytes;
+    }
+    /* From the caching allocator, which keeps its segments: a consumer may still map one over
+     * the CUDA IPC route, and CUDA memory must not be freed while another process maps it. */
+    void *bytes;
+    mstar_stream *st;
+    CHECK(mstar_caching_alloc(p->backend, size, &bytes));
+    CHECK(mstar_stream_create(p->backend, MSTAR_STREAM_DEFAULT, &st));
+    CHECK(mstar_memset_async(st, bytes, 0x5a, size));
+    CHECK(mstar_stream_synchronize(st));
+    mstar_stream_destroy(st);
+    return bytes;
+}
+
+static void source_free(producer *p, void *bytes)
+{
+    if (p->backend == NULL)
+        free(bytes);
+    else
+        CHECK(mstar_caching_free(p->backend, bytes));
+}
+
 static void measure(producer *p, uint64_t size, bool quick, row *out)
 {
-    void *bytes = malloc(size);
-    if (bytes == NULL)
-        fail("source buffer");
-    memset(bytes, 0x5a, size);
+    void *bytes = source_alloc(p, size);
     /* --quick is for tests, sanitizer builds included: few handoffs of the large sizes. */
     int iters = size <= (1u << 20) ? (quick ? 100 : 1000) : (quick ? 5 : 40);
     if (size >= (64u << 20))
@@ -378,7 +428,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
         double g = (double)size * (double)n / ((double)(mstar__now_ns() - t0) * 1e-9) / 1e9;
         out->gbps = g > out->gbps ? g : out->gbps;
     }
-    free(bytes);
+    source_free(p, bytes);
 }
 
 static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
@@ -388,7 +438,7 @@ static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
         fail("fork");
     if (pid == 0)
         consumer(s);
-    producer p = { NULL, NULL, 1, -1, NULL };
+    producer p = { NULL, NULL, NULL, 1, -1, NULL };
     pid_t tcp_pid = -1;
     if (is_ucx(s->kind)) {
         p.tcp_fd = mstar_bench_tcp_start(&tcp_pid, sizes[nsizes - 1]);
@@ -397,7 +447,8 @@ static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
             fail("the TCP stream baseline");
     }
     p.mesh = make_mesh(s, "worker_0");
-    p.comm = make_comm(s, "worker_0", p.mesh);
+    p.backend = make_backend(s);
+    p.comm = make_comm(s, "worker_0", p.mesh, p.backend);
     for (;;) {
         mstar_msg m;
         if (mstar_mesh_recv(p.mesh, -1, &m) != MSTAR_OK)
@@ -428,6 +479,8 @@ static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
     waitpid(pid, &status, 0);
     mstar_comm_destroy(p.comm);
     mstar_mesh_destroy(p.mesh);
+    if (p.backend != NULL)
+        mstar_backend_destroy(p.backend);
     mstar_bench_tcp_stop(p.tcp_fd, tcp_pid);
     free(p.tcp_buf);
 }
@@ -438,6 +491,25 @@ static void remove_tree(const char *dir)
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
     if (system(cmd) != 0)
         fprintf(stderr, "mstar bench transport: could not remove %s\n", dir);
+}
+
+/* What every run sets up: malloc tuned as the file comment says, the scratch directories (the
+ * templates, made unique in place), the arena segment size, SIGPIPE ignored (a baseline peer
+ * that died is an error, not a signal). */
+static mstar_status prepare(char *ipc_dir, char *shm_dir)
+{
+    mallopt(M_MMAP_THRESHOLD, 256 << 20);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
+    if (mkdtemp(ipc_dir) == NULL)
+        return mstar_error_set(MSTAR_EIO, "%s: %s", ipc_dir, strerror(errno));
+    if (mkdtemp(shm_dir) == NULL) {
+        mstar_status st = mstar_error_set(MSTAR_EIO, "%s: %s", shm_dir, strerror(errno));
+        remove_tree(ipc_dir);
+        return st;
+    }
+    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "256", 0);
+    signal(SIGPIPE, SIG_IGN);
+    return MSTAR_OK;
 }
 
 mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
@@ -453,19 +525,11 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
             return mstar_error_set(MSTAR_EINVAL,
                                    "kinds[%d]: %s, want files or arena, or a UCX kind alone", k,
                                    mstar_transport_kind_name(kinds[k]));
-    mallopt(M_MMAP_THRESHOLD, 256 << 20);
-    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
     char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
-    if (mkdtemp(ipc_dir) == NULL)
-        return mstar_error_set(MSTAR_EIO, "%s: %s", ipc_dir, strerror(errno));
-    if (mkdtemp(shm_dir) == NULL) {
-        mstar_status st = mstar_error_set(MSTAR_EIO, "%s: %s", shm_dir, strerror(errno));
-        remove_tree(ipc_dir);
+    mstar_status st = prepare(ipc_dir, shm_dir);
+    if (st != MSTAR_OK)
         return st;
-    }
-    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "256", 0);
-    signal(SIGPIPE, SIG_IGN); /* a baseline peer that died is an error, not a signal */
     mstar_bench_progress("transport", "scratch directories %s and %s", ipc_dir, shm_dir);
     mstar_bench_progress("transport", "baselines: memcpy, ZeroMQ ping-pong");
     out->memcpy_gbps = memcpy_gbps();
@@ -475,12 +539,170 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     out->nkinds = nkinds;
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
-        setup s = { kinds[k], ipc_dir, shm_dir };
+        setup s = { kinds[k], ipc_dir, shm_dir, false };
         run_transport(&s, quick, out->nsizes, out->rows[k]);
     }
     remove_tree(ipc_dir);
     remove_tree(shm_dir);
     return MSTAR_OK;
+}
+
+/* ---- device tensors (--device cuda) --------------------------------------------------------- */
+
+/* The arena with device tensors and MSTAR_CUDA_IPC=`route`, in a child of its own: this process
+ * must not touch CUDA before its later forks. The rows come back over a pipe. */
+static void run_device_route(const setup *s, const char *route, bool quick, int nsizes, row *rows)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        fail("pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork");
+    if (pid == 0) {
+        close(fds[0]);
+        setenv("MSTAR_CUDA_IPC", route, 1);
+        run_transport(s, quick, nsizes, rows);
+        size_t n = sizeof(row) * (size_t)nsizes;
+        _exit(write(fds[1], rows, n) == (ssize_t)n ? 0 : 1);
+    }
+    close(fds[1]);
+    size_t want = sizeof(row) * (size_t)nsizes, got = 0;
+    for (ssize_t r = 1; got < want && r > 0; got += r > 0 ? (size_t)r : 0)
+        r = read(fds[0], (char *)rows + got, want - got);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got != want || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "mstar bench transport: the device run with MSTAR_CUDA_IPC=%s failed\n",
+                route);
+        exit(1);
+    }
+}
+
+/* GB/s of copies of `size` bytes on one stream, best of ROUNDS: device to device, or device to
+ * pinned host then back (`staged`), as one process would move a tensor without the transport. */
+static double copy_gbps(mstar_backend *b, mstar_stream *st, void *src, void *dst, void *pinned,
+                        uint64_t size, bool staged)
+{
+    int reps = size <= (1u << 20) ? 200 : 20;
+    double best = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        uint64_t t0 = mstar__now_ns();
+        for (int i = 0; i < reps; i++) {
+            if (staged) {
+                CHECK(mstar_memcpy_async(st, pinned, src, size, MSTAR_MEMCPY_D2H));
+                CHECK(mstar_memcpy_async(st, dst, pinned, size, MSTAR_MEMCPY_H2D));
+            } else {
+                CHECK(mstar_memcpy_async(st, dst, src, size, MSTAR_MEMCPY_D2D));
+            }
+        }
+        CHECK(mstar_stream_synchronize(st));
+        double g = (double)size * reps / ((double)(mstar__now_ns() - t0) * 1e-9) / 1e9;
+        best = g > best ? g : best;
+    }
+    (void)b;
+    return best;
+}
+
+static void device_baselines(int nsizes, mstar_bench_transport_result *out)
+{
+    mstar_backend *b;
+    mstar_stream *st;
+    CHECK(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &b));
+    CHECK(mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &st));
+    uint64_t most = sizes[nsizes - 1];
+    void *src, *dst, *pinned;
+    CHECK(mstar_device_alloc(b, most, &src));
+    CHECK(mstar_device_alloc(b, most, &dst));
+    CHECK(mstar_host_alloc_pinned(b, most, &pinned));
+    for (int i = 0; i < nsizes; i++) {
+        out->d2d_gbps[i] = copy_gbps(b, st, src, dst, pinned, sizes[i], false);
+        out->staged_gbps[i] = copy_gbps(b, st, src, dst, pinned, sizes[i], true);
+    }
+    CHECK(mstar_host_free_pinned(b, pinned));
+    CHECK(mstar_device_free(b, dst));
+    CHECK(mstar_device_free(b, src));
+    mstar_stream_destroy(st);
+    mstar_backend_destroy(b);
+}
+
+mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
+    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
+    mstar_status st = prepare(ipc_dir, shm_dir);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_bench_progress("transport", "scratch directories %s and %s", ipc_dir, shm_dir);
+    out->device = true;
+    out->in_flight = IN_FLIGHT;
+    out->nsizes = quick ? NSIZES - 1 : NSIZES;
+    out->nkinds = 2;
+    static const char *const routes[2] = { "1", "0" };
+    for (int k = 0; k < 2; k++) {
+        out->kinds[k] = MSTAR_TRANSPORT_ARENA;
+        out->cuda_ipc[k] = k == 0;
+        mstar_bench_progress("transport", "device tensors, MSTAR_CUDA_IPC=%s", routes[k]);
+        setup s = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, true };
+        run_device_route(&s, routes[k], quick, out->nsizes, out->rows[k]);
+    }
+    mstar_bench_progress("transport", "baselines: device-to-device, pinned D2H + H2D");
+    device_baselines(out->nsizes, out);
+    remove_tree(ipc_dir);
+    remove_tree(shm_dir);
+    return MSTAR_OK;
+}
+
+static void print_device_table(const mstar_bench_transport_result *r)
+{
+    printf("transport, device tensors on cuda:0: one producer, one consumer process; %d in flight\n"
+           "baselines in one process: a device-to-device copy (d2d) and pinned D2H then H2D "
+           "(staged)\n\n",
+           r->in_flight);
+    for (int k = 0; k < r->nkinds; k++) {
+        printf("arena, %s\n  %-8s %12s %12s %10s %10s %10s %10s\n",
+               r->cuda_ipc[k] ? "CUDA IPC route (MSTAR_CUDA_IPC=1)" : "staged (MSTAR_CUDA_IPC=0)",
+               "size", "rt p50 us", "rt p99 us", "GB/s", "d2d GB/s", "staged", "/baseline");
+        for (int i = 0; i < r->nsizes; i++) {
+            const row *w = &r->rows[k][i];
+            char h[32];
+            mstar_bench_size_name(w->bytes, h, sizeof(h));
+            double base = r->cuda_ipc[k] ? r->d2d_gbps[i] : r->staged_gbps[i];
+            printf("  %-8s %12.1f %12.1f %10.2f %10.2f %10.2f %9.2fx\n", h, w->rt_p50_us,
+                   w->rt_p99_us, w->gbps, r->d2d_gbps[i], r->staged_gbps[i], w->gbps / base);
+        }
+        printf("\n");
+    }
+}
+
+/* The start of one size's JSON object: the fields every run measures (the caller closes it). */
+static void json_row_open(FILE *out, const row *w, int i)
+{
+    fprintf(out, "%s{\"bytes\":%llu", i ? "," : "", (unsigned long long)w->bytes);
+    mstar_bench_json_field(out, "rt_p50_us", w->rt_p50_us, 4);
+    mstar_bench_json_field(out, "rt_p99_us", w->rt_p99_us, 4);
+    mstar_bench_json_field(out, "gbps", w->gbps, 4);
+}
+
+static void device_json(const mstar_bench_transport_result *r, FILE *out)
+{
+    fprintf(out, "{\"suite\":\"transport\",\"device\":\"cuda:0\",\"in_flight\":%d,\"routes\":[",
+            r->in_flight);
+    for (int k = 0; k < r->nkinds; k++) {
+        fprintf(out, "%s{\"route\":\"%s\",\"sizes\":[", k ? "," : "",
+                r->cuda_ipc[k] ? "cuda_ipc" : "staged");
+        for (int i = 0; i < r->nsizes; i++) {
+            const row *w = &r->rows[k][i];
+            json_row_open(out, w, i);
+            mstar_bench_json_field(out, "d2d_gbps", r->d2d_gbps[i], 4);
+            mstar_bench_json_field(out, "staged_gbps", r->staged_gbps[i], 4);
+            fprintf(out, "}");
+        }
+        fprintf(out, "]}");
+    }
+    fprintf(out, "]}\n");
 }
 
 /* A UCX transport's throughput at >= 1 MiB against the TCP stream (lowest ratio). */
@@ -542,10 +764,7 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
                 mstar_transport_kind_name(r->kinds[k]));
         for (int i = 0; i < r->nsizes; i++) {
             const row *w = &r->rows[k][i];
-            fprintf(out, "%s{\"bytes\":%llu", i ? "," : "", (unsigned long long)w->bytes);
-            mstar_bench_json_field(out, "rt_p50_us", w->rt_p50_us, 4);
-            mstar_bench_json_field(out, "rt_p99_us", w->rt_p99_us, 4);
-            mstar_bench_json_field(out, "gbps", w->gbps, 4);
+            json_row_open(out, w, i);
             mstar_bench_json_field(out, "vs_memcpy", w->gbps / r->memcpy_gbps, 3);
             mstar_bench_json_field(out, "rt_vs_zmq", w->rt_p50_us / r->zmq_p50_us, 3);
             if (is_ucx(r->kinds[k])) {
@@ -589,7 +808,7 @@ static void print_table(const mstar_bench_transport_result *r)
 
 int mstar_bench_transport(int argc, char **argv)
 {
-    bool json = false, quick = false;
+    bool json = false, quick = false, cuda = false;
     int nkinds = 2;
     mstar_transport_kind kinds[2] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
     for (int i = 1; i < argc; i++) {
@@ -597,6 +816,12 @@ int mstar_bench_transport(int argc, char **argv)
             json = true;
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            if (strcmp(argv[++i], "cuda") != 0 && strcmp(argv[i], "cpu") != 0) {
+                fprintf(stderr, "mstar bench transport: --device cpu|cuda\n");
+                return 2;
+            }
+            cuda = strcmp(argv[i], "cuda") == 0;
         } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
             if (mstar_transport_kind_from_name(argv[++i], &kinds[0]) != MSTAR_OK ||
                 kinds[0] == MSTAR_TRANSPORT_LOCAL) {
@@ -607,17 +832,23 @@ int mstar_bench_transport(int argc, char **argv)
             nkinds = 1;
         } else {
             fprintf(stderr, "usage: mstar bench transport [--transport files|arena|ucx-tcp|"
-                            "ucx-rdma] [--json] [--quick]\n");
+                            "ucx-rdma] [--device cpu|cuda] [--json] [--quick]\n");
             return 2;
         }
     }
     mstar_bench_progress_enable(!json);
     mstar_bench_transport_result r;
-    if (mstar_bench_transport_run(kinds, nkinds, quick, &r) != MSTAR_OK) {
+    mstar_status st = cuda ? mstar_bench_transport_cuda_run(quick, &r)
+                           : mstar_bench_transport_run(kinds, nkinds, quick, &r);
+    if (st != MSTAR_OK) {
         fprintf(stderr, "mstar bench transport: %s\n", mstar_last_error());
         return 1;
     }
-    if (json)
+    if (cuda && json)
+        device_json(&r, stdout);
+    else if (cuda)
+        print_device_table(&r);
+    else if (json)
         mstar_bench_transport_json(&r, stdout);
     else
         print_table(&r);

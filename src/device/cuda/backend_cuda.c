@@ -21,7 +21,8 @@
 #include <string.h>
 
 struct cuda_impl {
-    PFN_cuMemGetInfo_v3020 mem_get_info; /* driver cuMemGetInfo, or NULL */
+    PFN_cuMemGetInfo_v3020 mem_get_info;          /* driver cuMemGetInfo, or NULL */
+    PFN_cuMemGetAddressRange_v3020 address_range; /* driver cuMemGetAddressRange, or NULL */
 };
 
 /* The copy of an mstar_launch call that a host node runs. */
@@ -371,6 +372,107 @@ static void cuda_graph_release(mstar_graph *g)
     g->host_calls.len = 0;
 }
 
+/* ---- CUDA IPC (device/ipc.c has the contracts) ----------------------------------------------- */
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == MSTAR__IPC_HANDLE_BYTES, "IPC memory handle size");
+_Static_assert(sizeof(cudaIpcEventHandle_t) == MSTAR__IPC_HANDLE_BYTES, "IPC event handle size");
+
+static mstar_status cuda_ipc_mem_export(mstar_backend *b, void *base, uint8_t *handle)
+{
+    mstar_status st = pin(b);
+    if (st != MSTAR_OK)
+        return st;
+    cudaIpcMemHandle_t h;
+    CUDA_TRY(b, cudaIpcGetMemHandle(&h, base));
+    memcpy(handle, &h, sizeof(h));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_ipc_mem_open(mstar_backend *b, const uint8_t *handle, void **base,
+                                      uint64_t *size)
+{
+    mstar_status st = pin(b);
+    if (st != MSTAR_OK)
+        return st;
+    struct cuda_impl *impl = b->impl;
+    if (impl->address_range == NULL)
+        return mstar_error_set(MSTAR_ENOTSUP,
+                               "cuda:%d: the driver has no cuMemGetAddressRange, "
+                               "so an opened segment's size cannot be checked",
+                               (int)b->device.index);
+    cudaIpcMemHandle_t h;
+    memcpy(&h, handle, sizeof(h));
+    void *p = NULL;
+    /* Peer access enabled lazily: the segment may live on another GPU of the host. */
+    cudaError_t err = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        /* A forged or stale handle, or one of a process that has exited. */
+        return mstar_error_set(
+            err == cudaErrorInvalidValue || err == cudaErrorInvalidResourceHandle ? MSTAR_ENOENT
+                                                                                  : MSTAR_EDEVICE,
+            "cuda:%d: cudaIpcOpenMemHandle refused the handle: %s (%s)", (int)b->device.index,
+            cudaGetErrorString(err), cudaGetErrorName(err));
+    }
+    CUdeviceptr start = 0;
+    size_t n = 0;
+    CUresult r = impl->address_range(&start, &n, (CUdeviceptr)(uintptr_t)p);
+    if (r != CUDA_SUCCESS || start != (CUdeviceptr)(uintptr_t)p) {
+        cudaIpcCloseMemHandle(p);
+        return mstar_error_set(MSTAR_EDEVICE,
+                               "cuda:%d: cuMemGetAddressRange of an opened segment failed "
+                               "(CUresult %d)",
+                               (int)b->device.index, (int)r);
+    }
+    *base = p;
+    *size = n;
+    return MSTAR_OK;
+}
+
+static void cuda_ipc_mem_close(mstar_backend *b, void *base)
+{
+    if (pin(b) == MSTAR_OK && cudaIpcCloseMemHandle(base) != cudaSuccess)
+        cudaGetLastError();
+}
+
+static mstar_status cuda_ipc_event_create(mstar_event *e, uint8_t *handle)
+{
+    mstar_status st = pin(e->backend);
+    if (st != MSTAR_OK)
+        return st;
+    cudaEvent_t ev;
+    CUDA_TRY(e->backend,
+             cudaEventCreateWithFlags(&ev, cudaEventInterprocess | cudaEventDisableTiming));
+    cudaIpcEventHandle_t h;
+    cudaError_t err = cudaIpcGetEventHandle(&h, ev);
+    if (err != cudaSuccess) {
+        cudaEventDestroy(ev);
+        return cuda_error(e->backend, err, "cudaIpcGetEventHandle");
+    }
+    memcpy(handle, &h, sizeof(h));
+    e->native = ev;
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_ipc_event_open(mstar_event *e, const uint8_t *handle)
+{
+    mstar_status st = pin(e->backend);
+    if (st != MSTAR_OK)
+        return st;
+    cudaIpcEventHandle_t h;
+    memcpy(&h, handle, sizeof(h));
+    cudaEvent_t ev;
+    cudaError_t err = cudaIpcOpenEventHandle(&ev, h);
+    if (err != cudaSuccess) {
+        cudaGetLastError();
+        return mstar_error_set(
+            MSTAR_ENOENT, "cuda:%d: cudaIpcOpenEventHandle refused the handle: %s (%s)",
+            (int)e->backend->device.index, cudaGetErrorString(err), cudaGetErrorName(err));
+    }
+    e->native = ev;
+    return MSTAR_OK;
+}
+
 static const mstar__backend_ops cuda_ops = {
     .name = "cuda",
     .destroy = cuda_destroy,
@@ -399,6 +501,11 @@ static const mstar__backend_ops cuda_ops = {
     .graph_instantiate = cuda_graph_instantiate,
     .graph_launch = cuda_graph_launch,
     .graph_release = cuda_graph_release,
+    .ipc_mem_export = cuda_ipc_mem_export,
+    .ipc_mem_open = cuda_ipc_mem_open,
+    .ipc_mem_close = cuda_ipc_mem_close,
+    .ipc_event_create = cuda_ipc_event_create,
+    .ipc_event_open = cuda_ipc_event_open,
 };
 
 mstar_status mstar__cuda_backend_create(mstar_backend *b)
@@ -443,5 +550,12 @@ mstar_status mstar__cuda_backend_create(mstar_backend *b)
         impl->mem_get_info = (PFN_cuMemGetInfo_v3020)fn;
     else
         cudaGetLastError(); /* fall back to cudaMemGetInfo */
+    fn = NULL;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &fn, 3020, cudaEnableDefault,
+                                         &q) == cudaSuccess &&
+        q == cudaDriverEntryPointSuccess)
+        impl->address_range = (PFN_cuMemGetAddressRange_v3020)fn;
+    else
+        cudaGetLastError(); /* no IPC route: opening a segment is refused */
     return MSTAR_OK;
 }

@@ -1,0 +1,743 @@
+/*
+ * transport_cuda_ipc.c — the device-to-device route between processes of one host (CUDA IPC),
+ * as a transport that wraps the staged one (files or arena).
+ *
+ * Producer: staging a device tensor exports the allocation segment that holds it (once per
+ * segment: the handle is cached by segment base) and records this manager's interprocess event
+ * on the staging stream after the work queued so far, so a consumer that waits on it never reads
+ * before the producer's kernels have written. `stamp` puts the segment handle, the event handle,
+ * where the bytes sit in the segment, this host's boot id and the producer's pid into the
+ * descriptor's cuda_ipc map. With MSTAR_CUDA_IPC=AUTO the staged copy is made as well, so a
+ * consumer that cannot use the route (no GPU, route off, a failed open) reads that instead; with
+ * MSTAR_CUDA_IPC=1 only the route is offered and such a consumer fails clearly.
+ *
+ * Consumer: a descriptor with a route from this host is read by opening the segment (cached per
+ * producer entity and handle, so many tensors in one segment pay one open), checking the real
+ * segment size against the descriptor, waiting on the producer's event on the read stream, and
+ * copying device to device into this process's memory; the read completes (and the ACK goes)
+ * once the copy has landed and the producer was still alive when it did. Mappings of producers
+ * that have exited are closed by `maintain` when no read is copying.
+ *
+ * The host backend's stand-in (device/ipc_host.c) lets all of this run without a GPU when
+ * MSTAR_CUDA_IPC=1; AUTO turns the route on for CUDA backends only.
+ */
+#include "tensors/transport.h"
+
+#include "core/u64map.h"
+#include "core/vec.h"
+#include "device/backend.h"
+#include "tensors/completion.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A segment this process exported: base → handle. */
+struct exported {
+    void *base;
+    uint64_t size;
+    uint8_t handle[MSTAR__IPC_HANDLE_BYTES];
+};
+
+/* Another process's segment, open here. */
+struct opened {
+    char entity[MSTAR_NAME_MAX + 1];
+    uint8_t handle[MSTAR__IPC_HANDLE_BYTES];
+    void *base;
+    uint64_t size;
+    int32_t pid;
+};
+
+/* Another process's event, open here. */
+struct opened_event {
+    char entity[MSTAR_NAME_MAX + 1];
+    uint8_t handle[MSTAR__IPC_HANDLE_BYTES];
+    mstar_event *event;
+    int32_t pid;
+};
+
+typedef struct ipc_transport {
+    mstar__transport base;
+    mstar__transport_ops ops; /* ipc_ops, adjusted to the inner transport */
+    mstar__transport *inner;
+    mstar__cuda_ipc_mode mode;
+    char host_id[MSTAR_HOST_ID_MAX + 1];
+    /* producer */
+    mstar_event *event; /* NULL until the first export */
+    uint8_t event_handle[MSTAR__IPC_HANDLE_BYTES];
+    mstar__vec exported;        /* struct exported, valid while the backend generation is: */
+    uint64_t exported_gen;      /* mstar__ipc_generation when `exported` was last emptied */
+    mstar__u64map staged;       /* uuid → mstar_cuda_ipc_ref * (offset of the tensor's byte 0) */
+    mstar__u64map inner_staged; /* uuid → 1 when the inner transport staged it too */
+    /* consumer */
+    mstar__vec opened;        /* struct opened */
+    mstar__vec opened_events; /* struct opened_event */
+    uint64_t opens;           /* segments opened so far (tests: one open for many tensors) */
+} ipc_transport;
+
+/* ---- pure parts -------------------------------------------------------------------------- */
+
+mstar_status mstar__cuda_ipc_mode_get(mstar__cuda_ipc_mode *out)
+{
+    static const char *const choices[] = { "0", "1", "AUTO" };
+    size_t idx;
+    mstar_status st = mstar_env_get_choice("MSTAR_CUDA_IPC", choices, 3, 2, &idx);
+    if (st != MSTAR_OK)
+        return st;
+    *out = (mstar__cuda_ipc_mode)idx;
+    return MSTAR_OK;
+}
+
+bool mstar__cuda_ipc_wanted(mstar__cuda_ipc_mode mode, const mstar_backend *backend)
+{
+    if (backend == NULL || mode == MSTAR__CUDA_IPC_OFF || backend->ops->ipc_mem_export == NULL)
+        return false;
+    return mode == MSTAR__CUDA_IPC_ON || mstar_backend_device(backend).type == MSTAR_DEVICE_CUDA;
+}
+
+bool mstar__cuda_ipc_usable(const char *host_id, const mstar_tensor_info *info)
+{
+    return info->cuda_ipc.host_id[0] != '\0' && host_id[0] != '\0' &&
+           strcmp(info->cuda_ipc.host_id, host_id) == 0;
+}
+
+mstar_status mstar__host_id_read(const char *path, char *out)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return mstar_error_set(MSTAR_EIO, "reading the host identity from %s: %s", path,
+                               strerror(errno));
+    char line[MSTAR_HOST_ID_MAX + 2] = { 0 };
+    bool got = fgets(line, sizeof(line), f) != NULL;
+    fclose(f);
+    size_t n = got ? strcspn(line, "\n") : 0;
+    line[n] = '\0';
+    if (n == 0 || n > MSTAR_HOST_ID_MAX ||
+        mstar_name_validate(line, n, "host identity") != MSTAR_OK)
+        return mstar_error_set(MSTAR_EPROTO, "the host identity in %s is not a name of 1-%d bytes",
+                               path, MSTAR_HOST_ID_MAX);
+    memcpy(out, line, n + 1);
+    return MSTAR_OK;
+}
+
+/* Whether process `pid` still exists (EPERM: it does, owned by someone else). */
+static bool process_alive(int32_t pid)
+{
+    return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* ---- producer ---------------------------------------------------------------------------- */
+
+static ipc_transport *ipc_of(mstar__transport *t)
+{
+    return (ipc_transport *)t;
+}
+
+/* The exported segment that holds the item's bytes (exported now if it is new here). */
+static mstar_status export_segment(ipc_transport *it, const mstar_tensor *tensor,
+                                   const struct exported **out)
+{
+    const mstar__transport_env *env = it->base.env;
+    uint64_t n = mstar_tensor_nbytes(tensor);
+    uintptr_t p = (uintptr_t)mstar_tensor_ptr(tensor);
+    uint64_t gen = mstar__ipc_generation(env->backend);
+    if (gen != it->exported_gen) { /* a segment went back: its address may now be another's */
+        it->exported.len = 0;
+        it->exported_gen = gen;
+    }
+    for (size_t i = 0; i < it->exported.len; i++) {
+        const struct exported *e = mstar__vec_at(&it->exported, i);
+        uintptr_t b = (uintptr_t)e->base;
+        if (p >= b && p - b <= e->size && n <= e->size - (p - b)) {
+            *out = e;
+            return MSTAR_OK;
+        }
+    }
+    mstar__ipc_segment seg;
+    mstar_status st = mstar__ipc_export(env->backend, (const void *)p, n, &seg);
+    if (st != MSTAR_OK)
+        return st;
+    struct exported e = { seg.base, seg.size, { 0 } };
+    memcpy(e.handle, seg.handle, sizeof(e.handle));
+    if ((st = mstar__vec_push(&it->exported, &e)) != MSTAR_OK)
+        return st;
+    *out = mstar__vec_at(&it->exported, it->exported.len - 1);
+    return MSTAR_OK;
+}
+
+/* Note the route of one device item: its segment exported, its reference kept by uuid. */
+static mstar_status export_item(ipc_transport *it, mstar__stage_item *item)
+{
+    /* Only blocks of the caching allocator, whose segments live until the allocator is trimmed
+     * or finalised: a graph pool's or a raw allocation may be freed while a consumer maps it,
+     * which CUDA leaves undefined. */
+    mstar_backend *b = it->base.env->backend;
+    if (!mstar__allocator_owns(&b->caching, item->tensor.data))
+        return mstar_error_set(MSTAR_ENOENT,
+                               "tensor %llu is not a block of the caching allocator, so it is not "
+                               "exported",
+                               (unsigned long long)item->uuid);
+    const struct exported *seg;
+    mstar_status st = export_segment(it, &item->tensor, &seg);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_cuda_ipc_ref *ref = calloc(1, sizeof(*ref));
+    if (ref == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+    memcpy(ref->host_id, it->host_id, sizeof(ref->host_id));
+    memcpy(ref->mem_handle, seg->handle, sizeof(ref->mem_handle));
+    memcpy(ref->event_handle, it->event_handle, sizeof(ref->event_handle));
+    ref->segment_size = seg->size;
+    ref->segment_offset =
+        (uint64_t)((uintptr_t)mstar_tensor_ptr(&item->tensor) - (uintptr_t)seg->base);
+    ref->device = it->base.env->backend->device.index;
+    ref->pid = (int32_t)getpid();
+    uint64_t old = 0;
+    if (mstar__u64map_get(&it->staged, item->uuid, &old))
+        free((void *)(uintptr_t)old);
+    st = mstar__u64map_put(&it->staged, item->uuid, (uint64_t)(uintptr_t)ref);
+    if (st != MSTAR_OK)
+        free(ref);
+    return st;
+}
+
+static void forget_staged(ipc_transport *it, mstar_tensor_id uuid)
+{
+    uint64_t v = 0;
+    if (mstar__u64map_remove(&it->staged, uuid, &v))
+        free((void *)(uintptr_t)v);
+}
+
+/* Which items the route carries: device tensors in blocks of the caching allocator. Other memory
+ * (MSTAR_ENOENT: a caller's tensor stored without a copy, a graph pool's block, a raw
+ * allocation) is not exported, as it may be freed or reused while a consumer has it mapped: the
+ * staged route carries it. Any other failed export does the same in AUTO and is an error with
+ * the route forced. */
+static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, size_t n,
+                                 bool *routed)
+{
+    const mstar__transport_env *env = it->base.env;
+    for (size_t i = 0; i < n; i++) {
+        routed[i] = false;
+        /* A zero-size tensor has no bytes to reach: the staged route carries it for nothing. */
+        if (!mstar__transport_on_device(env, &items[i].tensor) ||
+            mstar_tensor_nbytes(&items[i].tensor) == 0)
+            continue;
+        mstar_status st = export_item(it, &items[i]);
+        if (st == MSTAR_OK) {
+            routed[i] = true;
+        } else if (it->mode == MSTAR__CUDA_IPC_ON && st != MSTAR_ENOENT) {
+            for (size_t j = 0; j < i; j++)
+                if (routed[j])
+                    forget_staged(it, items[j].uuid);
+            return mstar_error_wrap("MSTAR_CUDA_IPC=1: tensor %llu",
+                                    (unsigned long long)items[i].uuid);
+        }
+    }
+    return MSTAR_OK;
+}
+
+/* This manager's interprocess event, made on first use: its handle goes into every reference. */
+static mstar_status ensure_event(ipc_transport *it)
+{
+    if (it->event != NULL)
+        return MSTAR_OK;
+    return mstar__ipc_event_create(it->base.env->backend, &it->event, it->event_handle);
+}
+
+/* Stage on the inner transport the items it must carry (all in AUTO, the unrouted ones with the
+ * route forced), and mark which it took. */
+static mstar_status stage_inner(ipc_transport *it, mstar__stage_item *items, size_t n,
+                                const bool *routed)
+{
+    mstar__stage_item *sub = malloc((n == 0 ? 1 : n) * sizeof(*sub));
+    if (sub == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!routed[i] || it->mode != MSTAR__CUDA_IPC_ON)
+            sub[k++] = items[i];
+    mstar_status st = k > 0 ? it->inner->ops->stage(it->inner, sub, k) : MSTAR_OK;
+    for (size_t i = 0, j = 0; st == MSTAR_OK && i < n; i++) {
+        if (routed[i] && it->mode == MSTAR__CUDA_IPC_ON)
+            continue;
+        items[i].tx_bytes = sub[j].tx_bytes;
+        items[i].tx_time_s = sub[j].tx_time_s;
+        j++;
+        st = mstar__u64map_put(&it->inner_staged, items[i].uuid, 1);
+    }
+    free(sub);
+    return st;
+}
+
+static mstar_status ipc_stage(mstar__transport *t, mstar__stage_item *items, size_t n)
+{
+    ipc_transport *it = ipc_of(t);
+    uint64_t t0 = mstar__now_ns();
+    bool *routed = calloc(n == 0 ? 1 : n, sizeof(*routed));
+    if (routed == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+    mstar_status st = ensure_event(it);
+    if (st == MSTAR_OK)
+        st = export_items(it, items, n, routed);
+    bool any = false;
+    for (size_t i = 0; i < n; i++)
+        any |= routed[i];
+    /* After everything the staging stream has queued (as the staged route copies there). */
+    if (st == MSTAR_OK && any)
+        st = mstar_event_record(it->event, it->base.env->d2h);
+    if (st == MSTAR_OK)
+        st = stage_inner(it, items, n, routed);
+    double dt = (double)(mstar__now_ns() - t0) * 1e-9;
+    for (size_t i = 0; i < n; i++) {
+        if (st != MSTAR_OK && routed[i])
+            forget_staged(it, items[i].uuid);
+        if (st == MSTAR_OK && routed[i] && it->mode == MSTAR__CUDA_IPC_ON) {
+            items[i].tx_bytes = mstar_tensor_nbytes(&items[i].tensor);
+            items[i].tx_time_s = dt;
+        }
+    }
+    free(routed);
+    return st;
+}
+
+static void ipc_stamp(mstar__transport *t, mstar_tensor_id uuid, mstar_tensor_info *info)
+{
+    ipc_transport *it = ipc_of(t);
+    if (it->inner->ops->stamp != NULL && mstar__u64map_find(&it->inner_staged, uuid) != NULL)
+        it->inner->ops->stamp(it->inner, uuid, info);
+    uint64_t v = 0;
+    if (mstar__u64map_get(&it->staged, uuid, &v))
+        info->cuda_ipc = *(const mstar_cuda_ipc_ref *)(uintptr_t)v;
+    else
+        memset(&info->cuda_ipc, 0, sizeof(info->cuda_ipc));
+}
+
+static void ipc_release(mstar__transport *t, mstar_tensor_id uuid, const mstar_tensor *tensor)
+{
+    ipc_transport *it = ipc_of(t);
+    /* The inner transport undoes what it staged, and registered reads (which it made too):
+     * everything but what only the route carried. */
+    uint64_t v;
+    bool inner = mstar__u64map_remove(&it->inner_staged, uuid, &v);
+    bool routed = mstar__u64map_find(&it->staged, uuid) != NULL;
+    forget_staged(it, uuid);
+    if (inner || !routed)
+        it->inner->ops->release(it->inner, uuid, tensor);
+}
+
+/* ---- consumer ---------------------------------------------------------------------------- */
+
+/* CUDA refuses to open a handle in the process that exported it, so a descriptor of this very
+ * process (two managers in one process) takes the staged route; the host stand-in works only
+ * inside one process, so it is exempt. */
+static bool routed_here(ipc_transport *it, const mstar_tensor_info *info)
+{
+    if (!mstar__cuda_ipc_usable(it->host_id, info))
+        return false;
+    return info->cuda_ipc.pid != (int32_t)getpid() ||
+           mstar_backend_device(it->base.env->backend).type != MSTAR_DEVICE_CUDA;
+}
+
+static mstar_status ipc_check(mstar__transport *t, const mstar_tensor_info *info)
+{
+    ipc_transport *it = ipc_of(t);
+    if (routed_here(it, info))
+        return MSTAR_OK; /* checked when read; the staged copy is checked if it is the fallback */
+    return it->inner->ops->check(it->inner, info);
+}
+
+/* The size a descriptor claims for its segment is the segment's real size. */
+static mstar_status check_size(const mstar_tensor_info *info, uint64_t size)
+{
+    if (size == info->cuda_ipc.segment_size)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EPROTO,
+                           "tensor %llu from '%s': cuda_ipc.segment_size says %llu bytes, the "
+                           "segment the handle opens has %llu",
+                           (unsigned long long)info->uuid, info->source_entity,
+                           (unsigned long long)info->cuda_ipc.segment_size,
+                           (unsigned long long)size);
+}
+
+/* The producer's segment, open here: from the cache, or opened now; either way checked against
+ * the descriptor's size (a handle that names another, smaller segment is refused, and a mapping
+ * opened for it closed again). */
+static mstar_status open_segment(ipc_transport *it, const mstar_tensor_info *info,
+                                 const struct opened **out)
+{
+    const mstar_cuda_ipc_ref *ref = &info->cuda_ipc;
+    for (size_t i = 0; i < it->opened.len; i++) {
+        const struct opened *o = mstar__vec_at(&it->opened, i);
+        if (strcmp(o->entity, info->source_entity) == 0 &&
+            memcmp(o->handle, ref->mem_handle, sizeof(o->handle)) == 0) {
+            *out = o;
+            return check_size(info, o->size);
+        }
+    }
+    mstar_backend *b = it->base.env->backend;
+    struct opened o = { .pid = ref->pid };
+    memcpy(o.entity, info->source_entity, sizeof(o.entity));
+    memcpy(o.handle, ref->mem_handle, sizeof(o.handle));
+    mstar_status st = mstar__ipc_open(b, ref->mem_handle, &o.base, &o.size);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("tensor %llu from '%s': opening its segment",
+                                (unsigned long long)info->uuid, info->source_entity);
+    st = check_size(info, o.size);
+    if (st == MSTAR_OK)
+        st = mstar__vec_push(&it->opened, &o);
+    if (st != MSTAR_OK) {
+        mstar__ipc_close(b, o.base);
+        return st;
+    }
+    it->opens++;
+    *out = mstar__vec_at(&it->opened, it->opened.len - 1);
+    return MSTAR_OK;
+}
+
+static mstar_status open_event(ipc_transport *it, const mstar_tensor_info *info, mstar_event **out)
+{
+    const uint8_t *h = info->cuda_ipc.event_handle;
+    for (size_t i = 0; i < it->opened_events.len; i++) {
+        const struct opened_event *o = mstar__vec_at(&it->opened_events, i);
+        if (strcmp(o->entity, info->source_entity) == 0 &&
+            memcmp(o->handle, h, sizeof(o->handle)) == 0) {
+            *out = o->event;
+            return MSTAR_OK;
+        }
+    }
+    struct opened_event o = { .pid = info->cuda_ipc.pid };
+    memcpy(o.entity, info->source_entity, sizeof(o.entity));
+    memcpy(o.handle, h, sizeof(o.handle));
+    mstar_status st = mstar__ipc_event_open(it->base.env->backend, h, &o.event);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("tensor %llu from '%s': opening its event",
+                                (unsigned long long)info->uuid, info->source_entity);
+    if ((st = mstar__vec_push(&it->opened_events, &o)) != MSTAR_OK) {
+        mstar_event_destroy(o.event);
+        return st;
+    }
+    *out = o.event;
+    return MSTAR_OK;
+}
+
+/* Queue one routed read: wait for the producer's event, copy its bytes into a new buffer. */
+static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, mstar__buf **out)
+{
+    const mstar__transport_env *env = it->base.env;
+    const mstar_cuda_ipc_ref *ref = &info->cuda_ipc;
+    if (!process_alive(ref->pid))
+        return mstar_error_set(MSTAR_ECLOSED,
+                               "tensor %llu from '%s': its producer (pid %d) has exited",
+                               (unsigned long long)info->uuid, info->source_entity, (int)ref->pid);
+    const struct opened *seg = NULL;
+    mstar_event *ev = NULL;
+    mstar_status st = open_segment(it, info, &seg);
+    if (st == MSTAR_OK)
+        st = open_event(it, info, &ev);
+    if (st != MSTAR_OK)
+        return st;
+    /* The decoder checked the range against segment_size, open_segment the size against the
+     * segment; checked again here because the copy trusts it. */
+    uint64_t start, end;
+    if (!mstar__add_u64(ref->segment_offset, info->offset, &start) ||
+        !mstar__add_u64(start, info->nbytes, &end) || end > seg->size)
+        return mstar_error_set(MSTAR_EPROTO,
+                               "tensor %llu from '%s': bytes %llu + %llu run past its segment "
+                               "of %llu bytes",
+                               (unsigned long long)info->uuid, info->source_entity,
+                               (unsigned long long)start, (unsigned long long)info->nbytes,
+                               (unsigned long long)seg->size);
+    mstar__buf *buf;
+    if ((st = mstar__transport_alloc_dest(env, info->nbytes, &buf)) != MSTAR_OK)
+        return st;
+    st = mstar_stream_wait_event(env->h2d, ev);
+    if (st == MSTAR_OK && info->nbytes > 0)
+        st = mstar_memcpy_async(env->h2d, buf->data, (const char *)seg->base + start,
+                                (size_t)info->nbytes, MSTAR_MEMCPY_D2D);
+    if (st != MSTAR_OK) {
+        mstar_stream_synchronize(env->h2d); /* the copy must not land in a freed buffer */
+        mstar__buf_release(buf);
+        return mstar_error_wrap("tensor %llu from '%s': device-to-device copy",
+                                (unsigned long long)info->uuid, info->source_entity);
+    }
+    *out = buf;
+    return MSTAR_OK;
+}
+
+/* What the landed callback checks: the producers were alive when the copies had run, so the
+ * bytes came from memory they still held. */
+struct landed {
+    mstar_completion *done;
+    size_t npids;
+    int32_t pids[];
+};
+
+static void ipc_landed(void *args)
+{
+    struct landed *l;
+    memcpy(&l, args, sizeof(l));
+    mstar_status st = MSTAR_OK;
+    char msg[128] = "";
+    for (size_t i = 0; i < l->npids && st == MSTAR_OK; i++) {
+        if (!process_alive(l->pids[i])) {
+            st = MSTAR_ECLOSED;
+            snprintf(msg, sizeof(msg), "the producer (pid %d) exited while its tensor was read",
+                     (int)l->pids[i]);
+        }
+    }
+    mstar__completion_finish(l->done, st, st == MSTAR_OK ? NULL : msg);
+    mstar_completion_release(l->done);
+    free(l);
+}
+
+static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items, size_t n,
+                                      const bool *routed, mstar_completion **out)
+{
+    const mstar__transport_env *env = it->base.env;
+    struct landed *l = malloc(sizeof(*l) + n * sizeof(int32_t));
+    if (l == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+    l->npids = 0;
+    for (size_t i = 0; i < n; i++)
+        if (routed[i])
+            l->pids[l->npids++] = items[i].info->cuda_ipc.pid;
+    mstar_completion *c;
+    mstar_status st = mstar__completion_create(env->wake_fd, &c);
+    if (st != MSTAR_OK) {
+        free(l);
+        return st;
+    }
+    l->done = mstar__completion_retain(c);
+    if ((st = mstar_launch(env->h2d, ipc_landed, &l, sizeof(l))) != MSTAR_OK) {
+        mstar_completion_release(c);
+        mstar_completion_release(c);
+        free(l);
+        return mstar_error_wrap("queueing the CUDA IPC read's completion");
+    }
+    *out = c;
+    return MSTAR_OK;
+}
+
+static void drop_bufs(mstar__read_item *items, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        mstar__buf_release(items[i].buf);
+        items[i].buf = NULL;
+    }
+}
+
+/* Whether to read this descriptor over the route: it comes from this host with one, and in
+ * AUTO its staged copy is the fallback if opening fails (read_routed says so). */
+static mstar_status read_routed(ipc_transport *it, mstar__read_item *items, size_t n, bool *routed)
+{
+    for (size_t i = 0; i < n; i++) {
+        items[i].buf = NULL;
+        items[i].registered = false;
+        routed[i] = false;
+        if (!routed_here(it, items[i].info))
+            continue;
+        mstar_status st = read_one(it, items[i].info, &items[i].buf);
+        if (st == MSTAR_OK) {
+            routed[i] = true;
+            continue;
+        }
+        /* In AUTO the staged copy is the fallback, if the producer made one (it did in AUTO). */
+        char why[256];
+        snprintf(why, sizeof(why), "%s", mstar_last_error());
+        bool fallback = it->mode != MSTAR__CUDA_IPC_ON &&
+                        it->inner->ops->check(it->inner, items[i].info) == MSTAR_OK;
+        if (!fallback) {
+            mstar_error_set(st, "%s", why);
+            mstar_stream_synchronize(it->base.env->h2d);
+            drop_bufs(items, i);
+            return st;
+        }
+        mstar_log(MSTAR_LOG_WARN, "CUDA IPC route unusable, reading the staged copy: %s", why);
+    }
+    return MSTAR_OK;
+}
+
+static mstar_status ipc_read(mstar__transport *t, mstar__read_item *items, size_t n,
+                             mstar_completion **done)
+{
+    ipc_transport *it = ipc_of(t);
+    *done = NULL;
+    bool *routed = calloc(n == 0 ? 1 : n, sizeof(*routed));
+    mstar__read_item *rest = malloc((n == 0 ? 1 : n) * sizeof(*rest));
+    mstar_status st = routed != NULL && rest != NULL
+                          ? read_routed(it, items, n, routed)
+                          : mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+    size_t k = 0, nrouted = 0;
+    for (size_t i = 0; st == MSTAR_OK && i < n; i++) {
+        if (routed[i])
+            nrouted++;
+        else
+            rest[k++] = items[i];
+    }
+    mstar_completion *inner_done = NULL;
+    if (st == MSTAR_OK && k > 0) {
+        st = it->inner->ops->read(it->inner, rest, k, &inner_done);
+        for (size_t i = 0, j = 0; i < n; i++)
+            if (!routed[i])
+                items[i] = rest[j++];
+    }
+    if (st == MSTAR_OK && nrouted > 0) {
+        /* A mixed batch whose staged part is still copying: let it land first, so one handle
+         * covers both (rare: a producer offers one route for all its device tensors). */
+        if (inner_done != NULL) {
+            st = mstar_completion_wait(inner_done, -1);
+            mstar_completion_release(inner_done);
+            inner_done = NULL;
+        }
+        if (st == MSTAR_OK)
+            st = landed_completion(it, items, n, routed, done);
+        if (st != MSTAR_OK) {
+            mstar_stream_synchronize(it->base.env->h2d);
+            drop_bufs(items, n);
+        }
+    } else if (st == MSTAR_OK) {
+        *done = inner_done;
+    } else if (routed != NULL && nrouted > 0) {
+        mstar_stream_synchronize(it->base.env->h2d);
+        for (size_t i = 0; i < n; i++)
+            if (routed[i]) {
+                mstar__buf_release(items[i].buf);
+                items[i].buf = NULL;
+            }
+    }
+    free(routed);
+    free(rest);
+    return st;
+}
+
+/* ---- upkeep ------------------------------------------------------------------------------ */
+
+/* Close the mappings and events of producers that have exited (no copy may be using them). */
+static void close_dead(ipc_transport *it)
+{
+    mstar_backend *b = it->base.env->backend;
+    for (size_t i = it->opened.len; i-- > 0;) {
+        struct opened *o = mstar__vec_at(&it->opened, i);
+        if (process_alive(o->pid))
+            continue;
+        mstar__ipc_close(b, o->base);
+        mstar__vec_remove(&it->opened, i);
+    }
+    for (size_t i = it->opened_events.len; i-- > 0;) {
+        struct opened_event *o = mstar__vec_at(&it->opened_events, i);
+        if (process_alive(o->pid))
+            continue;
+        mstar_event_destroy(o->event);
+        mstar__vec_remove(&it->opened_events, i);
+    }
+}
+
+static void ipc_maintain(mstar__transport *t, bool reads_idle)
+{
+    ipc_transport *it = ipc_of(t);
+    if (reads_idle)
+        close_dead(it);
+    if (it->inner->ops->maintain != NULL)
+        it->inner->ops->maintain(it->inner, reads_idle);
+}
+
+static void ipc_arena_stats(mstar__transport *t, mstar_arena_stats *out)
+{
+    ipc_transport *it = ipc_of(t);
+    it->inner->ops->arena_stats(it->inner, out);
+}
+
+static void free_staged(mstar__u64map *m)
+{
+    size_t i = 0;
+    uint64_t k, v;
+    while (mstar__u64map_next(m, &i, &k, &v))
+        free((void *)(uintptr_t)v);
+    mstar__u64map_free(m);
+}
+
+static void ipc_destroy(mstar__transport *t)
+{
+    ipc_transport *it = ipc_of(t);
+    mstar_backend *b = it->base.env->backend;
+    if (it->opened.len > 0 || it->opened_events.len > 0)
+        mstar_stream_synchronize(it->base.env->h2d);
+    for (size_t i = 0; i < it->opened.len; i++)
+        mstar__ipc_close(b, ((struct opened *)mstar__vec_at(&it->opened, i))->base);
+    for (size_t i = 0; i < it->opened_events.len; i++)
+        mstar_event_destroy(((struct opened_event *)mstar__vec_at(&it->opened_events, i))->event);
+    mstar__vec_free(&it->opened);
+    mstar__vec_free(&it->opened_events);
+    mstar__vec_free(&it->exported);
+    free_staged(&it->staged);
+    mstar__u64map_free(&it->inner_staged);
+    mstar_event_destroy(it->event);
+    it->inner->ops->destroy(it->inner);
+    free(it);
+}
+
+static const mstar__transport_ops ipc_ops = {
+    .name = "cuda_ipc",
+    .stage = ipc_stage,
+    .stamp = ipc_stamp,
+    .release = ipc_release,
+    .check = ipc_check,
+    .read = ipc_read,
+    .maintain = ipc_maintain,
+    .arena_stats = ipc_arena_stats,
+    .destroy = ipc_destroy,
+};
+
+mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
+                                            mstar__cuda_ipc_mode mode, mstar__transport *inner,
+                                            mstar__transport **out)
+{
+    ipc_transport *it = calloc(1, sizeof(*it));
+    if (it == NULL) {
+        inner->ops->destroy(inner);
+        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+    }
+    mstar_status st = mstar__host_id_read("/proc/sys/kernel/random/boot_id", it->host_id);
+    if (st != MSTAR_OK) {
+        free(it);
+        inner->ops->destroy(inner);
+        return mstar_error_wrap("MSTAR_CUDA_IPC needs the host's boot id");
+    }
+    /* Host copies help only while the staged route carries device tensors too (AUTO), and
+     * arena statistics exist only over the arena. */
+    it->ops = ipc_ops;
+    it->ops.needs_cpu_tensor = inner->ops->needs_cpu_tensor && mode != MSTAR__CUDA_IPC_ON;
+    if (inner->ops->arena_stats == NULL)
+        it->ops.arena_stats = NULL;
+    it->base.ops = &it->ops;
+    it->base.env = env;
+    it->inner = inner;
+    it->mode = mode;
+    mstar__vec_init(&it->exported, sizeof(struct exported));
+    mstar__vec_init(&it->opened, sizeof(struct opened));
+    mstar__vec_init(&it->opened_events, sizeof(struct opened_event));
+    mstar__u64map_init(&it->staged);
+    mstar__u64map_init(&it->inner_staged);
+    *out = &it->base;
+    return MSTAR_OK;
+}
+
+void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint64_t *mapped)
+{
+    bool ipc = t->ops->destroy == ipc_destroy;
+    *opens = ipc ? ipc_of(t)->opens : 0;
+    *mapped = ipc ? ipc_of(t)->opened.len : 0;
+}
+
+void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mode mode)
+{
+    if (t->ops->destroy != ipc_destroy)
+        return;
+    ipc_transport *it = ipc_of(t);
+    it->mode = mode;
+    it->ops.needs_cpu_tensor = it->inner->ops->needs_cpu_tensor && mode != MSTAR__CUDA_IPC_ON;
+}

@@ -1,0 +1,415 @@
+/*
+ * test_cuda_ipc.c — the CUDA IPC route between two processes on a GPU (MSTAR_CUDA_IPC=1). A
+ * producer child (worker_0) stores device tensors and sends their descriptors over a pipe; this
+ * process (worker_1) reads them over the route and ships its ACKs back the same way. Checked:
+ * bytes written by slow producer work queued on the default stream after the descriptor left
+ * (the consumer must wait on the producer's event); one segment opened once for many tensors;
+ * the producer frees only after the ACK; zero-size and odd sizes; a forged handle and a segment
+ * size past the real one refused; a producer killed while its segment is mapped fails the read
+ * and the mapping is closed. The consumer uses the last GPU, so on a machine with two GPUs the
+ * copy crosses them. Skips (77) without a GPU.
+ *
+ * The child is forked before this process touches CUDA (a CUDA context does not survive fork).
+ */
+#include "comm_harness.h"
+
+#include "tensors/comm_internal.h"
+#include "tensors/transport.h"
+
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+enum { OP_PRODUCE = 1, OP_ACK, OP_COUNT, OP_QUIT };
+
+struct cmd {
+    int op;
+    uint32_t n;
+    int64_t len; /* elements of uint8 per tensor */
+    uint32_t seed;
+    int slow_ms; /* producer work on the default stream before the bytes are written */
+};
+
+static int to_child[2], from_child[2];
+static pid_t child;
+static const char *dir;
+
+/* ---- pipe framing ------------------------------------------------------------------------- */
+
+static void write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w <= 0)
+            _exit(3);
+        c += w, n -= (size_t)w;
+    }
+}
+
+static bool read_all(int fd, void *p, size_t n)
+{
+    char *c = p;
+    while (n > 0) {
+        ssize_t r = read(fd, c, n);
+        if (r <= 0)
+            return false;
+        c += r, n -= (size_t)r;
+    }
+    return true;
+}
+
+static void send_blob(int fd, const void *p, size_t n)
+{
+    uint64_t len = n;
+    write_all(fd, &len, sizeof(len));
+    write_all(fd, p, n);
+}
+
+static void *recv_blob(int fd, size_t *n)
+{
+    uint64_t len = 0;
+    if (!read_all(fd, &len, sizeof(len)))
+        return NULL;
+    void *p = malloc(len > 0 ? len : 1);
+    if (p == NULL || !read_all(fd, p, len)) {
+        free(p);
+        return NULL;
+    }
+    *n = len;
+    return p;
+}
+
+/* ---- the producer child ------------------------------------------------------------------ */
+
+static void CUDART_CB sleep_ms(void *p)
+{
+    usleep((useconds_t)(*(int *)p) * 1000u);
+}
+
+static void release_device(void *ctx, void *data)
+{
+    mstar_caching_free(ctx, data);
+}
+
+/* n uint8 tensors of `len` bytes: device memory of the caching allocator, first filled with 0xee,
+ * then (after c->slow_ms of work on the default stream) with the pattern of `seed`. */
+static void child_produce(mstar_backend *b, mstar_comm *p, const struct cmd *c, int out)
+{
+    static int slow;
+    slow = c->slow_ms;
+    mstar_rid rid = mstar_rid_from_int(c->seed);
+    mstar_output o[32];
+    mstar_tensor_info infos[32];
+    void *pinned = NULL;
+    if (c->len > 0 && cudaHostAlloc(&pinned, (size_t)c->len * c->n, 0) != cudaSuccess)
+        _exit(4);
+    if (slow > 0)
+        cudaLaunchHostFunc(cudaStreamLegacy, sleep_ms, &slow);
+    for (uint32_t i = 0; i < c->n; i++) {
+        mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, c->len, c->seed + i);
+        void *dev = NULL;
+        if (mstar_caching_alloc(b, c->len > 0 ? (size_t)c->len : 1, &dev) != MSTAR_OK)
+            _exit(5);
+        if (c->len > 0) {
+            char *h = (char *)pinned + (size_t)c->len * i;
+            memcpy(h, t.data, (size_t)c->len);
+            cudaMemset(dev, 0xee, (size_t)c->len); /* synchronous: before the slow work */
+            cudaMemcpyAsync(dev, h, (size_t)c->len, cudaMemcpyHostToDevice, cudaStreamLegacy);
+        }
+        free(t.data);
+        t.data = dev;
+        t.device = mstar_backend_device(b);
+        o[i] = output_of("sig", t);
+        o[i].release = release_device;
+        o[i].release_ctx = b;
+    }
+    if (mstar_comm_store_and_return_tensor_info(p, &rid, o, c->n, NULL, infos) != MSTAR_OK)
+        _exit(6);
+    mstar_tensor_id held[32];
+    for (uint32_t i = 0; i < c->n; i++)
+        held[i] = infos[i].uuid;
+    mstar_comm_increment_ref_batch_uniform(p, held, c->n, 1);
+    if (mstar_comm_register_for_send(p, &rid, infos, c->n) != MSTAR_OK)
+        _exit(7);
+    mstar_edge e = edge_of("sig", "node", infos, c->n);
+    mstar_comm_refresh_shm_placement(p, &e, 1);
+    void *buf;
+    size_t len;
+    if (mstar_edge_encode(&e, &buf, &len) != MSTAR_OK)
+        _exit(8);
+    send_blob(out, buf, len);
+    free(buf);
+    mstar_edge_clear(&e);
+    /* The pinned source must outlive the copies. */
+    cudaStreamSynchronize(cudaStreamLegacy);
+    cudaFreeHost(pinned);
+}
+
+static void child_main(void)
+{
+    close(to_child[1]);
+    close(from_child[0]);
+    int in = to_child[0], out = from_child[1];
+    mstar_backend *b = NULL;
+    if (mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &b) != MSTAR_OK)
+        _exit(77);
+    bus bb = { 0 };
+    sender sp = { &bb, "worker_0" };
+    mstar_comm *p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, dir, &sp, b);
+    struct cmd c;
+    while (read_all(in, &c, sizeof(c)) && c.op != OP_QUIT) {
+        if (c.op == OP_PRODUCE) {
+            child_produce(b, p, &c, out);
+        } else if (c.op == OP_ACK) {
+            size_t n;
+            void *m = recv_blob(in, &n);
+            mstar_msg msg;
+            if (m == NULL || mstar_msg_decode(m, n, &msg) != MSTAR_OK ||
+                mstar_comm_handle_message(p, &msg) != MSTAR_OK)
+                _exit(9);
+            mstar_msg_clear(&msg);
+            free(m);
+        } else if (c.op == OP_COUNT) {
+            int64_t k = (int64_t)mstar_comm_num_tensors(p);
+            write_all(out, &k, sizeof(k));
+        }
+    }
+    mstar_comm_destroy(p);
+    bus_clear(&bb);
+    mstar_backend_destroy(b);
+    _exit(0);
+}
+
+/* ---- the consumer (this process) --------------------------------------------------------- */
+
+static mstar_backend *cb;
+static mstar_comm *cc;
+static bus cbus;
+static sender cs = { &cbus, "worker_1" };
+
+static mstar_edge ask_produce(uint32_t n, int64_t len, uint32_t seed, int slow_ms)
+{
+    struct cmd c = { OP_PRODUCE, n, len, seed, slow_ms };
+    write_all(to_child[1], &c, sizeof(c));
+    size_t bytes;
+    void *buf = recv_blob(from_child[0], &bytes);
+    assert_non_null(buf);
+    mstar_edge e;
+    assert_mstar_ok(mstar_edge_decode(buf, bytes, &e));
+    free(buf);
+    return e;
+}
+
+static int64_t producer_tensors(void)
+{
+    struct cmd c = { OP_COUNT, 0, 0, 0, 0 };
+    write_all(to_child[1], &c, sizeof(c));
+    int64_t k = -1;
+    assert_true(read_all(from_child[0], &k, sizeof(k)));
+    return k;
+}
+
+/* Ship every ACK the consumer queued for worker_0 to the child. */
+static void ship_acks(void)
+{
+    for (int i = 0; i < cbus.n; i++) {
+        assert_string_equal(cbus.q[i].peer, "worker_0");
+        void *buf;
+        size_t len;
+        assert_mstar_ok(mstar_msg_encode(&cbus.q[i].msg, &buf, &len));
+        struct cmd c = { OP_ACK, 0, 0, 0, 0 };
+        write_all(to_child[1], &c, sizeof(c));
+        send_blob(to_child[1], buf, len);
+        free(buf);
+    }
+    bus_clear(&cbus);
+}
+
+static mstar_status read_edge_wait(const mstar_rid *rid, const mstar_edge *e)
+{
+    mstar_completion_list list;
+    mstar_status st = mstar_comm_start_read_tensors(cc, rid, e, 1, &list);
+    if (st != MSTAR_OK)
+        return st;
+    for (uint32_t i = 0; i < list.n && st == MSTAR_OK; i++)
+        st = mstar_completion_wait(list.items[i], 30000);
+    mstar_completion_list_clear(&list);
+    return st;
+}
+
+/* The consumer holds `info`'s tensor on its GPU with the bytes of make_vector(seed). */
+static void check_tensor(const mstar_tensor_info *info, uint32_t seed)
+{
+    mstar_tensor view;
+    assert_mstar_ok(mstar_comm_get_tensor(cc, info->uuid, &view));
+    assert_int_equal(view.device.type, MSTAR_DEVICE_CUDA);
+    int64_t len = info->dims[0];
+    mstar_tensor want = make_vector(MSTAR_DTYPE_UINT8, len, seed);
+    char *back = malloc(len > 0 ? (size_t)len : 1);
+    mstar_tensor cp;
+    assert_mstar_ok(mstar_comm_get_tensor_copy(cc, info->uuid, back, (uint64_t)len, &cp));
+    if (len > 0)
+        assert_memory_equal(back, want.data, (size_t)len);
+    free(back);
+    free(want.data);
+}
+
+static void counts(uint64_t *opens, uint64_t *mapped)
+{
+    mstar__transport_cuda_ipc_counts(cc->transport, opens, mapped);
+}
+
+/* Read edge `e` of request `seed`, check every tensor, ACK, and see the producer free them. */
+static void read_check_ack(const mstar_edge *e, uint32_t seed)
+{
+    mstar_rid rid = mstar_rid_from_int(seed);
+    int64_t before = producer_tensors();
+    assert_mstar_ok(read_edge_wait(&rid, e));
+    mstar_ready_set set;
+    expect_ready(cc, &set, 1);
+    mstar_ready_set_clear(&set);
+    for (uint32_t i = 0; i < e->ntensors; i++)
+        check_tensor(&e->tensor_info[i], seed + i);
+    /* Not freed before the ACK arrives, freed after. */
+    assert_int_equal(producer_tensors(), before);
+    ship_acks();
+    assert_int_equal(producer_tensors(), before - (int64_t)e->ntensors);
+    for (uint32_t i = 0; i < e->ntensors; i++)
+        assert_mstar_ok(mstar_comm_dereference(cc, e->tensor_info[i].uuid, 1));
+}
+
+static void test_slow_producer(void **state)
+{
+    (void)state;
+    mstar_edge e = ask_produce(1, (64 << 20) + 3, 10, 1500); /* 64 MiB + 3, written 1.5 s late */
+    assert_true(e.tensor_info[0].cuda_ipc.host_id[0] != '\0');
+    read_check_ack(&e, 10);
+    mstar_edge_clear(&e);
+}
+
+static void test_one_open_many_tensors(void **state)
+{
+    (void)state;
+    uint64_t opens0, opens1, mapped;
+    counts(&opens0, &mapped);
+    mstar_edge e = ask_produce(16, 4099, 100, 0);
+    for (uint32_t i = 1; i < 16; i++)
+        assert_memory_equal(e.tensor_info[i].cuda_ipc.mem_handle,
+                            e.tensor_info[0].cuda_ipc.mem_handle, MSTAR_IPC_HANDLE_BYTES);
+    read_check_ack(&e, 100);
+    counts(&opens1, &mapped);
+    assert_int_equal(opens1, opens0 + 1);
+    mstar_edge_clear(&e);
+    mstar_edge e2 = ask_produce(4, 1, 200, 0); /* the same segment again: no new open */
+    read_check_ack(&e2, 200);
+    counts(&opens1, &mapped);
+    assert_int_equal(opens1, opens0 + 1);
+    mstar_edge_clear(&e2);
+}
+
+static void test_zero_and_odd_sizes(void **state)
+{
+    (void)state;
+    static const int64_t sizes[] = { 0, 1, 3, 511, 513, 1000001 };
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        mstar_edge e = ask_produce(1, sizes[i], 300 + (uint32_t)i * 10, 0);
+        /* Zero bytes need no route; every other size takes it. */
+        assert_int_equal(e.tensor_info[0].cuda_ipc.host_id[0] != '\0', sizes[i] > 0);
+        read_check_ack(&e, 300 + (uint32_t)i * 10);
+        mstar_edge_clear(&e);
+    }
+}
+
+static void test_forged_and_out_of_range(void **state)
+{
+    (void)state;
+    mstar_edge e = ask_produce(1, 4096, 400, 0);
+    mstar_rid rid = mstar_rid_from_int(400);
+    mstar_edge bad;
+    assert_mstar_ok(mstar_edge_copy(&bad, &e));
+    for (int i = 0; i < MSTAR_IPC_HANDLE_BYTES; i++)
+        bad.tensor_info[0].cuda_ipc.mem_handle[i] ^= (uint8_t)(0x5a + i);
+    assert_int_not_equal(read_edge_wait(&rid, &bad), MSTAR_OK);
+    assert_non_null(strstr(mstar_last_error(), "opening its segment"));
+    bad.tensor_info[0] = e.tensor_info[0];
+    bad.tensor_info[0].cuda_ipc.segment_size *= 4; /* more than the real segment */
+    bad.tensor_info[0].cuda_ipc.segment_offset = e.tensor_info[0].cuda_ipc.segment_size * 2;
+    assert_mstar_status(read_edge_wait(&rid, &bad), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "segment_size says"));
+    mstar_edge_clear(&bad);
+    /* The good descriptor still reads. */
+    read_check_ack(&e, 400);
+    mstar_edge_clear(&e);
+}
+
+/* Last: the producer is killed while this process has its segment mapped. */
+static void test_producer_killed(void **state)
+{
+    (void)state;
+    mstar_edge e = ask_produce(2, 8192, 500, 0);
+    mstar_edge first = e, second = e;
+    first.ntensors = second.ntensors = 1;
+    second.tensor_info = &e.tensor_info[1];
+    mstar_rid rid = mstar_rid_from_int(500);
+    assert_mstar_ok(read_edge_wait(&rid, &first)); /* the segment is now mapped here */
+    uint64_t opens, mapped;
+    counts(&opens, &mapped);
+    assert_true(mapped >= 1);
+    kill(child, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    child = 0;
+    assert_mstar_status(read_edge_wait(&rid, &second), MSTAR_ECLOSED);
+    assert_non_null(strstr(mstar_last_error(), "has exited"));
+    /* The upkeep, with no read copying, closes the dead producer's mapping. */
+    mstar_ready_set set;
+    assert_mstar_ok(mstar_comm_get_ready_tensors(cc, &set));
+    mstar_ready_set_clear(&set);
+    uint64_t mapped_after;
+    counts(&opens, &mapped_after);
+    assert_int_equal(mapped_after, 0);
+    bus_clear(&cbus);
+    e.ntensors = 2;
+    mstar_edge_clear(&e);
+}
+
+int main(void)
+{
+    setenv("MSTAR_CUDA_IPC", "1", 1);
+    setenv("TMPDIR", "/dev/shm", 1);
+    dir = mstar_test_tmpdir("cuda-ipc");
+    if (pipe(to_child) != 0 || pipe(from_child) != 0)
+        return 1;
+    child = fork();
+    if (child == 0)
+        child_main();
+    close(to_child[0]);
+    close(from_child[1]);
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        kill(child, SIGKILL);
+        waitpid(child, NULL, 0);
+        mstar_test_skip("the CUDA IPC route needs a GPU");
+    }
+    cb = mstar_test_cuda_or_skip(count - 1);
+    cc = make_comm_with("worker_1", MSTAR_TRANSPORT_ARENA, dir, &cs, cb);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_slow_producer),      cmocka_unit_test(test_one_open_many_tensors),
+        cmocka_unit_test(test_zero_and_odd_sizes), cmocka_unit_test(test_forged_and_out_of_range),
+        cmocka_unit_test(test_producer_killed),
+    };
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    /* The mappings close before the producer frees its segments (freeing memory another process
+     * still maps is undefined behaviour in CUDA). */
+    mstar_comm_destroy(cc);
+    bus_clear(&cbus);
+    if (child > 0) {
+        struct cmd c = { OP_QUIT, 0, 0, 0, 0 };
+        write_all(to_child[1], &c, sizeof(c));
+        waitpid(child, NULL, 0);
+    }
+    mstar_backend_destroy(cb);
+    return failed;
+}

@@ -1,0 +1,424 @@
+/*
+ * test_cuda_ipc.c — the host-side logic of the CUDA IPC route, without a GPU: the mode knob, the
+ * host identity, the route choice, the device layer's export and open (the host backend's
+ * in-process stand-in), and two managers in one process with MSTAR_CUDA_IPC=1 — bytes, one open
+ * for many tensors in a segment, a forged handle, a segment size that lies, a producer that has
+ * exited, a consumer on another host, and zero-size tensors. tests/gpu/test_cuda_ipc.c runs the
+ * same route between processes on a GPU.
+ */
+#include "comm_harness.h"
+
+#include "device/backend.h"
+#include "tensors/comm_internal.h"
+#include "tensors/transport.h"
+
+#include <unistd.h>
+
+/* ---- pure parts -------------------------------------------------------------------------- */
+
+static void write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_host_id(void **state)
+{
+    (void)state;
+    const char *dir = mstar_test_tmpdir("hostid");
+    char path[512], id[MSTAR_HOST_ID_MAX + 1];
+    snprintf(path, sizeof(path), "%s/boot_id", dir);
+    write_text(path, "0b6f2c1e-7d4a-4c55-9a0e-3f1d2b8c9e71\n");
+    assert_mstar_ok(mstar__host_id_read(path, id));
+    assert_string_equal(id, "0b6f2c1e-7d4a-4c55-9a0e-3f1d2b8c9e71");
+    write_text(path, "");
+    assert_mstar_status(mstar__host_id_read(path, id), MSTAR_EPROTO);
+    write_text(path, "../etc\n");
+    assert_mstar_status(mstar__host_id_read(path, id), MSTAR_EPROTO);
+    char big[100];
+    memset(big, 'a', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    write_text(path, big);
+    assert_mstar_status(mstar__host_id_read(path, id), MSTAR_EPROTO);
+    unlink(path);
+    assert_mstar_status(mstar__host_id_read(path, id), MSTAR_EIO);
+    rmdir(dir);
+    /* The real one, on Linux. */
+    assert_mstar_ok(mstar__host_id_read("/proc/sys/kernel/random/boot_id", id));
+}
+
+static void test_mode_and_choice(void **state)
+{
+    (void)state;
+    mstar__cuda_ipc_mode m;
+    unsetenv("MSTAR_CUDA_IPC");
+    assert_mstar_ok(mstar__cuda_ipc_mode_get(&m));
+    assert_int_equal(m, MSTAR__CUDA_IPC_AUTO);
+    setenv("MSTAR_CUDA_IPC", "0", 1);
+    assert_mstar_ok(mstar__cuda_ipc_mode_get(&m));
+    assert_int_equal(m, MSTAR__CUDA_IPC_OFF);
+    setenv("MSTAR_CUDA_IPC", "1", 1);
+    assert_mstar_ok(mstar__cuda_ipc_mode_get(&m));
+    assert_int_equal(m, MSTAR__CUDA_IPC_ON);
+    setenv("MSTAR_CUDA_IPC", "yes", 1);
+    assert_mstar_status(mstar__cuda_ipc_mode_get(&m), MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "MSTAR_CUDA_IPC"));
+    unsetenv("MSTAR_CUDA_IPC");
+
+    mstar_backend *b;
+    assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &b));
+    /* AUTO: CUDA backends only; forced: any backend that can export (the stand-in too). */
+    assert_false(mstar__cuda_ipc_wanted(MSTAR__CUDA_IPC_AUTO, b));
+    assert_true(mstar__cuda_ipc_wanted(MSTAR__CUDA_IPC_ON, b));
+    assert_false(mstar__cuda_ipc_wanted(MSTAR__CUDA_IPC_OFF, b));
+    assert_false(mstar__cuda_ipc_wanted(MSTAR__CUDA_IPC_ON, NULL));
+    mstar_backend_destroy(b);
+
+    mstar_tensor_info info;
+    mstar_tensor_info_init(&info);
+    assert_false(mstar__cuda_ipc_usable("host-a", &info)); /* no route */
+    strcpy(info.cuda_ipc.host_id, "host-a");
+    assert_true(mstar__cuda_ipc_usable("host-a", &info));
+    assert_false(mstar__cuda_ipc_usable("host-b", &info));
+    assert_false(mstar__cuda_ipc_usable("", &info));
+}
+
+/* ---- the device layer's export and open (host stand-in) ---------------------------------- */
+
+static void test_export_open(void **state)
+{
+    (void)state;
+    mstar_backend *b;
+    assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &b));
+    void *p, *q;
+    assert_mstar_ok(mstar_caching_alloc(b, 1000, &p));
+    assert_mstar_ok(mstar_caching_alloc(b, 3000, &q));
+    mstar__ipc_segment s1, s2;
+    assert_mstar_ok(mstar__ipc_export(b, p, 1000, &s1));
+    assert_mstar_ok(mstar__ipc_export(b, (char *)q + 8, 100, &s2));
+    /* Both blocks share one 2 MiB segment: one handle. */
+    assert_int_equal(s1.size, MSTAR__SEGMENT_ROUND);
+    assert_ptr_equal(s1.base, s2.base);
+    assert_memory_equal(s1.handle, s2.handle, MSTAR__IPC_HANDLE_BYTES);
+    void *base;
+    uint64_t size;
+    assert_mstar_ok(mstar__ipc_open(b, s1.handle, &base, &size));
+    assert_ptr_equal(base, s1.base);
+    assert_int_equal(size, s1.size);
+    mstar__ipc_close(b, base);
+    /* A forged handle names nothing. */
+    uint8_t forged[MSTAR__IPC_HANDLE_BYTES];
+    memcpy(forged, s1.handle, sizeof(forged));
+    forged[30] ^= 0x5a;
+    assert_mstar_status(mstar__ipc_open(b, forged, &base, &size), MSTAR_ENOENT);
+    assert_non_null(strstr(mstar_last_error(), "no live exported segment"));
+    /* Memory outside the backend's allocations, or a range past a segment's end, exports not. */
+    char local[64];
+    assert_mstar_status(mstar__ipc_export(b, local, sizeof(local), &s2), MSTAR_ENOENT);
+    assert_mstar_status(mstar__ipc_export(b, p, MSTAR__SEGMENT_ROUND + 1, &s2), MSTAR_ENOENT);
+    assert_mstar_ok(mstar_caching_free(b, p));
+    assert_mstar_ok(mstar_caching_free(b, q));
+    /* Once its backend is gone the handle opens nothing. */
+    mstar_backend_destroy(b);
+    assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &b));
+    assert_mstar_status(mstar__ipc_open(b, s1.handle, &base, &size), MSTAR_ENOENT);
+    /* Events: the stand-in's handle opens a complete event; another handle is refused. */
+    mstar_event *e, *o;
+    uint8_t h[MSTAR__IPC_HANDLE_BYTES];
+    assert_mstar_ok(mstar__ipc_event_create(b, &e, h));
+    assert_mstar_ok(mstar__ipc_event_open(b, h, &o));
+    assert_mstar_ok(mstar_event_query(o));
+    mstar_event_destroy(o);
+    assert_mstar_status(mstar__ipc_event_open(b, forged, &o), MSTAR_ENOENT);
+    mstar_event_destroy(e);
+    mstar_backend_destroy(b);
+}
+
+/* ---- two managers over the route ---------------------------------------------------------- */
+
+typedef struct world {
+    const char *dir;
+    mstar_backend *bp, *bc;
+    bus b;
+    sender sp, sc;
+    mstar_comm *p; /* worker_0 */
+    mstar_comm *c; /* worker_1 */
+} world;
+
+static int setup(void **state)
+{
+    world *w = calloc(1, sizeof(*w));
+    setenv("MSTAR_CUDA_IPC", "1", 1);
+    w->dir = mstar_test_tmpdir("cudaipc");
+    assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &w->bp));
+    assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &w->bc));
+    w->sp = (sender){ &w->b, "worker_0" };
+    w->sc = (sender){ &w->b, "worker_1" };
+    w->p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp, w->bp);
+    w->c = make_comm_with("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc, w->bc);
+    unsetenv("MSTAR_CUDA_IPC");
+    *state = w;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    world *w = *state;
+    mstar_comm_destroy(w->p);
+    mstar_comm_destroy(w->c);
+    bus_clear(&w->b);
+    assert_int_equal(mstar_test_count_dir(w->dir), 0);
+    mstar_backend_destroy(w->bp);
+    mstar_backend_destroy(w->bc);
+    free(w);
+    return 0;
+}
+
+static uint64_t opens_of(mstar_comm *c)
+{
+    uint64_t opens, mapped;
+    mstar__transport_cuda_ipc_counts(c->transport, &opens, &mapped);
+    return opens;
+}
+
+/* Store `n` vectors of `len` floats on the producer and stamp their descriptors. */
+static void produce_n(world *w, const mstar_rid *rid, uint32_t n, int64_t len, mstar_tensor *ts,
+                      mstar_tensor_info *infos)
+{
+    for (uint32_t i = 0; i < n; i++)
+        ts[i] = make_vector(MSTAR_DTYPE_FLOAT32, len, 100 + i);
+    produce(w->p, rid, ts, n, 1, infos);
+    mstar_edge e = edge_of("sig", "node", infos, n);
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
+    memcpy(infos, e.tensor_info, n * sizeof(*infos));
+    mstar_edge_clear(&e);
+}
+
+static void free_tensors(mstar_tensor *ts, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        free(ts[i].data);
+}
+
+static mstar_status read_infos(world *w, const mstar_rid *rid, const mstar_tensor_info *infos,
+                               uint32_t n)
+{
+    mstar_edge e = edge_of("sig", "node", infos, n);
+    mstar_status st = mstar_comm_start_read_tensors(w->c, rid, &e, 1, NULL);
+    mstar_edge_clear(&e);
+    return st;
+}
+
+/* Bytes arrive over the route, the whole batch through one open of one segment, and the ACK
+ * frees the producer's copies. */
+static void test_route_bytes_one_open(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("r1");
+    mstar_tensor ts[6];
+    mstar_tensor_info infos[6];
+    produce_n(w, &rid, 6, 37, ts, infos); /* odd sizes: 148 bytes each */
+    char host[MSTAR_HOST_ID_MAX + 1];
+    assert_mstar_ok(mstar__host_id_read("/proc/sys/kernel/random/boot_id", host));
+    for (int i = 0; i < 6; i++) {
+        assert_string_equal(infos[i].cuda_ipc.host_id, host);
+        assert_int_equal(infos[i].cuda_ipc.pid, (int32_t)getpid());
+        assert_memory_equal(infos[i].cuda_ipc.mem_handle, infos[0].cuda_ipc.mem_handle,
+                            MSTAR_IPC_HANDLE_BYTES);
+        assert_string_equal(infos[i].shm_segment, ""); /* forced: no staged copy */
+        /* The descriptor survives the wire. */
+        void *buf;
+        size_t len;
+        mstar_tensor_info back;
+        assert_mstar_ok(mstar_tensor_info_encode(&infos[i], &buf, &len));
+        assert_mstar_ok(mstar_tensor_info_decode(buf, len, &back));
+        assert_memory_equal(&back.cuda_ipc, &infos[i].cuda_ipc, sizeof(back.cuda_ipc));
+        free(buf);
+    }
+    assert_mstar_ok(read_infos(w, &rid, infos, 6));
+    collect_ready(w->c, 1);
+    for (int i = 0; i < 6; i++)
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+    assert_int_equal(opens_of(w->c), 1);
+    /* A second batch in the same segment opens nothing new. */
+    mstar_rid rid2 = rid_str("r2");
+    mstar_tensor t2[2];
+    mstar_tensor_info i2[2];
+    produce_n(w, &rid2, 2, 1001, t2, i2);
+    assert_mstar_ok(read_infos(w, &rid2, i2, 2));
+    collect_ready(w->c, 1);
+    check_bytes(w->c, i2[1].uuid, &t2[1]);
+    assert_int_equal(opens_of(w->c), 1);
+    /* The ACKs reach the producer, which frees its copies. */
+    assert_true(bus_ack_count(&w->b, "worker_0", infos[0].uuid) == 1);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_status(mstar_comm_get_tensor(w->p, infos[0].uuid, &ts[0]), MSTAR_ENOENT);
+    free_tensors(ts, 6);
+    free_tensors(t2, 2);
+}
+
+/* A handle that names no exported segment, a size that does not match the segment, a slice past
+ * its end and an exited producer are each refused with a message naming the tensor; no buffer
+ * is left and a good descriptor still reads afterwards. */
+static void test_route_refuses(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("r3");
+    mstar_tensor ts[1];
+    mstar_tensor_info good[1];
+    produce_n(w, &rid, 1, 64, ts, good);
+    mstar_tensor_info bad = good[0];
+    bad.cuda_ipc.mem_handle[20] ^= 1;
+    assert_mstar_status(read_infos(w, &rid, &bad, 1), MSTAR_ENOENT);
+    assert_non_null(strstr(mstar_last_error(), "opening its segment"));
+    bad = good[0];
+    bad.cuda_ipc.segment_size *= 2; /* a claim of more than the segment holds */
+    assert_mstar_status(read_infos(w, &rid, &bad, 1), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "segment_size says"));
+    bad = good[0];
+    bad.cuda_ipc.segment_offset = bad.cuda_ipc.segment_size - 8; /* past the end */
+    assert_mstar_status(read_infos(w, &rid, &bad, 1), MSTAR_EPROTO);
+    bad = good[0];
+    bad.cuda_ipc.pid = INT32_MAX; /* no such process */
+    assert_mstar_status(read_infos(w, &rid, &bad, 1), MSTAR_ECLOSED);
+    assert_non_null(strstr(mstar_last_error(), "has exited"));
+    /* From another host: not the route; forced, there is no staged copy to read instead. */
+    bad = good[0];
+    strcpy(bad.cuda_ipc.host_id, "another-host");
+    assert_int_not_equal(read_infos(w, &rid, &bad, 1), MSTAR_OK);
+    assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
+    assert_mstar_ok(read_infos(w, &rid, good, 1));
+    collect_ready(w->c, 1);
+    check_bytes(w->c, good[0].uuid, &ts[0]);
+    /* With the segment open and cached, a lying size is still refused (another uuid: the one
+     * read is already here). */
+    bad = good[0];
+    bad.uuid += 1000;
+    bad.cuda_ipc.segment_size *= 2;
+    assert_mstar_status(read_infos(w, &rid, &bad, 1), MSTAR_EPROTO);
+    assert_non_null(strstr(mstar_last_error(), "segment_size says"));
+    free_tensors(ts, 1);
+}
+
+/* A segment the producer gave back (trim) is not named again: the next tensor, whatever address
+ * its new segment has, carries that segment's handle, and reads. */
+static void test_route_segment_reused(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("r5");
+    mstar_tensor ts[1], t2[1];
+    mstar_tensor_info infos[1], i2[1];
+    produce_n(w, &rid, 1, 256, ts, infos);
+    assert_mstar_ok(read_infos(w, &rid, infos, 1));
+    collect_ready(w->c, 1);
+    bus_deliver(&w->b, "worker_0", w->p); /* the ACK frees the producer's block */
+    uint64_t released = 0;
+    assert_mstar_ok(mstar_caching_trim(w->bp, &released));
+    assert_true(released > 0);
+    mstar_rid rid2 = rid_str("r6");
+    produce_n(w, &rid2, 1, 256, t2, i2);
+    assert_memory_not_equal(i2[0].cuda_ipc.mem_handle, infos[0].cuda_ipc.mem_handle,
+                            MSTAR_IPC_HANDLE_BYTES);
+    assert_mstar_ok(read_infos(w, &rid2, i2, 1));
+    collect_ready(w->c, 1);
+    check_bytes(w->c, i2[0].uuid, &t2[0]);
+    free_tensors(ts, 1);
+    free_tensors(t2, 1);
+}
+
+/* In AUTO the producer also stages, and a consumer that cannot use the route reads that copy:
+ * a descriptor from another host is not tried, a handle that does not open falls back. */
+static void test_route_auto_fallback(void **state)
+{
+    world *w = *state;
+    mstar__transport_cuda_ipc_set_mode(w->p->transport, MSTAR__CUDA_IPC_AUTO);
+    mstar__transport_cuda_ipc_set_mode(w->c->transport, MSTAR__CUDA_IPC_AUTO);
+    mstar_rid rid = rid_str("r7");
+    mstar_tensor ts[3];
+    mstar_tensor_info infos[3];
+    produce_n(w, &rid, 3, 300, ts, infos);
+    for (int i = 0; i < 3; i++) {
+        assert_true(infos[i].cuda_ipc.host_id[0] != '\0'); /* the route, */
+        assert_true(infos[i].shm_segment[0] != '\0');      /* and the staged copy */
+    }
+    strcpy(infos[1].cuda_ipc.host_id, "another-host");
+    infos[2].cuda_ipc.mem_handle[20] ^= 1;
+    assert_mstar_ok(read_infos(w, &rid, infos, 3));
+    collect_ready(w->c, 1);
+    for (int i = 0; i < 3; i++)
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+    assert_int_equal(opens_of(w->c), 1); /* only the first went over the route */
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    free_tensors(ts, 3);
+}
+
+static void no_release(void *ctx, void *data)
+{
+    (void)ctx, (void)data;
+}
+
+/* Memory outside the caching allocator (here a raw allocation, handed over without a copy) may be
+ * freed while a consumer maps it: it is not exported, the staged route carries it. */
+static void test_route_raw_memory_staged(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("r8");
+    mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT32, 64, 7);
+    void *raw;
+    assert_mstar_ok(mstar_device_alloc(w->bp, 256, &raw));
+    memcpy(raw, t.data, 256);
+    mstar_tensor dev = t;
+    dev.data = raw;
+    mstar_output o = output_of("sig", dev);
+    o.release = no_release;
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
+    assert_mstar_ok(mstar_comm_increment_ref(w->p, info.uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
+    info = e.tensor_info[0];
+    mstar_edge_clear(&e);
+    assert_string_equal(info.cuda_ipc.host_id, "");
+    assert_mstar_ok(read_infos(w, &rid, &info, 1));
+    collect_ready(w->c, 1);
+    check_bytes(w->c, info.uuid, &t);
+    assert_int_equal(opens_of(w->c), 0);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_device_free(w->bp, raw));
+    free(t.data);
+}
+
+/* Zero-size tensors have no bytes to reach: the staged route carries them. */
+static void test_route_zero_size(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("r4");
+    mstar_tensor ts[1];
+    mstar_tensor_info infos[1];
+    produce_n(w, &rid, 1, 0, ts, infos);
+    assert_string_equal(infos[0].cuda_ipc.host_id, "");
+    assert_mstar_ok(read_infos(w, &rid, infos, 1));
+    collect_ready(w->c, 1);
+    check_bytes(w->c, infos[0].uuid, &ts[0]);
+    free_tensors(ts, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_host_id),
+        cmocka_unit_test(test_mode_and_choice),
+        cmocka_unit_test(test_export_open),
+        cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_segment_reused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_auto_fallback, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_raw_memory_staged, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
