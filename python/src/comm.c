@@ -1017,6 +1017,29 @@ static PyObject *comm_handle_message(PyObject *obj, PyObject *arg)
     return r;
 }
 
+/* A producer whose descriptors leave through something other than its Mesh (a callable, the
+ * caller's own communicator) tells the ACK ledger here whom it sent them to. */
+static PyObject *comm_note_sent(PyObject *obj, PyObject *args)
+{
+    comm_obj *self = (comm_obj *)obj;
+    const char *peer;
+    PyObject *msg_obj;
+    if (!PyArg_ParseTuple(args, "sO", &peer, &msg_obj))
+        return NULL;
+    mstar_msg m;
+    if (mstarpy_msg_from_py(msg_obj, &m) < 0) {
+        mstar_msg_clear(&m);
+        return NULL;
+    }
+    PyObject *r = NULL;
+    if (enter(self) == 0) {
+        mstar_status st = mstar_comm_note_sent(self->comm, peer, &m);
+        r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
+    }
+    mstar_msg_clear(&m);
+    return r;
+}
+
 /* ---- consumer ------------------------------------------------------------------------------- */
 
 static PyObject *edges_call(PyObject *obj, PyObject *args, bool read)
@@ -1376,6 +1399,9 @@ static PyMethodDef comm_methods[] = {
     { "refresh_shm_placement", comm_refresh_shm_placement, METH_O,
       "refresh_shm_placement(edges): copy the transport's fields of staged tensors onto the "
       "edges' descriptors (in place)." },
+    { "note_sent", comm_note_sent, METH_VARARGS,
+      "note_sent(peer, msg): msg, holding this manager's descriptors, was sent to peer by\n"
+      "other means than its Mesh; only peer's ACKs may then release them." },
     { "handle_message", comm_handle_message, METH_O,
       "handle_message(msg): apply TENSOR_RECEIVED or UNPERSIST_TENSORS." },
     { "_start_read_tensors", comm_start_read_tensors, METH_VARARGS, NULL },

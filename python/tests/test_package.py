@@ -82,6 +82,54 @@ def test_manager_acks_through_a_mesh(make, tmp_path):
         cons.close()
 
 
+def _forged_ack(sender, uuid):
+    return mstar.Message("TENSOR_RECEIVED", request_id=1, counts={uuid: 1}, sender=sender)
+
+
+def test_ack_ledger_through_a_mesh(make, tmp_path):
+    """Descriptors sent through the producer's Mesh arm its ACK ledger: only the consumer's ACK,
+    whose sender survives recv and handle_message, frees the tensor."""
+    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as pm, \
+         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as cm:
+        prod, cons = make("worker_0", send=pm), make("worker_1", send=cm)
+        infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
+        prod.increment_ref(infos[0].uuid)
+        prod.register_for_send(1, infos)
+        pm.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
+                                          edges=[mstar.GraphEdge("n", "x", infos)]))
+        msg = cm.recv(timeout_ms=5000)
+        prod.handle_message(_forged_ack("worker_7", infos[0].uuid))
+        assert prod.num_tensors == 1  # worker_7 was not sent it
+        cons.start_read_tensors(1, msg.edges)
+        cons.get_ready_tensors()
+        ack = pm.recv(timeout_ms=5000)
+        assert ack.sender == "worker_1"
+        prod.handle_message(ack)
+        assert prod.num_tensors == 0
+        prod.close()
+        cons.close()
+
+
+def test_ack_ledger_through_callables(make):
+    """A consumer's ACK through a Python callable names the consumer as its sender, and a
+    producer that sent descriptors by its own means notes the send (note_sent)."""
+    prod = make("worker_0")
+    cons = make("worker_1")
+    infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
+    prod.increment_ref(infos[0].uuid)
+    prod.register_for_send(1, infos)
+    sent = mstar.Message("INPUT_SIGNALS", request_id=1, edges=[mstar.GraphEdge("n", "x", infos)])
+    prod.note_sent("worker_1", sent)
+    prod.handle_message(_forged_ack("worker_7", infos[0].uuid))
+    assert prod.num_tensors == 1
+    cons.start_read_tensors(1, sent.edges)
+    cons.get_ready_tensors()
+    (peer, ack), = cons.sent
+    assert peer == "worker_0" and ack.sender == "worker_1"
+    prod.handle_message(ack)
+    assert prod.num_tensors == 0
+
+
 def test_gil_released_while_waiting(tmp_path):
     with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as m:
         counter = [0]

@@ -515,6 +515,10 @@ static mstar_status send_msg(mstar_comm *comm, const char *peer, mstar_msg *msg)
 {
     if (comm->send == NULL)
         return mstar_error_set(MSTAR_ESTATE, "no send function to reach '%s'", peer);
+    /* Every sender sees this manager as the message's author: a producer's ACK ledger settles
+     * deliveries by `from`, and a Python callable or other custom sender would otherwise pass
+     * it on empty (the mesh stamps its own entity over it, which is the same name). */
+    memcpy(msg->from, comm->entity, sizeof(msg->from));
     return comm->send(comm->send_ctx, peer, msg);
 }
 
