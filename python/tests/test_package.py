@@ -155,17 +155,23 @@ def test_send_callback_errors_and_reentry(make):
 
     def send(peer, msg):
         seen.append(msg)
-        cons.dereference(1)  # calling back into the busy manager
+        if len(seen) == 1:
+            cons.dereference(1)  # calling back into the busy manager
 
     cons = make("worker_1", send=send)
     infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
     prod.increment_ref(infos[0].uuid)
     prod.register_for_send(1, infos)
     cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)])
-    with pytest.raises(mstar.StateError, match="in use"):
+    with pytest.raises(mstar.StateError, match="in use") as exc:
         cons.get_ready_tensors()  # the callback's exception comes out of the call that sent
     assert len(seen) == 1 and seen[0].type == "TENSOR_RECEIVED"
+    assert list(exc.value.ready) == [1]  # what was read is not lost with the failed ACK
     assert cons.num_tensors >= 0  # the manager is usable again
+    cons.dereference(infos[0].uuid)
+    cons.cleanup_request(1)  # sends the ACK still queued, this time without a raise
+    assert len(seen) == 2 and seen[1].sender == "worker_1"
+    assert cons.get_ready_tensors() == {}
 
 
 def test_gc_and_context_manager_leave_nothing(shm_dir):
