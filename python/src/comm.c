@@ -79,8 +79,21 @@ static int enter(comm_obj *self)
     return 0;
 }
 
-/* End a call: run the queued dereferences, and raise what the send callback raised (if the
- * call did not already fail). Returns `result`, or NULL. */
+/* Whether the call's error is the library's report of a raising send callback. */
+static bool failed_in_callback(void)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *cls = t ? mstarpy_error_class(MSTAR_EREMOTE) : NULL;
+    bool r = cls && PyErr_GivenExceptionMatches(t, cls);
+    PyErr_Clear();
+    PyErr_Restore(t, v, tb);
+    return r;
+}
+
+/* End a call: run the queued dereferences, and raise what the send callback raised in place of
+ * a success or of the RemoteError that reports it (a failed ACK send fails the call). Another
+ * error of the call wins. Returns `result`, or NULL. */
 static PyObject *leave(comm_obj *self, PyObject *result)
 {
     self->busy = false;
@@ -88,9 +101,10 @@ static PyObject *leave(comm_obj *self, PyObject *result)
         mstar_comm_dereference(self->comm, self->deferred[i], 1);
     self->ndeferred = 0;
     if (self->send_exc_type) {
-        if (result) {
-            Py_DECREF(result);
+        if (result || failed_in_callback()) {
+            Py_XDECREF(result);
             result = NULL;
+            PyErr_Clear();
             PyErr_Restore(self->send_exc_type, self->send_exc_value, self->send_exc_tb);
         } else {
             Py_XDECREF(self->send_exc_type);
@@ -1017,6 +1031,29 @@ static PyObject *comm_handle_message(PyObject *obj, PyObject *arg)
     return r;
 }
 
+/* A producer whose descriptors leave through something other than its Mesh (a callable, the
+ * caller's own communicator) tells the ACK ledger here whom it sent them to. */
+static PyObject *comm_note_sent(PyObject *obj, PyObject *args)
+{
+    comm_obj *self = (comm_obj *)obj;
+    const char *peer;
+    PyObject *msg_obj;
+    if (!PyArg_ParseTuple(args, "sO", &peer, &msg_obj))
+        return NULL;
+    mstar_msg m;
+    if (mstarpy_msg_from_py(msg_obj, &m) < 0) {
+        mstar_msg_clear(&m);
+        return NULL;
+    }
+    PyObject *r = NULL;
+    if (enter(self) == 0) {
+        mstar_status st = mstar_comm_note_sent(self->comm, peer, &m);
+        r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
+    }
+    mstar_msg_clear(&m);
+    return r;
+}
+
 /* ---- consumer ------------------------------------------------------------------------------- */
 
 static PyObject *edges_call(PyObject *obj, PyObject *args, bool read)
@@ -1112,6 +1149,20 @@ static PyObject *ready_to_py(const mstar_ready_set *set)
     return d;
 }
 
+/* get_ready_tensors' result: {rid: [GraphEdge]}, with the failures when asked. */
+static PyObject *ready_result(const mstar_ready_set *set, int with_failures)
+{
+    PyObject *ready = ready_to_py(set);
+    if (!ready || !with_failures)
+        return ready;
+    PyObject *f = failures_to_py(set);
+    if (!f) {
+        Py_DECREF(ready);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", ready, f);
+}
+
 static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *args, PyObject *kw)
 {
     comm_obj *self = (comm_obj *)obj;
@@ -1126,18 +1177,22 @@ static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *args, PyObject 
     PyThreadState *ts_ = PyEval_SaveThread();
     st = mstar_comm_get_ready_tensors(self->comm, &set);
     PyEval_RestoreThread(ts_);
-    if (st != MSTAR_OK)
-        return fail(self, st);
-    PyObject *ready = ready_to_py(&set);
-    PyObject *r = ready;
-    if (ready && with_failures) {
-        PyObject *f = failures_to_py(&set);
-        r = f ? Py_BuildValue("(NN)", ready, f) : NULL;
-        if (!f)
-            Py_DECREF(ready);
-    }
+    PyObject *r = ready_result(&set, with_failures);
     mstar_ready_set_clear(&set);
-    return leave(self, r);
+    if (st == MSTAR_OK || !r)
+        return leave(self, r);
+    /* An ACK that could not be sent (it stays queued for the next call) fails the call, but
+     * what was read is not lost: the exception carries the result as `ready`. */
+    mstarpy_raise(st);
+    leave(self, NULL);
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyErr_NormalizeException(&t, &v, &tb);
+    if (v && PyObject_SetAttrString(v, "ready", r) < 0)
+        PyErr_Clear(); /* an exception type that takes no attributes: raised as it is */
+    Py_DECREF(r);
+    PyErr_Restore(t, v, tb);
+    return NULL;
 }
 
 static PyObject *comm_get_tensor(PyObject *obj, PyObject *args)
@@ -1376,6 +1431,9 @@ static PyMethodDef comm_methods[] = {
     { "refresh_shm_placement", comm_refresh_shm_placement, METH_O,
       "refresh_shm_placement(edges): copy the transport's fields of staged tensors onto the "
       "edges' descriptors (in place)." },
+    { "note_sent", comm_note_sent, METH_VARARGS,
+      "note_sent(peer, msg): msg, holding this manager's descriptors, was sent to peer by\n"
+      "other means than its Mesh; only peer's ACKs may then release them." },
     { "handle_message", comm_handle_message, METH_O,
       "handle_message(msg): apply TENSOR_RECEIVED or UNPERSIST_TENSORS." },
     { "_start_read_tensors", comm_start_read_tensors, METH_VARARGS, NULL },

@@ -706,7 +706,11 @@ int mstarpy_msg_from_py(PyObject *obj, mstar_msg *m)
         return -1;
     }
     mstar_msg_init(m, type);
+    /* sender is the wire's `from`: a producer's ACK ledger settles deliveries by it, so a
+     * received message handed to handle_message keeps it (a mesh stamps its own on send). */
     if (GET_ATTR(obj, "request_id", mstarpy_rid_from_py, &m->request_id) < 0 ||
+        GET_ATTR(obj, "sender", mstarpy_name_from_py, m->from, sizeof(m->from), true,
+                 "Message.sender") < 0 ||
         GET_ATTR(obj, "graph_walk", mstarpy_name_from_py, m->graph_walk, sizeof(m->graph_walk),
                  true, "Message.graph_walk") < 0 ||
         GET_ATTR(obj, "text", mstarpy_name_from_py, m->text, sizeof(m->text), true,

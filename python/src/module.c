@@ -10,7 +10,7 @@
 
 mstarpy_state mstarpy;
 
-static PyObject *error_class(mstar_status st)
+PyObject *mstarpy_error_class(mstar_status st)
 {
     PyObject *key = PyLong_FromLong((long)st);
     if (!key)
@@ -29,7 +29,7 @@ PyObject *mstarpy_raise_msg(mstar_status st, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, sizeof(buf), fmt, ap);
     va_end(ap);
-    PyObject *cls = error_class(st);
+    PyObject *cls = mstarpy_error_class(st);
     if (cls)
         PyErr_SetString(cls, buf);
     return NULL;

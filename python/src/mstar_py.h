@@ -34,6 +34,8 @@ typedef struct mstarpy_state {
 
 extern mstarpy_state mstarpy;
 
+/* The exception class of `st` (borrowed); NULL with an exception set on failure. */
+PyObject *mstarpy_error_class(mstar_status st);
 /* Raise the exception class of `st` with the library's last error as text; returns NULL. */
 PyObject *mstarpy_raise(mstar_status st);
 /* Raise `st`'s class with a message of our own; returns NULL. */

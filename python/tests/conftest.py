@@ -3,11 +3,29 @@ when the test ends (every manager closed, by `with`, close() or garbage collecti
 manager factory."""
 import gc
 import os
+import signal
 import tempfile
 
 import pytest
 
 import mstar
+
+
+# No test may hang the run (a lost ACK once left a producer waiting for ever): each gets this
+# many seconds, then fails. pytest-timeout is not a Debian package, so SIGALRM does it here.
+TEST_TIMEOUT_S = int(os.environ.get("MSTAR_PYTEST_TIMEOUT_S", "360"))
+
+
+@pytest.fixture(autouse=True)
+def _per_test_timeout(request):
+    def expired(signum, frame):
+        raise TimeoutError(f"{request.node.nodeid} ran past {TEST_TIMEOUT_S} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(TEST_TIMEOUT_S)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, old)
 
 
 class Recorder:

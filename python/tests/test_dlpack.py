@@ -24,9 +24,10 @@ def _torch_tensor(dtype):
     return torch.randint(0, 100, (5, 7)).to(dtype)
 
 
-def _through(make, obj, transport="files"):
-    """Producer stores obj, consumer (another manager) reads it: the consumer's view."""
-    prod, cons = make("worker_0", transport), make("worker_1", transport)
+def _through(make, obj, transport="files", names=("worker_0", "worker_1")):
+    """Producer stores obj, consumer (another manager) reads it: the consumer's view. A second
+    pair in one test needs other names: one entity name is one live producer."""
+    prod, cons = make(names[0], transport), make(names[1], transport)
     infos = prod.store_and_return_tensor_info(1, {"x": [obj]})["x"]
     prod.increment_ref(infos[0].uuid)
     prod.register_for_send(1, infos)
@@ -77,7 +78,7 @@ def test_strided_and_scalar_tensors(make):
     _, view = _through(make, t)
     assert torch.equal(torch.from_dlpack(view), t)
     s = torch.tensor(2.5, dtype=torch.float64)
-    _, view = _through(make, s)
+    _, view = _through(make, s, names=("worker_2", "worker_3"))
     assert view.shape == () and torch.equal(torch.from_dlpack(view), s)
 
 

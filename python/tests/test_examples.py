@@ -22,6 +22,7 @@ def test_arena_workers_example():
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count(" ok") == 4
     assert "every tensor acknowledged and freed" in out.stdout
+    assert "dropped" not in out.stderr  # every ACK names its sender and is applied
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and mstar.built_with_cuda()),
@@ -30,3 +31,4 @@ def test_cuda_workers_example():
     out = _run("cuda_workers.py")
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.count("on cuda:0 ok") == 4
+    assert "dropped" not in out.stderr

@@ -82,6 +82,54 @@ def test_manager_acks_through_a_mesh(make, tmp_path):
         cons.close()
 
 
+def _forged_ack(sender, uuid):
+    return mstar.Message("TENSOR_RECEIVED", request_id=1, counts={uuid: 1}, sender=sender)
+
+
+def test_ack_ledger_through_a_mesh(make, tmp_path):
+    """Descriptors sent through the producer's Mesh arm its ACK ledger: only the consumer's ACK,
+    whose sender survives recv and handle_message, frees the tensor."""
+    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as pm, \
+         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as cm:
+        prod, cons = make("worker_0", send=pm), make("worker_1", send=cm)
+        infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
+        prod.increment_ref(infos[0].uuid)
+        prod.register_for_send(1, infos)
+        pm.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
+                                          edges=[mstar.GraphEdge("n", "x", infos)]))
+        msg = cm.recv(timeout_ms=5000)
+        prod.handle_message(_forged_ack("worker_7", infos[0].uuid))
+        assert prod.num_tensors == 1  # worker_7 was not sent it
+        cons.start_read_tensors(1, msg.edges)
+        cons.get_ready_tensors()
+        ack = pm.recv(timeout_ms=5000)
+        assert ack.sender == "worker_1"
+        prod.handle_message(ack)
+        assert prod.num_tensors == 0
+        prod.close()
+        cons.close()
+
+
+def test_ack_ledger_through_callables(make):
+    """A consumer's ACK through a Python callable names the consumer as its sender, and a
+    producer that sent descriptors by its own means notes the send (note_sent)."""
+    prod = make("worker_0")
+    cons = make("worker_1")
+    infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
+    prod.increment_ref(infos[0].uuid)
+    prod.register_for_send(1, infos)
+    sent = mstar.Message("INPUT_SIGNALS", request_id=1, edges=[mstar.GraphEdge("n", "x", infos)])
+    prod.note_sent("worker_1", sent)
+    prod.handle_message(_forged_ack("worker_7", infos[0].uuid))
+    assert prod.num_tensors == 1
+    cons.start_read_tensors(1, sent.edges)
+    cons.get_ready_tensors()
+    (peer, ack), = cons.sent
+    assert peer == "worker_0" and ack.sender == "worker_1"
+    prod.handle_message(ack)
+    assert prod.num_tensors == 0
+
+
 def test_gil_released_while_waiting(tmp_path):
     with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as m:
         counter = [0]
@@ -107,17 +155,23 @@ def test_send_callback_errors_and_reentry(make):
 
     def send(peer, msg):
         seen.append(msg)
-        cons.dereference(1)  # calling back into the busy manager
+        if len(seen) == 1:
+            cons.dereference(1)  # calling back into the busy manager
 
     cons = make("worker_1", send=send)
     infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
     prod.increment_ref(infos[0].uuid)
     prod.register_for_send(1, infos)
     cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)])
-    with pytest.raises(mstar.StateError, match="in use"):
+    with pytest.raises(mstar.StateError, match="in use") as exc:
         cons.get_ready_tensors()  # the callback's exception comes out of the call that sent
     assert len(seen) == 1 and seen[0].type == "TENSOR_RECEIVED"
+    assert list(exc.value.ready) == [1]  # what was read is not lost with the failed ACK
     assert cons.num_tensors >= 0  # the manager is usable again
+    cons.dereference(infos[0].uuid)
+    cons.cleanup_request(1)  # sends the ACK still queued, this time without a raise
+    assert len(seen) == 2 and seen[1].sender == "worker_1"
+    assert cons.get_ready_tensors() == {}
 
 
 def test_gc_and_context_manager_leave_nothing(shm_dir):

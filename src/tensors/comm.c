@@ -530,6 +530,10 @@ static mstar_status send_msg(mstar_comm *comm, const char *peer, mstar_msg *msg)
 {
     if (comm->send == NULL)
         return mstar_error_set(MSTAR_ESTATE, "no send function to reach '%s'", peer);
+    /* Every sender sees this manager as the message's author: a producer's ACK ledger settles
+     * deliveries by `from`, and a Python callable or other custom sender would otherwise pass
+     * it on empty (the mesh stamps its own entity over it, which is the same name). */
+    memcpy(msg->from, comm->entity, sizeof(msg->from));
     return comm->send(comm->send_ctx, peer, msg);
 }
 
@@ -591,6 +595,28 @@ mstar_status mstar__comm_flush_acks(mstar_comm *comm)
     }
     free(q);
     return first;
+}
+
+void mstar__comm_settle_acks(mstar_comm *comm, const mstar_rid *rid)
+{
+    size_t w = 0;
+    for (size_t i = 0; i < comm->ack_retry.len; i++) {
+        mstar__ack_retry *a = mstar__vec_at(&comm->ack_retry, i);
+        if (!mstar_rid_equal(&a->msg.request_id, rid)) {
+            *(mstar__ack_retry *)mstar__vec_at(&comm->ack_retry, w++) = *a;
+            continue;
+        }
+        if (send_msg(comm, a->peer, &a->msg) != MSTAR_OK) {
+            char r[MSTAR_RID_STRLEN];
+            mstar_log(MSTAR_LOG_WARN,
+                      "TENSOR_RECEIVED for request %s to '%s' given up at the request's "
+                      "cleanup: %s",
+                      mstar_rid_format(rid, r), a->peer, mstar_last_error());
+            comm->acks_lost++;
+        }
+        mstar_msg_clear(&a->msg);
+    }
+    comm->ack_retry.len = w;
 }
 
 /* One TENSOR_RECEIVED to `peer` for the descriptors of the given edges it produced. */

@@ -137,9 +137,9 @@ static mstar_status cleanup(mstar_comm *comm, const mstar_rid *rid, bool force)
 {
     uint32_t slot;
     mstar_status st = mstar__comm_req(comm, rid, false, &slot);
-    if (st != MSTAR_OK || slot == MSTAR__BK_NONE)
+    if (st != MSTAR_OK)
         return st;
-    if (force && mstar_comm_has_inflight_reads(comm, rid)) {
+    if (force && slot != MSTAR__BK_NONE && mstar_comm_has_inflight_reads(comm, rid)) {
         char r[MSTAR_RID_STRLEN];
         return mstar_error_set(MSTAR_ESTATE,
                                "force cleanup of request %s: this process still "
@@ -147,6 +147,9 @@ static mstar_status cleanup(mstar_comm *comm, const mstar_rid *rid, bool force)
                                "false, as READS_DONE does)",
                                mstar_rid_format(rid, r));
     }
+    mstar__comm_settle_acks(comm, rid); /* even when the request's slot is gone already */
+    if (slot == MSTAR__BK_NONE)
+        return MSTAR_OK;
     mstar__req *r = mstar__comm_req_at(comm, slot);
     r->open = false;
     mstar__comm_req_reset(r);

@@ -120,6 +120,10 @@ mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
                                    const mstar_edge *const *edges, const bool *failed, uint32_t n);
 /* Resend the queued ACKs; those that fail again stay queued. The first failure is returned. */
 mstar_status mstar__comm_flush_acks(mstar_comm *comm);
+/* The request's cleanup: its queued ACKs are sent one last time and those that fail again are
+ * given up (logged, counted in acks_lost), so a producer that is gone cannot keep every later
+ * get_ready_tensors failing. Its other requests' ACKs stay queued. */
+void mstar__comm_settle_acks(mstar_comm *comm, const mstar_rid *rid);
 
 /* ---- comm_cleanup.c ------------------------------------------------------------------------- */
 

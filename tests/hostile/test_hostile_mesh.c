@@ -144,7 +144,9 @@ static mstar_tensor_info produce_to(world *w, const mstar_rid *rid, const mstar_
 
 /* The consumer receives its INPUT_SIGNALS, reads it, checks every byte against `want`, and
  * releases it; `ack_st` is what get_ready_tensors returns (the ACK's fate). */
-static void consume(mstar_mesh *mesh, mstar_comm *c, const mstar_tensor *want, mstar_status ack_st)
+/* consume() without the request's cleanup, which would settle its queued ACKs: its rid. */
+static mstar_rid consume_open(mstar_mesh *mesh, mstar_comm *c, const mstar_tensor *want,
+                              mstar_status ack_st)
 {
     mstar_msg m;
     for (;;) { /* skip what the intruder sent this inbox */
@@ -162,6 +164,8 @@ static void consume(mstar_mesh *mesh, mstar_comm *c, const mstar_tensor *want, m
         if (set.nedges == 0) {
             assert_mstar_ok(st);
             sleep_ms(10);
+        } else if (ack_st == MSTAR_OK) {
+            assert_mstar_ok(st); /* a success sets no error text to check */
         } else {
             assert_mstar_status(st, ack_st);
         }
@@ -172,8 +176,15 @@ static void consume(mstar_mesh *mesh, mstar_comm *c, const mstar_tensor *want, m
     check_bytes(c, uuid, want);
     mstar_ready_set_clear(&set);
     assert_mstar_ok(mstar_comm_dereference(c, uuid, 1));
-    assert_mstar_ok(mstar_comm_cleanup_request(c, &m.request_id));
+    mstar_rid rid = m.request_id;
     mstar_msg_clear(&m);
+    return rid;
+}
+
+static void consume(mstar_mesh *mesh, mstar_comm *c, const mstar_tensor *want, mstar_status ack_st)
+{
+    mstar_rid rid = consume_open(mesh, c, want, ack_st);
+    assert_mstar_ok(mstar_comm_cleanup_request(c, &rid));
 }
 
 /* msgpack's shortest form of an unsigned integer, as the encoder writes it; returns its size. */
@@ -325,7 +336,7 @@ static void test_failed_ack_kept_and_resent(void **state)
     produce_to(&w, &rid, &t, to, 1);
 
     w.cf.fail = 1;
-    consume(w.cm, w.c, &t, MSTAR_EIO);
+    rid = consume_open(w.cm, w.c, &t, MSTAR_EIO);
     assert_int_equal(stats_of(w.c).acks_queued, 1);
     assert_int_equal(pump_producer(&w, 200), 0);
     assert_int_equal(mstar_comm_num_tensors(w.p), 1); /* no ACK yet */
@@ -336,6 +347,23 @@ static void test_failed_ack_kept_and_resent(void **state)
     mstar_ready_set_clear(&set);
     assert_int_equal(stats_of(w.c).acks_queued, 0);
     producer_settles(&w, 0);
+    assert_mstar_ok(mstar_comm_cleanup_request(w.c, &rid));
+
+    /* A request's cleanup tries its queued ACK once more, and gives it up if that fails too:
+     * a producer that is gone does not fail every later call. */
+    rid = mstar_rid_from_int(5);
+    produce_to(&w, &rid, &t, to, 1);
+    w.cf.fail = 2;
+    rid = consume_open(w.cm, w.c, &t, MSTAR_EIO);
+    assert_mstar_ok(mstar_comm_cleanup_request(w.c, &rid));
+    mstar_comm_security_stats s = stats_of(w.c);
+    assert_int_equal(s.acks_queued, 0);
+    assert_int_equal(s.acks_lost, 1);
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w.c, &set));
+    mstar_ready_set_clear(&set);
+    assert_int_equal(pump_producer(&w, 200), 0);
+    assert_int_equal(mstar_comm_num_tensors(w.p), 1); /* held until its own cleanup */
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w.p, &rid));
     free(t.data);
     world_close(&w);
 }

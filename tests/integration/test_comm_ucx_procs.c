@@ -245,10 +245,11 @@ static uint64_t max_bytes(void)
 
 /* Deliver ready edges: check each tensor's bytes against its uuid's pattern, then release it
  * as the node would. Returns the number of tensors delivered. */
-static uint64_t consume_ready(mstar_comm *c, uint32_t *failed)
+/* Deliver and check what landed; get_ready_tensors must return `want`. */
+static uint64_t consume_ready_st(mstar_comm *c, uint32_t *failed, mstar_status want)
 {
     mstar_ready_set set;
-    assert_mstar_ok(mstar_comm_get_ready_tensors(c, &set));
+    assert_int_equal(mstar_comm_get_ready_tensors(c, &set), want);
     uint64_t n = 0;
     for (uint32_t e = 0; e < set.nedges; e++) {
         for (uint32_t i = 0; i < set.edges[e].ntensors; i++) {
@@ -266,6 +267,11 @@ static uint64_t consume_ready(mstar_comm *c, uint32_t *failed)
     *failed += set.nfailed;
     mstar_ready_set_clear(&set);
     return n;
+}
+
+static uint64_t consume_ready(mstar_comm *c, uint32_t *failed)
+{
+    return consume_ready_st(c, failed, MSTAR_OK);
 }
 
 /* Every descriptor of `ntensors` tensors read concurrently and checked; every ACK sent. */
@@ -330,13 +336,30 @@ static void test_producer_dies_mid_read(void **state)
     mstar_completion_list_clear(&done);
     uint32_t failed = 0;
     mstar_test_log_capture_begin(MSTAR_LOG_ERROR);
-    assert_int_equal(consume_ready(c, &failed), 0); /* its failure ACK cannot reach the dead */
+    /* The read failure is reported; its failure ACK cannot reach the dead producer, and that
+     * error is returned too. */
+    assert_int_equal(consume_ready_st(c, &failed, MSTAR_EIO), 0);
     mstar_test_log_capture_end();
     assert_true(mstar_test_log_contains("not sent"));
+    assert_non_null(strstr(mstar_last_error(), "TENSOR_RECEIVED to 'worker_0'"));
     assert_int_equal(failed, 1);
-    assert_int_equal(consume_ready(c, &failed), 0);
-    assert_int_equal(failed, 1); /* reported once */
+    mstar_comm_security_stats sec;
+    assert_mstar_ok(mstar_comm_get_security_stats(c, &sec));
+    assert_int_equal(sec.acks_queued, 1); /* kept for a resend */
+    mstar_test_log_capture_begin(MSTAR_LOG_ERROR);
+    assert_int_equal(consume_ready_st(c, &failed, MSTAR_EIO), 0); /* resent, failed again */
+    mstar_test_log_capture_end();
+    assert_int_equal(failed, 1); /* the read failure is reported once */
+    /* The request's cleanup gives the ACK up: later calls succeed. */
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
     assert_mstar_ok(mstar_comm_cleanup_request(c, &m.request_id));
+    mstar_test_log_capture_end();
+    assert_true(mstar_test_log_contains("given up at the request's cleanup"));
+    assert_mstar_ok(mstar_comm_get_security_stats(c, &sec));
+    assert_int_equal(sec.acks_queued, 0);
+    assert_int_equal(sec.acks_lost, 1);
+    assert_int_equal(consume_ready(c, &failed), 0);
+    assert_int_equal(failed, 1);
     assert_int_equal(mstar_comm_num_tensors(c), 0);
     mstar_msg_clear(&m);
     mstar_comm_destroy(c);
