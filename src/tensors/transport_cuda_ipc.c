@@ -13,8 +13,11 @@
  *
  * Consumer: a descriptor with a route from this host is read by opening the segment (cached per
  * producer entity and handle, so many tensors in one segment pay one open), checking the real
- * segment size against the descriptor, waiting on the producer's event on the read stream, and
- * copying device to device into this process's memory; the read completes (and the ACK goes)
+ * segment size against the descriptor, waiting for the producer's event, and copying device to
+ * device into this process's memory. The wait polls the event from the host, bounded by the
+ * producer's liveness and MSTAR_CUDA_IPC_TIMEOUT_S, before anything is queued: a stream told to
+ * wait on the event of a producer killed before it fired would wait forever, and every later
+ * read on that stream with it; the read completes (and the ACK goes)
  * once the copy has landed and the producer was still alive when it did. Mappings of producers
  * that have exited are closed by `maintain` when no read is copying.
  *
@@ -29,10 +32,12 @@
 #include "tensors/completion.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A segment this process exported: base → handle. */
@@ -64,6 +69,7 @@ typedef struct ipc_transport {
     mstar__transport_ops ops; /* ipc_ops, adjusted to the inner transport */
     mstar__transport *inner;
     mstar__cuda_ipc_mode mode;
+    double timeout_s; /* MSTAR_CUDA_IPC_TIMEOUT_S: how long a read waits for a producer's event */
     char host_id[MSTAR_HOST_ID_MAX + 1];
     /* producer */
     mstar_event *event; /* NULL until the first export */
@@ -127,6 +133,60 @@ mstar_status mstar__host_id_read(const char *path, char *out)
 static bool process_alive(int32_t pid)
 {
     return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* Whether process `pid` is gone for good: no such process, or a zombie that its parent has not
+ * reaped yet (its CUDA context is already torn down, so its events never fire). */
+static bool process_gone(int32_t pid)
+{
+    if (!process_alive(pid))
+        return true;
+    char path[64], stat[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return errno == ENOENT;
+    size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    /* "pid (comm) state ...": comm may hold spaces and parentheses, so the state follows the
+     * last ')'. */
+    const char *close = strrchr(stat, ')');
+    return close != NULL && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
+mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double timeout_s,
+                                        const char *what)
+{
+    uint64_t start = mstar__now_ns();
+    uint64_t limit = timeout_s > 0 ? (uint64_t)(timeout_s * 1e9) : 0;
+    long nap_ns = 0; /* spin at first: the producer's work has usually finished already */
+    for (unsigned polls = 0;; polls++) {
+        mstar_status st = mstar_event_query(event);
+        if (st == MSTAR_OK)
+            return MSTAR_OK;
+        /* Liveness is read from /proc, so only once the spinning is over. */
+        bool spinning = polls < 64 && st == MSTAR_EAGAIN;
+        if (!spinning && process_gone(pid))
+            return mstar_error_set(MSTAR_ECLOSED,
+                                   "%s: its producer (pid %d) exited before its event fired", what,
+                                   (int)pid);
+        if (st != MSTAR_EAGAIN)
+            return mstar_error_wrap("%s: waiting for its producer's event", what);
+        uint64_t waited = mstar__now_ns() - start;
+        if (limit > 0 && waited >= limit)
+            return mstar_error_set(MSTAR_ETIMEDOUT,
+                                   "%s: its producer (pid %d) is alive but its event has not fired "
+                                   "within %g s (MSTAR_CUDA_IPC_TIMEOUT_S)",
+                                   what, (int)pid, timeout_s);
+        if (spinning) {
+            sched_yield();
+            continue;
+        }
+        nap_ns = nap_ns == 0 ? 10000 : (nap_ns < 1000000 ? nap_ns * 2 : nap_ns);
+        struct timespec ts = { 0, nap_ns };
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* ---- producer ---------------------------------------------------------------------------- */
@@ -451,9 +511,15 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
                                (unsigned long long)info->uuid, info->source_entity,
                                (unsigned long long)start, (unsigned long long)info->nbytes,
                                (unsigned long long)seg->size);
+    char what[MSTAR_NAME_MAX + 48];
+    snprintf(what, sizeof(what), "tensor %llu from '%s'", (unsigned long long)info->uuid,
+             info->source_entity);
+    if ((st = mstar__cuda_ipc_wait_event(ev, ref->pid, it->timeout_s, what)) != MSTAR_OK)
+        return st;
     mstar__buf *buf;
     if ((st = mstar__transport_alloc_dest(env, info->nbytes, &buf)) != MSTAR_OK)
         return st;
+    /* Already fired; queued too so the copy is ordered after it on every backend. */
     st = mstar_stream_wait_event(env->h2d, ev);
     if (st == MSTAR_OK && info->nbytes > 0)
         st = mstar_memcpy_async(env->h2d, buf->data, (const char *)seg->base + start,
@@ -701,7 +767,14 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
         inner->ops->destroy(inner);
         return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
     }
-    mstar_status st = mstar__host_id_read("/proc/sys/kernel/random/boot_id", it->host_id);
+    mstar_status st =
+        mstar_env_get_double("MSTAR_CUDA_IPC_TIMEOUT_S", 60, 0, 86400, &it->timeout_s);
+    if (st != MSTAR_OK) {
+        free(it);
+        inner->ops->destroy(inner);
+        return st;
+    }
+    st = mstar__host_id_read("/proc/sys/kernel/random/boot_id", it->host_id);
     if (st != MSTAR_OK) {
         free(it);
         inner->ops->destroy(inner);
