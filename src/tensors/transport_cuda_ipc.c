@@ -3,13 +3,13 @@
  * as a transport that wraps the staged one (files or arena).
  *
  * Producer: staging a device tensor exports the allocation segment that holds it (once per
- * segment: the handle is cached by segment base) and records this manager's interprocess event
- * on the staging stream after the work queued so far, so a consumer that waits on it never reads
- * before the producer's kernels have written. `stamp` puts the segment handle, the event handle,
- * where the bytes sit in the segment, this host's boot id and the producer's pid into the
- * descriptor's cuda_ipc map. With MSTAR_CUDA_IPC=AUTO the staged copy is made as well, so a
- * consumer that cannot use the route (no GPU, route off, a failed open) reads that instead; with
- * MSTAR_CUDA_IPC=1 only the route is offered and such a consumer fails clearly.
+ * segment: the handle is cached by segment base) and records one of this manager's interprocess
+ * events (used in turn, one per stage call) on the staging stream after the work queued so far, so
+ * a consumer that waits on it never reads before the producer's kernels have written. `stamp` puts
+ * the segment handle, the event handle, where the bytes sit in the segment, this host's boot id and
+ * the producer's pid into the descriptor's cuda_ipc map. With MSTAR_CUDA_IPC=AUTO the staged copy
+ * is made as well, so a consumer that cannot use the route (no GPU, route off, a failed open) reads
+ * that instead; with MSTAR_CUDA_IPC=1 only the route is offered and such a consumer fails clearly.
  *
  * Consumer: a descriptor with a route from this host is read by opening the segment (cached per
  * producer entity and handle, so many tensors in one segment pay one open), checking the real
@@ -64,6 +64,12 @@ struct opened_event {
     int32_t pid;
 };
 
+/* Interprocess events a producer uses in turn, one per stage call. An event answers only for its
+ * latest record, so with a single one a consumer polling it while the producer keeps staging
+ * behind a busy stream would wait for work staged after its tensor, and might never see it
+ * done; with a ring it waits at most for the stages until the slot comes round again. */
+#define EVENT_RING 16
+
 typedef struct ipc_transport {
     mstar__transport base;
     mstar__transport_ops ops; /* ipc_ops, adjusted to the inner transport */
@@ -72,8 +78,9 @@ typedef struct ipc_transport {
     double timeout_s; /* MSTAR_CUDA_IPC_TIMEOUT_S: how long a read waits for a producer's event */
     char host_id[MSTAR_HOST_ID_MAX + 1];
     /* producer */
-    mstar_event *event; /* NULL until the first export */
-    uint8_t event_handle[MSTAR__IPC_HANDLE_BYTES];
+    mstar_event *events[EVENT_RING]; /* each NULL until first used */
+    uint8_t event_handles[EVENT_RING][MSTAR__IPC_HANDLE_BYTES];
+    size_t event_next;          /* the slot this stage call records; the next one after it */
     mstar__vec exported;        /* struct exported, valid while the backend generation is: */
     uint64_t exported_gen;      /* mstar__ipc_generation when `exported` was last emptied */
     mstar__u64map staged;       /* uuid → mstar_cuda_ipc_ref * (offset of the tensor's byte 0) */
@@ -249,7 +256,7 @@ static mstar_status export_item(ipc_transport *it, mstar__stage_item *item)
         return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
     memcpy(ref->host_id, it->host_id, sizeof(ref->host_id));
     memcpy(ref->mem_handle, seg->handle, sizeof(ref->mem_handle));
-    memcpy(ref->event_handle, it->event_handle, sizeof(ref->event_handle));
+    memcpy(ref->event_handle, it->event_handles[it->event_next], sizeof(ref->event_handle));
     ref->segment_size = seg->size;
     ref->segment_offset =
         (uint64_t)((uintptr_t)mstar_tensor_ptr(&item->tensor) - (uintptr_t)seg->base);
@@ -300,12 +307,14 @@ static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, si
     return MSTAR_OK;
 }
 
-/* This manager's interprocess event, made on first use: its handle goes into every reference. */
+/* The interprocess event of this stage call, made on first use: its handle goes into the
+ * references the call makes. */
 static mstar_status ensure_event(ipc_transport *it)
 {
-    if (it->event != NULL)
+    size_t k = it->event_next;
+    if (it->events[k] != NULL)
         return MSTAR_OK;
-    return mstar__ipc_event_create(it->base.env->backend, &it->event, it->event_handle);
+    return mstar__ipc_event_create(it->base.env->backend, &it->events[k], it->event_handles[k]);
 }
 
 /* Stage on the inner transport the items it must carry (all in AUTO, the unrouted ones with the
@@ -347,8 +356,10 @@ static mstar_status ipc_stage(mstar__transport *t, mstar__stage_item *items, siz
     for (size_t i = 0; i < n; i++)
         any |= routed[i];
     /* After everything the staging stream has queued (as the staged route copies there). */
-    if (st == MSTAR_OK && any)
-        st = mstar_event_record(it->event, it->base.env->d2h);
+    if (st == MSTAR_OK && any) {
+        st = mstar_event_record(it->events[it->event_next], it->base.env->d2h);
+        it->event_next = (it->event_next + 1) % EVENT_RING;
+    }
     if (st == MSTAR_OK)
         st = stage_inner(it, items, n, routed);
     double dt = (double)(mstar__now_ns() - t0) * 1e-9;
@@ -741,7 +752,8 @@ static void ipc_destroy(mstar__transport *t)
     mstar__vec_free(&it->exported);
     free_staged(&it->staged);
     mstar__u64map_free(&it->inner_staged);
-    mstar_event_destroy(it->event);
+    for (size_t i = 0; i < EVENT_RING; i++)
+        mstar_event_destroy(it->events[i]);
     it->inner->ops->destroy(it->inner);
     free(it);
 }

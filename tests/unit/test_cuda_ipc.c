@@ -250,6 +250,12 @@ static void test_route_bytes_one_open(void **state)
     mstar_tensor t2[2];
     mstar_tensor_info i2[2];
     produce_n(w, &rid2, 2, 1001, t2, i2);
+    /* One event per stage call: a batch shares one, the next batch has another, so a consumer
+     * never waits for work staged after its tensor. */
+    assert_memory_equal(infos[5].cuda_ipc.event_handle, infos[0].cuda_ipc.event_handle,
+                        MSTAR_IPC_HANDLE_BYTES);
+    assert_memory_not_equal(i2[0].cuda_ipc.event_handle, infos[0].cuda_ipc.event_handle,
+                            MSTAR_IPC_HANDLE_BYTES);
     assert_mstar_ok(read_infos(w, &rid2, i2, 2));
     collect_ready(w->c, 1);
     check_bytes(w->c, i2[1].uuid, &t2[1]);
