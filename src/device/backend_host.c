@@ -394,11 +394,15 @@ static mstar_status host_event_create(mstar_event *e)
 
 /* The stand-in's interprocess events (ipc_host.c): the host backend's work has run when a
  * synchronous stream returns, so an event opened from a handle is a fresh one, already complete;
- * the handle only says which backend made it. */
+ * the handle says which backend made it, and a serial number tells events apart as CUDA's
+ * handles do. */
 static mstar_status host_ipc_event_create(mstar_event *e, uint8_t *handle)
 {
+    static _Atomic uint64_t serial;
+    uint64_t n = ++serial;
     memset(handle, 0, MSTAR__IPC_HANDLE_BYTES);
     memcpy(handle, "mstar-host-event", 16);
+    memcpy(handle + 16, &n, sizeof(n));
     return host_event_create(e);
 }
 

@@ -109,6 +109,11 @@ bool mstar__cuda_ipc_usable(const char *host_id, const mstar_tensor_info *info);
 /* The host identity in `path` (a boot id file): a name of 1..MSTAR_HOST_ID_MAX bytes into
  * out[MSTAR_HOST_ID_MAX + 1]. */
 mstar_status mstar__host_id_read(const char *path, char *out);
+/* Wait from the host until `event` (a producer's, opened here) has fired: MSTAR_OK once it has,
+ * MSTAR_ECLOSED once process `pid` has exited (or is a zombie) with it unfired, MSTAR_ETIMEDOUT
+ * after `timeout_s` (0: no limit) with the producer alive; `what` names the read in the error. */
+mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double timeout_s,
+                                        const char *what);
 /* Wrap `inner` (files or arena) in the route; owns `inner` from the call on, even on failure. */
 mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
                                             mstar__cuda_ipc_mode mode, mstar__transport *inner,

@@ -3,18 +3,21 @@
  * as a transport that wraps the staged one (files or arena).
  *
  * Producer: staging a device tensor exports the allocation segment that holds it (once per
- * segment: the handle is cached by segment base) and records this manager's interprocess event
- * on the staging stream after the work queued so far, so a consumer that waits on it never reads
- * before the producer's kernels have written. `stamp` puts the segment handle, the event handle,
- * where the bytes sit in the segment, this host's boot id and the producer's pid into the
- * descriptor's cuda_ipc map. With MSTAR_CUDA_IPC=AUTO the staged copy is made as well, so a
- * consumer that cannot use the route (no GPU, route off, a failed open) reads that instead; with
- * MSTAR_CUDA_IPC=1 only the route is offered and such a consumer fails clearly.
+ * segment: the handle is cached by segment base) and records one of this manager's interprocess
+ * events (used in turn, one per stage call) on the staging stream after the work queued so far, so
+ * a consumer that waits on it never reads before the producer's kernels have written. `stamp` puts
+ * the segment handle, the event handle, where the bytes sit in the segment, this host's boot id and
+ * the producer's pid into the descriptor's cuda_ipc map. With MSTAR_CUDA_IPC=AUTO the staged copy
+ * is made as well, so a consumer that cannot use the route (no GPU, route off, a failed open) reads
+ * that instead; with MSTAR_CUDA_IPC=1 only the route is offered and such a consumer fails clearly.
  *
  * Consumer: a descriptor with a route from this host is read by opening the segment (cached per
  * producer entity and handle, so many tensors in one segment pay one open), checking the real
- * segment size against the descriptor, waiting on the producer's event on the read stream, and
- * copying device to device into this process's memory; the read completes (and the ACK goes)
+ * segment size against the descriptor, waiting for the producer's event, and copying device to
+ * device into this process's memory. The wait polls the event from the host, bounded by the
+ * producer's liveness and MSTAR_CUDA_IPC_TIMEOUT_S, before anything is queued: a stream told to
+ * wait on the event of a producer killed before it fired would wait forever, and every later
+ * read on that stream with it; the read completes (and the ACK goes)
  * once the copy has landed and the producer was still alive when it did. Mappings of producers
  * that have exited are closed by `maintain` when no read is copying.
  *
@@ -29,10 +32,12 @@
 #include "tensors/completion.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A segment this process exported: base → handle. */
@@ -59,15 +64,23 @@ struct opened_event {
     int32_t pid;
 };
 
+/* Interprocess events a producer uses in turn, one per stage call. An event answers only for its
+ * latest record, so with a single one a consumer polling it while the producer keeps staging
+ * behind a busy stream would wait for work staged after its tensor, and might never see it
+ * done; with a ring it waits at most for the stages until the slot comes round again. */
+#define EVENT_RING 16
+
 typedef struct ipc_transport {
     mstar__transport base;
     mstar__transport_ops ops; /* ipc_ops, adjusted to the inner transport */
     mstar__transport *inner;
     mstar__cuda_ipc_mode mode;
+    double timeout_s; /* MSTAR_CUDA_IPC_TIMEOUT_S: how long a read waits for a producer's event */
     char host_id[MSTAR_HOST_ID_MAX + 1];
     /* producer */
-    mstar_event *event; /* NULL until the first export */
-    uint8_t event_handle[MSTAR__IPC_HANDLE_BYTES];
+    mstar_event *events[EVENT_RING]; /* each NULL until first used */
+    uint8_t event_handles[EVENT_RING][MSTAR__IPC_HANDLE_BYTES];
+    size_t event_next;          /* the slot this stage call records; the next one after it */
     mstar__vec exported;        /* struct exported, valid while the backend generation is: */
     uint64_t exported_gen;      /* mstar__ipc_generation when `exported` was last emptied */
     mstar__u64map staged;       /* uuid → mstar_cuda_ipc_ref * (offset of the tensor's byte 0) */
@@ -127,6 +140,60 @@ mstar_status mstar__host_id_read(const char *path, char *out)
 static bool process_alive(int32_t pid)
 {
     return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* Whether process `pid` is gone for good: no such process, or a zombie that its parent has not
+ * reaped yet (its CUDA context is already torn down, so its events never fire). */
+static bool process_gone(int32_t pid)
+{
+    if (!process_alive(pid))
+        return true;
+    char path[64], stat[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return errno == ENOENT;
+    size_t n = fread(stat, 1, sizeof(stat) - 1, f);
+    fclose(f);
+    stat[n] = '\0';
+    /* "pid (comm) state ...": comm may hold spaces and parentheses, so the state follows the
+     * last ')'. */
+    const char *close = strrchr(stat, ')');
+    return close != NULL && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
+mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double timeout_s,
+                                        const char *what)
+{
+    uint64_t start = mstar__now_ns();
+    uint64_t limit = timeout_s > 0 ? (uint64_t)(timeout_s * 1e9) : 0;
+    long nap_ns = 0; /* spin at first: the producer's work has usually finished already */
+    for (unsigned polls = 0;; polls++) {
+        mstar_status st = mstar_event_query(event);
+        if (st == MSTAR_OK)
+            return MSTAR_OK;
+        /* Liveness is read from /proc, so only once the spinning is over. */
+        bool spinning = polls < 64 && st == MSTAR_EAGAIN;
+        if (!spinning && process_gone(pid))
+            return mstar_error_set(MSTAR_ECLOSED,
+                                   "%s: its producer (pid %d) exited before its event fired", what,
+                                   (int)pid);
+        if (st != MSTAR_EAGAIN)
+            return mstar_error_wrap("%s: waiting for its producer's event", what);
+        uint64_t waited = mstar__now_ns() - start;
+        if (limit > 0 && waited >= limit)
+            return mstar_error_set(MSTAR_ETIMEDOUT,
+                                   "%s: its producer (pid %d) is alive but its event has not fired "
+                                   "within %g s (MSTAR_CUDA_IPC_TIMEOUT_S)",
+                                   what, (int)pid, timeout_s);
+        if (spinning) {
+            sched_yield();
+            continue;
+        }
+        nap_ns = nap_ns == 0 ? 10000 : (nap_ns < 1000000 ? nap_ns * 2 : nap_ns);
+        struct timespec ts = { 0, nap_ns };
+        nanosleep(&ts, NULL);
+    }
 }
 
 /* ---- producer ---------------------------------------------------------------------------- */
@@ -189,7 +256,7 @@ static mstar_status export_item(ipc_transport *it, mstar__stage_item *item)
         return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
     memcpy(ref->host_id, it->host_id, sizeof(ref->host_id));
     memcpy(ref->mem_handle, seg->handle, sizeof(ref->mem_handle));
-    memcpy(ref->event_handle, it->event_handle, sizeof(ref->event_handle));
+    memcpy(ref->event_handle, it->event_handles[it->event_next], sizeof(ref->event_handle));
     ref->segment_size = seg->size;
     ref->segment_offset =
         (uint64_t)((uintptr_t)mstar_tensor_ptr(&item->tensor) - (uintptr_t)seg->base);
@@ -240,12 +307,14 @@ static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, si
     return MSTAR_OK;
 }
 
-/* This manager's interprocess event, made on first use: its handle goes into every reference. */
+/* The interprocess event of this stage call, made on first use: its handle goes into the
+ * references the call makes. */
 static mstar_status ensure_event(ipc_transport *it)
 {
-    if (it->event != NULL)
+    size_t k = it->event_next;
+    if (it->events[k] != NULL)
         return MSTAR_OK;
-    return mstar__ipc_event_create(it->base.env->backend, &it->event, it->event_handle);
+    return mstar__ipc_event_create(it->base.env->backend, &it->events[k], it->event_handles[k]);
 }
 
 /* Stage on the inner transport the items it must carry (all in AUTO, the unrouted ones with the
@@ -287,8 +356,10 @@ static mstar_status ipc_stage(mstar__transport *t, mstar__stage_item *items, siz
     for (size_t i = 0; i < n; i++)
         any |= routed[i];
     /* After everything the staging stream has queued (as the staged route copies there). */
-    if (st == MSTAR_OK && any)
-        st = mstar_event_record(it->event, it->base.env->d2h);
+    if (st == MSTAR_OK && any) {
+        st = mstar_event_record(it->events[it->event_next], it->base.env->d2h);
+        it->event_next = (it->event_next + 1) % EVENT_RING;
+    }
     if (st == MSTAR_OK)
         st = stage_inner(it, items, n, routed);
     double dt = (double)(mstar__now_ns() - t0) * 1e-9;
@@ -451,9 +522,15 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
                                (unsigned long long)info->uuid, info->source_entity,
                                (unsigned long long)start, (unsigned long long)info->nbytes,
                                (unsigned long long)seg->size);
+    char what[MSTAR_NAME_MAX + 48];
+    snprintf(what, sizeof(what), "tensor %llu from '%s'", (unsigned long long)info->uuid,
+             info->source_entity);
+    if ((st = mstar__cuda_ipc_wait_event(ev, ref->pid, it->timeout_s, what)) != MSTAR_OK)
+        return st;
     mstar__buf *buf;
     if ((st = mstar__transport_alloc_dest(env, info->nbytes, &buf)) != MSTAR_OK)
         return st;
+    /* Already fired; queued too so the copy is ordered after it on every backend. */
     st = mstar_stream_wait_event(env->h2d, ev);
     if (st == MSTAR_OK && info->nbytes > 0)
         st = mstar_memcpy_async(env->h2d, buf->data, (const char *)seg->base + start,
@@ -675,7 +752,8 @@ static void ipc_destroy(mstar__transport *t)
     mstar__vec_free(&it->exported);
     free_staged(&it->staged);
     mstar__u64map_free(&it->inner_staged);
-    mstar_event_destroy(it->event);
+    for (size_t i = 0; i < EVENT_RING; i++)
+        mstar_event_destroy(it->events[i]);
     it->inner->ops->destroy(it->inner);
     free(it);
 }
@@ -701,7 +779,14 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
         inner->ops->destroy(inner);
         return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
     }
-    mstar_status st = mstar__host_id_read("/proc/sys/kernel/random/boot_id", it->host_id);
+    mstar_status st =
+        mstar_env_get_double("MSTAR_CUDA_IPC_TIMEOUT_S", 60, 0, 86400, &it->timeout_s);
+    if (st != MSTAR_OK) {
+        free(it);
+        inner->ops->destroy(inner);
+        return st;
+    }
+    st = mstar__host_id_read("/proc/sys/kernel/random/boot_id", it->host_id);
     if (st != MSTAR_OK) {
         free(it);
         inner->ops->destroy(inner);

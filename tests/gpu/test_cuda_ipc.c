@@ -5,9 +5,10 @@
  * bytes written by slow producer work queued on the default stream after the descriptor left
  * (the consumer must wait on the producer's event); one segment opened once for many tensors;
  * the producer frees only after the ACK; zero-size and odd sizes; a forged handle and a segment
- * size past the real one refused; a producer killed while its segment is mapped fails the read
- * and the mapping is closed. The consumer uses the last GPU, so on a machine with two GPUs the
- * copy crosses them. Skips (77) without a GPU.
+ * size past the real one refused; a producer killed while the consumer waits on its event fails
+ * the read instead of hanging, a later read of it fails too, and the mapping is closed. The
+ * consumer uses the last GPU, so on a machine with two GPUs the copy crosses them. Skips (77)
+ * without a GPU.
  *
  * The child is forked before this process touches CUDA (a CUDA context does not survive fork).
  */
@@ -17,6 +18,7 @@
 #include "tensors/transport.h"
 
 #include <cuda_runtime_api.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -344,7 +346,21 @@ static void test_forged_and_out_of_range(void **state)
     mstar_edge_clear(&e);
 }
 
-/* Last: the producer is killed while this process has its segment mapped. */
+/* Kills the producer a moment after the consumer has started waiting on its event. */
+static void *kill_producer_soon(void *arg)
+{
+    (void)arg;
+    usleep(300 * 1000);
+    kill(child, SIGKILL);
+    int status;
+    waitpid(child, &status, 0);
+    return NULL;
+}
+
+/* Last: the producer is killed while this process has its segment mapped and waits on its
+ * event: a tensor whose bytes come after ten minutes of producer work (the event fires only
+ * then), the producer killed while the consumer waits, fails the read with MSTAR_ECLOSED at once
+ * instead of hanging; a later read of the dead producer fails before anything is queued. */
 static void test_producer_killed(void **state)
 {
     (void)state;
@@ -357,10 +373,15 @@ static void test_producer_killed(void **state)
     uint64_t opens, mapped;
     counts(&opens, &mapped);
     assert_true(mapped >= 1);
-    kill(child, SIGKILL);
-    int status;
-    assert_int_equal(waitpid(child, &status, 0), child);
+    mstar_edge slow = ask_produce(1, 4096, 600, 600 * 1000);
+    mstar_rid slow_rid = mstar_rid_from_int(600);
+    pthread_t killer;
+    assert_int_equal(pthread_create(&killer, NULL, kill_producer_soon, NULL), 0);
+    assert_mstar_status(read_edge_wait(&slow_rid, &slow), MSTAR_ECLOSED);
+    assert_non_null(strstr(mstar_last_error(), "exited"));
+    pthread_join(killer, NULL);
     child = 0;
+    mstar_edge_clear(&slow);
     assert_mstar_status(read_edge_wait(&rid, &second), MSTAR_ECLOSED);
     assert_non_null(strstr(mstar_last_error(), "has exited"));
     /* The upkeep, with no read copying, closes the dead producer's mapping. */

@@ -1,7 +1,8 @@
 /*
  * test_demo_cuda.c — `mstar demo --device cuda` end to end on a GPU (the workers' bf16 kernels,
  * real CUDA graphs, transports staging through device memory): the default run passes its
- * self-check and leak check, once with captured graphs and once with --no-graphs, and the
+ * self-check and leak check, once with captured graphs and once with --no-graphs, the encoder's
+ * states move over the CUDA IPC route (the summary's route column), and the
  * decoder's tokens per second of step time are printed for both, with their ratio (a figure for
  * the report, not an assertion). Skips (77) without a GPU.
  */
@@ -33,6 +34,11 @@ static void test_cuda_demo_graphs_against_eager(void **state)
     assert_true(demo_json_steps(&g, "decode", "replays") > 0);
     assert_int_equal(demo_json_steps(&g, "decode", "eager"), 0);
     assert_int_equal(demo_json_steps(&e, "decode", "replays"), 0);
+    /* The encoder's states (device tensors) move over the CUDA IPC route (MSTAR_CUDA_IPC=AUTO);
+     * the prompts, host tensors, over the arena. */
+    char route[32];
+    assert_string_equal(demo_json_edge_route(&g, "enc_hidden", route, sizeof(route)), "cuda_ipc");
+    assert_string_equal(demo_json_edge_route(&g, "prompt", route, sizeof(route)), "arena");
     demo_result_free(&g);
     demo_result_free(&e);
 }

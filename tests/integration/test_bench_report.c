@@ -116,6 +116,7 @@ static void test_quick_report(void **state)
         if (strstr(md, sections[i]) == NULL)
             fail_msg("report.md has no '%s':\n%s", sections[i], md);
     assert_null(strstr(md, "**Failed**"));
+    assert_null(strstr(md, "Transport of device tensors")); /* --device cuda only */
     free(md);
 
     char *json = read_report_file(dir, "report.json");
@@ -133,18 +134,23 @@ static void test_quick_report(void **state)
         if (strstr(json, key) == NULL)
             fail_msg("report.json has no %s", key);
     }
+    assert_non_null(strstr(json, "\"transport-cuda\":{\"ok\":false")); /* not run */
     free(json);
 
     check_svg(dir, "transport_latency.svg");
     check_svg(dir, "transport_throughput.svg");
     check_svg(dir, "graphs_steps.svg");
+    char svg[4200];
+    snprintf(svg, sizeof(svg), "%s/transport_cuda_throughput.svg", dir);
+    assert_false(demo_path_exists(svg));
 
     assert_int_equal(expect_scratch_removed(r.err), 2); /* files and arena; ucx-tcp */
     demo_result_free(&r);
 }
 
-/* --device cuda: without a CUDA backend a usage error; without a GPU the graphs suite fails, the
- * others still run, and the report says so (exit 1); on a GPU every suite passes. */
+/* --device cuda: without a CUDA backend a usage error; without a GPU the graphs and
+ * transport-cuda suites fail, the others still run, and the report says so (exit 1); on a GPU
+ * every suite passes, transport-cuda with its verdicts and plots. */
 static void test_device_cuda(void **state)
 {
     (void)state;
@@ -168,14 +174,23 @@ static void test_device_cuda(void **state)
     if (!mstar_test_json_check(json, NULL, why, sizeof(why)))
         fail_msg("report.json: %s\n%s", why, json);
     assert_non_null(strstr(json, "\"transport\":{\"ok\":true"));
+    assert_non_null(strstr(md, "## Transport of device tensors: CUDA IPC and staged"));
     if (code == 1) {
         assert_non_null(strstr(r.err, "graphs failed: "));
+        assert_non_null(strstr(r.err, "transport-cuda failed: "));
         assert_non_null(strstr(md, "**Failed**"));
         assert_non_null(strstr(json, "\"graphs\":{\"ok\":false"));
+        assert_non_null(strstr(json, "\"transport-cuda\":{\"ok\":false"));
     } else {
         assert_non_null(strstr(json, "\"graphs\":{\"ok\":true"));
         assert_non_null(strstr(md, "--device cuda`: the reference decode model"));
+        assert_non_null(strstr(json, "\"transport-cuda\":{\"ok\":true"));
+        assert_non_null(strstr(md, "CUDA IPC route throughput at >= 16 MiB / device-to-device"));
+        assert_non_null(strstr(md, "4 KiB round trip p50 over CUDA IPC / host arena"));
+        assert_non_null(strstr(md, "](transport_cuda_throughput.svg)"));
     }
+    check_svg(dir, "transport_cuda_latency.svg");
+    check_svg(dir, "transport_cuda_throughput.svg");
     check_svg(dir, "transport_latency.svg");
     free(md);
     free(json);

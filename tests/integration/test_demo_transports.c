@@ -2,8 +2,8 @@
  * test_demo_transports.c — `mstar demo` end to end (three processes) over each transport, with
  * and without aborts: every request completes or is aborted as asked, the self-check matches,
  * nothing is left in any manager or in the shm directory, and the run's directories and workers
- * are gone afterwards. Over ucx-tcp every tensor crosses a loopback socket between the processes'
- * UCX engines.
+ * are gone afterwards, and the summary names each edge's route. Over ucx-tcp every tensor crosses a
+ * loopback socket between the processes' UCX engines.
  */
 #include "demo_harness.h"
 
@@ -23,6 +23,11 @@ static demo_result run_small(const char *transport, const char *const *extra)
     assert_non_null(strstr(r.out, "\"signal\": \"enc_hidden\""));
     if (demo_json_int(&r, "completed") > 0)
         assert_non_null(strstr(r.out, "\"signal\": \"tokens\""));
+    /* Host tensors: every edge names the run's transport as its route. */
+    char route[32];
+    const char *want = strcmp(transport, "ucx-tcp") == 0 ? "ucx" : transport;
+    assert_string_equal(demo_json_edge_route(&r, "enc_hidden", route, sizeof(route)), want);
+    assert_string_equal(demo_json_edge_route(&r, "prompt", route, sizeof(route)), want);
     return r;
 }
 

@@ -179,6 +179,22 @@ long long demo_json_steps(const demo_result *r, const char *walk, const char *fi
     return sum;
 }
 
+const char *demo_json_edge_route(const demo_result *r, const char *signal, char *buf, size_t size)
+{
+    char pat[96];
+    snprintf(pat, sizeof(pat), "{\"signal\": \"%s\"", signal);
+    const char *at = strstr(r->out, pat), *route = at != NULL ? strstr(at, "\"route\": \"") : NULL;
+    const char *end = route != NULL ? strchr(route + 10, '"') : NULL;
+    size_t n = 0;
+    if (end != NULL && end < strchr(at, '}')) {
+        route += 10;
+        n = (size_t)(end - route) < size - 1 ? (size_t)(end - route) : size - 1;
+        memcpy(buf, route, n);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
 bool demo_path_exists(const char *path)
 {
     struct stat sb;

@@ -60,6 +60,9 @@ const char *demo_json_str(const demo_result *r, const char *key, char *buf, size
 /* The sum of `field` ("replays" or "eager") over the summary's step rows of `walk`. */
 long long demo_json_steps(const demo_result *r, const char *walk, const char *field);
 
+/* The route of the summary's first edge of `signal` (copied into buf; "" if there is none). */
+const char *demo_json_edge_route(const demo_result *r, const char *signal, char *buf, size_t size);
+
 bool demo_path_exists(const char *path);
 
 /* From the driver's first stderr line ("mstar demo: driver pid D; worker_0 (encoder) pid N;

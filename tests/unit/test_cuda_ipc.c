@@ -12,6 +12,9 @@
 #include "tensors/comm_internal.h"
 #include "tensors/transport.h"
 
+#include <errno.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- pure parts -------------------------------------------------------------------------- */
@@ -247,6 +250,12 @@ static void test_route_bytes_one_open(void **state)
     mstar_tensor t2[2];
     mstar_tensor_info i2[2];
     produce_n(w, &rid2, 2, 1001, t2, i2);
+    /* One event per stage call: a batch shares one, the next batch has another, so a consumer
+     * never waits for work staged after its tensor. */
+    assert_memory_equal(infos[5].cuda_ipc.event_handle, infos[0].cuda_ipc.event_handle,
+                        MSTAR_IPC_HANDLE_BYTES);
+    assert_memory_not_equal(i2[0].cuda_ipc.event_handle, infos[0].cuda_ipc.event_handle,
+                            MSTAR_IPC_HANDLE_BYTES);
     assert_mstar_ok(read_infos(w, &rid2, i2, 2));
     collect_ready(w->c, 1);
     check_bytes(w->c, i2[1].uuid, &t2[1]);
@@ -407,12 +416,84 @@ static void test_route_zero_size(void **state)
     free_tensors(ts, 1);
 }
 
+/* ---- the bounded wait for a producer's event --------------------------------------------- */
+
+/* Host work that holds its stream until the pipe `*fd` is written. */
+static void hold_stream(void *args)
+{
+    int fd;
+    memcpy(&fd, args, sizeof(fd));
+    char c;
+    while (read(fd, &c, 1) < 0 && errno == EINTR) {
+    }
+}
+
+static pid_t spawn_sleeper(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        pause();
+        _exit(0);
+    }
+    return pid;
+}
+
+/* An event recorded behind work that never finishes by itself, as a killed producer's is: the
+ * wait returns once the producer is gone (reaped, or a zombie) or the timeout passes, never
+ * hangs; once the work has run, it returns MSTAR_OK. */
+static void test_event_wait_bounded(void **state)
+{
+    (void)state;
+    mstar_backend *b;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &b));
+    mstar__host_backend_set_async(b, true);
+    mstar_stream *s;
+    assert_mstar_ok(mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &s));
+    mstar_event *e;
+    assert_mstar_ok(mstar_event_create(b, &e));
+    int gate[2];
+    assert_int_equal(pipe(gate), 0);
+    assert_mstar_ok(mstar_launch(s, hold_stream, &gate[0], sizeof(gate[0])));
+    assert_mstar_ok(mstar_event_record(e, s));
+    assert_mstar_status(mstar_event_query(e), MSTAR_EAGAIN);
+
+    /* Alive but stuck: the timeout. */
+    pid_t alive = spawn_sleeper();
+    assert_mstar_status(mstar__cuda_ipc_wait_event(e, alive, 0.05, "tensor 7 from 'w0'"),
+                        MSTAR_ETIMEDOUT);
+    assert_non_null(strstr(mstar_last_error(), "MSTAR_CUDA_IPC_TIMEOUT_S"));
+    assert_non_null(strstr(mstar_last_error(), "tensor 7 from 'w0'"));
+    /* Killed, not yet reaped (a zombie): gone, with no limit set. */
+    kill(alive, SIGKILL);
+    siginfo_t info;
+    assert_int_equal(waitid(P_PID, (id_t)alive, &info, WEXITED | WNOWAIT), 0);
+    assert_mstar_status(mstar__cuda_ipc_wait_event(e, alive, 0, "tensor 7 from 'w0'"),
+                        MSTAR_ECLOSED);
+    assert_non_null(strstr(mstar_last_error(), "exited before its event fired"));
+    /* Reaped: gone too. */
+    assert_int_equal(waitpid(alive, NULL, 0), alive);
+    assert_mstar_status(mstar__cuda_ipc_wait_event(e, alive, 0, "tensor 7 from 'w0'"),
+                        MSTAR_ECLOSED);
+
+    /* The work runs: the event has fired, whoever the producer is. */
+    assert_int_equal(write(gate[1], "x", 1), 1);
+    assert_mstar_ok(mstar_stream_synchronize(s));
+    assert_mstar_ok(mstar__cuda_ipc_wait_event(e, getpid(), 0.05, "tensor 7 from 'w0'"));
+    close(gate[0]);
+    close(gate[1]);
+    mstar_event_destroy(e);
+    mstar_stream_destroy(s);
+    mstar_backend_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_host_id),
         cmocka_unit_test(test_mode_and_choice),
         cmocka_unit_test(test_export_open),
+        cmocka_unit_test(test_event_wait_bounded),
         cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),

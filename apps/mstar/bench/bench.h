@@ -106,7 +106,7 @@ size_t mstar_bench_bookkeeper_targets(const mstar_bench_bookkeeper_result *r,
 
 /* ---- transport ------------------------------------------------------------------------------ */
 
-#define MSTAR_BENCH_TRANSPORT_SIZES 6
+#define MSTAR_BENCH_TRANSPORT_SIZES 7 /* 4 KiB .. 256 MiB; host runs stop at 64 MiB */
 #define MSTAR_BENCH_TRANSPORT_KINDS 2
 
 typedef struct mstar_bench_transport_row {
@@ -120,7 +120,7 @@ typedef struct mstar_bench_transport_result {
     double memcpy_gbps;            /* baseline: one thread, 64 MiB */
     double zmq_p50_us, zmq_p99_us; /* baseline: raw ZeroMQ ipc ping-pong of 64 bytes */
     int in_flight;
-    int nsizes; /* 4 KiB to 64 MiB; --quick: to 16 MiB */
+    int nsizes; /* 4 KiB to 64 MiB (--device cuda: 256 MiB); --quick: to 16 MiB */
     int nkinds;
     mstar_transport_kind kinds[MSTAR_BENCH_TRANSPORT_KINDS];
     mstar_bench_transport_row rows[MSTAR_BENCH_TRANSPORT_KINDS][MSTAR_BENCH_TRANSPORT_SIZES];
@@ -130,6 +130,7 @@ typedef struct mstar_bench_transport_result {
     bool cuda_ipc[MSTAR_BENCH_TRANSPORT_KINDS];
     double d2d_gbps[MSTAR_BENCH_TRANSPORT_SIZES];    /* device-to-device copy */
     double staged_gbps[MSTAR_BENCH_TRANSPORT_SIZES]; /* pinned D2H then H2D */
+    double host_rt_p50_us, host_rt_p99_us; /* the arena's 4 KiB round trip of host tensors */
 } mstar_bench_transport_result;
 
 /* kinds: files and/or the arena, or a UCX kind alone (measured with its TCP stream baseline). */
@@ -139,8 +140,12 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
 /* Device tensors on cuda:0 between two processes: the arena over the CUDA IPC route and staged,
  * and the in-process baselines. MSTAR_ENOTSUP without CUDA. */
 mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_result *out);
+void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE *out);
 /* With the arena measured: its throughput at >= 1 MiB >= 0.45x memcpy, its 4 KiB round trip
- * <= 3x the ZeroMQ ping-pong. With UCX: its throughput at >= 1 MiB >= 0.6x the TCP stream. */
+ * <= 3x the ZeroMQ ping-pong. With UCX: its throughput at >= 1 MiB >= 0.6x the TCP stream.
+ * Device runs: the CUDA IPC route at >= 16 MiB >= 0.8x the device-to-device copy, the staged
+ * route at >= 16 MiB >= 0.8x pinned D2H + H2D, and the 4 KiB round trip over CUDA IPC <= 1.5x
+ * the host arena's. */
 size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r,
                                      mstar_bench_target *out);
 
@@ -201,6 +206,6 @@ void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out);
 size_t mstar_bench_graphs_targets(const mstar_bench_graphs_result *r, mstar_bench_target *out);
 
 /* The most targets one suite reports. */
-#define MSTAR_BENCH_MAX_TARGETS 2
+#define MSTAR_BENCH_MAX_TARGETS 3
 
 #endif

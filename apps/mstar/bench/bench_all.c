@@ -3,9 +3,11 @@
  * bench.h in one process, each measuring its own baseline in the same run, with progress on
  * stderr; then the report (bench_report.c) in DIR, and the targets on stdout.
  *
- * Order: the suites that fork their peers (transport, ucx) run before the graphs suite, which
- * may start CUDA — a process should not fork once a device runtime is up. A suite that fails is
- * recorded in the report with its error and the others still run; the exit code is then 1.
+ * Order: the suites that fork their peers (transport, ucx) run before the ones that start CUDA
+ * in this process — transport-cuda (--device cuda only: it forks first, then measures its
+ * in-process baselines) and graphs — as a process should not fork once a device runtime is up. A
+ * suite that fails is recorded in the report with its error and the others still run; the exit code
+ * is then 1.
  */
 #include "bench_report.h"
 
@@ -23,10 +25,11 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: mstar bench all [--out DIR] [--quick] [--device host|cuda]\n"
             "  runs every suite (wire, bookkeeper, transport over files and the arena, then over\n"
-            "  ucx-tcp, ucx, graphs) in one process and\n"
+            "  ucx-tcp, ucx, transport-cuda, graphs) in one process and\n"
             "  writes DIR/report.md, DIR/report.json and SVG plots (DIR: %s, created if\n"
             "  missing). --quick: small counts, for tests (about half a minute); --device: where\n"
-            "  the graphs suite runs (host).\n",
+            "  the graphs suite runs (host); cuda also runs transport-cuda (device tensors\n"
+            "  between processes, over CUDA IPC and staged).\n",
             DEFAULT_OUT);
 }
 
@@ -61,6 +64,8 @@ static mstar_status run_suite(mstar_bench_run *run, mstar_bench_suite_id id)
         mstar_bench_ucx_options_init(&o, run->quick);
         return mstar_bench_ucx_run(&o, &run->ucx);
     }
+    case MSTAR_BENCH_SUITE_TRANSPORT_CUDA:
+        return mstar_bench_transport_cuda_run(run->quick, &run->transport_cuda);
     case MSTAR_BENCH_SUITE_GRAPHS:
         return mstar_bench_graphs_run(run->cuda, run->quick, &run->graphs);
     default:
@@ -122,6 +127,8 @@ int mstar_bench_all(int argc, char **argv)
     }
     for (int id = 0; id < MSTAR_BENCH_NSUITES; id++) {
         mstar_bench_outcome *o = &run->outcome[id];
+        if (id == MSTAR_BENCH_SUITE_TRANSPORT_CUDA && !cuda)
+            continue; /* not run: device tensors need --device cuda */
         const char *name = mstar_bench_suite_name((mstar_bench_suite_id)id);
         mstar_bench_progress(name, "start");
         uint64_t t0 = mstar__now_ns();

@@ -1,7 +1,8 @@
 /*
  * bench_report.c — the report of `mstar bench all` (bench_report.h): report.md (machine,
  * targets, one section per suite with its table and ratios to the suite's baseline), the SVG
- * plots it links, and report.json with the raw numbers of every suite (each suite's own JSON).
+ * plots it links (transport_cuda*.svg only when transport-cuda ran), and report.json with the raw
+ * numbers of every suite (each suite's own JSON).
  */
 #include "bench_report.h"
 
@@ -18,7 +19,7 @@
 #define MIB (UINT64_C(1) << 20)
 
 static const char *const suite_names[MSTAR_BENCH_NSUITES] = {
-    "wire", "bookkeeper", "transport", "transport-ucx", "ucx", "graphs",
+    "wire", "bookkeeper", "transport", "transport-ucx", "ucx", "transport-cuda", "graphs",
 };
 
 const char *mstar_bench_suite_name(mstar_bench_suite_id id)
@@ -48,6 +49,8 @@ size_t mstar_bench_run_targets(const mstar_bench_run *run, mstar_bench_target *o
             k = mstar_bench_transport_targets(&run->transport_ucx, t);
         else if (id == MSTAR_BENCH_SUITE_UCX)
             k = mstar_bench_ucx_targets(&run->ucx, t);
+        else if (id == MSTAR_BENCH_SUITE_TRANSPORT_CUDA)
+            k = mstar_bench_transport_targets(&run->transport_cuda, t);
         else if (id == MSTAR_BENCH_SUITE_GRAPHS)
             k = mstar_bench_graphs_targets(&run->graphs, t);
         for (size_t i = 0; i < k && n < cap; i++) {
@@ -88,20 +91,41 @@ static void add_level(plot_data *d, const char *name, double x0, double x1, doub
     add_series(d, name, 2, true);
 }
 
-/* The transport's rows of one kind, as µs of the round trip (latency) or GB/s. */
+/* The transport's rows of run k, as µs of the round trip (latency) or GB/s. */
+static void add_rows(plot_data *d, const mstar_bench_transport_result *t, int k, const char *name,
+                     bool latency)
+{
+    size_t s = d->plot.nseries;
+    if (s >= MSTAR__PLOT_MAX_SERIES)
+        return;
+    for (int i = 0; i < t->nsizes; i++) {
+        d->x[s][i] = (double)t->rows[k][i].bytes;
+        d->y[s][i] = latency ? t->rows[k][i].rt_p50_us : t->rows[k][i].gbps;
+    }
+    add_series(d, name, (size_t)t->nsizes, false);
+}
+
+/* The transport's rows of one kind. */
 static void add_transport(plot_data *d, const mstar_bench_transport_result *t,
                           mstar_transport_kind kind, const char *name, bool latency)
 {
-    for (int k = 0; k < t->nkinds; k++) {
-        size_t s = d->plot.nseries;
-        if (t->kinds[k] != kind || s >= MSTAR__PLOT_MAX_SERIES)
-            continue;
-        for (int i = 0; i < t->nsizes; i++) {
-            d->x[s][i] = (double)t->rows[k][i].bytes;
-            d->y[s][i] = latency ? t->rows[k][i].rt_p50_us : t->rows[k][i].gbps;
-        }
-        add_series(d, name, (size_t)t->nsizes, false);
+    for (int k = 0; k < t->nkinds; k++)
+        if (t->kinds[k] == kind)
+            add_rows(d, t, k, name, latency);
+}
+
+/* One in-process baseline of a device run, GB/s per size (dashed). */
+static void add_device_base(plot_data *d, const mstar_bench_transport_result *t, const double *gbps,
+                            const char *name)
+{
+    size_t s = d->plot.nseries;
+    if (s >= MSTAR__PLOT_MAX_SERIES)
+        return;
+    for (int i = 0; i < t->nsizes; i++) {
+        d->x[s][i] = (double)t->rows[0][i].bytes;
+        d->y[s][i] = gbps[i];
     }
+    add_series(d, name, (size_t)t->nsizes, true);
 }
 
 /* One column of the UCX rows: `field` is the offsetof a double in mstar_bench_ucx_row. */
@@ -185,6 +209,36 @@ static mstar_status transport_plot(const mstar_bench_run *run, bool latency, con
     return st;
 }
 
+/* Device tensors between processes: both routes, with the in-process copies (throughput) or the
+ * host arena's 4 KiB round trip (latency) as baselines. */
+static mstar_status transport_cuda_plot(const mstar_bench_run *run, bool latency, const char *path)
+{
+    plot_data *d = calloc(1, sizeof(*d));
+    if (d == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "plot %s", path);
+    mstar__plot_init(&d->plot, latency ? "Device tensors between processes: round trip p50"
+                                       : "Device tensors between processes: throughput");
+    d->plot.x = (mstar__plot_axis){ "tensor size", 2, MSTAR__TICK_BYTES, 0, 0 };
+    d->plot.y = latency ? (mstar__plot_axis){ "microseconds", 10, MSTAR__TICK_NUMBER, 0, 0 }
+                        : (mstar__plot_axis){ "GB/s", 10, MSTAR__TICK_NUMBER, 0, 0 };
+    const mstar_bench_transport_result *t = &run->transport_cuda;
+    if (suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT_CUDA)) {
+        for (int k = 0; k < t->nkinds; k++)
+            add_rows(d, t, k, t->cuda_ipc[k] ? "CUDA IPC route" : "staged route", latency);
+        double lo = (double)t->rows[0][0].bytes, hi = (double)t->rows[0][t->nsizes - 1].bytes;
+        if (latency) {
+            add_level(d, "host arena 4 KiB (base)", lo, hi, t->host_rt_p50_us);
+        } else {
+            add_device_base(d, t, t->d2d_gbps, "D2D copy, one process (base)");
+            add_device_base(d, t, t->staged_gbps, "pinned D2H + H2D, one process (base)");
+        }
+    }
+    mstar__plot_fit(&d->plot);
+    mstar_status st = mstar__plot_save(&d->plot, path);
+    free(d);
+    return st;
+}
+
 static mstar_status graphs_plot(const mstar_bench_run *run, const char *path)
 {
     plot_data *d = calloc(1, sizeof(*d));
@@ -246,9 +300,10 @@ static void md_machine(FILE *f, const mstar_bench_run *run)
     fprintf(f, "| date | %s |\n", m->date);
     fprintf(f, "| commit | %s |\n", m->commit[0] ? m->commit : "unknown");
     fprintf(f, "| build | %s |\n", m->build);
-    fprintf(f,
-            "| device | the graphs suite on the %s backend; the transports move host memory |\n\n",
-            run->cuda ? "cuda" : "host");
+    fprintf(f, "| device | the graphs suite on the %s backend; %s |\n\n",
+            run->cuda ? "cuda" : "host",
+            run->cuda ? "transport-cuda moves device tensors, the other transports host memory"
+                      : "the transports move host memory");
 }
 
 static void md_targets(FILE *f, const mstar_bench_run *run)
@@ -350,6 +405,39 @@ static void md_ucx(FILE *f, const mstar_bench_run *run)
     fprintf(f, "\n");
 }
 
+static void md_transport_cuda(FILE *f, const mstar_bench_run *run)
+{
+    const mstar_bench_transport_result *t = &run->transport_cuda;
+    if (!run->outcome[MSTAR_BENCH_SUITE_TRANSPORT_CUDA].ran ||
+        !md_section(f, run, MSTAR_BENCH_SUITE_TRANSPORT_CUDA,
+                    "Transport of device tensors: CUDA IPC and staged"))
+        return;
+    fprintf(f,
+            "`mstar bench transport --device cuda`: the same handoffs with device tensors on "
+            "cuda:0 in both processes, over the arena with MSTAR_CUDA_IPC=1 (device to device) "
+            "and =0 (staged through pinned shared memory). Baselines in the same run, per size: "
+            "a device-to-device copy and pinned D2H then H2D in one process; and the arena's "
+            "4 KiB round trip of host tensors, p50 **%.1f µs** (p99 %.1f µs).\n\n",
+            t->host_rt_p50_us, t->host_rt_p99_us);
+    for (int k = 0; k < t->nkinds; k++) {
+        fprintf(f,
+                "**%s**\n\n| size | round trip p50 µs | p99 µs | GB/s | D2D GB/s | D2H + H2D "
+                "GB/s | / its baseline |\n|---|--:|--:|--:|--:|--:|--:|\n",
+                t->cuda_ipc[k] ? "CUDA IPC route" : "staged route");
+        for (int i = 0; i < t->nsizes; i++) {
+            const mstar_bench_transport_row *w = &t->rows[k][i];
+            char h[32];
+            mstar_bench_size_name(w->bytes, h, sizeof(h));
+            double base = t->cuda_ipc[k] ? t->d2d_gbps[i] : t->staged_gbps[i];
+            fprintf(f, "| %s | %.1f | %.1f | %.2f | %.2f | %.2f | %.2fx |\n", h, w->rt_p50_us,
+                    w->rt_p99_us, w->gbps, t->d2d_gbps[i], t->staged_gbps[i], w->gbps / base);
+        }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "![device round trip by size](transport_cuda_latency.svg)\n\n"
+               "![device throughput by size](transport_cuda_throughput.svg)\n\n");
+}
+
 static void md_graphs(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_graphs_result *g = &run->graphs;
@@ -430,6 +518,7 @@ static void write_md(FILE *f, const mstar_bench_run *run)
     md_transport(f, run);
     md_transport_ucx(f, run);
     md_ucx(f, run);
+    md_transport_cuda(f, run);
     md_graphs(f, run);
     md_bookkeeper(f, run);
     md_wire(f, run);
@@ -504,6 +593,8 @@ static void write_json(FILE *f, const mstar_bench_run *run)
             mstar_bench_transport_json(&run->transport_ucx, f);
         else if (id == MSTAR_BENCH_SUITE_UCX)
             mstar_bench_ucx_json(&run->ucx, f);
+        else if (id == MSTAR_BENCH_SUITE_TRANSPORT_CUDA)
+            mstar_bench_transport_cuda_json(&run->transport_cuda, f);
         else
             mstar_bench_graphs_json(&run->graphs, f);
         fprintf(f, "}");
@@ -530,6 +621,15 @@ static mstar_status write_file(const char *dir, const char *name, write_fn fn,
     return MSTAR_OK;
 }
 
+static mstar_status transport_cuda_plots(const mstar_bench_run *run, const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/transport_cuda_latency.svg", dir);
+    mstar_status st = transport_cuda_plot(run, true, path);
+    snprintf(path, sizeof(path), "%s/transport_cuda_throughput.svg", dir);
+    return st == MSTAR_OK ? transport_cuda_plot(run, false, path) : st;
+}
+
 mstar_status mstar_bench_report_write(const mstar_bench_run *run, const char *dir)
 {
     char path[3][4096];
@@ -541,6 +641,8 @@ mstar_status mstar_bench_report_write(const mstar_bench_run *run, const char *di
         st = transport_plot(run, false, path[1]);
     if (st == MSTAR_OK)
         st = graphs_plot(run, path[2]);
+    if (st == MSTAR_OK && run->outcome[MSTAR_BENCH_SUITE_TRANSPORT_CUDA].ran)
+        st = transport_cuda_plots(run, dir);
     if (st == MSTAR_OK)
         st = write_file(dir, "report.md", write_md, run);
     if (st == MSTAR_OK)

@@ -14,11 +14,12 @@ typedef enum mstar_bench_suite_id {
     MSTAR_BENCH_SUITE_TRANSPORT,     /* files and the arena */
     MSTAR_BENCH_SUITE_TRANSPORT_UCX, /* the transport over UCX on TCP, with its TCP stream */
     MSTAR_BENCH_SUITE_UCX,
+    MSTAR_BENCH_SUITE_TRANSPORT_CUDA, /* device tensors between processes (--device cuda only) */
     MSTAR_BENCH_SUITE_GRAPHS,
     MSTAR_BENCH_NSUITES,
 } mstar_bench_suite_id;
 
-/* "wire", "bookkeeper", "transport", "transport-ucx", "ucx", "graphs". */
+/* "wire", "bookkeeper", "transport", "transport-ucx", "ucx", "transport-cuda", "graphs". */
 const char *mstar_bench_suite_name(mstar_bench_suite_id id);
 
 typedef struct mstar_bench_machine {
@@ -50,6 +51,7 @@ typedef struct mstar_bench_run {
     mstar_bench_transport_result transport;
     mstar_bench_transport_result transport_ucx;
     mstar_bench_ucx_result ucx;
+    mstar_bench_transport_result transport_cuda;
     mstar_bench_graphs_result graphs;
 } mstar_bench_run;
 

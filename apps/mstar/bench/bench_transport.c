@@ -2,9 +2,10 @@
  * bench_transport.c — `mstar bench transport [--transport files|arena|ucx-tcp|ucx-rdma]
  * [--device cpu|cuda] [--json] [--quick]`.
  *
- * With --device cuda (bench_transport's second half): the arena carries device tensors on cuda:0,
- * once over the CUDA IPC route and once staged, each run in a child of its own, against a
- * device-to-device copy and pinned D2H + H2D in one process.
+ * With --device cuda (bench_transport's second half): the arena carries device tensors of 4 KiB
+ * to 256 MiB on cuda:0, once over the CUDA IPC route and once staged, each run in a child of its
+ * own, against a device-to-device copy and pinned D2H + H2D in one process, and the arena's 4 KiB
+ * round trip of host tensors; the verdict table holds each route to its baseline.
  *
  * A producer (this process, worker_0) and a consumer (a forked process, worker_1) on one host,
  * talking over the control mesh (ipc), for tensors of 4 KiB to 64 MiB:
@@ -47,9 +48,11 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define NSIZES MSTAR_BENCH_TRANSPORT_SIZES
-static const uint64_t sizes[NSIZES] = { 4u << 10, 64u << 10, 1u << 20,
-                                        4u << 20, 16u << 20, 64u << 20 };
+#define NSIZES      6 /* host runs: to 64 MiB */
+#define NSIZES_CUDA MSTAR_BENCH_TRANSPORT_SIZES
+static const uint64_t sizes[NSIZES_CUDA] = { 4u << 10,  64u << 10, 1u << 20,  4u << 20,
+                                             16u << 20, 64u << 20, 256u << 20 };
+#define AT_16MIB  4 /* sizes[AT_16MIB] */
 #define IN_FLIGHT 8
 #define ROUNDS    3
 
@@ -550,8 +553,10 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
 /* ---- device tensors (--device cuda) --------------------------------------------------------- */
 
 /* The arena with device tensors and MSTAR_CUDA_IPC=`route`, in a child of its own: this process
- * must not touch CUDA before its later forks. The rows come back over a pipe. */
-static void run_device_route(const setup *s, const char *route, bool quick, int nsizes, row *rows)
+ * must not touch CUDA before its later forks. The rows come back over a pipe; a child that
+ * failed (no GPU) is an error, not the end of `mstar bench all`. */
+static mstar_status run_device_route(const setup *s, const char *route, bool quick, int nsizes,
+                                     row *rows)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -573,11 +578,10 @@ static void run_device_route(const setup *s, const char *route, bool quick, int 
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    if (got != want || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        fprintf(stderr, "mstar bench transport: the device run with MSTAR_CUDA_IPC=%s failed\n",
-                route);
-        exit(1);
-    }
+    if (got != want || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        return mstar_error_set(
+            MSTAR_EIO, "the device run with MSTAR_CUDA_IPC=%s failed (its error is above)", route);
+    return MSTAR_OK;
 }
 
 /* GB/s of copies of `size` bytes on one stream, best of ROUNDS: device to device, or device to
@@ -638,29 +642,39 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     mstar_bench_progress("transport", "scratch directories %s and %s", ipc_dir, shm_dir);
     out->device = true;
     out->in_flight = IN_FLIGHT;
-    out->nsizes = quick ? NSIZES - 1 : NSIZES;
+    out->nsizes = quick ? AT_16MIB + 1 : NSIZES_CUDA;
     out->nkinds = 2;
+    /* The host arena's 4 KiB round trip first: it needs no CUDA, and this process must not
+     * start CUDA before it forks. */
+    mstar_bench_progress("transport", "baseline: the arena's 4 KiB round trip, host tensors");
+    setup host = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, false };
+    row host_row;
+    run_transport(&host, quick, 1, &host_row);
+    out->host_rt_p50_us = host_row.rt_p50_us;
+    out->host_rt_p99_us = host_row.rt_p99_us;
     static const char *const routes[2] = { "1", "0" };
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 2 && st == MSTAR_OK; k++) {
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
         mstar_bench_progress("transport", "device tensors, MSTAR_CUDA_IPC=%s", routes[k]);
         setup s = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, true };
-        run_device_route(&s, routes[k], quick, out->nsizes, out->rows[k]);
+        st = run_device_route(&s, routes[k], quick, out->nsizes, out->rows[k]);
     }
-    mstar_bench_progress("transport", "baselines: device-to-device, pinned D2H + H2D");
-    device_baselines(out->nsizes, out);
+    if (st == MSTAR_OK) {
+        mstar_bench_progress("transport", "baselines: device-to-device, pinned D2H + H2D");
+        device_baselines(out->nsizes, out);
+    }
     remove_tree(ipc_dir);
     remove_tree(shm_dir);
-    return MSTAR_OK;
+    return st;
 }
 
 static void print_device_table(const mstar_bench_transport_result *r)
 {
     printf("transport, device tensors on cuda:0: one producer, one consumer process; %d in flight\n"
            "baselines in one process: a device-to-device copy (d2d) and pinned D2H then H2D "
-           "(staged)\n\n",
-           r->in_flight);
+           "(staged); the arena's 4 KiB round trip of host tensors: p50 %.1f us, p99 %.1f us\n\n",
+           r->in_flight, r->host_rt_p50_us, r->host_rt_p99_us);
     for (int k = 0; k < r->nkinds; k++) {
         printf("arena, %s\n  %-8s %12s %12s %10s %10s %10s %10s\n",
                r->cuda_ipc[k] ? "CUDA IPC route (MSTAR_CUDA_IPC=1)" : "staged (MSTAR_CUDA_IPC=0)",
@@ -675,6 +689,8 @@ static void print_device_table(const mstar_bench_transport_result *r)
         }
         printf("\n");
     }
+    mstar_bench_target t[MSTAR_BENCH_MAX_TARGETS];
+    mstar_bench_targets_print(t, mstar_bench_transport_targets(r, t), stdout);
 }
 
 /* The start of one size's JSON object: the fields every run measures (the caller closes it). */
@@ -686,10 +702,12 @@ static void json_row_open(FILE *out, const row *w, int i)
     mstar_bench_json_field(out, "gbps", w->gbps, 4);
 }
 
-static void device_json(const mstar_bench_transport_result *r, FILE *out)
+void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE *out)
 {
-    fprintf(out, "{\"suite\":\"transport\",\"device\":\"cuda:0\",\"in_flight\":%d,\"routes\":[",
-            r->in_flight);
+    fprintf(out, "{\"suite\":\"transport\",\"device\":\"cuda:0\",\"in_flight\":%d", r->in_flight);
+    mstar_bench_json_field(out, "host_arena_4k_rt_p50_us", r->host_rt_p50_us, 4);
+    mstar_bench_json_field(out, "host_arena_4k_rt_p99_us", r->host_rt_p99_us, 4);
+    fprintf(out, ",\"routes\":[");
     for (int k = 0; k < r->nkinds; k++) {
         fprintf(out, "%s{\"route\":\"%s\",\"sizes\":[", k ? "," : "",
                 r->cuda_ipc[k] ? "cuda_ipc" : "staged");
@@ -723,8 +741,50 @@ static size_t ucx_target(const mstar_bench_transport_result *r, int k, mstar_ben
     return 1;
 }
 
+/* The lowest ratio of route k's throughput at >= 16 MiB to its baseline (`base` per size), and
+ * where it was. */
+static double lowest_from_16mib(const mstar_bench_transport_result *r, int k, const double *base,
+                                int *at)
+{
+    *at = AT_16MIB;
+    for (int i = AT_16MIB; i < r->nsizes; i++)
+        if (r->rows[k][i].gbps / base[i] < r->rows[k][*at].gbps / base[*at])
+            *at = i;
+    return r->rows[k][*at].gbps / base[*at];
+}
+
+/* A device run: each route against its floor, the 4 KiB IPC round trip against the host
+ * arena's. */
+static size_t device_targets(const mstar_bench_transport_result *r, mstar_bench_target *out)
+{
+    if (r->nsizes <= AT_16MIB)
+        return 0;
+    int ipc = r->cuda_ipc[0] ? 0 : 1, staged = 1 - ipc, at[2];
+    double v[3] = { lowest_from_16mib(r, ipc, r->d2d_gbps, &at[0]),
+                    lowest_from_16mib(r, staged, r->staged_gbps, &at[1]),
+                    r->rows[ipc][0].rt_p50_us / r->host_rt_p50_us };
+    mstar_bench_target t[3] = {
+        { "CUDA IPC route throughput at >= 16 MiB / device-to-device copy (lowest)", ">= 0.8x",
+          v[0], "", v[0] >= 0.8 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+        { "staged route throughput at >= 16 MiB / pinned D2H + H2D (lowest)", ">= 0.8x", v[1], "",
+          v[1] >= 0.8 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+        { "4 KiB round trip p50 over CUDA IPC / host arena 4 KiB round trip p50", "<= 1.5x", v[2],
+          "", v[2] <= 1.5 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+    };
+    for (int i = 0; i < 2; i++) {
+        char h[32];
+        mstar_bench_size_name(sizes[at[i]], h, sizeof(h));
+        snprintf(t[i].shown, sizeof(t[i].shown), "%.2fx (at %s)", v[i], h);
+    }
+    snprintf(t[2].shown, sizeof(t[2].shown), "%.2fx", v[2]);
+    memcpy(out, t, sizeof(t));
+    return 3;
+}
+
 size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, mstar_bench_target *out)
 {
+    if (r->device)
+        return device_targets(r, out);
     for (int k = 0; k < r->nkinds; k++) {
         if (is_ucx(r->kinds[k]))
             return ucx_target(r, k, out); /* a UCX kind runs alone */
@@ -845,7 +905,7 @@ int mstar_bench_transport(int argc, char **argv)
         return 1;
     }
     if (cuda && json)
-        device_json(&r, stdout);
+        mstar_bench_transport_cuda_json(&r, stdout);
     else if (cuda)
         print_device_table(&r);
     else if (json)

@@ -179,13 +179,14 @@ static void text_summary(demo_run *run, const figures *f)
                     (long long)s->b[i].real_tokens, (double)s->b[i].micros * 1e-3);
         }
     }
-    fprintf(o, "  edges        %-12s %-52s %8s %10s %8s %8s\n", "signal", "from -> to", "tensors",
-            "bytes", "tx ms", "rx ms");
+    fprintf(o, "  edges        %-12s %-52s %-9s %8s %10s %8s %8s\n", "signal", "from -> to",
+            "route", "tensors", "bytes", "tx ms", "rx ms");
     for (size_t i = 0; i < run->traffic.n; i++) {
         const demo_edge_stats *e = &run->traffic.e[i];
         char route[600];
         snprintf(route, sizeof(route), "%s -> %s", e->source, e->dest);
-        fprintf(o, "               %-12s %-52s %8lld %10lld %8.2f %8.2f\n", e->name, route,
+        fprintf(o, "               %-12s %-52s %-9s %8lld %10lld %8.2f %8.2f\n", e->name, route,
+                demo_edge_route(e, run->opts->transport),
                 (long long)(e->tx_count > e->rx_count ? e->tx_count : e->rx_count),
                 (long long)(e->tx_bytes > e->rx_bytes ? e->tx_bytes : e->rx_bytes), e->tx_s * 1e3,
                 e->rx_s * 1e3);
@@ -286,12 +287,12 @@ static void json_summary(demo_run *run, const figures *f)
     for (size_t i = 0; i < run->traffic.n; i++) {
         const demo_edge_stats *e = &run->traffic.e[i];
         fprintf(o,
-                "%s\n  {\"signal\": \"%s\", \"from\": \"%s\", \"to\": \"%s\", "
+                "%s\n  {\"signal\": \"%s\", \"from\": \"%s\", \"to\": \"%s\", \"route\": \"%s\", "
                 "\"tx_tensors\": %lld, \"tx_bytes\": %lld, \"tx_s\": %.6f, \"rx_tensors\": %lld, "
                 "\"rx_bytes\": %lld, \"rx_s\": %.6f}",
-                i ? "," : "", e->name, e->source, e->dest, (long long)e->tx_count,
-                (long long)e->tx_bytes, e->tx_s, (long long)e->rx_count, (long long)e->rx_bytes,
-                e->rx_s);
+                i ? "," : "", e->name, e->source, e->dest, demo_edge_route(e, run->opts->transport),
+                (long long)e->tx_count, (long long)e->tx_bytes, e->tx_s, (long long)e->rx_count,
+                (long long)e->rx_bytes, e->rx_s);
     }
     fprintf(o,
             "],\n \"leaks\": {\"tensors_held\": %lld, \"live_arena_slots\": %lld, "

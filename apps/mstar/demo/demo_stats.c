@@ -151,6 +151,20 @@ void demo_traffic_add_rx(demo_traffic *t, const mstar_rx_info *rx, uint32_t n)
     }
 }
 
+void demo_traffic_note_cuda_ipc(demo_traffic *t, const char *name, const char *source)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->e[i].name, name) == 0 && strcmp(t->e[i].source, source) == 0)
+            t->e[i].cuda_ipc = true;
+}
+
+const char *demo_edge_route(const demo_edge_stats *e, demo_transport transport)
+{
+    if (e->cuda_ipc)
+        return "cuda_ipc";
+    return transport == DEMO_TRANSPORT_UCX_TCP ? "ucx" : demo_transport_name(transport);
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

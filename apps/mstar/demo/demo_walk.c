@@ -325,6 +325,10 @@ static void on_graphs_done(demo_run *run, dreq *r, int rank, const mstar_msg *m)
 {
     add_tx(run, m->tx, m->ntx);
     demo_traffic_add_rx(&run->traffic, m->rx, m->nrx);
+    size_t prefix = strlen(DEMO_KV_CUDA_IPC);
+    for (uint32_t i = 0; i < m->nkv; i++)
+        if (strncmp(m->kv[i].key, DEMO_KV_CUDA_IPC, prefix) == 0 && m->kv[i].value == 1)
+            demo_traffic_note_cuda_ipc(&run->traffic, m->kv[i].key + prefix, m->from);
     if (r->state != R_RUNNING || r->done_by[rank])
         return;
     r->done_by[rank] = true;

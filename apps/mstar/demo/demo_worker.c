@@ -48,7 +48,8 @@ typedef struct seen_tensor {
 typedef struct wreq {
     wstate state;
     int32_t max_new;
-    mstar__vec early; /* mstar_msg: INPUT_SIGNALS that arrived before NEW_REQUEST */
+    mstar__vec early;            /* mstar_msg: INPUT_SIGNALS that arrived before NEW_REQUEST */
+    const char *cuda_ipc_signal; /* an output signal offered over the CUDA IPC route, or NULL */
 } wreq;
 
 struct demo_worker {
@@ -213,8 +214,11 @@ mstar_status demo_worker_emit(demo_worker *w, int64_t rid, const char *signal,
     free(corrupted);
     if (st != MSTAR_OK)
         return st;
-    for (uint32_t i = 0; i < edge.ntensors; i++)
+    for (uint32_t i = 0; i < edge.ntensors; i++) {
         remember(w, edge.tensor_info[i].uuid, rid, signal);
+        if (edge.tensor_info[i].cuda_ipc.host_id[0] != '\0')
+            w->reqs[rid].cuda_ipc_signal = signal; /* for the summary's route column */
+    }
     mstar_msg m;
     mstar_msg_init(&m, w->last ? MSTAR_MSG_RESULT_TENSORS : MSTAR_MSG_INPUT_SIGNALS);
     m.request_id = r;
@@ -246,6 +250,11 @@ mstar_status demo_worker_done(demo_worker *w, int64_t rid)
         st = mstar_msg_add_tx(&m, &tx[i]);
     for (uint32_t i = 0; st == MSTAR_OK && i < nrx; i++)
         st = mstar_msg_add_rx(&m, &rx[i]);
+    if (st == MSTAR_OK && w->reqs[rid].cuda_ipc_signal != NULL) {
+        char key[64];
+        snprintf(key, sizeof(key), DEMO_KV_CUDA_IPC "%s", w->reqs[rid].cuda_ipc_signal);
+        st = mstar_msg_add_kv(&m, key, 1);
+    }
     if (st == MSTAR_OK)
         st = demo_send(w->link.mesh, DEMO_CONDUCTOR, &m);
     free(tx);
