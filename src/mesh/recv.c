@@ -7,7 +7,8 @@
  * log line can only say what was wrong, not who sent it.
  *
  * Waiting polls the inbox together with the wake-up eventfd: a wake from another thread ends the
- * wait early (MSTAR_EAGAIN) and stays pending for the loop to drain.
+ * wait early (MSTAR_EAGAIN) and stays pending for the loop to drain. With rings (inrings.c) the
+ * bell is polled too, and every ring is armed before the wait so that a sender rings it.
  */
 #include "mesh_internal.h"
 
@@ -25,7 +26,7 @@ static void drop_frame(mstar_mesh *mesh, size_t len, const char *reason)
 
 /* Receive frames without waiting until one decodes: MSTAR_OK with *out filled, MSTAR_EAGAIN
  * when the inbox is empty, MSTAR_EIO when ZeroMQ fails. */
-static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
+static mstar_status take_zmq(mstar_mesh *mesh, mstar_msg *out)
 {
     mstar__inbox *in = &mesh->inbox;
     for (;;) {
@@ -60,6 +61,25 @@ static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
     }
 }
 
+/* One message from the rings or the ZeroMQ inbox, taking turns at which is asked first. */
+static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
+{
+    if (mesh->inrings.n == 0)
+        return take_zmq(mesh, out);
+    mesh->rings_first = !mesh->rings_first;
+    mstar_status st;
+    if (mesh->rings_first && mstar__inrings_take(mesh, out) == MSTAR_OK)
+        return MSTAR_OK;
+    st = take_zmq(mesh, out);
+    if (st != MSTAR_EAGAIN || mesh->rings_first)
+        return st;
+    if (mstar__inrings_take(mesh, out) == MSTAR_OK) {
+        mstar_error_clear();
+        return MSTAR_OK;
+    }
+    return st;
+}
+
 mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
 {
     if (mesh == NULL || out == NULL)
@@ -70,8 +90,15 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
         deadline = mstar__now_ns() + (uint64_t)timeout_ms * UINT64_C(1000000);
     for (;;) {
         mstar_status st = take_one(mesh, out);
-        if (st != MSTAR_EAGAIN || timeout_ms == 0)
+        if (st != MSTAR_EAGAIN)
             return st;
+        if (timeout_ms != 0 && mstar__inrings_spin(mesh))
+            continue;
+        /* Arming drains the bell (new rings) and tells whether a ring filled meanwhile. */
+        if (mstar__inrings_arm(mesh))
+            continue;
+        if (timeout_ms == 0)
+            return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
         if (mstar__wake_pending(mesh->wake_fd))
             return mstar_error_set(MSTAR_EAGAIN, "mesh %s: woken before a message arrived",
                                    mesh->entity);
@@ -83,11 +110,12 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
                                        mesh->entity, timeout_ms);
             wait_ms = (long)((deadline - now + 999999) / 1000000);
         }
-        zmq_pollitem_t items[2] = {
+        zmq_pollitem_t items[3] = {
             { .socket = mesh->inbox.sock, .events = ZMQ_POLLIN },
             { .fd = mesh->wake_fd, .events = ZMQ_POLLIN },
+            { .fd = mesh->bell_fd, .events = ZMQ_POLLIN },
         };
-        if (zmq_poll(items, 2, wait_ms) < 0 && zmq_errno() != EINTR)
+        if (zmq_poll(items, mesh->bell_fd >= 0 ? 3 : 2, wait_ms) < 0 && zmq_errno() != EINTR)
             return mstar_error_set(MSTAR_EIO, "mesh %s: poll: %s", mesh->entity,
                                    zmq_strerror(zmq_errno()));
         /* Loop: a readable inbox is taken, a wake or the deadline is reported above. */
