@@ -219,11 +219,14 @@ mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out)
     return MSTAR_EAGAIN;
 }
 
+void mstar__inrings_drain(mstar_mesh *mesh)
+{
+    if (mesh->bell_fd >= 0)
+        mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox.dropped);
+}
+
 bool mstar__inrings_arm(mstar_mesh *mesh)
 {
-    if (mesh->bell_fd < 0)
-        return false;
-    mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox.dropped);
     bool pending = false;
     for (size_t i = 0; i < mesh->inrings.n; i++) {
         mstar__ring *r = &mesh->inrings.rings[i].ring;

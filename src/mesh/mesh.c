@@ -129,6 +129,7 @@ mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opt
     mesh->wake_fd = -1;
     mesh->bell_fd = -1;
     mesh->poll_fd = -1;
+    mesh->zmq_ready = true;
 
     st = mstar__mesh_config_resolve(opts, &mesh->cfg);
     if (st == MSTAR_OK)

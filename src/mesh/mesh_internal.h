@@ -192,8 +192,10 @@ typedef struct mstar__inrings {
 /* Take the next decodable message from any ring: MSTAR_OK, or MSTAR_EAGAIN when they are all
  * empty. Garbage frames and broken rings are dropped and counted. */
 mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out);
-/* Before sleeping: drain the bell (attaching new rings) and ask every ring to ring it. True when
- * a ring holds something after all (then do not sleep). */
+/* Read the bell: attach the rings handed over, keep the blobs, consume the wakes. */
+void mstar__inrings_drain(mstar_mesh *mesh);
+/* Before sleeping: ask every ring to ring the bell. True when a ring holds something after all
+ * (then do not sleep). */
 bool mstar__inrings_arm(mstar_mesh *mesh);
 /* Spin up to cfg.spin_us for a ring to fill; true when one did. */
 bool mstar__inrings_spin(mstar_mesh *mesh);
@@ -216,6 +218,7 @@ struct mstar_mesh {
     mstar__ipc_file bell_file;
     mstar__inrings inrings;
     bool rings_first; /* alternates, so neither the rings nor ZeroMQ starve the other */
+    bool zmq_ready;   /* the ZeroMQ inbox may hold a message (false: it said EAGAIN since) */
     mstar_mesh_sent_fn sent_hook;
     void *sent_ctx;
 };
