@@ -2,8 +2,9 @@
  * test_hostile_ring.c — what a co-located peer can do to the mesh's rings (src/mesh/ring.h): send
  * garbage to an entity's bell, hand it fds that are no ring (a pipe, unsealed memory, a ring for
  * someone else), garble a ring it made or change its header after the hand-over, name blobs that
- * never came, and plant files (a FIFO) under a bell's name. The receiver must drop and count,
- * never crash or hang, keep no fd it was given, and go on receiving from honest peers.
+ * never came or are shorter than named, and plant files (a FIFO) under a bell's name. The receiver
+ * must drop and count, never crash or hang, keep no fd it was given, and go on receiving from
+ * honest peers.
  */
 #include "mstar_test.h"
 
@@ -157,12 +158,24 @@ static void test_garbled_ring(void **state)
     assert_int_equal(mstar_mesh_dropped(rx), 2);
     assert_int_equal(rx->inrings.n, 1);
 
+    /* A blob shorter than its frame says: read with pread, so a dropped frame, not a fault. */
+    int blob = memfd_create("blob", MFD_CLOEXEC);
+    assert_int_equal(write(blob, "0123456789", 10), 10);
+    char data[128];
+    int n = snprintf(data, sizeof(data), "mstar-ring-blob 1 %016x intruder", 5);
+    to_bell("worker_0", data, (size_t)n, &blob, 1);
+    close(blob);
+    assert_mstar_ok(mstar__ring_write_blob(&evil, 5, 100, &wake)); /* 3 */
+    assert_mstar_status(mstar_mesh_recv(rx, 50, &got), MSTAR_EAGAIN);
+    assert_int_equal(mstar_mesh_dropped(rx), 3);
+    assert_int_equal(rx->inrings.nblobs, 0);
+
     /* A length past what was published: the ring itself goes. */
     uint32_t words[2] = { 1000, ~1000u };
     memcpy(evil.data + (evil.pos & (evil.cap - 1)), words, sizeof(words));
     atomic_store(&evil.hdr->tail, evil.pos + 16);
     assert_mstar_status(mstar_mesh_recv(rx, 50, &got), MSTAR_EAGAIN);
-    assert_int_equal(mstar_mesh_dropped(rx), 3);
+    assert_int_equal(mstar_mesh_dropped(rx), 4);
     assert_int_equal(rx->inrings.n, 0);
     mstar__ring_close(&evil, false);
 
@@ -172,7 +185,7 @@ static void test_garbled_ring(void **state)
     assert_mstar_status(mstar_mesh_recv(rx, 0, &got), MSTAR_EAGAIN);
     atomic_store(&evil.hdr->tail, UINT64_MAX - 3);
     assert_mstar_status(mstar_mesh_recv(rx, 50, &got), MSTAR_EAGAIN);
-    assert_int_equal(mstar_mesh_dropped(rx), 4);
+    assert_int_equal(mstar_mesh_dropped(rx), 5);
     mstar__ring_close(&evil, false);
 
     send_n(tx, "worker_0", 7);
