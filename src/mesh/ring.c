@@ -210,6 +210,8 @@ void mstar__ring_close(mstar__ring *r, bool receiver)
 /* Copy n bytes into the data area at position `pos`, wrapping at the end. */
 static void put_bytes(mstar__ring *r, uint64_t pos, const void *src, size_t n)
 {
+    if (n == 0)
+        return; /* an empty message: src may be NULL */
     size_t off = (size_t)(pos & (r->cap - 1));
     size_t first = n < r->cap - off ? n : (size_t)(r->cap - off);
     memcpy(r->data + off, src, first);
