@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 static const char *const transport_names[] = { "ipc", "tcp" };
+/* MSTAR_MESH_RING, in the order of MSTAR__RING_OFF, _ON, _AUTO. */
+static const char *const ring_names[] = { "0", "1", "AUTO" };
 
 static bool ipv6_char(char c)
 {
@@ -119,6 +121,28 @@ static mstar_status resolve_tcp(const mstar_mesh_options *opts, mstar__mesh_conf
     return MSTAR_OK;
 }
 
+/* Rings between the entities of one ipc directory (that is, of one host): MSTAR_MESH_RING,
+ * MSTAR_RING_BYTES and MSTAR_RING_SPIN_US (docs/environment.md). */
+static mstar_status resolve_ring(mstar__mesh_config *cfg)
+{
+    size_t index;
+    mstar_status st =
+        mstar_env_get_choice("MSTAR_MESH_RING", ring_names,
+                             sizeof(ring_names) / sizeof(ring_names[0]), MSTAR__RING_AUTO, &index);
+    if (st != MSTAR_OK)
+        return st;
+    cfg->ring = (int)index;
+    if (cfg->ring == MSTAR__RING_OFF)
+        return MSTAR_OK;
+    int64_t spin;
+    st = mstar__ring_capacity(&cfg->ring_cap);
+    if (st == MSTAR_OK)
+        st = mstar_env_get_int("MSTAR_RING_SPIN_US", 0, 0, 1000000, &spin);
+    if (st == MSTAR_OK)
+        cfg->spin_us = (int)spin;
+    return st;
+}
+
 mstar_status mstar__mesh_config_resolve(const mstar_mesh_options *opts, mstar__mesh_config *out)
 {
     mstar__mesh_config cfg;
@@ -136,6 +160,8 @@ mstar_status mstar__mesh_config_resolve(const mstar_mesh_options *opts, mstar__m
         snprintf(def, sizeof(def), MSTAR__MESH_DEFAULT_IPC_DIR "-%u", (unsigned)geteuid());
         st = ipc_dir_set(&cfg, mstar_env_get_string("MSTAR_IPC_DIR", def), "MSTAR_IPC_DIR");
     }
+    if (st == MSTAR_OK && cfg.transport == MSTAR_MESH_IPC)
+        st = resolve_ring(&cfg);
     if (st != MSTAR_OK)
         return st;
     *out = cfg;

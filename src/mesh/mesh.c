@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -20,8 +21,14 @@ void mstar_mesh_destroy(mstar_mesh *mesh)
 {
     if (mesh == NULL)
         return;
+    mstar__inrings_close(&mesh->inrings);
     mstar__peers_close(&mesh->peers);
     mstar__inbox_close(&mesh->inbox);
+    if (mesh->poll_fd >= 0)
+        close(mesh->poll_fd);
+    if (mesh->bell_fd >= 0)
+        close(mesh->bell_fd);
+    mstar__ipc_file_remove(&mesh->bell_file);
     /* Every socket has linger 0, so this returns at once; it also waits for ZeroMQ's I/O thread
      * to finish closing the listener, after which the ipc file is ours to check. */
     if (mesh->ctx != NULL) {
@@ -70,6 +77,40 @@ static mstar_status check_index_free(const mstar_mesh *mesh)
     return st;
 }
 
+/* One fd for the event loop that is readable when the inbox or the bell is. */
+static mstar_status open_poll_fd(mstar_mesh *mesh)
+{
+    mesh->poll_fd = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event in = { .events = EPOLLIN, .data.fd = mesh->inbox.fd };
+    struct epoll_event bell = { .events = EPOLLIN, .data.fd = mesh->bell_fd };
+    if (mesh->poll_fd < 0 || epoll_ctl(mesh->poll_fd, EPOLL_CTL_ADD, mesh->inbox.fd, &in) != 0 ||
+        epoll_ctl(mesh->poll_fd, EPOLL_CTL_ADD, mesh->bell_fd, &bell) != 0)
+        return mstar_error_set(MSTAR_EIO, "mesh %s: epoll over the inbox and the bell: %s",
+                               mesh->entity, strerror(errno));
+    return MSTAR_OK;
+}
+
+/* Receive rings from senders on this host: the bell they hand them to, the table that holds
+ * them, and the fd that covers both the inbox and the bell. Under MSTAR_MESH_RING=AUTO a bell
+ * that cannot be made only costs the rings (peers then use ZeroMQ); =1 makes it an error. */
+static mstar_status open_rings(mstar_mesh *mesh)
+{
+    mstar_status st = mstar__bell_bind(&mesh->cfg, mesh->entity, &mesh->bell_fd, &mesh->bell_file);
+    if (st != MSTAR_OK && mesh->cfg.ring == MSTAR__RING_AUTO) {
+        mstar_log(MSTAR_LOG_WARN, "mesh %s: no rings, peers use ZeroMQ: %s", mesh->entity,
+                  mstar_last_error());
+        mstar_error_clear();
+        return MSTAR_OK;
+    }
+    if (st != MSTAR_OK)
+        return st;
+    mesh->inrings.rings = calloc(MSTAR__MESH_MAX_RINGS, sizeof(*mesh->inrings.rings));
+    mesh->inrings.blobs = calloc(MSTAR__MESH_MAX_BLOBS, sizeof(*mesh->inrings.blobs));
+    if (mesh->inrings.rings == NULL || mesh->inrings.blobs == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mesh %s: the ring table", mesh->entity);
+    return open_poll_fd(mesh);
+}
+
 mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opts, mstar_mesh **out)
 {
     if (entity == NULL || out == NULL)
@@ -86,6 +127,9 @@ mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opt
     mstar__inbox_init(&mesh->inbox);
     mstar__strmap_init(&mesh->peers);
     mesh->wake_fd = -1;
+    mesh->bell_fd = -1;
+    mesh->poll_fd = -1;
+    mesh->zmq_ready = true;
 
     st = mstar__mesh_config_resolve(opts, &mesh->cfg);
     if (st == MSTAR_OK)
@@ -105,6 +149,9 @@ mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opt
         st = check_index_free(mesh);
     if (st == MSTAR_OK)
         st = mstar__inbox_bind(&mesh->inbox, mesh->ctx, &mesh->cfg, entity, mesh->endpoint);
+    if (st == MSTAR_OK && mesh->cfg.transport == MSTAR_MESH_IPC &&
+        mesh->cfg.ring != MSTAR__RING_OFF)
+        st = open_rings(mesh);
     if (st != MSTAR_OK) {
         mstar_mesh_destroy(mesh);
         return st;
@@ -132,7 +179,9 @@ uint64_t mstar_mesh_dropped(const mstar_mesh *mesh)
 
 int mstar_mesh_inbox_fd(const mstar_mesh *mesh)
 {
-    return mesh ? mesh->inbox.fd : -1;
+    if (mesh == NULL)
+        return -1;
+    return mesh->poll_fd >= 0 ? mesh->poll_fd : mesh->inbox.fd;
 }
 
 int mstar_mesh_wake_fd(const mstar_mesh *mesh)

@@ -8,6 +8,9 @@
  *   recv.c      receiving: decode, drop and count garbage, wait with the wake-up eventfd
  *   peers.c     the peer table of lazily connected PUSH sockets, raw and typed sends
  *   wake.c      the eventfd other threads signal
+ *   ring.c      the shared-memory ring of one (sender, receiver) pair on one host (ring.h)
+ *   bell.c      the receiver's doorbell socket: ring hand-over and wake-ups
+ *   inrings.c   the receiver's set of rings: hellos, reading, arming before a sleep
  *   mesh.c      create / destroy and the accessors
  */
 #ifndef MSTAR_MESH_INTERNAL_H
@@ -16,6 +19,7 @@
 #include "mstar/mesh.h"
 
 #include "core/strmap.h"
+#include "ring.h"
 
 #include <sys/types.h>
 
@@ -39,7 +43,12 @@ typedef struct mstar__mesh_config {
     char ipc_dir[MSTAR__IPC_PATH_MAX + 1]; /* absolute, no trailing '/' ("" for the root) */
     char tcp_host[MSTAR__TCP_HOST_MAX + 1];
     int tcp_base_port;
+    int ring;          /* MSTAR__RING_OFF, _ON or _AUTO (ipc only; tcp meshes are always off) */
+    uint64_t ring_cap; /* data bytes of the rings this mesh creates */
+    int spin_us;       /* how long a receive spins on its rings before it sleeps */
 } mstar__mesh_config;
+
+enum { MSTAR__RING_OFF = 0, MSTAR__RING_ON = 1, MSTAR__RING_AUTO = 2 };
 
 /* opts (may be NULL) over MSTAR_ZMQ_TRANSPORT, MSTAR_IPC_DIR, MSTAR_ZMQ_TCP_HOST and
  * MSTAR_ZMQ_TCP_BASE_PORT over the defaults. Only the knobs of the chosen transport are read. */
@@ -111,14 +120,86 @@ bool mstar__wake_pending(int fd);
  * recently used peer is closed (a later send reconnects it). */
 #define MSTAR__MESH_MAX_PEERS 256
 
-/* One peer: its connected PUSH socket and when it was last used (mesh->peer_clock). */
+/* One peer: its connected PUSH socket, or (on one host) a ring and the peer's bell, and when it
+ * was last used (mesh->peer_clock). A peer's route is chosen once, when it is first used, so
+ * that its messages never take two paths at once (which could reorder them). */
 typedef struct mstar__peer {
-    void *sock;
+    void *sock;       /* NULL when the ring carries this peer */
+    mstar__ring ring; /* ring.fd < 0 when ZeroMQ does */
+    int bell_fd;
+    uint64_t blob_seq; /* numbers the messages sent beside the ring (bell.c) */
     uint64_t used;
 } mstar__peer;
 
 /* Close every peer socket and free the table. */
 void mstar__peers_close(mstar__strmap *peers);
+
+/* ---- bell.c --------------------------------------------------------------------------------- */
+
+/* Bind `entity`'s bell in cfg->ipc_dir (replacing a dead one's socket); `file` records it for
+ * removal. MSTAR_EEXIST when something other than a socket of ours sits at its name. */
+mstar_status mstar__bell_bind(const mstar__mesh_config *cfg, const char *entity, int *fd,
+                              mstar__ipc_file *file);
+/* A datagram socket connected to `peer`'s bell; MSTAR_ENOENT when it has none we may use. */
+mstar_status mstar__bell_connect(const mstar__mesh_config *cfg, const char *self, const char *peer,
+                                 int *fd);
+/* Wake the receiver. MSTAR_ECLOSED when it is gone. */
+mstar_status mstar__bell_ring(int fd, const char *peer);
+/* Hand the ring's fd to the receiver. MSTAR_EAGAIN when its bell is full, MSTAR_ECLOSED when
+ * it is gone. */
+mstar_status mstar__bell_hello(int fd, const char *self, const char *peer, int ring_fd);
+/* Hand a message too large for the ring over as the memfd `blob_fd`, numbered `seq`; the ring
+ * frame that names it follows (mstar__ring_write_blob). Errors as for a hello. */
+mstar_status mstar__bell_blob(int fd, const char *self, const char *peer, uint64_t seq,
+                              int blob_fd);
+/* Read every datagram waiting: hellos (blob_seq NULL) and blobs go to fn, which takes the fd;
+ * wakes are consumed; anything else is closed and counted in *dropped. True when any datagram
+ * was read. */
+typedef void (*mstar__bell_hello_fn)(void *ctx, const char *sender, const uint64_t *blob_seq,
+                                     int fd);
+bool mstar__bell_drain(int fd, const char *self, mstar__bell_hello_fn fn, void *ctx,
+                       uint64_t *dropped);
+
+/* ---- inrings.c ------------------------------------------------------------------------------ */
+
+/* Rings held at once by a receiver; a hello past this is refused (after freeing finished ones). */
+#define MSTAR__MESH_MAX_RINGS 256
+
+typedef struct mstar__inring {
+    mstar__ring ring;
+    bool behind; /* an older ring of the same sender may still hold earlier messages */
+} mstar__inring;
+
+/* Blobs received but not yet named by a ring frame; past this many the oldest is dropped. */
+#define MSTAR__MESH_MAX_BLOBS 64
+
+typedef struct mstar__blob {
+    char sender[MSTAR_NAME_MAX + 1];
+    uint64_t seq;
+    int fd;
+} mstar__blob;
+
+typedef struct mstar__inrings {
+    mstar__inring *rings; /* MSTAR__MESH_MAX_RINGS, allocated with the bell */
+    mstar__blob *blobs;   /* MSTAR__MESH_MAX_BLOBS */
+    size_t nblobs;
+    size_t n;
+    size_t next; /* where the next read starts, so that no sender starves the others */
+    uint8_t *buf;
+    size_t buf_cap;
+} mstar__inrings;
+
+/* Take the next decodable message from any ring: MSTAR_OK, or MSTAR_EAGAIN when they are all
+ * empty. Garbage frames and broken rings are dropped and counted. */
+mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out);
+/* Read the bell: attach the rings handed over, keep the blobs, consume the wakes. */
+void mstar__inrings_drain(mstar_mesh *mesh);
+/* Before sleeping: ask every ring to ring the bell. True when a ring holds something after all
+ * (then do not sleep). */
+bool mstar__inrings_arm(mstar_mesh *mesh);
+/* Spin up to cfg.spin_us for a ring to fill; true when one did. */
+bool mstar__inrings_spin(mstar_mesh *mesh);
+void mstar__inrings_close(mstar__inrings *in);
 
 /* ---- the handle ----------------------------------------------------------------------------- */
 
@@ -132,6 +213,12 @@ struct mstar_mesh {
     mstar__strmap peers; /* peer entity → (uintptr_t) its mstar__peer */
     uint64_t peer_clock; /* counts peer uses, for least-recently-used eviction */
     int wake_fd;         /* -1 when not open */
+    int bell_fd;         /* -1 when rings are off */
+    int poll_fd;         /* epoll over the inbox and the bell; -1 when rings are off */
+    mstar__ipc_file bell_file;
+    mstar__inrings inrings;
+    bool rings_first; /* alternates, so neither the rings nor ZeroMQ starve the other */
+    bool zmq_ready;   /* the ZeroMQ inbox may hold a message (false: it said EAGAIN since) */
     mstar_mesh_sent_fn sent_hook;
     void *sent_ctx;
 };

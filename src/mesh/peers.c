@@ -5,6 +5,9 @@
  * delivers once the peer's inbox is bound. Sends never block: a full queue is MSTAR_EAGAIN and
  * the caller decides (the loop keeps receiving, which is what lets a full peer drain). Typed
  * sends encode with the wire codec and hand the buffer to ZeroMQ without a copy.
+ *
+ * A peer that is a ring-capable entity of this host (its bell exists, bell.c) gets a ring
+ * instead of a socket, unless MSTAR_MESH_RING=0; a full ring is MSTAR_EAGAIN like a full queue.
  */
 #include "mesh_internal.h"
 
@@ -12,6 +15,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 static mstar_status connect_fail(mstar_mesh *mesh, void *sock, const char *endpoint,
@@ -22,6 +26,17 @@ static mstar_status connect_fail(mstar_mesh *mesh, void *sock, const char *endpo
         zmq_close(sock);
     return mstar_error_set(MSTAR_EIO, "mesh %s: %s %s: %s", mesh->entity, what, endpoint,
                            zmq_strerror(err));
+}
+
+/* Close whatever carries messages to a peer and free it. */
+static void peer_free(mstar__peer *p)
+{
+    if (p->sock != NULL)
+        zmq_close(p->sock);
+    mstar__ring_close(&p->ring, false);
+    if (p->bell_fd >= 0)
+        close(p->bell_fd);
+    free(p);
 }
 
 /* Close the least recently used peer to make room for another. */
@@ -44,11 +59,17 @@ static void evict_lru(mstar_mesh *mesh)
     }
     if (oldest == UINT64_MAX || !mstar__strmap_remove(&mesh->peers, victim, vlen, &val))
         return;
-    mstar__peer *p = (mstar__peer *)(uintptr_t)val;
-    zmq_close(p->sock);
-    free(p);
+    peer_free((mstar__peer *)(uintptr_t)val);
     mstar_log(MSTAR_LOG_DEBUG, "mesh %s: peer '%.*s' closed (%d peers open, least recently used)",
               mesh->entity, (int)vlen, victim, MSTAR__MESH_MAX_PEERS);
+}
+
+/* Drop a peer whose receiver went away, so that the next send chooses its route afresh. */
+static void forget_peer(mstar_mesh *mesh, const char *peer)
+{
+    uint64_t val;
+    if (mstar__strmap_remove(&mesh->peers, peer, strlen(peer), &val))
+        peer_free((mstar__peer *)(uintptr_t)val);
 }
 
 static mstar_status open_socket(mstar_mesh *mesh, const char *endpoint, void **out)
@@ -69,15 +90,52 @@ static mstar_status open_socket(mstar_mesh *mesh, const char *endpoint, void **o
     return MSTAR_OK;
 }
 
-/* The connected PUSH socket for `peer`, creating it on first use. */
-static mstar_status peer_socket(mstar_mesh *mesh, const char *peer, void **out)
+/* A ring to `peer` on this host: connect its bell, make the ring, hand it over. */
+static mstar_status open_ring(mstar_mesh *mesh, const char *peer, mstar__peer *p)
+{
+    mstar_status st = mstar__bell_connect(&mesh->cfg, mesh->entity, peer, &p->bell_fd);
+    if (st == MSTAR_OK)
+        st = mstar__ring_create(mesh->entity, peer, mesh->cfg.ring_cap, &p->ring);
+    if (st == MSTAR_OK)
+        st = mstar__bell_hello(p->bell_fd, mesh->entity, peer, p->ring.fd);
+    if (st != MSTAR_OK) {
+        mstar__ring_close(&p->ring, false);
+        if (p->bell_fd >= 0)
+            close(p->bell_fd);
+        p->bell_fd = -1;
+    }
+    return st;
+}
+
+/* The route to a new peer: a ring when this mesh may use one and the peer is a ring-capable
+ * entity of this host (it has a bell), else ZeroMQ, which also reaches a peer not bound yet. */
+static mstar_status open_route(mstar_mesh *mesh, const char *peer, const char *endpoint,
+                               mstar__peer *p)
+{
+    if (mesh->cfg.transport == MSTAR_MESH_IPC && mesh->cfg.ring != MSTAR__RING_OFF) {
+        mstar_status st = open_ring(mesh, peer, p);
+        if (st == MSTAR_OK)
+            return MSTAR_OK;
+        bool absent = st == MSTAR_ENOENT || st == MSTAR_ECLOSED;
+        if (mesh->cfg.ring == MSTAR__RING_ON && absent)
+            return mstar_error_set(MSTAR_EAGAIN, "%s (MSTAR_MESH_RING=1: retry once it runs)",
+                                   mstar_last_error());
+        if (!absent)
+            return st;
+        mstar_error_clear();
+    }
+    return open_socket(mesh, endpoint, &p->sock);
+}
+
+/* The peer entry for `peer`, opening its route on first use. */
+static mstar_status peer_get(mstar_mesh *mesh, const char *peer, mstar__peer **out)
 {
     size_t len = strlen(peer);
     uint64_t *found = mstar__strmap_find(&mesh->peers, peer, len);
     if (found != NULL) {
         mstar__peer *p = (mstar__peer *)(uintptr_t)*found;
         p->used = ++mesh->peer_clock;
-        *out = p->sock;
+        *out = p;
         return MSTAR_OK;
     }
     char endpoint[MSTAR__MESH_ENDPOINT_MAX];
@@ -89,17 +147,17 @@ static mstar_status peer_socket(mstar_mesh *mesh, const char *peer, void **out)
     mstar__peer *p = calloc(1, sizeof(*p));
     if (p == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "mesh %s: peer '%s'", mesh->entity, peer);
-    st = open_socket(mesh, endpoint, &p->sock);
+    mstar__ring_init(&p->ring);
+    p->bell_fd = -1;
+    st = open_route(mesh, peer, endpoint, p);
     if (st == MSTAR_OK)
         st = mstar__strmap_put(&mesh->peers, peer, len, (uint64_t)(uintptr_t)p);
     if (st != MSTAR_OK) {
-        if (p->sock != NULL)
-            zmq_close(p->sock);
-        free(p);
+        peer_free(p);
         return st;
     }
     p->used = ++mesh->peer_clock;
-    *out = p->sock;
+    *out = p;
     return MSTAR_OK;
 }
 
@@ -109,11 +167,8 @@ void mstar__peers_close(mstar__strmap *peers)
     const char *key;
     size_t len;
     uint64_t val;
-    while (mstar__strmap_next(peers, &it, &key, &len, &val)) {
-        mstar__peer *p = (mstar__peer *)(uintptr_t)val;
-        zmq_close(p->sock);
-        free(p);
-    }
+    while (mstar__strmap_next(peers, &it, &key, &len, &val))
+        peer_free((mstar__peer *)(uintptr_t)val);
     mstar__strmap_free(peers);
 }
 
@@ -129,22 +184,135 @@ static mstar_status send_fail(mstar_mesh *mesh, const char *peer)
                            zmq_strerror(err));
 }
 
-/* Send `frame` to `peer` without blocking; the frame is consumed either way. */
-static mstar_status send_frame(mstar_mesh *mesh, const char *peer, zmq_msg_t *frame)
+/* Send `frame` on a peer's socket without blocking; the frame is consumed either way. */
+static mstar_status send_frame(mstar_mesh *mesh, const char *peer, void *sock, zmq_msg_t *frame)
 {
-    void *sock;
-    mstar_status st = peer_socket(mesh, peer, &sock);
-    if (st == MSTAR_OK) {
-        for (;;) {
-            if (zmq_msg_send(frame, sock, ZMQ_DONTWAIT) >= 0)
-                return MSTAR_OK; /* ZeroMQ owns the frame now */
-            if (zmq_errno() != EINTR)
-                break;
-        }
-        st = send_fail(mesh, peer);
+    for (;;) {
+        if (zmq_msg_send(frame, sock, ZMQ_DONTWAIT) >= 0)
+            return MSTAR_OK; /* ZeroMQ owns the frame now */
+        if (zmq_errno() != EINTR)
+            break;
     }
+    mstar_status st = send_fail(mesh, peer);
     zmq_msg_close(frame);
     return st;
+}
+
+/* ZeroMQ's deallocator for a frame that owns the encoder's buffer. */
+static void free_encoded(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+/* A frame of `len` bytes: `owned` (malloc'd, holding the bytes) is taken without a copy. */
+static mstar_status make_frame(mstar_mesh *mesh, const char *peer, const void *data, size_t len,
+                               void *owned, zmq_msg_t *frame)
+{
+    if (owned != NULL) {
+        if (zmq_msg_init_data(frame, owned, len, free_encoded, NULL) == 0)
+            return MSTAR_OK;
+        free(owned);
+    } else if (zmq_msg_init_size(frame, len) == 0) {
+        if (len > 0)
+            memcpy(zmq_msg_data(frame), data, len);
+        return MSTAR_OK;
+    }
+    return mstar_error_set(MSTAR_ENOMEM, "mesh %s: a %zu-byte frame to '%s': out of memory",
+                           mesh->entity, len, peer);
+}
+
+/* A message too large to go inline: its bytes to the bell as a blob, then the frame naming it
+ * (room for which is checked first, so that a blob is never sent without its frame). */
+static mstar_status put_blob(mstar_mesh *mesh, const char *peer, mstar__peer *p, const void *data,
+                             size_t len, bool *wake)
+{
+    *wake = false;
+    if (len > MSTAR_WIRE_MAX_MESSAGE)
+        return mstar_error_set(MSTAR_ERANGE,
+                               "mesh %s: a %zu-byte message to '%s' is larger than any message "
+                               "(%u bytes)",
+                               mesh->entity, len, peer, (unsigned)MSTAR_WIRE_MAX_MESSAGE);
+    if (!mstar__ring_has_room(&p->ring, 2 * sizeof(uint64_t)))
+        return mstar__ring_write_blob(&p->ring, 0, 0, wake); /* says why: full, or broken */
+    int fd;
+    mstar_status st = mstar__blob_create(data, len, &fd);
+    if (st != MSTAR_OK)
+        return st;
+    uint64_t seq = p->blob_seq++;
+    st = mstar__bell_blob(p->bell_fd, mesh->entity, peer, seq, fd);
+    close(fd);
+    if (st == MSTAR_OK)
+        st = mstar__ring_write_blob(&p->ring, seq, len, wake);
+    return st;
+}
+
+static mstar_status ring_put(mstar_mesh *mesh, const char *peer, mstar__peer *p, const void *data,
+                             size_t len, bool *wake)
+{
+    if (mstar__ring_inline(&p->ring, len))
+        return mstar__ring_write(&p->ring, data, len, wake);
+    return put_blob(mesh, peer, p, data, len, wake);
+}
+
+/* Write to a peer's ring. *gone is set when its receiver has let go of it or died. */
+static mstar_status ring_send(mstar_mesh *mesh, const char *peer, mstar__peer *p, const void *data,
+                              size_t len, bool *gone)
+{
+    *gone = atomic_load_explicit(&p->ring.hdr->rx_closed, memory_order_acquire) != 0;
+    if (*gone)
+        return mstar_error_set(MSTAR_ECLOSED, "mesh %s: '%s' closed its ring", mesh->entity, peer);
+    bool wake;
+    mstar_status st = ring_put(mesh, peer, p, data, len, &wake);
+    if (st == MSTAR_OK && !wake)
+        return MSTAR_OK;
+    /* The receiver's side of the ring is impossible, or it closed its bell. */
+    *gone = st == MSTAR_EPROTO || st == MSTAR_ECLOSED;
+    /* Ringing a full ring's receiver both wakes it and tells whether it still lives. */
+    if (st == MSTAR_OK || st == MSTAR_EAGAIN) {
+        mstar_status rung = mstar__bell_ring(p->bell_fd, peer);
+        *gone = rung == MSTAR_ECLOSED;
+        if (rung != MSTAR_OK && !*gone)
+            mstar_log(MSTAR_LOG_WARN, "mesh %s: %s", mesh->entity, mstar_last_error());
+        if (st == MSTAR_EAGAIN && !*gone)
+            return mstar_error_set(MSTAR_EAGAIN,
+                                   "mesh %s: the ring to '%s' is full (%llu bytes); receive and "
+                                   "retry",
+                                   mesh->entity, peer, (unsigned long long)p->ring.cap);
+    }
+    return st;
+}
+
+/* Send `len` bytes to `peer` on its route; `owned` (NULL or a malloc'd copy of data) is always
+ * consumed. A receiver that went away since its ring was made costs the ring, and the message
+ * is sent again on a fresh route (which reaches its next incarnation, if any). */
+static mstar_status deliver(mstar_mesh *mesh, const char *peer, const void *data, size_t len,
+                            void *owned)
+{
+    mstar__peer *p;
+    mstar_status st = peer_get(mesh, peer, &p);
+    for (int attempt = 0; st == MSTAR_OK && p->sock == NULL; attempt++) {
+        bool gone;
+        st = ring_send(mesh, peer, p, data, len, &gone);
+        if (!gone) {
+            free(owned);
+            return st;
+        }
+        mstar_log(MSTAR_LOG_WARN, "mesh %s: the receiver '%s' is gone; its ring is dropped",
+                  mesh->entity, peer);
+        forget_peer(mesh, peer);
+        if (st == MSTAR_OK || attempt > 0) {
+            free(owned);
+            return st; /* written before it went, or gone twice in a row: lost, as over ZeroMQ */
+        }
+        st = peer_get(mesh, peer, &p);
+    }
+    zmq_msg_t frame;
+    if (st == MSTAR_OK)
+        st = make_frame(mesh, peer, data, len, owned, &frame);
+    else
+        free(owned);
+    return st == MSTAR_OK ? send_frame(mesh, peer, p->sock, &frame) : st;
 }
 
 static mstar_status check_args(const char *fn, const mstar_mesh *mesh, const char *peer,
@@ -163,20 +331,7 @@ mstar_status mstar_mesh_send_raw(mstar_mesh *mesh, const char *peer, const void 
     mstar_status st = check_args("mstar_mesh_send_raw", mesh, peer, data != NULL || len == 0);
     if (st != MSTAR_OK)
         return st;
-    zmq_msg_t frame;
-    if (zmq_msg_init_size(&frame, len) != 0)
-        return mstar_error_set(MSTAR_ENOMEM, "mesh %s: a %zu-byte frame to '%s': out of memory",
-                               mesh->entity, len, peer);
-    if (len > 0)
-        memcpy(zmq_msg_data(&frame), data, len);
-    return send_frame(mesh, peer, &frame);
-}
-
-/* ZeroMQ's deallocator for a frame that owns the encoder's buffer. */
-static void free_encoded(void *data, void *hint)
-{
-    (void)hint;
-    free(data);
+    return deliver(mesh, peer, data, len, NULL);
 }
 
 mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
@@ -190,14 +345,8 @@ mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
     st = mstar_msg_encode(msg, &data, &len);
     if (st != MSTAR_OK)
         return mstar_error_wrap("mesh %s: message to '%s'", mesh->entity, peer);
-    /* The frame takes the buffer without a copy; ZeroMQ frees it once sent (or on close). */
-    zmq_msg_t frame;
-    if (zmq_msg_init_data(&frame, data, len, free_encoded, NULL) != 0) {
-        free(data);
-        return mstar_error_set(MSTAR_ENOMEM, "mesh %s: message to '%s': out of memory",
-                               mesh->entity, peer);
-    }
-    st = send_frame(mesh, peer, &frame);
+    /* A ZeroMQ frame takes the buffer without a copy; a ring copies it in and frees it. */
+    st = deliver(mesh, peer, data, len, data);
     if (st == MSTAR_OK && mesh->sent_hook != NULL)
         mesh->sent_hook(mesh->sent_ctx, peer, msg);
     return st;

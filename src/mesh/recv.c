@@ -7,13 +7,17 @@
  * log line can only say what was wrong, not who sent it.
  *
  * Waiting polls the inbox together with the wake-up eventfd: a wake from another thread ends the
- * wait early (MSTAR_EAGAIN) and stays pending for the loop to drain.
+ * wait early (MSTAR_EAGAIN) and stays pending for the loop to drain. With rings (inrings.c) the
+ * bell is polled too, and every ring is armed before the wait so that a sender rings it.
  */
 #include "mesh_internal.h"
 
 #include "core/vec.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <string.h>
 #include <zmq.h>
 
 static void drop_frame(mstar_mesh *mesh, size_t len, const char *reason)
@@ -25,7 +29,7 @@ static void drop_frame(mstar_mesh *mesh, size_t len, const char *reason)
 
 /* Receive frames without waiting until one decodes: MSTAR_OK with *out filled, MSTAR_EAGAIN
  * when the inbox is empty, MSTAR_EIO when ZeroMQ fails. */
-static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
+static mstar_status take_zmq(mstar_mesh *mesh, mstar_msg *out)
 {
     mstar__inbox *in = &mesh->inbox;
     for (;;) {
@@ -60,6 +64,65 @@ static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
     }
 }
 
+/* One message from the rings or the ZeroMQ inbox, taking turns at which is asked first. The
+ * inbox is skipped while it is known to be empty (mesh->zmq_ready false): asking costs ZeroMQ
+ * a few system calls even then. */
+static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
+{
+    if (mesh->inrings.n == 0)
+        return take_zmq(mesh, out);
+    mesh->rings_first = !mesh->rings_first;
+    if (mesh->rings_first && mstar__inrings_take(mesh, out) == MSTAR_OK)
+        return MSTAR_OK;
+    mstar_status st = MSTAR_EAGAIN;
+    if (mesh->zmq_ready) {
+        st = take_zmq(mesh, out);
+        mesh->zmq_ready = st != MSTAR_EAGAIN;
+        if (st != MSTAR_EAGAIN)
+            return st;
+    }
+    if (!mesh->rings_first && mstar__inrings_take(mesh, out) == MSTAR_OK)
+        return MSTAR_OK;
+    return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
+}
+
+/* Sleep until the inbox, the wake-up eventfd or the bell is readable, or wait_ms passes; *woken
+ * tells a wake-up. Without rings, zmq_poll. With them, the system's poll: take_zmq has received
+ * until EAGAIN (or knows the inbox is empty), which leaves ZMQ_FD to signal what comes next,
+ * and zmq_poll's own checks would cost more than the ring's whole round trip. */
+static mstar_status wait_inputs(mstar_mesh *mesh, long wait_ms, bool *woken)
+{
+    if (mesh->bell_fd < 0) {
+        *woken = mstar__wake_pending(mesh->wake_fd);
+        if (*woken)
+            return MSTAR_OK;
+        zmq_pollitem_t items[2] = {
+            { .socket = mesh->inbox.sock, .events = ZMQ_POLLIN },
+            { .fd = mesh->wake_fd, .events = ZMQ_POLLIN },
+        };
+        if (zmq_poll(items, 2, wait_ms) < 0 && zmq_errno() != EINTR)
+            return mstar_error_set(MSTAR_EIO, "mesh %s: poll: %s", mesh->entity,
+                                   zmq_strerror(zmq_errno()));
+        *woken = items[1].revents != 0;
+        return MSTAR_OK;
+    }
+    struct pollfd p[3] = {
+        { .fd = mesh->inbox.fd, .events = POLLIN },
+        { .fd = mesh->wake_fd, .events = POLLIN },
+        { .fd = mesh->bell_fd, .events = POLLIN },
+    };
+    int n = poll(p, 3, wait_ms > INT_MAX ? INT_MAX : (int)wait_ms);
+    if (n < 0 && errno != EINTR)
+        return mstar_error_set(MSTAR_EIO, "mesh %s: poll: %s", mesh->entity, strerror(errno));
+    if (n <= 0)
+        return MSTAR_OK;
+    mesh->zmq_ready = mesh->zmq_ready || p[0].revents != 0;
+    *woken = p[1].revents != 0;
+    if (p[2].revents != 0)
+        mstar__inrings_drain(mesh);
+    return MSTAR_OK;
+}
+
 mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
 {
     if (mesh == NULL || out == NULL)
@@ -68,13 +131,29 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
     uint64_t deadline = 0;
     if (timeout_ms > 0)
         deadline = mstar__now_ns() + (uint64_t)timeout_ms * UINT64_C(1000000);
+    /* A caller that polls the inbox fd itself may have seen ZeroMQ's part readable; one that waits
+     * here sees it in wait_inputs (the flag only goes false once the inbox said EAGAIN, and
+     * anything arriving after that makes ZMQ_FD readable). */
+    if (timeout_ms == 0)
+        mesh->zmq_ready = true;
+    bool woken = false;
     for (;;) {
         mstar_status st = take_one(mesh, out);
-        if (st != MSTAR_EAGAIN || timeout_ms == 0)
+        if (st != MSTAR_EAGAIN)
             return st;
-        if (mstar__wake_pending(mesh->wake_fd))
+        if (woken)
             return mstar_error_set(MSTAR_EAGAIN, "mesh %s: woken before a message arrived",
                                    mesh->entity);
+        if (timeout_ms != 0 && mstar__inrings_spin(mesh))
+            continue;
+        /* A caller polling the inbox fd sleeps on the bell too: leave it drained. */
+        if (timeout_ms == 0)
+            mstar__inrings_drain(mesh);
+        /* Tell every ring to ring the bell; one may have filled meanwhile. */
+        if (mstar__inrings_arm(mesh))
+            continue;
+        if (timeout_ms == 0)
+            return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
         long wait_ms = -1;
         if (timeout_ms > 0) {
             uint64_t now = mstar__now_ns();
@@ -83,13 +162,9 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
                                        mesh->entity, timeout_ms);
             wait_ms = (long)((deadline - now + 999999) / 1000000);
         }
-        zmq_pollitem_t items[2] = {
-            { .socket = mesh->inbox.sock, .events = ZMQ_POLLIN },
-            { .fd = mesh->wake_fd, .events = ZMQ_POLLIN },
-        };
-        if (zmq_poll(items, 2, wait_ms) < 0 && zmq_errno() != EINTR)
-            return mstar_error_set(MSTAR_EIO, "mesh %s: poll: %s", mesh->entity,
-                                   zmq_strerror(zmq_errno()));
-        /* Loop: a readable inbox is taken, a wake or the deadline is reported above. */
+        st = wait_inputs(mesh, wait_ms, &woken);
+        if (st != MSTAR_OK)
+            return st;
+        /* Loop: what arrived is taken, a wake or the deadline is reported above. */
     }
 }

@@ -521,7 +521,9 @@ static void test_garbage_and_floods(void **state)
     for (int v = 0; v < 2; v++) {
         assert_mstar_ok(mstar_mesh_send_raw(w.im, victims[v], junk, 1));
         assert_mstar_ok(mstar_mesh_send_raw(w.im, victims[v], junk, 4096));
-        assert_mstar_ok(mstar_mesh_send_raw(w.im, victims[v], junk, big));
+        /* ZeroMQ takes it (the inbox's limit refuses it); a ring's sender refuses it. */
+        mstar_status st = mstar_mesh_send_raw(w.im, victims[v], junk, big);
+        assert_true(st == MSTAR_OK || st == MSTAR_ERANGE);
         assert_mstar_ok(mstar_mesh_send_raw(w.im, victims[v], junk, 0));
     }
     free(junk);

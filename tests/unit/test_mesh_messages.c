@@ -258,11 +258,13 @@ static void test_oversized_frame_is_refused_and_the_receiver_goes_on(void **stat
     mstar_mesh *rx = ipc_mesh("worker_12");
     mstar_mesh *tx = ipc_mesh("worker_13");
     /* One byte over the codec's limit: ZeroMQ refuses it before allocating, and drops that
-     * connection; the sender reconnects and what it sends next arrives. */
+     * connection; the sender reconnects and what it sends next arrives. Over a ring (the two
+     * are on one host) the sender refuses it outright. */
     size_t big_len = (size_t)MSTAR_WIRE_MAX_MESSAGE + 1;
     char *big = calloc(1, big_len);
     assert_non_null(big);
-    assert_mstar_ok(mstar_mesh_send_raw(tx, "worker_12", big, big_len));
+    mstar_status sent = mstar_mesh_send_raw(tx, "worker_12", big, big_len);
+    assert_true(sent == MSTAR_OK || sent == MSTAR_ERANGE);
     free(big);
     mstar_msg msg;
     mstar_msg_init(&msg, MSTAR_MSG_READS_DONE);

@@ -117,8 +117,10 @@ typedef struct mstar_bench_transport_row {
 } mstar_bench_transport_row;
 
 typedef struct mstar_bench_transport_result {
-    double memcpy_gbps;            /* baseline: one thread, 64 MiB */
-    double zmq_p50_us, zmq_p99_us; /* baseline: raw ZeroMQ ipc ping-pong of 64 bytes */
+    double memcpy_gbps;                      /* baseline: one thread, 64 MiB */
+    double zmq_p50_us, zmq_p99_us;           /* baseline: raw ZeroMQ ipc ping-pong of 64 bytes */
+    double ring_p50_us, ring_p99_us;         /* the mesh's 4 KiB message round trip over rings */
+    double mesh_zmq_p50_us, mesh_zmq_p99_us; /* the same over ZeroMQ (MSTAR_MESH_RING=0) */
     int in_flight;
     int nsizes; /* 4 KiB to 64 MiB (--device cuda: 256 MiB); --quick: to 16 MiB */
     int nkinds;

@@ -19,6 +19,10 @@
  * In the same run, two baselines: single-thread memcpy bandwidth (64 MiB buffers, out of cache)
  * and a raw ZeroMQ ipc PUSH/PULL ping-pong of 64 bytes between two processes. Figures are
  * reported as ratios to them: throughput / memcpy, and the 4 KiB round trip / the ping-pong.
+ * Beside them, the control mesh's own round trip of a 4 KiB message (encode, send, receive,
+ * decode, and back) between two processes over its shared-memory rings and, for comparison,
+ * over ZeroMQ (docs/architecture.md, "The ring"); the issue's target is the ring at most 0.5x
+ * the raw ping-pong.
  * A UCX transport (not run by default: --transport ucx-tcp) is also judged against a raw
  * loopback TCP stream of the same size (bench_tcp.c), one round of it before each round of the
  * transport so that both see the same conditions: the issue's target is at least 0.6x its
@@ -172,6 +176,106 @@ static double zmq_pingpong_us(const char *dir, int iters, double *p99)
     zmq_ctx_term(ctx);
     close(ready[0]);
     close(ready[1]);
+    double p50 = percentile(rt, (size_t)iters, 0.5);
+    *p99 = percentile(rt, (size_t)iters, 0.99);
+    free(rt);
+    return p50;
+}
+
+/* A message of at least 4 KiB once encoded: TENSOR_RECEIVED with enough counts. */
+static void build_4k(mstar_msg *msg)
+{
+    mstar_msg_init(msg, MSTAR_MSG_TENSOR_RECEIVED);
+    msg->request_id = mstar_rid_from_int(1);
+    snprintf(msg->from, sizeof(msg->from), "bench_ping"); /* the send sets it too */
+    for (uint64_t k = 1;; k++) {
+        void *data;
+        size_t len;
+        if (mstar_msg_encode(msg, &data, &len) != MSTAR_OK)
+            fail("encoding the 4 KiB message");
+        free(data);
+        if (len >= 4096)
+            return;
+        if (mstar_msg_add_count(msg, mstar_id_make(100, k), 1) != MSTAR_OK)
+            fail("building the 4 KiB message");
+    }
+}
+
+static mstar_mesh *pingpong_mesh(const char *dir, const char *entity)
+{
+    mstar_mesh_options opts = { .transport = MSTAR_MESH_IPC, .ipc_dir = dir };
+    mstar_mesh *mesh;
+    if (mstar_mesh_create(entity, &opts, &mesh) != MSTAR_OK)
+        fail("mesh of the ping-pong");
+    return mesh;
+}
+
+/* Receive (waiting as an entity's loop does) and send the message straight back. */
+static void mesh_bounce(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
+{
+    mstar_msg_clear(msg);
+    mstar_status st;
+    while ((st = mstar_mesh_recv(mesh, -1, msg)) == MSTAR_EAGAIN)
+        continue;
+    if (st != MSTAR_OK || mstar_mesh_send(mesh, peer, msg) != MSTAR_OK)
+        fail("mesh ping-pong");
+}
+
+/* The mesh itself between two processes: a 4 KiB message sent, decoded, sent back and decoded,
+ * over rings (MSTAR_MESH_RING=1) or ZeroMQ (=0). Returns the p50 round trip in µs. */
+static double mesh_pingpong_us(const char *dir, int iters, bool ring, double *p99)
+{
+    const char *saved = getenv("MSTAR_MESH_RING");
+    char *restore = saved ? strdup(saved) : NULL;
+    setenv("MSTAR_MESH_RING", ring ? "1" : "0", 1);
+    int ready[2];
+    if (pipe(ready) != 0)
+        fail("pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        mstar_mesh *mesh = pingpong_mesh(dir, "bench_pong");
+        char c = 'r';
+        if (write(ready[1], &c, 1) != 1)
+            _exit(1);
+        mstar_msg msg;
+        mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
+        for (int i = 0; i < iters + 10; i++)
+            mesh_bounce(mesh, "bench_ping", &msg);
+        mstar_msg_clear(&msg);
+        mstar_mesh_destroy(mesh);
+        _exit(0);
+    }
+    char c;
+    if (read(ready[0], &c, 1) != 1)
+        fail("mesh ping-pong child");
+    mstar_mesh *mesh = pingpong_mesh(dir, "bench_ping");
+    mstar_msg msg, echo;
+    build_4k(&msg);
+    mstar_msg_init(&echo, MSTAR_MSG_TENSOR_RECEIVED);
+    double *rt = calloc((size_t)iters, sizeof(double));
+    for (int i = 0; i < iters + 10; i++) {
+        uint64_t t0 = mstar__now_ns();
+        if (mstar_mesh_send(mesh, "bench_pong", &msg) != MSTAR_OK)
+            fail("mesh ping-pong send");
+        mstar_msg_clear(&echo);
+        while (mstar_mesh_recv(mesh, -1, &echo) == MSTAR_EAGAIN)
+            continue;
+        if (i >= 10) /* the first ones include connecting */
+            rt[i - 10] = (double)(mstar__now_ns() - t0) * 1e-3;
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    mstar_msg_clear(&msg);
+    mstar_msg_clear(&echo);
+    mstar_mesh_destroy(mesh);
+    close(ready[0]);
+    close(ready[1]);
+    if (restore != NULL)
+        setenv("MSTAR_MESH_RING", restore, 1);
+    else
+        unsetenv("MSTAR_MESH_RING");
+    free(restore);
     double p50 = percentile(rt, (size_t)iters, 0.5);
     *p99 = percentile(rt, (size_t)iters, 0.99);
     free(rt);
@@ -537,6 +641,10 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     mstar_bench_progress("transport", "baselines: memcpy, ZeroMQ ping-pong");
     out->memcpy_gbps = memcpy_gbps();
     out->zmq_p50_us = zmq_pingpong_us(ipc_dir, quick ? 500 : 3000, &out->zmq_p99_us);
+    mstar_bench_progress("transport", "the mesh's 4 KiB ping-pong over rings and over ZeroMQ");
+    out->ring_p50_us = mesh_pingpong_us(ipc_dir, quick ? 500 : 3000, true, &out->ring_p99_us);
+    out->mesh_zmq_p50_us =
+        mesh_pingpong_us(ipc_dir, quick ? 500 : 3000, false, &out->mesh_zmq_p99_us);
     out->in_flight = IN_FLIGHT;
     out->nsizes = quick ? NSIZES - 1 : NSIZES; /* --quick, for tests: no 64 MiB handoffs */
     out->nkinds = nkinds;
@@ -803,11 +911,18 @@ size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, msta
             { "4 KiB arena round trip p50 / raw ZeroMQ ping-pong p50", "<= 3x", rt, "",
               rt <= 3 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
         };
+        double ring = r->ring_p50_us / r->zmq_p50_us;
+        mstar_bench_target t2 = { "4 KiB mesh round trip over the ring p50 / raw ZeroMQ "
+                                  "ping-pong p50",
+                                  "<= 0.5x", ring, "",
+                                  ring <= 0.5 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET };
         snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (at %s)", bw, h);
         snprintf(t[1].shown, sizeof(t[1].shown), "%.2fx", rt);
+        snprintf(t2.shown, sizeof(t2.shown), "%.2fx", ring);
         out[0] = t[0];
         out[1] = t[1];
-        return 2;
+        out[2] = t2;
+        return 3;
     }
     return 0;
 }
@@ -818,6 +933,10 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
     mstar_bench_json_field(out, "memcpy_gbps", r->memcpy_gbps, 4);
     mstar_bench_json_field(out, "zmq_pingpong_p50_us", r->zmq_p50_us, 4);
     mstar_bench_json_field(out, "zmq_pingpong_p99_us", r->zmq_p99_us, 4);
+    mstar_bench_json_field(out, "ring_4k_p50_us", r->ring_p50_us, 4);
+    mstar_bench_json_field(out, "ring_4k_p99_us", r->ring_p99_us, 4);
+    mstar_bench_json_field(out, "mesh_zmq_4k_p50_us", r->mesh_zmq_p50_us, 4);
+    mstar_bench_json_field(out, "mesh_zmq_4k_p99_us", r->mesh_zmq_p99_us, 4);
     fprintf(out, ",\"transports\":[");
     for (int k = 0; k < r->nkinds; k++) {
         fprintf(out, "%s{\"transport\":\"%s\",\"sizes\":[", k ? "," : "",
@@ -846,6 +965,10 @@ static void print_table(const mstar_bench_transport_result *r)
            "p50 %.1f us, p99 %.1f us%s\n\n",
            r->memcpy_gbps, r->zmq_p50_us, r->zmq_p99_us,
            remote ? "; a raw loopback TCP stream of each size (tcp GB/s)" : "");
+    printf("mesh 4 KiB round trip: over the ring p50 %.1f us, p99 %.1f us (%.2fx ZeroMQ "
+           "ping-pong); over ZeroMQ p50 %.1f us, p99 %.1f us\n\n",
+           r->ring_p50_us, r->ring_p99_us, r->ring_p50_us / r->zmq_p50_us, r->mesh_zmq_p50_us,
+           r->mesh_zmq_p99_us);
     for (int k = 0; k < r->nkinds; k++) {
         printf("%s\n  %-8s %12s %12s %10s %10s %10s", mstar_transport_kind_name(r->kinds[k]),
                "size", "rt p50 us", "rt p99 us", "rt/zmq", "GB/s", "/memcpy");

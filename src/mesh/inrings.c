@@ -1,0 +1,262 @@
+/*
+ * inrings.c — the receiving side of rings: the rings senders on this host handed to our bell,
+ * read in turn, and armed before the entity's loop sleeps.
+ *
+ * A ring is held until it is empty and finished: its sender closed it, or made a newer one for
+ * us (after a restart or after closing its peer), or died (checked only when the table is full,
+ * with the pid the ring names: a wrong pid only keeps a ring longer). While an older ring of the
+ * same sender still holds messages the newer one is not read, so one sender's messages arrive in
+ * the order they were sent. A ring whose header or frames cannot be right is dropped, counted,
+ * and logged; the receiver goes on with the others.
+ */
+#include "mesh_internal.h"
+
+#include "core/vec.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void drop_ring(mstar_mesh *mesh, size_t i, const char *why)
+{
+    mstar__inrings *in = &mesh->inrings;
+    if (why != NULL) {
+        mesh->inbox.dropped++;
+        mstar_log(MSTAR_LOG_WARN, "mesh %s: dropped the ring from '%s' (%llu drops so far): %s",
+                  mesh->entity, in->rings[i].ring.peer, (unsigned long long)mesh->inbox.dropped,
+                  why);
+    }
+    mstar__ring_close(&in->rings[i].ring, true);
+    memmove(&in->rings[i], &in->rings[i + 1], (in->n - i - 1) * sizeof(in->rings[0]));
+    in->n--;
+    if (in->next > i)
+        in->next--;
+    if (in->next >= in->n)
+        in->next = 0;
+}
+
+static bool sender_gone(const mstar__ring *r)
+{
+    int32_t pid = r->hdr->sender_pid;
+    return atomic_load_explicit(&r->hdr->tx_closed, memory_order_acquire) != 0 ||
+           (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH);
+}
+
+/* Free the rings that are empty and whose senders are done with them. */
+static void sweep(mstar_mesh *mesh)
+{
+    mstar__inrings *in = &mesh->inrings;
+    for (size_t i = in->n; i-- > 0;) {
+        mstar__ring *r = &in->rings[i].ring;
+        if (!mstar__ring_pending(r) && sender_gone(r))
+            drop_ring(mesh, i, NULL);
+    }
+}
+
+/* Keep a blob until its ring frame names it; the oldest goes when the table is full (its frame
+ * will then be dropped as naming nothing). */
+static void keep_blob(mstar_mesh *mesh, const char *sender, uint64_t seq, int fd)
+{
+    mstar__inrings *in = &mesh->inrings;
+    if (in->nblobs == MSTAR__MESH_MAX_BLOBS) {
+        mesh->inbox.dropped++;
+        mstar_log(MSTAR_LOG_WARN, "mesh %s: dropped a blob from '%s' that no frame named",
+                  mesh->entity, in->blobs[0].sender);
+        close(in->blobs[0].fd);
+        memmove(&in->blobs[0], &in->blobs[1], (in->nblobs - 1) * sizeof(in->blobs[0]));
+        in->nblobs--;
+    }
+    mstar__blob *b = &in->blobs[in->nblobs++];
+    snprintf(b->sender, sizeof(b->sender), "%s", sender);
+    b->seq = seq;
+    b->fd = fd;
+}
+
+static void on_hello(void *ctx, const char *sender, const uint64_t *blob_seq, int fd)
+{
+    mstar_mesh *mesh = ctx;
+    mstar__inrings *in = &mesh->inrings;
+    if (blob_seq != NULL) {
+        keep_blob(mesh, sender, *blob_seq, fd);
+        return;
+    }
+    if (in->n == MSTAR__MESH_MAX_RINGS)
+        sweep(mesh);
+    mstar_status st = MSTAR_OK;
+    if (in->n == MSTAR__MESH_MAX_RINGS) {
+        close(fd);
+        st = mstar_error_set(MSTAR_ENOSPC, "%d rings are held already", MSTAR__MESH_MAX_RINGS);
+    } else {
+        st = mstar__ring_attach(fd, sender, mesh->entity, &in->rings[in->n].ring);
+    }
+    if (st != MSTAR_OK) {
+        mesh->inbox.dropped++;
+        mstar_log(MSTAR_LOG_WARN, "mesh %s: refused a ring from '%s': %s", mesh->entity, sender,
+                  mstar_last_error());
+        return;
+    }
+    mstar__inring *new = &in->rings[in->n++];
+    new->behind = false;
+    for (size_t i = 0; i + 1 < in->n; i++)
+        if (strcmp(in->rings[i].ring.peer, sender) == 0)
+            new->behind = true;
+    mstar_log(MSTAR_LOG_DEBUG, "mesh %s: ring from '%s' attached (%llu bytes)", mesh->entity,
+              sender, (unsigned long long)new->ring.cap);
+}
+
+/* Whether ring i may be read now: no older ring of its sender holds anything. An older one that
+ * is empty is finished (its sender moved to ring i) and goes. */
+static bool readable(mstar_mesh *mesh, size_t *i)
+{
+    mstar__inrings *in = &mesh->inrings;
+    if (!in->rings[*i].behind)
+        return true;
+    for (size_t j = 0; j < *i; j++) {
+        if (strcmp(in->rings[j].ring.peer, in->rings[*i].ring.peer) != 0)
+            continue;
+        if (mstar__ring_pending(&in->rings[j].ring))
+            return false;
+        drop_ring(mesh, j, NULL);
+        (*i)--;
+        j--;
+    }
+    in->rings[*i].behind = false;
+    return true;
+}
+
+/* The blob `sender` numbered `seq`, taken out of the table (the caller closes the fd); -1 when
+ * it has not arrived. */
+static int take_blob(mstar__inrings *in, const char *sender, uint64_t seq)
+{
+    for (size_t i = 0; i < in->nblobs; i++) {
+        if (in->blobs[i].seq != seq || strcmp(in->blobs[i].sender, sender) != 0)
+            continue;
+        int fd = in->blobs[i].fd;
+        memmove(&in->blobs[i], &in->blobs[i + 1], (in->nblobs - i - 1) * sizeof(in->blobs[0]));
+        in->nblobs--;
+        return fd;
+    }
+    return -1;
+}
+
+/* Replace a blob frame in in->buf by the blob's bytes. The sender hands the blob to the bell
+ * before it writes the frame, so a blob not in the table yet is in the bell's queue. */
+static mstar_status fetch_blob(mstar_mesh *mesh, const char *sender, size_t *len)
+{
+    mstar__inrings *in = &mesh->inrings;
+    uint64_t ref[2];
+    memcpy(ref, in->buf, sizeof(ref));
+    int fd = take_blob(in, sender, ref[0]);
+    if (fd < 0) {
+        mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox.dropped);
+        fd = take_blob(in, sender, ref[0]);
+    }
+    if (fd < 0)
+        return mstar_error_set(MSTAR_EPROTO, "a frame names blob %llu, which never came",
+                               (unsigned long long)ref[0]);
+    mstar_status st = mstar__blob_read(fd, ref[1], &in->buf, &in->buf_cap);
+    close(fd);
+    if (st == MSTAR_OK)
+        *len = (size_t)ref[1];
+    return st;
+}
+
+/* One frame from ring i: MSTAR_OK with *out, MSTAR_EAGAIN when it has none that decodes (a
+ * broken ring is dropped: *i then names the next one). */
+static mstar_status take_from(mstar_mesh *mesh, size_t *i, mstar_msg *out)
+{
+    mstar__inrings *in = &mesh->inrings;
+    for (;;) {
+        size_t len;
+        bool blob;
+        mstar__ring *r = &in->rings[*i].ring;
+        mstar_status st = mstar__ring_read(r, &in->buf, &in->buf_cap, &len, &blob);
+        if (st == MSTAR_EAGAIN)
+            return st;
+        if (st != MSTAR_OK) {
+            drop_ring(mesh, *i, mstar_last_error());
+            return MSTAR_ENOENT;
+        }
+        if (blob)
+            st = fetch_blob(mesh, r->peer, &len);
+        if (st == MSTAR_OK)
+            st = mstar_msg_decode(in->buf, len, out);
+        if (st == MSTAR_OK)
+            return MSTAR_OK;
+        mesh->inbox.dropped++;
+        mstar_log(MSTAR_LOG_WARN,
+                  "mesh %s: dropped a frame of %zu bytes from the ring of '%s' (%llu so far): %s",
+                  mesh->entity, len, in->rings[*i].ring.peer,
+                  (unsigned long long)mesh->inbox.dropped, mstar_last_error());
+    }
+}
+
+mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out)
+{
+    mstar__inrings *in = &mesh->inrings;
+    for (size_t tried = 0; tried < in->n;) {
+        size_t i = in->next < in->n ? in->next : 0;
+        if (!readable(mesh, &i)) {
+            in->next = i + 1;
+            tried++;
+            continue;
+        }
+        mstar_status st = take_from(mesh, &i, out);
+        if (st == MSTAR_OK) {
+            in->next = i + 1;
+            return MSTAR_OK;
+        }
+        if (st == MSTAR_EAGAIN) {
+            in->next = i + 1;
+            tried++;
+        } else {
+            in->next = i; /* dropped: the ring at i is another one now */
+        }
+    }
+    return MSTAR_EAGAIN;
+}
+
+void mstar__inrings_drain(mstar_mesh *mesh)
+{
+    if (mesh->bell_fd >= 0)
+        mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox.dropped);
+}
+
+bool mstar__inrings_arm(mstar_mesh *mesh)
+{
+    bool pending = false;
+    for (size_t i = 0; i < mesh->inrings.n; i++) {
+        mstar__ring *r = &mesh->inrings.rings[i].ring;
+        mstar__ring_arm(r);
+        pending = pending || mstar__ring_pending(r);
+    }
+    return pending;
+}
+
+bool mstar__inrings_spin(mstar_mesh *mesh)
+{
+    if (mesh->cfg.spin_us <= 0 || mesh->inrings.n == 0)
+        return false;
+    uint64_t end = mstar__now_ns() + (uint64_t)mesh->cfg.spin_us * 1000;
+    do {
+        for (size_t i = 0; i < mesh->inrings.n; i++)
+            if (mstar__ring_pending(&mesh->inrings.rings[i].ring))
+                return true;
+    } while (mstar__now_ns() < end);
+    return false;
+}
+
+void mstar__inrings_close(mstar__inrings *in)
+{
+    for (size_t i = 0; i < in->n; i++)
+        mstar__ring_close(&in->rings[i].ring, true);
+    for (size_t i = 0; i < in->nblobs; i++)
+        close(in->blobs[i].fd);
+    free(in->rings);
+    free(in->blobs);
+    free(in->buf);
+    memset(in, 0, sizeof(*in));
+}

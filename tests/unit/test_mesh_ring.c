@@ -1,0 +1,423 @@
+/*
+ * test_mesh_ring.c — the shared-memory ring between entities of one host: the ring itself
+ * (order, a full ring, frames wrapping the end, a message too large, a corrupted ring refused),
+ * and the mesh over it (messages in order, a full ring is MSTAR_EAGAIN, the pollable inbox fd,
+ * a receiver that dies, MSTAR_MESH_RING=0/1, nothing left in the directory afterwards).
+ */
+#include "mstar_test.h"
+
+#include "mesh/mesh_internal.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char *ipc_dir;
+
+static int setup(void **state)
+{
+    (void)state;
+    unsetenv("MSTAR_ZMQ_TRANSPORT");
+    unsetenv("MSTAR_IPC_DIR");
+    unsetenv("MSTAR_RING_BYTES");
+    setenv("MSTAR_MESH_RING", "1", 1);
+    return 0;
+}
+
+/* ---- the ring alone ------------------------------------------------------------------------ */
+
+/* A sender's ring and the receiver's view of it (the fd passed on as the bell would). */
+static void ring_pair(uint64_t cap, mstar__ring *tx, mstar__ring *rx)
+{
+    assert_mstar_ok(mstar__ring_create("conductor", "worker_0", cap, tx));
+    int fd = dup(tx->fd);
+    assert_true(fd >= 0);
+    assert_mstar_ok(mstar__ring_attach(fd, "conductor", "worker_0", rx));
+}
+
+static void put(mstar__ring *tx, uint32_t seq, size_t len)
+{
+    uint8_t buf[4096];
+    assert_true(len >= 4 && len <= sizeof(buf));
+    for (size_t i = 0; i < len; i++)
+        buf[i] = (uint8_t)(seq + i);
+    memcpy(buf, &seq, 4);
+    bool wake;
+    assert_mstar_ok(mstar__ring_write(tx, buf, len, &wake));
+}
+
+static void get(mstar__ring *rx, uint32_t seq, size_t len, uint8_t **buf, size_t *cap)
+{
+    size_t got;
+    bool blob;
+    assert_mstar_ok(mstar__ring_read(rx, buf, cap, &got, &blob));
+    assert_int_equal(got, len);
+    uint32_t have;
+    memcpy(&have, *buf, 4);
+    assert_int_equal(have, seq);
+    for (size_t i = 4; i < len; i++)
+        assert_int_equal((*buf)[i], (uint8_t)(seq + i));
+}
+
+static void test_ring_keeps_order_and_wraps(void **state)
+{
+    (void)state;
+    mstar__ring tx, rx;
+    ring_pair(MSTAR__RING_MIN_CAP, &tx, &rx);
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    /* Odd sizes so that frames straddle the end of the 4 KiB data area many times over. */
+    uint32_t sent = 0, got = 0;
+    for (int round = 0; round < 200; round++) {
+        for (int k = 0; k < 3; k++, sent++)
+            put(&tx, sent, 100 + (sent * 37) % 900);
+        for (; got < sent; got++)
+            get(&rx, got, 100 + (got * 37) % 900, &buf, &cap);
+    }
+    assert_true(tx.pos > 20 * MSTAR__RING_MIN_CAP);
+    size_t len;
+    bool blob;
+    assert_int_equal(mstar__ring_read(&rx, &buf, &cap, &len, &blob), MSTAR_EAGAIN);
+    free(buf);
+    mstar__ring_close(&rx, true);
+    mstar__ring_close(&tx, false);
+}
+
+static void test_full_ring_is_eagain_until_read(void **state)
+{
+    (void)state;
+    mstar__ring tx, rx;
+    ring_pair(MSTAR__RING_MIN_CAP, &tx, &rx);
+    uint8_t payload[1000] = { 0 };
+    bool wake;
+    int n = 0;
+    while (mstar__ring_write(&tx, payload, sizeof(payload), &wake) == MSTAR_OK)
+        n++;
+    assert_int_equal(n, MSTAR__RING_MIN_CAP / 1008);
+    assert_mstar_status(mstar__ring_write(&tx, payload, sizeof(payload), &wake), MSTAR_EAGAIN);
+    uint8_t *buf = NULL;
+    size_t cap = 0, len;
+    bool blob;
+    assert_mstar_ok(mstar__ring_read(&rx, &buf, &cap, &len, &blob));
+    assert_mstar_ok(mstar__ring_write(&tx, payload, sizeof(payload), &wake));
+    /* Larger than the ring can ever hold: not "retry", but a clear refusal. */
+    uint8_t *big = calloc(1, MSTAR__RING_MIN_CAP);
+    assert_mstar_status(mstar__ring_write(&tx, big, MSTAR__RING_MIN_CAP, &wake), MSTAR_ERANGE);
+    free(big);
+    free(buf);
+    mstar__ring_close(&rx, true);
+    mstar__ring_close(&tx, false);
+}
+
+static void test_armed_receiver_is_woken_once(void **state)
+{
+    (void)state;
+    mstar__ring tx, rx;
+    ring_pair(MSTAR__RING_MIN_CAP, &tx, &rx);
+    bool wake;
+    assert_mstar_ok(mstar__ring_write(&tx, "x", 1, &wake));
+    assert_false(wake); /* not asked */
+    mstar__ring_arm(&rx);
+    assert_mstar_ok(mstar__ring_write(&tx, "y", 1, &wake));
+    assert_true(wake);
+    assert_mstar_ok(mstar__ring_write(&tx, "z", 1, &wake));
+    assert_false(wake); /* one wake per sleep */
+    mstar__ring_close(&rx, true);
+    mstar__ring_close(&tx, false);
+}
+
+/* What a hostile or broken sender can do to the shared words is refused, never followed. */
+static void test_corrupted_ring_is_refused(void **state)
+{
+    (void)state;
+    uint8_t *buf = NULL;
+    size_t cap = 0, len;
+    bool blob;
+    mstar__ring tx, rx;
+
+    ring_pair(MSTAR__RING_MIN_CAP, &tx, &rx);
+    put(&tx, 1, 64);
+    atomic_store(&tx.hdr->tail, UINT64_C(1) << 40); /* more than the ring holds */
+    assert_mstar_status(mstar__ring_read(&rx, &buf, &cap, &len, &blob), MSTAR_EPROTO);
+    mstar__ring_close(&rx, true);
+    mstar__ring_close(&tx, false);
+
+    ring_pair(MSTAR__RING_MIN_CAP, &tx, &rx);
+    put(&tx, 1, 64);
+    uint32_t words[2] = { 1u << 20, ~(1u << 20) }; /* consistent, but past what was published */
+    memcpy(tx.data, words, sizeof(words));
+    assert_mstar_status(mstar__ring_read(&rx, &buf, &cap, &len, &blob), MSTAR_EPROTO);
+    mstar__ring_close(&rx, true);
+    mstar__ring_close(&tx, false);
+
+    ring_pair(MSTAR__RING_MIN_CAP, &tx, &rx);
+    put(&tx, 1, 64);
+    tx.data[4] ^= 1; /* the check word no longer matches */
+    assert_mstar_status(mstar__ring_read(&rx, &buf, &cap, &len, &blob), MSTAR_EPROTO);
+    /* The receiver's own head is what the sender checks against. */
+    atomic_store(&rx.hdr->head, UINT64_C(1) << 50);
+    bool wake;
+    assert_mstar_status(mstar__ring_write(&tx, "x", 1, &wake), MSTAR_EPROTO);
+    mstar__ring_close(&rx, true);
+    mstar__ring_close(&tx, false);
+    free(buf);
+}
+
+static void test_attach_checks_the_memory_and_the_header(void **state)
+{
+    (void)state;
+    mstar__ring tx, rx;
+    assert_mstar_ok(mstar__ring_create("conductor", "worker_0", MSTAR__RING_MIN_CAP, &tx));
+    assert_mstar_status(mstar__ring_attach(dup(tx.fd), "conductor", "worker_1", &rx), MSTAR_EPROTO);
+    assert_mstar_status(mstar__ring_attach(dup(tx.fd), "api_server", "worker_0", &rx),
+                        MSTAR_EPROTO);
+    tx.hdr->magic ^= 1;
+    assert_mstar_status(mstar__ring_attach(dup(tx.fd), "conductor", "worker_0", &rx), MSTAR_EPROTO);
+    mstar__ring_close(&tx, false);
+
+    /* Unsealed memory could shrink under the mapping: refused before it is mapped. */
+    int fd = memfd_create("not-a-ring", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, MSTAR__RING_HEADER + MSTAR__RING_MIN_CAP), 0);
+    assert_mstar_status(mstar__ring_attach(fd, "conductor", "worker_0", &rx), MSTAR_EPROTO);
+    assert_true(strstr(mstar_last_error(), "sealed") != NULL);
+    /* Not a file at all. */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    close(p[1]);
+    assert_mstar_status(mstar__ring_attach(p[0], "conductor", "worker_0", &rx), MSTAR_EPROTO);
+}
+
+/* ---- the mesh over rings ------------------------------------------------------------------- */
+
+static mstar_mesh *ipc_mesh(const char *entity)
+{
+    mstar_mesh_options opts = { .transport = MSTAR_MESH_IPC, .ipc_dir = ipc_dir };
+    mstar_mesh *mesh = NULL;
+    assert_mstar_ok(mstar_mesh_create(entity, &opts, &mesh));
+    return mesh;
+}
+
+static void send_n(mstar_mesh *tx, const char *to, int64_t n)
+{
+    mstar_msg msg;
+    mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
+    msg.request_id = mstar_rid_from_int(n);
+    assert_mstar_ok(mstar_mesh_send(tx, to, &msg));
+    mstar_msg_clear(&msg);
+}
+
+static void recv_n(mstar_mesh *rx, const char *from, int64_t n)
+{
+    mstar_msg got;
+    assert_mstar_ok(mstar_mesh_recv(rx, 10000, &got));
+    assert_string_equal(got.from, from);
+    assert_int_equal(got.request_id.num, n);
+    mstar_msg_clear(&got);
+}
+
+static bool peer_uses_ring(mstar_mesh *mesh, const char *peer)
+{
+    uint64_t *v = mstar__strmap_find(&mesh->peers, peer, strlen(peer));
+    assert_non_null(v);
+    return ((mstar__peer *)(uintptr_t)*v)->sock == NULL;
+}
+
+static void test_mesh_over_ring_keeps_order_and_cleans_up(void **state)
+{
+    (void)state;
+    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0"), *c = ipc_mesh("worker_1");
+    for (int64_t i = 0; i < 2000; i++) {
+        send_n(a, "worker_0", i);
+        if (i % 2 == 0)
+            send_n(c, "worker_0", i);
+    }
+    assert_true(peer_uses_ring(a, "worker_0"));
+    int64_t next_a = 0, next_c = 0;
+    while (next_a < 2000 || next_c < 2000) {
+        mstar_msg got;
+        assert_mstar_ok(mstar_mesh_recv(b, 10000, &got));
+        int64_t *next = strcmp(got.from, "conductor") == 0 ? &next_a : &next_c;
+        assert_int_equal(got.request_id.num, *next);
+        *next += next == &next_a ? 1 : 2;
+        mstar_msg_clear(&got);
+    }
+    assert_int_equal(b->inrings.n, 2);
+    mstar_msg got;
+    assert_mstar_status(mstar_mesh_recv(b, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(mstar_mesh_dropped(b), 0);
+    mstar_mesh_destroy(a);
+    mstar_mesh_destroy(b);
+    mstar_mesh_destroy(c);
+    assert_int_equal(mstar_test_count_dir(ipc_dir), 0);
+}
+
+static void test_mesh_full_ring_is_eagain(void **state)
+{
+    (void)state;
+    setenv("MSTAR_RING_BYTES", "4096", 1);
+    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0");
+    int64_t sent = 0;
+    mstar_status st;
+    for (;;) {
+        mstar_msg msg;
+        mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
+        msg.request_id = mstar_rid_from_int(sent);
+        st = mstar_mesh_send(a, "worker_0", &msg);
+        mstar_msg_clear(&msg);
+        if (st != MSTAR_OK)
+            break;
+        sent++;
+    }
+    assert_int_equal(st, MSTAR_EAGAIN);
+    assert_true(strstr(mstar_last_error(), "full") != NULL);
+    assert_true(sent > 10);
+    for (int64_t i = 0; i < sent; i++)
+        recv_n(b, "conductor", i);
+    send_n(a, "worker_0", sent);
+    recv_n(b, "conductor", sent);
+    mstar_mesh_destroy(a);
+    mstar_mesh_destroy(b);
+}
+
+/* Messages too large to go inline travel as blobs beside the ring, in their place in the order. */
+static void test_large_messages_keep_their_place(void **state)
+{
+    (void)state;
+    setenv("MSTAR_RING_BYTES", "4096", 1);
+    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0");
+    for (int64_t i = 0; i < 6; i++) {
+        mstar_msg msg;
+        mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
+        msg.request_id = mstar_rid_from_int(i);
+        for (int k = 0; i % 2 == 1 && k < 400; k++)
+            assert_mstar_ok(mstar_msg_add_count(&msg, mstar_id_make(100, (uint64_t)k + 1), 1));
+        assert_mstar_ok(mstar_mesh_send(a, "worker_0", &msg));
+        mstar_msg_clear(&msg);
+    }
+    for (int64_t i = 0; i < 6; i++) {
+        mstar_msg got;
+        assert_mstar_ok(mstar_mesh_recv(b, 10000, &got));
+        assert_int_equal(got.request_id.num, i);
+        assert_int_equal(got.ncounts, i % 2 == 1 ? 400 : 0);
+        mstar_msg_clear(&got);
+    }
+    assert_int_equal(b->inrings.nblobs, 0);
+    size_t big_len = (size_t)MSTAR_WIRE_MAX_MESSAGE + 1;
+    char *big = calloc(1, big_len);
+    assert_mstar_status(mstar_mesh_send_raw(a, "worker_0", big, big_len), MSTAR_ERANGE);
+    free(big);
+    mstar_mesh_destroy(a);
+    mstar_mesh_destroy(b);
+}
+
+/* The inbox fd becomes readable when a ring message arrives for a loop that found none. */
+static void test_inbox_fd_signals_ring_arrivals(void **state)
+{
+    (void)state;
+    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0");
+    send_n(a, "worker_0", 0);
+    recv_n(b, "conductor", 0);
+    mstar_msg got;
+    assert_mstar_status(mstar_mesh_recv(b, 0, &got), MSTAR_EAGAIN);
+    struct pollfd p = { .fd = mstar_mesh_inbox_fd(b), .events = POLLIN };
+    assert_int_equal(poll(&p, 1, 0), 0);
+    send_n(a, "worker_0", 1);
+    assert_int_equal(poll(&p, 1, 10000), 1);
+    assert_mstar_ok(mstar_mesh_recv(b, 0, &got));
+    assert_int_equal(got.request_id.num, 1);
+    mstar_msg_clear(&got);
+    assert_mstar_status(mstar_mesh_recv(b, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(poll(&p, 1, 0), 0); /* drained: the loop can sleep again */
+    mstar_mesh_destroy(a);
+    mstar_mesh_destroy(b);
+}
+
+/* A receiver killed outright: its sender notices at the next wake, drops the ring, and (forced
+ * onto rings) reports that the peer is not there; under AUTO it falls back to ZeroMQ. */
+static void test_dead_receiver_is_detected(void **state)
+{
+    (void)state;
+    int go[2];
+    assert_int_equal(pipe(go), 0);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        close(go[0]);
+        mstar_mesh *b = ipc_mesh("worker_0");
+        mstar_msg got;
+        if (write(go[1], "r", 1) != 1 || mstar_mesh_recv(b, 10000, &got) != MSTAR_OK)
+            _exit(1);
+        /* Finding nothing more arms the ring: the sender will ring the bell next time. */
+        if (mstar_mesh_recv(b, 0, &got) != MSTAR_EAGAIN || write(go[1], "a", 1) != 1)
+            _exit(1);
+        pause();
+        _exit(0);
+    }
+    close(go[1]);
+    char c;
+    assert_int_equal(read(go[0], &c, 1), 1);
+    mstar_mesh *a = ipc_mesh("conductor");
+    send_n(a, "worker_0", 0);
+    assert_true(peer_uses_ring(a, "worker_0"));
+    assert_int_equal(read(go[0], &c, 1), 1);
+    close(go[0]);
+    kill(child, SIGKILL);
+    int status;
+    assert_int_equal(waitpid(child, &status, 0), child);
+    /* The child died with its ring armed: the next send's wake fails, which tells the sender. */
+    mstar_test_log_capture_begin(MSTAR_LOG_WARN);
+    mstar_status st = mstar_mesh_send_raw(a, "worker_0", "x", 1);
+    mstar_test_log_capture_end();
+    assert_true(st == MSTAR_OK || st == MSTAR_EAGAIN);
+    assert_true(mstar_test_log_contains("is gone"));
+    assert_int_equal(mstar_mesh_num_peers(a), 0);
+    assert_mstar_status(mstar_mesh_send_raw(a, "worker_0", "x", 1), MSTAR_EAGAIN);
+    setenv("MSTAR_MESH_RING", "AUTO", 1);
+    mstar_mesh_destroy(a);
+    a = ipc_mesh("conductor");
+    assert_mstar_ok(mstar_mesh_send_raw(a, "worker_0", "x", 1));
+    assert_false(peer_uses_ring(a, "worker_0"));
+    mstar_mesh_destroy(a);
+}
+
+static void test_ring_off_uses_zeromq(void **state)
+{
+    (void)state;
+    setenv("MSTAR_MESH_RING", "0", 1);
+    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0");
+    assert_int_equal(b->bell_fd, -1);
+    send_n(a, "worker_0", 5);
+    assert_false(peer_uses_ring(a, "worker_0"));
+    recv_n(b, "conductor", 5);
+    mstar_mesh_destroy(a);
+    mstar_mesh_destroy(b);
+    setenv("MSTAR_MESH_RING", "sometimes", 1);
+    mstar_mesh_options opts = { .transport = MSTAR_MESH_IPC, .ipc_dir = ipc_dir };
+    assert_mstar_status(mstar_mesh_create("conductor", &opts, &a), MSTAR_EINVAL);
+    assert_true(strstr(mstar_last_error(), "MSTAR_MESH_RING") != NULL);
+}
+
+int main(void)
+{
+    ipc_dir = mstar_test_tmpdir("mesh-ring");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_ring_keeps_order_and_wraps, setup),
+        cmocka_unit_test_setup(test_full_ring_is_eagain_until_read, setup),
+        cmocka_unit_test_setup(test_armed_receiver_is_woken_once, setup),
+        cmocka_unit_test_setup(test_corrupted_ring_is_refused, setup),
+        cmocka_unit_test_setup(test_attach_checks_the_memory_and_the_header, setup),
+        cmocka_unit_test_setup(test_mesh_over_ring_keeps_order_and_cleans_up, setup),
+        cmocka_unit_test_setup(test_mesh_full_ring_is_eagain, setup),
+        cmocka_unit_test_setup(test_large_messages_keep_their_place, setup),
+        cmocka_unit_test_setup(test_inbox_fd_signals_ring_arrivals, setup),
+        cmocka_unit_test_setup(test_dead_receiver_is_detected, setup),
+        cmocka_unit_test_setup(test_ring_off_uses_zeromq, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
