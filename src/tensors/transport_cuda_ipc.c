@@ -162,35 +162,44 @@ static bool process_gone(int32_t pid)
     return close != NULL && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
 }
 
+long mstar__cuda_ipc_nap_ns(uint64_t waited_ns, long last_nap_ns)
+{
+    if (waited_ns < MSTAR__CUDA_IPC_SPIN_NS)
+        return 0;
+    if (last_nap_ns <= 0)
+        return MSTAR__CUDA_IPC_NAP_FIRST_NS;
+    return last_nap_ns < MSTAR__CUDA_IPC_NAP_MAX_NS / 2 ? last_nap_ns * 2
+                                                        : MSTAR__CUDA_IPC_NAP_MAX_NS;
+}
+
 mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double timeout_s,
                                         const char *what)
 {
     uint64_t start = mstar__now_ns();
     uint64_t limit = timeout_s > 0 ? (uint64_t)(timeout_s * 1e9) : 0;
-    long nap_ns = 0; /* spin at first: the producer's work has usually finished already */
-    for (unsigned polls = 0;; polls++) {
+    long nap_ns = 0;
+    for (;;) {
         mstar_status st = mstar_event_query(event);
         if (st == MSTAR_OK)
             return MSTAR_OK;
+        uint64_t waited = mstar__now_ns() - start;
+        nap_ns = st == MSTAR_EAGAIN ? mstar__cuda_ipc_nap_ns(waited, nap_ns) : nap_ns;
         /* Liveness is read from /proc, so only once the spinning is over. */
-        bool spinning = polls < 64 && st == MSTAR_EAGAIN;
-        if (!spinning && process_gone(pid))
+        if ((nap_ns > 0 || st != MSTAR_EAGAIN) && process_gone(pid))
             return mstar_error_set(MSTAR_ECLOSED,
                                    "%s: its producer (pid %d) exited before its event fired", what,
                                    (int)pid);
         if (st != MSTAR_EAGAIN)
             return mstar_error_wrap("%s: waiting for its producer's event", what);
-        uint64_t waited = mstar__now_ns() - start;
         if (limit > 0 && waited >= limit)
             return mstar_error_set(MSTAR_ETIMEDOUT,
                                    "%s: its producer (pid %d) is alive but its event has not fired "
                                    "within %g s (MSTAR_CUDA_IPC_TIMEOUT_S)",
                                    what, (int)pid, timeout_s);
-        if (spinning) {
+        if (nap_ns == 0) {
             sched_yield();
             continue;
         }
-        nap_ns = nap_ns == 0 ? 10000 : (nap_ns < 1000000 ? nap_ns * 2 : nap_ns);
         struct timespec ts = { 0, nap_ns };
         nanosleep(&ts, NULL);
     }

@@ -487,6 +487,25 @@ static void test_event_wait_bounded(void **state)
     mstar_backend_destroy(b);
 }
 
+/* The wait's pacing: polling without sleeping for the whole spin (a producer's event that is
+ * a little late must not cost a sleep's timer slack), then naps doubling to 1 ms. */
+static void test_event_wait_backoff(void **state)
+{
+    (void)state;
+    assert_int_equal(mstar__cuda_ipc_nap_ns(0, 0), 0);
+    assert_int_equal(mstar__cuda_ipc_nap_ns(200000, 0), 0); /* 200 us in: still polling */
+    assert_int_equal(mstar__cuda_ipc_nap_ns(MSTAR__CUDA_IPC_SPIN_NS - 1, 0), 0);
+    long nap = mstar__cuda_ipc_nap_ns(MSTAR__CUDA_IPC_SPIN_NS, 0);
+    assert_int_equal(nap, MSTAR__CUDA_IPC_NAP_FIRST_NS);
+    for (int i = 0; i < 20; i++) {
+        long next = mstar__cuda_ipc_nap_ns(MSTAR__CUDA_IPC_SPIN_NS, nap);
+        assert_true(next == 2 * nap || next == MSTAR__CUDA_IPC_NAP_MAX_NS);
+        assert_true(next >= nap && next <= MSTAR__CUDA_IPC_NAP_MAX_NS);
+        nap = next;
+    }
+    assert_int_equal(nap, MSTAR__CUDA_IPC_NAP_MAX_NS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +513,7 @@ int main(void)
         cmocka_unit_test(test_mode_and_choice),
         cmocka_unit_test(test_export_open),
         cmocka_unit_test(test_event_wait_bounded),
+        cmocka_unit_test(test_event_wait_backoff),
         cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
