@@ -89,6 +89,8 @@ typedef struct ipc_transport {
     mstar__vec opened;        /* struct opened */
     mstar__vec opened_events; /* struct opened_event */
     uint64_t opens;           /* segments opened so far (tests: one open for many tensors) */
+    bool warned_export;       /* note_unrouted said so for a failed export */
+    bool noted_unexported;    /* ... and for memory the route does not export */
 } ipc_transport;
 
 /* ---- pure parts -------------------------------------------------------------------------- */
@@ -287,6 +289,19 @@ static void forget_staged(ipc_transport *it, mstar_tensor_id uuid)
         free((void *)(uintptr_t)v);
 }
 
+/* Say once per manager why a device tensor went the staged way (MSTAR_LOG=info for memory the
+ * route never exports, a warning for a failed export): otherwise AUTO falls back silently. */
+static void note_unrouted(ipc_transport *it, mstar_status st)
+{
+    bool unexpected = st != MSTAR_ENOENT;
+    if (unexpected ? it->warned_export : it->noted_unexported)
+        return;
+    *(unexpected ? &it->warned_export : &it->noted_unexported) = true;
+    mstar_log(unexpected ? MSTAR_LOG_WARN : MSTAR_LOG_INFO,
+              "CUDA IPC route not offered, the staged route carries the tensor (said once): %s",
+              mstar_last_error());
+}
+
 /* Which items the route carries: device tensors in blocks of the caching allocator. Other memory
  * (MSTAR_ENOENT: a caller's tensor stored without a copy, a graph pool's block, a raw
  * allocation) is not exported, as it may be freed or reused while a consumer has it mapped: the
@@ -305,7 +320,9 @@ static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, si
         mstar_status st = export_item(it, &items[i]);
         if (st == MSTAR_OK) {
             routed[i] = true;
-        } else if (it->mode == MSTAR__CUDA_IPC_ON && st != MSTAR_ENOENT) {
+        } else if (it->mode != MSTAR__CUDA_IPC_ON || st == MSTAR_ENOENT) {
+            note_unrouted(it, st);
+        } else {
             for (size_t j = 0; j < i; j++)
                 if (routed[j])
                     forget_staged(it, items[j].uuid);
