@@ -89,6 +89,8 @@ typedef struct ipc_transport {
     mstar__vec opened;        /* struct opened */
     mstar__vec opened_events; /* struct opened_event */
     uint64_t opens;           /* segments opened so far (tests: one open for many tensors) */
+    bool warned_export;       /* note_unrouted said so for a failed export */
+    bool noted_unexported;    /* ... and for memory the route does not export */
 } ipc_transport;
 
 /* ---- pure parts -------------------------------------------------------------------------- */
@@ -162,35 +164,44 @@ static bool process_gone(int32_t pid)
     return close != NULL && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
 }
 
+long mstar__cuda_ipc_nap_ns(uint64_t waited_ns, long last_nap_ns)
+{
+    if (waited_ns < MSTAR__CUDA_IPC_SPIN_NS)
+        return 0;
+    if (last_nap_ns <= 0)
+        return MSTAR__CUDA_IPC_NAP_FIRST_NS;
+    return last_nap_ns < MSTAR__CUDA_IPC_NAP_MAX_NS / 2 ? last_nap_ns * 2
+                                                        : MSTAR__CUDA_IPC_NAP_MAX_NS;
+}
+
 mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double timeout_s,
                                         const char *what)
 {
     uint64_t start = mstar__now_ns();
     uint64_t limit = timeout_s > 0 ? (uint64_t)(timeout_s * 1e9) : 0;
-    long nap_ns = 0; /* spin at first: the producer's work has usually finished already */
-    for (unsigned polls = 0;; polls++) {
+    long nap_ns = 0;
+    for (;;) {
         mstar_status st = mstar_event_query(event);
         if (st == MSTAR_OK)
             return MSTAR_OK;
+        uint64_t waited = mstar__now_ns() - start;
+        nap_ns = st == MSTAR_EAGAIN ? mstar__cuda_ipc_nap_ns(waited, nap_ns) : nap_ns;
         /* Liveness is read from /proc, so only once the spinning is over. */
-        bool spinning = polls < 64 && st == MSTAR_EAGAIN;
-        if (!spinning && process_gone(pid))
+        if ((nap_ns > 0 || st != MSTAR_EAGAIN) && process_gone(pid))
             return mstar_error_set(MSTAR_ECLOSED,
                                    "%s: its producer (pid %d) exited before its event fired", what,
                                    (int)pid);
         if (st != MSTAR_EAGAIN)
             return mstar_error_wrap("%s: waiting for its producer's event", what);
-        uint64_t waited = mstar__now_ns() - start;
         if (limit > 0 && waited >= limit)
             return mstar_error_set(MSTAR_ETIMEDOUT,
                                    "%s: its producer (pid %d) is alive but its event has not fired "
                                    "within %g s (MSTAR_CUDA_IPC_TIMEOUT_S)",
                                    what, (int)pid, timeout_s);
-        if (spinning) {
+        if (nap_ns == 0) {
             sched_yield();
             continue;
         }
-        nap_ns = nap_ns == 0 ? 10000 : (nap_ns < 1000000 ? nap_ns * 2 : nap_ns);
         struct timespec ts = { 0, nap_ns };
         nanosleep(&ts, NULL);
     }
@@ -278,6 +289,19 @@ static void forget_staged(ipc_transport *it, mstar_tensor_id uuid)
         free((void *)(uintptr_t)v);
 }
 
+/* Say once per manager why a device tensor went the staged way (MSTAR_LOG=info for memory the
+ * route never exports, a warning for a failed export): otherwise AUTO falls back silently. */
+static void note_unrouted(ipc_transport *it, mstar_status st)
+{
+    bool unexpected = st != MSTAR_ENOENT;
+    if (unexpected ? it->warned_export : it->noted_unexported)
+        return;
+    *(unexpected ? &it->warned_export : &it->noted_unexported) = true;
+    mstar_log(unexpected ? MSTAR_LOG_WARN : MSTAR_LOG_INFO,
+              "CUDA IPC route not offered, the staged route carries the tensor (said once): %s",
+              mstar_last_error());
+}
+
 /* Which items the route carries: device tensors in blocks of the caching allocator. Other memory
  * (MSTAR_ENOENT: a caller's tensor stored without a copy, a graph pool's block, a raw
  * allocation) is not exported, as it may be freed or reused while a consumer has it mapped: the
@@ -296,7 +320,9 @@ static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, si
         mstar_status st = export_item(it, &items[i]);
         if (st == MSTAR_OK) {
             routed[i] = true;
-        } else if (it->mode == MSTAR__CUDA_IPC_ON && st != MSTAR_ENOENT) {
+        } else if (it->mode != MSTAR__CUDA_IPC_ON || st == MSTAR_ENOENT) {
+            note_unrouted(it, st);
+        } else {
             for (size_t j = 0; j < i; j++)
                 if (routed[j])
                     forget_staged(it, items[j].uuid);

@@ -263,9 +263,31 @@ static void counts(uint64_t *opens, uint64_t *mapped)
     mstar__transport_cuda_ipc_counts(cc->transport, opens, mapped);
 }
 
+/* The segment handles of every tensor read so far: the consumer has each of them open. */
+static uint8_t seen[64][MSTAR_IPC_HANDLE_BYTES];
+static int nseen;
+
+static bool handle_seen(const uint8_t *handle)
+{
+    for (int i = 0; i < nseen; i++)
+        if (memcmp(seen[i], handle, MSTAR_IPC_HANDLE_BYTES) == 0)
+            return true;
+    return false;
+}
+
+static void note_handles(const mstar_edge *e)
+{
+    for (uint32_t i = 0; i < e->ntensors; i++) {
+        const uint8_t *h = e->tensor_info[i].cuda_ipc.mem_handle;
+        if (e->tensor_info[i].cuda_ipc.host_id[0] != '\0' && !handle_seen(h) && nseen < 64)
+            memcpy(seen[nseen++], h, MSTAR_IPC_HANDLE_BYTES);
+    }
+}
+
 /* Read edge `e` of request `seed`, check every tensor, ACK, and see the producer free them. */
 static void read_check_ack(const mstar_edge *e, uint32_t seed)
 {
+    note_handles(e);
     mstar_rid rid = mstar_rid_from_int(seed);
     int64_t before = producer_tensors();
     assert_mstar_ok(read_edge_wait(&rid, e));
@@ -300,14 +322,23 @@ static void test_one_open_many_tensors(void **state)
     for (uint32_t i = 1; i < 16; i++)
         assert_memory_equal(e.tensor_info[i].cuda_ipc.mem_handle,
                             e.tensor_info[0].cuda_ipc.mem_handle, MSTAR_IPC_HANDLE_BYTES);
+    /* One open for the batch, or none when the caching allocator carved its blocks from a
+     * segment an earlier test's tensor already brought here (it best-fits small blocks into any
+     * free block, the freed 64 MiB segment of test_slow_producer included). */
+    bool known = handle_seen(e.tensor_info[0].cuda_ipc.mem_handle);
     read_check_ack(&e, 100);
     counts(&opens1, &mapped);
-    assert_int_equal(opens1, opens0 + 1);
+    assert_int_equal(opens1, opens0 + (known ? 0 : 1));
+    opens0 = opens1;
     mstar_edge_clear(&e);
-    mstar_edge e2 = ask_produce(4, 1, 200, 0); /* the same segment again: no new open */
+    /* Every segment of the producer has held a tensor read here, so a new batch lands in one
+     * that is open already: no new open. */
+    mstar_edge e2 = ask_produce(4, 1, 200, 0);
+    for (uint32_t i = 0; i < 4; i++)
+        assert_true(handle_seen(e2.tensor_info[i].cuda_ipc.mem_handle));
     read_check_ack(&e2, 200);
     counts(&opens1, &mapped);
-    assert_int_equal(opens1, opens0 + 1);
+    assert_int_equal(opens1, opens0);
     mstar_edge_clear(&e2);
 }
 

@@ -371,9 +371,27 @@ static void no_release(void *ctx, void *data)
 
 /* Memory outside the caching allocator (here a raw allocation, handed over without a copy) may be
  * freed while a consumer maps it: it is not exported, the staged route carries it. */
+/* Log lines saying the route was not offered, and the last of them. */
+static int unrouted_lines;
+static char unrouted_last[512];
+
+static void unrouted_sink(mstar_log_level level, const char *line, void *userdata)
+{
+    (void)level;
+    (void)userdata;
+    if (strstr(line, "CUDA IPC route not offered") != NULL) {
+        unrouted_lines++;
+        snprintf(unrouted_last, sizeof(unrouted_last), "%s", line);
+    }
+}
+
 static void test_route_raw_memory_staged(void **state)
 {
     world *w = *state;
+    /* Why the route passed the tensor by is said once (at info level), not silently. */
+    mstar_log_level level = mstar_log_get_level();
+    mstar_log_set_level(MSTAR_LOG_INFO);
+    mstar_log_set_sink(unrouted_sink, NULL);
     mstar_rid rid = rid_str("r8");
     mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT32, 64, 7);
     void *raw;
@@ -392,6 +410,10 @@ static void test_route_raw_memory_staged(void **state)
     info = e.tensor_info[0];
     mstar_edge_clear(&e);
     assert_string_equal(info.cuda_ipc.host_id, "");
+    mstar_log_set_sink(NULL, NULL);
+    mstar_log_set_level(level);
+    assert_int_equal(unrouted_lines, 1);
+    assert_non_null(strstr(unrouted_last, "not a block of the caching allocator"));
     assert_mstar_ok(read_infos(w, &rid, &info, 1));
     collect_ready(w->c, 1);
     check_bytes(w->c, info.uuid, &t);
@@ -487,6 +509,25 @@ static void test_event_wait_bounded(void **state)
     mstar_backend_destroy(b);
 }
 
+/* The wait's pacing: polling without sleeping for the whole spin (a producer's event that is
+ * a little late must not cost a sleep's timer slack), then naps doubling to 1 ms. */
+static void test_event_wait_backoff(void **state)
+{
+    (void)state;
+    assert_int_equal(mstar__cuda_ipc_nap_ns(0, 0), 0);
+    assert_int_equal(mstar__cuda_ipc_nap_ns(200000, 0), 0); /* 200 us in: still polling */
+    assert_int_equal(mstar__cuda_ipc_nap_ns(MSTAR__CUDA_IPC_SPIN_NS - 1, 0), 0);
+    long nap = mstar__cuda_ipc_nap_ns(MSTAR__CUDA_IPC_SPIN_NS, 0);
+    assert_int_equal(nap, MSTAR__CUDA_IPC_NAP_FIRST_NS);
+    for (int i = 0; i < 20; i++) {
+        long next = mstar__cuda_ipc_nap_ns(MSTAR__CUDA_IPC_SPIN_NS, nap);
+        assert_true(next == 2 * nap || next == MSTAR__CUDA_IPC_NAP_MAX_NS);
+        assert_true(next >= nap && next <= MSTAR__CUDA_IPC_NAP_MAX_NS);
+        nap = next;
+    }
+    assert_int_equal(nap, MSTAR__CUDA_IPC_NAP_MAX_NS);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -494,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_mode_and_choice),
         cmocka_unit_test(test_export_open),
         cmocka_unit_test(test_event_wait_bounded),
+        cmocka_unit_test(test_event_wait_backoff),
         cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),

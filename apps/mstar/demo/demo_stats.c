@@ -108,6 +108,14 @@ bool demo_step_stats_merge_kv(demo_step_stats *s, const mstar_kv *kv)
     return false;
 }
 
+static bool noted_cuda_ipc(const demo_traffic *t, const char *name)
+{
+    for (size_t i = 0; i < t->ncuda_ipc; i++)
+        if (strcmp(t->cuda_ipc[i], name) == 0)
+            return true;
+    return false;
+}
+
 static demo_edge_stats *edge_for(demo_traffic *t, const char *name, const char *source,
                                  const char *dest)
 {
@@ -124,6 +132,7 @@ static demo_edge_stats *edge_for(demo_traffic *t, const char *name, const char *
     snprintf(e->name, sizeof(e->name), "%s", name);
     snprintf(e->source, sizeof(e->source), "%s", source);
     snprintf(e->dest, sizeof(e->dest), "%s", dest != NULL ? dest : "");
+    e->cuda_ipc = noted_cuda_ipc(t, name);
     return e;
 }
 
@@ -151,11 +160,13 @@ void demo_traffic_add_rx(demo_traffic *t, const mstar_rx_info *rx, uint32_t n)
     }
 }
 
-void demo_traffic_note_cuda_ipc(demo_traffic *t, const char *name, const char *source)
+void demo_traffic_note_cuda_ipc(demo_traffic *t, const char *name)
 {
     for (size_t i = 0; i < t->n; i++)
-        if (strcmp(t->e[i].name, name) == 0 && strcmp(t->e[i].source, source) == 0)
+        if (strcmp(t->e[i].name, name) == 0)
             t->e[i].cuda_ipc = true;
+    if (!noted_cuda_ipc(t, name) && t->ncuda_ipc < DEMO_MAX_EDGES)
+        snprintf(t->cuda_ipc[t->ncuda_ipc++], sizeof(t->cuda_ipc[0]), "%s", name);
 }
 
 const char *demo_edge_route(const demo_edge_stats *e, demo_transport transport)

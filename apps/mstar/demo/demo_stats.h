@@ -65,8 +65,8 @@ typedef struct demo_edge_stats {
     bool cuda_ipc; /* its producer offered its tensors over the CUDA IPC route */
 } demo_edge_stats;
 
-/* The kv a worker's WORKER_GRAPHS_DONE carries, "cuda_ipc.<signal>" = 1, when the descriptors of
- * its output on that signal offered the CUDA IPC route (the TX/RX records do not say). */
+/* The kv the last worker's RESULT_TENSORS carries, "cuda_ipc.<signal>" = 1, when the descriptors
+ * of its input on that signal offered the CUDA IPC route (the TX/RX records do not say). */
 #define DEMO_KV_CUDA_IPC "cuda_ipc."
 
 #define DEMO_MAX_EDGES 16
@@ -74,13 +74,17 @@ typedef struct demo_edge_stats {
 typedef struct demo_traffic {
     demo_edge_stats e[DEMO_MAX_EDGES];
     size_t n;
+    /* Signals noted as carried over the CUDA IPC route, so an edge recorded after the note is
+     * marked too. */
+    char cuda_ipc[DEMO_MAX_EDGES][MSTAR_NAME_MAX + 1];
+    size_t ncuda_ipc;
 } demo_traffic;
 
 /* Add producer records; `dest` is where the edge goes (the records do not say). */
 void demo_traffic_add_tx(demo_traffic *t, const mstar_tx_info *tx, uint32_t n, const char *dest);
 void demo_traffic_add_rx(demo_traffic *t, const mstar_rx_info *rx, uint32_t n);
-/* Mark the edges of signal `name` from `source` as carried over the CUDA IPC route. */
-void demo_traffic_note_cuda_ipc(demo_traffic *t, const char *name, const char *source);
+/* Mark the edges of signal `name`, now and once recorded, as carried over the CUDA IPC route. */
+void demo_traffic_note_cuda_ipc(demo_traffic *t, const char *name);
 /* The route an edge's bytes took: "cuda_ipc", or the run's transport ("files", "arena", "ucx"). */
 const char *demo_edge_route(const demo_edge_stats *e, demo_transport transport);
 

@@ -325,10 +325,6 @@ static void on_graphs_done(demo_run *run, dreq *r, int rank, const mstar_msg *m)
 {
     add_tx(run, m->tx, m->ntx);
     demo_traffic_add_rx(&run->traffic, m->rx, m->nrx);
-    size_t prefix = strlen(DEMO_KV_CUDA_IPC);
-    for (uint32_t i = 0; i < m->nkv; i++)
-        if (strncmp(m->kv[i].key, DEMO_KV_CUDA_IPC, prefix) == 0 && m->kv[i].value == 1)
-            demo_traffic_note_cuda_ipc(&run->traffic, m->kv[i].key + prefix, m->from);
     if (r->state != R_RUNNING || r->done_by[rank])
         return;
     r->done_by[rank] = true;
@@ -481,6 +477,11 @@ static void maybe_done(demo_run *run, dreq *r)
 
 static void on_result(demo_run *run, dreq *r, const mstar_msg *m)
 {
+    /* The last worker says which of its inputs were offered over the CUDA IPC route. */
+    size_t prefix = strlen(DEMO_KV_CUDA_IPC);
+    for (uint32_t i = 0; i < m->nkv; i++)
+        if (strncmp(m->kv[i].key, DEMO_KV_CUDA_IPC, prefix) == 0 && m->kv[i].value == 1)
+            demo_traffic_note_cuda_ipc(&run->traffic, m->kv[i].key + prefix);
     bool take = r->state == R_RUNNING && !r->pre_draining && !r->pre_drained && !r->result_read;
     if (!take) { /* a late result: acknowledged, never read (design.md "Control messages") */
         mstar_comm_ack_unread_tensors(run->pre.comm, &m->request_id, m->edges, m->nedges);

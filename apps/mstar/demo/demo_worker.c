@@ -48,8 +48,11 @@ typedef struct seen_tensor {
 typedef struct wreq {
     wstate state;
     int32_t max_new;
-    mstar__vec early;            /* mstar_msg: INPUT_SIGNALS that arrived before NEW_REQUEST */
-    const char *cuda_ipc_signal; /* an output signal offered over the CUDA IPC route, or NULL */
+    mstar__vec early; /* mstar_msg: INPUT_SIGNALS that arrived before NEW_REQUEST */
+    /* An input signal whose producer offered it over the CUDA IPC route ("": none). The
+     * consumer tells the api server in its RESULT_TENSORS metadata, the one message on the
+     * way that carries metadata (WORKER_GRAPHS_DONE has none on the wire). */
+    char cuda_ipc_signal[MSTAR_NAME_MAX + 1];
 } wreq;
 
 struct demo_worker {
@@ -214,11 +217,8 @@ mstar_status demo_worker_emit(demo_worker *w, int64_t rid, const char *signal,
     free(corrupted);
     if (st != MSTAR_OK)
         return st;
-    for (uint32_t i = 0; i < edge.ntensors; i++) {
+    for (uint32_t i = 0; i < edge.ntensors; i++)
         remember(w, edge.tensor_info[i].uuid, rid, signal);
-        if (edge.tensor_info[i].cuda_ipc.host_id[0] != '\0')
-            w->reqs[rid].cuda_ipc_signal = signal; /* for the summary's route column */
-    }
     mstar_msg m;
     mstar_msg_init(&m, w->last ? MSTAR_MSG_RESULT_TENSORS : MSTAR_MSG_INPUT_SIGNALS);
     m.request_id = r;
@@ -226,6 +226,11 @@ mstar_status demo_worker_emit(demo_worker *w, int64_t rid, const char *signal,
     if (w->last)
         snprintf(m.text, sizeof(m.text), "text"); /* the modality */
     st = mstar_msg_add_edge(&m, &edge);
+    if (st == MSTAR_OK && w->last && w->reqs[rid].cuda_ipc_signal[0] != '\0') {
+        char key[sizeof(DEMO_KV_CUDA_IPC) + MSTAR_NAME_MAX];
+        snprintf(key, sizeof(key), DEMO_KV_CUDA_IPC "%s", w->reqs[rid].cuda_ipc_signal);
+        st = mstar_msg_add_kv(&m, key, 1); /* for the summary's route column */
+    }
     if (st == MSTAR_OK)
         st = demo_send(w->link.mesh, w->next, &m);
     mstar_msg_clear(&m);
@@ -250,11 +255,6 @@ mstar_status demo_worker_done(demo_worker *w, int64_t rid)
         st = mstar_msg_add_tx(&m, &tx[i]);
     for (uint32_t i = 0; st == MSTAR_OK && i < nrx; i++)
         st = mstar_msg_add_rx(&m, &rx[i]);
-    if (st == MSTAR_OK && w->reqs[rid].cuda_ipc_signal != NULL) {
-        char key[64];
-        snprintf(key, sizeof(key), DEMO_KV_CUDA_IPC "%s", w->reqs[rid].cuda_ipc_signal);
-        st = mstar_msg_add_kv(&m, key, 1);
-    }
     if (st == MSTAR_OK)
         st = demo_send(w->link.mesh, DEMO_CONDUCTOR, &m);
     free(tx);
@@ -336,10 +336,21 @@ static void drop_early(demo_worker *w, wreq *r, const mstar_rid *rid)
     early_forget(w, r);
 }
 
+/* Note an input signal whose producer offered it over the CUDA IPC route. */
+static void note_cuda_ipc_input(demo_worker *w, const mstar_rid *rid, const mstar_msg *m)
+{
+    for (uint32_t e = 0; e < m->nedges; e++)
+        for (uint32_t i = 0; i < m->edges[e].ntensors; i++)
+            if (m->edges[e].tensor_info[i].cuda_ipc.host_id[0] != '\0')
+                snprintf(w->reqs[rid->num].cuda_ipc_signal,
+                         sizeof(w->reqs[rid->num].cuda_ipc_signal), "%s", m->edges[e].name);
+}
+
 static void start_reads(demo_worker *w, const mstar_rid *rid, const mstar_msg *m)
 {
     if (m->nedges == 0)
         return;
+    note_cuda_ipc_input(w, rid, m);
     if (mstar_comm_start_read_tensors(w->link.comm, rid, m->edges, m->nedges, NULL) != MSTAR_OK)
         demo_worker_fail(w, rid->num, mstar_last_error());
 }
