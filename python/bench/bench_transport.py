@@ -44,12 +44,18 @@ def _malloc_like_the_c_suite():
     libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
 
 
-def _wait(mesh, mgr):
+def _poller(mesh, mgr):
+    """What the consumer sleeps on: its inbox and the manager's event fd (made once, as the C
+    suite's pollfd array is, not per wait)."""
     p = select.poll()
     p.register(mesh.inbox_fd, select.POLLIN)
     p.register(mgr.event_fd, select.POLLIN)
-    for fd, _ in p.poll(100):
-        if fd == mgr.event_fd:
+    return p
+
+
+def _wait(poller, mgr, event_fd):
+    for fd, _ in poller.poll(100):
+        if fd == event_fd:
             mgr.event_drain()
 
 
@@ -59,11 +65,12 @@ def consumer(ipc_dir, shm_dir, transport):
          mstar.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
                                     send=mesh) as mgr:
         mesh.send("worker_0", mstar.Message("HELLO"))
+        poller, event_fd = _poller(mesh, mgr), mgr.event_fd
         while True:
             msg = mesh.recv(timeout_ms=0)
             if msg is None:
                 _release_ready(mgr)
-                _wait(mesh, mgr)
+                _wait(poller, mgr, event_fd)
                 continue
             if msg.type == "INPUT_SIGNALS":
                 mgr.start_read_tensors(msg.request_id, msg.edges)

@@ -73,12 +73,22 @@ int mstarpy_name_from_py(PyObject *obj, char *buf, size_t size, bool none_ok, co
     return 0;
 }
 
-/* Attribute getters: -1 with an exception when the attribute is missing or of the wrong type. */
-static PyObject *attr(PyObject *obj, const char *name)
-{
-    return PyObject_GetAttrString(obj, name);
-}
+/* An interned attribute name, made once per call site (so `s` must be a literal): the hot path
+ * reads and writes dozens of attributes per message, and looking one up by a str object skips
+ * building and hashing a new str each time. NULL (with an exception) when out of memory. */
+#define NAME(s)                                         \
+    ({                                                  \
+        static PyObject *n_;                            \
+        n_ ? n_ : (n_ = PyUnicode_InternFromString(s)); \
+    })
 
+static PyObject *attr_named(PyObject *obj, PyObject *name)
+{
+    return name ? PyObject_GetAttr(obj, name) : NULL;
+}
+#define attr(obj, s) attr_named(obj, NAME(s))
+
+/* Attribute getters: -1 with an exception when the attribute is missing or of the wrong type. */
 #define GET_ATTR(obj, name, conv, ...)            \
     ({                                            \
         PyObject *a_ = attr(obj, name);           \
@@ -113,13 +123,39 @@ static PyObject *str_or_none(const char *s)
     return PyUnicode_FromString(s);
 }
 
-static int set_attr_steal(PyObject *obj, const char *name, PyObject *v)
+/* Set one field of an object being filled: `target` is its instance dict (see blank) or, for an
+ * object of another class, the object itself. Steals `v`. */
+static int set_field_steal(PyObject *target, PyObject *name, PyObject *v)
 {
     if (!v)
         return -1;
-    int r = PyObject_SetAttrString(obj, name, v);
+    int r = !name                  ? -1
+            : PyDict_Check(target) ? PyDict_SetItem(target, name, v)
+                                   : PyObject_SetAttr(target, name, v);
     Py_DECREF(v);
     return r;
+}
+#define set_attr_steal(target, s, v) set_field_steal(target, NAME(s), v)
+
+/* A new instance of one of the package's data classes without running its __init__ (whose
+ * defaults, default factories included, the caller overwrites anyway), and its instance dict in
+ * *fields (a new reference) to fill with every field of the class. */
+static PyObject *blank(PyObject *cls, PyObject **fields)
+{
+    PyObject *obj = PyType_GenericNew((PyTypeObject *)cls, NULL, NULL);
+    *fields = obj ? PyObject_GenericGetDict(obj, NULL) : NULL;
+    if (obj && !*fields)
+        Py_CLEAR(obj);
+    return obj;
+}
+
+/* Where to write an existing object's fields: its instance dict when it is exactly `cls` (new
+ * reference), else the object itself (new reference), whose class may define properties. */
+static PyObject *fields_of(PyObject *obj, PyObject *cls)
+{
+    if ((PyObject *)Py_TYPE(obj) == cls)
+        return PyObject_GenericGetDict(obj, NULL);
+    return Py_NewRef(obj);
 }
 
 /* ---- request ids ---------------------------------------------------------------------------- */
@@ -293,30 +329,37 @@ static PyObject *remote_key_to_py(const mstar_tensor_info *info)
 int mstarpy_info_update_py(PyObject *obj, const mstar_tensor_info *info)
 {
     const char *dtype = mstar_dtype_name(info->dtype);
-    if (set_attr_steal(obj, "uuid", PyLong_FromUnsignedLongLong(info->uuid)) < 0 ||
-        set_attr_steal(obj, "dtype", PyUnicode_FromString(dtype ? dtype : "?")) < 0 ||
-        set_attr_steal(obj, "dims", tuple_i64(info->dims, info->ndim)) < 0 ||
-        set_attr_steal(obj, "stride", tuple_i64(info->stride, info->ndim)) < 0 ||
-        set_attr_steal(obj, "nbytes", PyLong_FromUnsignedLongLong(info->nbytes)) < 0 ||
-        set_attr_steal(obj, "address", PyLong_FromUnsignedLongLong(info->address)) < 0 ||
-        set_attr_steal(obj, "offset", PyLong_FromUnsignedLongLong(info->offset)) < 0 ||
-        set_attr_steal(obj, "source_tp_size", PyLong_FromLong(info->source_tp_size)) < 0 ||
-        set_attr_steal(obj, "source_tp_rank", PyLong_FromLong(info->source_tp_rank)) < 0 ||
-        set_attr_steal(obj, "shm_offset", PyLong_FromUnsignedLongLong(info->shm_offset)) < 0 ||
-        set_attr_steal(obj, "source_session_id", PyUnicode_FromString(info->source_session_id)) <
-            0 ||
-        set_attr_steal(obj, "source_entity", PyUnicode_FromString(info->source_entity)) < 0 ||
-        set_attr_steal(obj, "shm_segment", str_or_none(info->shm_segment)) < 0 ||
-        set_attr_steal(obj, "source_node_name", str_or_none(info->source_node_name)) < 0 ||
-        set_attr_steal(obj, "source_graph_walk", str_or_none(info->source_graph_walk)) < 0 ||
-        set_attr_steal(obj, "remote_key", remote_key_to_py(info)) < 0)
+    PyObject *f = fields_of(obj, mstarpy.info_cls);
+    if (!f)
         return -1;
+    if (set_attr_steal(f, "uuid", PyLong_FromUnsignedLongLong(info->uuid)) < 0 ||
+        set_attr_steal(f, "dtype", PyUnicode_FromString(dtype ? dtype : "?")) < 0 ||
+        set_attr_steal(f, "dims", tuple_i64(info->dims, info->ndim)) < 0 ||
+        set_attr_steal(f, "stride", tuple_i64(info->stride, info->ndim)) < 0 ||
+        set_attr_steal(f, "nbytes", PyLong_FromUnsignedLongLong(info->nbytes)) < 0 ||
+        set_attr_steal(f, "address", PyLong_FromUnsignedLongLong(info->address)) < 0 ||
+        set_attr_steal(f, "offset", PyLong_FromUnsignedLongLong(info->offset)) < 0 ||
+        set_attr_steal(f, "source_tp_size", PyLong_FromLong(info->source_tp_size)) < 0 ||
+        set_attr_steal(f, "source_tp_rank", PyLong_FromLong(info->source_tp_rank)) < 0 ||
+        set_attr_steal(f, "shm_offset", PyLong_FromUnsignedLongLong(info->shm_offset)) < 0 ||
+        set_attr_steal(f, "source_session_id", PyUnicode_FromString(info->source_session_id)) < 0 ||
+        set_attr_steal(f, "source_entity", PyUnicode_FromString(info->source_entity)) < 0 ||
+        set_attr_steal(f, "shm_segment", str_or_none(info->shm_segment)) < 0 ||
+        set_attr_steal(f, "source_node_name", str_or_none(info->source_node_name)) < 0 ||
+        set_attr_steal(f, "source_graph_walk", str_or_none(info->source_graph_walk)) < 0 ||
+        set_attr_steal(f, "remote_key", remote_key_to_py(info)) < 0) {
+        Py_DECREF(f);
+        return -1;
+    }
+    Py_DECREF(f);
     return 0;
 }
 
 PyObject *mstarpy_info_to_py(const mstar_tensor_info *info)
 {
-    PyObject *obj = PyObject_CallNoArgs(mstarpy.info_cls);
+    PyObject *f;
+    PyObject *obj = blank(mstarpy.info_cls, &f);
+    Py_XDECREF(f);
     if (obj && mstarpy_info_update_py(obj, info) < 0)
         Py_CLEAR(obj);
     return obj;
@@ -395,19 +438,21 @@ static PyObject *infos_to_py(const mstar_edge *edge)
 
 PyObject *mstarpy_edge_to_py(const mstar_edge *e)
 {
-    PyObject *obj = PyObject_CallNoArgs(mstarpy.edge_cls);
+    PyObject *f;
+    PyObject *obj = blank(mstarpy.edge_cls, &f);
     if (!obj)
         return NULL;
-    if (set_attr_steal(obj, "next_node", PyUnicode_FromString(e->next_node)) < 0 ||
-        set_attr_steal(obj, "name", PyUnicode_FromString(e->name)) < 0 ||
-        set_attr_steal(obj, "tensor_info", infos_to_py(e)) < 0 ||
-        set_attr_steal(obj, "persist", PyBool_FromLong(e->persist)) < 0 ||
-        set_attr_steal(obj, "is_streaming", PyBool_FromLong(e->is_streaming)) < 0 ||
-        set_attr_steal(obj, "persist_for_loop", PyBool_FromLong(e->persist_for_loop)) < 0 ||
-        set_attr_steal(obj, "total_fanin", PyLong_FromLong(e->total_fanin)) < 0 ||
-        set_attr_steal(obj, "shard_dim",
+    if (set_attr_steal(f, "next_node", PyUnicode_FromString(e->next_node)) < 0 ||
+        set_attr_steal(f, "name", PyUnicode_FromString(e->name)) < 0 ||
+        set_attr_steal(f, "tensor_info", infos_to_py(e)) < 0 ||
+        set_attr_steal(f, "persist", PyBool_FromLong(e->persist)) < 0 ||
+        set_attr_steal(f, "is_streaming", PyBool_FromLong(e->is_streaming)) < 0 ||
+        set_attr_steal(f, "persist_for_loop", PyBool_FromLong(e->persist_for_loop)) < 0 ||
+        set_attr_steal(f, "total_fanin", PyLong_FromLong(e->total_fanin)) < 0 ||
+        set_attr_steal(f, "shard_dim",
                        e->shard_dim < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(e->shard_dim)) < 0)
         Py_CLEAR(obj);
+    Py_DECREF(f);
     return obj;
 }
 
@@ -580,9 +625,9 @@ static int check_add(mstar_status st)
 /* Apply `fn(msg, item)` to each item of the sequence attribute `name`. */
 typedef int (*msg_item_fn)(mstar_msg *msg, PyObject *item);
 
-static int each_item(PyObject *obj, const char *name, mstar_msg *msg, msg_item_fn fn)
+static int each_item(PyObject *obj, PyObject *name, mstar_msg *msg, msg_item_fn fn)
 {
-    PyObject *seq = attr(obj, name);
+    PyObject *seq = attr_named(obj, name);
     PyObject *fast = seq ? PySequence_Tuple(seq) : NULL;
     Py_XDECREF(seq);
     if (!fast)
@@ -723,12 +768,13 @@ int mstarpy_msg_from_py(PyObject *obj, mstar_msg *m)
         GET_ATTR(obj, "round", i64_from_py, &m->round, "Message.round") < 0 ||
         GET_ATTR(obj, "rank", i32_from_py, &m->rank, "Message.rank") < 0 ||
         GET_ATTR(obj, "world_size", i32_from_py, &m->world_size, "Message.world_size") < 0 ||
-        each_item(obj, "edges", m, add_edge_item) < 0 || add_counts(obj, m) < 0 ||
-        each_item(obj, "uuids", m, add_uuid_item) < 0 ||
-        each_item(obj, "names", m, add_name_item) < 0 ||
-        each_item(obj, "rids", m, add_rid_item) < 0 ||
-        each_item(obj, "ints", m, add_int_item) < 0 || each_item(obj, "rx", m, add_rx_item) < 0 ||
-        each_item(obj, "tx", m, add_tx_item) < 0 || add_kv(obj, m) < 0)
+        each_item(obj, NAME("edges"), m, add_edge_item) < 0 || add_counts(obj, m) < 0 ||
+        each_item(obj, NAME("uuids"), m, add_uuid_item) < 0 ||
+        each_item(obj, NAME("names"), m, add_name_item) < 0 ||
+        each_item(obj, NAME("rids"), m, add_rid_item) < 0 ||
+        each_item(obj, NAME("ints"), m, add_int_item) < 0 ||
+        each_item(obj, NAME("rx"), m, add_rx_item) < 0 ||
+        each_item(obj, NAME("tx"), m, add_tx_item) < 0 || add_kv(obj, m) < 0)
         return -1;
     /* INPUT_SIGNALS defaults text to "default" (mstar_msg_init); keep it when left empty. */
     if (type == MSTAR_MSG_INPUT_SIGNALS && !m->text[0])
@@ -800,30 +846,32 @@ static PyObject *kv_to_py(const mstar_msg *m)
 
 PyObject *mstarpy_msg_to_py(const mstar_msg *m)
 {
-    PyObject *obj = PyObject_CallNoArgs(mstarpy.msg_cls);
+    PyObject *f;
+    PyObject *obj = blank(mstarpy.msg_cls, &f);
     if (!obj)
         return NULL;
     const char *type = mstar_msg_type_name(m->type);
-    if (set_attr_steal(obj, "type", PyUnicode_FromString(type ? type : "INVALID")) < 0 ||
-        set_attr_steal(obj, "sender", PyUnicode_FromString(m->from)) < 0 ||
-        set_attr_steal(obj, "request_id", mstarpy_rid_to_py(&m->request_id)) < 0 ||
-        set_attr_steal(obj, "graph_walk", PyUnicode_FromString(m->graph_walk)) < 0 ||
-        set_attr_steal(obj, "text", PyUnicode_FromString(m->text)) < 0 ||
-        set_attr_steal(obj, "remove_source", PyLong_FromLong((long)m->remove_source)) < 0 ||
-        set_attr_steal(obj, "force", PyBool_FromLong(m->force)) < 0 ||
-        set_attr_steal(obj, "is_first_tp_rank", PyBool_FromLong(m->is_first_tp_rank)) < 0 ||
-        set_attr_steal(obj, "round", PyLong_FromLongLong(m->round)) < 0 ||
-        set_attr_steal(obj, "rank", PyLong_FromLong(m->rank)) < 0 ||
-        set_attr_steal(obj, "world_size", PyLong_FromLong(m->world_size)) < 0 ||
-        set_attr_steal(obj, "edges", list_of(m->nedges, edge_item, m)) < 0 ||
-        set_attr_steal(obj, "counts", counts_to_py(m)) < 0 ||
-        set_attr_steal(obj, "uuids", list_of(m->nuuids, uuid_item, m)) < 0 ||
-        set_attr_steal(obj, "names", list_of(m->nnames, name_item, m)) < 0 ||
-        set_attr_steal(obj, "rids", list_of(m->nrids, rid_item, m)) < 0 ||
-        set_attr_steal(obj, "ints", list_of(m->nints, int_item, m)) < 0 ||
-        set_attr_steal(obj, "rx", mstarpy_rx_to_py(m->rx, m->nrx)) < 0 ||
-        set_attr_steal(obj, "tx", mstarpy_tx_to_py(m->tx, m->ntx)) < 0 ||
-        set_attr_steal(obj, "kv", kv_to_py(m)) < 0)
+    if (set_attr_steal(f, "type", PyUnicode_FromString(type ? type : "INVALID")) < 0 ||
+        set_attr_steal(f, "sender", PyUnicode_FromString(m->from)) < 0 ||
+        set_attr_steal(f, "request_id", mstarpy_rid_to_py(&m->request_id)) < 0 ||
+        set_attr_steal(f, "graph_walk", PyUnicode_FromString(m->graph_walk)) < 0 ||
+        set_attr_steal(f, "text", PyUnicode_FromString(m->text)) < 0 ||
+        set_attr_steal(f, "remove_source", PyLong_FromLong((long)m->remove_source)) < 0 ||
+        set_attr_steal(f, "force", PyBool_FromLong(m->force)) < 0 ||
+        set_attr_steal(f, "is_first_tp_rank", PyBool_FromLong(m->is_first_tp_rank)) < 0 ||
+        set_attr_steal(f, "round", PyLong_FromLongLong(m->round)) < 0 ||
+        set_attr_steal(f, "rank", PyLong_FromLong(m->rank)) < 0 ||
+        set_attr_steal(f, "world_size", PyLong_FromLong(m->world_size)) < 0 ||
+        set_attr_steal(f, "edges", list_of(m->nedges, edge_item, m)) < 0 ||
+        set_attr_steal(f, "counts", counts_to_py(m)) < 0 ||
+        set_attr_steal(f, "uuids", list_of(m->nuuids, uuid_item, m)) < 0 ||
+        set_attr_steal(f, "names", list_of(m->nnames, name_item, m)) < 0 ||
+        set_attr_steal(f, "rids", list_of(m->nrids, rid_item, m)) < 0 ||
+        set_attr_steal(f, "ints", list_of(m->nints, int_item, m)) < 0 ||
+        set_attr_steal(f, "rx", mstarpy_rx_to_py(m->rx, m->nrx)) < 0 ||
+        set_attr_steal(f, "tx", mstarpy_tx_to_py(m->tx, m->ntx)) < 0 ||
+        set_attr_steal(f, "kv", kv_to_py(m)) < 0)
         Py_CLEAR(obj);
+    Py_DECREF(f);
     return obj;
 }

@@ -1,6 +1,8 @@
 """What a Python user expects of the package: exceptions per status with the library's
 message, the control mesh as Python objects, the GIL released while waiting, a busy manager
 refusing a second caller, closing by `with`, close() and garbage collection alike."""
+import copy
+import dataclasses
 import gc
 import os
 import pydoc
@@ -273,3 +275,51 @@ def test_outputs_may_be_any_iterable(make):
     mgr = make("worker_0", "local")
     infos = mgr.store_and_return_tensor_info(1, {"x": (torch.ones(2) for _ in range(3))})
     assert len(infos["x"]) == 3
+
+
+def _complete(obj):
+    """Every dataclass field is in the object's own attributes and nothing else is."""
+    return set(vars(obj)) == {f.name for f in dataclasses.fields(obj)}
+
+
+def test_objects_made_in_c_are_whole_dataclasses(make, tmp_path):
+    """Messages, edges and descriptors built by the extension (without running __init__) carry
+    every field, compare, copy and replace as ones built in Python do, and own their lists; a
+    descriptor of a subclass (whose fields may be properties) is still stamped by attribute."""
+    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
+         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
+        prod = make("worker_0", transport="arena")
+        infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
+        assert type(infos[0]) is mstar.TensorPointerInfo and _complete(infos[0])
+
+        class Stamped(mstar.TensorPointerInfo):
+            seen = []
+
+            @property
+            def shm_segment(self):
+                return self.__dict__.get("_seg")
+
+            @shm_segment.setter
+            def shm_segment(self, v):
+                Stamped.seen.append(v)
+                self.__dict__["_seg"] = v
+
+        mine = Stamped(**vars(infos[0]))
+        prod.register_for_send(1, [mine])
+        assert Stamped.seen[-1] is not None and mine.shm_segment == Stamped.seen[-1]
+        assert mine.uuid == infos[0].uuid
+        msg = mstar.Message("INPUT_SIGNALS", request_id=1,
+                            edges=[mstar.GraphEdge("n", "x", [infos[0]])])
+        for _ in range(2):
+            a.send("worker_1", msg)
+        one, two = b.recv(timeout_ms=5000), b.recv(timeout_ms=5000)
+        for got in (one, two):
+            assert type(got) is mstar.Message and _complete(got)
+            assert _complete(got.edges[0]) and _complete(got.edges[0].tensor_info[0])
+        assert one == two and copy.deepcopy(one) == one
+        assert dataclasses.replace(one, text="t").edges == one.edges
+        one.edges.append(None)
+        one.counts[1] = 1
+        assert len(two.edges) == 1 and two.counts == {}
+        assert repr(two).startswith("Message(type='INPUT_SIGNALS'")
+        prod.cleanup_request(1)
