@@ -191,6 +191,9 @@ MSTAR_API mstar_status mstar_edge_fanout(const mstar_edge *edge, int32_t shard_d
  * Producer: storing outputs
  * ------------------------------------------------------------------------------------------- */
 
+/* A loan of output memory (mstar_comm_loan_output); 0 is no loan. */
+typedef uint64_t mstar_loan_id;
+
 /* Called once when the manager no longer needs memory the caller handed over. */
 typedef void (*mstar_release_fn)(void *ctx, void *data);
 
@@ -208,6 +211,9 @@ typedef struct mstar_output {
     mstar_tensor host_copy;
     mstar_release_fn host_release;
     void *host_release_ctx;
+    /* The loan `tensor` lives in (0: none). Storing takes it: nothing is copied, `release`
+     * must be NULL, and `tensor` must start at the loan's first byte and fit in it. */
+    mstar_loan_id loan;
 } mstar_output;
 
 /* Where outputs come from: stamped into every descriptor. */
@@ -229,6 +235,20 @@ typedef struct mstar_store_params {
 MSTAR_API mstar_status mstar_comm_store_and_return_tensor_info(
     mstar_comm *comm, const mstar_rid *rid, const mstar_output *outputs, uint32_t n,
     const mstar_store_params *params, mstar_tensor_info *infos);
+
+/* Loans: output memory the manager lends, so that staging an output copies nothing. *tensor
+ * (contiguous host memory of `dtype` and `shape`) and *loan describe it. Over the arena it is a
+ * slot of this process's segments (pinned like them for a device backend): compute into it,
+ * store it (mstar_output.loan), and staging publishes the slot in place, whose stamp is written
+ * then. Other transports, and an arena with no room right now, lend plain host memory, stored
+ * the same way and staged as any output is, so a caller need not know which it got. A loan is
+ * stored once; one that will not be is given back with mstar_comm_loan_release. Storing or
+ * releasing a loan already stored or given back is MSTAR_ESTATE, and a failed store keeps the
+ * loan open. Once stored, the bytes are the tensor's: the caller must not write them again. */
+MSTAR_API mstar_status mstar_comm_loan_output(mstar_comm *comm, mstar_dtype dtype,
+                                              const int64_t *shape, int32_t ndim,
+                                              mstar_tensor *tensor, mstar_loan_id *loan);
+MSTAR_API mstar_status mstar_comm_loan_release(mstar_comm *comm, mstar_loan_id loan);
 
 /* StoredOutputs: index-parallel columns, one entry per stored tensor, in mint order (request-
  * major, then signal order, then the order of the outputs). */
@@ -348,6 +368,24 @@ MSTAR_API mstar_status mstar_comm_get_security_stats(const mstar_comm *comm,
 MSTAR_API mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
                                                      const mstar_edge *edges, uint32_t n,
                                                      mstar_completion_list *out);
+
+/* The in-place form of start_read_tensors (same checks, same all or nothing): an arena
+ * descriptor is not copied; the tensor its node gets is a view of the producer's slot in this
+ * process's read-only mapping of the segment, made once the slot's stamp shows the tensor. The
+ * delivery's ACK goes when the tensor's last reference is released here (the node's
+ * mstar_comm_dereference, a cleanup) instead of when bytes land, so the producer keeps the slot
+ * while the view is held. Spilled descriptors, files producers, sharded inputs (fan-in) and
+ * managers with a device backend are copied as start_read_tensors does. Do not write through a
+ * view. A view held too long meets the producer's arena rules: its slot is not free for new
+ * outputs (the producer spills, or waits in strict mode), and past MSTAR_SHM_ARENA_SLOT_TTL_S the
+ * producer frees it anyway (mstar_comm_view_check then fails). */
+MSTAR_API mstar_status mstar_comm_start_read_views(mstar_comm *comm, const mstar_rid *rid,
+                                                   const mstar_edge *edges, uint32_t n,
+                                                   mstar_completion_list *out);
+/* Whether held tensor `uuid` is a view whose slot still holds it: MSTAR_OK; MSTAR_ENOENT once its
+ * producer freed the slot (TTL, a forced cleanup; its bytes may now be another tensor's);
+ * MSTAR_EINVAL for a tensor that is not a view. */
+MSTAR_API mstar_status mstar_comm_view_check(mstar_comm *comm, mstar_tensor_id uuid);
 
 /* Name the entities descriptors may come from (copied; n = 0: any, the default). A descriptor
  * naming another source entity is refused by mstar_comm_start_read_tensors (MSTAR_EPROTO naming

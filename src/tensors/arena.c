@@ -331,6 +331,13 @@ void mstar__arena_publish(mstar__arena *a, uint32_t seg, uint64_t off, uint64_t 
     pthread_mutex_unlock(&a->lock);
 }
 
+void mstar__arena_unpublish(mstar__arena *a, uint32_t seg, uint64_t off)
+{
+    pthread_mutex_lock(&a->lock);
+    atomic_store_explicit(&a->segs[seg].stamps[off / MSTAR__ARENA_ALIGN], 0, memory_order_relaxed);
+    pthread_mutex_unlock(&a->lock);
+}
+
 bool mstar__arena_release(mstar__arena *a, uint32_t seg, uint64_t off)
 {
     pthread_mutex_lock(&a->lock);

@@ -84,6 +84,9 @@ mstar_status mstar__arena_reserve(mstar__arena *arena, uint64_t n, uint32_t *seg
 /* Stamp the reserved slot (seg, off) with `uuid` (never 0): call once its bytes are in place,
  * before anyone can learn the placement. */
 void mstar__arena_publish(mstar__arena *arena, uint32_t seg, uint64_t off, uint64_t uuid);
+/* Clear the slot's stamp and keep the slot reserved: its tensor is no longer readable by peers,
+ * but its bytes still belong to whoever reserved it (a producer's loan). */
+void mstar__arena_unpublish(mstar__arena *arena, uint32_t seg, uint64_t off);
 /* Clear the slot's stamp and free it. False if (seg, off) is not a live slot. */
 bool mstar__arena_release(mstar__arena *arena, uint32_t seg, uint64_t off);
 

@@ -35,8 +35,10 @@
 enum {
     MSTAR__BK_PERSIST = 1u << 0,
     MSTAR__BK_REGISTERED = 1u << 1,
-    MSTAR__BK_LIVE = 1u << 2,    /* slot in use and indexed */
-    MSTAR__BK_FOREIGN = 1u << 3, /* read from another entity (this process is a consumer) */
+    MSTAR__BK_LIVE = 1u << 2,        /* slot in use and indexed */
+    MSTAR__BK_FOREIGN = 1u << 3,     /* read from another entity (this process is a consumer) */
+    MSTAR__BK_VIEW = 1u << 4,        /* FOREIGN bytes in place in the producer's memory (a view) */
+    MSTAR__BK_ACK_AT_FREE = 1u << 5, /* VIEW: its delivery is ACKed when the record is collected */
 };
 
 typedef struct mstar__bk_rec {

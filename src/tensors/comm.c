@@ -202,6 +202,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     mstar__vec_init(&comm->ack_retry, sizeof(mstar__ack_retry));
     mstar__vec_init(&comm->ack_aliases, 2 * sizeof(uint32_t));
     mstar__strmap_init(&comm->expected);
+    mstar__u64map_init(&comm->loans);
     comm->dir.fd = -1;
 
     comm->event_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -275,6 +276,7 @@ void mstar_comm_destroy(mstar_comm *comm)
 {
     if (comm == NULL)
         return;
+    comm->destroying = true;
     if (comm->hooked_mesh != NULL)
         mstar_mesh_set_sent_hook(comm->hooked_mesh, NULL, NULL);
     for (size_t i = 0; i < comm->ack_retry.len; i++)
@@ -298,6 +300,7 @@ void mstar_comm_destroy(mstar_comm *comm)
         }
     }
     mstar__comm_collect(comm);
+    mstar__comm_loans_free(comm);
     for (size_t i = 0; i < comm->reqs.len; i++) {
         mstar__req *r = mstar__vec_at(&comm->reqs, i);
         if (r->used)

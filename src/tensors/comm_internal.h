@@ -43,9 +43,10 @@ typedef struct mstar__req {
 /* One edge being read (reference FutureAndPointers with one edge). */
 typedef struct mstar__pending {
     uint32_t req;
-    mstar_edge edge;        /* owned copy; local slices have their uuid rewritten */
-    uint8_t *fresh;         /* per descriptor: this delivery read the bytes (owes a transit ref) */
-    uint8_t *local;         /* per descriptor: produced by this entity (no ACK, no RX) */
+    mstar_edge edge; /* owned copy; local slices have their uuid rewritten */
+    uint8_t *fresh;  /* per descriptor: this delivery read the bytes (owes a transit ref); 2: as
+                      * a view, ACKed when its record is collected, not when it lands */
+    uint8_t *local;  /* per descriptor: produced by this entity (no ACK, no RX) */
     mstar_completion *done; /* NULL: the bytes have landed */
     uint64_t submit_ns;     /* when the read was started: where its RX time begins */
     double rx_time_s;       /* a read that landed inside start_read: its whole time */
@@ -98,6 +99,12 @@ struct mstar_comm {
     mstar__vec ack_aliases;  /* uint32[2]: ACKs from [0] may settle deliveries sent to [1] */
     mstar__strmap expected;  /* entities descriptors may come from; empty: any */
     uint64_t acks_lost;      /* ACKs given up after MSTAR__ACK_RETRY_MAX queued */
+
+    /* Producer loans not stored yet (mstar_comm_loan_output): id → mstar__buf *, holding one
+     * reference each. Ids are never reused, so a stale one is refused, not mistaken. */
+    mstar__u64map loans;
+    mstar_loan_id next_loan;
+    bool destroying; /* no ACK leaves a manager being destroyed */
 };
 
 /* ---- comm.c --------------------------------------------------------------------------------- */
@@ -148,6 +155,8 @@ size_t mstar__comm_pending_take(mstar_comm *comm, uint32_t req);
 
 /* Fill a descriptor for a held record. */
 void mstar__comm_fill_info(mstar_comm *comm, const mstar__bk_rec *rec, mstar_tensor_info *info);
+/* Give back every loan not stored yet (destroy). */
+void mstar__comm_loans_free(mstar_comm *comm);
 /* Add bytes/time to the request's TX record of `edge_name` (profiling). */
 void mstar__comm_record_tx(mstar_comm *comm, mstar__req *r, uint32_t edge_name, uint64_t bytes,
                            double time_s);

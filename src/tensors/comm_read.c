@@ -15,6 +15,10 @@
  * before in the request: a persisted input legitimately re-sent after its first copy was freed
  * is read again and must be freed again (T-6, where the reference leaks it).
  *
+ * Views (mstar_comm_start_read_views): a fresh descriptor the transport serves in place is marked
+ * 2 in the pending entry's `fresh`; its ACK is left out when the edge lands and sent when its
+ * record is collected (comm_cleanup.c), so the producer keeps the bytes while they are viewed.
+ *
  * start_read_tensors is all or nothing: every descriptor is checked (names, owner, bounds) before
  * anything is read, reads that succeeded are released if a later one fails, and the store is
  * changed only once everything was read.
@@ -39,6 +43,7 @@ typedef struct plan {
     mstar_tensor_id slice; /* the slice's new uuid */
     mstar__buf *buf;       /* fresh: the bytes read */
     bool registered;       /* fresh: the transport must release it at collection */
+    bool viewed;           /* fresh: buf is a view of the producer's bytes */
     uint32_t source;       /* fresh: the producing entity (interned) */
 } plan;
 
@@ -179,7 +184,7 @@ static void free_plans(plan **plans, const mstar_edge *edges, uint32_t n, bool r
 /* Phase 2: read every fresh descriptor, one transport call per edge (its completion gates the
  * edge). On failure everything read so far is released. */
 static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
-                             mstar__pending *pe)
+                             mstar__pending *pe, bool view)
 {
     mstar_status st = MSTAR_OK;
     mstar__read_item *items = NULL;
@@ -195,9 +200,13 @@ static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
             break;
         }
         uint32_t k = 0;
-        for (uint32_t i = 0; i < edge->ntensors; i++)
-            if (plans[e][i].kind == KIND_FRESH)
-                items[k++].info = &edge->tensor_info[i];
+        /* Shards are gathered into a copy at once (fan-in): they are never viewed. */
+        for (uint32_t i = 0; i < edge->ntensors; i++) {
+            if (plans[e][i].kind != KIND_FRESH)
+                continue;
+            items[k].view = view && edge->total_fanin <= 1;
+            items[k++].info = &edge->tensor_info[i];
+        }
         pe[e].submit_ns = mstar__now_ns();
         if (k > 0)
             st = comm->transport->ops->read(comm->transport, items, k, &pe[e].done);
@@ -207,6 +216,7 @@ static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
                 continue;
             plans[e][i].buf = items[j].buf;
             plans[e][i].registered = items[j].registered;
+            plans[e][i].viewed = items[j].viewed;
             j++;
         }
     }
@@ -239,7 +249,8 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
     rec->tp_size = info->source_tp_size;
     rec->tp_rank = info->source_tp_rank;
     rec->source = p->source;
-    rec->flags |= MSTAR__BK_FOREIGN | (p->registered ? MSTAR__BK_REGISTERED : 0);
+    rec->flags |= MSTAR__BK_FOREIGN | (p->registered ? MSTAR__BK_REGISTERED : 0) |
+                  (p->viewed ? MSTAR__BK_VIEW : 0);
 }
 
 /* The rows of a tensor this entity produced, under a new uuid sharing its storage. */
@@ -264,9 +275,9 @@ static void commit_slice(mstar_comm *comm, uint32_t req, mstar_tensor_info *info
     mstar__bk_dereference(&comm->bk, producer, 1, &comm->collected);
 }
 
-mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
-                                           const mstar_edge *edges, uint32_t n,
-                                           mstar_completion_list *out)
+/* start_read_tensors, reading arena descriptors in place when `view`. */
+static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mstar_edge *edges,
+                               uint32_t n, bool view, mstar_completion_list *out)
 {
     if (n > 0 && edges == NULL)
         return mstar_error_set(MSTAR_EINVAL, "start_read_tensors: edges is NULL");
@@ -296,7 +307,7 @@ mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *ri
         nedges += edges[e].ntensors > 0;
     }
     if (st == MSTAR_OK)
-        st = read_all(comm, edges, n, plans, pe);
+        st = read_all(comm, edges, n, plans, pe, view);
     /* Everything that can fail for memory happens before the store changes. */
     if (st == MSTAR_OK)
         st = mstar__bk_reserve(&comm->bk, nfresh + nslices);
@@ -352,7 +363,7 @@ mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *ri
                 break;
             default:
                 commit_fresh(comm, req, &edges[e], names[e], info, pl);
-                p->fresh[i] = 1;
+                p->fresh[i] = pl->viewed ? 2 : 1;
                 break;
             }
         }
@@ -368,6 +379,33 @@ mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *ri
     if (out != NULL)
         *out = list;
     return MSTAR_OK;
+}
+
+mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
+                                           const mstar_edge *edges, uint32_t n,
+                                           mstar_completion_list *out)
+{
+    return start_read(comm, rid, edges, n, false, out);
+}
+
+mstar_status mstar_comm_start_read_views(mstar_comm *comm, const mstar_rid *rid,
+                                         const mstar_edge *edges, uint32_t n,
+                                         mstar_completion_list *out)
+{
+    return start_read(comm, rid, edges, n, true, out);
+}
+
+mstar_status mstar_comm_view_check(mstar_comm *comm, mstar_tensor_id uuid)
+{
+    uint32_t slot = mstar__bk_find(&comm->bk, uuid);
+    if (slot == MSTAR__BK_NONE)
+        return mstar_error_set(MSTAR_ENOENT, "tensor 0x%016llx is not held by '%s'",
+                               (unsigned long long)uuid, comm->entity);
+    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
+    if (!(rec->flags & MSTAR__BK_VIEW) || comm->transport->ops->view_check == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "tensor 0x%016llx is not a view",
+                               (unsigned long long)uuid);
+    return comm->transport->ops->view_check(comm->transport, rec->buf);
 }
 
 /* ---- collecting ready edges ----------------------------------------------------------------- */
@@ -598,9 +636,14 @@ static bool redelivered(const mstar__req *r, const mstar_edge *edge)
 static void deliver(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pending *p)
 {
     mstar__req *r = mstar__comm_req_at(comm, req);
-    for (uint32_t i = 0; i < p->edge.ntensors; i++)
-        if (p->fresh[i])
-            mstar__bk_decrement_raw(&comm->bk, p->edge.tensor_info[i].uuid, 1);
+    for (uint32_t i = 0; i < p->edge.ntensors; i++) {
+        if (!p->fresh[i])
+            continue;
+        uint32_t slot = mstar__bk_find(&comm->bk, p->edge.tensor_info[i].uuid);
+        if (p->fresh[i] == 2 && slot != MSTAR__BK_NONE)
+            mstar__bk_at(&comm->bk, slot)->flags |= MSTAR__BK_ACK_AT_FREE;
+        mstar__bk_decrement_raw(&comm->bk, p->edge.tensor_info[i].uuid, 1);
+    }
     if (!r->open) {
         /* The request was cleaned up while this read was copying: not delivered. */
         for (uint32_t i = 0; i < p->edge.ntensors; i++)
@@ -642,6 +685,31 @@ void mstar_ready_set_clear(mstar_ready_set *set)
     memset(set, 0, sizeof(*set));
 }
 
+/* The edge to ACK now for a landed entry: the whole edge, or for one with views and no failure
+ * a shallow copy in *tmp without them (a view's ACK goes when it is released; the caller frees
+ * tmp->tensor_info). Short of memory for the copy, the views are ACKed now like copies. */
+static const mstar_edge *acked_now(mstar__pending *p, bool failed, mstar_edge *tmp)
+{
+    uint32_t views = 0;
+    for (uint32_t i = 0; i < p->edge.ntensors; i++)
+        views += p->fresh[i] == 2;
+    if (failed || views == 0)
+        return &p->edge;
+    *tmp = p->edge;
+    tmp->ntensors = 0;
+    tmp->tensor_info = malloc((p->edge.ntensors - views + 1) * sizeof(*tmp->tensor_info));
+    if (tmp->tensor_info == NULL) {
+        mstar_log(MSTAR_LOG_WARN, "out of memory deferring the ACKs of views; ACKed now");
+        for (uint32_t i = 0; i < p->edge.ntensors; i++)
+            p->fresh[i] = p->fresh[i] != 0;
+        return &p->edge;
+    }
+    for (uint32_t i = 0; i < p->edge.ntensors; i++)
+        if (p->fresh[i] != 2)
+            tmp->tensor_info[tmp->ntensors++] = p->edge.tensor_info[i];
+    return tmp;
+}
+
 /* Handle every landed entry of request slot `req`: ACKs first, then delivery. An ACK that could
  * not be sent is queued, its error kept in *ack_st (the first one). */
 static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
@@ -650,11 +718,13 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, ms
     const mstar_edge **edges = calloc(n, sizeof(*edges));
     bool *failed = calloc(n, sizeof(*failed));
     mstar_status *status = calloc(n, sizeof(*status));
+    mstar_edge *tmps = calloc(n, sizeof(*tmps));
     mstar__req *r = mstar__comm_req_at(comm, req);
-    if (edges == NULL || failed == NULL || status == NULL) {
+    if (edges == NULL || failed == NULL || status == NULL || tmps == NULL) {
         free(edges);
         free(failed);
         free(status);
+        free(tmps);
         mstar_log(MSTAR_LOG_ERROR, "out of memory collecting ready edges; retried next poll");
         return;
     }
@@ -663,16 +733,18 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, ms
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
         if (!p->taken)
             continue;
-        edges[k] = &p->edge;
         status[k] = p->done != NULL ? mstar_completion_poll(p->done) : MSTAR_OK;
         MSTAR__ASSERT(status[k] != MSTAR_EAGAIN); /* I-4: only landed reads are taken */
         failed[k] = status[k] != MSTAR_OK;
         if (failed[k])
             add_failure(b, r, p->edge.name, status[k], mstar_last_error());
+        edges[k] = acked_now(p, failed[k], &tmps[k]);
         k++;
     }
     /* I-4 / T-5: these copies have landed, so the producer may reuse the bytes. */
     mstar_status st = mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
+    for (size_t i = 0; i < n; i++)
+        free(tmps[i].tensor_info);
     if (*ack_st == MSTAR_OK)
         *ack_st = st;
     size_t before = b->edges.len;
@@ -702,6 +774,7 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, ms
     free(edges);
     free(failed);
     free(status);
+    free(tmps);
     mstar__comm_req_maybe_free(comm, req);
 }
 

@@ -5,6 +5,10 @@
  * processes (register_for_send) with the transport's fields (the arena's placement, UCX's key)
  * written onto outgoing descriptors.
  *
+ * Loans (mstar_comm_loan_output) are buffers the transport lends (an arena slot) or plain host
+ * memory, kept open by id until an output names them: storing one takes its buffer as the
+ * record's bytes, so staging it copies nothing.
+ *
  * Storing is all or nothing: every output is validated and its bytes prepared (copied when the
  * manager must own them) before the first record is written, and memory the caller handed over
  * is released only once the whole call succeeded.
@@ -79,6 +83,7 @@ mstar_status mstar_comm_tensor_info(mstar_comm *comm, mstar_tensor_id uuid, msta
 /* One output on its way into the store. */
 typedef struct prepared {
     const mstar_output *src;
+    uint32_t index; /* in the store's array of prepared outputs */
     uint32_t req;
     uint32_t signal;
     int32_t shard_dim;
@@ -87,13 +92,14 @@ typedef struct prepared {
     mstar_tensor view;
     mstar__buf *host;
     bool release_now;      /* the manager copied tensor's bytes: release the caller's now */
+    bool loaned;           /* buf holds a reference on the output's loan */
     bool host_release_now; /* the same for the host copy (copied, or not kept) */
 } prepared;
 
 /* Drop a preparation without running any of the caller's release functions. */
 static void unprepare(prepared *p)
 {
-    if (p->buf != NULL && !p->buf->inline_bytes)
+    if (p->buf != NULL && !p->buf->inline_bytes && !p->loaned)
         p->buf->release = NULL;
     if (p->host != NULL && !p->host->inline_bytes)
         p->host->release = NULL;
@@ -201,6 +207,59 @@ static mstar_status take_bytes(mstar_comm *comm, const mstar_tensor *t, int32_t 
     return MSTAR_OK;
 }
 
+/* The open loan an output names, which its tensor must start and fit in; a loan named twice in
+ * one store is refused like a stored one. */
+static mstar_status find_loan(mstar_comm *comm, const prepared *p, mstar__buf **out)
+{
+    const mstar_output *o = p->src;
+    uint64_t v;
+    if (o->release != NULL)
+        return mstar_error_set(MSTAR_EINVAL, "output '%s' names loan %llu and a release function",
+                               o->signal, (unsigned long long)o->loan);
+    const prepared *first = p - p->index;
+    bool twice = false;
+    for (uint32_t j = 0; j < p->index && !twice; j++)
+        twice = first[j].src->loan == o->loan;
+    if (twice || !mstar__u64map_get(&comm->loans, o->loan, &v))
+        return mstar_error_set(MSTAR_ESTATE,
+                               "output '%s' names loan %llu, which is not open here (stored or "
+                               "given back already)",
+                               o->signal, (unsigned long long)o->loan);
+    mstar__buf *buf = (mstar__buf *)(uintptr_t)v;
+    const mstar_tensor *t = &o->tensor;
+    if (t->device.type != MSTAR_DEVICE_CPU || mstar_tensor_ptr(t) != buf->data ||
+        mstar_tensor_nbytes(t) > buf->size)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "output '%s' is not in its loan %llu (it must start at the loan's "
+                               "first byte and fit in its %llu bytes)",
+                               o->signal, (unsigned long long)o->loan,
+                               (unsigned long long)buf->size);
+    *out = buf;
+    return MSTAR_OK;
+}
+
+/* A loaned output's bytes: the loan itself when its canonical layout is contiguous (no copy),
+ * else a canonical copy (the loan then goes back at commit). */
+static mstar_status take_loan(mstar_comm *comm, prepared *p)
+{
+    mstar__buf *buf = NULL;
+    mstar_status st = find_loan(comm, p, &buf);
+    if (st != MSTAR_OK)
+        return st;
+    mstar_tensor cv;
+    mstar__layout_to_canonical(&p->src->tensor, p->shard_dim, &cv);
+    if (!mstar_tensor_is_contiguous(&cv)) {
+        bool unused;
+        return take_bytes(comm, &p->src->tensor, p->shard_dim, NULL, NULL, &p->buf, &p->view,
+                          &unused);
+    }
+    p->buf = mstar__buf_retain(buf);
+    p->loaned = true;
+    p->view = cv;
+    mstar_shape_contiguous_strides(p->view.ndim, p->view.shape, p->view.strides);
+    return MSTAR_OK;
+}
+
 static mstar_status prepare(mstar_comm *comm, prepared *p)
 {
     const mstar_output *o = p->src;
@@ -217,8 +276,9 @@ static mstar_status prepare(mstar_comm *comm, prepared *p)
                                o->signal, (int)p->shard_dim, (int)t->ndim);
     if ((st = mstar_id_gen_next(&comm->ids, &p->uuid)) != MSTAR_OK)
         return st;
-    st = take_bytes(comm, t, p->shard_dim, o->release, o->release_ctx, &p->buf, &p->view,
-                    &p->release_now);
+    st = o->loan != 0 ? take_loan(comm, p)
+                      : take_bytes(comm, t, p->shard_dim, o->release, o->release_ctx, &p->buf,
+                                   &p->view, &p->release_now);
     if (st != MSTAR_OK)
         return st;
     if (o->host_copy.data == NULL)
@@ -242,6 +302,15 @@ static mstar_status prepare(mstar_comm *comm, prepared *p)
     return st;
 }
 
+/* Forget an open loan and drop the manager's reference on it (the store's own, if any, keeps
+ * its bytes). */
+static void loan_close(mstar_comm *comm, mstar_loan_id id)
+{
+    uint64_t v;
+    if (mstar__u64map_remove(&comm->loans, id, &v))
+        mstar__buf_release((mstar__buf *)(uintptr_t)v);
+}
+
 /* Write the prepared outputs into the store (cannot fail once capacity is reserved), then
  * release the caller memory the manager no longer needs. */
 static void commit(mstar_comm *comm, prepared *ps, uint32_t n, const mstar_store_params *params,
@@ -262,6 +331,8 @@ static void commit(mstar_comm *comm, prepared *ps, uint32_t n, const mstar_store
         rec->tp_size = params != NULL && params->tp_size > 0 ? params->tp_size : 1;
         rec->tp_rank = params != NULL ? params->tp_rank : 0;
         const mstar_output *o = p->src;
+        if (o->loan != 0)
+            loan_close(comm, o->loan);
         if (p->release_now)
             o->release(o->release_ctx, o->tensor.data);
         if (p->host_release_now)
@@ -345,6 +416,7 @@ mstar_status mstar_comm_store_and_return_tensor_info(mstar_comm *comm, const mst
         return mstar_error_set(MSTAR_ENOMEM, "store of %u outputs", n);
     for (uint32_t i = 0; i < n && st == MSTAR_OK; i++) {
         ps[i].src = &outputs[i];
+        ps[i].index = i;
         ps[i].req = slot;
         st = check_output(comm, &outputs[i], i, &ps[i].signal);
         ps[i].shard_dim = mstar__comm_shard_dim(comm, mstar__comm_req_at(comm, slot), ps[i].signal);
@@ -439,6 +511,7 @@ mstar_status mstar_comm_store_and_return_tensor_info_batch(
         const mstar_output *o = &outputs[order[k]];
         prepared *p = &ps[k];
         p->src = o;
+        p->index = k;
         p->req = slots[o->request];
         st = check_output(comm, o, order[k], &p->signal);
         p->shard_dim = mstar__comm_shard_dim(comm, mstar__comm_req_at(comm, p->req), p->signal);
@@ -470,6 +543,60 @@ mstar_status mstar_comm_store_and_return_tensor_info_batch(
     free(pos);
     free(ps);
     return st;
+}
+
+/* ---- loans ------------------------------------------------------------------------------------
+ */
+
+mstar_status mstar_comm_loan_output(mstar_comm *comm, mstar_dtype dtype, const int64_t *shape,
+                                    int32_t ndim, mstar_tensor *tensor, mstar_loan_id *loan)
+{
+    if (tensor == NULL || loan == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "loan_output: %s is NULL",
+                               tensor == NULL ? "tensor" : "loan");
+    mstar_tensor t;
+    mstar_status st = mstar_tensor_init(&t, NULL, mstar_device_cpu(), dtype, ndim, shape);
+    uint64_t n = st == MSTAR_OK ? mstar_tensor_nbytes(&t) : 0;
+    mstar__buf *buf = NULL;
+    const mstar__transport_ops *ops = comm->transport->ops;
+    if (st == MSTAR_OK && ops->loan != NULL) {
+        st = ops->loan(comm->transport, n, &buf);
+        if (st == MSTAR_ENOSPC)
+            st = MSTAR_OK; /* no room now: plain memory, staged by copy */
+    }
+    if (st == MSTAR_OK && buf == NULL)
+        st = mstar__buf_alloc_host(n, &buf);
+    mstar_loan_id id = comm->next_loan + 1;
+    if (st == MSTAR_OK)
+        st = mstar__u64map_put(&comm->loans, id, (uint64_t)(uintptr_t)buf);
+    if (st != MSTAR_OK) {
+        mstar__buf_release(buf);
+        return mstar_error_wrap("loan_output");
+    }
+    comm->next_loan = id;
+    t.data = buf->data;
+    *tensor = t;
+    *loan = id;
+    return MSTAR_OK;
+}
+
+mstar_status mstar_comm_loan_release(mstar_comm *comm, mstar_loan_id loan)
+{
+    if (!mstar__u64map_find(&comm->loans, loan))
+        return mstar_error_set(MSTAR_ESTATE,
+                               "loan %llu is not open here (stored or given back already)",
+                               (unsigned long long)loan);
+    loan_close(comm, loan);
+    return MSTAR_OK;
+}
+
+void mstar__comm_loans_free(mstar_comm *comm)
+{
+    size_t it = 0;
+    uint64_t id, v;
+    while (mstar__u64map_next(&comm->loans, &it, &id, &v))
+        mstar__buf_release((mstar__buf *)(uintptr_t)v);
+    mstar__u64map_free(&comm->loans);
 }
 
 /* ---- reference counts ----------------------------------------------------------------------- */
@@ -619,6 +746,7 @@ static mstar_status stage_uuids(mstar_comm *comm, uint32_t req, const mstar_tens
         rec->flags |= MSTAR__BK_REGISTERED; /* provisional: marks duplicates in this call */
         items[k].uuid = rec->uuid;
         items[k].tensor = rec->view;
+        items[k].buf = rec->buf;
         if (rec->host != NULL) {
             hosts[k] = rec->view;
             hosts[k].data = rec->host->data;

@@ -35,6 +35,8 @@ typedef struct mstar__stage_item {
     mstar_tensor_id uuid;
     mstar_tensor tensor;      /* the canonical bytes, contiguous (host or device) */
     const mstar_tensor *host; /* a host copy of the same bytes, or NULL */
+    const mstar__buf *buf;    /* the storage of `tensor`: a loan of this transport is staged in
+                               * place (see `loan`) */
     uint64_t tx_bytes;        /* out: bytes made readable (design.md "Transfer statistics") */
     double tx_time_s;         /* out: time spent doing it */
 } mstar__stage_item;
@@ -44,6 +46,9 @@ typedef struct mstar__read_item {
     const mstar_tensor_info *info;
     mstar__buf *buf; /* out: the descriptor's bytes (contiguous, canonical slice) */
     bool registered; /* out: `release` must run for this uuid when it is collected */
+    bool view;       /* in: the caller would take the producer's bytes in place */
+    bool viewed;     /* out: buf maps the producer's bytes (a view): its consumer ACKs the
+                      * delivery only when it lets go of the view */
 } mstar__read_item;
 
 typedef struct mstar__transport_ops {
@@ -72,6 +77,13 @@ typedef struct mstar__transport_ops {
     /* Periodic upkeep from the manager's loop: TTL reclaim, statistics, evicting mappings of
      * peers that are gone. `reads_idle`: no read of this manager is copying. May be NULL. */
     void (*maintain)(mstar__transport *t, bool reads_idle);
+    /* A host buffer of n bytes that stage can publish in place (a producer's loan), whose
+     * release gives the memory back. NULL for transports that stage by copying anyway (the
+     * manager then lends plain host memory). MSTAR_ENOSPC when there is no room right now. */
+    mstar_status (*loan)(mstar__transport *t, uint64_t n, mstar__buf **out);
+    /* Whether a buffer a read returned as a view still shows the tensor it was read for:
+     * MSTAR_OK, or the read's error (its producer freed the slot). NULL: no views. */
+    mstar_status (*view_check)(mstar__transport *t, const mstar__buf *buf);
     /* Arena statistics; NULL for other transports. */
     void (*arena_stats)(mstar__transport *t, mstar_arena_stats *out);
     void (*destroy)(mstar__transport *t);

@@ -23,6 +23,13 @@
  * that finishes its completion — so a read of a slot its producer freed (a force cleanup, the
  * TTL) fails with MSTAR_ENOENT instead of returning whatever the slot holds now.
  *
+ * Loans and views (zero copy on one host): a producer's loan is a slot reserved before the output
+ * is computed, its buffer owning it; staging a loaned output records that slot as the placement
+ * and publishes its stamp, copying nothing, and the slot is freed when the buffer goes (collecting
+ * the uuid only clears the stamp). A consumer's view is a buffer pointing into its read-only
+ * mapping of the producer's segment, made after the stamp check; no mapping is evicted while a
+ * view is held, and the stamp can be checked again at any time (arena_view_check).
+ *
  * Pinning (MSTAR_SHM_ARENA_PIN): own and peer segments are registered with the backend within
  * MSTAR_SHM_ARENA_PIN_MAX_MB, so device copies from and to them run asynchronously.
  */
@@ -44,6 +51,7 @@
 typedef struct placement {
     uint32_t seg;
     bool spilled;
+    bool loaned; /* the slot is a loan's: its buffer frees it, dropping only unpublishes it */
     uint64_t off;
     uint64_t staged_ns;
 } placement;
@@ -76,6 +84,7 @@ typedef struct arena_transport {
     uint64_t live_slots;
     uint64_t spill_files;
     mstar__arena_peers peers;
+    uint64_t views; /* live views into peer mappings: none may be unmapped while any is held */
     uint64_t last_ttl_ns;
     uint64_t last_stats_ns;
     uint64_t last_sweep_ns;
@@ -218,6 +227,9 @@ static void drop(arena_transport *a, mstar_tensor_id uuid)
     if (p->spilled) {
         mstar__shm_file_unlink(a->base.env->dir, a->base.env->entity, uuid);
         a->spill_files--;
+    } else if (p->loaned) {
+        mstar__arena_unpublish(a->arena, p->seg, p->off);
+        a->live_slots--;
     } else {
         if (!mstar__arena_release(a->arena, p->seg, p->off))
             mstar_log(MSTAR_LOG_ERROR, "shm arena: slot (%u, %llu) of 0x%016llx was not live",
@@ -345,6 +357,67 @@ static void publish(arena_transport *a, const mstar__stage_item *items, size_t n
     }
 }
 
+/* ---- loans --------------------------------------------------------------------------------- */
+
+/* A producer's loan: a reserved slot its buffer owns until the last reference goes. */
+typedef struct loan {
+    arena_transport *a;
+    uint32_t seg;
+    uint64_t off;
+} loan;
+
+static void loan_free(void *ctx, void *data)
+{
+    loan *l = ctx;
+    (void)data;
+    if (!mstar__arena_release(l->a->arena, l->seg, l->off))
+        mstar_log(MSTAR_LOG_ERROR, "shm arena: loaned slot (%u, %llu) was not live", l->seg,
+                  (unsigned long long)l->off);
+    free(l);
+}
+
+/* No waiting, no spill: a loan that does not fit now is refused, and the manager lends plain
+ * memory instead (staged by copy like any output). */
+static mstar_status arena_loan(mstar__transport *t, uint64_t n, mstar__buf **out)
+{
+    arena_transport *a = self(t);
+    loan *l = calloc(1, sizeof(*l));
+    if (l == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "arena loan");
+    l->a = a;
+    mstar_status st = mstar__arena_reserve(a->arena, n, &l->seg, &l->off);
+    if (st == MSTAR_ENOSPC && reclaim_expired(a) > 0)
+        st = mstar__arena_reserve(a->arena, n, &l->seg, &l->off);
+    if (st != MSTAR_OK) {
+        free(l);
+        return st;
+    }
+    pin_new_segments(a);
+    st = mstar__buf_wrap(mstar__arena_ptr(a->arena, l->seg, l->off), n, mstar_device_cpu(),
+                         loan_free, l, out);
+    if (st != MSTAR_OK) {
+        mstar__arena_release(a->arena, l->seg, l->off);
+        free(l);
+    }
+    return st;
+}
+
+/* Whether `item` is a loan of this arena whose tensor starts at its slot: then the slot is the
+ * placement and nothing is copied. */
+static bool loaned_slot(arena_transport *a, const mstar__stage_item *item, placement *p)
+{
+    const mstar__buf *buf = item->buf;
+    if (buf == NULL || buf->release != loan_free || ((loan *)buf->release_ctx)->a != a ||
+        mstar_tensor_ptr(&item->tensor) != buf->data)
+        return false;
+    const loan *l = buf->release_ctx;
+    p->seg = l->seg;
+    p->off = l->off;
+    p->loaned = true;
+    p->staged_ns = mstar__now_ns();
+    return true;
+}
+
 static mstar_status arena_stage(mstar__transport *t, mstar__stage_item *items, size_t n)
 {
     arena_transport *a = self(t);
@@ -355,7 +428,15 @@ static mstar_status arena_stage(mstar__transport *t, mstar__stage_item *items, s
         mstar__stage_item *item = &items[done];
         uint64_t t0 = mstar__now_ns();
         placement p = { 0 };
-        bool spill;
+        bool spill = false;
+        if (loaned_slot(a, item, &p)) {
+            item->tx_bytes = mstar_tensor_nbytes(&item->tensor);
+            st = record(a, item->uuid, &p);
+            if (st != MSTAR_OK)
+                break;
+            item->tx_time_s = (double)(mstar__now_ns() - t0) * 1e-9;
+            continue;
+        }
         st = reserve(a, mstar_tensor_nbytes(&item->tensor), &p.seg, &p.off, &spill);
         if (st != MSTAR_OK)
             break;
@@ -527,6 +608,54 @@ static mstar_status read_segment(arena_transport *a, const mstar_tensor_info *in
     return MSTAR_OK;
 }
 
+/* ---- views ---------------------------------------------------------------------------------- */
+
+/* A consumer's view of a peer's slot: the mapping stays while it lives (arena_maintain). */
+typedef struct view {
+    arena_transport *a;
+    mstar__arena_slot_ref slot;
+} view;
+
+static void view_free(void *ctx, void *data)
+{
+    view *v = ctx;
+    (void)data;
+    v->a->views--;
+    free(v);
+}
+
+/* The descriptor's bytes in place in the peer's mapping, once its slot proves to hold them. */
+static mstar_status view_segment(arena_transport *a, const mstar_tensor_info *info,
+                                 mstar__buf **out)
+{
+    const mstar__arena_peer *peer;
+    mstar_status st = mstar__arena_peers_get(&a->peers, info->shm_segment, &peer);
+    if (st != MSTAR_OK)
+        return st;
+    view *v = calloc(1, sizeof(*v));
+    if (v == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "arena view");
+    v->a = a;
+    mstar__arena_peer_slot(peer, info->shm_offset, info->uuid, &v->slot);
+    st = mstar__arena_slot_check(&v->slot, false);
+    if (st == MSTAR_OK)
+        st = mstar__buf_wrap((void *)(peer->base + info->shm_offset + info->offset), info->nbytes,
+                             mstar_device_cpu(), view_free, v, out);
+    if (st != MSTAR_OK) {
+        free(v);
+        return st;
+    }
+    a->views++;
+    return MSTAR_OK;
+}
+
+static mstar_status arena_view_check(mstar__transport *t, const mstar__buf *buf)
+{
+    if (buf == NULL || buf->release != view_free || ((view *)buf->release_ctx)->a != self(t))
+        return mstar_error_set(MSTAR_EINVAL, "not a view of this arena");
+    return mstar__arena_slot_check(&((const view *)buf->release_ctx)->slot, true);
+}
+
 static mstar_status arena_read(mstar__transport *t, mstar__read_item *items, size_t n,
                                mstar_completion **done)
 {
@@ -544,9 +673,13 @@ static mstar_status arena_read(mstar__transport *t, mstar__read_item *items, siz
     for (; i < n && st == MSTAR_OK; i++) {
         const mstar_tensor_info *info = items[i].info;
         items[i].registered = false;
-        if (info->shm_segment[0] == '\0')
+        items[i].viewed = false;
+        if (info->shm_segment[0] == '\0') {
             st = mstar__files_read_one(t->env, info, &items[i].buf);
-        else
+        } else if (items[i].view && t->env->backend == NULL && info->nbytes > 0) {
+            st = view_segment(a, info, &items[i].buf);
+            items[i].viewed = st == MSTAR_OK;
+        } else
             st = read_segment(a, info, &items[i].buf, l);
         if (st != MSTAR_OK)
             break;
@@ -608,8 +741,9 @@ static void arena_maintain(mstar__transport *t, bool reads_idle)
                       (unsigned long long)s.spill_files);
         }
     }
-    /* Only with no copy pending can a mapping go (I-10). */
-    if (reads_idle && now - a->last_sweep_ns >= (uint64_t)(a->knobs.peer_sweep_s * 1e9)) {
+    /* Only with no copy pending and no view held can a mapping go (I-10). */
+    if (reads_idle && a->views == 0 &&
+        now - a->last_sweep_ns >= (uint64_t)(a->knobs.peer_sweep_s * 1e9)) {
         a->last_sweep_ns = now;
         mstar__arena_peers_evict_dead(&a->peers);
     }
@@ -646,6 +780,8 @@ static const mstar__transport_ops arena_ops = {
     .check = arena_check,
     .read = arena_read,
     .maintain = arena_maintain,
+    .loan = arena_loan,
+    .view_check = arena_view_check,
     .arena_stats = arena_stats,
     .destroy = arena_destroy,
 };

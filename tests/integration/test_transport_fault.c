@@ -10,7 +10,7 @@
  */
 #include "transport_world.h"
 
-static void run(mstar_transport_kind kind)
+static void run_mode(mstar_transport_kind kind, bool zero_copy)
 {
     int64_t tensors = world_tensors(kind, "MSTAR_TEST_FAULT_TENSORS", 600,
                                     "MSTAR_TEST_FAULT_UCX_TENSORS", 300, 100);
@@ -20,7 +20,8 @@ static void run(mstar_transport_kind kind)
                       tensors,
                       1 << 20,
                       0xfa0170u + (uint64_t)kind,
-                      60 };
+                      60,
+                      zero_copy };
     producer p = { 0 };
     prod_start(&p, &cfg);
     double until = world_now() + WORLD_DEADLINE_S;
@@ -71,8 +72,17 @@ static void run(mstar_transport_kind kind)
     assert_mstar_ok(mstar_comm_create(&o, &sweeper));
     mstar_comm_destroy(sweeper);
     assert_int_equal(mstar_test_count_dir(cfg.shm_dir), 0);
-    printf("%s: %lld tensors, %zu left unacknowledged by the killed consumer, reclaimed\n",
-           mstar_transport_kind_name(kind), (long long)p.stored, orphaned);
+    printf("%s%s: %lld tensors, %zu left unacknowledged by the killed consumer, reclaimed\n",
+           mstar_transport_kind_name(kind), zero_copy ? " (loans, views)" : "", (long long)p.stored,
+           orphaned);
+}
+
+/* The transport as it is, and the arena again with loans and views. */
+static void run(mstar_transport_kind kind)
+{
+    run_mode(kind, false);
+    if (kind == MSTAR_TRANSPORT_ARENA)
+        run_mode(kind, true);
 }
 
 int main(int argc, char **argv)

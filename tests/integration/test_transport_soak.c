@@ -12,7 +12,7 @@
  */
 #include "transport_world.h"
 
-static void run(mstar_transport_kind kind)
+static void run_mode(mstar_transport_kind kind, bool zero_copy)
 {
     int64_t tensors =
         world_tensors(kind, "MSTAR_TEST_SOAK_TENSORS", 1000, "MSTAR_TEST_SOAK_UCX_TENSORS", 300, 1);
@@ -25,7 +25,8 @@ static void run(mstar_transport_kind kind)
                       tensors,
                       max_bytes,
                       0x5eed0000u + (uint64_t)kind,
-                      -1 };
+                      -1,
+                      zero_copy };
     double t0 = world_now();
     producer p = { 0 };
     prod_start(&p, &cfg);
@@ -59,13 +60,22 @@ static void run(mstar_transport_kind kind)
         assert_true(p.reports[c].bytes >= p.sent_bytes[c]);
     }
     prod_check_released(&p);
-    printf("%s: %lld tensors (%lld persisted, %lld requests aborted, %lld deliveries dropped by "
+    printf("%s%s: %lld tensors (%lld persisted, %lld requests aborted, %lld deliveries dropped by "
            "drains), %.1f MB verified by the consumers, %.1f s\n",
-           mstar_transport_kind_name(kind), (long long)p.stored, (long long)p.persisted,
-           (long long)p.aborted_requests, (long long)(p.reports[0].dropped + p.reports[1].dropped),
+           mstar_transport_kind_name(kind), zero_copy ? " (loans, views)" : "", (long long)p.stored,
+           (long long)p.persisted, (long long)p.aborted_requests,
+           (long long)(p.reports[0].dropped + p.reports[1].dropped),
            (double)(p.reports[0].bytes + p.reports[1].bytes) / 1e6, world_now() - t0);
     prod_close(&p);
     assert_int_equal(mstar_test_count_dir(cfg.shm_dir), 0);
+}
+
+/* The transport as it is, and the arena again with loans and views. */
+static void run(mstar_transport_kind kind)
+{
+    run_mode(kind, false);
+    if (kind == MSTAR_TRANSPORT_ARENA)
+        run_mode(kind, true);
 }
 
 int main(int argc, char **argv)

@@ -193,7 +193,9 @@ static void cons_collect(consumer *k)
             k->held[k->nheld].rid = set.rids[r];
             k->held[k->nheld].edge = set.edges[e];
             mstar_edge_init(&set.edges[e]); /* moved */
-            if (++k->nheld > CONS_HOLD) {
+            /* A view's ACK waits for its release, and the producer's end waits for every
+             * ACK: views are consumed at once. */
+            if (++k->nheld > (k->zero_copy ? 0 : CONS_HOLD)) {
                 consume(k->me, k->comm, &k->held[0]);
                 memmove(&k->held[0], &k->held[1], (size_t)(--k->nheld) * sizeof(k->held[0]));
             }
@@ -238,8 +240,8 @@ static void cons_wait(consumer *k, int timeout_ms)
 static void cons_start_reads(consumer *k, const mstar_msg *m)
 {
     mstar_completion_list list;
-    WORLD_CHECK(k->me,
-                mstar_comm_start_read_tensors(k->comm, &m->request_id, m->edges, m->nedges, &list));
+    WORLD_CHECK(k->me, (k->zero_copy ? mstar_comm_start_read_views : mstar_comm_start_read_tensors)(
+                           k->comm, &m->request_id, m->edges, m->nedges, &list));
     for (uint32_t e = 0; e < m->nedges; e++)
         cons_count_of(k, &m->request_id)->received += m->edges[e].ntensors;
     cons_track(k, &list);
@@ -278,6 +280,7 @@ static void consumer_main(const world_cfg *cfg, int index)
     consumer k;
     memset(&k, 0, sizeof(k));
     k.me = consumer_names[index];
+    k.zero_copy = cfg->zero_copy;
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     mstar_log_set_entity(k.me);
     k.mesh = world_mesh(cfg, k.me);
@@ -474,6 +477,17 @@ void prod_unpersist_one(producer *p, size_t i)
     p->unpersist[i] = p->unpersist[--p->nunpersist];
 }
 
+/* The output's bytes in a loan of the same dtype and shape instead (filled after the store, as
+ * every output is). */
+static void loan_instead(producer *p, mstar_output *o)
+{
+    mstar_tensor t = o->tensor;
+    WORLD_CHECK(PRODUCER,
+                mstar_comm_loan_output(p->comm, t.dtype, t.shape, t.ndim, &o->tensor, &o->loan));
+    o->release = NULL;
+    free(t.data);
+}
+
 void prod_request(producer *p, int64_t index, int k)
 {
     mstar_rid rid = mstar_rid_from_int(index);
@@ -483,6 +497,8 @@ void prod_request(producer *p, int64_t index, int k)
         outs[i].signal = "x";
         outs[i].tensor = random_tensor(p);
         outs[i].release = release_free;
+        if (p->cfg->zero_copy)
+            loan_instead(p, &outs[i]);
     }
     mstar_tensor_info infos[8];
     WORLD_CHECK(PRODUCER, mstar_comm_store_and_return_tensor_info(p->comm, &rid, outs, (uint32_t)k,
@@ -646,6 +662,8 @@ void prod_check_released(const producer *p)
         assert_mstar_ok(mstar_comm_arena_stats(p->comm, &s));
         assert_int_equal(s.live_slots, 0);
         assert_int_equal(s.spill_files, 0);
+        if (p->cfg->zero_copy)
+            assert_int_equal(s.free_bytes, s.total_bytes); /* every loan given back */
     }
 }
 

@@ -23,6 +23,9 @@
  * other runs. Before a process destroys its mesh (linger 0: undelivered messages are dropped) it
  * waits for its peer to confirm receipt of its last message.
  *
+ * With zero_copy (the arena only) the producer stores every output in a loan and the consumers
+ * read every descriptor as a view, so the ACKs go when a consumer releases what it holds.
+ *
  * The transports to run are a table (files, arena, ucx-tcp) that MSTAR_TEST_TRANSPORTS (a
  * comma-separated list of transport names) overrides. Over ucx-tcp the producer's and the
  * consumers' UCX engines talk over TCP on 127.0.0.1 (every byte crosses a socket), and the end
@@ -63,6 +66,7 @@ typedef struct world_cfg {
     uint64_t max_bytes; /* size cap (log-uniform below it) */
     uint64_t seed;
     int64_t kill_after; /* fault test: SIGKILL worker_2 after this many requests; -1: never */
+    bool zero_copy;     /* arena: every output a loan, every read a view */
 } world_cfg;
 
 /* What a consumer reports when told to stop (HELLO with these keys). */
@@ -127,6 +131,7 @@ typedef struct consumer {
     size_t nreading, cap_reading;
     cons_count *counts; /* by rid number */
     size_t ncounts;
+    bool zero_copy; /* reads are views */
 } consumer;
 
 /* ---- producer ----------------------------------------------------------------------------- */

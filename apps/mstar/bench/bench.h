@@ -126,6 +126,10 @@ typedef struct mstar_bench_transport_result {
     int nkinds;
     mstar_transport_kind kinds[MSTAR_BENCH_TRANSPORT_KINDS];
     mstar_bench_transport_row rows[MSTAR_BENCH_TRANSPORT_KINDS][MSTAR_BENCH_TRANSPORT_SIZES];
+    /* With the arena among the kinds: the arena again with a loan for every output and a view
+     * for every read (no byte copied), in the same run. */
+    bool has_views;
+    mstar_bench_transport_row views[MSTAR_BENCH_TRANSPORT_SIZES];
     /* --device cuda: kinds are the arena twice, over the CUDA IPC route (cuda_ipc[k]) and
      * staged; baselines per size in one process on cuda:0 instead of memcpy and ZeroMQ. */
     bool device;
@@ -144,7 +148,8 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
 mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_result *out);
 void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE *out);
 /* With the arena measured: its throughput at >= 1 MiB >= 0.45x memcpy, its 4 KiB round trip
- * <= 3x the ZeroMQ ping-pong. With UCX: its throughput at >= 1 MiB >= 0.6x the TCP stream.
+ * <= 3x the ZeroMQ ping-pong, and with loans and views its throughput at >= 1 MiB >= 3x memcpy.
+ * With UCX: its throughput at >= 1 MiB >= 0.6x the TCP stream.
  * Device runs: the CUDA IPC route at >= 16 MiB >= 0.8x the device-to-device copy, the staged
  * route at >= 16 MiB >= 0.8x pinned D2H + H2D, and the 4 KiB round trip over CUDA IPC <= 1.5x
  * the host arena's. */
@@ -208,6 +213,6 @@ void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out);
 size_t mstar_bench_graphs_targets(const mstar_bench_graphs_result *r, mstar_bench_target *out);
 
 /* The most targets one suite reports. */
-#define MSTAR_BENCH_MAX_TARGETS 3
+#define MSTAR_BENCH_MAX_TARGETS 4
 
 #endif
