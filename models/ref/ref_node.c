@@ -190,11 +190,12 @@ static mstar_status declare(ref_node *node, const char *walk, const int64_t *ids
 
 static mstar_status check_request(const ref_step_request *r, int64_t *total)
 {
+    *total =
+        0; /* set on every path: callers pass it on only after OK, but gcc -O3 cannot see that */
     if (r == NULL || r->walk == NULL || r->rows == NULL || r->spans == NULL || r->tokens == NULL ||
         r->n < 1)
         return mstar_error_set(MSTAR_EINVAL, "reference step: needs a walk, and rows, spans and "
                                              "tokens for >= 1 rows");
-    *total = 0;
     for (int32_t i = 0; i < r->n; i++) {
         if (r->spans[i] < 0)
             return mstar_error_set(MSTAR_EINVAL, "reference step: spans[%d] is %d", i, r->spans[i]);

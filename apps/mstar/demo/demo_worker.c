@@ -36,7 +36,7 @@ typedef enum wstate {
 typedef struct seen_tensor {
     mstar_tensor_id uuid;
     int64_t rid;
-    char signal[32];
+    char signal[32]; /* the signal name, cut to fit: naming a leak is best effort */
 } seen_tensor;
 
 /* What a worker holds for requests it has not heard of yet (INPUT_SIGNALS before NEW_REQUEST):
@@ -97,7 +97,7 @@ static bool still_held(demo_worker *w, mstar_tensor_id uuid)
 static void remember(demo_worker *w, mstar_tensor_id uuid, int64_t rid, const char *signal)
 {
     seen_tensor s = { uuid, rid, "" };
-    snprintf(s.signal, sizeof(s.signal), "%s", signal);
+    snprintf(s.signal, sizeof(s.signal), "%.31s", signal);
     if (mstar__vec_push(&w->seen, &s) != MSTAR_OK)
         return; /* naming a leak is best effort; the count still catches it */
     if (w->seen.len < w->prune_at)
@@ -120,7 +120,7 @@ static mstar_status report_held(demo_worker *w, mstar_msg *m)
         const seen_tensor *t = mstar__vec_at(&w->seen, i);
         if (!still_held(w, t->uuid))
             continue;
-        char key[64];
+        char key[sizeof(DEMO_HELD_SIGNAL_KEY) + sizeof(t->signal)];
         snprintf(key, sizeof(key), "%s%s", DEMO_HELD_SIGNAL_KEY, t->signal);
         mstar_status st = mstar_msg_add_kv(m, "held_uuid", (int64_t)t->uuid);
         if (st == MSTAR_OK)
