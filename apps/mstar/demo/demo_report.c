@@ -264,9 +264,9 @@ static void json_summary(demo_run *run, const figures *f)
         mstar__json_string(o, how);
         fprintf(o,
                 ", \"report\": %s, \"busy_s\": %.4f, \"removed_soft\": %lld, "
-                "\"removed_force\": %lld, \"drained\": %lld}",
+                "\"removed_force\": %lld, \"drained\": %lld, \"early_dropped\": %lld}",
                 r->in ? "true" : "false", (double)r->busy_us * 1e-6, (long long)r->removed_soft,
-                (long long)r->removed_force, (long long)r->drained);
+                (long long)r->removed_force, (long long)r->drained, (long long)r->early_dropped);
     }
     fprintf(o, "],\n \"steps\": [");
     int k = 0;

@@ -57,6 +57,7 @@ typedef struct demo_worker_report {
     bool in; /* the last part arrived */
     int64_t tensors_held, live_slots, spill_files, open_requests;
     int64_t done, failed, removed_soft, removed_force, drained;
+    int64_t early_dropped; /* early inputs past the worker's bound, acknowledged unread */
     int64_t busy_us;
     demo_step_stats steps;
     /* The first tensor the worker still held at the end, named (held_signal "" when none). */
