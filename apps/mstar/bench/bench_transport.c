@@ -337,6 +337,20 @@ static void send_simple(mstar_mesh *mesh, const char *peer, mstar_msg_type type)
     mstar_msg_clear(&m);
 }
 
+/* Wait for the next message of `type`, dropping any other. */
+static void wait_for(mstar_mesh *mesh, mstar_msg_type type)
+{
+    for (;;) {
+        mstar_msg m;
+        if (mstar_mesh_recv(mesh, -1, &m) != MSTAR_OK)
+            continue;
+        bool found = m.type == type;
+        mstar_msg_clear(&m);
+        if (found)
+            return;
+    }
+}
+
 /* Release every edge whose read landed (its ACK went out as it was collected). */
 static void release_ready(mstar_comm *c)
 {
@@ -566,15 +580,7 @@ static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
     p.mesh = make_mesh(s, "worker_0");
     p.backend = make_backend(s);
     p.comm = make_comm(s, "worker_0", p.mesh, p.backend);
-    for (;;) {
-        mstar_msg m;
-        if (mstar_mesh_recv(p.mesh, -1, &m) != MSTAR_OK)
-            continue;
-        bool hello = m.type == MSTAR_MSG_HELLO;
-        mstar_msg_clear(&m);
-        if (hello)
-            break;
-    }
+    wait_for(p.mesh, MSTAR_MSG_HELLO);
     for (int i = 0; i < nsizes; i++) {
         char h[32];
         mstar_bench_size_name(sizes[i], h, sizeof(h));
@@ -583,15 +589,7 @@ static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
         measure(&p, sizes[i], quick, &rows[i]);
     }
     send_simple(p.mesh, "worker_1", MSTAR_MSG_SHUTDOWN);
-    for (;;) {
-        mstar_msg m;
-        if (mstar_mesh_recv(p.mesh, -1, &m) != MSTAR_OK)
-            continue;
-        bool done = m.type == MSTAR_MSG_SHUTDOWN;
-        mstar_msg_clear(&m);
-        if (done)
-            break;
-    }
+    wait_for(p.mesh, MSTAR_MSG_SHUTDOWN);
     send_simple(p.mesh, "worker_1", MSTAR_MSG_SHUTDOWN);
     int status;
     waitpid(pid, &status, 0);
