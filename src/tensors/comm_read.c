@@ -788,6 +788,8 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
     mstar__vec_init(&b.edges, sizeof(mstar_edge));
     mstar__vec_init(&b.failed, sizeof(mstar_read_failure));
     mstar_status ack_st = mstar__comm_flush_acks(comm);
+    if (comm->transport->ops->poll != NULL)
+        comm->transport->ops->poll(comm->transport);
     bool idle = true;
     /* Requests in the order of their first landed entry. */
     for (;;) {

@@ -3,9 +3,13 @@
  * as a transport that wraps the staged one (files or arena).
  *
  * Producer: staging a device tensor exports the allocation segment that holds it (once per
- * segment: the handle is cached by segment base) and records one of this manager's interprocess
- * events (used in turn, one per stage call) on the staging stream after the work queued so far, so
- * a consumer that waits on it never reads before the producer's kernels have written. `stamp` puts
+ * segment: the handle is cached by segment base). If the staging stream still has work queued,
+ * it records one of this manager's interprocess events (used in turn, one per stage call) behind
+ * that work, so a consumer that waits on it never reads before the producer's kernels have
+ * written; if the stream is already idle the bytes are written, and the descriptor's event handle
+ * is left all zero: nothing to wait for. That matters on a GPU shared by several processes: an
+ * interprocess event's record runs on the compute engine, and each switch of that engine between
+ * two processes' contexts cost about 130 us on an H200 (a handoff paid two). `stamp` puts
  * the segment handle, the event handle, where the bytes sit in the segment, this host's boot id and
  * the producer's pid into the descriptor's cuda_ipc map. With MSTAR_CUDA_IPC=AUTO the staged copy
  * is made as well, so a consumer that cannot use the route (no GPU, route off, a failed open) reads
@@ -14,7 +18,10 @@
  * Consumer: a descriptor with a route from this host is read by opening the segment (cached per
  * producer entity and handle, so many tensors in one segment pay one open), checking the real
  * segment size against the descriptor, waiting for the producer's event, and copying device to
- * device into this process's memory. The wait polls the event from the host, bounded by the
+ * device into this process's memory. A small read then polls for its copies to land for up to
+ * MSTAR_CUDA_IPC_SPIN_US (a stream callback's wake-up cost about 45 us); otherwise they land in
+ * the background, found by the manager's next poll or by a callback on a stream of its own.
+ * The wait polls the event from the host, bounded by the
  * producer's liveness and MSTAR_CUDA_IPC_TIMEOUT_S, before anything is queued: a stream told to
  * wait on the event of a producer killed before it fired would wait forever, and every later
  * read on that stream with it; the read completes (and the ACK goes)
@@ -81,6 +88,7 @@ typedef struct ipc_transport {
     mstar_event *events[EVENT_RING]; /* each NULL until first used */
     uint8_t event_handles[EVENT_RING][MSTAR__IPC_HANDLE_BYTES];
     size_t event_next;          /* the slot this stage call records; the next one after it */
+    mstar_event *idle_probe;    /* a plain event: has the staging stream run all it was given? */
     mstar__vec exported;        /* struct exported, valid while the backend generation is: */
     uint64_t exported_gen;      /* mstar__ipc_generation when `exported` was last emptied */
     mstar__u64map staged;       /* uuid → mstar_cuda_ipc_ref * (offset of the tensor's byte 0) */
@@ -88,6 +96,10 @@ typedef struct ipc_transport {
     /* consumer */
     mstar__vec opened;        /* struct opened */
     mstar__vec opened_events; /* struct opened_event */
+    mstar__vec spare_probes;  /* mstar_event *: plain events to record behind a read's copies */
+    mstar__vec inflight;      /* struct inflight: reads whose copies may still run */
+    mstar_stream *notify;     /* where the callbacks of those reads wait for their copies */
+    double spin_us;           /* MSTAR_CUDA_IPC_SPIN_US: how long a read polls for its copies */
     uint64_t opens;           /* segments opened so far (tests: one open for many tensors) */
     bool warned_export;       /* note_unrouted said so for a failed export */
     bool noted_unexported;    /* ... and for memory the route does not export */
@@ -246,8 +258,10 @@ static mstar_status export_segment(ipc_transport *it, const mstar_tensor *tensor
     return MSTAR_OK;
 }
 
-/* Note the route of one device item: its segment exported, its reference kept by uuid. */
-static mstar_status export_item(ipc_transport *it, mstar__stage_item *item)
+/* Note the route of one device item: its segment exported, its reference kept by uuid, with
+ * `event_handle` (NULL: the bytes are written already, nothing to wait for). */
+static mstar_status export_item(ipc_transport *it, mstar__stage_item *item,
+                                const uint8_t *event_handle)
 {
     /* Only blocks of the caching allocator, whose segments live until the allocator is trimmed
      * or finalised: a graph pool's or a raw allocation may be freed while a consumer maps it,
@@ -267,7 +281,8 @@ static mstar_status export_item(ipc_transport *it, mstar__stage_item *item)
         return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
     memcpy(ref->host_id, it->host_id, sizeof(ref->host_id));
     memcpy(ref->mem_handle, seg->handle, sizeof(ref->mem_handle));
-    memcpy(ref->event_handle, it->event_handles[it->event_next], sizeof(ref->event_handle));
+    if (event_handle != NULL)
+        memcpy(ref->event_handle, event_handle, sizeof(ref->event_handle));
     ref->segment_size = seg->size;
     ref->segment_offset =
         (uint64_t)((uintptr_t)mstar_tensor_ptr(&item->tensor) - (uintptr_t)seg->base);
@@ -302,22 +317,43 @@ static void note_unrouted(ipc_transport *it, mstar_status st)
               mstar_last_error());
 }
 
+/* A zero-size tensor has no bytes to reach: the staged route carries it for nothing. */
+static bool routable(const mstar__transport_env *env, const mstar__stage_item *item)
+{
+    return mstar__transport_on_device(env, &item->tensor) && mstar_tensor_nbytes(&item->tensor) > 0;
+}
+
+/* Whether the staging stream has run everything it was given, so a tensor staged now is written
+ * already: a plain event recorded and asked at once. Any failure says no, and the interprocess
+ * event is recorded as before. */
+static bool staging_idle(ipc_transport *it, const mstar__stage_item *items, size_t n)
+{
+    const mstar__transport_env *env = it->base.env;
+    bool any = false;
+    for (size_t i = 0; i < n && !any; i++)
+        any = routable(env, &items[i]);
+    if (!any)
+        return false;
+    if (it->idle_probe == NULL && mstar_event_create(env->backend, &it->idle_probe) != MSTAR_OK)
+        return false;
+    return mstar_event_record(it->idle_probe, env->d2h) == MSTAR_OK &&
+           mstar_event_query(it->idle_probe) == MSTAR_OK;
+}
+
 /* Which items the route carries: device tensors in blocks of the caching allocator. Other memory
  * (MSTAR_ENOENT: a caller's tensor stored without a copy, a graph pool's block, a raw
  * allocation) is not exported, as it may be freed or reused while a consumer has it mapped: the
  * staged route carries it. Any other failed export does the same in AUTO and is an error with
  * the route forced. */
 static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, size_t n,
-                                 bool *routed)
+                                 const uint8_t *event_handle, bool *routed)
 {
     const mstar__transport_env *env = it->base.env;
     for (size_t i = 0; i < n; i++) {
         routed[i] = false;
-        /* A zero-size tensor has no bytes to reach: the staged route carries it for nothing. */
-        if (!mstar__transport_on_device(env, &items[i].tensor) ||
-            mstar_tensor_nbytes(&items[i].tensor) == 0)
+        if (!routable(env, &items[i]))
             continue;
-        mstar_status st = export_item(it, &items[i]);
+        mstar_status st = export_item(it, &items[i], event_handle);
         if (st == MSTAR_OK) {
             routed[i] = true;
         } else if (it->mode != MSTAR__CUDA_IPC_ON || st == MSTAR_ENOENT) {
@@ -375,14 +411,15 @@ static mstar_status ipc_stage(mstar__transport *t, mstar__stage_item *items, siz
     bool *routed = calloc(n == 0 ? 1 : n, sizeof(*routed));
     if (routed == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
-    mstar_status st = ensure_event(it);
+    bool idle = staging_idle(it, items, n);
+    mstar_status st = idle ? MSTAR_OK : ensure_event(it);
     if (st == MSTAR_OK)
-        st = export_items(it, items, n, routed);
+        st = export_items(it, items, n, idle ? NULL : it->event_handles[it->event_next], routed);
     bool any = false;
     for (size_t i = 0; i < n; i++)
         any |= routed[i];
     /* After everything the staging stream has queued (as the staged route copies there). */
-    if (st == MSTAR_OK && any) {
+    if (st == MSTAR_OK && any && !idle) {
         st = mstar_event_record(it->events[it->event_next], it->base.env->d2h);
         it->event_next = (it->event_next + 1) % EVENT_RING;
     }
@@ -521,6 +558,13 @@ static mstar_status open_event(ipc_transport *it, const mstar_tensor_info *info,
     return MSTAR_OK;
 }
 
+/* A descriptor whose event handle is all zero was staged with its bytes written already. */
+static bool written_at_stage(const mstar_cuda_ipc_ref *ref)
+{
+    static const uint8_t none[MSTAR_IPC_HANDLE_BYTES];
+    return memcmp(ref->event_handle, none, sizeof(none)) == 0;
+}
+
 /* Queue one routed read: wait for the producer's event, copy its bytes into a new buffer. */
 static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, mstar__buf **out)
 {
@@ -533,7 +577,7 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
     const struct opened *seg = NULL;
     mstar_event *ev = NULL;
     mstar_status st = open_segment(it, info, &seg);
-    if (st == MSTAR_OK)
+    if (st == MSTAR_OK && !written_at_stage(ref))
         st = open_event(it, info, &ev);
     if (st != MSTAR_OK)
         return st;
@@ -551,13 +595,14 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
     char what[MSTAR_NAME_MAX + 48];
     snprintf(what, sizeof(what), "tensor %llu from '%s'", (unsigned long long)info->uuid,
              info->source_entity);
-    if ((st = mstar__cuda_ipc_wait_event(ev, ref->pid, it->timeout_s, what)) != MSTAR_OK)
+    if (ev != NULL &&
+        (st = mstar__cuda_ipc_wait_event(ev, ref->pid, it->timeout_s, what)) != MSTAR_OK)
         return st;
     mstar__buf *buf;
     if ((st = mstar__transport_alloc_dest(env, info->nbytes, &buf)) != MSTAR_OK)
         return st;
     /* Already fired; queued too so the copy is ordered after it on every backend. */
-    st = mstar_stream_wait_event(env->h2d, ev);
+    st = ev != NULL ? mstar_stream_wait_event(env->h2d, ev) : MSTAR_OK;
     if (st == MSTAR_OK && info->nbytes > 0)
         st = mstar_memcpy_async(env->h2d, buf->data, (const char *)seg->base + start,
                                 (size_t)info->nbytes, MSTAR_MEMCPY_D2D);
@@ -571,58 +616,193 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
     return MSTAR_OK;
 }
 
-/* What the landed callback checks: the producers were alive when the copies had run, so the
- * bytes came from memory they still held. */
+/* What finishing a read checks: the producers were alive when the copies had run, so the bytes
+ * came from memory they still held. One for the callback, one for the poll (each holds a
+ * reference to the completion). */
 struct landed {
     mstar_completion *done;
     size_t npids;
     int32_t pids[];
 };
 
-static void ipc_landed(void *args)
-{
+/* A read call whose copies may still run: `probe`, recorded behind them, is polled by ipc_poll. */
+struct inflight {
+    mstar_event *probe;
     struct landed *l;
-    memcpy(&l, args, sizeof(l));
-    mstar_status st = MSTAR_OK;
-    char msg[128] = "";
-    for (size_t i = 0; i < l->npids && st == MSTAR_OK; i++) {
-        if (!process_alive(l->pids[i])) {
-            st = MSTAR_ECLOSED;
-            snprintf(msg, sizeof(msg), "the producer (pid %d) exited while its tensor was read",
-                     (int)l->pids[i]);
-        }
-    }
-    mstar__completion_finish(l->done, st, st == MSTAR_OK ? NULL : msg);
-    mstar_completion_release(l->done);
-    free(l);
-}
+};
 
-static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items, size_t n,
-                                      const bool *routed, mstar_completion **out)
+static struct landed *landed_new(mstar_completion *done, const mstar__read_item *items, size_t n,
+                                 const bool *routed)
 {
-    const mstar__transport_env *env = it->base.env;
     struct landed *l = malloc(sizeof(*l) + n * sizeof(int32_t));
     if (l == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+        return NULL;
     l->npids = 0;
     for (size_t i = 0; i < n; i++)
         if (routed[i])
             l->pids[l->npids++] = items[i].info->cuda_ipc.pid;
+    l->done = mstar__completion_retain(done);
+    return l;
+}
+
+static void landed_free(struct landed *l)
+{
+    mstar_completion_release(l->done);
+    free(l);
+}
+
+/* Finish the read once its copies have landed: with MSTAR_ECLOSED if a producer has exited.
+ * Only the first finish counts, so the callback and the poll may both come. */
+static void finish_landed(const struct landed *l)
+{
+    for (size_t i = 0; i < l->npids; i++) {
+        if (!process_alive(l->pids[i])) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "the producer (pid %d) exited while its tensor was read",
+                     (int)l->pids[i]);
+            mstar__completion_finish(l->done, MSTAR_ECLOSED, msg);
+            return;
+        }
+    }
+    mstar__completion_finish(l->done, MSTAR_OK, NULL);
+}
+
+static void ipc_landed(void *args)
+{
+    struct landed *l;
+    memcpy(&l, args, sizeof(l));
+    finish_landed(l);
+    landed_free(l);
+}
+
+/* A plain event to record behind a read call's copies: a spare one, or a new one. */
+static mstar_status probe_take(ipc_transport *it, mstar_event **out)
+{
+    if (it->spare_probes.len == 0)
+        return mstar_event_create(it->base.env->backend, out);
+    *out = *(mstar_event **)mstar__vec_at(&it->spare_probes, it->spare_probes.len - 1);
+    it->spare_probes.len--;
+    return MSTAR_OK;
+}
+
+/* A stream wait already queued on `e` keeps the record it saw, so `e` may be recorded again. */
+static void probe_give(ipc_transport *it, mstar_event *e)
+{
+    if (mstar__vec_push(&it->spare_probes, &e) != MSTAR_OK)
+        mstar_event_destroy(e);
+}
+
+/* Whether the copies behind `probe` land within MSTAR_CUDA_IPC_SPIN_US, polled from here. */
+static bool landed_within_spin(const ipc_transport *it, mstar_event *probe)
+{
+    uint64_t start = mstar__now_ns(), limit = (uint64_t)(it->spin_us * 1e3);
+    for (;;) {
+        mstar_status st = mstar_event_query(probe);
+        if (st != MSTAR_EAGAIN)
+            return st == MSTAR_OK;
+        if (mstar__now_ns() - start >= limit)
+            return false;
+    }
+}
+
+/* Let the read land in the background: ipc_poll finishes it when the manager next looks, and a
+ * callback on the notify stream, queued behind the probe, finishes it and wakes the manager's
+ * loop if no poll comes first. On the notify stream, not the copy stream: a callback holds its
+ * stream until it has run (tens of microseconds), and the next reads' copies must not wait. */
+static mstar_status land_later(ipc_transport *it, mstar_event *probe, const mstar__read_item *items,
+                               size_t n, const bool *routed, mstar_completion *c)
+{
+    mstar_status st = MSTAR_OK;
+    if (it->notify == NULL)
+        st = mstar_stream_create(it->base.env->backend, MSTAR_STREAM_NON_BLOCKING, &it->notify);
+    struct landed *called = st == MSTAR_OK ? landed_new(c, items, n, routed) : NULL;
+    struct landed *polled = called != NULL ? landed_new(c, items, n, routed) : NULL;
+    if (st == MSTAR_OK && polled == NULL)
+        st = mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+    if (st == MSTAR_OK)
+        st = mstar_stream_wait_event(it->notify, probe);
+    if (st == MSTAR_OK)
+        st = mstar_launch(it->notify, ipc_landed, &called, sizeof(called));
+    if (st != MSTAR_OK) {
+        if (called != NULL)
+            landed_free(called);
+        if (polled != NULL)
+            landed_free(polled);
+        probe_give(it, probe);
+        return mstar_error_wrap("queueing the CUDA IPC read's completion");
+    }
+    /* `called` is the callback's now. Without room to remember the probe, the callback alone
+     * finishes the read. */
+    struct inflight f = { probe, polled };
+    if (mstar__vec_push(&it->inflight, &f) != MSTAR_OK) {
+        landed_free(polled);
+        probe_give(it, probe);
+    }
+    return MSTAR_OK;
+}
+
+/* The completion of one read call: finished here if its copies are small and land within the
+ * spin (a handoff's latency), else left to land in the background (so the copies of many reads
+ * in flight overlap). */
+static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items, size_t n,
+                                      const bool *routed, mstar_completion **out)
+{
+    const mstar__transport_env *env = it->base.env;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += routed[i] ? items[i].info->nbytes : 0;
     mstar_completion *c;
     mstar_status st = mstar__completion_create(env->wake_fd, &c);
-    if (st != MSTAR_OK) {
-        free(l);
+    if (st != MSTAR_OK)
         return st;
+    mstar_event *probe = NULL;
+    st = probe_take(it, &probe);
+    if (st == MSTAR_OK && (st = mstar_event_record(probe, env->h2d)) != MSTAR_OK)
+        probe_give(it, probe);
+    if (st == MSTAR_OK && it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES &&
+        landed_within_spin(it, probe)) {
+        struct landed *l = landed_new(c, items, n, routed);
+        probe_give(it, probe);
+        if (l == NULL)
+            st = mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
+        else {
+            finish_landed(l);
+            landed_free(l);
+        }
+    } else if (st == MSTAR_OK) {
+        st = land_later(it, probe, items, n, routed, c);
     }
-    l->done = mstar__completion_retain(c);
-    if ((st = mstar_launch(env->h2d, ipc_landed, &l, sizeof(l))) != MSTAR_OK) {
+    if (st != MSTAR_OK) {
         mstar_completion_release(c);
-        mstar_completion_release(c);
-        free(l);
-        return mstar_error_wrap("queueing the CUDA IPC read's completion");
+        return mstar_error_wrap("CUDA IPC read");
     }
     *out = c;
     return MSTAR_OK;
+}
+
+/* Finish the reads whose copies have landed (their probe has fired), and forget those the
+ * callback finished first. */
+static void ipc_poll(mstar__transport *t)
+{
+    ipc_transport *it = ipc_of(t);
+    size_t w = 0;
+    for (size_t i = 0; i < it->inflight.len; i++) {
+        struct inflight f = *(struct inflight *)mstar__vec_at(&it->inflight, i);
+        bool done = mstar__completion_done(f.l->done);
+        if (!done && mstar_event_query(f.probe) == MSTAR_OK) {
+            finish_landed(f.l);
+            done = true;
+        }
+        if (done) {
+            landed_free(f.l);
+            probe_give(it, f.probe);
+        } else {
+            *(struct inflight *)mstar__vec_at(&it->inflight, w++) = f;
+        }
+    }
+    it->inflight.len = w;
+    if (it->inner->ops->poll != NULL)
+        it->inner->ops->poll(it->inner);
 }
 
 static void drop_bufs(mstar__read_item *items, size_t n)
@@ -640,6 +820,7 @@ static mstar_status read_routed(ipc_transport *it, mstar__read_item *items, size
     for (size_t i = 0; i < n; i++) {
         items[i].buf = NULL;
         items[i].registered = false;
+        items[i].viewed = false;
         routed[i] = false;
         if (!routed_here(it, items[i].info))
             continue;
@@ -769,6 +950,19 @@ static void ipc_destroy(mstar__transport *t)
     mstar_backend *b = it->base.env->backend;
     if (it->opened.len > 0 || it->opened_events.len > 0)
         mstar_stream_synchronize(it->base.env->h2d);
+    if (it->notify != NULL) /* every callback has run */
+        mstar_stream_synchronize(it->notify);
+    mstar_stream_synchronize(it->base.env->d2h); /* no record of our events is still queued */
+    for (size_t i = 0; i < it->inflight.len; i++) {
+        struct inflight *f = mstar__vec_at(&it->inflight, i);
+        landed_free(f->l);
+        mstar_event_destroy(f->probe);
+    }
+    for (size_t i = 0; i < it->spare_probes.len; i++)
+        mstar_event_destroy(*(mstar_event **)mstar__vec_at(&it->spare_probes, i));
+    mstar__vec_free(&it->inflight);
+    mstar__vec_free(&it->spare_probes);
+    mstar_stream_destroy(it->notify);
     for (size_t i = 0; i < it->opened.len; i++)
         mstar__ipc_close(b, ((struct opened *)mstar__vec_at(&it->opened, i))->base);
     for (size_t i = 0; i < it->opened_events.len; i++)
@@ -780,6 +974,7 @@ static void ipc_destroy(mstar__transport *t)
     mstar__u64map_free(&it->inner_staged);
     for (size_t i = 0; i < EVENT_RING; i++)
         mstar_event_destroy(it->events[i]);
+    mstar_event_destroy(it->idle_probe);
     it->inner->ops->destroy(it->inner);
     free(it);
 }
@@ -791,6 +986,7 @@ static const mstar__transport_ops ipc_ops = {
     .release = ipc_release,
     .check = ipc_check,
     .read = ipc_read,
+    .poll = ipc_poll,
     .maintain = ipc_maintain,
     .arena_stats = ipc_arena_stats,
     .destroy = ipc_destroy,
@@ -807,6 +1003,8 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
     }
     mstar_status st =
         mstar_env_get_double("MSTAR_CUDA_IPC_TIMEOUT_S", 60, 0, 86400, &it->timeout_s);
+    if (st == MSTAR_OK)
+        st = mstar_env_get_double("MSTAR_CUDA_IPC_SPIN_US", 200, 0, 1e6, &it->spin_us);
     if (st != MSTAR_OK) {
         free(it);
         inner->ops->destroy(inner);
@@ -831,6 +1029,8 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
     mstar__vec_init(&it->exported, sizeof(struct exported));
     mstar__vec_init(&it->opened, sizeof(struct opened));
     mstar__vec_init(&it->opened_events, sizeof(struct opened_event));
+    mstar__vec_init(&it->inflight, sizeof(struct inflight));
+    mstar__vec_init(&it->spare_probes, sizeof(mstar_event *));
     mstar__u64map_init(&it->staged);
     mstar__u64map_init(&it->inner_staged);
     *out = &it->base;

@@ -13,6 +13,7 @@
 #include "tensors/transport.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -150,20 +151,38 @@ typedef struct world {
     mstar_comm *c; /* worker_1 */
 } world;
 
-static int setup(void **state)
+/* `async`: both managers' streams run their work on threads of their own, so work can still be
+ * queued when a tensor is staged, and the consumer does not poll for its copies
+ * (MSTAR_CUDA_IPC_SPIN_US=0): they land in the background, finished by the poll in
+ * get_ready_tensors or by the notify stream's callback, whichever comes first. */
+static int setup_with(void **state, bool async)
 {
     world *w = calloc(1, sizeof(*w));
     setenv("MSTAR_CUDA_IPC", "1", 1);
     w->dir = mstar_test_tmpdir("cudaipc");
     assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &w->bp));
     assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &w->bc));
+    mstar__host_backend_set_async(w->bp, async);
+    mstar__host_backend_set_async(w->bc, async);
+    setenv("MSTAR_CUDA_IPC_SPIN_US", async ? "0" : "200", 1);
     w->sp = (sender){ &w->b, "worker_0" };
     w->sc = (sender){ &w->b, "worker_1" };
     w->p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp, w->bp);
     w->c = make_comm_with("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc, w->bc);
     unsetenv("MSTAR_CUDA_IPC");
+    unsetenv("MSTAR_CUDA_IPC_SPIN_US");
     *state = w;
     return 0;
+}
+
+static int setup(void **state)
+{
+    return setup_with(state, false);
+}
+
+static int setup_async(void **state)
+{
+    return setup_with(state, true);
 }
 
 static int teardown(void **state)
@@ -250,12 +269,11 @@ static void test_route_bytes_one_open(void **state)
     mstar_tensor t2[2];
     mstar_tensor_info i2[2];
     produce_n(w, &rid2, 2, 1001, t2, i2);
-    /* One event per stage call: a batch shares one, the next batch has another, so a consumer
-     * never waits for work staged after its tensor. */
-    assert_memory_equal(infos[5].cuda_ipc.event_handle, infos[0].cuda_ipc.event_handle,
-                        MSTAR_IPC_HANDLE_BYTES);
-    assert_memory_not_equal(i2[0].cuda_ipc.event_handle, infos[0].cuda_ipc.event_handle,
-                            MSTAR_IPC_HANDLE_BYTES);
+    /* The producer's streams ran everything at once, so the bytes were written when staged:
+     * no event to wait for (test_route_event_behind_work has the other case). */
+    static const uint8_t none[MSTAR_IPC_HANDLE_BYTES];
+    assert_memory_equal(infos[0].cuda_ipc.event_handle, none, sizeof(none));
+    assert_memory_equal(i2[1].cuda_ipc.event_handle, none, sizeof(none));
     assert_mstar_ok(read_infos(w, &rid2, i2, 2));
     collect_ready(w->c, 1);
     check_bytes(w->c, i2[1].uuid, &t2[1]);
@@ -266,6 +284,91 @@ static void test_route_bytes_one_open(void **state)
     assert_mstar_status(mstar_comm_get_tensor(w->p, infos[0].uuid, &ts[0]), MSTAR_ENOENT);
     free_tensors(ts, 6);
     free_tensors(t2, 2);
+}
+
+/* Host work that holds its stream until the pipe `*fd` is written. */
+static void hold_stream(void *args)
+{
+    int fd;
+    memcpy(&fd, args, sizeof(fd));
+    char c;
+    while (read(fd, &c, 1) < 0 && errno == EINTR) {
+    }
+}
+
+/* Store `n` vectors and stage them while the producer's staging stream is held by work that
+ * runs once `gate` is written (its kernels, on a GPU); the store's own copy ran before. */
+static void produce_behind_work(world *w, const mstar_rid *rid, uint32_t n, int64_t len, int gate,
+                                mstar_tensor *ts, mstar_tensor_info *infos)
+{
+    mstar_output o[4];
+    for (uint32_t i = 0; i < n; i++) {
+        ts[i] = make_vector(MSTAR_DTYPE_FLOAT32, len, 100 + i);
+        o[i] = output_of("sig", ts[i]);
+    }
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, o, n, NULL, infos));
+    for (uint32_t i = 0; i < n; i++)
+        assert_mstar_ok(mstar_comm_increment_ref(w->p, infos[i].uuid, 1));
+    assert_mstar_ok(mstar_launch(w->p->env.d2h, hold_stream, &gate, sizeof(gate)));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, infos, n));
+    mstar_edge e = edge_of("sig", "node", infos, n);
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
+    memcpy(infos, e.tensor_info, n * sizeof(*infos));
+    mstar_edge_clear(&e);
+}
+
+/* Collect `want` edges whose reads land in the background: the manager's event fd wakes this
+ * loop (a stream callback writes it), and get_ready_tensors finds them. */
+static void collect_landing(mstar_comm *c, uint32_t want)
+{
+    uint32_t got = 0;
+    for (int tries = 0; got < want && tries < 500; tries++) {
+        mstar_ready_set set;
+        assert_mstar_ok(mstar_comm_get_ready_tensors(c, &set));
+        assert_int_equal(set.nfailed, 0);
+        got += set.nedges;
+        mstar_ready_set_clear(&set);
+        struct pollfd pfd = { mstar_comm_event_fd(c), POLLIN, 0 };
+        if (got < want && poll(&pfd, 1, 10) == 1)
+            mstar_comm_event_drain(c);
+    }
+    assert_int_equal(got, want);
+}
+
+/* Staged while the producer's staging stream still has work queued: the descriptor carries an
+ * interprocess event recorded behind that work, one per stage call (a batch shares one, the next
+ * batch has another, so a consumer never waits for work staged after its tensor), and the read
+ * waits for it. */
+static void test_route_event_behind_work(void **state)
+{
+    world *w = *state;
+    int gate[2];
+    assert_int_equal(pipe(gate), 0);
+    mstar_rid rid = rid_str("r1"), rid2 = rid_str("r2");
+    mstar_tensor ts[3], t2[1];
+    mstar_tensor_info infos[3], i2[1];
+    produce_behind_work(w, &rid, 3, 37, gate[0], ts, infos);
+    static const uint8_t none[MSTAR_IPC_HANDLE_BYTES];
+    assert_memory_not_equal(infos[0].cuda_ipc.event_handle, none, sizeof(none));
+    assert_memory_equal(infos[2].cuda_ipc.event_handle, infos[0].cuda_ipc.event_handle,
+                        MSTAR_IPC_HANDLE_BYTES);
+    assert_int_equal(write(gate[1], "x", 1), 1); /* the producer's work runs */
+    produce_behind_work(w, &rid2, 1, 5, gate[0], t2, i2);
+    assert_memory_not_equal(i2[0].cuda_ipc.event_handle, none, sizeof(none));
+    assert_memory_not_equal(i2[0].cuda_ipc.event_handle, infos[0].cuda_ipc.event_handle,
+                            MSTAR_IPC_HANDLE_BYTES);
+    assert_int_equal(write(gate[1], "x", 1), 1);
+    assert_mstar_ok(read_infos(w, &rid, infos, 3));
+    assert_mstar_ok(read_infos(w, &rid2, i2, 1));
+    collect_landing(w->c, 2);
+    for (int i = 0; i < 3; i++)
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+    check_bytes(w->c, i2[0].uuid, &t2[0]);
+    assert_mstar_ok(mstar_stream_synchronize(w->p->env.d2h)); /* done reading the gate */
+    close(gate[0]);
+    close(gate[1]);
+    free_tensors(ts, 3);
+    free_tensors(t2, 1);
 }
 
 /* A handle that names no exported segment, a size that does not match the segment, a slice past
@@ -440,16 +543,6 @@ static void test_route_zero_size(void **state)
 
 /* ---- the bounded wait for a producer's event --------------------------------------------- */
 
-/* Host work that holds its stream until the pipe `*fd` is written. */
-static void hold_stream(void *args)
-{
-    int fd;
-    memcpy(&fd, args, sizeof(fd));
-    char c;
-    while (read(fd, &c, 1) < 0 && errno == EINTR) {
-    }
-}
-
 static pid_t spawn_sleeper(void)
 {
     pid_t pid = fork();
@@ -537,6 +630,7 @@ int main(void)
         cmocka_unit_test(test_event_wait_bounded),
         cmocka_unit_test(test_event_wait_backoff),
         cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_event_behind_work, setup_async, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_segment_reused, setup, teardown),
