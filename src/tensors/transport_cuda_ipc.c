@@ -929,6 +929,21 @@ static void ipc_maintain(mstar__transport *t, bool reads_idle)
         it->inner->ops->maintain(it->inner, reads_idle);
 }
 
+/* Loans and views are host memory of the inner transport (the arena's slots): the route, which
+ * carries device tensors only, passes them through, so a producer with a CUDA backend computes
+ * host outputs straight into pinned slots. */
+static mstar_status ipc_loan(mstar__transport *t, uint64_t n, mstar__buf **out)
+{
+    ipc_transport *it = ipc_of(t);
+    return it->inner->ops->loan(it->inner, n, out);
+}
+
+static mstar_status ipc_view_check(mstar__transport *t, const mstar__buf *buf)
+{
+    ipc_transport *it = ipc_of(t);
+    return it->inner->ops->view_check(it->inner, buf);
+}
+
 static void ipc_arena_stats(mstar__transport *t, mstar_arena_stats *out)
 {
     ipc_transport *it = ipc_of(t);
@@ -988,6 +1003,8 @@ static const mstar__transport_ops ipc_ops = {
     .read = ipc_read,
     .poll = ipc_poll,
     .maintain = ipc_maintain,
+    .loan = ipc_loan,
+    .view_check = ipc_view_check,
     .arena_stats = ipc_arena_stats,
     .destroy = ipc_destroy,
 };
@@ -1022,6 +1039,10 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
     it->ops.needs_cpu_tensor = inner->ops->needs_cpu_tensor && mode != MSTAR__CUDA_IPC_ON;
     if (inner->ops->arena_stats == NULL)
         it->ops.arena_stats = NULL;
+    if (inner->ops->loan == NULL)
+        it->ops.loan = NULL;
+    if (inner->ops->view_check == NULL)
+        it->ops.view_check = NULL;
     it->base.ops = &it->ops;
     it->base.env = env;
     it->inner = inner;

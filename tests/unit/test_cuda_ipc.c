@@ -371,6 +371,46 @@ static void test_route_event_behind_work(void **state)
     free_tensors(t2, 1);
 }
 
+/* Host tensors pass through the route to the arena under it: a loan is an arena slot, so
+ * staging it copies nothing, and the consumer reads the bytes from that slot. (Views are for
+ * consumers without a backend, whose reads land in host memory.) */
+static void test_route_passes_loans(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("r1");
+    int64_t len = 300;
+    mstar_output o;
+    memset(&o, 0, sizeof(o));
+    o.signal = "sig";
+    assert_mstar_ok(mstar_comm_loan_output(w->p, MSTAR_DTYPE_FLOAT32, &len, 1, &o.tensor, &o.loan));
+    mstar_arena_stats as;
+    assert_mstar_ok(mstar_comm_arena_stats(w->p, &as));
+    uint64_t free_after_loan = as.free_bytes;
+    assert_true(as.total_bytes - free_after_loan >= 300 * 4); /* the loan is a slot already */
+    mstar_tensor want = make_vector(MSTAR_DTYPE_FLOAT32, len, 9);
+    memcpy(o.tensor.data, want.data, (size_t)len * 4);
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
+    assert_mstar_ok(mstar_comm_increment_ref(w->p, info.uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
+    assert_true(e.tensor_info[0].shm_segment[0] != '\0');
+    assert_mstar_ok(mstar_comm_arena_stats(w->p, &as));
+    assert_int_equal(as.free_bytes, free_after_loan); /* staged in place: no second slot */
+    assert_string_equal(e.tensor_info[0].cuda_ipc.host_id, ""); /* no route for host bytes */
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
+    collect_ready(w->c, 1);
+    check_bytes(w->c, info.uuid, &want);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 1);
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_comm_arena_stats(w->p, &as));
+    assert_int_equal(as.free_bytes, as.total_bytes); /* the ACK gave the slot back */
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    mstar_edge_clear(&e);
+    free(want.data);
+}
+
 /* A handle that names no exported segment, a size that does not match the segment, a slice past
  * its end and an exited producer are each refused with a message naming the tensor; no buffer
  * is left and a good descriptor still reads afterwards. */
@@ -631,6 +671,7 @@ int main(void)
         cmocka_unit_test(test_event_wait_backoff),
         cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_event_behind_work, setup_async, teardown),
+        cmocka_unit_test_setup_teardown(test_route_passes_loans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_segment_reused, setup, teardown),
