@@ -325,9 +325,11 @@ MSTAR_API mstar_status mstar_comm_refresh_shm_placement(mstar_comm *comm, mstar_
  * 1..2^32 (0..2^32 for K), unknown uuids and counts whose sum would overflow are logged and
  * skipped. Once the manager keeps an ACK ledger (see mstar_comm_note_sent) an ACK entry is
  * applied only from a peer that was sent the tensor, for at most the deliveries it still owes;
- * the rest is dropped and counted (mstar_comm_get_security_stats). A persisted tensor's ACKs are
- * applied from any peer (it may be handed on; the persist marker holds it). MSTAR_EINVAL for
- * any other message type. */
+ * the rest is dropped and counted (mstar_comm_get_security_stats). A persisted tensor may be
+ * handed on, so its ACKs are also applied from other peers: in full while the persist marker
+ * holds it, and after the UNPERSIST K that clears the marker from an expected entity
+ * (mstar_comm_expect_entities), up to K less those applied beyond the ledger before it
+ * (docs/security.md). MSTAR_EINVAL for any other message type. */
 MSTAR_API mstar_status mstar_comm_handle_message(mstar_comm *comm, const mstar_msg *msg);
 
 /* The ACK ledger: `msg` was sent to `peer`; each descriptor in it that this manager produced and

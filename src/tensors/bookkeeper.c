@@ -209,6 +209,9 @@ bool mstar__bk_can_gc(const mstar__bk *bk, mstar_tensor_id uuid)
 /* ---- the ACK ledger ---------------------------------------------------------------------------
  */
 
+/* The peer id of the grant's entry; interned names count up from 1 and never reach it. */
+#define GRANT UINT32_MAX
+
 static mstar__bk_owed *owed_at(const mstar__bk *bk, uint32_t idx1)
 {
     return (mstar__bk_owed *)mstar__vec_at(&bk->owed, idx1 - 1);
@@ -252,16 +255,22 @@ static mstar_status owed_new(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer,
     return MSTAR_OK;
 }
 
-mstar_status mstar__bk_owe(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer, int64_t n)
+/* The entry of (uuid, peer), made when there is none; MSTAR_ENOENT when `uuid` is not held. */
+static mstar_status owed_get(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer,
+                             mstar__bk_owed **out)
 {
     if (mstar__u64map_find(&bk->index, uuid) == NULL)
         return MSTAR_ENOENT;
-    mstar__bk_owed *e = owed_find(bk, uuid, peer);
-    if (e == NULL) {
-        mstar_status st = owed_new(bk, uuid, peer, &e);
-        if (st != MSTAR_OK)
-            return st;
-    }
+    *out = owed_find(bk, uuid, peer);
+    return *out != NULL ? MSTAR_OK : owed_new(bk, uuid, peer, out);
+}
+
+mstar_status mstar__bk_owe(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer, int64_t n)
+{
+    mstar__bk_owed *e;
+    mstar_status st = owed_get(bk, uuid, peer, &e);
+    if (st != MSTAR_OK)
+        return st;
     if (n < 0 || n > MSTAR__BK_MAX_COUNT - e->count)
         return mstar_error_set(MSTAR_ERANGE, "ACK ledger: %lld more deliveries of one tensor",
                                (long long)n);
@@ -284,8 +293,35 @@ int64_t mstar__bk_owed_total(const mstar__bk *bk, mstar_tensor_id uuid)
     uint64_t *head = mstar__u64map_find(&bk->owed_index, uuid);
     int64_t total = 0;
     for (uint32_t i = head != NULL ? (uint32_t)*head : 0; i != 0; i = owed_at(bk, i)->next)
-        total += owed_at(bk, i)->count;
+        if (owed_at(bk, i)->peer != GRANT)
+            total += owed_at(bk, i)->count;
     return total;
+}
+
+static int64_t clamp_count(int64_t n)
+{
+    return n < -MSTAR__BK_MAX_COUNT  ? -MSTAR__BK_MAX_COUNT
+           : n > MSTAR__BK_MAX_COUNT ? MSTAR__BK_MAX_COUNT
+                                     : n;
+}
+
+mstar_status mstar__bk_grant_add(mstar__bk *bk, mstar_tensor_id uuid, int64_t n)
+{
+    mstar__bk_owed *e;
+    mstar_status st = owed_get(bk, uuid, GRANT, &e);
+    if (st != MSTAR_OK)
+        return st;
+    /* Both terms lie within +-MSTAR__BK_MAX_COUNT (2^32), so the sum cannot overflow. */
+    e->count = clamp_count(e->count + clamp_count(n));
+    return MSTAR_OK;
+}
+
+int64_t mstar__bk_grant_take(mstar__bk *bk, mstar_tensor_id uuid, int64_t n)
+{
+    mstar__bk_owed *e = owed_find(bk, uuid, GRANT);
+    if (e == NULL || e->count <= 0)
+        return 0;
+    return mstar__bk_owed_take(bk, uuid, GRANT, n);
 }
 
 /* Free the ledger entries of a record that leaves. */

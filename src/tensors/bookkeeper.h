@@ -131,8 +131,16 @@ bool mstar__bk_set_persist(mstar__bk *bk, mstar_tensor_id uuid, bool persist,
  * them back and return how many were taken (0 when the peer is owed nothing). */
 mstar_status mstar__bk_owe(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer, int64_t n);
 int64_t mstar__bk_owed_take(mstar__bk *bk, mstar_tensor_id uuid, uint32_t peer, int64_t n);
-/* Deliveries of `uuid` still owed an ACK, all peers together. */
+/* Deliveries of `uuid` still owed an ACK, all peers together (the grant below not counted). */
 int64_t mstar__bk_owed_total(const mstar__bk *bk, mstar_tensor_id uuid);
+
+/* The grant, a ledger entry of no peer: ACKs of held `uuid` that the ledger does not cover but an
+ * UNPERSIST K allowed, because a persisted tensor may be handed on by whoever it was sent to
+ * (docs/invariants.md I-28). grant_add adds n, clamped to +-MSTAR__BK_MAX_COUNT: K at UNPERSIST,
+ * minus each such ACK that came in while the tensor was persisted, which K counts too
+ * (MSTAR_ENOENT when not held). grant_take takes up to n of what is left and returns how many. */
+mstar_status mstar__bk_grant_add(mstar__bk *bk, mstar_tensor_id uuid, int64_t n);
+int64_t mstar__bk_grant_take(mstar__bk *bk, mstar_tensor_id uuid, int64_t n);
 
 /* Detach a live record from the index and its request list (teardown); its ledger goes too. */
 void mstar__bk_detach(mstar__bk *bk, uint32_t slot);

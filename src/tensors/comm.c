@@ -767,28 +767,54 @@ static void drop_ack(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_id uui
               (unsigned long long)uuid, why, (unsigned long long)n);
 }
 
-/* How much of an ACK of `count` deliveries of `uuid` from msg->from to apply. Without a ledger
- * (nothing of this manager's was ever sent through the mesh or noted) the whole of it; with one,
- * what the sender still owes. A tensor held by its persist marker may be handed on by whoever it
- * was sent to (the api server's prompt goes through the conductor), so its ACKs are applied from
- * any peer: they cannot free it while it is persisted. */
+bool mstar__comm_expects(const mstar_comm *comm, const char *entity)
+{
+    return mstar__strmap_len(&comm->expected) == 0 ||
+           mstar__strmap_find(&comm->expected, entity, strnlen(entity, MSTAR_NAME_MAX + 1)) != NULL;
+}
+
+/* Take up to `count` of the deliveries of `uuid` that msg->from owes, itself or for a recipient
+ * it acknowledges for (mstar_comm_accept_acks_for); how many were taken. */
+static int64_t ledger_take(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_id uuid,
+                           int64_t count)
+{
+    uint64_t *peer =
+        mstar__strmap_find(&comm->names.index, msg->from, strnlen(msg->from, MSTAR_NAME_MAX + 1));
+    if (peer == NULL)
+        return 0;
+    int64_t taken = mstar__bk_owed_take(&comm->bk, uuid, (uint32_t)*peer, count);
+    for (size_t i = 0; taken < count && i < comm->ack_aliases.len; i++) {
+        const uint32_t *a = mstar__vec_at(&comm->ack_aliases, i);
+        if (a[0] == (uint32_t)*peer)
+            taken += mstar__bk_owed_take(&comm->bk, uuid, a[1], count - taken);
+    }
+    return taken;
+}
+
+/* How much of an ACK of `count` deliveries of `uuid` from msg->from to apply (I-28). Without a
+ * ledger (nothing of this manager's was ever sent through the mesh or noted) the whole of it;
+ * with one, what the sender still owes. A persisted tensor may be handed on by whoever it was
+ * sent to (the api server's prompt goes through the conductor), so the rest is taken from its
+ * UNPERSIST's grant: while the marker holds the tensor the rest is applied and charged to the
+ * grant to come (K counts those reads too); once it cleared, an expected peer's rest is applied
+ * up to what the grant has left. */
 static int64_t ack_allowed(mstar_comm *comm, const mstar_msg *msg, mstar_tensor_id uuid,
                            int64_t count)
 {
     uint32_t slot = mstar__bk_find(&comm->bk, uuid);
     if (slot == MSTAR__BK_NONE || !comm->ack_ledger)
         return count;
-    const mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
-    if (rec->flags & MSTAR__BK_PERSIST)
+    int64_t taken = ledger_take(comm, msg, uuid, count);
+    if (taken == count)
         return count;
-    uint64_t *peer =
-        mstar__strmap_find(&comm->names.index, msg->from, strnlen(msg->from, MSTAR_NAME_MAX + 1));
-    int64_t taken = peer != NULL ? mstar__bk_owed_take(&comm->bk, uuid, (uint32_t)*peer, count) : 0;
-    for (size_t i = 0; peer != NULL && taken < count && i < comm->ack_aliases.len; i++) {
-        const uint32_t *a = mstar__vec_at(&comm->ack_aliases, i);
-        if (a[0] == (uint32_t)*peer)
-            taken += mstar__bk_owed_take(&comm->bk, uuid, a[1], count - taken);
+    if (mstar__bk_at(&comm->bk, slot)->flags & MSTAR__BK_PERSIST) {
+        if (mstar__bk_grant_add(&comm->bk, uuid, taken - count) != MSTAR_OK)
+            mstar_log(MSTAR_LOG_WARN, "ACK ledger: %s; the grant of 0x%016llx is not reduced",
+                      mstar_last_error(), (unsigned long long)uuid);
+        return count;
     }
+    if (mstar__comm_expects(comm, msg->from))
+        taken += mstar__bk_grant_take(&comm->bk, uuid, count - taken);
     if (taken < count)
         drop_ack(comm, msg, uuid, count - taken,
                  taken == 0 ? "the sender was not sent that tensor or owes no ACK for it"
@@ -845,8 +871,18 @@ static void handle_unpersist(mstar_comm *comm, const mstar_msg *msg)
                       (unsigned long long)c->uuid);
             continue;
         }
-        if (produced_here(comm, msg, c->uuid) && mstar__bk_increment(&comm->bk, c->uuid, c->count))
-            mstar__bk_set_persist(&comm->bk, c->uuid, false, &comm->collected);
+        if (!produced_here(comm, msg, c->uuid) ||
+            !mstar__bk_increment(&comm->bk, c->uuid, c->count))
+            continue;
+        /* The K reads may have been handed on to peers this manager never sent the tensor to:
+         * their ACKs can land after the marker clears (I-28). */
+        if (comm->ack_ledger && c->count > 0 &&
+            mstar__bk_grant_add(&comm->bk, c->uuid, c->count) != MSTAR_OK)
+            mstar_log(MSTAR_LOG_WARN,
+                      "UNPERSIST_TENSORS from '%s': %s; ACKs of 0x%016llx from peers it was "
+                      "not sent to will be dropped",
+                      msg->from, mstar_last_error(), (unsigned long long)c->uuid);
+        mstar__bk_set_persist(&comm->bk, c->uuid, false, &comm->collected);
     }
 }
 

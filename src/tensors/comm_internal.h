@@ -119,6 +119,10 @@ void mstar__comm_req_reset(mstar__req *r);
 /* The shard dim the request's config gives `signal` (interned), -1 if none. */
 int32_t mstar__comm_shard_dim(const mstar_comm *comm, const mstar__req *r, uint32_t signal);
 
+/* Whether `entity` is one the deployment named (mstar_comm_expect_entities); any is, when none
+ * were named. */
+bool mstar__comm_expects(const mstar_comm *comm, const char *entity);
+
 /* Send TENSOR_RECEIVED to each producer of the descriptors: one per source entity, counting each
  * (edge, descriptor) occurrence; this entity's own are skipped. `failed` (may be NULL) marks
  * edges whose read failed: their descriptors go into failed_tensor_ids instead. A message whose

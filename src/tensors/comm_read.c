@@ -108,9 +108,8 @@ static mstar_status check_identity(mstar_comm *comm, uint32_t slot, const mstar_
  * to open and a peer to send the ACK to. */
 static mstar_status check_expected(const mstar_comm *comm, const mstar_tensor_info *info)
 {
-    if (mstar__strmap_len(&comm->expected) == 0 || strcmp(info->source_entity, comm->entity) == 0 ||
-        mstar__strmap_find(&comm->expected, info->source_entity,
-                           strnlen(info->source_entity, MSTAR_NAME_MAX + 1)) != NULL)
+    if (strcmp(info->source_entity, comm->entity) == 0 ||
+        mstar__comm_expects(comm, info->source_entity))
         return MSTAR_OK;
     return mstar_error_set(MSTAR_EPROTO,
                            "descriptor of tensor 0x%016llx names source entity '%s', which is "

@@ -46,6 +46,7 @@ typedef struct model {
     bool persisted; /* the persist marker */
     int64_t ref;    /* the producer's reference count */
     int64_t owed[NDEST];
+    int64_t grant; /* ACKs beyond the ledger that UNPERSIST allowed (docs/invariants.md I-28) */
     bool read;     /* worker_1 read it and has not released it */
     bool was_read; /* worker_1 read it once (a delivery is read once) */
     uint8_t seed;  /* its bytes: seed + i */
@@ -189,19 +190,33 @@ static void settle(model *t)
         t->held = false;
 }
 
-/* An ACK entry from sender s: what the producer applies of it, per the rules. */
+/* The grant is kept within +-MAX_COUNT. */
+static int64_t clamp_count(int64_t n)
+{
+    return n < -MAX_COUNT ? -MAX_COUNT : n > MAX_COUNT ? MAX_COUNT : n;
+}
+
+/* An ACK entry from sender s: what the producer applies of it, per the rules. The ledger is
+ * armed from the first tensor sent on, and no entity list is named, so every sender may spend
+ * the grant. */
 static void model_ack(model *t, int s, int64_t count)
 {
     if (!t->held || count < 1 || count > MAX_COUNT)
         return;
-    if (t->persisted) {
-        t->ref -= count;
-        return;
-    }
     int64_t take = 0;
     if (s < NDEST) {
         take = count < t->owed[s] ? count : t->owed[s];
         t->owed[s] -= take;
+    }
+    if (t->persisted) { /* applied whole; the part the ledger did not cover is charged */
+        t->grant = clamp_count(t->grant - (count - take));
+        t->ref -= count;
+        return;
+    }
+    if (take < count && t->grant > 0) {
+        int64_t g = count - take < t->grant ? count - take : t->grant;
+        t->grant -= g;
+        take += g;
     }
     t->ref -= take;
     settle(t);
@@ -254,6 +269,8 @@ static void forged(mstar_msg_type type, int s, model *t, mstar_tensor_id uuid, i
         model_ack(t, s, count);
     } else if (t->held && count >= 0 && count <= MAX_COUNT) {
         t->ref += count;
+        if (count > 0)
+            t->grant = clamp_count(t->grant + count);
         t->persisted = false;
         settle(t);
     }

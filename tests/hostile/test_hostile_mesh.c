@@ -290,6 +290,48 @@ static void test_replayed_ack_dropped(void **state)
     world_close(&w);
 }
 
+/* A persisted tensor goes to worker_2 (in the conductor's place), which hands its descriptor on
+ * to worker_1 and then sends UNPERSIST K = 1. worker_1's ACK lands after the marker cleared, from
+ * a peer the producer never sent the tensor to: K granted it, so it frees the tensor. */
+static void test_forwarded_persisted_ack_after_unpersist(void **state)
+{
+    (void)state;
+    world w;
+    world_open(&w);
+    mstar_rid rid = mstar_rid_from_int(8);
+    mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT32, 500, 11);
+    mstar_output o = output_of("sig", t);
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w.p, &rid, &o, 1, NULL, &info));
+    assert_mstar_ok(mstar_comm_set_persist(w.p, info.uuid, true));
+    assert_mstar_ok(mstar_comm_register_for_send(w.p, &rid, &info, 1));
+    mstar_msg m;
+    mstar_msg_init(&m, MSTAR_MSG_INPUT_SIGNALS);
+    m.request_id = rid;
+    mstar_edge e = edge_of("sig", "node", &info, 1);
+    assert_mstar_ok(mstar_msg_add_edge(&m, &e));
+    mstar_edge_clear(&e);
+    assert_mstar_ok(mstar_mesh_send(w.pm, CONSUMER2, &m));
+    mstar_msg_clear(&m);
+
+    assert_mstar_ok(mstar_mesh_recv(w.c2m, 10000, &m));
+    assert_mstar_ok(mstar_mesh_send(w.c2m, CONSUMER, &m)); /* handed on, unread */
+    mstar_msg_clear(&m);
+    mstar_msg_init(&m, MSTAR_MSG_UNPERSIST_TENSORS);
+    m.request_id = rid;
+    assert_mstar_ok(mstar_msg_add_count(&m, info.uuid, 1));
+    assert_mstar_ok(mstar_mesh_send(w.c2m, PRODUCER, &m));
+    mstar_msg_clear(&m);
+    assert_int_equal(pump_producer(&w, 2000), 1); /* the UNPERSIST, before worker_1's ACK */
+    assert_int_equal(mstar_comm_num_tensors(w.p), 1);
+
+    consume(w.cm, w.c, &t, MSTAR_OK);
+    producer_settles(&w, 0);
+    assert_int_equal(stats_of(w.p).acks_dropped, 0);
+    free(t.data);
+    world_close(&w);
+}
+
 /* Fault 3: counts of INT64_MAX and below zero, in ACKs and in UNPERSIST, are refused without
  * touching the count; the tensor is still read and freed normally. */
 static void test_extreme_counts_refused(void **state)
@@ -551,6 +593,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ack_from_stranger_dropped),
         cmocka_unit_test(test_replayed_ack_dropped),
+        cmocka_unit_test(test_forwarded_persisted_ack_after_unpersist),
         cmocka_unit_test(test_extreme_counts_refused),
         cmocka_unit_test(test_failed_ack_kept_and_resent),
         cmocka_unit_test(test_same_index_is_refused),

@@ -11,102 +11,22 @@
  *     naming what was wrong; a request id outside the run: logged and ignored;
  *   - SHUTDOWN: the report (nothing held, nothing open), sent until acknowledged; exit code 0.
  */
-#include "demo_harness.h"
+#include "worker_world.h"
 
 #include "demo/demo_codebook.h"
-#include "demo/demo_link.h"
-#include "demo/demo_procs.h"
 #include "demo/demo_worker.h"
 #include "ref_eager.h"
 
 #define NREQ 8
 
-typedef struct world {
-    demo_options opts;
-    demo_dirs dirs;
-    pid_t pid;
-    demo_link cond, enc, api, pre; /* conductor; worker_0 (producer); api server; its reader */
-    mstar_backend *backend;
-    /* Messages seen, for the expectations below. */
-    mstar_msg seen[256];
-    char at[256][32];
-    int nseen;
-} world;
+static worker_world *W;
+static demo_link *cond, *enc,
+    *pre; /* conductor; worker_0 (the producer); the api server's reader */
+static mstar_backend *backend;
 
-static world *W;
-
-/* Receive everything pending; ACKs go to the producer's manager, the rest is kept. */
-static void pump(int timeout_ms)
-{
-    struct {
-        demo_link *l;
-        const char *name;
-    } ents[] = { { &W->cond, "conductor" },
-                 { &W->enc, "worker_0" },
-                 { &W->api, "api_server" },
-                 { &W->pre, DEMO_PREPROCESS } };
-    struct timespec pause = { 0, 2 * 1000 * 1000 };
-    for (int waited = 0; waited <= timeout_ms; waited += 2) {
-        bool any = false;
-        for (size_t i = 0; i < 4; i++) {
-            mstar_msg m;
-            while (mstar_mesh_recv(ents[i].l->mesh, 0, &m) == MSTAR_OK) {
-                any = true;
-                if (m.type == MSTAR_MSG_TENSOR_RECEIVED && ents[i].l->comm != NULL)
-                    assert_mstar_ok(mstar_comm_handle_message(ents[i].l->comm, &m));
-                assert_true(W->nseen < 256);
-                W->seen[W->nseen] = m;
-                snprintf(W->at[W->nseen], 32, "%s", ents[i].name);
-                W->nseen++;
-            }
-        }
-        if (any)
-            return;
-        nanosleep(&pause, NULL);
-    }
-}
-
-/* The first message of `type` for request `rid` that reached `entity` (waiting up to 30 s), taken
- * out of the list; the caller clears it. */
 static mstar_msg expect(const char *entity, mstar_msg_type type, int64_t rid)
 {
-    for (int round = 0; round < 3000; round++) {
-        for (int i = 0; i < W->nseen; i++) {
-            mstar_msg *m = &W->seen[i];
-            bool rid_ok =
-                rid < 0 || (!m->request_id.is_str && m->request_id.num == rid) ||
-                (type == MSTAR_MSG_FAIL_REQUESTS && m->nrids > 0 && m->rids[0].num == rid);
-            if (m->type == type && strcmp(W->at[i], entity) == 0 && rid_ok) {
-                mstar_msg out = *m;
-                memmove(&W->seen[i], &W->seen[i + 1], (size_t)(W->nseen - i - 1) * sizeof(*m));
-                memmove(&W->at[i], &W->at[i + 1], (size_t)(W->nseen - i - 1) * sizeof(W->at[0]));
-                W->nseen--;
-                return out;
-            }
-        }
-        pump(10);
-    }
-    fail_msg("no %s for request %lld at %s", mstar_msg_type_name(type), (long long)rid, entity);
-    mstar_msg none; /* not reached: fail_msg ends the test */
-    mstar_msg_init(&none, MSTAR_MSG_INVALID);
-    return none;
-}
-
-static bool seen_any(const char *entity, mstar_msg_type type, int64_t rid)
-{
-    pump(200);
-    for (int i = 0; i < W->nseen; i++) {
-        if (W->seen[i].type == type && strcmp(W->at[i], entity) == 0 &&
-            W->seen[i].request_id.num == rid)
-            return true;
-    }
-    return false;
-}
-
-static void send_to(demo_link *from, const char *peer, mstar_msg *m)
-{
-    assert_mstar_ok(demo_send(from->mesh, peer, m));
-    mstar_msg_clear(m);
+    return worker_world_expect(W, entity, type, rid);
 }
 
 static void new_request(int64_t rid, int64_t max_new)
@@ -115,7 +35,7 @@ static void new_request(int64_t rid, int64_t max_new)
     mstar_msg_init(&m, MSTAR_MSG_NEW_REQUEST);
     m.request_id = mstar_rid_from_int(rid);
     assert_mstar_ok(mstar_msg_add_kv(&m, DEMO_KV_MAX_NEW, max_new));
-    send_to(&W->cond, "worker_1", &m);
+    worker_world_send(cond, "worker_1", &m);
 }
 
 /* States [len, hidden] of `dtype` with bytes from `seed`, staged by worker_0 and sent to the
@@ -134,72 +54,37 @@ static void send_states(int64_t rid, const char *name, mstar_dtype dtype, int64_
         memcpy(keep, v, n * sizeof(float));
     mstar_tensor t;
     assert_mstar_ok(mstar_tensor_init(&t, v, mstar_device_cpu(), dtype, 2, shape));
-    mstar_rid r = mstar_rid_from_int(rid);
-    mstar_edge edge;
-    assert_mstar_ok(demo_link_stage_output(&W->enc, &r, name, "decoder", &t, &edge));
+    worker_world_send_input(W, rid, name, &t);
     free(v);
-    mstar_msg m;
-    mstar_msg_init(&m, MSTAR_MSG_INPUT_SIGNALS);
-    m.request_id = r;
-    assert_mstar_ok(mstar_msg_add_edge(&m, &edge));
-    mstar_edge_clear(&edge);
-    send_to(&W->enc, "worker_1", &m);
 }
 
 static void drain_and_remove(int64_t rid)
 {
+    worker_world_drain(W, rid);
     mstar_rid r = mstar_rid_from_int(rid);
-    assert_mstar_ok(demo_send_simple(W->cond.mesh, "worker_1", MSTAR_MSG_DRAIN_REQUEST, &r));
-    mstar_msg done = expect("conductor", MSTAR_MSG_READS_DONE, rid);
-    assert_string_equal(done.from, "worker_1");
-    mstar_msg_clear(&done);
-    mstar_msg m;
-    mstar_msg_init(&m, MSTAR_MSG_REMOVE_REQUEST);
-    m.request_id = r;
-    m.force = true;
-    send_to(&W->cond, "worker_1", &m);
-    assert_mstar_ok(mstar_comm_force_cleanup_request(W->enc.comm, &r));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(enc->comm, &r));
 }
 
 static int setup(void **state)
 {
-    W = calloc(1, sizeof(*W));
-    const char *cfg = demo_write_file("small.yaml", demo_small_config);
-    char *argv[] = { "demo", "--config", (char *)cfg, "--requests", "8", NULL };
-    assert_int_equal(demo_options_parse(5, argv, &W->opts), 0);
-    assert_mstar_ok(demo_dirs_create(&W->dirs, NULL));
-    assert_mstar_ok(demo_spawn_worker(&W->opts, 1, &W->dirs, &W->pid));
-    demo_link_options lo[] = {
-        { "conductor", W->dirs.ipc, NULL, DEMO_TRANSPORT_ARENA, NULL },
-        { "worker_0", W->dirs.ipc, W->dirs.shm, DEMO_TRANSPORT_ARENA, NULL },
-        { "api_server", W->dirs.ipc, NULL, DEMO_TRANSPORT_ARENA, NULL },
-        { DEMO_PREPROCESS, W->dirs.ipc, W->dirs.shm, DEMO_TRANSPORT_ARENA, NULL },
-    };
-    demo_link *links[] = { &W->cond, &W->enc, &W->api, &W->pre };
-    for (size_t i = 0; i < 4; i++)
-        assert_mstar_ok(demo_link_open(&lo[i], links[i]));
-    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &W->backend));
-    mstar_msg hello = expect("conductor", MSTAR_MSG_HELLO, 0); /* rid 0 of a zeroed message */
-    assert_int_equal(mstar_msg_get_kv(&hello, "rank", -1), 1);
-    mstar_msg_clear(&hello);
+    const worker_world_entity ents[] = { { "conductor", false, true },
+                                         { "worker_0", true, true },
+                                         { "api_server", false, true },
+                                         { DEMO_PREPROCESS, true, true } };
+    W = worker_world_open(ents, 4);
+    cond = worker_world_link(W, "conductor");
+    enc = worker_world_link(W, "worker_0");
+    pre = worker_world_link(W, DEMO_PREPROCESS);
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &backend));
     *state = W;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    for (int i = 0; i < W->nseen; i++)
-        mstar_msg_clear(&W->seen[i]);
-    demo_link *links[] = { &W->cond, &W->enc, &W->api, &W->pre };
-    for (size_t i = 0; i < 4; i++)
-        demo_link_close(links[i]);
-    mstar_backend_destroy(W->backend);
-    if (W->pid > 0) {
-        kill(W->pid, SIGKILL);
-        waitpid(W->pid, NULL, 0);
-    }
-    demo_dirs_remove(&W->dirs);
-    free(W);
+    (void)state;
+    mstar_backend_destroy(backend);
+    worker_world_close(W);
     return 0;
 }
 
@@ -211,8 +96,8 @@ static void eager_tokens(const float *states, int64_t len, int32_t max_new, int3
     ref_eager *e;
     mstar_kv_cache_config kv = { cfg->kv_pages, cfg->page_size, 1,
                                  cfg->prompt_max + cfg->output_max };
-    assert_mstar_ok(demo_codebook_create(W->backend, &cfg->model, &cb));
-    assert_mstar_ok(ref_eager_create(&cfg->model, &kv, W->backend, &e));
+    assert_mstar_ok(demo_codebook_create(backend, &cfg->model, &cb));
+    assert_mstar_ok(ref_eager_create(&cfg->model, &kv, backend, &e));
     int64_t shape[2] = { len, cfg->model.hidden };
     mstar_tensor t;
     assert_mstar_ok(
@@ -237,19 +122,19 @@ static void expect_result(int64_t rid, const int32_t *want, int32_t n)
     assert_int_equal(res.nedges, 1);
     assert_string_equal(res.edges[0].name, DEMO_SIG_TOKENS);
     mstar_rid r = mstar_rid_from_int(rid);
-    assert_mstar_ok(mstar_comm_start_read_tensors(W->pre.comm, &r, res.edges, 1, NULL));
+    assert_mstar_ok(mstar_comm_start_read_tensors(pre->comm, &r, res.edges, 1, NULL));
     mstar_ready_set set;
-    assert_mstar_ok(mstar_comm_get_ready_tensors(W->pre.comm, &set));
+    assert_mstar_ok(mstar_comm_get_ready_tensors(pre->comm, &set));
     assert_int_equal(set.nedges, 1);
     int32_t got[64];
     mstar_tensor copy;
     mstar_tensor_id uuid = set.edges[0].tensor_info[0].uuid;
     assert_int_equal(set.edges[0].tensor_info[0].dims[0], n);
-    assert_mstar_ok(mstar_comm_get_tensor_copy(W->pre.comm, uuid, got, sizeof(got), &copy));
+    assert_mstar_ok(mstar_comm_get_tensor_copy(pre->comm, uuid, got, sizeof(got), &copy));
     assert_memory_equal(got, want, (size_t)n * sizeof(int32_t));
-    assert_mstar_ok(mstar_comm_dereference(W->pre.comm, uuid, 1));
+    assert_mstar_ok(mstar_comm_dereference(pre->comm, uuid, 1));
     mstar_ready_set_clear(&set);
-    assert_mstar_ok(mstar_comm_cleanup_request(W->pre.comm, &r));
+    assert_mstar_ok(mstar_comm_cleanup_request(pre->comm, &r));
     mstar_msg_clear(&res);
 }
 
@@ -258,7 +143,7 @@ static void test_early_inputs_are_buffered(void **state)
     float states[16 * 64];
     int32_t want[8];
     send_states(0, DEMO_SIG_HIDDEN, MSTAR_DTYPE_FLOAT32, 11, 0xea51, states);
-    pump(100); /* the input reaches the worker before its NEW_REQUEST */
+    worker_world_pump(W, 100); /* the input reaches the worker before its NEW_REQUEST */
     new_request(0, 6);
     mstar_msg ack = expect("worker_0", MSTAR_MSG_TENSOR_RECEIVED, -1);
     mstar_msg_clear(&ack);
@@ -271,8 +156,8 @@ static void test_early_inputs_are_buffered(void **state)
     mstar_msg m;
     mstar_msg_init(&m, MSTAR_MSG_REMOVE_REQUEST);
     m.request_id = mstar_rid_from_int(0);
-    send_to(&W->cond, "worker_1", &m);
-    assert_int_equal(mstar_comm_num_tensors(W->enc.comm), 0); /* the ACK freed the states */
+    worker_world_send(cond, "worker_1", &m);
+    assert_int_equal(mstar_comm_num_tensors(enc->comm), 0); /* the ACK freed the states */
 }
 
 static void test_drained_request_acks_late_input_unread(void **state)
@@ -282,14 +167,14 @@ static void test_drained_request_acks_late_input_unread(void **state)
     /* A late input after the drain: acknowledged, never read, no result. */
     new_request(2, 4);
     mstar_rid r2 = mstar_rid_from_int(2);
-    assert_mstar_ok(demo_send_simple(W->cond.mesh, "worker_1", MSTAR_MSG_DRAIN_REQUEST, &r2));
+    assert_mstar_ok(demo_send_simple(cond->mesh, "worker_1", MSTAR_MSG_DRAIN_REQUEST, &r2));
     mstar_msg done = expect("conductor", MSTAR_MSG_READS_DONE, 2);
     mstar_msg_clear(&done);
     send_states(2, DEMO_SIG_HIDDEN, MSTAR_DTYPE_FLOAT32, 5, 0x1a7e, NULL);
     mstar_msg ack = expect("worker_0", MSTAR_MSG_TENSOR_RECEIVED, -1);
     mstar_msg_clear(&ack);
-    assert_int_equal(mstar_comm_num_tensors(W->enc.comm), 0);
-    assert_false(seen_any("api_server", MSTAR_MSG_RESULT_TENSORS, 2));
+    assert_int_equal(mstar_comm_num_tensors(enc->comm), 0);
+    assert_false(worker_world_seen(W, "api_server", MSTAR_MSG_RESULT_TENSORS, 2));
     drain_and_remove(2);
 }
 
@@ -318,42 +203,20 @@ static void test_bad_input_fails_the_request(void **state)
     /* a request id outside the run: ignored (the worker still answers the next request) */
     new_request(NREQ + 3, 4);
     new_request(-1, 4);
-    assert_false(seen_any("conductor", MSTAR_MSG_FAIL_REQUESTS, NREQ + 3));
-    assert_int_equal(mstar_comm_num_tensors(W->enc.comm), 0);
+    assert_false(worker_world_seen(W, "conductor", MSTAR_MSG_FAIL_REQUESTS, NREQ + 3));
+    assert_int_equal(mstar_comm_num_tensors(enc->comm), 0);
 }
 
 static void test_shutdown_reports_and_exits(void **state)
 {
-    assert_mstar_ok(demo_send_simple(W->cond.mesh, "worker_1", MSTAR_MSG_SHUTDOWN, NULL));
-    mstar_msg rep;
-    for (;;) { /* the startup HELLO is gone; the report's first part carries the counters */
-        rep = expect("conductor", MSTAR_MSG_HELLO, 0);
-        if (mstar_msg_get_kv(&rep, "rank", -1) == 1)
-            break;
-        mstar_msg_clear(&rep);
-    }
-    assert_int_equal(mstar_msg_get_kv(&rep, "report", 0), 1);
-    assert_int_equal(mstar_msg_get_kv(&rep, "tensors_held", -1), 0);
+    mstar_msg rep = worker_world_report(W);
     assert_int_equal(mstar_msg_get_kv(&rep, "live_slots", -1), 0);
-    assert_int_equal(mstar_msg_get_kv(&rep, "open_requests", -1), 0);
     assert_int_equal(mstar_msg_get_kv(&rep, "done", -1), 1);
     assert_int_equal(mstar_msg_get_kv(&rep, "failed", -1), 3);
     assert_int_equal(mstar_msg_get_kv(&rep, "removed_force", -1), 5);
     assert_int_equal(mstar_msg_get_kv(&rep, "removed_soft", -1), 1);
     mstar_msg_clear(&rep);
-    /* Not acknowledged yet: the worker keeps running (and sends the report again). */
-    int status;
-    assert_int_equal(waitpid(W->pid, &status, WNOHANG), 0);
-    mstar_msg bye;
-    mstar_msg_init(&bye, MSTAR_MSG_SHUTDOWN);
-    send_to(&W->cond, "worker_1", &bye);
-    for (int i = 0; i < 3000 && waitpid(W->pid, &status, WNOHANG) == 0; i++)
-        pump(10);
-    assert_true(WIFEXITED(status));
-    assert_int_equal(WEXITSTATUS(status), 0);
-    W->pid = 0;
-    /* Everything the worker staged is gone with it. */
-    assert_int_equal(demo_dirs_count_shm(&W->dirs, "worker_1"), 0);
+    worker_world_exits(W);
 }
 
 int main(void)

@@ -103,6 +103,65 @@ mstar_comm *make_comm(const char *entity, mstar_transport_kind kind, const char 
     return make_comm_with(entity, kind, dir, s, NULL);
 }
 
+void comm_pair_init(comm_pair *w, const char *tag)
+{
+    memset(w, 0, sizeof(*w));
+    w->dir = mstar_test_tmpdir(tag);
+    w->sp = (sender){ &w->b, "worker_0" };
+    w->sc = (sender){ &w->b, "worker_1" };
+}
+
+void comm_pair_make(comm_pair *w, mstar_transport_kind kind)
+{
+    w->p = make_comm("worker_0", kind, w->dir, &w->sp);
+    w->c = make_comm("worker_1", kind, w->dir, &w->sc);
+}
+
+void comm_pair_fini(comm_pair *w)
+{
+    mstar_comm_destroy(w->c);
+    mstar_comm_destroy(w->p);
+    w->c = w->p = NULL;
+    bus_clear(&w->b);
+    assert_int_equal(mstar_test_count_dir(w->dir), 0);
+}
+
+mstar_arena_stats arena_stats_of(mstar_comm *c)
+{
+    mstar_arena_stats s;
+    assert_mstar_ok(mstar_comm_arena_stats(c, &s));
+    return s;
+}
+
+void arena_knobs_clear(void)
+{
+    const char *knobs[] = { "MSTAR_SHM_ARENA_SEGMENT_MB", "MSTAR_SHM_ARENA_MAX_SEGMENTS",
+                            "MSTAR_SHM_ARENA_SPILL",      "MSTAR_SHM_ARENA_FULL_TIMEOUT_S",
+                            "MSTAR_SHM_ARENA_SLOT_TTL_S", "MSTAR_SHM_ARENA_PEER_SWEEP_S",
+                            "MSTAR_SHM_ARENA_PIN_MAX_MB", "MSTAR_SHM_ARENA_SPILL_AFTER_S" };
+    for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++)
+        unsetenv(knobs[i]);
+}
+
+comm_pair *arena_pair_new(const char *tag, bool managers)
+{
+    comm_pair *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    comm_pair_init(w, tag);
+    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "1", 1);
+    if (managers)
+        comm_pair_make(w, MSTAR_TRANSPORT_ARENA);
+    return w;
+}
+
+int arena_pair_teardown(void **state)
+{
+    comm_pair_fini(*state);
+    arena_knobs_clear();
+    free(*state);
+    return 0;
+}
+
 mstar_rid rid_str(const char *s)
 {
     mstar_rid r;

@@ -54,6 +54,33 @@ mstar_comm *make_comm_with(const char *entity, mstar_transport_kind kind, const 
 
 mstar_comm *make_comm(const char *entity, mstar_transport_kind kind, const char *dir, sender *s);
 
+/* The fixture of the two-manager tests: a bus; worker_0 (the producer) and worker_1 (the
+ * consumer) sending on it; a private shm directory; and their managers when the test keeps the
+ * same two throughout (comm_pair_make), NULL otherwise. */
+typedef struct comm_pair {
+    bus b;
+    sender sp, sc;
+    const char *dir;
+    mstar_comm *p, *c;
+} comm_pair;
+
+/* Fill `w` (zeroed first) with senders and a directory named after `tag`. */
+void comm_pair_init(comm_pair *w, const char *tag);
+/* Create w->p (worker_0) and w->c (worker_1) on transport `kind`. */
+void comm_pair_make(comm_pair *w, mstar_transport_kind kind);
+/* Destroy the managers made (the consumer first), drop what the bus still holds, and check that
+ * nothing is left in the directory. */
+void comm_pair_fini(comm_pair *w);
+
+/* The arena figures of manager `c`. */
+mstar_arena_stats arena_stats_of(mstar_comm *c);
+/* Unset every MSTAR_SHM_ARENA_* knob the arena tests set. */
+void arena_knobs_clear(void);
+/* The arena tests' fixture: a comm_pair (allocated) with 1 MiB segments; its managers made over
+ * the arena when `managers`. The teardown undoes it, the knobs included. */
+comm_pair *arena_pair_new(const char *tag, bool managers);
+int arena_pair_teardown(void **state);
+
 mstar_rid rid_str(const char *s);
 
 /* A host tensor of `dtype` and shape with bytes derived from `seed` (owned by the caller). */

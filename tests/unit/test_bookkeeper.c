@@ -259,6 +259,18 @@ static void test_ack_ledger(void **state)
     assert_int_equal(mstar__bk_owed_take(&bk, id(1), 7, 5), 2); /* at most what is owed */
     assert_int_equal(mstar__bk_owed_take(&bk, id(1), 7, 1), 0); /* a replay */
     assert_int_equal(mstar__bk_owed_total(&bk, id(1)), 1);
+    /* The grant: charged below zero, then K added; taken only while positive, never past it. */
+    assert_mstar_status(mstar__bk_grant_add(&bk, id(2), 1), MSTAR_ENOENT);
+    assert_int_equal(mstar__bk_grant_take(&bk, id(1), 1), 0); /* none yet */
+    assert_mstar_ok(mstar__bk_grant_add(&bk, id(1), -1));
+    assert_int_equal(mstar__bk_grant_take(&bk, id(1), 1), 0);
+    assert_mstar_ok(mstar__bk_grant_add(&bk, id(1), 3));
+    assert_int_equal(mstar__bk_grant_take(&bk, id(1), 5), 2);
+    assert_int_equal(mstar__bk_grant_take(&bk, id(1), 1), 0);
+    assert_mstar_ok(mstar__bk_grant_add(&bk, id(1), INT64_MAX)); /* clamped, no overflow */
+    assert_mstar_ok(mstar__bk_grant_add(&bk, id(1), INT64_MAX));
+    assert_int_equal(mstar__bk_grant_take(&bk, id(1), INT64_MAX), MSTAR__BK_MAX_COUNT);
+    assert_int_equal(mstar__bk_owed_total(&bk, id(1)), 1); /* the grant is not owed by a peer */
     mstar__bk_detach(&bk, slot);
     assert_int_equal(mstar__bk_owed_total(&bk, id(1)), 0);
     assert_int_equal(mstar__u64map_len(&bk.owed_index), 0);
@@ -267,7 +279,8 @@ static void test_ack_ledger(void **state)
     assert_mstar_ok(mstar__bk_put(&bk, id(3), 0, &slot));
     assert_mstar_ok(mstar__bk_owe(&bk, id(3), 7, 1));
     assert_mstar_ok(mstar__bk_owe(&bk, id(3), 8, 1));
-    assert_int_equal(bk.owed.len, 2);
+    assert_mstar_ok(mstar__bk_grant_add(&bk, id(3), 1));
+    assert_int_equal(bk.owed.len, 3);
     mstar__bk_free(&bk);
 }
 

@@ -18,44 +18,18 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct world {
-    bus b;
-    sender sp, sc;
-    const char *dir;
-} world;
+typedef comm_pair world;
 
 static int setup(void **state)
 {
-    world *w = calloc(1, sizeof(*w));
-    w->dir = mstar_test_tmpdir("arena");
-    w->sp = (sender){ &w->b, "worker_0" };
-    w->sc = (sender){ &w->b, "worker_1" };
-    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "1", 1);
+    *state = arena_pair_new("arena", false);
     setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "2", 1);
-    *state = w;
     return 0;
 }
 
 static int teardown(void **state)
 {
-    world *w = *state;
-    bus_clear(&w->b);
-    assert_int_equal(mstar_test_count_dir(w->dir), 0);
-    const char *knobs[] = { "MSTAR_SHM_ARENA_SEGMENT_MB", "MSTAR_SHM_ARENA_MAX_SEGMENTS",
-                            "MSTAR_SHM_ARENA_SPILL",      "MSTAR_SHM_ARENA_FULL_TIMEOUT_S",
-                            "MSTAR_SHM_ARENA_SLOT_TTL_S", "MSTAR_SHM_ARENA_PEER_SWEEP_S",
-                            "MSTAR_SHM_ARENA_PIN_MAX_MB", "MSTAR_SHM_ARENA_SPILL_AFTER_S" };
-    for (size_t i = 0; i < sizeof(knobs) / sizeof(knobs[0]); i++)
-        unsetenv(knobs[i]);
-    free(w);
-    return 0;
-}
-
-static mstar_arena_stats stats(mstar_comm *c)
-{
-    mstar_arena_stats s;
-    assert_mstar_ok(mstar_comm_arena_stats(c, &s));
-    return s;
+    return arena_pair_teardown(state);
 }
 
 /* Store one tensor of n bytes for `rid`, hold it for one consumer, stage it. */
@@ -134,7 +108,7 @@ static void test_fragmentation_spills(void **state)
         slots[i] = stage(p, &rid, 128 * 1024, (uint32_t)i, MSTAR_OK); /* fills the 1 MiB */
     for (int i = 0; i < 8; i += 2)
         ack(p, slots[i].uuid); /* 512 KiB free in 128 KiB holes */
-    mstar_arena_stats s = stats(p);
+    mstar_arena_stats s = arena_stats_of(p);
     assert_int_equal(s.free_bytes, 512 * 1024);
     assert_int_equal(s.largest_free_block, 128 * 1024);
     mstar_test_log_capture_begin(MSTAR_LOG_WARN);
@@ -142,15 +116,15 @@ static void test_fragmentation_spills(void **state)
     mstar_test_log_capture_end();
     assert_true(mstar_test_log_contains("fragmented"));
     assert_string_equal(big.shm_segment, ""); /* spilled */
-    s = stats(p);
+    s = arena_stats_of(p);
     assert_int_equal(s.spill_files, 1);
     assert_int_equal(s.live_slots, 4);
     read_back(c, &rid, &big);
     bus_deliver(&w->b, "worker_0", p);
-    assert_int_equal(stats(p).spill_files, 0);
+    assert_int_equal(arena_stats_of(p).spill_files, 0);
     for (int i = 1; i < 8; i += 2)
         ack(p, slots[i].uuid);
-    assert_int_equal(stats(p).live_slots, 0);
+    assert_int_equal(arena_stats_of(p).live_slots, 0);
     assert_int_equal(mstar_comm_num_tensors(p), 0);
     mstar_comm_destroy(c);
     mstar_comm_destroy(p);
@@ -174,7 +148,7 @@ static void test_spill_after_grace(void **state)
     assert_true(mstar_test_log_contains("backpressuring"));
     assert_true(waited >= 50 * 1000 * 1000);
     assert_string_equal(b.shm_segment, "");
-    assert_int_equal(stats(p).spill_files, 1);
+    assert_int_equal(arena_stats_of(p).spill_files, 1);
     ack(p, a.uuid);
     ack(p, b.uuid);
     assert_int_equal(mstar_comm_num_tensors(p), 0);
@@ -215,7 +189,7 @@ static void test_strict_mode_times_out(void **state)
     mstar_test_log_capture_end();
     assert_non_null(strstr(mstar_last_error(), "SHM arena full for >0.05s"));
     assert_true(mstar_test_log_contains("backpressuring"));
-    assert_int_equal(stats(p).live_slots, 1);
+    assert_int_equal(arena_stats_of(p).live_slots, 1);
     assert_int_equal(mstar_test_count_dir(w->dir), 1); /* no spill file */
     ack(p, a.uuid);
     assert_mstar_ok(mstar_comm_register_for_send(p, &rid, &b, 1)); /* room now */
@@ -245,17 +219,17 @@ static void test_ttl_backstop(void **state)
     collect_ready(p, 0); /* the loop's poll runs maintenance */
     mstar_test_log_capture_end();
     assert_true(mstar_test_log_contains("SLOT_TTL_S"));
-    assert_int_equal(stats(p).live_slots, 0);
+    assert_int_equal(arena_stats_of(p).live_slots, 0);
     assert_int_equal(mstar_comm_num_tensors(p), 1);
     assert_mstar_ok(mstar_comm_register_for_send(p, &rid, &x, 1));
-    assert_int_equal(stats(p).live_slots, 0);                /* not staged again */
+    assert_int_equal(arena_stats_of(p).live_slots, 0);       /* not staged again */
     mstar_tensor_info y = stage(p, &rid, 1000, 2, MSTAR_OK); /* takes the freed slot */
     assert_int_equal(y.shm_offset, 0);
     ack(p, x.uuid);
     assert_int_equal(mstar_comm_num_tensors(p), 1);
-    assert_int_equal(stats(p).live_slots, 1); /* y's slot survived x's collection */
+    assert_int_equal(arena_stats_of(p).live_slots, 1); /* y's slot survived x's collection */
     ack(p, y.uuid);
-    assert_int_equal(stats(p).live_slots, 0);
+    assert_int_equal(arena_stats_of(p).live_slots, 0);
     mstar_comm_destroy(p);
 }
 
@@ -267,17 +241,17 @@ static void test_growth_and_dedicated_segment(void **state)
     mstar_comm *c = make_comm("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc);
     mstar_rid rid = mstar_rid_from_int(4);
     mstar_tensor_info big = stage(p, &rid, 3 * 1024 * 1024 + 5, 7, MSTAR_OK);
-    mstar_arena_stats s = stats(p);
+    mstar_arena_stats s = arena_stats_of(p);
     assert_int_equal(s.segments, 2);
     assert_int_equal(s.total_bytes, 1024 * 1024 + 3 * 1024 * 1024 + 256);
     mstar_tensor_info more = stage(p, &rid, 1024 * 1024 + 1, 8, MSTAR_OK); /* at the cap: spill */
     assert_string_equal(more.shm_segment, "");
     read_back(c, &rid, &big);
     read_back(c, &rid, &more);
-    assert_int_equal(stats(c).peer_segments, 1);
+    assert_int_equal(arena_stats_of(c).peer_segments, 1);
     bus_deliver(&w->b, "worker_0", p);
     assert_int_equal(mstar_comm_num_tensors(p), 0);
-    s = stats(p);
+    s = arena_stats_of(p);
     assert_int_equal(s.live_slots + s.spill_files, 0);
     mstar_comm_destroy(c);
     mstar_comm_destroy(p);
@@ -293,13 +267,13 @@ static void test_peer_eviction(void **state)
     mstar_rid rid = mstar_rid_from_int(5);
     mstar_tensor_info x = stage(p, &rid, 4096, 3, MSTAR_OK);
     read_back(c, &rid, &x);
-    assert_int_equal(stats(c).peer_segments, 1);
+    assert_int_equal(arena_stats_of(c).peer_segments, 1);
     collect_ready(c, 0);
-    assert_int_equal(stats(c).peer_segments, 1); /* the producer lives */
+    assert_int_equal(arena_stats_of(c).peer_segments, 1); /* the producer lives */
     bus_clear(&w->b);
     mstar_comm_destroy(p); /* a restart gives new names; the old ones are unlinked */
     collect_ready(c, 0);
-    assert_int_equal(stats(c).peer_segments, 0);
+    assert_int_equal(arena_stats_of(c).peer_segments, 0);
     mstar_comm_destroy(c);
 }
 
@@ -367,12 +341,12 @@ static void test_device_paths_host_backend(void **state)
     mstar_comm *p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp, be);
     mstar_comm *c = make_comm_with("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc, be);
     mstar_comm *f = make_comm_with("worker_2", MSTAR_TRANSPORT_FILES, w->dir, &w->sc, be);
-    assert_int_equal(stats(p).pinned_bytes, 1024 * 1024); /* segment 0, within 1 MiB */
+    assert_int_equal(arena_stats_of(p).pinned_bytes, 1024 * 1024); /* segment 0, within 1 MiB */
     mstar_rid rid = mstar_rid_from_int(8);
     mstar_test_log_capture_begin(MSTAR_LOG_WARN);
     mstar_tensor_info big = stage(p, &rid, 1536 * 1024, 4, MSTAR_OK); /* a 2nd segment */
     assert_true(mstar_test_log_contains("pin budget"));
-    assert_int_equal(stats(p).pinned_bytes, 1024 * 1024);
+    assert_int_equal(arena_stats_of(p).pinned_bytes, 1024 * 1024);
     mstar_edge e = edge_of("x", "n", &big, 1);
     mstar_completion_list list;
     assert_mstar_ok(mstar_comm_start_read_tensors(c, &rid, &e, 1, &list));

@@ -89,11 +89,8 @@ static delayed *wrap(mstar_comm *c)
 /* ---- fixtures --------------------------------------------------------------------------- */
 
 typedef struct world {
-    bus b;
-    sender sp, sc;
-    mstar_comm *p, *c;
+    comm_pair cp;
     delayed *d;
-    const char *dir;
     mstar_tensor t;
     mstar_tensor_info info;
     mstar_edge e;
@@ -103,18 +100,16 @@ typedef struct world {
 static int setup(void **state)
 {
     world *w = calloc(1, sizeof(*w));
-    w->dir = mstar_test_tmpdir("async");
-    w->sp = (sender){ &w->b, "worker_0" };
-    w->sc = (sender){ &w->b, "worker_1" };
-    w->p = make_comm("worker_0", MSTAR_TRANSPORT_FILES, w->dir, &w->sp);
-    w->c = make_comm("worker_1", MSTAR_TRANSPORT_FILES, w->dir, &w->sc);
-    w->d = wrap(w->c);
+    comm_pair_init(&w->cp, "async");
+    comm_pair_make(&w->cp, MSTAR_TRANSPORT_FILES);
+    w->d = wrap(w->cp.c);
     w->rid = mstar_rid_from_int(42);
     w->t = make_vector(MSTAR_DTYPE_FLOAT32, 100, 3);
     mstar_output o = output_of("x", w->t);
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &w->rid, &o, 1, NULL, &w->info));
-    assert_mstar_ok(mstar_comm_increment_ref(w->p, w->info.uuid, 1));
-    assert_mstar_ok(mstar_comm_register_for_send(w->p, &w->rid, &w->info, 1));
+    assert_mstar_ok(
+        mstar_comm_store_and_return_tensor_info(w->cp.p, &w->rid, &o, 1, NULL, &w->info));
+    assert_mstar_ok(mstar_comm_increment_ref(w->cp.p, w->info.uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->cp.p, &w->rid, &w->info, 1));
     w->e = edge_of("x", "node", &w->info, 1);
     *state = w;
     return 0;
@@ -123,12 +118,9 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     world *w = *state;
-    mstar_comm_destroy(w->c);
-    mstar_comm_destroy(w->p);
-    bus_clear(&w->b);
+    comm_pair_fini(&w->cp);
     mstar_edge_clear(&w->e);
     free(w->t.data);
-    assert_int_equal(mstar_test_count_dir(w->dir), 0);
     free(w);
     return 0;
 }
@@ -145,29 +137,29 @@ static void test_ack_only_after_copy_landed(void **state)
 {
     world *w = *state;
     mstar_completion_list list;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, &list));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->cp.c, &w->rid, &w->e, 1, &list));
     assert_int_equal(list.n, 1);
     assert_int_equal(mstar_completion_poll(list.items[0]), MSTAR_EAGAIN);
-    assert_true(mstar_comm_has_inflight_reads(w->c, &w->rid));
+    assert_true(mstar_comm_has_inflight_reads(w->cp.c, &w->rid));
     mstar_ready_set set;
-    collect_ready(w->c, 0);
-    assert_int_equal(bus_count(&w->b, "worker_0"), 0); /* the producer may not reuse it yet */
-    assert_false(fd_readable(mstar_comm_event_fd(w->c)));
+    collect_ready(w->cp.c, 0);
+    assert_int_equal(bus_count(&w->cp.b, "worker_0"), 0); /* the producer may not reuse it yet */
+    assert_false(fd_readable(mstar_comm_event_fd(w->cp.c)));
     mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
-    assert_true(fd_readable(mstar_comm_event_fd(w->c)));
-    mstar_comm_event_drain(w->c);
-    assert_false(fd_readable(mstar_comm_event_fd(w->c)));
+    assert_true(fd_readable(mstar_comm_event_fd(w->cp.c)));
+    mstar_comm_event_drain(w->cp.c);
+    assert_false(fd_readable(mstar_comm_event_fd(w->cp.c)));
     assert_mstar_ok(mstar_completion_poll(list.items[0]));
     assert_mstar_ok(mstar_completion_wait(list.items[0], -1));
-    assert_false(mstar_comm_has_inflight_reads(w->c, &w->rid));
-    expect_ready(w->c, &set, 1);
-    assert_int_equal(bus_ack_count(&w->b, "worker_0", w->info.uuid), 1);
+    assert_false(mstar_comm_has_inflight_reads(w->cp.c, &w->rid));
+    expect_ready(w->cp.c, &set, 1);
+    assert_int_equal(bus_ack_count(&w->cp.b, "worker_0", w->info.uuid), 1);
     mstar_ready_set_clear(&set);
     mstar_completion_list_clear(&list);
-    bus_deliver(&w->b, "worker_0", w->p);
-    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
-    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
-    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.p), 0);
+    assert_mstar_ok(mstar_comm_dereference(w->cp.c, w->info.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c), 0);
 }
 
 /* T-2 / T-3: cleanup while a read is copying neither ACKs it (the producer would free the
@@ -176,20 +168,20 @@ static void test_ack_only_after_copy_landed(void **state)
 static void test_cleanup_with_read_in_flight(void **state)
 {
     world *w = *state;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, NULL));
-    assert_mstar_ok(mstar_comm_cleanup_request(w->c, &w->rid));
-    assert_int_equal(bus_count(&w->b, "worker_0"), 0);
-    assert_int_equal(mstar_comm_num_tensors(w->c), 1); /* the buffer the copy writes into */
-    assert_true(mstar_comm_has_inflight_reads(w->c, &w->rid));
-    assert_mstar_status(mstar_comm_force_cleanup_request(w->c, &w->rid), MSTAR_ESTATE);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->cp.c, &w->rid, &w->e, 1, NULL));
+    assert_mstar_ok(mstar_comm_cleanup_request(w->cp.c, &w->rid));
+    assert_int_equal(bus_count(&w->cp.b, "worker_0"), 0);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c), 1); /* the buffer the copy writes into */
+    assert_true(mstar_comm_has_inflight_reads(w->cp.c, &w->rid));
+    assert_mstar_status(mstar_comm_force_cleanup_request(w->cp.c, &w->rid), MSTAR_ESTATE);
     mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
-    collect_ready(w->c, 0);
-    assert_int_equal(bus_ack_count(&w->b, "worker_0", w->info.uuid), 1);
-    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
-    assert_false(mstar_comm_has_inflight_reads(w->c, &w->rid));
-    assert_mstar_ok(mstar_comm_force_cleanup_request(w->c, &w->rid));
-    bus_deliver(&w->b, "worker_0", w->p);
-    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    collect_ready(w->cp.c, 0);
+    assert_int_equal(bus_ack_count(&w->cp.b, "worker_0", w->info.uuid), 1);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c), 0);
+    assert_false(mstar_comm_has_inflight_reads(w->cp.c, &w->rid));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->cp.c, &w->rid));
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.p), 0);
 }
 
 /* T-11: a failed read is reported once, its references released and its delivery ended at the
@@ -197,22 +189,22 @@ static void test_cleanup_with_read_in_flight(void **state)
 static void test_failed_read_does_not_poison(void **state)
 {
     world *w = *state;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, NULL));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->cp.c, &w->rid, &w->e, 1, NULL));
     mstar__completion_finish(w->d->held[0], MSTAR_EREMOTE, "the NIC went away");
     mstar_ready_set set;
-    expect_ready(w->c, &set, 0);
+    expect_ready(w->cp.c, &set, 0);
     assert_int_equal(set.nfailed, 1);
     assert_int_equal(set.failed[0].status, MSTAR_EREMOTE);
     assert_string_equal(set.failed[0].edge_name, "x");
     assert_non_null(strstr(set.failed[0].message, "NIC"));
     mstar_ready_set_clear(&set);
-    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
-    assert_int_equal(bus_count(&w->b, "worker_0"), 1);
-    assert_int_equal(w->b.q[0].msg.nuuids, 1); /* failed_tensor_ids */
-    assert_int_equal(w->b.q[0].msg.ncounts, 0);
-    bus_deliver(&w->b, "worker_0", w->p);
-    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
-    expect_ready(w->c, &set, 0);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c), 0);
+    assert_int_equal(bus_count(&w->cp.b, "worker_0"), 1);
+    assert_int_equal(w->cp.b.q[0].msg.nuuids, 1); /* failed_tensor_ids */
+    assert_int_equal(w->cp.b.q[0].msg.ncounts, 0);
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.p), 0);
+    expect_ready(w->cp.c, &set, 0);
     assert_int_equal(set.nfailed, 0);
     mstar_ready_set_clear(&set);
 }
@@ -225,17 +217,17 @@ static void test_rx_time_runs_to_landing(void **state)
 {
     world *w = *state;
     uint64_t before = mstar__now_ns();
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, NULL));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->cp.c, &w->rid, &w->e, 1, NULL));
     uint64_t submitted = mstar__now_ns();
     struct timespec copying = { 0, 30 * 1000 * 1000 };
     nanosleep(&copying, NULL);
     uint64_t landing = mstar__now_ns();
     mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
     uint64_t landed = mstar__now_ns();
-    collect_ready(w->c, 1);
+    collect_ready(w->cp.c, 1);
     mstar_rx_info *rx;
     uint32_t nrx;
-    assert_mstar_ok(mstar_comm_get_rx_info(w->c, &w->rid, &rx, &nrx));
+    assert_mstar_ok(mstar_comm_get_rx_info(w->cp.c, &w->rid, &rx, &nrx));
     assert_int_equal(nrx, 1);
     assert_int_equal(rx[0].count, 1);
     assert_int_equal(rx[0].num_bytes, (int64_t)w->info.nbytes);
@@ -244,15 +236,15 @@ static void test_rx_time_runs_to_landing(void **state)
     if (time_s < (double)(landing - submitted) * 1e-9 || time_s > (double)(landed - before) * 1e-9)
         fail_msg("RX time %.6f s is not within [%.6f, %.6f] s (submit to landing)", time_s,
                  (double)(landing - submitted) * 1e-9, (double)(landed - before) * 1e-9);
-    bus_deliver(&w->b, "worker_0", w->p);
-    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_mstar_ok(mstar_comm_dereference(w->cp.c, w->info.uuid, 1));
 }
 
 static void test_completion_api(void **state)
 {
     world *w = *state;
     mstar_completion_list list;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, &list));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->cp.c, &w->rid, &w->e, 1, &list));
     mstar_completion *c = list.items[0];
     assert_mstar_status(mstar_completion_wait(c, 0), MSTAR_ETIMEDOUT);
     assert_mstar_status(mstar_completion_wait(c, 20), MSTAR_ETIMEDOUT);
@@ -263,9 +255,9 @@ static void test_completion_api(void **state)
     mstar_completion_release(NULL);
     mstar_completion_list_clear(&list);
     assert_int_equal(list.n, 0);
-    collect_ready(w->c, 1);
-    bus_deliver(&w->b, "worker_0", w->p);
-    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
+    collect_ready(w->cp.c, 1);
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_mstar_ok(mstar_comm_dereference(w->cp.c, w->info.uuid, 1));
 }
 
 static void *finish_later(void *arg)
@@ -282,19 +274,19 @@ static void test_completion_from_another_thread(void **state)
 {
     world *w = *state;
     mstar_completion_list list;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, &w->e, 1, &list));
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->cp.c, &w->rid, &w->e, 1, &list));
     pthread_t th;
     assert_int_equal(pthread_create(&th, NULL, finish_later, w->d->held[0]), 0);
-    struct pollfd pfd = { mstar_comm_event_fd(w->c), POLLIN, 0 };
+    struct pollfd pfd = { mstar_comm_event_fd(w->cp.c), POLLIN, 0 };
     assert_int_equal(poll(&pfd, 1, 10000), 1);
     assert_mstar_ok(mstar_completion_wait(list.items[0], -1));
     pthread_join(th, NULL);
-    mstar_comm_event_drain(w->c);
+    mstar_comm_event_drain(w->cp.c);
     mstar_completion_list_clear(&list);
-    collect_ready(w->c, 1);
-    bus_deliver(&w->b, "worker_0", w->p);
-    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
-    assert_int_equal(mstar_comm_num_tensors(w->c) + mstar_comm_num_tensors(w->p), 0);
+    collect_ready(w->cp.c, 1);
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_mstar_ok(mstar_comm_dereference(w->cp.c, w->info.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c) + mstar_comm_num_tensors(w->cp.p), 0);
 }
 
 /* The consumer's sender, which lands a read (`finish`, once) as it sends: as a copy finishing
@@ -324,30 +316,30 @@ static void test_read_landing_during_a_poll(void **state)
     mstar_tensor t2 = make_vector(MSTAR_DTYPE_INT32, 50, 8);
     mstar_tensor_info info2;
     mstar_output o = output_of("y", t2);
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &w->rid, &o, 1, NULL, &info2));
-    assert_mstar_ok(mstar_comm_increment_ref(w->p, info2.uuid, 1));
-    assert_mstar_ok(mstar_comm_register_for_send(w->p, &w->rid, &info2, 1));
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->cp.p, &w->rid, &o, 1, NULL, &info2));
+    assert_mstar_ok(mstar_comm_increment_ref(w->cp.p, info2.uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->cp.p, &w->rid, &info2, 1));
     mstar_edge edges[2] = { w->e, edge_of("y", "node", &info2, 1) };
-    landing_sender ls = { w->sc, NULL };
-    w->c->send = send_then_land;
-    w->c->send_ctx = &ls;
-    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &w->rid, edges, 2, NULL));
+    landing_sender ls = { w->cp.sc, NULL };
+    w->cp.c->send = send_then_land;
+    w->cp.c->send_ctx = &ls;
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->cp.c, &w->rid, edges, 2, NULL));
     assert_int_equal(w->d->n, 2);
     mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
     ls.finish = w->d->held[1];
     mstar_ready_set set;
-    expect_ready(w->c, &set, 2);
+    expect_ready(w->cp.c, &set, 2);
     assert_null(ls.finish); /* the second read landed during this poll */
     assert_string_equal(set.edges[0].name, "x");
     assert_string_equal(set.edges[1].name, "y");
-    assert_int_equal(bus_ack_count(&w->b, "worker_0", w->info.uuid), 1);
-    assert_int_equal(bus_ack_count(&w->b, "worker_0", info2.uuid), 1);
+    assert_int_equal(bus_ack_count(&w->cp.b, "worker_0", w->info.uuid), 1);
+    assert_int_equal(bus_ack_count(&w->cp.b, "worker_0", info2.uuid), 1);
     mstar_ready_set_clear(&set);
-    collect_ready(w->c, 0);
-    bus_deliver(&w->b, "worker_0", w->p);
-    assert_mstar_ok(mstar_comm_dereference(w->c, w->info.uuid, 1));
-    assert_mstar_ok(mstar_comm_dereference(w->c, info2.uuid, 1));
-    assert_int_equal(mstar_comm_num_tensors(w->c) + mstar_comm_num_tensors(w->p), 0);
+    collect_ready(w->cp.c, 0);
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_mstar_ok(mstar_comm_dereference(w->cp.c, w->info.uuid, 1));
+    assert_mstar_ok(mstar_comm_dereference(w->cp.c, info2.uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c) + mstar_comm_num_tensors(w->cp.p), 0);
     mstar_edge_clear(&edges[1]);
     free(t2.data);
 }

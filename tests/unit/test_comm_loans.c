@@ -12,44 +12,17 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct world {
-    bus b;
-    sender sp, sc;
-    const char *dir;
-    mstar_comm *p, *c;
-} world;
+typedef comm_pair world;
 
 static int setup(void **state)
 {
-    world *w = calloc(1, sizeof(*w));
-    w->dir = mstar_test_tmpdir("loans");
-    w->sp = (sender){ &w->b, "worker_0" };
-    w->sc = (sender){ &w->b, "worker_1" };
-    setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "1", 1);
-    w->p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
-    w->c = make_comm("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc);
-    *state = w;
+    *state = arena_pair_new("loans", true);
     return 0;
 }
 
 static int teardown(void **state)
 {
-    world *w = *state;
-    mstar_comm_destroy(w->c);
-    mstar_comm_destroy(w->p);
-    bus_clear(&w->b);
-    assert_int_equal(mstar_test_count_dir(w->dir), 0);
-    unsetenv("MSTAR_SHM_ARENA_SEGMENT_MB");
-    unsetenv("MSTAR_SHM_ARENA_SLOT_TTL_S");
-    free(w);
-    return 0;
-}
-
-static mstar_arena_stats stats(mstar_comm *c)
-{
-    mstar_arena_stats s;
-    assert_mstar_ok(mstar_comm_arena_stats(c, &s));
-    return s;
+    return arena_pair_teardown(state);
 }
 
 /* The offset of `ptr` in a mapping of the file named `name` (from its first byte), or -1 when no
@@ -117,7 +90,7 @@ static void expect_pattern(const void *data, uint8_t seed)
 static void producer_emptied_by_acks(world *w, int n)
 {
     assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), n);
-    mstar_arena_stats s = stats(w->p);
+    mstar_arena_stats s = arena_stats_of(w->p);
     assert_int_equal(s.live_slots, 0);
     assert_int_equal(s.free_bytes, s.total_bytes);
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
@@ -129,11 +102,12 @@ static void test_loan_is_the_slot(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(1);
-    uint64_t free_before = stats(w->p).free_bytes;
+    uint64_t free_before = arena_stats_of(w->p).free_bytes;
     void *data;
     mstar_tensor_info info = loan_and_stage(w, &rid, 3, &data);
-    assert_int_equal(stats(w->p).live_slots, 1);
-    assert_int_equal(free_before - stats(w->p).free_bytes, 4 * 1024 * 4); /* the slot alone */
+    assert_int_equal(arena_stats_of(w->p).live_slots, 1);
+    assert_int_equal(free_before - arena_stats_of(w->p).free_bytes,
+                     4 * 1024 * 4); /* the slot alone */
     assert_true(info.shm_segment[0] != '\0');
     assert_int_equal(offset_in_mapping(data, info.shm_segment), (int64_t)info.shm_offset);
     assert_int_equal(info.address, (uint64_t)(uintptr_t)data);
@@ -166,7 +140,7 @@ static void test_view_reads_in_place(void **state)
     expect_pattern(ptr, 5);
     assert_mstar_ok(mstar_comm_view_check(w->c, info.uuid));
     assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 0);
-    assert_int_equal(stats(w->c).peer_segments, 1);
+    assert_int_equal(arena_stats_of(w->c).peer_segments, 1);
     /* Released: the ACK goes, the producer frees the slot, nothing is left on either side. */
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(bus_ack_count(&w->b, "worker_0", info.uuid), 1);
@@ -223,7 +197,7 @@ static void test_loan_refusals(void **state)
     int64_t n = 1000;
     mstar_tensor t;
     mstar_loan_id loan;
-    uint64_t total = stats(w->p).total_bytes;
+    uint64_t total = arena_stats_of(w->p).total_bytes;
     assert_mstar_ok(mstar_comm_loan_output(w->p, MSTAR_DTYPE_INT32, &n, 1, &t, &loan));
     mstar_output o = output_of("x", t);
     o.loan = loan;
@@ -250,12 +224,12 @@ static void test_loan_refusals(void **state)
     assert_int_equal(mstar_comm_num_tensors(w->p), 1);
     assert_mstar_ok(mstar_comm_set_persist(w->p, info[0].uuid, true));
     assert_mstar_ok(mstar_comm_set_persist(w->p, info[0].uuid, false)); /* collected */
-    assert_int_equal(stats(w->p).free_bytes, total);
+    assert_int_equal(arena_stats_of(w->p).free_bytes, total);
     /* An unused loan goes back; after that it is refused too. */
     assert_mstar_ok(mstar_comm_loan_output(w->p, MSTAR_DTYPE_INT32, &n, 1, &t, &loan));
-    assert_true(stats(w->p).free_bytes < total);
+    assert_true(arena_stats_of(w->p).free_bytes < total);
     assert_mstar_ok(mstar_comm_loan_release(w->p, loan));
-    assert_int_equal(stats(w->p).free_bytes, total);
+    assert_int_equal(arena_stats_of(w->p).free_bytes, total);
     assert_mstar_status(mstar_comm_loan_release(w->p, loan), MSTAR_ESTATE);
     o.loan = loan;
     o.tensor = t;
@@ -333,7 +307,7 @@ static void test_view_past_ttl(void **state)
     assert_mstar_ok(mstar_comm_get_ready_tensors(w->p, &set)); /* its upkeep */
     mstar_ready_set_clear(&set);
     mstar_test_log_capture_end();
-    assert_int_equal(stats(w->p).live_slots, 0);
+    assert_int_equal(arena_stats_of(w->p).live_slots, 0);
     assert_mstar_status(mstar_comm_view_check(w->c, info.uuid), MSTAR_ENOENT);
     assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
     assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);

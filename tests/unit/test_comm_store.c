@@ -305,6 +305,101 @@ static void test_negative_refs_and_unpersist(void **state)
     mstar_comm_destroy(c);
 }
 
+/* A TENSOR_RECEIVED{uuid: count} from `from`, handled by `c`. */
+static void ack_from(mstar_comm *c, const char *from, mstar_tensor_id uuid, int64_t count)
+{
+    mstar_msg ack;
+    mstar_msg_init(&ack, MSTAR_MSG_TENSOR_RECEIVED);
+    snprintf(ack.from, sizeof(ack.from), "%s", from);
+    assert_mstar_ok(mstar_msg_add_count(&ack, uuid, count));
+    assert_mstar_ok(mstar_comm_handle_message(c, &ack));
+    mstar_msg_clear(&ack);
+}
+
+/* The ACK ledger learns that `uuid` went to `peer` (one delivery). */
+static void sent_to(mstar_comm *c, const char *peer, mstar_tensor_id uuid)
+{
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_tensor_info(c, uuid, &info));
+    mstar_edge e = edge_of("in", "node", &info, 1);
+    mstar_msg m;
+    mstar_msg_init(&m, MSTAR_MSG_INPUT_SIGNALS);
+    assert_mstar_ok(mstar_msg_add_edge(&m, &e));
+    assert_mstar_ok(mstar_comm_note_sent(c, peer, &m));
+    mstar_msg_clear(&m);
+    mstar_edge_clear(&e);
+}
+
+static uint64_t acks_dropped(mstar_comm *c)
+{
+    mstar_comm_security_stats s;
+    assert_mstar_ok(mstar_comm_get_security_stats(c, &s));
+    return s.acks_dropped;
+}
+
+/* A persisted tensor is sent to the conductor, which hands it on to workers the producer never
+ * sent it to. Their ACKs may land after the UNPERSIST K that cleared the marker: K of them are
+ * applied from any expected peer, no more, and ACKs that came in while it was persisted from
+ * peers the ledger did not cover use up that grant, so a replay cannot free it under a reader. */
+static void test_unpersist_grants_acks(void **state)
+{
+    (void)state;
+    mstar_comm *c = local_comm();
+    mstar_rid rid = mstar_rid_from_int(6);
+    released = 0;
+    /* The forwarded reader's ACK lands after UNPERSIST 1: it frees the tensor. */
+    mstar_tensor_id u = store_persisted(c, &rid, "in");
+    sent_to(c, "conductor", u);
+    unpersist(c, u, 1);
+    assert_int_equal(mstar_comm_num_tensors(c), 1);
+    ack_from(c, "worker_1", u, 1);
+    assert_int_equal(released, 1);
+    assert_int_equal(acks_dropped(c), 0);
+
+    /* Bounded by K: a direct reader (worker_2) holds one count besides the persisted hand-offs;
+     * the forwarded readers' ACKs past K = 2 are dropped and the tensor stays for worker_2. */
+    u = store_persisted(c, &rid, "in");
+    assert_mstar_ok(mstar_comm_increment_ref(c, u, 1));
+    sent_to(c, "conductor", u);
+    sent_to(c, "worker_2", u);
+    unpersist(c, u, 2);
+    ack_from(c, "worker_1", u, 5); /* 2 applied, the rest dropped */
+    assert_int_equal(acks_dropped(c), 1);
+    ack_from(c, "worker_3", u, 1);
+    assert_int_equal(acks_dropped(c), 2);
+    assert_int_equal(released, 1);
+    ack_from(c, "worker_2", u, 1);
+    assert_int_equal(released, 2);
+
+    /* A forwarded reader that ACKed while the tensor was persisted used its part of K: its
+     * replay after UNPERSIST is dropped and worker_2's read is not cut short. */
+    u = store_persisted(c, &rid, "in");
+    assert_mstar_ok(mstar_comm_increment_ref(c, u, 1));
+    sent_to(c, "conductor", u);
+    sent_to(c, "worker_2", u);
+    ack_from(c, "worker_1", u, 1);
+    unpersist(c, u, 1);
+    ack_from(c, "worker_1", u, 1);
+    assert_int_equal(acks_dropped(c), 3);
+    assert_int_equal(released, 2);
+    ack_from(c, "worker_2", u, 1);
+    assert_int_equal(released, 3);
+
+    /* With the entities named, a granted ACK comes only from one of them. */
+    const char *expected[2] = { "conductor", "worker_1" };
+    assert_mstar_ok(mstar_comm_expect_entities(c, expected, 2));
+    u = store_persisted(c, &rid, "in");
+    sent_to(c, "conductor", u);
+    unpersist(c, u, 1);
+    ack_from(c, "intruder", u, 1);
+    assert_int_equal(acks_dropped(c), 4);
+    assert_int_equal(released, 3);
+    ack_from(c, "worker_1", u, 1);
+    assert_int_equal(released, 4);
+    assert_int_equal(mstar_comm_num_tensors(c), 0);
+    mstar_comm_destroy(c);
+}
+
 /* Issue item 6: ACKs for unknown uuids, duplicate ACKs, counts of zero or below — logged no-ops;
  * nothing freed early. */
 static void test_bad_acks(void **state)
@@ -469,6 +564,7 @@ int main(void)
         cmocka_unit_test(test_output_ref_counts),
         cmocka_unit_test(test_negative_refs_and_unpersist),
         cmocka_unit_test(test_bad_acks),
+        cmocka_unit_test(test_unpersist_grants_acks),
         cmocka_unit_test(test_soft_and_force_cleanup),
         cmocka_unit_test(test_bad_options),
         cmocka_unit_test(test_tx_info),

@@ -268,11 +268,6 @@ static void send_new_request(demo_run *run, dreq *r, int rank, const mstar_edge 
         st = mstar_msg_add_edge(&m, input);
     if (st == MSTAR_OK)
         st = demo_send(run->cond.mesh, run->worker_name[rank], &m);
-    /* The prompt is the preprocess worker's tensor, handed on by the conductor: its manager must
-     * learn whom it went to, or the encoder's ACK is dropped whenever it lands after the
-     * UNPERSIST that cleared the persist marker (messages of two senders have no order). */
-    if (st == MSTAR_OK && input != NULL)
-        st = mstar_comm_note_sent(run->pre.comm, run->worker_name[rank], &m);
     if (st != MSTAR_OK)
         demo_run_fail(run, "conductor: NEW_REQUEST %d: %s", i, mstar_last_error());
     mstar_msg_clear(&m);
