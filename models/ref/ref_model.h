@@ -111,6 +111,9 @@ mstar_status ref_model_read_pool(ref_model *m, mstar_stream *stream, int32_t lay
 
 /* Round float32 to bfloat16 (nearest, ties to even), as the CUDA kernels store. */
 void ref_f32_to_bf16(const float *in, uint16_t *out, size_t n);
+/* n weights uniform in [center - scale, center + scale), drawn from *rng (a splitmix64 state):
+ * the same seed gives the same weights. */
+void ref_fill_uniform(float *w, size_t n, float center, float scale, uint64_t *rng);
 /* Widen bfloat16 to float32 (exact). */
 void ref_bf16_to_f32(const uint16_t *in, float *out, size_t n);
 
