@@ -4,10 +4,11 @@
  * kernels_host.h for what each computes).
  *
  * Small ops are fused where one kernel can do the work of two: the silu residual and the next
- * norm; rope of q and k with the KV page write. A warp per (token, head) runs attention with a
- * single-pass softmax; a block per row runs norms and argmax. Reductions go through fixed
- * butterfly/tree orders and nothing uses atomics, so results are deterministic. Nothing here
- * creates library state, so nothing is created lazily inside a capture.
+ * norm; rope of q and k with the KV page write. A block per (token, head) runs attention, its
+ * warps splitting the KV positions, each with a single-pass softmax, merged at the end; a block
+ * per row runs norms and argmax. Reductions go through fixed butterfly/tree orders and nothing
+ * uses atomics, so results are deterministic. Nothing here creates library state, so nothing is
+ * created lazily inside a capture.
  */
 #include "kernels_cuda.h"
 
@@ -20,7 +21,7 @@ namespace
 {
 
 constexpr int kBlock = 256;   /* threads of the row-per-block kernels */
-constexpr int kWarps = 4;     /* warps per block of the warp-per-item kernels */
+constexpr int kAttnWarps = 4; /* warps sharing one (token, head) of attention */
 constexpr int kMaxChunks = 8; /* head_dim <= 32 * kMaxChunks */
 
 __device__ __forceinline__ float to_f(bf16 v)
@@ -126,18 +127,21 @@ __global__ void rope_kv_write_kernel(bf16 *qkv, int64_t ld, const int32_t *pos, 
     vp[at + d + half] = v[d + half];
 }
 
-/* One warp per (token, head); lane l holds elements l, l + 32, ... of q and of the output. */
+/* Block per (token, head), kAttnWarps warps: warp w runs a single-pass softmax over positions
+ * w, w + kAttnWarps, ... of the token's KV stream (lane l holds elements l, l + 32, ... of q and
+ * of its partial output), then warp 0 merges the warps' partials in warp order. Splitting the
+ * positions across warps cuts the serial chain of a decode token's attention by kAttnWarps; the
+ * fixed merge order keeps the result deterministic. */
 __global__ void paged_attention_kernel(const bf16 *q, int64_t ld_q, const bf16 *kp, const bf16 *vp,
                                        int64_t page_size, const int32_t *page_table,
                                        int64_t pages_per_row, const int32_t *token_row,
-                                       const int32_t *token_kv_len, int64_t n, int64_t heads,
-                                       int64_t head_dim, bf16 *out)
+                                       const int32_t *token_kv_len, int64_t heads, int64_t head_dim,
+                                       bf16 *out)
 {
-    int64_t warp = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (warp >= n * heads)
-        return;
-    int64_t i = warp / heads, h = warp % heads, kv_dim = heads * head_dim;
+    __shared__ float part_max[kAttnWarps], part_denom[kAttnWarps];
+    __shared__ float part_acc[kAttnWarps][32 * kMaxChunks];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int64_t i = blockIdx.x / heads, h = blockIdx.x % heads, kv_dim = heads * head_dim;
     const bf16 *qv = q + i * ld_q + h * head_dim;
     const int32_t *pages = page_table + (int64_t)token_row[i] * pages_per_row;
     float qr[kMaxChunks], acc[kMaxChunks];
@@ -150,7 +154,7 @@ __global__ void paged_attention_kernel(const bf16 *q, int64_t ld_q, const bf16 *
     float scale = rsqrtf((float)head_dim);
     float run_max = -INFINITY, denom = 0.0f;
     int32_t len = token_kv_len[i];
-    for (int32_t p = 0; p < len; p++) {
+    for (int32_t p = warp; p < len; p += kAttnWarps) {
         int64_t base =
             ((int64_t)pages[p / page_size] * page_size + p % page_size) * kv_dim + h * head_dim;
         float part = 0.0f;
@@ -173,12 +177,38 @@ __global__ void paged_attention_kernel(const bf16 *q, int64_t ld_q, const bf16 *
         }
         run_max = new_max;
     }
+    if (lane == 0) {
+        part_max[warp] = run_max;
+        part_denom[warp] = denom;
+    }
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; c++)
+        part_acc[warp][lane + 32 * c] = acc[c];
+    __syncthreads();
+    if (warp != 0)
+        return;
+    float m = -INFINITY;
+    for (int w = 0; w < kAttnWarps; w++)
+        m = fmaxf(m, part_max[w]);
+    float total = 0.0f, merged[kMaxChunks];
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; c++)
+        merged[c] = 0.0f;
+    for (int w = 0; w < kAttnWarps; w++) {
+        if (part_denom[w] <= 0.0f)
+            continue; /* a warp that saw no position */
+        float f = expf(part_max[w] - m);
+        total += part_denom[w] * f;
+#pragma unroll
+        for (int c = 0; c < kMaxChunks; c++)
+            merged[c] += part_acc[w][lane + 32 * c] * f;
+    }
     bf16 *o = out + i * kv_dim + h * head_dim;
 #pragma unroll
     for (int c = 0; c < kMaxChunks; c++) {
         int64_t e = lane + 32 * c;
         if (e < head_dim)
-            o[e] = to_b(denom > 0.0f ? acc[c] / denom : 0.0f);
+            o[e] = to_b(total > 0.0f ? merged[c] / total : 0.0f);
     }
 }
 
@@ -294,13 +324,12 @@ int ref_cuda_paged_attention(void *stream, const void *q, int64_t ld_q, const vo
 {
     if (head_dim > 32 * kMaxChunks)
         return (int)cudaErrorInvalidValue;
-    int64_t warps = n * heads;
-    if (warps == 0)
+    int64_t items = n * heads;
+    if (items == 0)
         return 0;
-    paged_attention_kernel<<<(unsigned)blocks_for(warps, kWarps), kWarps * 32, 0,
-                             (cudaStream_t)stream>>>(
+    paged_attention_kernel<<<(unsigned)items, kAttnWarps * 32, 0, (cudaStream_t)stream>>>(
         (const bf16 *)q, ld_q, (const bf16 *)k_pages, (const bf16 *)v_pages, page_size, page_table,
-        pages_per_row, token_row, token_kv_len, n, heads, head_dim, (bf16 *)out);
+        pages_per_row, token_row, token_kv_len, heads, head_dim, (bf16 *)out);
     return launched();
 }
 
