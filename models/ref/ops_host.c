@@ -198,6 +198,33 @@ static mstar_status host_gather_rows(mstar_stream *s, const void *x, int64_t dim
     return mstar_launch(s, gather_fn, &a, sizeof(a));
 }
 
+typedef struct gather_norm_args {
+    const float *x;
+    const int32_t *rows;
+    const float *weight;
+    int64_t n, dim;
+    float eps;
+    float *x_out, *out;
+} gather_norm_args;
+
+static void gather_norm_fn(void *p)
+{
+    gather_norm_args *a = p;
+    if (a->x_out != NULL)
+        ref_host_gather_rows(a->x, a->dim, a->rows, a->n, a->x_out);
+    for (int64_t i = 0; i < a->n; i++)
+        ref_host_rmsnorm(a->x + (int64_t)a->rows[i] * a->dim, a->weight, 1, a->dim, a->eps,
+                         a->out + i * a->dim);
+}
+
+static mstar_status host_gather_rmsnorm(mstar_stream *s, const void *x, const int32_t *rows,
+                                        const void *weight, int64_t n, int64_t dim, float eps,
+                                        void *x_out, void *out)
+{
+    gather_norm_args a = { x, rows, weight, n, dim, eps, x_out, out };
+    return mstar_launch(s, gather_norm_fn, &a, sizeof(a));
+}
+
 typedef struct argmax_args {
     const float *logits;
     int64_t n, vocab;
@@ -266,7 +293,7 @@ const ref_ops ref_ops_host = {
     .rope_kv_write = host_rope_kv_write,
     .paged_attention = host_paged_attention,
     .silu_mul = host_silu_mul,
-    .gather_rows = host_gather_rows,
+    .gather_rmsnorm = host_gather_rmsnorm,
     .argmax = host_argmax,
     .marks_create = host_marks_create,
     .marks_destroy = host_marks_destroy,

@@ -154,15 +154,14 @@ mstar_status ref_model_read_pool(ref_model *m, mstar_stream *stream, int32_t lay
 }
 
 /* The temporaries of one forward, from the stream's current allocator: x, h, qkv, attn,
- * gate_up, act per token; last and normed per row. */
+ * gate_up, act per token; normed per row. */
 typedef struct scratch {
-    void *x, *h, *qkv, *attn, *gate_up, *act, *last, *normed;
+    void *x, *h, *qkv, *attn, *gate_up, *act, *normed;
 } scratch;
 
 static void scratch_free(mstar_stream *s, scratch *sc)
 {
-    void **all[] = { &sc->x,       &sc->h,   &sc->qkv,  &sc->attn,
-                     &sc->gate_up, &sc->act, &sc->last, &sc->normed };
+    void **all[] = { &sc->x, &sc->h, &sc->qkv, &sc->attn, &sc->gate_up, &sc->act, &sc->normed };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         if (*all[i] != NULL)
             mstar_free(s, *all[i]);
@@ -180,9 +179,9 @@ static mstar_status scratch_alloc(mstar_stream *s, scratch *sc, const ref_model 
         void **p;
         size_t n;
     } want[] = {
-        { &sc->x, t * d },    { &sc->h, t * d },           { &sc->qkv, t * 3 * q },
-        { &sc->attn, t * q }, { &sc->gate_up, t * 2 * f }, { &sc->act, t * f },
-        { &sc->last, r * d }, { &sc->normed, r * d },
+        { &sc->x, t * d },      { &sc->h, t * d },           { &sc->qkv, t * 3 * q },
+        { &sc->attn, t * q },   { &sc->gate_up, t * 2 * f }, { &sc->act, t * f },
+        { &sc->normed, r * d },
     };
     memset(sc, 0, sizeof(*sc));
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -222,7 +221,8 @@ static const void *wt(const ref_model *m, size_t off)
     ((st = ref_profile_op_begin(m->profile, s, name)) != MSTAR_OK || (st = (call)) != MSTAR_OK || \
      (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK)
 
-/* One decoder layer: 9 kernels on CUDA, the residual adds folded into the o and down GEMMs. */
+/* One decoder layer: 9 kernels on CUDA, the residual adds folded into the o and down GEMMs; the
+ * first layer's norm also looks the tokens' embeddings up (into x). */
 static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_io *io,
                               const scratch *sc, int32_t l)
 {
@@ -232,7 +232,11 @@ static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_i
     const mstar_kv_plan *p = &io->plan;
     int64_t t = io->num_tokens, d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp;
     mstar_status st = MSTAR_OK;
-    if (OP("rmsnorm", op->rmsnorm(s, sc->x, wt(m, o->attn_norm), t, d, c->norm_eps, sc->h)) ||
+    if ((l == 0 ? OP("embed+rmsnorm",
+                     op->gather_rmsnorm(s, wt(m, m->layout.embed), io->tokens, wt(m, o->attn_norm),
+                                        t, d, c->norm_eps, sc->x, sc->h))
+                : OP("rmsnorm",
+                     op->rmsnorm(s, sc->x, wt(m, o->attn_norm), t, d, c->norm_eps, sc->h))) ||
         OP("qkv", op->matmul_nt(m->ctx, s, sc->h, wt(m, o->wqkv), t, d, 3 * q, false, sc->qkv)) ||
         OP("rope_kv_write",
            op->rope_kv_write(s, sc->qkv, 3 * q, io->positions, t, c->heads, c->head_dim,
@@ -259,16 +263,14 @@ static mstar_status run_forward(ref_model *m, mstar_stream *s, const ref_forward
 {
     const ref_model_config *c = &m->cfg;
     const ref_ops *op = m->ops;
-    int64_t t = io->num_tokens, r = io->num_rows, d = c->hidden, v = c->vocab;
+    int64_t r = io->num_rows, d = c->hidden, v = c->vocab;
     mstar_status st = MSTAR_OK;
-    if (OP("embed", op->embed(s, wt(m, m->layout.embed), d, io->tokens, t, sc->x)))
-        return st;
     for (int32_t l = 0; l < c->layers; l++)
         if ((st = run_layer(m, s, io, sc, l)) != MSTAR_OK)
             return st;
-    if (OP("gather_rows", op->gather_rows(s, sc->x, d, io->plan.row_last_token, r, sc->last)) ||
-        OP("rmsnorm",
-           op->rmsnorm(s, sc->last, wt(m, m->layout.final_norm), r, d, c->norm_eps, sc->normed)) ||
+    if (OP("last+rmsnorm",
+           op->gather_rmsnorm(s, sc->x, io->plan.row_last_token, wt(m, m->layout.final_norm), r, d,
+                              c->norm_eps, NULL, sc->normed)) ||
         OP("lm_head", op->matmul_nt_f32(m->ctx, s, sc->normed, wt(m, m->layout.lm_head), r, d, v,
                                         io->logits)) ||
         OP("argmax", op->argmax(s, io->logits, r, v, io->next_tokens)))

@@ -58,8 +58,12 @@ typedef struct ref_ops {
                                     const int32_t *token_row, const int32_t *token_kv_len,
                                     int64_t n, int64_t heads, int64_t head_dim, void *out);
     mstar_status (*silu_mul)(mstar_stream *s, const void *gate_up, int64_t n, int64_t f, void *out);
-    mstar_status (*gather_rows)(mstar_stream *s, const void *x, int64_t dim, const int32_t *index,
-                                int64_t n, void *out);
+    /* Row i of x_out (when not NULL; it may not overlap x) = x[rows[i]], and row i of out =
+     * rmsnorm(x[rows[i]]) with `weight`, for n rows of dim: an embedding lookup or a gather of
+     * the rows' last tokens, with the norm that follows it, in one kernel on CUDA. */
+    mstar_status (*gather_rmsnorm)(mstar_stream *s, const void *x, const int32_t *rows,
+                                   const void *weight, int64_t n, int64_t dim, float eps,
+                                   void *x_out, void *out);
     mstar_status (*argmax)(mstar_stream *s, const float *logits, int64_t n, int64_t vocab,
                            int32_t *out);
     /* Op timing for a profile (ref_profile.h): `count` marks; mark i records when the stream's

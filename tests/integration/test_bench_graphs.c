@@ -26,11 +26,14 @@ static void test_reference_profile(void **state)
     (void)state;
     const char *args[] = { "graphs", "--quick", "--profile", "--json", NULL };
     char *json = run_json(args);
-    assert_non_null(strstr(json, "\"profile\":[{\"bs\":1,\"ops\":[{\"op\":\"embed\",\"calls\":1"));
-    /* Two layers: one qkv GEMM each, two norms each plus the final one. */
+    /* Two layers: the first layer's norm also embeds; one more norm in it, two in the second;
+     * one qkv GEMM each; the final norm gathers the rows' last tokens. */
+    assert_non_null(
+        strstr(json, "\"profile\":[{\"bs\":1,\"ops\":[{\"op\":\"embed+rmsnorm\",\"calls\":1"));
     assert_non_null(strstr(json, "{\"op\":\"qkv\",\"calls\":2"));
-    assert_non_null(strstr(json, "{\"op\":\"rmsnorm\",\"calls\":5"));
+    assert_non_null(strstr(json, "{\"op\":\"rmsnorm\",\"calls\":3"));
     assert_non_null(strstr(json, "{\"op\":\"rope_kv_write\",\"calls\":2"));
+    assert_non_null(strstr(json, "{\"op\":\"last+rmsnorm\",\"calls\":1"));
     assert_non_null(strstr(json, "{\"bs\":64,\"ops\":["));
     free(json);
     /* Without --profile the JSON has no profile. */

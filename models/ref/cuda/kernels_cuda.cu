@@ -65,27 +65,23 @@ __global__ void embed_kernel(const bf16 *table, int64_t dim, const int32_t *toke
         out[i * dim + j] = src[j];
 }
 
-/* r = x + silu(h) (h optional), as bf16: the value the next op reads */
-__device__ __forceinline__ float residual(const bf16 *x, const bf16 *h, int64_t at)
-{
-    float v = to_f(x[at]);
-    if (h == nullptr)
-        return v;
-    float g = to_f(h[at]);
-    return to_f(to_b(v + g / (1.0f + expf(-g))));
-}
-
-/* Block per row: r = x + silu(h) written to x_out when given, then out = rmsnorm(r) * w when
- * out is given. The second pass reads r back from where the first left it (x_out, or x when
- * there is no residual); each thread reads only elements it wrote itself, so no barrier is
- * needed between the passes, even when x_out is x. */
-__global__ void silu_add_rmsnorm_kernel(const bf16 *x, const bf16 *h, bf16 *x_out, const bf16 *w,
-                                        int64_t dim, float eps, bf16 *out)
+/* Block per row: r = x + silu(h), x's row picked by rows[] when given (an embedding lookup, a
+ * gather), written to x_out when given, then out = rmsnorm(r) * w when out is given. The second
+ * pass reads r back from where the first left it (x_out, or x's row); each thread reads only
+ * elements it wrote itself, so no barrier is needed between the passes, even when x_out is x. */
+__global__ void silu_add_rmsnorm_kernel(const bf16 *x, const int32_t *rows, const bf16 *h,
+                                        bf16 *x_out, const bf16 *w, int64_t dim, float eps,
+                                        bf16 *out)
 {
     int64_t base = (int64_t)blockIdx.x * dim;
+    const bf16 *xr = x + (rows != nullptr ? (int64_t)rows[blockIdx.x] : (int64_t)blockIdx.x) * dim;
     float ss = 0.0f;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-        float v = residual(x, h, base + j);
+        float v = to_f(xr[j]);
+        if (h != nullptr) {
+            float g = to_f(h[base + j]);
+            v = to_f(to_b(v + g / (1.0f + expf(-g)))); /* as stored: what the next op reads */
+        }
         if (x_out != nullptr)
             x_out[base + j] = to_b(v);
         ss += v * v;
@@ -94,9 +90,9 @@ __global__ void silu_add_rmsnorm_kernel(const bf16 *x, const bf16 *h, bf16 *x_ou
         return; /* uniform over the block: the barrier inside block_sum is never split */
     ss = block_sum(ss);
     float scale = rsqrtf(ss / (float)dim + eps);
-    const bf16 *src = x_out != nullptr ? x_out : x; /* r as stored: this thread's own elements */
+    const bf16 *src = x_out != nullptr ? x_out + base : xr; /* r: this thread's own elements */
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-        out[base + j] = to_b(to_f(src[base + j]) * scale * to_f(w[j]));
+        out[base + j] = to_b(to_f(src[j]) * scale * to_f(w[j]));
 }
 
 /* Thread per (token, head, pair): rotates the pair (d, d + half) of q in place and of k, then
@@ -222,14 +218,6 @@ __global__ void silu_mul_kernel(const bf16 *gate_up, int64_t n, int64_t f, bf16 
     out[idx] = to_b(g / (1.0f + expf(-g)) * u);
 }
 
-__global__ void gather_rows_kernel(const bf16 *x, int64_t dim, const int32_t *index, bf16 *out)
-{
-    int64_t i = blockIdx.x;
-    const bf16 *src = x + (int64_t)index[i] * dim;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-        out[i * dim + j] = src[j];
-}
-
 /* Block per row: each thread keeps its best (value, index), then a tree keeps the larger value,
  * the lower index on a tie — the first maximum, as on the host. */
 __global__ void argmax_kernel(const float *logits, int64_t vocab, int32_t *out)
@@ -289,15 +277,16 @@ int ref_cuda_embed(void *stream, const void *table, int64_t dim, const int32_t *
     return launched();
 }
 
-int ref_cuda_silu_add_rmsnorm(void *stream, const void *x, const void *h, void *x_out,
-                              const void *weight, int64_t n, int64_t dim, float eps, void *out)
+int ref_cuda_silu_add_rmsnorm(void *stream, const void *x, const int32_t *rows, const void *h,
+                              void *x_out, const void *weight, int64_t n, int64_t dim, float eps,
+                              void *out)
 {
     if (n == 0 || (x_out == nullptr && out == nullptr))
         return 0;
     if (h != nullptr && x_out == nullptr)
         return (int)cudaErrorInvalidValue;
     silu_add_rmsnorm_kernel<<<(unsigned)n, kBlock, 0, (cudaStream_t)stream>>>(
-        (const bf16 *)x, (const bf16 *)h, (bf16 *)x_out, (const bf16 *)weight, dim, eps,
+        (const bf16 *)x, rows, (const bf16 *)h, (bf16 *)x_out, (const bf16 *)weight, dim, eps,
         (bf16 *)out);
     return launched();
 }
@@ -340,16 +329,6 @@ int ref_cuda_silu_mul(void *stream, const void *gate_up, int64_t n, int64_t f, v
         return 0;
     silu_mul_kernel<<<(unsigned)blocks_for(items, kBlock), kBlock, 0, (cudaStream_t)stream>>>(
         (const bf16 *)gate_up, n, f, (bf16 *)out);
-    return launched();
-}
-
-int ref_cuda_gather_rows(void *stream, const void *x, int64_t dim, const int32_t *index, int64_t n,
-                         void *out)
-{
-    if (n == 0)
-        return 0;
-    gather_rows_kernel<<<(unsigned)n, kBlock, 0, (cudaStream_t)stream>>>((const bf16 *)x, dim,
-                                                                         index, (bf16 *)out);
     return launched();
 }
 

@@ -20,10 +20,12 @@ extern "C" {
 
 int ref_cuda_embed(void *stream, const void *table_bf16, int64_t dim, const int32_t *tokens,
                    int64_t n, void *out_bf16);
-/* r = x + silu(h) (x when h is NULL), stored to x_out when not NULL (may be x; required with h),
- * then out = rmsnorm(r) * weight when out is not NULL: with h and x_out NULL, a plain rmsnorm. */
-int ref_cuda_silu_add_rmsnorm(void *stream, const void *x, const void *h, void *x_out,
-                              const void *weight, int64_t n, int64_t dim, float eps, void *out);
+/* r = x[row] + silu(h) (x[row] when h is NULL; row rows[i] of x, or row i when rows is NULL),
+ * stored to x_out when not NULL (may be x when rows is NULL; required with h), then out =
+ * rmsnorm(r) * weight when out is not NULL: with rows, h and x_out NULL, a plain rmsnorm. */
+int ref_cuda_silu_add_rmsnorm(void *stream, const void *x, const int32_t *rows, const void *h,
+                              void *x_out, const void *weight, int64_t n, int64_t dim, float eps,
+                              void *out);
 /* Rope of q and k of each token's qkv row (q in place), k and v written to the pages. */
 int ref_cuda_rope_kv_write(void *stream, void *qkv, int64_t ld, const int32_t *pos, int64_t n,
                            int64_t heads, int64_t head_dim, float theta, void *k_pages,
@@ -36,8 +38,6 @@ int ref_cuda_paged_attention(void *stream, const void *q_bf16, int64_t ld_q,
                              const int32_t *token_row, const int32_t *token_kv_len, int64_t n,
                              int64_t heads, int64_t head_dim, void *out_bf16);
 int ref_cuda_silu_mul(void *stream, const void *gate_up_bf16, int64_t n, int64_t f, void *out_bf16);
-int ref_cuda_gather_rows(void *stream, const void *x_bf16, int64_t dim, const int32_t *index,
-                         int64_t n, void *out_bf16);
 int ref_cuda_argmax(void *stream, const float *logits, int64_t n, int64_t vocab, int32_t *out);
 
 /* The runtime's message for an error a launcher returned. */

@@ -27,18 +27,18 @@ static mstar_status cuda_rmsnorm(mstar_stream *s, const void *x, const void *wei
                                  int64_t dim, float eps, void *out)
 {
     /* A plain norm is the fused kernel with no silu residual and nothing stored back. */
-    return check(
-        ref_cuda_silu_add_rmsnorm(mstar_stream_native(s), x, NULL, NULL, weight, n, dim, eps, out),
-        "rmsnorm");
+    return check(ref_cuda_silu_add_rmsnorm(mstar_stream_native(s), x, NULL, NULL, NULL, weight, n,
+                                           dim, eps, out),
+                 "rmsnorm");
 }
 
 static mstar_status cuda_silu_add_rmsnorm(mstar_stream *s, const void *x, const void *h,
                                           void *x_out, const void *weight, int64_t n, int64_t dim,
                                           float eps, void *out)
 {
-    return check(
-        ref_cuda_silu_add_rmsnorm(mstar_stream_native(s), x, h, x_out, weight, n, dim, eps, out),
-        "silu_add_rmsnorm");
+    return check(ref_cuda_silu_add_rmsnorm(mstar_stream_native(s), x, NULL, h, x_out, weight, n,
+                                           dim, eps, out),
+                 "silu_add_rmsnorm");
 }
 
 static mstar_status cuda_matmul_nt(ref_ops_ctx *ctx, mstar_stream *s, const void *x, const void *w,
@@ -83,10 +83,13 @@ static mstar_status cuda_silu_mul(mstar_stream *s, const void *gate_up, int64_t 
     return check(ref_cuda_silu_mul(mstar_stream_native(s), gate_up, n, f, out), "silu_mul");
 }
 
-static mstar_status cuda_gather_rows(mstar_stream *s, const void *x, int64_t dim,
-                                     const int32_t *index, int64_t n, void *out)
+static mstar_status cuda_gather_rmsnorm(mstar_stream *s, const void *x, const int32_t *rows,
+                                        const void *weight, int64_t n, int64_t dim, float eps,
+                                        void *x_out, void *out)
 {
-    return check(ref_cuda_gather_rows(mstar_stream_native(s), x, dim, index, n, out), "gather");
+    return check(ref_cuda_silu_add_rmsnorm(mstar_stream_native(s), x, rows, NULL, x_out, weight, n,
+                                           dim, eps, out),
+                 "gather_rmsnorm");
 }
 
 static mstar_status cuda_argmax(mstar_stream *s, const float *logits, int64_t n, int64_t vocab,
@@ -108,7 +111,7 @@ const ref_ops ref_ops_cuda = {
     .rope_kv_write = cuda_rope_kv_write,
     .paged_attention = cuda_paged_attention,
     .silu_mul = cuda_silu_mul,
-    .gather_rows = cuda_gather_rows,
+    .gather_rmsnorm = cuda_gather_rmsnorm,
     .argmax = cuda_argmax,
     .marks_create = ref_cuda_marks_create,
     .marks_destroy = ref_cuda_marks_destroy,
