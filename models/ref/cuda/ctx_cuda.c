@@ -36,15 +36,19 @@ mstar_status ref_cuda_ctx_create(mstar_backend *backend, ref_ops_ctx **out)
     if (c == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "reference model: cuBLAS context");
     c->backend = backend;
-    cublasStatus_t bs = cublasCreate(&c->handle);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        free(c);
-        return blas_error(bs, "cublasCreate");
-    }
+    /* The workspace first: allocating through the backend makes its device the thread's current
+     * one, which is the device cublasCreate binds the handle to. */
     mstar_status st = mstar_device_alloc(backend, WORKSPACE_BYTES, &c->workspace);
     if (st != MSTAR_OK) {
-        ref_cuda_ctx_destroy(c);
+        free(c);
         return mstar_error_wrap("reference model: cuBLAS workspace");
+    }
+    cublasStatus_t bs = cublasCreate(&c->handle);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        c->handle = NULL;
+        mstar_status err = blas_error(bs, "cublasCreate");
+        ref_cuda_ctx_destroy(c);
+        return err;
     }
     *out = c;
     return MSTAR_OK;
