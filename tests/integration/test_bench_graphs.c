@@ -35,6 +35,8 @@ static void test_reference_profile(void **state)
     assert_non_null(strstr(json, "{\"op\":\"rope_kv_write\",\"calls\":2"));
     assert_non_null(strstr(json, "{\"op\":\"last+rmsnorm\",\"calls\":1"));
     assert_non_null(strstr(json, "{\"bs\":64,\"ops\":["));
+    /* 9 ops a layer, 3 around them: the step's launch count. */
+    assert_non_null(strstr(json, "\"graph_nodes\":21}"));
     free(json);
     /* Without --profile the JSON has no profile. */
     const char *plain[] = { "graphs", "--quick", "--json", NULL };
@@ -52,6 +54,8 @@ static void test_mlp_model(void **state)
     assert_non_null(strstr(json, "3 layers of rms_norm -> linear 32x32 -> silu -> residual add"));
     assert_non_null(strstr(json, "\"runner_replay_us\":"));
     assert_non_null(strstr(json, "\"raw_replay_us\":"));
+    /* 2L + 1 ops: a norm and a GEMM per layer, one last add (recorded calls on the host). */
+    assert_non_null(strstr(json, "\"graph_nodes\":7}"));
     assert_non_null(strstr(json, "{\"op\":\"silu_add_rmsnorm\",\"calls\":3"));
     assert_non_null(strstr(json, "{\"op\":\"linear\",\"calls\":3"));
     assert_non_null(strstr(json, "{\"op\":\"silu_add\",\"calls\":1"));

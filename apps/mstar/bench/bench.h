@@ -196,6 +196,7 @@ typedef struct mstar_bench_graphs_row {
     double eager_fwd_us, runner_us;       /* one prepared step re-run, wall */
     double raw_us;                        /* baseline: one raw launch, wall */
     double overhead_us, launch_us;        /* host time: select + stage + launch; one raw launch */
+    size_t graph_nodes; /* of the bucket's graph: kernels and copies on CUDA, calls on the host */
 } mstar_bench_graphs_row;
 
 /* --profile: the time of each op of one eager step, summed by op name. */

@@ -103,7 +103,7 @@ static mstar_status run_launches(ref_node *node, const ref_step_request *req, in
 
 /* The floor: the bucket's slot-0 graph launched `iters` times back to back. */
 static mstar_status run_raw(ref_node *node, int64_t bs, int iters, double *wall_us,
-                            double *launch_us)
+                            double *launch_us, size_t *nodes)
 {
     mstar_slot_lease lease;
     if (!mstar_graph_runner_lease_slot(ref_node_runner(node), "decode", bs, 0, bs, NULL, &lease))
@@ -122,6 +122,7 @@ static mstar_status run_raw(ref_node *node, int64_t bs, int iters, double *wall_
     mstar_status st = mstar_stream_synchronize(s);
     *wall_us = (double)(mstar__now_ns() - t0) / 1e3 / iters;
     *launch_us = (double)in_launch / 1e3 / iters;
+    *nodes = mstar_graph_node_count(graph);
     return st;
 }
 
@@ -153,7 +154,8 @@ static mstar_status measure(ref_node *node, int64_t bs, int iters, const int64_t
             (st = run_launches(node, &graphs, n, pass ? &out->runner_us : &ignored,
                                &out->overhead_us)) != MSTAR_OK)
             break;
-        st = run_raw(node, bs, n, pass ? &out->raw_us : &ignored, &out->launch_us);
+        st = run_raw(node, bs, n, pass ? &out->raw_us : &ignored, &out->launch_us,
+                     &out->graph_nodes);
     }
     return st;
 }
@@ -242,6 +244,7 @@ void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out)
         mstar_bench_json_field(out, "raw_launch_us", w->launch_us, 5);
         mstar_bench_json_field(out, "overhead_over_launch", w->overhead_us / w->launch_us, 4);
         mstar_bench_json_field(out, "eager_over_runner", w->eager_fwd_us / w->runner_us, 4);
+        fprintf(out, ",\"graph_nodes\":%zu", w->graph_nodes);
         fprintf(out, "}");
     }
     fprintf(out, "]");
@@ -314,21 +317,24 @@ static void print_table(const mstar_bench_graphs_result *r)
            strncmp(r->model, "mlp", 3) == 0 ? "the mlp bench model, frozen steps"
                                             : "the reference decode model, frozen decode steps",
            r->device, r->iters, r->model);
-    printf("  %4s %11s %11s %11s %11s %11s %8s %11s %11s %8s\n", "bs", "step eager", "step replay",
-           "fwd eager", "replay", "raw replay", "vs raw", "overhead", "raw launch", "vs launch");
+    printf("  %4s %11s %11s %11s %11s %11s %8s %11s %11s %8s %6s\n", "bs", "step eager",
+           "step replay", "fwd eager", "replay", "raw replay", "vs raw", "overhead", "raw launch",
+           "vs launch", "nodes");
     for (size_t i = 0; i < NSIZES; i++) {
         const row *w = &r->rows[i];
-        printf("  %4lld %11.1f %11.1f %11.1f %11.1f %11.1f %7.3fx %11.2f %11.2f %7.2fx\n",
+        printf("  %4lld %11.1f %11.1f %11.1f %11.1f %11.1f %7.3fx %11.2f %11.2f %7.2fx %6zu\n",
                (long long)w->bs, w->eager_step_us, w->replay_step_us, w->eager_fwd_us, w->runner_us,
                w->raw_us, w->runner_us / w->raw_us, w->overhead_us, w->launch_us,
-               w->overhead_us / w->launch_us);
+               w->overhead_us / w->launch_us, w->graph_nodes);
     }
-    printf("\n  microseconds per step (wall, back to back). step: a whole step; fwd eager: the "
-           "eager forward\n  of a prepared step; replay: the same step replayed through the "
-           "runner (select + stage +\n  launch); raw replay: the same graph launched bare (the "
-           "floor). overhead: the runner's host\n  time per replay; raw launch: the host time of "
-           "one bare launch call.\n  bars (H200): replay <= 1.05x raw replay, overhead <= 1.5x "
-           "raw launch.\n");
+    printf(
+        "\n  microseconds per step (wall, back to back). step: a whole step; fwd eager: the "
+        "eager forward\n  of a prepared step; replay: the same step replayed through the "
+        "runner (select + stage +\n  launch); raw replay: the same graph launched bare (the "
+        "floor). overhead: the runner's host\n  time per replay; raw launch: the host time of "
+        "one bare launch call. nodes: the graph's nodes\n  (kernels and copies on CUDA, recorded "
+        "calls on the host).\n  bars (H200): replay <= 1.05x raw replay, overhead <= 1.5x raw "
+        "launch.\n");
     if (r->profiled)
         print_profile(r);
     mstar_bench_target t[MSTAR_BENCH_MAX_TARGETS];

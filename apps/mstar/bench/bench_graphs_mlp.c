@@ -73,7 +73,8 @@ static mstar_status run_launches(mlp_node *node, int32_t bs, bool graphs, int it
 }
 
 /* The floor: the bucket's slot-0 graph launched `iters` times back to back. */
-static mstar_status run_raw(mlp_node *node, int64_t bs, int iters, double *us, double *launch_us)
+static mstar_status run_raw(mlp_node *node, int64_t bs, int iters, double *us, double *launch_us,
+                            size_t *nodes)
 {
     mstar_graph_runner *r = mlp_node_runner(node);
     mstar_slot_lease lease;
@@ -93,6 +94,7 @@ static mstar_status run_raw(mlp_node *node, int64_t bs, int iters, double *us, d
     mstar_status st = mstar_stream_synchronize(s);
     *us = (double)(mstar__now_ns() - t0) / 1e3 / iters;
     *launch_us = (double)in_launch / 1e3 / iters;
+    *nodes = mstar_graph_node_count(graph);
     return st;
 }
 
@@ -114,7 +116,8 @@ static mstar_status measure(mlp_node *node, int32_t bs, int iters, row *out)
             (st = run_launches(node, bs, true, n, pass ? &out->runner_us : &ignored,
                                &out->overhead_us)) != MSTAR_OK)
             break;
-        st = run_raw(node, bs, n, pass ? &out->raw_us : &ignored, &out->launch_us);
+        st = run_raw(node, bs, n, pass ? &out->raw_us : &ignored, &out->launch_us,
+                     &out->graph_nodes);
     }
     return st;
 }
