@@ -33,7 +33,8 @@ void ref_host_rmsnorm(const float *x, const float *weight, int64_t n, int64_t di
 
 /* Four outputs of one row at a time: the x row is read once per four weight rows, and the four
  * independent accumulators keep the FPU busy without reordering any one sum. */
-void ref_host_matmul_nt(const float *x, const float *w, int64_t n, int64_t k, int64_t m, float *out)
+void ref_host_matmul_nt(const float *x, const float *w, int64_t n, int64_t k, int64_t m,
+                        bool accumulate, float *out)
 {
     for (int64_t i = 0; i < n; i++) {
         const float *xr = x + i * k;
@@ -48,17 +49,17 @@ void ref_host_matmul_nt(const float *x, const float *w, int64_t n, int64_t k, in
                 a2 += xv * w2[p];
                 a3 += xv * w3[p];
             }
-            out[i * m + j] = a0;
-            out[i * m + j + 1] = a1;
-            out[i * m + j + 2] = a2;
-            out[i * m + j + 3] = a3;
+            out[i * m + j] = a0 + (accumulate ? out[i * m + j] : 0.0f);
+            out[i * m + j + 1] = a1 + (accumulate ? out[i * m + j + 1] : 0.0f);
+            out[i * m + j + 2] = a2 + (accumulate ? out[i * m + j + 2] : 0.0f);
+            out[i * m + j + 3] = a3 + (accumulate ? out[i * m + j + 3] : 0.0f);
         }
         for (; j < m; j++) {
             const float *wr = w + j * k;
             float a = 0.0f;
             for (int64_t p = 0; p < k; p++)
                 a += xr[p] * wr[p];
-            out[i * m + j] = a;
+            out[i * m + j] = a + (accumulate ? out[i * m + j] : 0.0f);
         }
     }
 }
@@ -141,10 +142,10 @@ void ref_host_silu_mul(const float *gate_up, int64_t n, int64_t f, float *out)
     }
 }
 
-void ref_host_add(float *x, const float *y, int64_t count)
+void ref_host_silu_add(float *x, const float *h, int64_t count)
 {
     for (int64_t i = 0; i < count; i++)
-        x[i] += y[i];
+        x[i] += h[i] / (1.0f + expf(-h[i]));
 }
 
 void ref_host_gather_rows(const float *x, int64_t dim, const int32_t *index, int64_t n, float *out)

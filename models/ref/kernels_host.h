@@ -17,6 +17,7 @@
 #ifndef MSTAR_EXAMPLES_KERNELS_HOST_H
 #define MSTAR_EXAMPLES_KERNELS_HOST_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* out[i, :] = table[tokens[i], :] for i < n; every token must be in [0, vocab). */
@@ -26,9 +27,10 @@ void ref_host_embed(const float *table, int64_t dim, const int32_t *tokens, int6
 void ref_host_rmsnorm(const float *x, const float *weight, int64_t n, int64_t dim, float eps,
                       float *out);
 
-/* out[n, m] = x[n, k] · w[m, k]^T (a linear layer with weight [out_features, in_features]). */
+/* out[n, m] = x[n, k] · w[m, k]^T (a linear layer with weight [out_features, in_features]), or
+ * out += x · w^T with `accumulate` (a residual connection folded into the layer). */
 void ref_host_matmul_nt(const float *x, const float *w, int64_t n, int64_t k, int64_t m,
-                        float *out);
+                        bool accumulate, float *out);
 
 /* Rotary positions in place, rotate-half form: for each of n rows (stride ld), each of `heads`
  * heads of `head_dim` (even) elements, pair i with i + head_dim/2 and rotate the pair by
@@ -54,8 +56,8 @@ void ref_host_paged_attention(const float *q, int64_t ld_q, const float *k_pages
 /* out[i, j] = silu(gate_up[i, j]) * gate_up[i, f + j] for n rows; gate_up is [n][2f]. */
 void ref_host_silu_mul(const float *gate_up, int64_t n, int64_t f, float *out);
 
-/* x[i] += y[i] for `count` elements (the residual connection). */
-void ref_host_add(float *x, const float *y, int64_t count);
+/* x[i] += silu(h[i]) for `count` elements (the residual connection of a silu block). */
+void ref_host_silu_add(float *x, const float *h, int64_t count);
 
 /* out[i, :] = x[index[i], :] for n rows of `dim`. */
 void ref_host_gather_rows(const float *x, int64_t dim, const int32_t *index, int64_t n, float *out);

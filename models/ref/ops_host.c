@@ -7,6 +7,9 @@
 
 #include "kernels_host.h"
 
+#include "core/vec.h" /* mstar__now_ns */
+
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct rmsnorm_args {
@@ -29,76 +32,97 @@ static mstar_status host_rmsnorm(mstar_stream *s, const void *x, const void *wei
     return mstar_launch(s, rmsnorm_fn, &a, sizeof(a));
 }
 
+typedef struct silu_add_norm_args {
+    const float *x, *h;
+    float *x_out;
+    const float *weight;
+    int64_t n, dim;
+    float eps;
+    float *out;
+} silu_add_norm_args;
+
+/* The sum is formed in x_out, then normalized from there; a silu residual therefore needs an
+ * x_out (the forwards always give one), as on CUDA. */
+static void silu_add_norm_fn(void *p)
+{
+    silu_add_norm_args *a = p;
+    const float *r = a->x;
+    if (a->x_out != NULL) {
+        if (a->x_out != a->x)
+            memmove(a->x_out, a->x, (size_t)(a->n * a->dim) * sizeof(float));
+        if (a->h != NULL)
+            ref_host_silu_add(a->x_out, a->h, a->n * a->dim);
+        r = a->x_out;
+    }
+    if (a->out != NULL)
+        ref_host_rmsnorm(r, a->weight, a->n, a->dim, a->eps, a->out);
+}
+
+static mstar_status host_silu_add_rmsnorm(mstar_stream *s, const void *x, const void *h,
+                                          void *x_out, const void *weight, int64_t n, int64_t dim,
+                                          float eps, void *out)
+{
+    if (h != NULL && x_out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "silu_add_rmsnorm: a silu residual needs x_out");
+    silu_add_norm_args a = { x, h, x_out, weight, n, dim, eps, out };
+    return mstar_launch(s, silu_add_norm_fn, &a, sizeof(a));
+}
+
 typedef struct matmul_args {
     const float *x, *w;
     int64_t n, k, m;
+    bool accumulate;
     float *out;
 } matmul_args;
 
 static void matmul_fn(void *p)
 {
     matmul_args *a = p;
-    ref_host_matmul_nt(a->x, a->w, a->n, a->k, a->m, a->out);
+    ref_host_matmul_nt(a->x, a->w, a->n, a->k, a->m, a->accumulate, a->out);
 }
 
-static mstar_status host_matmul_nt(mstar_stream *s, const void *x, const void *w, int64_t n,
-                                   int64_t k, int64_t m, void *out)
+static mstar_status host_matmul_nt(ref_ops_ctx *ctx, mstar_stream *s, const void *x, const void *w,
+                                   int64_t n, int64_t k, int64_t m, bool accumulate, void *out)
 {
-    matmul_args a = { x, w, n, k, m, out };
+    matmul_args a = { x, w, n, k, m, accumulate, out };
     return mstar_launch(s, matmul_fn, &a, sizeof(a));
 }
 
-static mstar_status host_matmul_nt_f32(mstar_stream *s, const void *x, const void *w, int64_t n,
-                                       int64_t k, int64_t m, float *out)
+static mstar_status host_matmul_nt_f32(ref_ops_ctx *ctx, mstar_stream *s, const void *x,
+                                       const void *w, int64_t n, int64_t k, int64_t m, float *out)
 {
-    return host_matmul_nt(s, x, w, n, k, m, out);
+    return host_matmul_nt(ctx, s, x, w, n, k, m, false, out);
 }
 
-typedef struct rope_args {
-    float *x;
+typedef struct rope_kv_args {
+    float *qkv;
     int64_t ld;
     const int32_t *pos;
     int64_t n, heads, head_dim;
     float theta;
-} rope_args;
-
-static void rope_fn(void *p)
-{
-    rope_args *a = p;
-    ref_host_rope(a->x, a->ld, a->pos, a->n, a->heads, a->head_dim, a->theta);
-}
-
-static mstar_status host_rope(mstar_stream *s, void *x, int64_t ld, const int32_t *pos, int64_t n,
-                              int64_t heads, int64_t head_dim, float theta)
-{
-    rope_args a = { x, ld, pos, n, heads, head_dim, theta };
-    return mstar_launch(s, rope_fn, &a, sizeof(a));
-}
-
-typedef struct kv_write_args {
     float *k_pages, *v_pages;
-    int64_t page_size, kv_dim;
-    const float *k, *v;
-    int64_t ld;
+    int64_t page_size;
     const int32_t *token_to_page, *token_to_cache;
-    int64_t n;
-} kv_write_args;
+} rope_kv_args;
 
-static void kv_write_fn(void *p)
+static void rope_kv_fn(void *p)
 {
-    kv_write_args *a = p;
-    ref_host_kv_write(a->k_pages, a->v_pages, a->page_size, a->kv_dim, a->k, a->v, a->ld,
+    rope_kv_args *a = p;
+    int64_t q = a->heads * a->head_dim;
+    ref_host_rope(a->qkv, a->ld, a->pos, a->n, a->heads, a->head_dim, a->theta);
+    ref_host_rope(a->qkv + q, a->ld, a->pos, a->n, a->heads, a->head_dim, a->theta);
+    ref_host_kv_write(a->k_pages, a->v_pages, a->page_size, q, a->qkv + q, a->qkv + 2 * q, a->ld,
                       a->token_to_page, a->token_to_cache, a->n);
 }
 
-static mstar_status host_kv_write(mstar_stream *s, void *k_pages, void *v_pages, int64_t page_size,
-                                  int64_t kv_dim, const void *k, const void *v, int64_t ld,
-                                  const int32_t *token_to_page, const int32_t *token_to_cache,
-                                  int64_t n)
+static mstar_status host_rope_kv_write(mstar_stream *s, void *qkv, int64_t ld, const int32_t *pos,
+                                       int64_t n, int64_t heads, int64_t head_dim, float theta,
+                                       void *k_pages, void *v_pages, int64_t page_size,
+                                       const int32_t *token_to_page, const int32_t *token_to_cache)
 {
-    kv_write_args a = { k_pages, v_pages, page_size,     kv_dim,         k,
-                        v,       ld,      token_to_page, token_to_cache, n };
-    return mstar_launch(s, kv_write_fn, &a, sizeof(a));
+    rope_kv_args a = { qkv,   ld,      pos,     n,         heads,         head_dim,
+                       theta, k_pages, v_pages, page_size, token_to_page, token_to_cache };
+    return mstar_launch(s, rope_kv_fn, &a, sizeof(a));
 }
 
 typedef struct attention_args {
@@ -153,24 +177,6 @@ static mstar_status host_silu_mul(mstar_stream *s, const void *gate_up, int64_t 
     return mstar_launch(s, silu_fn, &a, sizeof(a));
 }
 
-typedef struct add_args {
-    float *x;
-    const float *y;
-    int64_t count;
-} add_args;
-
-static void add_fn(void *p)
-{
-    add_args *a = p;
-    ref_host_add(a->x, a->y, a->count);
-}
-
-static mstar_status host_add(mstar_stream *s, void *x, const void *y, int64_t count)
-{
-    add_args a = { x, y, count };
-    return mstar_launch(s, add_fn, &a, sizeof(a));
-}
-
 typedef struct gather_args {
     const float *x;
     int64_t dim;
@@ -192,6 +198,33 @@ static mstar_status host_gather_rows(mstar_stream *s, const void *x, int64_t dim
     return mstar_launch(s, gather_fn, &a, sizeof(a));
 }
 
+typedef struct gather_norm_args {
+    const float *x;
+    const int32_t *rows;
+    const float *weight;
+    int64_t n, dim;
+    float eps;
+    float *x_out, *out;
+} gather_norm_args;
+
+static void gather_norm_fn(void *p)
+{
+    gather_norm_args *a = p;
+    if (a->x_out != NULL)
+        ref_host_gather_rows(a->x, a->dim, a->rows, a->n, a->x_out);
+    for (int64_t i = 0; i < a->n; i++)
+        ref_host_rmsnorm(a->x + (int64_t)a->rows[i] * a->dim, a->weight, 1, a->dim, a->eps,
+                         a->out + i * a->dim);
+}
+
+static mstar_status host_gather_rmsnorm(mstar_stream *s, const void *x, const int32_t *rows,
+                                        const void *weight, int64_t n, int64_t dim, float eps,
+                                        void *x_out, void *out)
+{
+    gather_norm_args a = { x, rows, weight, n, dim, eps, x_out, out };
+    return mstar_launch(s, gather_norm_fn, &a, sizeof(a));
+}
+
 typedef struct argmax_args {
     const float *logits;
     int64_t n, vocab;
@@ -211,21 +244,61 @@ static mstar_status host_argmax(mstar_stream *s, const float *logits, int64_t n,
     return mstar_launch(s, argmax_fn, &a, sizeof(a));
 }
 
+static mstar_status host_ctx_create(mstar_backend *backend, ref_ops_ctx **out)
+{
+    *out = NULL; /* the host kernels keep no state */
+    return MSTAR_OK;
+}
+
+static void host_ctx_destroy(ref_ops_ctx *ctx)
+{
+}
+
+/* Eager host work has run when its launch returns, so a mark is the wall clock. */
+static mstar_status host_marks_create(mstar_backend *backend, size_t count, void **out)
+{
+    *out = calloc(count ? count : 1, sizeof(uint64_t));
+    return *out != NULL ? MSTAR_OK : mstar_error_set(MSTAR_ENOMEM, "profile: %zu marks", count);
+}
+
+static void host_marks_destroy(void *marks, size_t count)
+{
+    free(marks);
+}
+
+static mstar_status host_mark_record(void *marks, size_t i, mstar_stream *s)
+{
+    ((uint64_t *)marks)[i] = mstar__now_ns();
+    return MSTAR_OK;
+}
+
+static mstar_status host_mark_elapsed_us(void *marks, size_t a, size_t b, double *out)
+{
+    const uint64_t *t = marks;
+    *out = (double)(t[b] - t[a]) / 1e3;
+    return MSTAR_OK;
+}
+
 const ref_ops ref_ops_host = {
     .name = "host fp32",
     .act_dtype = MSTAR_DTYPE_FLOAT32,
     /* An embedding lookup is a gather of the table's rows by token id: one launch serves both. */
     .embed = host_gather_rows,
+    .ctx_create = host_ctx_create,
+    .ctx_destroy = host_ctx_destroy,
     .rmsnorm = host_rmsnorm,
+    .silu_add_rmsnorm = host_silu_add_rmsnorm,
     .matmul_nt = host_matmul_nt,
     .matmul_nt_f32 = host_matmul_nt_f32,
-    .rope = host_rope,
-    .kv_write = host_kv_write,
+    .rope_kv_write = host_rope_kv_write,
     .paged_attention = host_paged_attention,
     .silu_mul = host_silu_mul,
-    .add = host_add,
-    .gather_rows = host_gather_rows,
+    .gather_rmsnorm = host_gather_rmsnorm,
     .argmax = host_argmax,
+    .marks_create = host_marks_create,
+    .marks_destroy = host_marks_destroy,
+    .mark_record = host_mark_record,
+    .mark_elapsed_us = host_mark_elapsed_us,
 };
 
 mstar_status ref_ops_for(const mstar_backend *backend, const ref_ops **out)
@@ -235,7 +308,7 @@ mstar_status ref_ops_for(const mstar_backend *backend, const ref_ops **out)
         *out = &ref_ops_host;
         return MSTAR_OK;
     }
-#ifdef MSTAR_HAVE_CUDA
+#ifdef MSTAR_REFMODEL_CUDA
     if (strcmp(name, "cuda") == 0) {
         *out = &ref_ops_cuda;
         return MSTAR_OK;

@@ -16,6 +16,8 @@ struct ref_model {
     ref_weight_layout layout;
     mstar_backend *backend;
     const ref_ops *ops;
+    ref_ops_ctx *ctx;     /* the kernels' state (cuBLAS handle, workspace), made once */
+    ref_profile *profile; /* when set, each op of a forward is timed (ref_model_set_profile) */
     size_t elsize;
     char *weights;             /* device, layout.total elements */
     void **k_pages, **v_pages; /* device, [layers] pools */
@@ -93,6 +95,8 @@ mstar_status ref_model_create(const ref_model_config *cfg, const mstar_kv_cache_
     }
     if (st == MSTAR_OK)
         st = upload(m);
+    if (st == MSTAR_OK)
+        st = ops->ctx_create(backend, &m->ctx);
     if (st != MSTAR_OK) {
         ref_model_destroy(m);
         return mstar_error_wrap("reference model");
@@ -105,6 +109,7 @@ void ref_model_destroy(ref_model *m)
 {
     if (m == NULL)
         return;
+    m->ops->ctx_destroy(m->ctx);
     for (int32_t l = 0; m->k_pages != NULL && l < m->cfg.layers; l++)
         mstar_device_free(m->backend, m->k_pages[l]);
     for (int32_t l = 0; m->v_pages != NULL && l < m->cfg.layers; l++)
@@ -114,6 +119,11 @@ void ref_model_destroy(ref_model *m)
     mstar_device_free(m->backend, m->weights);
     ref_weight_layout_free(&m->layout);
     free(m);
+}
+
+void ref_model_set_profile(ref_model *m, ref_profile *profile)
+{
+    m->profile = profile;
 }
 
 const ref_model_config *ref_model_config_of(const ref_model *m)
@@ -143,16 +153,15 @@ mstar_status ref_model_read_pool(ref_model *m, mstar_stream *stream, int32_t lay
     return st != MSTAR_OK ? st : mstar_stream_synchronize(stream);
 }
 
-/* The temporaries of one forward, from the stream's current allocator: x, h, qkv, attn, proj,
- * gate_up, act per token; last and normed per row. */
+/* The temporaries of one forward, from the stream's current allocator: x, h, qkv, attn,
+ * gate_up, act per token; normed per row. */
 typedef struct scratch {
-    void *x, *h, *qkv, *attn, *proj, *gate_up, *act, *last, *normed;
+    void *x, *h, *qkv, *attn, *gate_up, *act, *normed;
 } scratch;
 
 static void scratch_free(mstar_stream *s, scratch *sc)
 {
-    void **all[] = { &sc->x,       &sc->h,   &sc->qkv,  &sc->attn,  &sc->proj,
-                     &sc->gate_up, &sc->act, &sc->last, &sc->normed };
+    void **all[] = { &sc->x, &sc->h, &sc->qkv, &sc->attn, &sc->gate_up, &sc->act, &sc->normed };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         if (*all[i] != NULL)
             mstar_free(s, *all[i]);
@@ -170,9 +179,9 @@ static mstar_status scratch_alloc(mstar_stream *s, scratch *sc, const ref_model 
         void **p;
         size_t n;
     } want[] = {
-        { &sc->x, t * d },    { &sc->h, t * d },    { &sc->qkv, t * 3 * q },
-        { &sc->attn, t * q }, { &sc->proj, t * d }, { &sc->gate_up, t * 2 * f },
-        { &sc->act, t * f },  { &sc->last, r * d }, { &sc->normed, r * d },
+        { &sc->x, t * d },      { &sc->h, t * d },           { &sc->qkv, t * 3 * q },
+        { &sc->attn, t * q },   { &sc->gate_up, t * 2 * f }, { &sc->act, t * f },
+        { &sc->normed, r * d },
     };
     memset(sc, 0, sizeof(*sc));
     for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
@@ -206,12 +215,14 @@ static const void *wt(const ref_model *m, size_t off)
     return m->weights + off * m->elsize;
 }
 
-/* Element `i` of a buffer of the model's dtype. */
-static void *at(void *base, int64_t i, const ref_model *m)
-{
-    return (char *)base + (size_t)i * m->elsize;
-}
+/* Enqueues `call` as op `name`, between two profile marks when a profile is set; true when
+ * something failed (st holds why), so a forward chains its ops with ||. */
+#define OP(name, call)                                                                            \
+    ((st = ref_profile_op_begin(m->profile, s, name)) != MSTAR_OK || (st = (call)) != MSTAR_OK || \
+     (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK)
 
+/* One decoder layer: 9 kernels on CUDA, the residual adds folded into the o and down GEMMs; the
+ * first layer's norm also looks the tokens' embeddings up (into x). */
 static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_io *io,
                               const scratch *sc, int32_t l)
 {
@@ -220,28 +231,31 @@ static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_i
     const ref_layer_offsets *o = &m->layout.layer[l];
     const mstar_kv_plan *p = &io->plan;
     int64_t t = io->num_tokens, d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp;
-    mstar_status st;
-    if ((st = op->rmsnorm(s, sc->x, wt(m, o->attn_norm), t, d, c->norm_eps, sc->h)) != MSTAR_OK ||
-        (st = op->matmul_nt(s, sc->h, wt(m, o->wqkv), t, d, 3 * q, sc->qkv)) != MSTAR_OK ||
-        (st = op->rope(s, sc->qkv, 3 * q, io->positions, t, c->heads, c->head_dim,
-                       c->rope_theta)) != MSTAR_OK ||
-        (st = op->rope(s, at(sc->qkv, q, m), 3 * q, io->positions, t, c->heads, c->head_dim,
-                       c->rope_theta)) != MSTAR_OK ||
-        (st = op->kv_write(s, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size, q,
-                           at(sc->qkv, q, m), at(sc->qkv, 2 * q, m), 3 * q, p->token_to_page,
-                           p->token_to_cache, t)) != MSTAR_OK ||
-        (st = op->paged_attention(s, sc->qkv, 3 * q, m->k_pages[l], m->v_pages[l],
-                                  m->kv_cfg.page_size, p->page_table, p->pages_per_row,
-                                  p->token_row, p->token_kv_len, t, c->heads, c->head_dim,
-                                  sc->attn)) != MSTAR_OK ||
-        (st = op->matmul_nt(s, sc->attn, wt(m, o->wo), t, q, d, sc->proj)) != MSTAR_OK ||
-        (st = op->add(s, sc->x, sc->proj, t * d)) != MSTAR_OK ||
-        (st = op->rmsnorm(s, sc->x, wt(m, o->mlp_norm), t, d, c->norm_eps, sc->h)) != MSTAR_OK ||
-        (st = op->matmul_nt(s, sc->h, wt(m, o->w_gate_up), t, d, 2 * f, sc->gate_up)) != MSTAR_OK ||
-        (st = op->silu_mul(s, sc->gate_up, t, f, sc->act)) != MSTAR_OK ||
-        (st = op->matmul_nt(s, sc->act, wt(m, o->w_down), t, f, d, sc->proj)) != MSTAR_OK)
+    mstar_status st = MSTAR_OK;
+    if ((l == 0 ? OP("embed+rmsnorm",
+                     op->gather_rmsnorm(s, wt(m, m->layout.embed), io->tokens, wt(m, o->attn_norm),
+                                        t, d, c->norm_eps, sc->x, sc->h))
+                : OP("rmsnorm",
+                     op->rmsnorm(s, sc->x, wt(m, o->attn_norm), t, d, c->norm_eps, sc->h))) ||
+        OP("qkv", op->matmul_nt(m->ctx, s, sc->h, wt(m, o->wqkv), t, d, 3 * q, false, sc->qkv)) ||
+        OP("rope_kv_write",
+           op->rope_kv_write(s, sc->qkv, 3 * q, io->positions, t, c->heads, c->head_dim,
+                             c->rope_theta, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
+                             p->token_to_page, p->token_to_cache)) ||
+        OP("attention",
+           op->paged_attention(s, sc->qkv, 3 * q, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
+                               p->page_table, p->pages_per_row, p->token_row, p->token_kv_len, t,
+                               c->heads, c->head_dim, sc->attn)) ||
+        OP("o_proj+residual",
+           op->matmul_nt(m->ctx, s, sc->attn, wt(m, o->wo), t, q, d, true, sc->x)) ||
+        OP("rmsnorm", op->rmsnorm(s, sc->x, wt(m, o->mlp_norm), t, d, c->norm_eps, sc->h)) ||
+        OP("gate_up",
+           op->matmul_nt(m->ctx, s, sc->h, wt(m, o->w_gate_up), t, d, 2 * f, false, sc->gate_up)) ||
+        OP("silu_mul", op->silu_mul(s, sc->gate_up, t, f, sc->act)) ||
+        OP("down+residual",
+           op->matmul_nt(m->ctx, s, sc->act, wt(m, o->w_down), t, f, d, true, sc->x)))
         return st;
-    return op->add(s, sc->x, sc->proj, t * d);
+    return MSTAR_OK;
 }
 
 static mstar_status run_forward(ref_model *m, mstar_stream *s, const ref_forward_io *io,
@@ -249,18 +263,19 @@ static mstar_status run_forward(ref_model *m, mstar_stream *s, const ref_forward
 {
     const ref_model_config *c = &m->cfg;
     const ref_ops *op = m->ops;
-    int64_t t = io->num_tokens, r = io->num_rows, d = c->hidden, v = c->vocab;
-    mstar_status st = op->embed(s, wt(m, m->layout.embed), d, io->tokens, t, sc->x);
-    for (int32_t l = 0; st == MSTAR_OK && l < c->layers; l++)
-        st = run_layer(m, s, io, sc, l);
-    if (st != MSTAR_OK ||
-        (st = op->gather_rows(s, sc->x, d, io->plan.row_last_token, r, sc->last)) != MSTAR_OK ||
-        (st = op->rmsnorm(s, sc->last, wt(m, m->layout.final_norm), r, d, c->norm_eps,
-                          sc->normed)) != MSTAR_OK ||
-        (st = op->matmul_nt_f32(s, sc->normed, wt(m, m->layout.lm_head), r, d, v, io->logits)) !=
-            MSTAR_OK)
+    int64_t r = io->num_rows, d = c->hidden, v = c->vocab;
+    mstar_status st = MSTAR_OK;
+    for (int32_t l = 0; l < c->layers; l++)
+        if ((st = run_layer(m, s, io, sc, l)) != MSTAR_OK)
+            return st;
+    if (OP("last+rmsnorm",
+           op->gather_rmsnorm(s, sc->x, io->plan.row_last_token, wt(m, m->layout.final_norm), r, d,
+                              c->norm_eps, NULL, sc->normed)) ||
+        OP("lm_head", op->matmul_nt_f32(m->ctx, s, sc->normed, wt(m, m->layout.lm_head), r, d, v,
+                                        io->logits)) ||
+        OP("argmax", op->argmax(s, io->logits, r, v, io->next_tokens)))
         return st;
-    return op->argmax(s, io->logits, r, v, io->next_tokens);
+    return MSTAR_OK;
 }
 
 mstar_status ref_model_forward(ref_model *m, mstar_stream *stream, const ref_forward_io *io)

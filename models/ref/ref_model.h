@@ -17,6 +17,7 @@
 #define MSTAR_EXAMPLES_REF_MODEL_H
 
 #include "mstar/mstar.h"
+#include "ref_profile.h"
 
 typedef struct ref_model_config {
     int32_t vocab;
@@ -93,6 +94,8 @@ void ref_model_destroy(ref_model *m);
 const ref_model_config *ref_model_config_of(const ref_model *m);
 /* The dtype of weights, activations and KV pages. */
 mstar_dtype ref_model_dtype(const ref_model *m);
+/* Times each op of the forwards that follow in `profile` (NULL: stop). Eager forwards only. */
+void ref_model_set_profile(ref_model *m, ref_profile *profile);
 
 /* Enqueue one forward on `stream`: every op through the backend's kernels, temporaries from the
  * stream's current allocator (a graph pool while capturing) and given back at the end. Nothing
@@ -108,6 +111,9 @@ mstar_status ref_model_read_pool(ref_model *m, mstar_stream *stream, int32_t lay
 
 /* Round float32 to bfloat16 (nearest, ties to even), as the CUDA kernels store. */
 void ref_f32_to_bf16(const float *in, uint16_t *out, size_t n);
+/* n weights uniform in [center - scale, center + scale), drawn from *rng (a splitmix64 state):
+ * the same seed gives the same weights. */
+void ref_fill_uniform(float *w, size_t n, float center, float scale, uint64_t *rng);
 /* Widen bfloat16 to float32 (exact). */
 void ref_bf16_to_f32(const uint16_t *in, float *out, size_t n);
 

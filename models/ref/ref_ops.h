@@ -6,7 +6,7 @@
  *   - host backend: mstar_launch of the fp32 host kernel (kernels_host.h), so eager work runs
  *     now and a capture records the call for every replay;
  *   - CUDA backend: a bf16 kernel (cuda/kernels_cuda.h) launched on the stream's native handle,
- *     so a stream capture records it as a kernel node.
+ *     or a cuBLAS GEMM (cuda/ctx_cuda.h), so a stream capture records it as kernel nodes.
  * Activations and weights are `act_dtype` (float32 on the host, bfloat16 on CUDA); logits are
  * always float32 and token ids, positions and plan arrays int32. Sizes and meanings are those of
  * kernels_host.h.
@@ -16,43 +16,71 @@
 
 #include "mstar/mstar.h"
 
+#include <stdbool.h>
+
+/* A model's own state for one backend's kernels, created once with the model: on CUDA the cuBLAS
+ * handle and the workspace its GEMMs use, so that nothing is created or allocated while a stream
+ * captures; on the host nothing (NULL). One context serves one stream at a time. */
+typedef struct ref_ops_ctx ref_ops_ctx;
+
 typedef struct ref_ops {
     const char *name;
     mstar_dtype act_dtype;
+    mstar_status (*ctx_create)(mstar_backend *backend, ref_ops_ctx **out);
+    void (*ctx_destroy)(ref_ops_ctx *ctx); /* NULL is ignored */
     mstar_status (*embed)(mstar_stream *s, const void *table, int64_t dim, const int32_t *tokens,
                           int64_t n, void *out);
     mstar_status (*rmsnorm)(mstar_stream *s, const void *x, const void *weight, int64_t n,
                             int64_t dim, float eps, void *out);
-    /* out (act_dtype) = x · w^T */
-    mstar_status (*matmul_nt)(mstar_stream *s, const void *x, const void *w, int64_t n, int64_t k,
-                              int64_t m, void *out);
+    /* r = x + silu(h) (just x when h is NULL: the residual of a silu block); x_out = r when
+     * x_out is not NULL (it may be x); out = rmsnorm(r) with `weight` when out is not NULL. One
+     * kernel on CUDA. All are [n, dim]. */
+    mstar_status (*silu_add_rmsnorm)(mstar_stream *s, const void *x, const void *h, void *x_out,
+                                     const void *weight, int64_t n, int64_t dim, float eps,
+                                     void *out);
+    /* out (act_dtype) = x · w^T, or out += x · w^T with `accumulate` (a residual added in the
+     * GEMM's epilogue, so no separate add). */
+    mstar_status (*matmul_nt)(ref_ops_ctx *ctx, mstar_stream *s, const void *x, const void *w,
+                              int64_t n, int64_t k, int64_t m, bool accumulate, void *out);
     /* The same with a float32 out: the logits. */
-    mstar_status (*matmul_nt_f32)(mstar_stream *s, const void *x, const void *w, int64_t n,
-                                  int64_t k, int64_t m, float *out);
-    mstar_status (*rope)(mstar_stream *s, void *x, int64_t ld, const int32_t *pos, int64_t n,
-                         int64_t heads, int64_t head_dim, float theta);
-    mstar_status (*kv_write)(mstar_stream *s, void *k_pages, void *v_pages, int64_t page_size,
-                             int64_t kv_dim, const void *k, const void *v, int64_t ld,
-                             const int32_t *token_to_page, const int32_t *token_to_cache,
-                             int64_t n);
+    mstar_status (*matmul_nt_f32)(ref_ops_ctx *ctx, mstar_stream *s, const void *x, const void *w,
+                                  int64_t n, int64_t k, int64_t m, float *out);
+    /* Rotates q (heads * head_dim at qkv) and k (next heads * head_dim) of each of the n tokens
+     * (row stride ld) by its position, in place, and writes k and v (the third block) into the
+     * token's page slot (token_to_page, token_to_cache): rope and the KV write in one kernel. */
+    mstar_status (*rope_kv_write)(mstar_stream *s, void *qkv, int64_t ld, const int32_t *pos,
+                                  int64_t n, int64_t heads, int64_t head_dim, float theta,
+                                  void *k_pages, void *v_pages, int64_t page_size,
+                                  const int32_t *token_to_page, const int32_t *token_to_cache);
     mstar_status (*paged_attention)(mstar_stream *s, const void *q, int64_t ld_q,
                                     const void *k_pages, const void *v_pages, int64_t page_size,
                                     const int32_t *page_table, int64_t pages_per_row,
                                     const int32_t *token_row, const int32_t *token_kv_len,
                                     int64_t n, int64_t heads, int64_t head_dim, void *out);
     mstar_status (*silu_mul)(mstar_stream *s, const void *gate_up, int64_t n, int64_t f, void *out);
-    mstar_status (*add)(mstar_stream *s, void *x, const void *y, int64_t count);
-    mstar_status (*gather_rows)(mstar_stream *s, const void *x, int64_t dim, const int32_t *index,
-                                int64_t n, void *out);
+    /* Row i of x_out (when not NULL; it may not overlap x) = x[rows[i]], and row i of out =
+     * rmsnorm(x[rows[i]]) with `weight`, for n rows of dim: an embedding lookup or a gather of
+     * the rows' last tokens, with the norm that follows it, in one kernel on CUDA. */
+    mstar_status (*gather_rmsnorm)(mstar_stream *s, const void *x, const int32_t *rows,
+                                   const void *weight, int64_t n, int64_t dim, float eps,
+                                   void *x_out, void *out);
     mstar_status (*argmax)(mstar_stream *s, const float *logits, int64_t n, int64_t vocab,
                            int32_t *out);
+    /* Op timing for a profile (ref_profile.h): `count` marks; mark i records when the stream's
+     * work so far has run (a CUDA event with timing on CUDA, the wall clock on the host, where
+     * eager work has run by the time its launch returns). */
+    mstar_status (*marks_create)(mstar_backend *backend, size_t count, void **out);
+    void (*marks_destroy)(void *marks, size_t count);
+    mstar_status (*mark_record)(void *marks, size_t i, mstar_stream *s);
+    /* Microseconds from mark a to mark b, both recorded and their work complete. */
+    mstar_status (*mark_elapsed_us)(void *marks, size_t a, size_t b, double *out);
 } ref_ops;
 
 /* The table for a backend: host, or CUDA when built in. MSTAR_ENOTSUP otherwise. */
 mstar_status ref_ops_for(const mstar_backend *backend, const ref_ops **out);
 
 extern const ref_ops ref_ops_host;
-#ifdef MSTAR_HAVE_CUDA
+#ifdef MSTAR_REFMODEL_CUDA
 extern const ref_ops ref_ops_cuda;
 #endif
 

@@ -122,8 +122,7 @@ static uint64_t splitmix64(uint64_t *state)
     return z ^ (z >> 31);
 }
 
-/* n weights uniform in [center - scale, center + scale). */
-static void fill_uniform(float *w, size_t n, float center, float scale, uint64_t *rng)
+void ref_fill_uniform(float *w, size_t n, float center, float scale, uint64_t *rng)
 {
     for (size_t i = 0; i < n; i++) {
         double u = (double)(splitmix64(rng) >> 11) * (1.0 / 9007199254740992.0); /* [0, 1) */
@@ -137,18 +136,18 @@ void ref_model_init_weights(const ref_model_config *cfg, const ref_weight_layout
     size_t d = (size_t)cfg->hidden, q = (size_t)cfg->heads * (size_t)cfg->head_dim;
     size_t f = (size_t)cfg->mlp, v = (size_t)cfg->vocab;
     /* Scales keep activations near unit size: 1/sqrt(fan_in) for projections. */
-    fill_uniform(w + layout->embed, v * d, 0.0f, 1.0f, &rng);
+    ref_fill_uniform(w + layout->embed, v * d, 0.0f, 1.0f, &rng);
     for (int32_t l = 0; l < cfg->layers; l++) {
         const ref_layer_offsets *o = &layout->layer[l];
-        fill_uniform(w + o->attn_norm, d, 1.0f, 0.1f, &rng);
-        fill_uniform(w + o->wqkv, 3 * q * d, 0.0f, 1.0f / sqrtf((float)d), &rng);
-        fill_uniform(w + o->wo, d * q, 0.0f, 1.0f / sqrtf((float)q), &rng);
-        fill_uniform(w + o->mlp_norm, d, 1.0f, 0.1f, &rng);
-        fill_uniform(w + o->w_gate_up, 2 * f * d, 0.0f, 1.0f / sqrtf((float)d), &rng);
-        fill_uniform(w + o->w_down, d * f, 0.0f, 1.0f / sqrtf((float)f), &rng);
+        ref_fill_uniform(w + o->attn_norm, d, 1.0f, 0.1f, &rng);
+        ref_fill_uniform(w + o->wqkv, 3 * q * d, 0.0f, 1.0f / sqrtf((float)d), &rng);
+        ref_fill_uniform(w + o->wo, d * q, 0.0f, 1.0f / sqrtf((float)q), &rng);
+        ref_fill_uniform(w + o->mlp_norm, d, 1.0f, 0.1f, &rng);
+        ref_fill_uniform(w + o->w_gate_up, 2 * f * d, 0.0f, 1.0f / sqrtf((float)d), &rng);
+        ref_fill_uniform(w + o->w_down, d * f, 0.0f, 1.0f / sqrtf((float)f), &rng);
     }
-    fill_uniform(w + layout->final_norm, d, 1.0f, 0.1f, &rng);
-    fill_uniform(w + layout->lm_head, v * d, 0.0f, 1.0f / sqrtf((float)d), &rng);
+    ref_fill_uniform(w + layout->final_norm, d, 1.0f, 0.1f, &rng);
+    ref_fill_uniform(w + layout->lm_head, v * d, 0.0f, 1.0f / sqrtf((float)d), &rng);
 }
 
 void ref_f32_to_bf16(const float *in, uint16_t *out, size_t n)

@@ -74,7 +74,7 @@ static void test_matmul_nt(void **state)
     /* m = 10 exercises the blocked four-at-a-time path and the remainder. */
     enum { N = 3, K = 37, M = 10 };
     float *x = rand_array(N * K), *w = rand_array(M * K), out[N * M];
-    ref_host_matmul_nt(x, w, N, K, M, out);
+    ref_host_matmul_nt(x, w, N, K, M, false, out);
     for (int i = 0; i < N; i++) {
         for (int j = 0; j < M; j++) {
             double acc = 0, mag = 0;
@@ -88,8 +88,15 @@ static void test_matmul_nt(void **state)
     }
     /* A row's result does not depend on the other rows of the call: the same bits alone. */
     float one[M];
-    ref_host_matmul_nt(x + 2 * K, w, 1, K, M, one);
+    ref_host_matmul_nt(x + 2 * K, w, 1, K, M, false, one);
     assert_memory_equal(one, out + 2 * M, sizeof(one));
+    /* accumulate adds the product to what out held (a residual folded into the GEMM). */
+    float sum[M];
+    for (int j = 0; j < M; j++)
+        sum[j] = (float)j - 4.5f;
+    ref_host_matmul_nt(x + 2 * K, w, 1, K, M, true, sum);
+    for (int j = 0; j < M; j++)
+        assert_true(sum[j] == one[j] + ((float)j - 4.5f));
     free(x);
     free(w);
 }
@@ -221,9 +228,11 @@ static void test_silu_add_argmax(void **state)
             assert_close(out[i * F + j], g / (1 + exp(-g)) * u, 1e-6);
         }
     }
-    float a[3] = { 1, 2, 3 }, b[3] = { 0.5f, -2, 4 };
-    ref_host_add(a, b, 3);
-    assert_true(a[0] == 1.5f && a[1] == 0.0f && a[2] == 7.0f);
+    float a[3] = { 1, 2, 3 }, b[3] = { 0.0f, -2, 4 };
+    ref_host_silu_add(a, b, 3);
+    assert_true(a[0] == 1.0f); /* silu(0) = 0 */
+    assert_close(a[1], 2 + -2 / (1 + exp(2.0)), 1e-6);
+    assert_close(a[2], 3 + 4 / (1 + exp(-4.0)), 1e-6);
     float logits[2 * 4] = { 0.1f, 0.9f, 0.9f, -1, -3, -2, -5, -2.5f };
     int32_t best[2];
     ref_host_argmax(logits, 2, 4, best);

@@ -196,7 +196,29 @@ typedef struct mstar_bench_graphs_row {
     double eager_fwd_us, runner_us;       /* one prepared step re-run, wall */
     double raw_us;                        /* baseline: one raw launch, wall */
     double overhead_us, launch_us;        /* host time: select + stage + launch; one raw launch */
+    size_t graph_nodes; /* of the bucket's graph: kernels and copies on CUDA, calls on the host */
 } mstar_bench_graphs_row;
+
+/* --profile: the time of each op of one eager step, summed by op name. */
+#define MSTAR_BENCH_GRAPHS_MAX_OPS 16
+
+typedef struct mstar_bench_graphs_op {
+    const char *op; /* a literal of the model's forward */
+    int calls;
+    double total_us; /* GPU time (CUDA events) on CUDA, wall time on the host */
+} mstar_bench_graphs_op;
+
+typedef struct mstar_bench_graphs_profile {
+    int64_t bs;
+    size_t n_ops;
+    mstar_bench_graphs_op ops[MSTAR_BENCH_GRAPHS_MAX_OPS];
+} mstar_bench_graphs_profile;
+
+typedef struct mstar_bench_graphs_options {
+    bool cuda, quick, profile;
+    bool mlp;               /* the mlp bench model instead of the reference decoder */
+    int32_t layers, hidden; /* mlp sizes; 0: the defaults */
+} mstar_bench_graphs_options;
 
 typedef struct mstar_bench_graphs_result {
     char device[32]; /* the backend's name */
@@ -204,9 +226,19 @@ typedef struct mstar_bench_graphs_result {
     bool cuda;
     int iters;
     mstar_bench_graphs_row rows[MSTAR_BENCH_GRAPHS_SIZES];
+    bool profiled; /* profiles[] is filled, one per batch size */
+    mstar_bench_graphs_profile profiles[MSTAR_BENCH_GRAPHS_SIZES];
 } mstar_bench_graphs_result;
 
-mstar_status mstar_bench_graphs_run(bool cuda, bool quick, mstar_bench_graphs_result *out);
+mstar_status mstar_bench_graphs_run(const mstar_bench_graphs_options *o,
+                                    mstar_bench_graphs_result *out);
+/* bench_graphs_mlp.c: the same measurements on the mlp bench model (models/ref/mlp_model.h). */
+mstar_status mstar_bench_graphs_mlp_run(const mstar_bench_graphs_options *o,
+                                        mstar_bench_graphs_result *out);
+/* A profile's ops (after its stream has run them) as a result's rows. */
+struct ref_profile;
+mstar_status mstar_bench_graphs_profile_take(const struct ref_profile *p, int64_t bs,
+                                             mstar_bench_graphs_profile *out);
 void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out);
 /* Runner host overhead <= 1.5x the raw launch call, replay <= 1.05x the raw replay (worst batch
  * size); bars for CUDA, not applicable on the host backend. */

@@ -66,8 +66,10 @@ static mstar_status run_suite(mstar_bench_run *run, mstar_bench_suite_id id)
     }
     case MSTAR_BENCH_SUITE_TRANSPORT_CUDA:
         return mstar_bench_transport_cuda_run(run->quick, &run->transport_cuda);
-    case MSTAR_BENCH_SUITE_GRAPHS:
-        return mstar_bench_graphs_run(run->cuda, run->quick, &run->graphs);
+    case MSTAR_BENCH_SUITE_GRAPHS: {
+        mstar_bench_graphs_options o = { .cuda = run->cuda, .quick = run->quick };
+        return mstar_bench_graphs_run(&o, &run->graphs);
+    }
     default:
         return mstar_error_set(MSTAR_EINVAL, "suite %d", (int)id);
     }

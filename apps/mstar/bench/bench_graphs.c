@@ -1,9 +1,12 @@
 /*
- * bench_graphs.c — `mstar bench graphs [--device host|cuda] [--json] [--quick]`: the reference
- * decode model (models/ref/ref_node.h, default size) through the graph runner at batch sizes 1, 8,
- * 32 and 64, with 64 requests prefilled (64 tokens each) and frozen decode steps (commit false:
- * every step rewrites the same positions, so every iteration does the same work). --quick, for
- * tests (sanitizer builds included), takes the small model and 16-token prompts.
+ * bench_graphs.c — `mstar bench graphs [--device host|cuda] [--json] [--quick] [--profile]
+ * [--model ref|mlp [--layers L] [--hidden D]]`: the reference decode model (models/ref/ref_node.h,
+ * default size) through the graph runner at batch sizes 1, 8, 32 and 64, with 64 requests
+ * prefilled (64 tokens each) and frozen decode steps (commit false: every step rewrites the same
+ * positions, so every iteration does the same work). --quick, for tests (sanitizer builds
+ * included), takes the small model and 16-token prompts. --model mlp runs the mlp bench model
+ * instead (bench_graphs_mlp.c). --profile adds, per batch size, the time of each op of one eager
+ * step (CUDA events around each op on CUDA, wall time on the host).
  *
  * Per batch size, each timed back to back with one wait at the end (as a serving loop that
  * consumes its outputs on the device runs them):
@@ -26,6 +29,7 @@
 #include "core/vec.h"
 #include "mstar/mstar.h"
 #include "ref_node.h"
+#include "ref_profile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +45,8 @@ typedef mstar_bench_graphs_row row;
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: mstar bench graphs [--device host|cuda] [--json] [--quick]\n");
+    fprintf(stderr, "usage: mstar bench graphs [--device host|cuda] [--json] [--quick] [--profile]"
+                    "\n                          [--model ref|mlp [--layers L] [--hidden D]]\n");
     return 2;
 }
 
@@ -98,7 +103,7 @@ static mstar_status run_launches(ref_node *node, const ref_step_request *req, in
 
 /* The floor: the bucket's slot-0 graph launched `iters` times back to back. */
 static mstar_status run_raw(ref_node *node, int64_t bs, int iters, double *wall_us,
-                            double *launch_us)
+                            double *launch_us, size_t *nodes)
 {
     mstar_slot_lease lease;
     if (!mstar_graph_runner_lease_slot(ref_node_runner(node), "decode", bs, 0, bs, NULL, &lease))
@@ -117,6 +122,7 @@ static mstar_status run_raw(ref_node *node, int64_t bs, int iters, double *wall_
     mstar_status st = mstar_stream_synchronize(s);
     *wall_us = (double)(mstar__now_ns() - t0) / 1e3 / iters;
     *launch_us = (double)in_launch / 1e3 / iters;
+    *nodes = mstar_graph_node_count(graph);
     return st;
 }
 
@@ -148,9 +154,47 @@ static mstar_status measure(ref_node *node, int64_t bs, int iters, const int64_t
             (st = run_launches(node, &graphs, n, pass ? &out->runner_us : &ignored,
                                &out->overhead_us)) != MSTAR_OK)
             break;
-        st = run_raw(node, bs, n, pass ? &out->raw_us : &ignored, &out->launch_us);
+        st = run_raw(node, bs, n, pass ? &out->raw_us : &ignored, &out->launch_us,
+                     &out->graph_nodes);
     }
     return st;
+}
+
+mstar_status mstar_bench_graphs_profile_take(const ref_profile *p, int64_t bs,
+                                             mstar_bench_graphs_profile *out)
+{
+    ref_profile_row rows[MSTAR_BENCH_GRAPHS_MAX_OPS];
+    size_t n;
+    mstar_status st = ref_profile_summary(p, rows, MSTAR_BENCH_GRAPHS_MAX_OPS, &n);
+    if (st != MSTAR_OK)
+        return st;
+    out->bs = bs;
+    out->n_ops = n;
+    for (size_t i = 0; i < n; i++)
+        out->ops[i] = (mstar_bench_graphs_op){ rows[i].op, rows[i].calls, rows[i].total_us };
+    return MSTAR_OK;
+}
+
+/* One eager step with each op of its forward timed (the measurements before warmed it up). */
+static mstar_status profile_step(ref_node *node, ref_profile *p, int64_t bs, const int64_t *reqs,
+                                 const int32_t *ones, const int32_t *tokens,
+                                 mstar_bench_graphs_profile *out)
+{
+    ref_step_request eager = { .walk = "decode",
+                               .rows = reqs,
+                               .spans = ones,
+                               .n = (int32_t)bs,
+                               .tokens = tokens,
+                               .use_graphs = false,
+                               .commit = false,
+                               .slot = -1 };
+    ref_profile_reset(p);
+    ref_model_set_profile(ref_node_model(node), p);
+    mstar_status st = ref_node_step(node, &eager, NULL, NULL, NULL);
+    ref_model_set_profile(ref_node_model(node), NULL);
+    mstar_status sync = mstar_stream_synchronize(ref_node_stream(node));
+    st = st != MSTAR_OK ? st : sync;
+    return st != MSTAR_OK ? st : mstar_bench_graphs_profile_take(p, bs, out);
 }
 
 /* REQUESTS requests with prompts of `len` (<= PROMPT) tokens, prefilled eagerly. */
@@ -200,9 +244,27 @@ void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out)
         mstar_bench_json_field(out, "raw_launch_us", w->launch_us, 5);
         mstar_bench_json_field(out, "overhead_over_launch", w->overhead_us / w->launch_us, 4);
         mstar_bench_json_field(out, "eager_over_runner", w->eager_fwd_us / w->runner_us, 4);
+        fprintf(out, ",\"graph_nodes\":%zu", w->graph_nodes);
         fprintf(out, "}");
     }
-    fprintf(out, "]}\n");
+    fprintf(out, "]");
+    if (r->profiled) {
+        fprintf(out, ",\"profile\":[");
+        for (size_t i = 0; i < NSIZES; i++) {
+            const mstar_bench_graphs_profile *p = &r->profiles[i];
+            fprintf(out, "%s{\"bs\":%lld,\"ops\":[", i ? "," : "", (long long)p->bs);
+            for (size_t k = 0; k < p->n_ops; k++) {
+                fprintf(out, "%s{\"op\":", k ? "," : "");
+                mstar__json_string(out, p->ops[k].op);
+                fprintf(out, ",\"calls\":%d", p->ops[k].calls);
+                mstar_bench_json_field(out, "total_us", p->ops[k].total_us, 5);
+                fprintf(out, "}");
+            }
+            fprintf(out, "]}");
+        }
+        fprintf(out, "]");
+    }
+    fprintf(out, "}\n");
 }
 
 size_t mstar_bench_graphs_targets(const mstar_bench_graphs_result *r, mstar_bench_target *out)
@@ -232,32 +294,59 @@ size_t mstar_bench_graphs_targets(const mstar_bench_graphs_result *r, mstar_benc
     return 2;
 }
 
+static void print_profile(const mstar_bench_graphs_result *r)
+{
+    printf("\n  profile: one eager step per batch size, %s per op\n",
+           r->cuda ? "GPU time (CUDA events)" : "wall time");
+    for (size_t i = 0; i < NSIZES; i++) {
+        const mstar_bench_graphs_profile *p = &r->profiles[i];
+        double total = 0.0;
+        for (size_t k = 0; k < p->n_ops; k++)
+            total += p->ops[k].total_us;
+        printf("\n  bs %lld: %.1f us in ops\n  %-20s %6s %11s %7s\n", (long long)p->bs, total, "op",
+               "calls", "total us", "share");
+        for (size_t k = 0; k < p->n_ops; k++)
+            printf("  %-20s %6d %11.1f %6.1f%%\n", p->ops[k].op, p->ops[k].calls,
+                   p->ops[k].total_us, total > 0 ? 100.0 * p->ops[k].total_us / total : 0.0);
+    }
+}
+
 static void print_table(const mstar_bench_graphs_result *r)
 {
-    printf("graphs: the reference decode model (%s), frozen decode steps, %d iterations each\n"
-           "  model: %s\n\n",
+    printf("graphs: %s (%s), %d iterations each\n  model: %s\n\n",
+           strncmp(r->model, "mlp", 3) == 0 ? "the mlp bench model, frozen steps"
+                                            : "the reference decode model, frozen decode steps",
            r->device, r->iters, r->model);
-    printf("  %4s %11s %11s %11s %11s %11s %8s %11s %11s %8s\n", "bs", "step eager", "step replay",
-           "fwd eager", "replay", "raw replay", "vs raw", "overhead", "raw launch", "vs launch");
+    printf("  %4s %11s %11s %11s %11s %11s %8s %11s %11s %8s %6s\n", "bs", "step eager",
+           "step replay", "fwd eager", "replay", "raw replay", "vs raw", "overhead", "raw launch",
+           "vs launch", "nodes");
     for (size_t i = 0; i < NSIZES; i++) {
         const row *w = &r->rows[i];
-        printf("  %4lld %11.1f %11.1f %11.1f %11.1f %11.1f %7.3fx %11.2f %11.2f %7.2fx\n",
+        printf("  %4lld %11.1f %11.1f %11.1f %11.1f %11.1f %7.3fx %11.2f %11.2f %7.2fx %6zu\n",
                (long long)w->bs, w->eager_step_us, w->replay_step_us, w->eager_fwd_us, w->runner_us,
                w->raw_us, w->runner_us / w->raw_us, w->overhead_us, w->launch_us,
-               w->overhead_us / w->launch_us);
+               w->overhead_us / w->launch_us, w->graph_nodes);
     }
-    printf("\n  microseconds per step (wall, back to back). step: a whole step; fwd eager: the "
-           "eager forward\n  of a prepared step; replay: the same step replayed through the "
-           "runner (select + stage +\n  launch); raw replay: the same graph launched bare (the "
-           "floor). overhead: the runner's host\n  time per replay; raw launch: the host time of "
-           "one bare launch call.\n  bars (H200): replay <= 1.05x raw replay, overhead <= 1.5x "
-           "raw launch.\n");
+    printf(
+        "\n  microseconds per step (wall, back to back). step: a whole step; fwd eager: the "
+        "eager forward\n  of a prepared step; replay: the same step replayed through the "
+        "runner (select + stage +\n  launch); raw replay: the same graph launched bare (the "
+        "floor). overhead: the runner's host\n  time per replay; raw launch: the host time of "
+        "one bare launch call. nodes: the graph's nodes\n  (kernels and copies on CUDA, recorded "
+        "calls on the host).\n  bars (H200): replay <= 1.05x raw replay, overhead <= 1.5x raw "
+        "launch.\n");
+    if (r->profiled)
+        print_profile(r);
     mstar_bench_target t[MSTAR_BENCH_MAX_TARGETS];
     mstar_bench_targets_print(t, mstar_bench_graphs_targets(r, t), stdout);
 }
 
-mstar_status mstar_bench_graphs_run(bool cuda, bool quick, mstar_bench_graphs_result *out)
+mstar_status mstar_bench_graphs_run(const mstar_bench_graphs_options *opts,
+                                    mstar_bench_graphs_result *out)
 {
+    if (opts->mlp)
+        return mstar_bench_graphs_mlp_run(opts, out);
+    bool cuda = opts->cuda, quick = opts->quick;
     memset(out, 0, sizeof(*out));
     mstar_device dev = { cuda ? MSTAR_DEVICE_CUDA : MSTAR_DEVICE_CPU, 0 };
     mstar_backend *b;
@@ -297,32 +386,63 @@ mstar_status mstar_bench_graphs_run(bool cuda, bool quick, mstar_bench_graphs_re
         st = ref_node_capture(node);
     if (st == MSTAR_OK)
         st = prefill(node, prompt, reqs, tokens, o.model.vocab);
+    ref_profile *prof = NULL;
+    if (st == MSTAR_OK && opts->profile)
+        st = ref_profile_create(b, 256, &prof);
     for (size_t i = 0; st == MSTAR_OK && i < NSIZES; i++) {
         mstar_bench_progress("graphs", "bs %lld, %d iterations", (long long)sizes[i], iters);
         st = measure(node, sizes[i], iters, reqs, ones, tokens, &out->rows[i]);
+        if (st == MSTAR_OK && prof != NULL)
+            st = profile_step(node, prof, sizes[i], reqs, ones, tokens, &out->profiles[i]);
     }
+    out->profiled = st == MSTAR_OK && prof != NULL;
+    ref_profile_destroy(prof);
     ref_node_destroy(node);
     mstar_backend_destroy(b);
     return st;
 }
 
+/* A positive size argument. */
+static bool size_arg(const char *text, int32_t *out)
+{
+    char *end;
+    long v = strtol(text, &end, 10);
+    if (*text == '\0' || *end != '\0' || v < 1 || v > 65536)
+        return false;
+    *out = (int32_t)v;
+    return true;
+}
+
 int mstar_bench_graphs(int argc, char **argv)
 {
-    bool json = false, quick = false, cuda = false;
+    bool json = false;
+    mstar_bench_graphs_options o = { 0 };
     for (int i = 1; i < argc; i++) {
+        bool more = i + 1 < argc;
         if (strcmp(argv[i], "--json") == 0)
             json = true;
         else if (strcmp(argv[i], "--quick") == 0)
-            quick = true;
-        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+            o.quick = true;
+        else if (strcmp(argv[i], "--profile") == 0)
+            o.profile = true;
+        else if (strcmp(argv[i], "--device") == 0 && more &&
                  (strcmp(argv[i + 1], "host") == 0 || strcmp(argv[i + 1], "cuda") == 0))
-            cuda = strcmp(argv[++i], "cuda") == 0;
+            o.cuda = strcmp(argv[++i], "cuda") == 0;
+        else if (strcmp(argv[i], "--model") == 0 && more &&
+                 (strcmp(argv[i + 1], "ref") == 0 || strcmp(argv[i + 1], "mlp") == 0))
+            o.mlp = strcmp(argv[++i], "mlp") == 0;
+        else if (strcmp(argv[i], "--layers") == 0 && more && size_arg(argv[i + 1], &o.layers))
+            i++;
+        else if (strcmp(argv[i], "--hidden") == 0 && more && size_arg(argv[i + 1], &o.hidden))
+            i++;
         else
             return usage();
     }
+    if ((o.layers || o.hidden) && !o.mlp)
+        return usage();
     mstar_bench_progress_enable(!json);
     mstar_bench_graphs_result r;
-    if (mstar_bench_graphs_run(cuda, quick, &r) != MSTAR_OK) {
+    if (mstar_bench_graphs_run(&o, &r) != MSTAR_OK) {
         fprintf(stderr, "mstar bench graphs: %s\n", mstar_last_error());
         return 1;
     }

@@ -12,6 +12,7 @@
 struct demo_codebook {
     mstar_backend *backend;
     const ref_ops *ops;
+    ref_ops_ctx *ctx; /* the kernels' state (cuBLAS on CUDA), made once */
     int32_t vocab, hidden;
     void *table; /* device: [vocab, hidden] */
 };
@@ -34,6 +35,8 @@ mstar_status demo_codebook_create(mstar_backend *backend, const ref_model_config
         st = demo_weights_upload(backend, c->ops->act_dtype, model, &embed, 1, &c->table, NULL);
     }
     ref_weight_layout_free(&layout);
+    if (st == MSTAR_OK)
+        st = c->ops->ctx_create(backend, &c->ctx);
     if (st != MSTAR_OK) {
         demo_codebook_destroy(c);
         return mstar_error_wrap("codebook");
@@ -46,6 +49,8 @@ void demo_codebook_destroy(demo_codebook *c)
 {
     if (c == NULL)
         return;
+    if (c->ops != NULL)
+        c->ops->ctx_destroy(c->ctx);
     if (c->table != NULL)
         mstar_device_free(c->backend, c->table);
     free(c);
@@ -68,7 +73,7 @@ mstar_status demo_codebook_lookup(demo_codebook *c, mstar_stream *s, const mstar
     if (st == MSTAR_OK)
         st = mstar_alloc(s, (size_t)n * sizeof(int32_t), (void **)&ids);
     if (st == MSTAR_OK)
-        st = c->ops->matmul_nt_f32(s, mstar_tensor_ptr(states), c->table, n, h, v, logits);
+        st = c->ops->matmul_nt_f32(c->ctx, s, mstar_tensor_ptr(states), c->table, n, h, v, logits);
     if (st == MSTAR_OK)
         st = c->ops->argmax(s, logits, n, v, ids);
     if (st == MSTAR_OK)

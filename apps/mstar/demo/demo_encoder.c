@@ -14,6 +14,7 @@
 struct demo_encoder {
     mstar_backend *backend;
     const ref_ops *ops;
+    ref_ops_ctx *ctx;       /* the kernels' state (cuBLAS on CUDA), made once */
     ref_model_config model; /* layers = the encoder's, seed = the encoder's */
     size_t elsize;
     void *weights; /* device: embed, per layer (norm, gate_up, down), final norm */
@@ -132,14 +133,14 @@ static mstar_status enc_preprocess(void *self, mstar_step *step, const mstar_nod
     return mstar_tensor_map_set_owned(out, "tokens", &dev, s);
 }
 
-/* The temporaries of one forward: x (the residual stream), h, gate_up, act, proj. */
+/* The temporaries of one forward: x (the residual stream), h, gate_up, act. */
 typedef struct enc_scratch {
-    void *x, *h, *gate_up, *act, *proj;
+    void *x, *h, *gate_up, *act;
 } enc_scratch;
 
 static void scratch_free(mstar_stream *s, enc_scratch *sc)
 {
-    void *all[] = { sc->x, sc->h, sc->gate_up, sc->act, sc->proj };
+    void *all[] = { sc->x, sc->h, sc->gate_up, sc->act };
     for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++) {
         if (all[i] != NULL)
             mstar_free(s, all[i]);
@@ -150,8 +151,8 @@ static void scratch_free(mstar_stream *s, enc_scratch *sc)
 static mstar_status scratch_alloc(const demo_encoder *e, mstar_stream *s, size_t t, enc_scratch *sc)
 {
     size_t d = (size_t)e->model.hidden, f = (size_t)e->model.mlp;
-    size_t sizes[] = { t * d, t * d, t * 2 * f, t * f, t * d };
-    void **ptrs[] = { &sc->x, &sc->h, &sc->gate_up, &sc->act, &sc->proj };
+    size_t sizes[] = { t * d, t * d, t * 2 * f, t * f };
+    void **ptrs[] = { &sc->x, &sc->h, &sc->gate_up, &sc->act };
     memset(sc, 0, sizeof(*sc));
     for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
         mstar_status st = mstar_alloc(s, (sizes[i] ? sizes[i] : 1) * e->elsize, ptrs[i]);
@@ -171,13 +172,13 @@ static mstar_status run_ops(const demo_encoder *e, mstar_stream *s, const int32_
     float eps = e->model.norm_eps;
     mstar_status st = op->embed(s, wt(e, e->w_embed), d, tokens, t, sc->x);
     for (int32_t l = 0; st == MSTAR_OK && l < e->model.layers; l++) {
+        /* The residual add is the down GEMM's own (accumulate into x). */
         if ((st = op->rmsnorm(s, sc->x, wt(e, e->w_norm[l]), t, d, eps, sc->h)) != MSTAR_OK ||
-            (st = op->matmul_nt(s, sc->h, wt(e, e->w_gate_up[l]), t, d, 2 * f, sc->gate_up)) !=
-                MSTAR_OK ||
-            (st = op->silu_mul(s, sc->gate_up, t, f, sc->act)) != MSTAR_OK ||
-            (st = op->matmul_nt(s, sc->act, wt(e, e->w_down[l]), t, f, d, sc->proj)) != MSTAR_OK)
+            (st = op->matmul_nt(e->ctx, s, sc->h, wt(e, e->w_gate_up[l]), t, d, 2 * f, false,
+                                sc->gate_up)) != MSTAR_OK ||
+            (st = op->silu_mul(s, sc->gate_up, t, f, sc->act)) != MSTAR_OK)
             break;
-        st = op->add(s, sc->x, sc->proj, t * d);
+        st = op->matmul_nt(e->ctx, s, sc->act, wt(e, e->w_down[l]), t, f, d, true, sc->x);
     }
     if (st == MSTAR_OK)
         st = op->rmsnorm(s, sc->x, wt(e, e->w_final), t, d, eps, out);
@@ -285,6 +286,8 @@ mstar_status demo_encoder_create(mstar_backend *backend, const demo_config *cfg,
     if (st == MSTAR_OK)
         st = load_weights(e);
     if (st == MSTAR_OK)
+        st = e->ops->ctx_create(backend, &e->ctx);
+    if (st == MSTAR_OK)
         st = mstar_stream_create(backend, MSTAR_STREAM_NON_BLOCKING, &e->stream);
     if (st == MSTAR_OK)
         st = mstar_step_runner_create(backend, e->stream, &e->sr);
@@ -317,6 +320,8 @@ void demo_encoder_destroy(demo_encoder *e)
     mstar_step_destroy(e->step);
     mstar_step_runner_destroy(e->sr);
     mstar_stream_destroy(e->stream);
+    if (e->ops != NULL)
+        e->ops->ctx_destroy(e->ctx);
     if (e->weights != NULL)
         mstar_device_free(e->backend, e->weights);
     free(e->w_norm);

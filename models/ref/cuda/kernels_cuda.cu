@@ -1,13 +1,14 @@
 /*
- * kernels_cuda.cu — the reference model's CUDA kernels: bf16 storage, fp32 arithmetic (see
- * kernels_cuda.h for the contract and kernels_host.h for what each computes).
+ * kernels_cuda.cu — the reference model's CUDA kernels other than its GEMMs (those are cuBLAS
+ * calls, ctx_cuda.c): bf16 storage, fp32 arithmetic (see kernels_cuda.h for the contract and
+ * kernels_host.h for what each computes).
  *
- * They are kept simple on purpose — this model is a correctness vehicle for capture and replay,
- * not a fast transformer: a warp per output column and four rows for the matmul, a warp per
- * (token, head) for attention with a single-pass softmax, a block per row for norms and argmax.
- * Reductions go through fixed butterfly/tree orders and nothing uses atomics, so results are
- * deterministic. No library handles (cuBLAS and the like) are involved, so nothing is created
- * lazily inside a capture.
+ * Small ops are fused where one kernel can do the work of two: the silu residual and the next
+ * norm; rope of q and k with the KV page write. A block per (token, head) runs attention, its
+ * warps splitting the KV positions, each with a single-pass softmax, merged at the end; a block
+ * per row runs norms and argmax. Reductions go through fixed butterfly/tree orders and nothing
+ * uses atomics, so results are deterministic. Nothing here creates library state, so nothing is
+ * created lazily inside a capture.
  */
 #include "kernels_cuda.h"
 
@@ -20,8 +21,7 @@ namespace
 {
 
 constexpr int kBlock = 256;   /* threads of the row-per-block kernels */
-constexpr int kWarps = 4;     /* warps per block of the warp-per-item kernels */
-constexpr int kRows = 4;      /* rows a matmul warp computes for its column */
+constexpr int kAttnWarps = 4; /* warps sharing one (token, head) of attention */
 constexpr int kMaxChunks = 8; /* head_dim <= 32 * kMaxChunks */
 
 __device__ __forceinline__ float to_f(bf16 v)
@@ -65,66 +65,45 @@ __global__ void embed_kernel(const bf16 *table, int64_t dim, const int32_t *toke
         out[i * dim + j] = src[j];
 }
 
-__global__ void rmsnorm_kernel(const bf16 *x, const bf16 *w, int64_t dim, float eps, bf16 *out)
+/* Block per row: r = x + silu(h), x's row picked by rows[] when given (an embedding lookup, a
+ * gather), written to x_out when given, then out = rmsnorm(r) * w when out is given. The second
+ * pass reads r back from where the first left it (x_out, or x's row); each thread reads only
+ * elements it wrote itself, so no barrier is needed between the passes, even when x_out is x. */
+__global__ void silu_add_rmsnorm_kernel(const bf16 *x, const int32_t *rows, const bf16 *h,
+                                        bf16 *x_out, const bf16 *w, int64_t dim, float eps,
+                                        bf16 *out)
 {
-    int64_t i = blockIdx.x;
-    const bf16 *row = x + i * dim;
+    int64_t base = (int64_t)blockIdx.x * dim;
+    const bf16 *xr = x + (rows != nullptr ? (int64_t)rows[blockIdx.x] : (int64_t)blockIdx.x) * dim;
     float ss = 0.0f;
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-        float v = to_f(row[j]);
+        float v = to_f(xr[j]);
+        if (h != nullptr) {
+            float g = to_f(h[base + j]);
+            v = to_f(to_b(v + g / (1.0f + expf(-g)))); /* as stored: what the next op reads */
+        }
+        if (x_out != nullptr)
+            x_out[base + j] = to_b(v);
         ss += v * v;
     }
+    if (out == nullptr)
+        return; /* uniform over the block: the barrier inside block_sum is never split */
     ss = block_sum(ss);
     float scale = rsqrtf(ss / (float)dim + eps);
+    const bf16 *src = x_out != nullptr ? x_out + base : xr; /* r: this thread's own elements */
     for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-        out[i * dim + j] = to_b(to_f(row[j]) * scale * to_f(w[j]));
+        out[base + j] = to_b(to_f(src[j]) * scale * to_f(w[j]));
 }
 
-template <typename Out> __device__ __forceinline__ Out store_as(float v);
-template <> __device__ __forceinline__ float store_as<float>(float v)
+/* Thread per (token, head, pair): rotates the pair (d, d + half) of q in place and of k, then
+ * writes k (rotated) and v into the token's page slot. k is not written back to qkv: attention
+ * reads keys from the pages only. */
+__global__ void rope_kv_write_kernel(bf16 *qkv, int64_t ld, const int32_t *pos, int64_t n,
+                                     int64_t heads, int64_t head_dim, float theta, bf16 *kp,
+                                     bf16 *vp, int64_t page_size, const int32_t *t2p,
+                                     const int32_t *t2c)
 {
-    return v;
-}
-template <> __device__ __forceinline__ bf16 store_as<bf16>(float v)
-{
-    return to_b(v);
-}
-
-/* Warp w computes column j = w % m for rows [4 * (w / m), +4): the weight row is read once for
- * four rows, and each output's sum has the same order whatever n is. */
-template <typename Out>
-__global__ void matmul_nt_kernel(const bf16 *x, const bf16 *w, int64_t n, int64_t k, int64_t m,
-                                 Out *out)
-{
-    int64_t warp = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    int64_t groups = (n + kRows - 1) / kRows;
-    if (warp >= groups * m)
-        return;
-    int64_t j = warp % m, i0 = (warp / m) * kRows;
-    int rows = (int)(n - i0 < kRows ? n - i0 : kRows);
-    const bf16 *wr = w + j * k;
-    float acc[kRows] = { 0.0f, 0.0f, 0.0f, 0.0f };
-    for (int64_t p = lane; p < k; p += 32) {
-        float wv = to_f(wr[p]);
-#pragma unroll
-        for (int r = 0; r < kRows; r++) {
-            if (r < rows)
-                acc[r] += to_f(x[(i0 + r) * k + p]) * wv;
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < kRows; r++) {
-        float s = warp_sum(acc[r]);
-        if (r < rows && lane == 0)
-            out[(i0 + r) * m + j] = store_as<Out>(s);
-    }
-}
-
-__global__ void rope_kernel(bf16 *x, int64_t ld, const int32_t *pos, int64_t n, int64_t heads,
-                            int64_t head_dim, float theta)
-{
-    int64_t half = head_dim / 2;
+    int64_t half = head_dim / 2, kv_dim = heads * head_dim;
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= n * heads * half)
         return;
@@ -132,37 +111,33 @@ __global__ void rope_kernel(bf16 *x, int64_t ld, const int32_t *pos, int64_t n, 
     float inv_freq = powf(theta, -2.0f * (float)d / (float)head_dim);
     float s, c;
     sincosf((float)pos[i] * inv_freq, &s, &c);
-    bf16 *v = x + i * ld + h * head_dim;
-    float x1 = to_f(v[d]), x2 = to_f(v[d + half]);
-    v[d] = to_b(x1 * c - x2 * s);
-    v[d + half] = to_b(x2 * c + x1 * s);
+    bf16 *q = qkv + i * ld + h * head_dim, *k = q + kv_dim, *v = k + kv_dim;
+    float q1 = to_f(q[d]), q2 = to_f(q[d + half]);
+    q[d] = to_b(q1 * c - q2 * s);
+    q[d + half] = to_b(q2 * c + q1 * s);
+    float k1 = to_f(k[d]), k2 = to_f(k[d + half]);
+    int64_t at = ((int64_t)t2p[i] * page_size + t2c[i]) * kv_dim + h * head_dim;
+    kp[at + d] = to_b(k1 * c - k2 * s);
+    kp[at + d + half] = to_b(k2 * c + k1 * s);
+    vp[at + d] = v[d];
+    vp[at + d + half] = v[d + half];
 }
 
-__global__ void kv_write_kernel(bf16 *kp, bf16 *vp, int64_t page_size, int64_t kv_dim,
-                                const bf16 *k, const bf16 *v, int64_t ld, const int32_t *t2p,
-                                const int32_t *t2c, int64_t n)
-{
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= n * kv_dim)
-        return;
-    int64_t i = idx / kv_dim, e = idx % kv_dim;
-    int64_t at = ((int64_t)t2p[i] * page_size + t2c[i]) * kv_dim + e;
-    kp[at] = k[i * ld + e];
-    vp[at] = v[i * ld + e];
-}
-
-/* One warp per (token, head); lane l holds elements l, l + 32, ... of q and of the output. */
+/* Block per (token, head), kAttnWarps warps: warp w runs a single-pass softmax over positions
+ * w, w + kAttnWarps, ... of the token's KV stream (lane l holds elements l, l + 32, ... of q and
+ * of its partial output), then warp 0 merges the warps' partials in warp order. Splitting the
+ * positions across warps cuts the serial chain of a decode token's attention by kAttnWarps; the
+ * fixed merge order keeps the result deterministic. */
 __global__ void paged_attention_kernel(const bf16 *q, int64_t ld_q, const bf16 *kp, const bf16 *vp,
                                        int64_t page_size, const int32_t *page_table,
                                        int64_t pages_per_row, const int32_t *token_row,
-                                       const int32_t *token_kv_len, int64_t n, int64_t heads,
-                                       int64_t head_dim, bf16 *out)
+                                       const int32_t *token_kv_len, int64_t heads, int64_t head_dim,
+                                       bf16 *out)
 {
-    int64_t warp = (int64_t)blockIdx.x * kWarps + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (warp >= n * heads)
-        return;
-    int64_t i = warp / heads, h = warp % heads, kv_dim = heads * head_dim;
+    __shared__ float part_max[kAttnWarps], part_denom[kAttnWarps];
+    __shared__ float part_acc[kAttnWarps][32 * kMaxChunks];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int64_t i = blockIdx.x / heads, h = blockIdx.x % heads, kv_dim = heads * head_dim;
     const bf16 *qv = q + i * ld_q + h * head_dim;
     const int32_t *pages = page_table + (int64_t)token_row[i] * pages_per_row;
     float qr[kMaxChunks], acc[kMaxChunks];
@@ -175,7 +150,7 @@ __global__ void paged_attention_kernel(const bf16 *q, int64_t ld_q, const bf16 *
     float scale = rsqrtf((float)head_dim);
     float run_max = -INFINITY, denom = 0.0f;
     int32_t len = token_kv_len[i];
-    for (int32_t p = 0; p < len; p++) {
+    for (int32_t p = warp; p < len; p += kAttnWarps) {
         int64_t base =
             ((int64_t)pages[p / page_size] * page_size + p % page_size) * kv_dim + h * head_dim;
         float part = 0.0f;
@@ -198,12 +173,38 @@ __global__ void paged_attention_kernel(const bf16 *q, int64_t ld_q, const bf16 *
         }
         run_max = new_max;
     }
+    if (lane == 0) {
+        part_max[warp] = run_max;
+        part_denom[warp] = denom;
+    }
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; c++)
+        part_acc[warp][lane + 32 * c] = acc[c];
+    __syncthreads();
+    if (warp != 0)
+        return;
+    float m = -INFINITY;
+    for (int w = 0; w < kAttnWarps; w++)
+        m = fmaxf(m, part_max[w]);
+    float total = 0.0f, merged[kMaxChunks];
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; c++)
+        merged[c] = 0.0f;
+    for (int w = 0; w < kAttnWarps; w++) {
+        if (part_denom[w] <= 0.0f)
+            continue; /* a warp that saw no position */
+        float f = expf(part_max[w] - m);
+        total += part_denom[w] * f;
+#pragma unroll
+        for (int c = 0; c < kMaxChunks; c++)
+            merged[c] += part_acc[w][lane + 32 * c] * f;
+    }
     bf16 *o = out + i * kv_dim + h * head_dim;
 #pragma unroll
     for (int c = 0; c < kMaxChunks; c++) {
         int64_t e = lane + 32 * c;
         if (e < head_dim)
-            o[e] = to_b(denom > 0.0f ? acc[c] / denom : 0.0f);
+            o[e] = to_b(total > 0.0f ? merged[c] / total : 0.0f);
     }
 }
 
@@ -215,21 +216,6 @@ __global__ void silu_mul_kernel(const bf16 *gate_up, int64_t n, int64_t f, bf16 
     int64_t i = idx / f, j = idx % f;
     float g = to_f(gate_up[i * 2 * f + j]), u = to_f(gate_up[i * 2 * f + f + j]);
     out[idx] = to_b(g / (1.0f + expf(-g)) * u);
-}
-
-__global__ void add_kernel(bf16 *x, const bf16 *y, int64_t count)
-{
-    int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx < count)
-        x[idx] = to_b(to_f(x[idx]) + to_f(y[idx]));
-}
-
-__global__ void gather_rows_kernel(const bf16 *x, int64_t dim, const int32_t *index, bf16 *out)
-{
-    int64_t i = blockIdx.x;
-    const bf16 *src = x + (int64_t)index[i] * dim;
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-        out[i * dim + j] = src[j];
 }
 
 /* Block per row: each thread keeps its best (value, index), then a tree keeps the larger value,
@@ -291,54 +277,31 @@ int ref_cuda_embed(void *stream, const void *table, int64_t dim, const int32_t *
     return launched();
 }
 
-int ref_cuda_rmsnorm(void *stream, const void *x, const void *weight, int64_t n, int64_t dim,
-                     float eps, void *out)
+int ref_cuda_silu_add_rmsnorm(void *stream, const void *x, const int32_t *rows, const void *h,
+                              void *x_out, const void *weight, int64_t n, int64_t dim, float eps,
+                              void *out)
 {
-    if (n == 0)
+    if (n == 0 || (x_out == nullptr && out == nullptr))
         return 0;
-    rmsnorm_kernel<<<(unsigned)n, kBlock, 0, (cudaStream_t)stream>>>(
-        (const bf16 *)x, (const bf16 *)weight, dim, eps, (bf16 *)out);
+    if (h != nullptr && x_out == nullptr)
+        return (int)cudaErrorInvalidValue;
+    silu_add_rmsnorm_kernel<<<(unsigned)n, kBlock, 0, (cudaStream_t)stream>>>(
+        (const bf16 *)x, rows, (const bf16 *)h, (bf16 *)x_out, (const bf16 *)weight, dim, eps,
+        (bf16 *)out);
     return launched();
 }
 
-int ref_cuda_matmul_nt(void *stream, const void *x, const void *w, int64_t n, int64_t k, int64_t m,
-                       void *out, int out_f32)
-{
-    if (n == 0 || m == 0)
-        return 0;
-    int64_t warps = blocks_for(n, kRows) * m;
-    unsigned grid = (unsigned)blocks_for(warps, kWarps);
-    cudaStream_t s = (cudaStream_t)stream;
-    if (out_f32)
-        matmul_nt_kernel<float>
-            <<<grid, kWarps * 32, 0, s>>>((const bf16 *)x, (const bf16 *)w, n, k, m, (float *)out);
-    else
-        matmul_nt_kernel<bf16>
-            <<<grid, kWarps * 32, 0, s>>>((const bf16 *)x, (const bf16 *)w, n, k, m, (bf16 *)out);
-    return launched();
-}
-
-int ref_cuda_rope(void *stream, void *x, int64_t ld, const int32_t *pos, int64_t n, int64_t heads,
-                  int64_t head_dim, float theta)
+int ref_cuda_rope_kv_write(void *stream, void *qkv, int64_t ld, const int32_t *pos, int64_t n,
+                           int64_t heads, int64_t head_dim, float theta, void *k_pages,
+                           void *v_pages, int64_t page_size, const int32_t *token_to_page,
+                           const int32_t *token_to_cache)
 {
     int64_t items = n * heads * (head_dim / 2);
     if (items == 0)
         return 0;
-    rope_kernel<<<(unsigned)blocks_for(items, kBlock), kBlock, 0, (cudaStream_t)stream>>>(
-        (bf16 *)x, ld, pos, n, heads, head_dim, theta);
-    return launched();
-}
-
-int ref_cuda_kv_write(void *stream, void *k_pages, void *v_pages, int64_t page_size, int64_t kv_dim,
-                      const void *k, const void *v, int64_t ld, const int32_t *token_to_page,
-                      const int32_t *token_to_cache, int64_t n)
-{
-    int64_t items = n * kv_dim;
-    if (items == 0)
-        return 0;
-    kv_write_kernel<<<(unsigned)blocks_for(items, kBlock), kBlock, 0, (cudaStream_t)stream>>>(
-        (bf16 *)k_pages, (bf16 *)v_pages, page_size, kv_dim, (const bf16 *)k, (const bf16 *)v, ld,
-        token_to_page, token_to_cache, n);
+    rope_kv_write_kernel<<<(unsigned)blocks_for(items, kBlock), kBlock, 0, (cudaStream_t)stream>>>(
+        (bf16 *)qkv, ld, pos, n, heads, head_dim, theta, (bf16 *)k_pages, (bf16 *)v_pages,
+        page_size, token_to_page, token_to_cache);
     return launched();
 }
 
@@ -350,13 +313,12 @@ int ref_cuda_paged_attention(void *stream, const void *q, int64_t ld_q, const vo
 {
     if (head_dim > 32 * kMaxChunks)
         return (int)cudaErrorInvalidValue;
-    int64_t warps = n * heads;
-    if (warps == 0)
+    int64_t items = n * heads;
+    if (items == 0)
         return 0;
-    paged_attention_kernel<<<(unsigned)blocks_for(warps, kWarps), kWarps * 32, 0,
-                             (cudaStream_t)stream>>>(
+    paged_attention_kernel<<<(unsigned)items, kAttnWarps * 32, 0, (cudaStream_t)stream>>>(
         (const bf16 *)q, ld_q, (const bf16 *)k_pages, (const bf16 *)v_pages, page_size, page_table,
-        pages_per_row, token_row, token_kv_len, n, heads, head_dim, (bf16 *)out);
+        pages_per_row, token_row, token_kv_len, heads, head_dim, (bf16 *)out);
     return launched();
 }
 
@@ -367,25 +329,6 @@ int ref_cuda_silu_mul(void *stream, const void *gate_up, int64_t n, int64_t f, v
         return 0;
     silu_mul_kernel<<<(unsigned)blocks_for(items, kBlock), kBlock, 0, (cudaStream_t)stream>>>(
         (const bf16 *)gate_up, n, f, (bf16 *)out);
-    return launched();
-}
-
-int ref_cuda_add(void *stream, void *x, const void *y, int64_t count)
-{
-    if (count == 0)
-        return 0;
-    add_kernel<<<(unsigned)blocks_for(count, kBlock), kBlock, 0, (cudaStream_t)stream>>>(
-        (bf16 *)x, (const bf16 *)y, count);
-    return launched();
-}
-
-int ref_cuda_gather_rows(void *stream, const void *x, int64_t dim, const int32_t *index, int64_t n,
-                         void *out)
-{
-    if (n == 0)
-        return 0;
-    gather_rows_kernel<<<(unsigned)n, kBlock, 0, (cudaStream_t)stream>>>((const bf16 *)x, dim,
-                                                                         index, (bf16 *)out);
     return launched();
 }
 

@@ -1,6 +1,6 @@
 /*
  * kernels_cuda.h — launchers of the reference model's CUDA kernels (kernels_cuda.cu), callable
- * from C.
+ * from C. Its GEMMs are cuBLAS calls (ctx_cuda.c).
  *
  * Same meanings and sizes as kernels_host.h, in bf16 storage with fp32 arithmetic: every pointer
  * named bf16 points at bfloat16 elements, logits are float32, ids and plans int32. Each launcher
@@ -20,16 +20,17 @@ extern "C" {
 
 int ref_cuda_embed(void *stream, const void *table_bf16, int64_t dim, const int32_t *tokens,
                    int64_t n, void *out_bf16);
-int ref_cuda_rmsnorm(void *stream, const void *x_bf16, const void *weight_bf16, int64_t n,
-                     int64_t dim, float eps, void *out_bf16);
-/* out = x · w^T, out bf16 (out_f32 == 0) or float32 (out_f32 != 0). */
-int ref_cuda_matmul_nt(void *stream, const void *x_bf16, const void *w_bf16, int64_t n, int64_t k,
-                       int64_t m, void *out, int out_f32);
-int ref_cuda_rope(void *stream, void *x_bf16, int64_t ld, const int32_t *pos, int64_t n,
-                  int64_t heads, int64_t head_dim, float theta);
-int ref_cuda_kv_write(void *stream, void *k_pages_bf16, void *v_pages_bf16, int64_t page_size,
-                      int64_t kv_dim, const void *k_bf16, const void *v_bf16, int64_t ld,
-                      const int32_t *token_to_page, const int32_t *token_to_cache, int64_t n);
+/* r = x[row] + silu(h) (x[row] when h is NULL; row rows[i] of x, or row i when rows is NULL),
+ * stored to x_out when not NULL (may be x when rows is NULL; required with h), then out =
+ * rmsnorm(r) * weight when out is not NULL: with rows, h and x_out NULL, a plain rmsnorm. */
+int ref_cuda_silu_add_rmsnorm(void *stream, const void *x, const int32_t *rows, const void *h,
+                              void *x_out, const void *weight, int64_t n, int64_t dim, float eps,
+                              void *out);
+/* Rope of q and k of each token's qkv row (q in place), k and v written to the pages. */
+int ref_cuda_rope_kv_write(void *stream, void *qkv, int64_t ld, const int32_t *pos, int64_t n,
+                           int64_t heads, int64_t head_dim, float theta, void *k_pages,
+                           void *v_pages, int64_t page_size, const int32_t *token_to_page,
+                           const int32_t *token_to_cache);
 /* head_dim at most 256. */
 int ref_cuda_paged_attention(void *stream, const void *q_bf16, int64_t ld_q,
                              const void *k_pages_bf16, const void *v_pages_bf16, int64_t page_size,
@@ -37,9 +38,6 @@ int ref_cuda_paged_attention(void *stream, const void *q_bf16, int64_t ld_q,
                              const int32_t *token_row, const int32_t *token_kv_len, int64_t n,
                              int64_t heads, int64_t head_dim, void *out_bf16);
 int ref_cuda_silu_mul(void *stream, const void *gate_up_bf16, int64_t n, int64_t f, void *out_bf16);
-int ref_cuda_add(void *stream, void *x_bf16, const void *y_bf16, int64_t count);
-int ref_cuda_gather_rows(void *stream, const void *x_bf16, int64_t dim, const int32_t *index,
-                         int64_t n, void *out_bf16);
 int ref_cuda_argmax(void *stream, const float *logits, int64_t n, int64_t vocab, int32_t *out);
 
 /* The runtime's message for an error a launcher returned. */

@@ -1,10 +1,12 @@
 /*
  * ops_cuda.c — the CUDA backend's ref_ops: each entry launches a bf16 kernel of kernels_cuda.cu
- * on the stream's native handle and turns a launch error into MSTAR_EDEVICE naming the kernel.
- * Built only with the CUDA backend.
+ * on the stream's native handle and turns a launch error into MSTAR_EDEVICE naming the kernel;
+ * GEMMs go to cuBLAS through the model's context (ctx_cuda.c). Built only with the CUDA backend
+ * and cuBLAS.
  */
 #include "ref_ops.h"
 
+#include "cuda/ctx_cuda.h"
 #include "cuda/kernels_cuda.h"
 
 static mstar_status check(int error, const char *kernel)
@@ -24,36 +26,42 @@ static mstar_status cuda_embed(mstar_stream *s, const void *table, int64_t dim,
 static mstar_status cuda_rmsnorm(mstar_stream *s, const void *x, const void *weight, int64_t n,
                                  int64_t dim, float eps, void *out)
 {
-    return check(ref_cuda_rmsnorm(mstar_stream_native(s), x, weight, n, dim, eps, out), "rmsnorm");
+    /* A plain norm is the fused kernel with no silu residual and nothing stored back. */
+    return check(ref_cuda_silu_add_rmsnorm(mstar_stream_native(s), x, NULL, NULL, NULL, weight, n,
+                                           dim, eps, out),
+                 "rmsnorm");
 }
 
-static mstar_status cuda_matmul_nt(mstar_stream *s, const void *x, const void *w, int64_t n,
-                                   int64_t k, int64_t m, void *out)
+static mstar_status cuda_silu_add_rmsnorm(mstar_stream *s, const void *x, const void *h,
+                                          void *x_out, const void *weight, int64_t n, int64_t dim,
+                                          float eps, void *out)
 {
-    return check(ref_cuda_matmul_nt(mstar_stream_native(s), x, w, n, k, m, out, 0), "matmul");
+    return check(ref_cuda_silu_add_rmsnorm(mstar_stream_native(s), x, NULL, h, x_out, weight, n,
+                                           dim, eps, out),
+                 "silu_add_rmsnorm");
 }
 
-static mstar_status cuda_matmul_nt_f32(mstar_stream *s, const void *x, const void *w, int64_t n,
-                                       int64_t k, int64_t m, float *out)
+static mstar_status cuda_matmul_nt(ref_ops_ctx *ctx, mstar_stream *s, const void *x, const void *w,
+                                   int64_t n, int64_t k, int64_t m, bool accumulate, void *out)
 {
-    return check(ref_cuda_matmul_nt(mstar_stream_native(s), x, w, n, k, m, out, 1), "lm_head");
+    return ref_cuda_ctx_matmul_nt(ctx, s, x, w, n, k, m, accumulate, false, out);
 }
 
-static mstar_status cuda_rope(mstar_stream *s, void *x, int64_t ld, const int32_t *pos, int64_t n,
-                              int64_t heads, int64_t head_dim, float theta)
+static mstar_status cuda_matmul_nt_f32(ref_ops_ctx *ctx, mstar_stream *s, const void *x,
+                                       const void *w, int64_t n, int64_t k, int64_t m, float *out)
 {
-    return check(ref_cuda_rope(mstar_stream_native(s), x, ld, pos, n, heads, head_dim, theta),
-                 "rope");
+    return ref_cuda_ctx_matmul_nt(ctx, s, x, w, n, k, m, false, true, out);
 }
 
-static mstar_status cuda_kv_write(mstar_stream *s, void *k_pages, void *v_pages, int64_t page_size,
-                                  int64_t kv_dim, const void *k, const void *v, int64_t ld,
-                                  const int32_t *token_to_page, const int32_t *token_to_cache,
-                                  int64_t n)
+static mstar_status cuda_rope_kv_write(mstar_stream *s, void *qkv, int64_t ld, const int32_t *pos,
+                                       int64_t n, int64_t heads, int64_t head_dim, float theta,
+                                       void *k_pages, void *v_pages, int64_t page_size,
+                                       const int32_t *token_to_page, const int32_t *token_to_cache)
 {
-    return check(ref_cuda_kv_write(mstar_stream_native(s), k_pages, v_pages, page_size, kv_dim, k,
-                                   v, ld, token_to_page, token_to_cache, n),
-                 "kv_write");
+    return check(ref_cuda_rope_kv_write(mstar_stream_native(s), qkv, ld, pos, n, heads, head_dim,
+                                        theta, k_pages, v_pages, page_size, token_to_page,
+                                        token_to_cache),
+                 "rope_kv_write");
 }
 
 static mstar_status cuda_paged_attention(mstar_stream *s, const void *q, int64_t ld_q,
@@ -75,15 +83,13 @@ static mstar_status cuda_silu_mul(mstar_stream *s, const void *gate_up, int64_t 
     return check(ref_cuda_silu_mul(mstar_stream_native(s), gate_up, n, f, out), "silu_mul");
 }
 
-static mstar_status cuda_add(mstar_stream *s, void *x, const void *y, int64_t count)
+static mstar_status cuda_gather_rmsnorm(mstar_stream *s, const void *x, const int32_t *rows,
+                                        const void *weight, int64_t n, int64_t dim, float eps,
+                                        void *x_out, void *out)
 {
-    return check(ref_cuda_add(mstar_stream_native(s), x, y, count), "add");
-}
-
-static mstar_status cuda_gather_rows(mstar_stream *s, const void *x, int64_t dim,
-                                     const int32_t *index, int64_t n, void *out)
-{
-    return check(ref_cuda_gather_rows(mstar_stream_native(s), x, dim, index, n, out), "gather");
+    return check(ref_cuda_silu_add_rmsnorm(mstar_stream_native(s), x, rows, NULL, x_out, weight, n,
+                                           dim, eps, out),
+                 "gather_rmsnorm");
 }
 
 static mstar_status cuda_argmax(mstar_stream *s, const float *logits, int64_t n, int64_t vocab,
@@ -95,15 +101,20 @@ static mstar_status cuda_argmax(mstar_stream *s, const float *logits, int64_t n,
 const ref_ops ref_ops_cuda = {
     .name = "cuda bf16",
     .act_dtype = MSTAR_DTYPE_BFLOAT16,
+    .ctx_create = ref_cuda_ctx_create,
+    .ctx_destroy = ref_cuda_ctx_destroy,
     .embed = cuda_embed,
     .rmsnorm = cuda_rmsnorm,
+    .silu_add_rmsnorm = cuda_silu_add_rmsnorm,
     .matmul_nt = cuda_matmul_nt,
     .matmul_nt_f32 = cuda_matmul_nt_f32,
-    .rope = cuda_rope,
-    .kv_write = cuda_kv_write,
+    .rope_kv_write = cuda_rope_kv_write,
     .paged_attention = cuda_paged_attention,
     .silu_mul = cuda_silu_mul,
-    .add = cuda_add,
-    .gather_rows = cuda_gather_rows,
+    .gather_rmsnorm = cuda_gather_rmsnorm,
     .argmax = cuda_argmax,
+    .marks_create = ref_cuda_marks_create,
+    .marks_destroy = ref_cuda_marks_destroy,
+    .mark_record = ref_cuda_mark_record,
+    .mark_elapsed_us = ref_cuda_mark_elapsed_us,
 };

@@ -1,0 +1,179 @@
+/*
+ * mlp_model.c — the mlp bench model (see mlp_model.h): its weights and its forward through the
+ * backend's kernel table (ref_ops.h), so the same code runs bf16 on CUDA and fp32 on the host.
+ */
+#include "mlp_model.h"
+
+#include "ref_model.h"
+#include "ref_ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+struct ref_mlp {
+    ref_mlp_config cfg;
+    mstar_backend *backend;
+    const ref_ops *ops;
+    ref_ops_ctx *ctx;
+    ref_profile *profile;
+    size_t elsize;
+    char *weights; /* device: norms [L][D], then matrices [L][D][D] */
+};
+
+ref_mlp_config ref_mlp_config_default(void)
+{
+    return (ref_mlp_config){ .layers = 8, .hidden = 1024, .norm_eps = 1e-5f, .seed = 7 };
+}
+
+void ref_mlp_init_weights(const ref_mlp_config *cfg, float *norm, float *w)
+{
+    size_t l = (size_t)cfg->layers, d = (size_t)cfg->hidden;
+    uint64_t rng = cfg->seed;
+    ref_fill_uniform(norm, l * d, 1.0f, 0.1f, &rng);
+    ref_fill_uniform(w, l * d * d, 0.0f, 1.0f / sqrtf((float)d), &rng);
+}
+
+/* Weights in the kernels' dtype, copied to the device. */
+static mstar_status upload(ref_mlp *m, size_t count)
+{
+    size_t l = (size_t)m->cfg.layers, d = (size_t)m->cfg.hidden;
+    float *host = malloc(count * sizeof(float));
+    uint16_t *narrow = m->elsize == 2 ? malloc(count * sizeof(uint16_t)) : NULL;
+    mstar_status st = MSTAR_OK;
+    if (host == NULL || (m->elsize == 2 && narrow == NULL))
+        st = mstar_error_set(MSTAR_ENOMEM, "mlp model: %zu host weights", count);
+    mstar_stream *s = NULL;
+    if (st == MSTAR_OK) {
+        ref_mlp_init_weights(&m->cfg, host, host + l * d);
+        if (narrow != NULL)
+            ref_f32_to_bf16(host, narrow, count);
+        st = mstar_stream_create(m->backend, MSTAR_STREAM_NON_BLOCKING, &s);
+    }
+    if (st == MSTAR_OK) {
+        st = mstar_memcpy_async(s, m->weights, narrow != NULL ? (void *)narrow : (void *)host,
+                                count * m->elsize, MSTAR_MEMCPY_H2D);
+        mstar_status sync = mstar_stream_synchronize(s);
+        st = st != MSTAR_OK ? st : sync;
+        mstar_stream_destroy(s);
+    }
+    free(host);
+    free(narrow);
+    return st;
+}
+
+mstar_status ref_mlp_create(const ref_mlp_config *cfg, mstar_backend *backend, ref_mlp **out)
+{
+    if (cfg == NULL || cfg->layers < 1 || cfg->layers > 1024 || cfg->hidden < 1 ||
+        cfg->hidden > 65536)
+        return mstar_error_set(MSTAR_EINVAL, "mlp model: layers must be in [1, 1024] and hidden "
+                                             "in [1, 65536]");
+    const ref_ops *ops;
+    mstar_status st = ref_ops_for(backend, &ops);
+    if (st != MSTAR_OK)
+        return st;
+    ref_mlp *m = calloc(1, sizeof(*m));
+    if (m == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mlp model");
+    m->cfg = *cfg;
+    m->backend = backend;
+    m->ops = ops;
+    m->elsize = mstar_dtype_size(ops->act_dtype);
+    /* At most 1024 * (65536 + 65536^2) elements: far from overflowing size_t. */
+    size_t d = (size_t)cfg->hidden, count = (size_t)cfg->layers * (d + d * d);
+    st = mstar_device_alloc(backend, count * m->elsize, (void **)&m->weights);
+    if (st == MSTAR_OK)
+        st = upload(m, count);
+    if (st == MSTAR_OK)
+        st = ops->ctx_create(backend, &m->ctx);
+    if (st != MSTAR_OK) {
+        ref_mlp_destroy(m);
+        return mstar_error_wrap("mlp model");
+    }
+    *out = m;
+    return MSTAR_OK;
+}
+
+void ref_mlp_destroy(ref_mlp *m)
+{
+    if (m == NULL)
+        return;
+    m->ops->ctx_destroy(m->ctx);
+    if (m->weights != NULL)
+        mstar_device_free(m->backend, m->weights);
+    free(m);
+}
+
+mstar_dtype ref_mlp_dtype(const ref_mlp *m)
+{
+    return m->ops->act_dtype;
+}
+
+const ref_mlp_config *ref_mlp_config_of(const ref_mlp *m)
+{
+    return &m->cfg;
+}
+
+void ref_mlp_set_profile(ref_mlp *m, ref_profile *profile)
+{
+    m->profile = profile;
+}
+
+/* Layer l's norm weight and matrix. */
+static const void *norm_of(const ref_mlp *m, int32_t l)
+{
+    return m->weights + (size_t)l * (size_t)m->cfg.hidden * m->elsize;
+}
+
+static const void *matrix_of(const ref_mlp *m, int32_t l)
+{
+    size_t d = (size_t)m->cfg.hidden;
+    return m->weights + ((size_t)m->cfg.layers * d + (size_t)l * d * d) * m->elsize;
+}
+
+/* Layer l reads y (x for the first layer) plus the silu of h, the previous layer's GEMM output:
+ * that residual sum is stored to y and normalized into `normed` by one kernel, and the GEMM
+ * writes the next h. The last kernel only adds the last residual. */
+static mstar_status run(ref_mlp *m, mstar_stream *s, const void *x, int64_t n, void *y, void *h,
+                        void *normed)
+{
+    const ref_ops *op = m->ops;
+    int64_t d = m->cfg.hidden;
+    float eps = m->cfg.norm_eps;
+    mstar_status st = MSTAR_OK;
+    for (int32_t l = 0; l < m->cfg.layers; l++) {
+        if ((st = ref_profile_op_begin(m->profile, s, "silu_add_rmsnorm")) != MSTAR_OK ||
+            (st = op->silu_add_rmsnorm(s, l == 0 ? x : y, l == 0 ? NULL : h, y, norm_of(m, l), n, d,
+                                       eps, normed)) != MSTAR_OK ||
+            (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK ||
+            (st = ref_profile_op_begin(m->profile, s, "linear")) != MSTAR_OK ||
+            (st = op->matmul_nt(m->ctx, s, normed, matrix_of(m, l), n, d, d, false, h)) !=
+                MSTAR_OK ||
+            (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK)
+            return st;
+    }
+    if ((st = ref_profile_op_begin(m->profile, s, "silu_add")) != MSTAR_OK ||
+        (st = op->silu_add_rmsnorm(s, y, h, y, NULL, n, d, eps, NULL)) != MSTAR_OK)
+        return st;
+    return ref_profile_op_end(m->profile, s);
+}
+
+mstar_status ref_mlp_forward(ref_mlp *m, mstar_stream *s, const void *x, int64_t n, void *y)
+{
+    if (n < 0 || x == y)
+        return mstar_error_set(MSTAR_EINVAL, "mlp forward: %lld rows%s", (long long)n,
+                               x == y ? ", y is x" : "");
+    if (n == 0)
+        return MSTAR_OK;
+    size_t bytes = (size_t)n * (size_t)m->cfg.hidden * m->elsize;
+    void *h = NULL, *normed = NULL;
+    mstar_status st = mstar_alloc(s, bytes, &h);
+    if (st == MSTAR_OK)
+        st = mstar_alloc(s, bytes, &normed);
+    if (st == MSTAR_OK)
+        st = run(m, s, x, n, y, h, normed);
+    if (normed != NULL)
+        mstar_free(s, normed);
+    if (h != NULL)
+        mstar_free(s, h);
+    return st;
+}
