@@ -56,10 +56,12 @@
 #define NSIZES_CUDA MSTAR_BENCH_TRANSPORT_SIZES
 static const uint64_t sizes[NSIZES_CUDA] = { 4u << 10,  64u << 10, 1u << 20,  4u << 20,
                                              16u << 20, 64u << 20, 256u << 20 };
-#define AT_16MIB   4 /* sizes[AT_16MIB] */
-#define IN_FLIGHT  8
-#define VIEWS_NAME "arena, loans and views"
-#define ROUNDS     3
+#define AT_16MIB        4 /* sizes[AT_16MIB] */
+#define IN_FLIGHT       8
+#define VIEWS_NAME      "arena, loans and views"
+#define ROUNDS          3
+#define MAX_ROUNDS      12 /* of the throughput, while the time below lasts */
+#define ROUND_BUDGET_MS 250
 
 typedef mstar_bench_transport_row row;
 
@@ -524,6 +526,18 @@ static void source_free(producer *p, void *bytes)
         CHECK(mstar_caching_free(p->backend, bytes));
 }
 
+/* GB/s of one round: n handoffs of `size` bytes, IN_FLIGHT of them in flight. */
+static double throughput_round(producer *p, void *bytes, uint64_t size, long n)
+{
+    uint64_t t0 = mstar__now_ns();
+    for (long i = 0; i < n; i++) {
+        wait_held(p, IN_FLIGHT - 1);
+        send_one(p, bytes, size);
+    }
+    wait_held(p, 0);
+    return (double)size * (double)n / ((double)(mstar__now_ns() - t0) * 1e-9) / 1e9;
+}
+
 static void measure(producer *p, uint64_t size, bool quick, row *out)
 {
     void *bytes = source_alloc(p, size);
@@ -543,9 +557,9 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     out->rt_p50_us = percentile(rt, (size_t)iters, 0.5);
     out->rt_p99_us = percentile(rt, (size_t)iters, 0.99);
     free(rt);
-    /* Throughput: IN_FLIGHT handoffs in flight moving about 512 MiB (--quick: 64 MiB) in
-     * ROUNDS rounds of 16..2700 handoffs (--quick: 8..330); the TCP stream moves a round's
-     * bytes before each. */
+    /* Throughput: IN_FLIGHT handoffs in flight, rounds of about 512 MiB / ROUNDS (--quick:
+     * 64 MiB / ROUNDS) each, 16..2700 handoffs (--quick: 8..330); the TCP stream moves a
+     * round's bytes before each. */
     uint64_t total = quick ? (64u << 20) : (512u << 20);
     long n = (long)(total / size / ROUNDS), least = quick ? IN_FLIGHT : 16,
          most = quick ? 330 : 2700;
@@ -556,7 +570,13 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
         send_one(p, bytes, size);
     wait_held(p, 0);
     out->gbps = out->tcp_gbps = 0;
-    for (int round = 0; round < ROUNDS; round++) {
+    /* At least ROUNDS rounds, more while they are short (a round of a few milliseconds that a
+     * busy machine preempted once is lost; the best of more of them is what the handoff
+     * costs when it gets the cores), within ROUND_BUDGET_MS (--quick: a tenth). */
+    uint64_t budget = (uint64_t)ROUND_BUDGET_MS * 1000000u / (quick ? 10u : 1u),
+             start = mstar__now_ns();
+    for (int round = 0; round < ROUNDS || (round < MAX_ROUNDS && mstar__now_ns() - start < budget);
+         round++) {
         if (p->tcp_fd >= 0) {
             bool ok;
             double g = mstar_bench_tcp_stream(p->tcp_fd, p->tcp_buf, size, (uint64_t)n * size, &ok);
@@ -564,13 +584,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
                 fail("the TCP stream read wrong bytes");
             out->tcp_gbps = g > out->tcp_gbps ? g : out->tcp_gbps;
         }
-        uint64_t t0 = mstar__now_ns();
-        for (long i = 0; i < n; i++) {
-            wait_held(p, IN_FLIGHT - 1);
-            send_one(p, bytes, size);
-        }
-        wait_held(p, 0);
-        double g = (double)size * (double)n / ((double)(mstar__now_ns() - t0) * 1e-9) / 1e9;
+        double g = throughput_round(p, bytes, size, n);
         out->gbps = g > out->gbps ? g : out->gbps;
     }
     source_free(p, bytes);
