@@ -97,11 +97,13 @@ static void test_quick_report(void **state)
         "## Targets",
         "arena throughput at >= 1 MiB / memcpy",
         "4 KiB arena round trip",
+        "arena loan+view throughput at >= 1 MiB / memcpy",
         "bookkeeper store + dereference pairs/s",
         "UCX TCP AM read",
         "UCX TCP transport throughput",
         "runner replay / raw replay",
         "## Transport: shared-memory files and arena",
+        "**arena, loans and views (no byte copied)**",
         "## Transport over UCX on TCP",
         "| size | round trip p50 µs | p99 µs | p50 / ZeroMQ | GB/s | / memcpy | TCP stream GB/s |",
         "## UCX over TCP: remote reads",
@@ -140,6 +142,23 @@ static void test_quick_report(void **state)
     check_svg(dir, "transport_latency.svg");
     check_svg(dir, "transport_throughput.svg");
     check_svg(dir, "graphs_steps.svg");
+    /* Every host transport of one run on the plots: files, the copying arena, loans and views,
+     * the mesh's ring and ZeroMQ beside the raw ZeroMQ ping-pong. */
+    static const char *const lines[][2] = {
+        { "transport_throughput.svg", "arena loans+views" },
+        { "transport_throughput.svg", ">files<" },
+        { "transport_throughput.svg", ">arena<" },
+        { "transport_latency.svg", "loans+views round trip" },
+        { "transport_latency.svg", "mesh ring 4 KiB msg" },
+        { "transport_latency.svg", "mesh ZeroMQ 4 KiB msg" },
+        { "transport_latency.svg", "ZeroMQ 64 B (base)" },
+    };
+    for (size_t i = 0; i < sizeof(lines) / sizeof(lines[0]); i++) {
+        char *svg_text = read_report_file(dir, lines[i][0]);
+        if (strstr(svg_text, lines[i][1]) == NULL)
+            fail_msg("%s has no line '%s'", lines[i][0], lines[i][1]);
+        free(svg_text);
+    }
     char svg[4200];
     snprintf(svg, sizeof(svg), "%s/transport_cuda_throughput.svg", dir);
     assert_false(demo_path_exists(svg));

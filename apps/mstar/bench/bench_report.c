@@ -91,18 +91,19 @@ static void add_level(plot_data *d, const char *name, double x0, double x1, doub
     add_series(d, name, 2, true);
 }
 
-/* The transport's rows of run k, as µs of the round trip (latency) or GB/s. */
-static void add_rows(plot_data *d, const mstar_bench_transport_result *t, int k, const char *name,
-                     bool latency)
+/* A transport's rows (one kind, or the loans and views), as µs of the round trip (latency) or
+ * GB/s. */
+static void add_rows(plot_data *d, const mstar_bench_transport_row *rows, int nsizes,
+                     const char *name, bool latency)
 {
     size_t s = d->plot.nseries;
     if (s >= MSTAR__PLOT_MAX_SERIES)
         return;
-    for (int i = 0; i < t->nsizes; i++) {
-        d->x[s][i] = (double)t->rows[k][i].bytes;
-        d->y[s][i] = latency ? t->rows[k][i].rt_p50_us : t->rows[k][i].gbps;
+    for (int i = 0; i < nsizes; i++) {
+        d->x[s][i] = (double)rows[i].bytes;
+        d->y[s][i] = latency ? rows[i].rt_p50_us : rows[i].gbps;
     }
-    add_series(d, name, (size_t)t->nsizes, false);
+    add_series(d, name, (size_t)nsizes, false);
 }
 
 /* The transport's rows of one kind. */
@@ -111,7 +112,7 @@ static void add_transport(plot_data *d, const mstar_bench_transport_result *t,
 {
     for (int k = 0; k < t->nkinds; k++)
         if (t->kinds[k] == kind)
-            add_rows(d, t, k, name, latency);
+            add_rows(d, t->rows[k], t->nsizes, name, latency);
 }
 
 /* One in-process baseline of a device run, GB/s per size (dashed). */
@@ -177,6 +178,9 @@ static mstar_status transport_plot(const mstar_bench_run *run, bool latency, con
     if (suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT)) {
         add_transport(d, t, MSTAR_TRANSPORT_FILES, latency ? "files round trip" : "files", latency);
         add_transport(d, t, MSTAR_TRANSPORT_ARENA, latency ? "arena round trip" : "arena", latency);
+        if (t->has_views)
+            add_rows(d, t->views, t->nsizes,
+                     latency ? "loans+views round trip" : "arena loans+views", latency);
     }
     if (suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT_UCX))
         add_transport(d, &run->transport_ucx, MSTAR_TRANSPORT_UCX_TCP,
@@ -200,8 +204,10 @@ static mstar_status transport_plot(const mstar_bench_run *run, bool latency, con
     if (suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT)) {
         if (latency) {
             add_level(d, "ZeroMQ 64 B (base)", lo, hi, t->zmq_p50_us);
-            if (t->ring_p50_us > 0) /* a UCX-only run does not measure it */
+            if (t->ring_p50_us > 0) { /* a UCX-only run does not measure them */
                 add_level(d, "mesh ring 4 KiB msg", lo, hi, t->ring_p50_us);
+                add_level(d, "mesh ZeroMQ 4 KiB msg", lo, hi, t->mesh_zmq_p50_us);
+            }
         } else
             add_level(d, "memcpy (base)", lo, hi, t->memcpy_gbps);
     }
@@ -226,7 +232,8 @@ static mstar_status transport_cuda_plot(const mstar_bench_run *run, bool latency
     const mstar_bench_transport_result *t = &run->transport_cuda;
     if (suite_ok(run, MSTAR_BENCH_SUITE_TRANSPORT_CUDA)) {
         for (int k = 0; k < t->nkinds; k++)
-            add_rows(d, t, k, t->cuda_ipc[k] ? "CUDA IPC route" : "staged route", latency);
+            add_rows(d, t->rows[k], t->nsizes, t->cuda_ipc[k] ? "CUDA IPC route" : "staged route",
+                     latency);
         double lo = (double)t->rows[0][0].bytes, hi = (double)t->rows[0][t->nsizes - 1].bytes;
         if (latency) {
             add_level(d, "host arena 4 KiB (base)", lo, hi, t->host_rt_p50_us);
@@ -322,31 +329,37 @@ static void md_targets(FILE *f, const mstar_bench_run *run)
     fprintf(f, "\n");
 }
 
-/* One table per transport kind: round trip and throughput as ratios to the suite's baselines,
- * and for UCX to the TCP stream measured next to each size. */
-static void md_transport_tables(FILE *f, const mstar_bench_transport_result *t)
+/* One table: round trip and throughput as ratios to the suite's baselines, and for UCX to the
+ * TCP stream measured next to each size. */
+static void md_transport_table(FILE *f, const mstar_bench_transport_result *t, const char *name,
+                               const mstar_bench_transport_row *rows, bool ucx)
 {
-    for (int k = 0; k < t->nkinds; k++) {
-        bool ucx =
-            t->kinds[k] == MSTAR_TRANSPORT_UCX_TCP || t->kinds[k] == MSTAR_TRANSPORT_UCX_RDMA;
-        fprintf(
-            f,
+    fprintf(f,
             "**%s**\n\n| size | round trip p50 µs | p99 µs | p50 / ZeroMQ | GB/s | / memcpy |%s\n"
             "|---|--:|--:|--:|--:|--:|%s\n",
-            mstar_transport_kind_name(t->kinds[k]), ucx ? " TCP stream GB/s | / TCP |" : "",
-            ucx ? "--:|--:|" : "");
-        for (int i = 0; i < t->nsizes; i++) {
-            const mstar_bench_transport_row *w = &t->rows[k][i];
-            char h[32];
-            mstar_bench_size_name(w->bytes, h, sizeof(h));
-            fprintf(f, "| %s | %.1f | %.1f | %.2fx | %.2f | %.2fx |", h, w->rt_p50_us, w->rt_p99_us,
-                    w->rt_p50_us / t->zmq_p50_us, w->gbps, w->gbps / t->memcpy_gbps);
-            if (ucx)
-                fprintf(f, " %.2f | %.2fx |", w->tcp_gbps, w->gbps / w->tcp_gbps);
-            fprintf(f, "\n");
-        }
+            name, ucx ? " TCP stream GB/s | / TCP |" : "", ucx ? "--:|--:|" : "");
+    for (int i = 0; i < t->nsizes; i++) {
+        const mstar_bench_transport_row *w = &rows[i];
+        char h[32];
+        mstar_bench_size_name(w->bytes, h, sizeof(h));
+        fprintf(f, "| %s | %.1f | %.1f | %.2fx | %.2f | %.2fx |", h, w->rt_p50_us, w->rt_p99_us,
+                w->rt_p50_us / t->zmq_p50_us, w->gbps, w->gbps / t->memcpy_gbps);
+        if (ucx)
+            fprintf(f, " %.2f | %.2fx |", w->tcp_gbps, w->gbps / w->tcp_gbps);
         fprintf(f, "\n");
     }
+    fprintf(f, "\n");
+}
+
+/* One table per transport kind, then the arena's loans and views when they ran. */
+static void md_transport_tables(FILE *f, const mstar_bench_transport_result *t)
+{
+    for (int k = 0; k < t->nkinds; k++)
+        md_transport_table(f, t, mstar_transport_kind_name(t->kinds[k]), t->rows[k],
+                           t->kinds[k] == MSTAR_TRANSPORT_UCX_TCP ||
+                               t->kinds[k] == MSTAR_TRANSPORT_UCX_RDMA);
+    if (t->has_views)
+        md_transport_table(f, t, "arena, loans and views (no byte copied)", t->views, false);
 }
 
 static void md_transport(FILE *f, const mstar_bench_run *run)
@@ -359,7 +372,9 @@ static void md_transport(FILE *f, const mstar_bench_run *run)
             "`mstar bench transport`: a producer and a consumer process over the ipc control "
             "mesh. Round trip: store, stage, INPUT_SIGNALS, the consumer's read and release, "
             "TENSOR_RECEIVED, the producer's free. Throughput: %d handoffs in flight, best of "
-            "3 rounds. Baselines in the same run: memcpy **%.2f GB/s** (one thread, 64 MiB); a "
+            "3 to 12 rounds. Loans and views: the producer computes into an arena slot it "
+            "loaned and the consumer reads it in place, so no byte is copied. Baselines in the "
+            "same run: memcpy **%.2f GB/s** (one thread, 64 MiB); a "
             "raw ZeroMQ ipc ping-pong of 64 B, p50 **%.1f µs** (p99 %.1f µs).\n\n",
             t->in_flight, t->memcpy_gbps, t->zmq_p50_us, t->zmq_p99_us);
     fprintf(f,

@@ -33,7 +33,7 @@ typedef struct mstar__plot_series {
     bool dashed; /* a baseline: dashed, no markers */
 } mstar__plot_series;
 
-#define MSTAR__PLOT_MAX_SERIES 8
+#define MSTAR__PLOT_MAX_SERIES 10
 
 typedef struct mstar__plot {
     const char *title;
