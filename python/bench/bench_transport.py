@@ -73,7 +73,7 @@ def consumer(ipc_dir, shm_dir, transport):
                 _wait(poller, mgr, event_fd)
                 continue
             if msg.type == "INPUT_SIGNALS":
-                mgr.start_read_tensors(msg.request_id, msg.edges)
+                mgr.start_read_tensors(msg)  # from the received struct
                 _release_ready(mgr)
             elif msg.type == "SHUTDOWN":
                 mesh.send("worker_0", mstar.Message("SHUTDOWN"))
@@ -113,7 +113,7 @@ class Producer:
         while self.mgr.num_tensors > outstanding:
             msg = self.mesh.recv()
             if msg is not None and msg.type == "TENSOR_RECEIVED":
-                self.mgr.handle_message(msg)
+                self.mgr.handle_message(msg)  # from the received struct
 
 
 def measure(p, size, quick):

@@ -444,9 +444,10 @@ static void outputs_release(mstar_output *outs, size_t n)
             outs[i].release(outs[i].release_ctx, outs[i].tensor.data);
 }
 
-/* Take every tensor of {signal: [tensors]} into outs (appending at *n). */
+/* Take every tensor of {signal: [tensors]} into outs (appending at *n). `keep` (optional)
+ * receives {signal: tuple of the tensors}: any iterable is walked once. */
 static int outputs_from_dict(PyObject *dict, uint32_t request, mstar_output **outs, size_t *n,
-                             size_t *cap)
+                             size_t *cap, PyObject *keep)
 {
     if (!PyDict_Check(dict)) {
         mstarpy_raise_msg(MSTAR_EINVAL, "outputs: a dict {signal: [tensors]} is required");
@@ -486,7 +487,10 @@ static int outputs_from_dict(PyObject *dict, uint32_t request, mstar_output **ou
             }
             (*n)++;
         }
+        int kept = keep ? PyDict_SetItem(keep, k, fast) : 0;
         Py_DECREF(fast);
+        if (kept < 0)
+            return -1;
     }
     if (*n > UINT32_MAX) {
         mstarpy_raise_msg(MSTAR_EINVAL, "outputs: too many tensors");
@@ -554,8 +558,8 @@ static PyObject *comm_store(PyObject *obj, PyObject *args, PyObject *kw)
     mstar_output *outs = NULL;
     size_t n = 0, cap = 0;
     mstar_tensor_info *infos = NULL;
-    PyObject *result = NULL;
-    if (outputs_from_dict(outputs, 0, &outs, &n, &cap) < 0)
+    PyObject *result = NULL, *kept = PyDict_New();
+    if (!kept || outputs_from_dict(outputs, 0, &outs, &n, &cap, kept) < 0)
         goto fail_release;
     infos = calloc(n ? n : 1, sizeof(*infos));
     if (!infos) {
@@ -579,11 +583,11 @@ static PyObject *comm_store(PyObject *obj, PyObject *args, PyObject *kw)
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     size_t at = 0;
-    while (result && PyDict_Next(outputs, &pos, &k, &v)) {
-        Py_ssize_t cnt = PySequence_Size(v);
-        PyObject *list = cnt >= 0 ? PyList_New(cnt) : NULL;
-        for (Py_ssize_t i = 0; list && i < cnt; i++) {
-            PyObject *info = mstarpy_info_to_py(&infos[at++]);
+    while (result && PyDict_Next(kept, &pos, &k, &v)) {
+        Py_ssize_t cnt = PyTuple_Size(v);
+        PyObject *list = PyList_New(cnt);
+        for (Py_ssize_t i = 0; list && i < cnt; i++, at++) {
+            PyObject *info = mstarpy_info_to_py(&infos[at]);
             if (!info)
                 Py_CLEAR(list);
             else
@@ -594,11 +598,13 @@ static PyObject *comm_store(PyObject *obj, PyObject *args, PyObject *kw)
         Py_XDECREF(list);
     }
     free(infos);
+    Py_DECREF(kept);
     return leave(self, result);
 fail_release:
     outputs_release(outs, n);
     free(outs);
     free(infos);
+    Py_XDECREF(kept);
     return leave(self, NULL);
 }
 
@@ -679,7 +685,7 @@ static PyObject *comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     if (enter(self) < 0)
         goto out;
     for (Py_ssize_t r = 0; r < nreq; r++) {
-        if (outputs_from_dict(PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n, &cap) < 0) {
+        if (outputs_from_dict(PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n, &cap, NULL) < 0) {
             outputs_release(outs, n);
             leave(self, NULL);
             goto out;
@@ -1014,20 +1020,40 @@ static PyObject *comm_refresh_shm_placement(PyObject *obj, PyObject *arg)
     return r;
 }
 
+/* A message argument as the library's struct: a received message's own (no conversion), or
+ * one converted into *tmp. 0, or -1 with an exception; release with msg_arg_done. */
+typedef struct msg_arg {
+    mstar_msg tmp;
+    mstar_msg *m;
+    PyObject *hold;
+} msg_arg;
+
+static int msg_arg_get(PyObject *obj, msg_arg *a)
+{
+    mstar_msg_init(&a->tmp, MSTAR_MSG_INVALID);
+    int wired = mstarpy_msg_wire(obj, &a->m, &a->hold);
+    if (wired != 0)
+        return wired < 0 ? -1 : 0;
+    a->m = &a->tmp;
+    return mstarpy_msg_from_py(obj, &a->tmp);
+}
+
+static void msg_arg_done(msg_arg *a)
+{
+    mstar_msg_clear(&a->tmp);
+    Py_CLEAR(a->hold);
+}
+
 static PyObject *comm_handle_message(PyObject *obj, PyObject *arg)
 {
     comm_obj *self = (comm_obj *)obj;
-    mstar_msg m;
-    if (mstarpy_msg_from_py(arg, &m) < 0) {
-        mstar_msg_clear(&m);
-        return NULL;
-    }
+    msg_arg a;
     PyObject *r = NULL;
-    if (enter(self) == 0) {
-        mstar_status st = mstar_comm_handle_message(self->comm, &m);
+    if (msg_arg_get(arg, &a) == 0 && enter(self) == 0) {
+        mstar_status st = mstar_comm_handle_message(self->comm, a.m);
         r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
     }
-    mstar_msg_clear(&m);
+    msg_arg_done(&a);
     return r;
 }
 
@@ -1040,32 +1066,58 @@ static PyObject *comm_note_sent(PyObject *obj, PyObject *args)
     PyObject *msg_obj;
     if (!PyArg_ParseTuple(args, "sO", &peer, &msg_obj))
         return NULL;
-    mstar_msg m;
-    if (mstarpy_msg_from_py(msg_obj, &m) < 0) {
-        mstar_msg_clear(&m);
-        return NULL;
-    }
+    msg_arg a;
     PyObject *r = NULL;
-    if (enter(self) == 0) {
-        mstar_status st = mstar_comm_note_sent(self->comm, peer, &m);
+    if (msg_arg_get(msg_obj, &a) == 0 && enter(self) == 0) {
+        mstar_status st = mstar_comm_note_sent(self->comm, peer, a.m);
         r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
     }
-    mstar_msg_clear(&m);
+    msg_arg_done(&a);
     return r;
 }
 
 /* ---- consumer ------------------------------------------------------------------------------- */
 
-static PyObject *edges_call(PyObject *obj, PyObject *args, bool read)
+/* The (request id, edges) of edges_call: given as they are, or a message's (edges_obj None):
+ * a received message's own, else converted from msg.request_id and msg.edges. The edges are
+ * *owned (free with mstarpy_edges_free and free) or the message's (*hold keeps them). */
+static int edges_args(PyObject *rid_obj, PyObject *edges_obj, mstar_rid *rid, mstar_edge **edges,
+                      uint32_t *n, bool *owned, PyObject **hold)
 {
-    comm_obj *self = (comm_obj *)obj;
-    PyObject *rid_obj, *edges_obj;
-    if (!PyArg_ParseTuple(args, "OO", &rid_obj, &edges_obj))
-        return NULL;
+    *owned = true;
+    *hold = NULL;
+    if (edges_obj == Py_None) {
+        mstar_msg *m;
+        int wired = mstarpy_msg_wire(rid_obj, &m, hold);
+        if (wired != 0) {
+            *rid = m->request_id;
+            *edges = m->edges;
+            *n = m->nedges;
+            *owned = false;
+            return wired < 0 ? -1 : 0;
+        }
+        if (!PyObject_TypeCheck(rid_obj, (PyTypeObject *)mstarpy.msg_cls)) {
+            mstarpy_raise_msg(MSTAR_EINVAL, "(request_id, edges), or a Message alone");
+            return -1;
+        }
+        PyObject *r = PyObject_GetAttrString(rid_obj, "request_id");
+        PyObject *e = r ? PyObject_GetAttrString(rid_obj, "edges") : NULL;
+        int ret = e ? edges_args(r, e, rid, edges, n, owned, hold) : -1;
+        Py_XDECREF(r);
+        Py_XDECREF(e);
+        return ret;
+    }
+    return rid_arg(rid_obj, rid) < 0 || mstarpy_edges_from_py(edges_obj, edges, n) < 0 ? -1 : 0;
+}
+
+static PyObject *edges_call(comm_obj *self, PyObject *rid_obj, PyObject *edges_obj, bool read)
+{
+    PyObject *hold;
     mstar_rid rid;
     mstar_edge *edges;
     uint32_t n;
-    if (rid_arg(rid_obj, &rid) < 0 || mstarpy_edges_from_py(edges_obj, &edges, &n) < 0)
+    bool owned;
+    if (edges_args(rid_obj, edges_obj, &rid, &edges, &n, &owned, &hold) < 0)
         return NULL;
     PyObject *r = NULL;
     if (enter(self) == 0) {
@@ -1094,19 +1146,29 @@ static PyObject *edges_call(PyObject *obj, PyObject *args, bool read)
             r = leave(self, l);
         }
     }
-    mstarpy_edges_free(edges, n);
-    free(edges);
+    if (owned) {
+        mstarpy_edges_free(edges, n);
+        free(edges);
+    }
+    Py_XDECREF(hold);
     return r;
 }
 
-static PyObject *comm_start_read_tensors(PyObject *obj, PyObject *args)
+static PyObject *comm_start_read_tensors(PyObject *obj, PyObject *args, PyObject *kw)
 {
-    return edges_call(obj, args, true);
+    static char *kwlist[] = { "request_id", "edges", "graph_walk", NULL };
+    PyObject *rid_obj, *edges_obj = Py_None, *walk = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO", kwlist, &rid_obj, &edges_obj, &walk))
+        return NULL;
+    return edges_call((comm_obj *)obj, rid_obj, edges_obj, true);
 }
 
 static PyObject *comm_ack_unread_tensors(PyObject *obj, PyObject *args)
 {
-    return edges_call(obj, args, false);
+    PyObject *rid_obj, *edges_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O", &rid_obj, &edges_obj))
+        return NULL;
+    return edges_call((comm_obj *)obj, rid_obj, edges_obj, false);
 }
 
 static PyObject *failures_to_py(const mstar_ready_set *set)
@@ -1166,9 +1228,10 @@ static PyObject *ready_result(const mstar_ready_set *set, int with_failures)
 static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *args, PyObject *kw)
 {
     comm_obj *self = (comm_obj *)obj;
-    static char *kwlist[] = { "with_failures", NULL };
+    static char *kwlist[] = { "graph_walk", "with_failures", NULL };
+    PyObject *walk = Py_None; /* the reference's signature: not needed */
     int with_failures = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p", kwlist, &with_failures))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$p", kwlist, &walk, &with_failures))
         return NULL;
     if (enter(self) < 0)
         return NULL;
@@ -1406,7 +1469,12 @@ static PyMethodDef comm_methods[] = {
     { "register_request", KW comm_register_request, METH_VARARGS | METH_KEYWORDS,
       "register_request(request_id, sharding_config=None)\nRemember the request's shard dims "
       "(a ShardingConfig or {signal: dim or None})." },
-    { "_store", KW comm_store, METH_VARARGS | METH_KEYWORDS, NULL },
+    { "store_and_return_tensor_info", KW comm_store, METH_VARARGS | METH_KEYWORDS,
+      "store_and_return_tensor_info(request_id, outputs, *, node_name=None, graph_walk=None,\n"
+      "tp_size=1, tp_rank=0) -> {signal: [TensorPointerInfo]}\n"
+      "Store one request's outputs {signal: [tensors]} (ref 0 each) and return their "
+      "descriptors.\nThe tensors are not copied (unless not contiguous, or sharded into "
+      "canonical layout)." },
     { "store_and_return_tensor_info_batch", KW comm_store_batch, METH_VARARGS | METH_KEYWORDS,
       "store_and_return_tensor_info_batch(request_ids, outputs, signals, *, node_name=None,\n"
       "graph_walk=None, tp_size=1, tp_rank=0) -> StoredOutputs\noutputs[i] is request i's "
@@ -1425,7 +1493,11 @@ static PyMethodDef comm_methods[] = {
       "dereference_batch(uuids, counts=1): counts is one int or one per uuid." },
     { "set_output_ref_counts", comm_set_output_ref_counts, METH_VARARGS,
       "set_output_ref_counts(held_uuids, routed_edges)" },
-    { "_register_for_send", comm_register_for_send, METH_VARARGS, NULL },
+    { "register_for_send", comm_register_for_send, METH_VARARGS,
+      "register_for_send(request_id, infos)\nStage each descriptor's tensor for other "
+      "processes (file written, arena copy made, memory\nregistered) and stamp the transport's "
+      "fields onto the descriptors in place. A message\ncarrying them may be sent once this "
+      "returns." },
     { "register_for_send_uuids", comm_register_for_send_uuids, METH_VARARGS,
       "register_for_send_uuids(request_ids, counts, uuids)" },
     { "refresh_shm_placement", comm_refresh_shm_placement, METH_O,
@@ -1436,10 +1508,22 @@ static PyMethodDef comm_methods[] = {
       "other means than its Mesh; only peer's ACKs may then release them." },
     { "handle_message", comm_handle_message, METH_O,
       "handle_message(msg): apply TENSOR_RECEIVED or UNPERSIST_TENSORS." },
-    { "_start_read_tensors", comm_start_read_tensors, METH_VARARGS, NULL },
+    { "start_read_tensors", KW comm_start_read_tensors, METH_VARARGS | METH_KEYWORDS,
+      "start_read_tensors(request_id, edges, graph_walk=None) -> [Completion]\n"
+      "or start_read_tensors(msg)\n"
+      "Begin reading the edges' descriptors (validated first; nothing kept if any is bad);\n"
+      "returns the reads still in flight, whose results land in get_ready_tensors. A message\n"
+      "alone: its edges for its request_id, read from the library's struct when the message\n"
+      "is as Mesh.recv returned it. graph_walk is the reference's, not needed." },
     { "ack_unread_tensors", comm_ack_unread_tensors, METH_VARARGS,
-      "ack_unread_tensors(request_id, edges): ACK without reading (a request already gone)." },
-    { "_get_ready_tensors", KW comm_get_ready_tensors, METH_VARARGS | METH_KEYWORDS, NULL },
+      "ack_unread_tensors(request_id, edges) or ack_unread_tensors(msg): ACK without reading\n"
+      "(a request already gone)." },
+    { "get_ready_tensors", KW comm_get_ready_tensors, METH_VARARGS | METH_KEYWORDS,
+      "get_ready_tensors(graph_walk=None, *, with_failures=False) -> {request_id: [GraphEdge]}\n"
+      "Collect every read whose bytes landed: ACK them (through `send`), gather sharded\n"
+      "inputs, and return them. Each delivered descriptor\n"
+      "carries one usage reference: release it with dereference(uuid). with_failures=True\n"
+      "returns (ready, [ReadFailure])." },
     { "get_tensor", comm_get_tensor, METH_VARARGS,
       "get_tensor(request_id, uuid) -> mstar.Tensor, a zero-copy view (DLPack) that holds one "
       "reference on the tensor while it lives." },

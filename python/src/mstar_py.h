@@ -17,19 +17,21 @@
 
 /* Module state: filled once at import (module.c). */
 typedef struct mstarpy_state {
-    PyObject *errors;      /* dict status -> exception class (mstar._errors.BY_STATUS) */
-    PyObject *error_base;  /* mstar.Error */
-    PyObject *info_cls;    /* TensorPointerInfo */
-    PyObject *edge_cls;    /* GraphEdge */
-    PyObject *msg_cls;     /* Message */
-    PyObject *tx_cls;      /* TxInfo */
-    PyObject *rx_cls;      /* RxInfo */
-    PyObject *stored_cls;  /* StoredOutputs */
-    PyObject *failure_cls; /* ReadFailure */
+    PyObject *errors;       /* dict status -> exception class (mstar._errors.BY_STATUS) */
+    PyObject *error_base;   /* mstar.Error */
+    PyObject *info_cls;     /* TensorPointerInfo */
+    PyObject *edge_cls;     /* GraphEdge */
+    PyObject *msg_cls;      /* Message */
+    PyObject *received_cls; /* ReceivedMessage */
+    PyObject *tx_cls;       /* TxInfo */
+    PyObject *rx_cls;       /* RxInfo */
+    PyObject *stored_cls;   /* StoredOutputs */
+    PyObject *failure_cls;  /* ReadFailure */
     PyTypeObject *comm_type;
     PyTypeObject *tensor_type;
     PyTypeObject *mesh_type;
     PyTypeObject *completion_type;
+    PyTypeObject *wire_type; /* a received message's library struct */
 } mstarpy_state;
 
 extern mstarpy_state mstarpy;
@@ -66,6 +68,16 @@ int mstarpy_edges_update_py(PyObject *seq, const mstar_edge *edges, uint32_t n);
 /* Messages: msg_from_py fills a message the caller mstar_msg_clear's (also on error). */
 int mstarpy_msg_from_py(PyObject *obj, mstar_msg *out);
 PyObject *mstarpy_msg_to_py(const mstar_msg *msg);
+/* A ReceivedMessage for a message just taken off the mesh: takes *msg's arrays (it is left
+ * empty, also on failure) and decodes only type, sender and request_id now. */
+PyObject *mstarpy_msg_received(mstar_msg *msg);
+/* _mstar._decode_message(msg): decode the rest of a ReceivedMessage (nothing for others). */
+PyObject *mstarpy_decode_message(PyObject *unused, PyObject *obj);
+/* The library struct a ReceivedMessage still keeps, with its eager fields brought up to date
+ * from the Python object: 1 with *out valid while *hold (a new reference) is held; 0 when obj
+ * has none (convert it with msg_from_py); -1 with an exception. */
+int mstarpy_msg_wire(PyObject *obj, mstar_msg **out, PyObject **hold);
+int mstarpy_add_wire_type(PyObject *module);
 
 PyObject *mstarpy_tx_to_py(const mstar_tx_info *tx, uint32_t n);
 PyObject *mstarpy_rx_to_py(const mstar_rx_info *rx, uint32_t n);
