@@ -35,7 +35,7 @@ from ._errors import BY_STATUS as _BY_STATUS
 from ._errors import Error
 from ._types import (GraphEdge, Message, ReadFailure, Rid, RxInfo, ShardGroup,
                      ShardingConfig, StoredOutputs, TensorPointerInfo, TxInfo)
-from ._mstar import (Completion, Mesh, Tensor, built_with_cuda, dtype_size, entity_index,
+from ._mstar import (Completion, Loan, Mesh, Tensor, built_with_cuda, dtype_size, entity_index,
                      fanout, set_log_level, status_name, version)
 from ._mstar import Comm as _Comm
 from . import _types as _types_module
@@ -165,7 +165,7 @@ def error_class(status: int) -> type:
 
 
 __all__ = [
-    "CommunicationManager", "Mesh", "Tensor", "Completion", "TensorPointerInfo", "GraphEdge",
+    "CommunicationManager", "Mesh", "Tensor", "Loan", "Completion", "TensorPointerInfo", "GraphEdge",
     "ShardingConfig", "ShardGroup", "StoredOutputs", "Message", "ReceivedMessage", "TxInfo", "RxInfo",
     "ReadFailure", "create_tensor_communication_manager", "fanout", "version",
     "built_with_cuda", "entity_index", "dtype_size", "status_name", "set_log_level",

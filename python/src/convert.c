@@ -237,6 +237,21 @@ static int dtype_from_py(PyObject *obj, mstar_dtype *out, const char *what)
     return 0;
 }
 
+int mstarpy_dims_from_py(PyObject *seq, int64_t *dims, int32_t *ndim, const char *what)
+{
+    return dims_from_py(seq, dims, ndim, what);
+}
+
+int mstarpy_dtype_from_py(PyObject *obj, mstar_dtype *out, const char *what)
+{
+    return dtype_from_py(obj, out, what);
+}
+
+int mstarpy_i64_from_py(PyObject *obj, int64_t *out, const char *what)
+{
+    return i64_from_py(obj, out, what);
+}
+
 static int remote_key_from_py(PyObject *obj, mstar_tensor_info *info, const char *what)
 {
     info->remote_key_len = 0;
@@ -305,7 +320,7 @@ int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *info)
     return 0;
 }
 
-static PyObject *tuple_i64(const int64_t *v, int32_t n)
+PyObject *mstarpy_tuple_i64(const int64_t *v, int32_t n)
 {
     PyObject *t = PyTuple_New(n);
     for (int32_t i = 0; t && i < n; i++) {
@@ -334,8 +349,8 @@ int mstarpy_info_update_py(PyObject *obj, const mstar_tensor_info *info)
         return -1;
     if (set_attr_steal(f, "uuid", PyLong_FromUnsignedLongLong(info->uuid)) < 0 ||
         set_attr_steal(f, "dtype", PyUnicode_FromString(dtype ? dtype : "?")) < 0 ||
-        set_attr_steal(f, "dims", tuple_i64(info->dims, info->ndim)) < 0 ||
-        set_attr_steal(f, "stride", tuple_i64(info->stride, info->ndim)) < 0 ||
+        set_attr_steal(f, "dims", mstarpy_tuple_i64(info->dims, info->ndim)) < 0 ||
+        set_attr_steal(f, "stride", mstarpy_tuple_i64(info->stride, info->ndim)) < 0 ||
         set_attr_steal(f, "nbytes", PyLong_FromUnsignedLongLong(info->nbytes)) < 0 ||
         set_attr_steal(f, "address", PyLong_FromUnsignedLongLong(info->address)) < 0 ||
         set_attr_steal(f, "offset", PyLong_FromUnsignedLongLong(info->offset)) < 0 ||

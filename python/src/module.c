@@ -248,7 +248,7 @@ PyMODINIT_FUNC PyInit__mstar(void)
         return NULL;
     if (mstarpy_add_comm_type(m) < 0 || mstarpy_add_tensor_type(m) < 0 ||
         mstarpy_add_mesh_type(m) < 0 || mstarpy_add_completion_type(m) < 0 ||
-        mstarpy_add_wire_type(m) < 0) {
+        mstarpy_add_wire_type(m) < 0 || mstarpy_add_loan_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }
