@@ -130,21 +130,32 @@ class Producer:
                 self.mgr.handle_message(msg)  # from the received struct
 
 
+def _counts(size, quick):
+    """The C suite's counts (measure() in bench_transport.c), so both sides do the same work:
+    round-trip handoffs after 3 of warm-up, and handoffs per throughput round (about 512 MiB
+    over the rounds; --quick 64 MiB)."""
+    iters = (100 if quick else 1000) if size <= 1 << 20 else (5 if quick else 40)
+    if size >= 64 << 20:
+        iters = 20
+    total = (64 << 20) if quick else (512 << 20)
+    least, most = (IN_FLIGHT, 330) if quick else (16, 2700)
+    return iters, min(max(total // size // ROUNDS, least), most)
+
+
 def measure(p, size, quick):
     tensor = torch.full((size,), 7, dtype=torch.uint8)
-    iters = (200 if size <= 64 << 10 else 20) if quick else (2000 if size <= 64 << 10 else 100)
-    for _ in range(min(iters, 50)):  # warm-up
-        p.send_one(tensor)
-        p.wait_held(0)
+    iters, n = _counts(size, quick)
     rts = []
-    for _ in range(iters):
+    for i in range(iters + 3):
         t0 = time.perf_counter()
         p.send_one(tensor)
         p.wait_held(0)
-        rts.append(time.perf_counter() - t0)
+        if i >= 3:  # warm-up: mappings, first faults
+            rts.append(time.perf_counter() - t0)
     rts.sort()
-    total = max(64 << 20, size * 16) if not quick else max(16 << 20, size * 8)
-    n = max(1, total // size)
+    for _ in range(IN_FLIGHT):  # the slots of IN_FLIGHT handoffs exist before the clock starts
+        p.send_one(tensor)
+    p.wait_held(0)
     best = 0.0
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
