@@ -2,7 +2,7 @@
 the C figures measured in the same run.
 
     PYTHONPATH=build/python python3 python/bench/bench_transport.py [--mstar build/mstar]
-        [--transport arena|files] [--quick] [--json FILE]
+        [--transport arena|files|arena-views] [--quick] [--json FILE]
 
 A producer (this process, worker_0) and a consumer (a spawned process, worker_1) talk over the
 control mesh (ipc) exactly as the C suite's do: the producer stores a torch uint8 tensor (no
@@ -13,6 +13,11 @@ producer. Round trip: one handoff at a time (p50, p99); throughput: up to 8 in f
 of three rounds. The C suite (`mstar bench transport --json`) runs in the same run, the two
 taking turns (--repeat, each side keeping its best figures), and the targets are Python over C:
 4 KiB round trip <= 1.5x, throughput at >= 1 MiB >= 0.9x.
+
+--transport arena-views is the C suite's "arena, loans and views" beside its Python twin: the
+producer's tensor is a loan (mstar.Loan, one byte written into it as the C suite does: the
+compute that fills a loan is the node's work, not the handoff's), the consumer reads it in place
+(start_read_tensors(msg, views=True)) and its ACK goes when the view is released.
 """
 import argparse
 import ctypes
@@ -59,8 +64,14 @@ def _wait(poller, mgr, event_fd):
             mgr.event_drain()
 
 
+def _kind(transport):
+    """(the manager's transport, whether loans and views are used) of a --transport choice."""
+    return ("arena", True) if transport == "arena-views" else (transport, False)
+
+
 def consumer(ipc_dir, shm_dir, transport):
     _malloc_like_the_c_suite()
+    transport, views = _kind(transport)
     with mstar.Mesh("worker_1", transport="ipc", ipc_dir=ipc_dir) as mesh, \
          mstar.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
                                     send=mesh) as mgr:
@@ -73,7 +84,7 @@ def consumer(ipc_dir, shm_dir, transport):
                 _wait(poller, mgr, event_fd)
                 continue
             if msg.type == "INPUT_SIGNALS":
-                mgr.start_read_tensors(msg.request_id, msg.edges)
+                mgr.start_read_tensors(msg, views=views)  # from the received struct
                 _release_ready(mgr)
             elif msg.type == "SHUTDOWN":
                 mesh.send("worker_0", mstar.Message("SHUTDOWN"))
@@ -90,12 +101,15 @@ def _release_ready(mgr):
 
 
 class Producer:
-    def __init__(self, mesh, mgr):
-        self.mesh, self.mgr, self.rid = mesh, mgr, 0
+    def __init__(self, mesh, mgr, loans=False):
+        self.mesh, self.mgr, self.rid, self.loans = mesh, mgr, 0, loans
 
     def send_one(self, tensor):
         self.rid += 1
         mgr = self.mgr
+        if self.loans:
+            tensor = mgr.loan_output(tensor.shape[0], "uint8")
+            ctypes.memset(tensor.data_ptr, 0x5A, 1)  # the node's compute: one byte, as in C
         infos = mgr.store_and_return_tensor_info(self.rid, {"x": [tensor]})["x"]
         mgr.increment_ref(infos[0].uuid)
         mgr.register_for_send(self.rid, infos)
@@ -113,24 +127,35 @@ class Producer:
         while self.mgr.num_tensors > outstanding:
             msg = self.mesh.recv()
             if msg is not None and msg.type == "TENSOR_RECEIVED":
-                self.mgr.handle_message(msg)
+                self.mgr.handle_message(msg)  # from the received struct
+
+
+def _counts(size, quick):
+    """The C suite's counts (measure() in bench_transport.c), so both sides do the same work:
+    round-trip handoffs after 3 of warm-up, and handoffs per throughput round (about 512 MiB
+    over the rounds; --quick 64 MiB)."""
+    iters = (100 if quick else 1000) if size <= 1 << 20 else (5 if quick else 40)
+    if size >= 64 << 20:
+        iters = 20
+    total = (64 << 20) if quick else (512 << 20)
+    least, most = (IN_FLIGHT, 330) if quick else (16, 2700)
+    return iters, min(max(total // size // ROUNDS, least), most)
 
 
 def measure(p, size, quick):
     tensor = torch.full((size,), 7, dtype=torch.uint8)
-    iters = (200 if size <= 64 << 10 else 20) if quick else (2000 if size <= 64 << 10 else 100)
-    for _ in range(min(iters, 50)):  # warm-up
-        p.send_one(tensor)
-        p.wait_held(0)
+    iters, n = _counts(size, quick)
     rts = []
-    for _ in range(iters):
+    for i in range(iters + 3):
         t0 = time.perf_counter()
         p.send_one(tensor)
         p.wait_held(0)
-        rts.append(time.perf_counter() - t0)
+        if i >= 3:  # warm-up: mappings, first faults
+            rts.append(time.perf_counter() - t0)
     rts.sort()
-    total = max(64 << 20, size * 16) if not quick else max(16 << 20, size * 8)
-    n = max(1, total // size)
+    for _ in range(IN_FLIGHT):  # the slots of IN_FLIGHT handoffs exist before the clock starts
+        p.send_one(tensor)
+    p.wait_held(0)
     best = 0.0
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
@@ -152,11 +177,12 @@ def run_python(transport, quick, sizes):
     try:
         cons = ctx.Process(target=consumer, args=(ipc_dir, shm_dir, transport), daemon=True)
         cons.start()
+        kind, loans = _kind(transport)
         with mstar.Mesh("worker_0", transport="ipc", ipc_dir=ipc_dir) as mesh, \
-             mstar.CommunicationManager("worker_0", transport=transport, shm_dir=shm_dir,
+             mstar.CommunicationManager("worker_0", transport=kind, shm_dir=shm_dir,
                                         send=mesh) as mgr:
             assert mesh.recv(timeout_ms=60000).type == "HELLO"
-            p = Producer(mesh, mgr)
+            p = Producer(mesh, mgr, loans)
             rows = [measure(p, s, quick) for s in sizes]
             mesh.send("worker_1", mstar.Message("SHUTDOWN"))
             while (m := mesh.recv(timeout_ms=10000)) is not None and m.type != "SHUTDOWN":
@@ -169,7 +195,7 @@ def run_python(transport, quick, sizes):
 
 
 def run_c(mstar_exe, transport, quick):
-    cmd = [mstar_exe, "bench", "transport", "--transport", transport, "--json"]
+    cmd = [mstar_exe, "bench", "transport", "--transport", _kind(transport)[0], "--json"]
     if quick:
         cmd.append("--quick")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
@@ -229,7 +255,7 @@ def report(transport, c_rows, py_rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mstar", default=os.environ.get("MSTAR_EXE", "build/mstar"))
-    ap.add_argument("--transport", default="arena", choices=["arena", "files"])
+    ap.add_argument("--transport", default="arena", choices=["arena", "files", "arena-views"])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--repeat", type=int, default=2, help="turns of C then Python (best kept)")

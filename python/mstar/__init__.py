@@ -28,16 +28,21 @@ from __future__ import annotations
 
 import atexit
 import weakref
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Mapping, Sequence
 
 from ._errors import *  # noqa: F401,F403  (Error and its subclasses)
 from ._errors import BY_STATUS as _BY_STATUS
 from ._errors import Error
 from ._types import (GraphEdge, Message, ReadFailure, Rid, RxInfo, ShardGroup,
                      ShardingConfig, StoredOutputs, TensorPointerInfo, TxInfo)
-from ._mstar import (Completion, Mesh, Tensor, built_with_cuda, dtype_size, entity_index,
+from ._mstar import (Completion, Loan, Mesh, Tensor, built_with_cuda, dtype_size, entity_index,
                      fanout, set_log_level, status_name, version)
 from ._mstar import Comm as _Comm
+from . import _types as _types_module
+from ._mstar import _decode_message
+from ._types import ReceivedMessage
+
+_types_module._decode_message = _decode_message
 
 __version__ = version()
 
@@ -64,23 +69,15 @@ class CommunicationManager(_Comm):
     everything the manager created (files, segments, mappings).
     """
 
+    # store_and_return_tensor_info, register_for_send, start_read_tensors and get_ready_tensors
+    # are the extension's own methods (documented there): they run once or twice per handoff,
+    # and a Python frame around each would be a cost of every handoff.
+
     def __init__(self, entity: str, *, entity_index: int = -1, **kw):
         if entity_index == -1:
             entity_index = _default_entity_index(entity)
         super().__init__(entity, entity_index=entity_index, **kw)
         _live.add(self)
-
-    def store_and_return_tensor_info(self, request_id: Rid, outputs: Mapping[str, Sequence],
-                                     *, node_name: Optional[str] = None,
-                                     graph_walk: Optional[str] = None, tp_size: int = 1,
-                                     tp_rank: int = 0) -> Dict[str, List[TensorPointerInfo]]:
-        """Store one request's outputs {signal: [tensors]} (ref 0 each) and return their
-        descriptors, {signal: [TensorPointerInfo]}. The tensors are not copied (unless not
-        contiguous, or sharded into canonical layout)."""
-        # Each signal's tensors as a list: the C side walks them twice (store, then results).
-        outputs = {k: v if isinstance(v, (list, tuple)) else list(v) for k, v in outputs.items()}
-        return self._store(request_id, outputs, node_name=node_name,
-                           graph_walk=graph_walk, tp_size=tp_size, tp_rank=tp_rank)
 
     def store_and_populate_graph_edges(self, request_id: Rid, outputs: Mapping[str, Sequence],
                                        edges: Sequence[GraphEdge], **params) -> None:
@@ -90,27 +87,6 @@ class CommunicationManager(_Comm):
         for edge in edges:
             if edge.name in infos:
                 edge.tensor_info = [TensorPointerInfo(**vars(i)) for i in infos[edge.name]]
-
-    def register_for_send(self, request_id: Rid, infos: Sequence[TensorPointerInfo]) -> None:
-        """Stage each descriptor's tensor for other processes (file written, arena copy made,
-        memory registered) and stamp the transport's fields onto the descriptors in place.
-        A message carrying them may be sent once this returns."""
-        self._register_for_send(request_id, list(infos))
-
-    def start_read_tensors(self, request_id: Rid, edges: Sequence[GraphEdge],
-                           graph_walk: Optional[str] = None) -> List[Completion]:
-        """Begin reading the edges' descriptors (validated first; nothing kept if any is bad).
-        Returns the reads still in flight; their results land in get_ready_tensors.
-        graph_walk is accepted for the reference's signature and not needed."""
-        return self._start_read_tensors(request_id, list(edges))
-
-    def get_ready_tensors(self, graph_walk: Optional[str] = None, *,
-                          with_failures: bool = False):
-        """Collect every read whose bytes landed: ACK them (through `send`), gather sharded
-        inputs, and return {request_id: [GraphEdge]}. Each delivered descriptor carries one
-        usage reference: release it with dereference(uuid). with_failures=True returns
-        (ready, [ReadFailure])."""
-        return self._get_ready_tensors(with_failures=with_failures)
 
     def __repr__(self) -> str:
         if self.closed:
@@ -189,8 +165,8 @@ def error_class(status: int) -> type:
 
 
 __all__ = [
-    "CommunicationManager", "Mesh", "Tensor", "Completion", "TensorPointerInfo", "GraphEdge",
-    "ShardingConfig", "ShardGroup", "StoredOutputs", "Message", "TxInfo", "RxInfo",
+    "CommunicationManager", "Mesh", "Tensor", "Loan", "Completion", "TensorPointerInfo", "GraphEdge",
+    "ShardingConfig", "ShardGroup", "StoredOutputs", "Message", "ReceivedMessage", "TxInfo", "RxInfo",
     "ReadFailure", "create_tensor_communication_manager", "fanout", "version",
     "built_with_cuda", "entity_index", "dtype_size", "status_name", "set_log_level",
     "error_class", "TRANSPORTS", "Error", "to_torch", "to_numpy",

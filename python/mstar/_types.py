@@ -7,7 +7,7 @@ them, copy them (copy.deepcopy), print them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Union
 
 Rid = Union[int, str]
@@ -151,3 +151,58 @@ class Message:
     @property
     def failed_tensor_ids(self) -> List[int]:
         return self.uuids
+
+
+# The fields of a received message that are decoded at once (an entity's loop reads them to
+# dispatch); the others stay in the library's own struct until first read.
+_EAGER = ("type", "sender", "request_id")
+
+# Set by the package once the extension is loaded: fills a received message's remaining
+# fields from the struct it keeps, then drops the struct.
+_decode_message = None
+
+
+def _lazy_field(name):
+    def get(self):
+        d = self.__dict__
+        if name not in d:
+            _decode_message(self)
+        return d[name]
+
+    def set_(self, value):
+        _decode_message(self)  # the other fields keep what arrived
+        self.__dict__[name] = value
+
+    return property(get, set_, doc=f"Message.{name} (decoded on first access)")
+
+
+class ReceivedMessage(Message):
+    """A Message as Mesh.recv returns it: type, sender and request_id are read at once, the
+    other fields are decoded from the library's struct on first access (after which the object
+    is an ordinary Message with every field in its __dict__). Until then, the manager's methods
+    that take a message (handle_message, start_read_tensors(msg), ack_unread_tensors(msg),
+    note_sent, Mesh.send) use the struct directly instead of converting Python objects back.
+    It compares, copies, pickles and prints as a Message."""
+
+    def _fields(self):
+        return tuple(getattr(self, f.name) for f in fields(Message))
+
+    def __eq__(self, other):
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self._fields() == tuple(getattr(other, f.name) for f in fields(Message))
+
+    __hash__ = None
+
+    def __repr__(self):
+        return "Message(" + ", ".join(f"{f.name}={getattr(self, f.name)!r}"
+                                      for f in fields(Message)) + ")"
+
+    def __reduce__(self):
+        return (Message, self._fields())
+
+
+for _f in fields(Message):
+    if _f.name not in _EAGER:
+        setattr(ReceivedMessage, _f.name, _lazy_field(_f.name))
+del _f

@@ -159,9 +159,63 @@ void mstarpy_comm_view_dropped(comm_obj *self, PyObject *rid, mstar_tensor_id uu
         Py_XDECREF(nv);
     }
     PyErr_Clear();
+    mstarpy_comm_unhold(self);
+}
+
+void mstarpy_comm_hold(comm_obj *self)
+{
+    self->nviews++;
+}
+
+void mstarpy_comm_unhold(comm_obj *self)
+{
     self->nviews--;
     if (self->closing && self->nviews == 0 && !self->busy)
         destroy_now(self);
+}
+
+bool mstarpy_comm_closed(comm_obj *self)
+{
+    return !self->comm || self->closing;
+}
+
+int mstarpy_comm_view_take(comm_obj *self, PyObject *rid, mstar_tensor_id uuid)
+{
+    mstar_status st = mstar_comm_increment_ref(self->comm, uuid, 1);
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    if (mstarpy_comm_view_added(self, rid) < 0) {
+        mstar_comm_dereference(self->comm, uuid, 1);
+        return -1;
+    }
+    return 0;
+}
+
+int mstarpy_comm_loan_release(comm_obj *self, mstar_loan_id id)
+{
+    if (!self->comm)
+        return 0; /* the destroy gave every loan back */
+    if (self->busy) {
+        mstarpy_raise_msg(MSTAR_ESTATE, "the communication manager is in use by another call");
+        return -1;
+    }
+    mstar_status st = mstar_comm_loan_release(self->comm, id);
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *mstarpy_comm_view_check(comm_obj *self, mstar_tensor_id uuid)
+{
+    if (enter(self) < 0)
+        return NULL;
+    mstar_status st = mstar_comm_view_check(self->comm, uuid);
+    /* EINVAL: not a view but the manager's own copy, which stays valid while held. */
+    return st == MSTAR_OK || st == MSTAR_EINVAL ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
 }
 
 /* The Python sender: called by the library during get_ready_tensors and friends, while the
@@ -444,9 +498,11 @@ static void outputs_release(mstar_output *outs, size_t n)
             outs[i].release(outs[i].release_ctx, outs[i].tensor.data);
 }
 
-/* Take every tensor of {signal: [tensors]} into outs (appending at *n). */
-static int outputs_from_dict(PyObject *dict, uint32_t request, mstar_output **outs, size_t *n,
-                             size_t *cap)
+/* Take every tensor of {signal: [tensors]} into outs (appending at *n): an mstar.Loan of this
+ * manager as a loan when `keep` is given (the single form; the batch form refuses loans), else
+ * through DLPack. `keep` (optional) receives {signal: tuple of the tensors}. */
+static int outputs_from_dict(comm_obj *self, PyObject *dict, uint32_t request, mstar_output **outs,
+                             size_t *n, size_t *cap, PyObject *keep)
 {
     if (!PyDict_Check(dict)) {
         mstarpy_raise_msg(MSTAR_EINVAL, "outputs: a dict {signal: [tensors]} is required");
@@ -479,14 +535,23 @@ static int outputs_from_dict(PyObject *dict, uint32_t request, mstar_output **ou
             memset(o, 0, sizeof(*o));
             o->request = request;
             o->signal = sig; /* lives as long as the dict's key */
-            if (mstarpy_tensor_in(PyTuple_GetItem(fast, i), &o->tensor, &o->release,
-                                  &o->release_ctx) < 0) {
+            PyObject *item = PyTuple_GetItem(fast, i);
+            int lent = mstarpy_loan_take(item, self, &o->tensor, &o->loan);
+            if (lent > 0 && !keep)
+                lent = (mstarpy_raise_msg(MSTAR_ENOTSUP, "the batch store takes no loans: store "
+                                                         "them with store_and_return_tensor_info"),
+                        -1);
+            if (lent < 0 || (lent == 0 && mstarpy_tensor_in(item, &o->tensor, &o->release,
+                                                            &o->release_ctx) < 0)) {
                 Py_DECREF(fast);
                 return -1;
             }
             (*n)++;
         }
+        int kept = keep ? PyDict_SetItem(keep, k, fast) : 0;
         Py_DECREF(fast);
+        if (kept < 0)
+            return -1;
     }
     if (*n > UINT32_MAX) {
         mstarpy_raise_msg(MSTAR_EINVAL, "outputs: too many tensors");
@@ -554,8 +619,8 @@ static PyObject *comm_store(PyObject *obj, PyObject *args, PyObject *kw)
     mstar_output *outs = NULL;
     size_t n = 0, cap = 0;
     mstar_tensor_info *infos = NULL;
-    PyObject *result = NULL;
-    if (outputs_from_dict(outputs, 0, &outs, &n, &cap) < 0)
+    PyObject *result = NULL, *kept = PyDict_New();
+    if (!kept || outputs_from_dict(self, outputs, 0, &outs, &n, &cap, kept) < 0)
         goto fail_release;
     infos = calloc(n ? n : 1, sizeof(*infos));
     if (!infos) {
@@ -574,16 +639,21 @@ static PyObject *comm_store(PyObject *obj, PyObject *args, PyObject *kw)
     free(outs);
     outs = NULL;
     n = 0;
-    /* {signal: [TensorPointerInfo]} in the order of the outputs. */
+    /* {signal: [TensorPointerInfo]} in the order of the outputs; the loans are stored now. */
     result = PyDict_New();
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     size_t at = 0;
-    while (result && PyDict_Next(outputs, &pos, &k, &v)) {
-        Py_ssize_t cnt = PySequence_Size(v);
-        PyObject *list = cnt >= 0 ? PyList_New(cnt) : NULL;
-        for (Py_ssize_t i = 0; list && i < cnt; i++) {
-            PyObject *info = mstarpy_info_to_py(&infos[at++]);
+    int stored = 0;
+    while (result && PyDict_Next(kept, &pos, &k, &v)) {
+        Py_ssize_t cnt = PyTuple_Size(v);
+        PyObject *list = PyList_New(cnt);
+        for (Py_ssize_t i = 0; list && i < cnt; i++, at++) {
+            PyObject *item = PyTuple_GetItem(v, i);
+            if (PyObject_TypeCheck(item, mstarpy.loan_type) &&
+                mstarpy_loan_stored(item, rid_obj, infos[at].uuid) < 0)
+                stored = -1; /* stored all the same: the other loans are marked too */
+            PyObject *info = mstarpy_info_to_py(&infos[at]);
             if (!info)
                 Py_CLEAR(list);
             else
@@ -593,12 +663,16 @@ static PyObject *comm_store(PyObject *obj, PyObject *args, PyObject *kw)
             Py_CLEAR(result);
         Py_XDECREF(list);
     }
+    if (stored < 0)
+        Py_CLEAR(result);
     free(infos);
+    Py_DECREF(kept);
     return leave(self, result);
 fail_release:
     outputs_release(outs, n);
     free(outs);
     free(infos);
+    Py_XDECREF(kept);
     return leave(self, NULL);
 }
 
@@ -679,7 +753,8 @@ static PyObject *comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     if (enter(self) < 0)
         goto out;
     for (Py_ssize_t r = 0; r < nreq; r++) {
-        if (outputs_from_dict(PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n, &cap) < 0) {
+        if (outputs_from_dict(self, PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n, &cap,
+                              NULL) < 0) {
             outputs_release(outs, n);
             leave(self, NULL);
             goto out;
@@ -717,6 +792,34 @@ static PyObject *comm_tensor_info(PyObject *obj, PyObject *arg)
     mstar_tensor_info info;
     mstar_status st = mstar_comm_tensor_info(self->comm, uuid, &info);
     return st == MSTAR_OK ? leave(self, mstarpy_info_to_py(&info)) : fail(self, st);
+}
+
+static PyObject *comm_loan_output(PyObject *obj, PyObject *args, PyObject *kw)
+{
+    comm_obj *self = (comm_obj *)obj;
+    static char *kwlist[] = { "shape", "dtype", NULL };
+    PyObject *shape_obj, *dtype_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &shape_obj, &dtype_obj))
+        return NULL;
+    int64_t shape[MSTAR_MAX_NDIM];
+    int32_t ndim = 1;
+    mstar_dtype dtype = MSTAR_DTYPE_FLOAT32;
+    if (PyLong_Check(shape_obj) ? mstarpy_i64_from_py(shape_obj, &shape[0], "shape") < 0
+                                : mstarpy_dims_from_py(shape_obj, shape, &ndim, "shape") < 0)
+        return NULL;
+    if (dtype_obj && mstarpy_dtype_from_py(dtype_obj, &dtype, "dtype") < 0)
+        return NULL;
+    if (enter(self) < 0)
+        return NULL;
+    mstar_tensor t;
+    mstar_loan_id id;
+    mstar_status st = mstar_comm_loan_output(self->comm, dtype, shape, ndim, &t, &id);
+    if (st != MSTAR_OK)
+        return fail(self, st);
+    PyObject *loan = mstarpy_loan_new(self, &t, id);
+    if (!loan)
+        mstar_comm_loan_release(self->comm, id);
+    return leave(self, loan);
 }
 
 /* ---- reference counts ----------------------------------------------------------------------- */
@@ -1014,20 +1117,40 @@ static PyObject *comm_refresh_shm_placement(PyObject *obj, PyObject *arg)
     return r;
 }
 
+/* A message argument as the library's struct: a received message's own (no conversion), or
+ * one converted into *tmp. 0, or -1 with an exception; release with msg_arg_done. */
+typedef struct msg_arg {
+    mstar_msg tmp;
+    mstar_msg *m;
+    PyObject *hold;
+} msg_arg;
+
+static int msg_arg_get(PyObject *obj, msg_arg *a)
+{
+    mstar_msg_init(&a->tmp, MSTAR_MSG_INVALID);
+    int wired = mstarpy_msg_wire(obj, &a->m, &a->hold);
+    if (wired != 0)
+        return wired < 0 ? -1 : 0;
+    a->m = &a->tmp;
+    return mstarpy_msg_from_py(obj, &a->tmp);
+}
+
+static void msg_arg_done(msg_arg *a)
+{
+    mstar_msg_clear(&a->tmp);
+    Py_CLEAR(a->hold);
+}
+
 static PyObject *comm_handle_message(PyObject *obj, PyObject *arg)
 {
     comm_obj *self = (comm_obj *)obj;
-    mstar_msg m;
-    if (mstarpy_msg_from_py(arg, &m) < 0) {
-        mstar_msg_clear(&m);
-        return NULL;
-    }
+    msg_arg a;
     PyObject *r = NULL;
-    if (enter(self) == 0) {
-        mstar_status st = mstar_comm_handle_message(self->comm, &m);
+    if (msg_arg_get(arg, &a) == 0 && enter(self) == 0) {
+        mstar_status st = mstar_comm_handle_message(self->comm, a.m);
         r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
     }
-    mstar_msg_clear(&m);
+    msg_arg_done(&a);
     return r;
 }
 
@@ -1040,40 +1163,68 @@ static PyObject *comm_note_sent(PyObject *obj, PyObject *args)
     PyObject *msg_obj;
     if (!PyArg_ParseTuple(args, "sO", &peer, &msg_obj))
         return NULL;
-    mstar_msg m;
-    if (mstarpy_msg_from_py(msg_obj, &m) < 0) {
-        mstar_msg_clear(&m);
-        return NULL;
-    }
+    msg_arg a;
     PyObject *r = NULL;
-    if (enter(self) == 0) {
-        mstar_status st = mstar_comm_note_sent(self->comm, peer, &m);
+    if (msg_arg_get(msg_obj, &a) == 0 && enter(self) == 0) {
+        mstar_status st = mstar_comm_note_sent(self->comm, peer, a.m);
         r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
     }
-    mstar_msg_clear(&m);
+    msg_arg_done(&a);
     return r;
 }
 
 /* ---- consumer ------------------------------------------------------------------------------- */
 
-static PyObject *edges_call(PyObject *obj, PyObject *args, bool read)
+/* The (request id, edges) of edges_call: given as they are, or a message's (edges_obj None):
+ * a received message's own, else converted from msg.request_id and msg.edges. The edges are
+ * *owned (free with mstarpy_edges_free and free) or the message's (*hold keeps them). */
+static int edges_args(PyObject *rid_obj, PyObject *edges_obj, mstar_rid *rid, mstar_edge **edges,
+                      uint32_t *n, bool *owned, PyObject **hold)
 {
-    comm_obj *self = (comm_obj *)obj;
-    PyObject *rid_obj, *edges_obj;
-    if (!PyArg_ParseTuple(args, "OO", &rid_obj, &edges_obj))
-        return NULL;
+    *owned = true;
+    *hold = NULL;
+    if (edges_obj == Py_None) {
+        mstar_msg *m;
+        int wired = mstarpy_msg_wire(rid_obj, &m, hold);
+        if (wired != 0) {
+            *rid = m->request_id;
+            *edges = m->edges;
+            *n = m->nedges;
+            *owned = false;
+            return wired < 0 ? -1 : 0;
+        }
+        if (!PyObject_TypeCheck(rid_obj, (PyTypeObject *)mstarpy.msg_cls)) {
+            mstarpy_raise_msg(MSTAR_EINVAL, "(request_id, edges), or a Message alone");
+            return -1;
+        }
+        PyObject *r = PyObject_GetAttrString(rid_obj, "request_id");
+        PyObject *e = r ? PyObject_GetAttrString(rid_obj, "edges") : NULL;
+        int ret = e ? edges_args(r, e, rid, edges, n, owned, hold) : -1;
+        Py_XDECREF(r);
+        Py_XDECREF(e);
+        return ret;
+    }
+    return rid_arg(rid_obj, rid) < 0 || mstarpy_edges_from_py(edges_obj, edges, n) < 0 ? -1 : 0;
+}
+
+static PyObject *edges_call(comm_obj *self, PyObject *rid_obj, PyObject *edges_obj, bool read,
+                            bool views)
+{
+    PyObject *hold;
     mstar_rid rid;
     mstar_edge *edges;
     uint32_t n;
-    if (rid_arg(rid_obj, &rid) < 0 || mstarpy_edges_from_py(edges_obj, &edges, &n) < 0)
+    bool owned;
+    if (edges_args(rid_obj, edges_obj, &rid, &edges, &n, &owned, &hold) < 0)
         return NULL;
     PyObject *r = NULL;
     if (enter(self) == 0) {
         mstar_completion_list list = { 0, NULL };
         mstar_status st;
         PyThreadState *ts_ = PyEval_SaveThread();
-        st = read ? mstar_comm_start_read_tensors(self->comm, &rid, edges, n, &list)
-                  : mstar_comm_ack_unread_tensors(self->comm, &rid, edges, n);
+        st = !read   ? mstar_comm_ack_unread_tensors(self->comm, &rid, edges, n)
+             : views ? mstar_comm_start_read_views(self->comm, &rid, edges, n, &list)
+                     : mstar_comm_start_read_tensors(self->comm, &rid, edges, n, &list);
         PyEval_RestoreThread(ts_);
         if (st != MSTAR_OK) {
             r = fail(self, st);
@@ -1094,19 +1245,31 @@ static PyObject *edges_call(PyObject *obj, PyObject *args, bool read)
             r = leave(self, l);
         }
     }
-    mstarpy_edges_free(edges, n);
-    free(edges);
+    if (owned) {
+        mstarpy_edges_free(edges, n);
+        free(edges);
+    }
+    Py_XDECREF(hold);
     return r;
 }
 
-static PyObject *comm_start_read_tensors(PyObject *obj, PyObject *args)
+static PyObject *comm_start_read_tensors(PyObject *obj, PyObject *args, PyObject *kw)
 {
-    return edges_call(obj, args, true);
+    static char *kwlist[] = { "request_id", "edges", "graph_walk", "views", NULL };
+    PyObject *rid_obj, *edges_obj = Py_None, *walk = Py_None;
+    int views = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$p", kwlist, &rid_obj, &edges_obj, &walk,
+                                     &views))
+        return NULL;
+    return edges_call((comm_obj *)obj, rid_obj, edges_obj, true, views != 0);
 }
 
 static PyObject *comm_ack_unread_tensors(PyObject *obj, PyObject *args)
 {
-    return edges_call(obj, args, false);
+    PyObject *rid_obj, *edges_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O", &rid_obj, &edges_obj))
+        return NULL;
+    return edges_call((comm_obj *)obj, rid_obj, edges_obj, false, false);
 }
 
 static PyObject *failures_to_py(const mstar_ready_set *set)
@@ -1166,9 +1329,10 @@ static PyObject *ready_result(const mstar_ready_set *set, int with_failures)
 static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *args, PyObject *kw)
 {
     comm_obj *self = (comm_obj *)obj;
-    static char *kwlist[] = { "with_failures", NULL };
+    static char *kwlist[] = { "graph_walk", "with_failures", NULL };
+    PyObject *walk = Py_None; /* the reference's signature: not needed */
     int with_failures = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$p", kwlist, &with_failures))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$p", kwlist, &walk, &with_failures))
         return NULL;
     if (enter(self) < 0)
         return NULL;
@@ -1207,14 +1371,10 @@ static PyObject *comm_get_tensor(PyObject *obj, PyObject *args)
         return NULL;
     mstar_tensor t;
     mstar_status st = mstar_comm_get_tensor(self->comm, uuid, &t);
-    if (st == MSTAR_OK)
-        st = mstar_comm_increment_ref(self->comm, uuid, 1); /* the view's reference */
     if (st != MSTAR_OK)
         return fail(self, st);
-    if (mstarpy_comm_view_added(self, rid_obj) < 0) {
-        mstar_comm_dereference(self->comm, uuid, 1);
+    if (mstarpy_comm_view_take(self, rid_obj, uuid) < 0) /* the view's reference */
         return leave(self, NULL);
-    }
     PyObject *view = mstarpy_tensor_new(self, rid_obj, uuid, &t);
     if (!view) {
         self->busy = false;
@@ -1406,7 +1566,18 @@ static PyMethodDef comm_methods[] = {
     { "register_request", KW comm_register_request, METH_VARARGS | METH_KEYWORDS,
       "register_request(request_id, sharding_config=None)\nRemember the request's shard dims "
       "(a ShardingConfig or {signal: dim or None})." },
-    { "_store", KW comm_store, METH_VARARGS | METH_KEYWORDS, NULL },
+    { "store_and_return_tensor_info", KW comm_store, METH_VARARGS | METH_KEYWORDS,
+      "store_and_return_tensor_info(request_id, outputs, *, node_name=None, graph_walk=None,\n"
+      "tp_size=1, tp_rank=0) -> {signal: [TensorPointerInfo]}\n"
+      "Store one request's outputs {signal: [tensors]} (ref 0 each) and return their "
+      "descriptors.\nThe tensors are not copied (unless not contiguous, or sharded into "
+      "canonical layout);\nan mstar.Loan of this manager is stored as the loan it is: nothing "
+      "copied, even when staged." },
+    { "loan_output", KW comm_loan_output, METH_VARARGS | METH_KEYWORDS,
+      "loan_output(shape, dtype='float32') -> mstar.Loan\nOutput memory to compute into in "
+      "place (torch.from_dlpack(loan)) and store among the outputs of\n"
+      "store_and_return_tensor_info: over the arena it is a slot of this process's segments, so "
+      "storing and staging copy nothing." },
     { "store_and_return_tensor_info_batch", KW comm_store_batch, METH_VARARGS | METH_KEYWORDS,
       "store_and_return_tensor_info_batch(request_ids, outputs, signals, *, node_name=None,\n"
       "graph_walk=None, tp_size=1, tp_rank=0) -> StoredOutputs\noutputs[i] is request i's "
@@ -1425,7 +1596,11 @@ static PyMethodDef comm_methods[] = {
       "dereference_batch(uuids, counts=1): counts is one int or one per uuid." },
     { "set_output_ref_counts", comm_set_output_ref_counts, METH_VARARGS,
       "set_output_ref_counts(held_uuids, routed_edges)" },
-    { "_register_for_send", comm_register_for_send, METH_VARARGS, NULL },
+    { "register_for_send", comm_register_for_send, METH_VARARGS,
+      "register_for_send(request_id, infos)\nStage each descriptor's tensor for other "
+      "processes (file written, arena copy made, memory\nregistered) and stamp the transport's "
+      "fields onto the descriptors in place. A message\ncarrying them may be sent once this "
+      "returns." },
     { "register_for_send_uuids", comm_register_for_send_uuids, METH_VARARGS,
       "register_for_send_uuids(request_ids, counts, uuids)" },
     { "refresh_shm_placement", comm_refresh_shm_placement, METH_O,
@@ -1436,10 +1611,25 @@ static PyMethodDef comm_methods[] = {
       "other means than its Mesh; only peer's ACKs may then release them." },
     { "handle_message", comm_handle_message, METH_O,
       "handle_message(msg): apply TENSOR_RECEIVED or UNPERSIST_TENSORS." },
-    { "_start_read_tensors", comm_start_read_tensors, METH_VARARGS, NULL },
+    { "start_read_tensors", KW comm_start_read_tensors, METH_VARARGS | METH_KEYWORDS,
+      "start_read_tensors(request_id, edges, graph_walk=None, *, views=False) -> [Completion]\n"
+      "or start_read_tensors(msg, *, views=False)\n"
+      "Begin reading the edges' descriptors (validated first; nothing kept if any is bad);\n"
+      "returns the reads still in flight, whose results land in get_ready_tensors. A message\n"
+      "alone: its edges for its request_id, read from the library's struct when the message\n"
+      "is as Mesh.recv returned it. views=True reads in place: an arena tensor is not copied,\n"
+      "get_tensor's result maps the producer's slot read-only (never write through it), and\n"
+      "the ACK goes when the last reference here goes instead of when bytes land. Other\n"
+      "descriptors are copied as usual. graph_walk is the reference's, not needed." },
     { "ack_unread_tensors", comm_ack_unread_tensors, METH_VARARGS,
-      "ack_unread_tensors(request_id, edges): ACK without reading (a request already gone)." },
-    { "_get_ready_tensors", KW comm_get_ready_tensors, METH_VARARGS | METH_KEYWORDS, NULL },
+      "ack_unread_tensors(request_id, edges) or ack_unread_tensors(msg): ACK without reading\n"
+      "(a request already gone)." },
+    { "get_ready_tensors", KW comm_get_ready_tensors, METH_VARARGS | METH_KEYWORDS,
+      "get_ready_tensors(graph_walk=None, *, with_failures=False) -> {request_id: [GraphEdge]}\n"
+      "Collect every read whose bytes landed: ACK them (through `send`; a view's ACK waits\n"
+      "for its release), gather sharded inputs, and return them. Each delivered descriptor\n"
+      "carries one usage reference: release it with dereference(uuid). with_failures=True\n"
+      "returns (ready, [ReadFailure])." },
     { "get_tensor", comm_get_tensor, METH_VARARGS,
       "get_tensor(request_id, uuid) -> mstar.Tensor, a zero-copy view (DLPack) that holds one "
       "reference on the tensor while it lives." },

@@ -237,6 +237,21 @@ static int dtype_from_py(PyObject *obj, mstar_dtype *out, const char *what)
     return 0;
 }
 
+int mstarpy_dims_from_py(PyObject *seq, int64_t *dims, int32_t *ndim, const char *what)
+{
+    return dims_from_py(seq, dims, ndim, what);
+}
+
+int mstarpy_dtype_from_py(PyObject *obj, mstar_dtype *out, const char *what)
+{
+    return dtype_from_py(obj, out, what);
+}
+
+int mstarpy_i64_from_py(PyObject *obj, int64_t *out, const char *what)
+{
+    return i64_from_py(obj, out, what);
+}
+
 static int remote_key_from_py(PyObject *obj, mstar_tensor_info *info, const char *what)
 {
     info->remote_key_len = 0;
@@ -305,7 +320,7 @@ int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *info)
     return 0;
 }
 
-static PyObject *tuple_i64(const int64_t *v, int32_t n)
+PyObject *mstarpy_tuple_i64(const int64_t *v, int32_t n)
 {
     PyObject *t = PyTuple_New(n);
     for (int32_t i = 0; t && i < n; i++) {
@@ -334,8 +349,8 @@ int mstarpy_info_update_py(PyObject *obj, const mstar_tensor_info *info)
         return -1;
     if (set_attr_steal(f, "uuid", PyLong_FromUnsignedLongLong(info->uuid)) < 0 ||
         set_attr_steal(f, "dtype", PyUnicode_FromString(dtype ? dtype : "?")) < 0 ||
-        set_attr_steal(f, "dims", tuple_i64(info->dims, info->ndim)) < 0 ||
-        set_attr_steal(f, "stride", tuple_i64(info->stride, info->ndim)) < 0 ||
+        set_attr_steal(f, "dims", mstarpy_tuple_i64(info->dims, info->ndim)) < 0 ||
+        set_attr_steal(f, "stride", mstarpy_tuple_i64(info->stride, info->ndim)) < 0 ||
         set_attr_steal(f, "nbytes", PyLong_FromUnsignedLongLong(info->nbytes)) < 0 ||
         set_attr_steal(f, "address", PyLong_FromUnsignedLongLong(info->address)) < 0 ||
         set_attr_steal(f, "offset", PyLong_FromUnsignedLongLong(info->offset)) < 0 ||
@@ -844,34 +859,158 @@ static PyObject *kv_to_py(const mstar_msg *m)
     return d;
 }
 
+/* The fields a received message decodes at once: an entity's loop dispatches on them. */
+static int set_eager_fields(PyObject *f, const mstar_msg *m)
+{
+    const char *type = mstar_msg_type_name(m->type);
+    return set_attr_steal(f, "type", PyUnicode_FromString(type ? type : "INVALID")) < 0 ||
+                   set_attr_steal(f, "sender", PyUnicode_FromString(m->from)) < 0 ||
+                   set_attr_steal(f, "request_id", mstarpy_rid_to_py(&m->request_id)) < 0
+               ? -1
+               : 0;
+}
+
+static int set_lazy_fields(PyObject *f, const mstar_msg *m)
+{
+    return set_attr_steal(f, "graph_walk", PyUnicode_FromString(m->graph_walk)) < 0 ||
+                   set_attr_steal(f, "text", PyUnicode_FromString(m->text)) < 0 ||
+                   set_attr_steal(f, "remove_source", PyLong_FromLong((long)m->remove_source)) <
+                       0 ||
+                   set_attr_steal(f, "force", PyBool_FromLong(m->force)) < 0 ||
+                   set_attr_steal(f, "is_first_tp_rank", PyBool_FromLong(m->is_first_tp_rank)) <
+                       0 ||
+                   set_attr_steal(f, "round", PyLong_FromLongLong(m->round)) < 0 ||
+                   set_attr_steal(f, "rank", PyLong_FromLong(m->rank)) < 0 ||
+                   set_attr_steal(f, "world_size", PyLong_FromLong(m->world_size)) < 0 ||
+                   set_attr_steal(f, "edges", list_of(m->nedges, edge_item, m)) < 0 ||
+                   set_attr_steal(f, "counts", counts_to_py(m)) < 0 ||
+                   set_attr_steal(f, "uuids", list_of(m->nuuids, uuid_item, m)) < 0 ||
+                   set_attr_steal(f, "names", list_of(m->nnames, name_item, m)) < 0 ||
+                   set_attr_steal(f, "rids", list_of(m->nrids, rid_item, m)) < 0 ||
+                   set_attr_steal(f, "ints", list_of(m->nints, int_item, m)) < 0 ||
+                   set_attr_steal(f, "rx", mstarpy_rx_to_py(m->rx, m->nrx)) < 0 ||
+                   set_attr_steal(f, "tx", mstarpy_tx_to_py(m->tx, m->ntx)) < 0 ||
+                   set_attr_steal(f, "kv", kv_to_py(m)) < 0
+               ? -1
+               : 0;
+}
+
 PyObject *mstarpy_msg_to_py(const mstar_msg *m)
 {
     PyObject *f;
     PyObject *obj = blank(mstarpy.msg_cls, &f);
     if (!obj)
         return NULL;
-    const char *type = mstar_msg_type_name(m->type);
-    if (set_attr_steal(f, "type", PyUnicode_FromString(type ? type : "INVALID")) < 0 ||
-        set_attr_steal(f, "sender", PyUnicode_FromString(m->from)) < 0 ||
-        set_attr_steal(f, "request_id", mstarpy_rid_to_py(&m->request_id)) < 0 ||
-        set_attr_steal(f, "graph_walk", PyUnicode_FromString(m->graph_walk)) < 0 ||
-        set_attr_steal(f, "text", PyUnicode_FromString(m->text)) < 0 ||
-        set_attr_steal(f, "remove_source", PyLong_FromLong((long)m->remove_source)) < 0 ||
-        set_attr_steal(f, "force", PyBool_FromLong(m->force)) < 0 ||
-        set_attr_steal(f, "is_first_tp_rank", PyBool_FromLong(m->is_first_tp_rank)) < 0 ||
-        set_attr_steal(f, "round", PyLong_FromLongLong(m->round)) < 0 ||
-        set_attr_steal(f, "rank", PyLong_FromLong(m->rank)) < 0 ||
-        set_attr_steal(f, "world_size", PyLong_FromLong(m->world_size)) < 0 ||
-        set_attr_steal(f, "edges", list_of(m->nedges, edge_item, m)) < 0 ||
-        set_attr_steal(f, "counts", counts_to_py(m)) < 0 ||
-        set_attr_steal(f, "uuids", list_of(m->nuuids, uuid_item, m)) < 0 ||
-        set_attr_steal(f, "names", list_of(m->nnames, name_item, m)) < 0 ||
-        set_attr_steal(f, "rids", list_of(m->nrids, rid_item, m)) < 0 ||
-        set_attr_steal(f, "ints", list_of(m->nints, int_item, m)) < 0 ||
-        set_attr_steal(f, "rx", mstarpy_rx_to_py(m->rx, m->nrx)) < 0 ||
-        set_attr_steal(f, "tx", mstarpy_tx_to_py(m->tx, m->ntx)) < 0 ||
-        set_attr_steal(f, "kv", kv_to_py(m)) < 0)
+    if (set_eager_fields(f, m) < 0 || set_lazy_fields(f, m) < 0)
         Py_CLEAR(obj);
     Py_DECREF(f);
     return obj;
+}
+
+/* ---- received messages, decoded lazily ------------------------------------------------------ */
+
+/* The library's struct of a received message, kept in the ReceivedMessage's __dict__ as
+ * "_wire" until a field other than the eager ones is read or written: the manager's methods
+ * take it from there instead of converting Python objects back (a received message goes from
+ * the mesh to start_read_tensors or handle_message with no field converted twice). */
+typedef struct wire_obj {
+    PyObject ob_base; /* PyObject_HEAD */
+    mstar_msg m;
+} wire_obj;
+
+static void wire_dealloc(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    mstar_msg_clear(&((wire_obj *)obj)->m);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(obj);
+    Py_DECREF(tp);
+}
+
+static PyType_Slot wire_slots[] = {
+    { Py_tp_dealloc, wire_dealloc },
+    { Py_tp_doc, "A received message's library struct (internal)." },
+    { 0, NULL },
+};
+
+static PyType_Spec wire_spec = {
+    "mstar._mstar._Wire", sizeof(wire_obj), 0, Py_TPFLAGS_DEFAULT, wire_slots,
+};
+
+int mstarpy_add_wire_type(PyObject *module)
+{
+    mstarpy.wire_type = (PyTypeObject *)PyType_FromSpec(&wire_spec);
+    return mstarpy.wire_type ? 0 : -1;
+}
+
+PyObject *mstarpy_msg_received(mstar_msg *m)
+{
+    wire_obj *w = (wire_obj *)PyType_GenericAlloc(mstarpy.wire_type, 0);
+    if (!w) {
+        mstar_msg_clear(m);
+        return NULL;
+    }
+    w->m = *m; /* moved: the arrays are the wire object's now */
+    mstar_msg_init(m, MSTAR_MSG_INVALID);
+    PyObject *f;
+    PyObject *obj = blank(mstarpy.received_cls, &f);
+    if (obj &&
+        (set_eager_fields(f, &w->m) < 0 || PyDict_SetItem(f, NAME("_wire"), (PyObject *)w) < 0))
+        Py_CLEAR(obj);
+    Py_XDECREF(f);
+    Py_DECREF((PyObject *)w);
+    return obj;
+}
+
+/* The _Wire in obj's __dict__ (borrowed), or NULL (no exception) when there is none. */
+static wire_obj *wire_of(PyObject *obj)
+{
+    if (!mstarpy.received_cls || !PyObject_TypeCheck(obj, (PyTypeObject *)mstarpy.received_cls))
+        return NULL;
+    PyObject *f = PyObject_GenericGetDict(obj, NULL);
+    PyObject *w = f ? PyDict_GetItemWithError(f, NAME("_wire")) : NULL;
+    Py_XDECREF(f); /* the object keeps its dict, and the dict the _Wire */
+    PyErr_Clear();
+    return w && PyObject_TypeCheck(w, mstarpy.wire_type) ? (wire_obj *)w : NULL;
+}
+
+PyObject *mstarpy_decode_message(PyObject *unused, PyObject *obj)
+{
+    wire_obj *w = wire_of(obj);
+    if (!w)
+        Py_RETURN_NONE; /* decoded already, or built in Python */
+    Py_INCREF((PyObject *)w);
+    PyObject *f = PyObject_GenericGetDict(obj, NULL);
+    PyObject *rest = f ? PyDict_New() : NULL;
+    /* Fields already set on the object win over the struct's (PyDict_Merge, no override). */
+    int r = rest && set_lazy_fields(rest, &w->m) == 0 && PyDict_Merge(f, rest, 0) == 0 &&
+                    PyDict_DelItem(f, NAME("_wire")) == 0
+                ? 0
+                : -1;
+    Py_XDECREF(rest);
+    Py_XDECREF(f);
+    Py_DECREF((PyObject *)w);
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+int mstarpy_msg_wire(PyObject *obj, mstar_msg **out, PyObject **hold)
+{
+    *hold = NULL;
+    wire_obj *w = wire_of(obj);
+    if (!w)
+        return 0;
+    /* The eager fields are plain attributes the caller may have changed: they win. */
+    mstar_msg *m = &w->m;
+    mstar_msg_type type;
+    if (GET_ATTR(obj, "type", msg_type_from_py, &type, "Message.type") < 0 ||
+        GET_ATTR(obj, "request_id", mstarpy_rid_from_py, &m->request_id) < 0 ||
+        GET_ATTR(obj, "sender", mstarpy_name_from_py, m->from, sizeof(m->from), true,
+                 "Message.sender") < 0)
+        return -1;
+    m->type = type;
+    *out = m;
+    *hold = Py_NewRef((PyObject *)w);
+    return 1;
 }

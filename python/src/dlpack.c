@@ -335,7 +335,8 @@ static void tensor_dealloc(PyObject *obj)
 
 typedef struct export_ctx {
     DLManagedTensor managed;
-    PyObject *owner; /* the mstar.Tensor */
+    PyObject *owner; /* what keeps the memory valid: an mstar.Tensor or an mstar.Loan */
+    void (*done)(PyObject *owner);
     int64_t shape[MSTAR_MAX_NDIM];
     int64_t strides[MSTAR_MAX_NDIM];
 } export_ctx;
@@ -345,6 +346,8 @@ static void export_deleter(DLManagedTensor *m)
     export_ctx *x = m->manager_ctx;
     if (Py_IsInitialized()) {
         PyGILState_STATE g = PyGILState_Ensure();
+        if (x->done)
+            x->done(x->owner);
         Py_XDECREF(x->owner);
         PyGILState_Release(g);
     }
@@ -361,66 +364,104 @@ static void capsule_destructor(PyObject *cap)
     }
 }
 
-static PyObject *tensor_dlpack(PyObject *obj, PyObject *args, PyObject *kw)
+static DLDevice dl_device_of(const mstar_tensor *t)
 {
-    tensor_obj *self = (tensor_obj *)obj;
-    /* stream, max_version, dl_device, copy: accepted; reads are complete before a view exists,
-     * so there is no producer work for a consumer stream to wait for. */
+    DLDevice d = { kDLCPU, 0 };
+    if (t->device.type == MSTAR_DEVICE_CUDA)
+        d = (DLDevice){ kDLCUDA, t->device.index };
+    else if (t->device.type == MSTAR_DEVICE_CUDA_HOST)
+        d = (DLDevice){ kDLCUDAHost, 0 };
+    return d;
+}
+
+PyObject *mstarpy_dl_device(const mstar_tensor *t)
+{
+    DLDevice d = dl_device_of(t);
+    return Py_BuildValue("(ii)", (int)d.device_type, (int)d.device_id);
+}
+
+/* The __dlpack__ keywords: stream, max_version, dl_device and copy are accepted (the memory is
+ * ready before an object that exports it exists, so there is no producer work for a consumer
+ * stream to wait for); copy=True is refused (the export is zero-copy); bool_as_uint8 serves
+ * consumers without DLPack's bool (torch before 2.0). -1 with an exception, else the flag. */
+int mstarpy_dlpack_args(PyObject *args, PyObject *kw, const char *who)
+{
     static char *kwlist[] = { "stream", "max_version", "dl_device", "copy", "bool_as_uint8", NULL };
     PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
-    int bool_as_uint8 = 0; /* for consumers without DLPack's bool (torch before 2.0) */
+    int bool_as_uint8 = 0;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOOp", kwlist, &stream, &max_version, &dl_device,
                                      &copy, &bool_as_uint8))
-        return NULL;
-    if (copy != Py_None && PyObject_IsTrue(copy) == 1)
-        return mstarpy_raise_msg(MSTAR_ENOTSUP, "mstar.Tensor.__dlpack__: copy=True is not "
-                                                "supported (the view is zero-copy)");
-    if (self->released)
-        return mstarpy_raise_msg(MSTAR_ECLOSED, "tensor 0x%016llx: the view was released",
-                                 (unsigned long long)self->uuid);
+        return -1;
+    if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
+        mstarpy_raise_msg(MSTAR_ENOTSUP,
+                          "%s.__dlpack__: copy=True is not supported (the export "
+                          "is zero-copy)",
+                          who);
+        return -1;
+    }
+    return bool_as_uint8;
+}
+
+PyObject *mstarpy_dl_export(PyObject *owner, const mstar_tensor *t, int bool_as_uint8,
+                            void (*done)(PyObject *owner))
+{
     export_ctx *x = calloc(1, sizeof(*x));
     if (!x)
         return PyErr_NoMemory();
     DLTensor *dl = &x->managed.dl_tensor;
     /* The byte offset is folded into the pointer: older consumers ignore byte_offset. */
-    dl->data = (char *)self->t.data + self->t.byte_offset;
-    dl->device.device_type = self->t.device.type == MSTAR_DEVICE_CUDA        ? kDLCUDA
-                             : self->t.device.type == MSTAR_DEVICE_CUDA_HOST ? kDLCUDAHost
-                                                                             : kDLCPU;
-    dl->device.device_id = self->t.device.type == MSTAR_DEVICE_CUDA ? self->t.device.index : 0;
-    dl->ndim = self->t.ndim;
-    if (mstarpy_dtype_to_dl(self->t.dtype, &dl->dtype.code, &dl->dtype.bits) < 0) {
+    dl->data = (char *)t->data + t->byte_offset;
+    dl->device = dl_device_of(t);
+    dl->ndim = t->ndim;
+    if (mstarpy_dtype_to_dl(t->dtype, &dl->dtype.code, &dl->dtype.bits) < 0) {
         free(x);
         return mstarpy_raise_msg(MSTAR_ENOTSUP, "dtype %s has no DLPack code",
-                                 mstar_dtype_name(self->t.dtype));
+                                 mstar_dtype_name(t->dtype));
     }
-    if (bool_as_uint8 && self->t.dtype == MSTAR_DTYPE_BOOL)
+    if (bool_as_uint8 && t->dtype == MSTAR_DTYPE_BOOL)
         dl->dtype.code = kDLUInt;
     dl->dtype.lanes = 1;
-    memcpy(x->shape, self->t.shape, sizeof(x->shape));
-    memcpy(x->strides, self->t.strides, sizeof(x->strides));
+    memcpy(x->shape, t->shape, sizeof(x->shape));
+    memcpy(x->strides, t->strides, sizeof(x->strides));
     dl->shape = x->shape;
     dl->strides = x->strides;
     dl->byte_offset = 0;
     x->managed.manager_ctx = x;
     x->managed.deleter = export_deleter;
-    x->owner = Py_NewRef(obj);
     PyObject *cap = PyCapsule_New(&x->managed, "dltensor", capsule_destructor);
     if (!cap) {
-        Py_DECREF(x->owner);
         free(x);
+        return NULL;
     }
+    x->owner = Py_NewRef(owner);
+    x->done = done;
     return cap;
+}
+
+static PyObject *tensor_dlpack(PyObject *obj, PyObject *args, PyObject *kw)
+{
+    tensor_obj *self = (tensor_obj *)obj;
+    int bool_as_uint8 = mstarpy_dlpack_args(args, kw, "mstar.Tensor");
+    if (bool_as_uint8 < 0)
+        return NULL;
+    if (self->released)
+        return mstarpy_raise_msg(MSTAR_ECLOSED, "tensor 0x%016llx: the view was released",
+                                 (unsigned long long)self->uuid);
+    return mstarpy_dl_export(obj, &self->t, bool_as_uint8, NULL);
 }
 
 static PyObject *tensor_dlpack_device(PyObject *obj, PyObject *unused)
 {
+    return mstarpy_dl_device(&((tensor_obj *)obj)->t);
+}
+
+static PyObject *tensor_check(PyObject *obj, PyObject *unused)
+{
     tensor_obj *self = (tensor_obj *)obj;
-    int type = self->t.device.type == MSTAR_DEVICE_CUDA        ? kDLCUDA
-               : self->t.device.type == MSTAR_DEVICE_CUDA_HOST ? kDLCUDAHost
-                                                               : kDLCPU;
-    int index = self->t.device.type == MSTAR_DEVICE_CUDA ? self->t.device.index : 0;
-    return Py_BuildValue("(ii)", type, index);
+    if (self->released)
+        return mstarpy_raise_msg(MSTAR_ECLOSED, "tensor 0x%016llx: the view was released",
+                                 (unsigned long long)self->uuid);
+    return mstarpy_comm_view_check(self->comm, self->uuid);
 }
 
 static PyObject *tensor_release_m(PyObject *obj, PyObject *unused)
@@ -432,19 +473,13 @@ static PyObject *tensor_release_m(PyObject *obj, PyObject *unused)
 static PyObject *tensor_get_shape(PyObject *obj, void *unused)
 {
     tensor_obj *self = (tensor_obj *)obj;
-    PyObject *t = PyTuple_New(self->t.ndim);
-    for (int32_t i = 0; t && i < self->t.ndim; i++)
-        PyTuple_SetItem(t, i, PyLong_FromLongLong(self->t.shape[i]));
-    return t;
+    return mstarpy_tuple_i64(self->t.shape, self->t.ndim);
 }
 
 static PyObject *tensor_get_strides(PyObject *obj, void *unused)
 {
     tensor_obj *self = (tensor_obj *)obj;
-    PyObject *t = PyTuple_New(self->t.ndim);
-    for (int32_t i = 0; t && i < self->t.ndim; i++)
-        PyTuple_SetItem(t, i, PyLong_FromLongLong(self->t.strides[i]));
-    return t;
+    return mstarpy_tuple_i64(self->t.strides, self->t.ndim);
 }
 
 static PyObject *tensor_get_dtype(PyObject *obj, void *unused)
@@ -499,6 +534,10 @@ static PyMethodDef tensor_methods[] = {
       "A DLPack capsule viewing the manager's memory (no copy)." },
     { "__dlpack_device__", tensor_dlpack_device, METH_NOARGS,
       "(device_type, device_id) as DLPack numbers them: (1, 0) CPU, (2, n) CUDA." },
+    { "check", tensor_check, METH_NOARGS,
+      "Raise NotFoundError when the tensor is a view (start_read_tensors(..., views=True))\n"
+      "whose producer has freed its slot (past MSTAR_SHM_ARENA_SLOT_TTL_S, or a forced\n"
+      "cleanup): its bytes may then be another tensor's. None otherwise." },
     { "release", tensor_release_m, METH_NOARGS,
       "Drop this view's reference on the tensor now (consumers made from it must be gone)." },
     { NULL, NULL, 0, NULL },

@@ -7,6 +7,7 @@
  */
 #include "mstar_py.h"
 
+#include <limits.h>
 #include <string.h>
 
 typedef struct mesh_obj {
@@ -130,14 +131,21 @@ static PyObject *mesh_send(PyObject *obj, PyObject *args)
     PyObject *msg_obj;
     if (!PyArg_ParseTuple(args, "sO", &peer, &msg_obj))
         return NULL;
-    mstar_msg m;
-    if (mstarpy_msg_from_py(msg_obj, &m) < 0) {
+    /* A received message forwarded as it came is sent from its library struct. */
+    mstar_msg m, *mp;
+    PyObject *hold;
+    int wired = mstarpy_msg_wire(msg_obj, &mp, &hold);
+    if (wired < 0)
+        return NULL;
+    if (!wired && mstarpy_msg_from_py(msg_obj, &m) < 0) {
         mstar_msg_clear(&m);
         return NULL;
     }
     mstar_mesh *mesh = mesh_open(self);
-    mstar_status st = mesh ? mstar_mesh_send(mesh, peer, &m) : MSTAR_OK;
-    mstar_msg_clear(&m);
+    mstar_status st = mesh ? mstar_mesh_send(mesh, peer, wired ? mp : &m) : MSTAR_OK;
+    if (!wired)
+        mstar_msg_clear(&m);
+    Py_XDECREF(hold);
     if (!mesh)
         return NULL;
     if (st != MSTAR_OK)
@@ -161,30 +169,61 @@ static PyObject *mesh_send_raw(PyObject *obj, PyObject *args)
     Py_RETURN_NONE;
 }
 
-static PyObject *mesh_recv(PyObject *obj, PyObject *args, PyObject *kw)
+/* recv's one argument, positional or timeout_ms=, parsed by hand: recv runs several times per
+ * handoff, and the generic keyword parser costs a good part of an empty recv. */
+static int recv_timeout(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, int *out)
+{
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+    if (nargs + nkw > 1) {
+        PyErr_SetString(PyExc_TypeError, "recv() takes at most one argument (timeout_ms)");
+        return -1;
+    }
+    if (nkw == 1) {
+        PyObject *name = PyTuple_GetItem(kwnames, 0);
+        if (!name || PyUnicode_CompareWithASCIIString(name, "timeout_ms") != 0) {
+            PyErr_Format(PyExc_TypeError, "recv() got an unexpected keyword argument %R", name);
+            return -1;
+        }
+    }
+    if (nargs + nkw == 0)
+        return 0;
+    long v = PyLong_AsLong(args[0]);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "recv(): timeout_ms out of int range");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+static PyObject *mesh_recv(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                           PyObject *kwnames)
 {
     mesh_obj *self = (mesh_obj *)obj;
-    static char *kwlist[] = { "timeout_ms", NULL };
     int timeout = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|i", kwlist, &timeout))
+    if (recv_timeout(args, nargs, kwnames, &timeout) < 0)
         return NULL;
     mstar_mesh *mesh = mesh_open(self);
     if (!mesh)
         return NULL;
     mstar_msg m;
     mstar_status st;
-    self->busy = true;
-    PyThreadState *ts_ = PyEval_SaveThread();
-    st = mstar_mesh_recv(mesh, timeout, &m);
-    PyEval_RestoreThread(ts_);
-    self->busy = false;
+    if (timeout == 0) { /* nothing to wait for: keep the GIL */
+        st = mstar_mesh_recv(mesh, 0, &m);
+    } else {
+        self->busy = true;
+        PyThreadState *ts_ = PyEval_SaveThread();
+        st = mstar_mesh_recv(mesh, timeout, &m);
+        PyEval_RestoreThread(ts_);
+        self->busy = false;
+    }
     if (st == MSTAR_EAGAIN)
         Py_RETURN_NONE;
     if (st != MSTAR_OK)
         return mstarpy_raise(st);
-    PyObject *r = mstarpy_msg_to_py(&m);
-    mstar_msg_clear(&m);
-    return r;
+    return mstarpy_msg_received(&m); /* the rest decoded when first read */
 }
 
 static PyObject *mesh_wake(PyObject *obj, PyObject *unused)
@@ -251,8 +290,9 @@ static PyMethodDef mesh_methods[] = {
       "send(peer, msg): encode and send a Message (connects on first use). TryAgainError when "
       "the peer's queue is full." },
     { "send_raw", mesh_send_raw, METH_VARARGS, "send_raw(peer, data: bytes)" },
-    { "recv", (PyCFunction)(void (*)(void))mesh_recv, METH_VARARGS | METH_KEYWORDS,
-      "recv(timeout_ms=-1) -> Message or None (none arrived in time, or a wake-up)." },
+    { "recv", (PyCFunction)(void (*)(void))mesh_recv, METH_FASTCALL | METH_KEYWORDS,
+      "recv(timeout_ms=-1) -> ReceivedMessage or None (none arrived in time, or a wake-up).\n"
+      "Only type, sender and request_id are decoded at once; the other fields on first use." },
     { "wake", mesh_wake, METH_NOARGS, "Wake a recv (any thread)." },
     { "wake_drain", mesh_wake_drain, METH_NOARGS, "Drain the wake-ups; returns how many." },
     { "close", mesh_close, METH_NOARGS, "Close every socket and remove the bound ipc file." },

@@ -199,6 +199,8 @@ static PyMethodDef module_methods[] = {
       "fanout(edge, shard_dim, src_workers=None, src_rank=0, dst_workers=None)\n"
       "-> list[(worker, GraphEdge)]: the per-destination clones of an edge (the reference's\n"
       "fanout_graph_edges). shard_dim None: replicated." },
+    { "_decode_message", mstarpy_decode_message, METH_O,
+      "Decode the fields a received message has not decoded yet (internal)." },
     { NULL, NULL, 0, NULL },
 };
 
@@ -227,6 +229,7 @@ static int load_classes(void)
     mstarpy.info_cls = PyObject_GetAttrString(types, "TensorPointerInfo");
     mstarpy.edge_cls = PyObject_GetAttrString(types, "GraphEdge");
     mstarpy.msg_cls = PyObject_GetAttrString(types, "Message");
+    mstarpy.received_cls = PyObject_GetAttrString(types, "ReceivedMessage");
     mstarpy.tx_cls = PyObject_GetAttrString(types, "TxInfo");
     mstarpy.rx_cls = PyObject_GetAttrString(types, "RxInfo");
     mstarpy.stored_cls = PyObject_GetAttrString(types, "StoredOutputs");
@@ -244,7 +247,8 @@ PyMODINIT_FUNC PyInit__mstar(void)
     if (!m)
         return NULL;
     if (mstarpy_add_comm_type(m) < 0 || mstarpy_add_tensor_type(m) < 0 ||
-        mstarpy_add_mesh_type(m) < 0 || mstarpy_add_completion_type(m) < 0) {
+        mstarpy_add_mesh_type(m) < 0 || mstarpy_add_completion_type(m) < 0 ||
+        mstarpy_add_wire_type(m) < 0 || mstarpy_add_loan_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -17,19 +17,22 @@
 
 /* Module state: filled once at import (module.c). */
 typedef struct mstarpy_state {
-    PyObject *errors;      /* dict status -> exception class (mstar._errors.BY_STATUS) */
-    PyObject *error_base;  /* mstar.Error */
-    PyObject *info_cls;    /* TensorPointerInfo */
-    PyObject *edge_cls;    /* GraphEdge */
-    PyObject *msg_cls;     /* Message */
-    PyObject *tx_cls;      /* TxInfo */
-    PyObject *rx_cls;      /* RxInfo */
-    PyObject *stored_cls;  /* StoredOutputs */
-    PyObject *failure_cls; /* ReadFailure */
+    PyObject *errors;       /* dict status -> exception class (mstar._errors.BY_STATUS) */
+    PyObject *error_base;   /* mstar.Error */
+    PyObject *info_cls;     /* TensorPointerInfo */
+    PyObject *edge_cls;     /* GraphEdge */
+    PyObject *msg_cls;      /* Message */
+    PyObject *received_cls; /* ReceivedMessage */
+    PyObject *tx_cls;       /* TxInfo */
+    PyObject *rx_cls;       /* RxInfo */
+    PyObject *stored_cls;   /* StoredOutputs */
+    PyObject *failure_cls;  /* ReadFailure */
     PyTypeObject *comm_type;
     PyTypeObject *tensor_type;
     PyTypeObject *mesh_type;
     PyTypeObject *completion_type;
+    PyTypeObject *wire_type; /* a received message's library struct */
+    PyTypeObject *loan_type;
 } mstarpy_state;
 
 extern mstarpy_state mstarpy;
@@ -48,6 +51,14 @@ int mstarpy_rid_from_py(PyObject *obj, mstar_rid *out);
 PyObject *mstarpy_rid_to_py(const mstar_rid *rid);
 int mstarpy_name_from_py(PyObject *obj, char *buf, size_t size, bool none_ok, const char *what);
 int mstarpy_u64_from_py(PyObject *obj, uint64_t *out, const char *what);
+int mstarpy_i64_from_py(PyObject *obj, int64_t *out, const char *what);
+/* A sequence of ints (at most MSTAR_MAX_NDIM) into dims[0..*ndim). */
+int mstarpy_dims_from_py(PyObject *seq, int64_t *dims, int32_t *ndim, const char *what);
+/* A dtype name ("float32") or a torch.dtype. */
+int mstarpy_dtype_from_py(PyObject *obj, mstar_dtype *out, const char *what);
+
+/* A tuple of n ints (a shape, strides). */
+PyObject *mstarpy_tuple_i64(const int64_t *v, int32_t n);
 
 int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *out);
 PyObject *mstarpy_info_to_py(const mstar_tensor_info *info);
@@ -66,6 +77,16 @@ int mstarpy_edges_update_py(PyObject *seq, const mstar_edge *edges, uint32_t n);
 /* Messages: msg_from_py fills a message the caller mstar_msg_clear's (also on error). */
 int mstarpy_msg_from_py(PyObject *obj, mstar_msg *out);
 PyObject *mstarpy_msg_to_py(const mstar_msg *msg);
+/* A ReceivedMessage for a message just taken off the mesh: takes *msg's arrays (it is left
+ * empty, also on failure) and decodes only type, sender and request_id now. */
+PyObject *mstarpy_msg_received(mstar_msg *msg);
+/* _mstar._decode_message(msg): decode the rest of a ReceivedMessage (nothing for others). */
+PyObject *mstarpy_decode_message(PyObject *unused, PyObject *obj);
+/* The library struct a ReceivedMessage still keeps, with its eager fields brought up to date
+ * from the Python object: 1 with *out valid while *hold (a new reference) is held; 0 when obj
+ * has none (convert it with msg_from_py); -1 with an exception. */
+int mstarpy_msg_wire(PyObject *obj, mstar_msg **out, PyObject **hold);
+int mstarpy_add_wire_type(PyObject *module);
 
 PyObject *mstarpy_tx_to_py(const mstar_tx_info *tx, uint32_t n);
 PyObject *mstarpy_rx_to_py(const mstar_rx_info *rx, uint32_t n);
@@ -78,12 +99,25 @@ PyObject *mstarpy_rx_to_py(const mstar_rx_info *rx, uint32_t n);
 int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release,
                       void **release_ctx);
 
+/* ---- tensors out (dlpack.c): shared by mstar.Tensor and mstar.Loan -------------------------- */
+
+/* __dlpack__'s keywords checked (`who` names the class in errors): bool_as_uint8 (0 or 1), or
+ * -1 with an exception. */
+int mstarpy_dlpack_args(PyObject *args, PyObject *kw, const char *who);
+/* A "dltensor" capsule viewing `t`; it holds a reference on `owner`, and its deleter calls
+ * done(owner) (when not NULL) with the GIL before letting go of it. */
+PyObject *mstarpy_dl_export(PyObject *owner, const mstar_tensor *t, int bool_as_uint8,
+                            void (*done)(PyObject *owner));
+/* __dlpack_device__'s (device_type, device_id) of `t`. */
+PyObject *mstarpy_dl_device(const mstar_tensor *t);
+
 /* ---- object types ------------------------------------------------------------------------- */
 
 int mstarpy_add_comm_type(PyObject *module);
 int mstarpy_add_tensor_type(PyObject *module);
 int mstarpy_add_mesh_type(PyObject *module);
 int mstarpy_add_completion_type(PyObject *module);
+int mstarpy_add_loan_type(PyObject *module);
 
 /* A Comm object's manager handle (NULL with ClosedError when closed, TypeError otherwise). */
 typedef struct mstarpy_comm mstarpy_comm;
@@ -94,6 +128,32 @@ PyObject *mstarpy_tensor_new(mstarpy_comm *comm, PyObject *rid, mstar_tensor_id 
 /* The view bookkeeping of the manager (comm.c): a view of `rid` came or went. */
 int mstarpy_comm_view_added(mstarpy_comm *comm, PyObject *rid);
 void mstarpy_comm_view_dropped(mstarpy_comm *comm, PyObject *rid, mstar_tensor_id uuid);
+/* A view's mstar_comm_view_check as None or an exception (NULL). */
+PyObject *mstarpy_comm_view_check(mstarpy_comm *comm, mstar_tensor_id uuid);
+/* Keep the manager open (close() deferred) while something outside its views, a loan's DLPack
+ * exports, points into its memory: hold / unhold. */
+void mstarpy_comm_hold(mstarpy_comm *comm);
+void mstarpy_comm_unhold(mstarpy_comm *comm);
+/* Whether close() ran (the manager's memory, loans included, is gone or going). */
+bool mstarpy_comm_closed(mstarpy_comm *comm);
+/* Give a loan back: 0 (also when the manager is closed: its destroy did), or -1 with an
+ * exception (in use by another call, or the library's error). */
+int mstarpy_comm_loan_release(mstarpy_comm *comm, mstar_loan_id id);
+/* Count a new holder of tensor `uuid` of request `rid` as a view (one tensor reference taken;
+ * given back by mstarpy_comm_view_dropped). Runs inside a call of the manager. 0 / -1. */
+int mstarpy_comm_view_take(mstarpy_comm *comm, PyObject *rid, mstar_tensor_id uuid);
+
+/* ---- loans (loan.c) ---- */
+/* A new mstar.Loan of `comm` for the lent tensor `t`; it holds a strong reference on `comm`. */
+PyObject *mstarpy_loan_new(mstarpy_comm *comm, const mstar_tensor *t, mstar_loan_id id);
+/* Whether obj is an mstar.Loan: 1 with *t and *id its tensor and loan when it is open and of
+ * `comm`; 0 when it is no loan; -1 with an exception for a loan that cannot be stored here. */
+int mstarpy_loan_take(PyObject *obj, mstarpy_comm *comm, mstar_tensor *t, mstar_loan_id *id);
+/* The store took the loan as tensor `uuid` of request `rid`: it is closed, and DLPack exports
+ * still alive keep the tensor (one reference) until the last goes. 0, or -1 with an exception
+ * (the loan is stored all the same). */
+int mstarpy_loan_stored(PyObject *obj, PyObject *rid, mstar_tensor_id uuid);
+
 /* A completion handle as a Python object (takes ownership of `c`). */
 PyObject *mstarpy_completion_new(mstar_completion *c);
 /* The mesh handle behind a Mesh object, or NULL (no exception) for anything else. */

@@ -5,6 +5,7 @@ import copy
 import dataclasses
 import gc
 import os
+import pickle
 import pydoc
 import threading
 
@@ -284,7 +285,8 @@ def _complete(obj):
 
 def test_objects_made_in_c_are_whole_dataclasses(make, tmp_path):
     """Messages, edges and descriptors built by the extension (without running __init__) carry
-    every field, compare, copy and replace as ones built in Python do, and own their lists; a
+    every field (a received message once read), compare, copy and replace as ones built in
+    Python do, and own their lists; a
     descriptor of a subclass (whose fields may be properties) is still stamped by attribute."""
     with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
          mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
@@ -314,8 +316,12 @@ def test_objects_made_in_c_are_whole_dataclasses(make, tmp_path):
             a.send("worker_1", msg)
         one, two = b.recv(timeout_ms=5000), b.recv(timeout_ms=5000)
         for got in (one, two):
-            assert type(got) is mstar.Message and _complete(got)
+            # Received: a Message whose fields past type, sender and request_id are decoded on
+            # first read, after which it is whole like any other.
+            assert type(got) is mstar.ReceivedMessage and isinstance(got, mstar.Message)
+            assert set(vars(got)) == {"type", "sender", "request_id", "_wire"}
             assert _complete(got.edges[0]) and _complete(got.edges[0].tensor_info[0])
+            assert _complete(got)
         assert one == two and copy.deepcopy(one) == one
         assert dataclasses.replace(one, text="t").edges == one.edges
         one.edges.append(None)
@@ -323,3 +329,53 @@ def test_objects_made_in_c_are_whole_dataclasses(make, tmp_path):
         assert len(two.edges) == 1 and two.counts == {}
         assert repr(two).startswith("Message(type='INPUT_SIGNALS'")
         prod.cleanup_request(1)
+
+
+def test_received_message_goes_back_to_c_unconverted(make, tmp_path):
+    """A received INPUT_SIGNALS is read, and its TENSOR_RECEIVED handled, from the library's
+    struct: no field past type, sender and request_id is decoded on the way. Eager fields
+    changed in Python win; a lazy field written in Python replaces the struct's."""
+    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
+         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
+        prod = make("worker_0", "arena", send=a)
+        cons = make("worker_1", "arena", send=b)
+        src = torch.arange(10, dtype=torch.float32)
+        infos = prod.store_and_return_tensor_info(1, {"x": [src]})["x"]
+        prod.increment_ref(infos[0].uuid)
+        prod.register_for_send(1, infos)
+        a.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
+                                         edges=[mstar.GraphEdge("n", "x", infos)]))
+        msg = b.recv(timeout_ms=5000)
+        assert msg.type == "INPUT_SIGNALS" and "_wire" in vars(msg)
+        cons.start_read_tensors(msg)
+        assert "_wire" in vars(msg)  # read from the struct
+        ready = cons.get_ready_tensors()
+        assert torch.equal(torch.from_dlpack(cons.get_tensor(1, infos[0].uuid)), src)
+        assert list(ready) == [1]
+        cons.dereference(infos[0].uuid)
+        ack = a.recv(timeout_ms=5000)
+        assert ack.type == "TENSOR_RECEIVED" and "_wire" in vars(ack)
+        twin = pickle.loads(pickle.dumps(ack))
+        assert type(twin) is mstar.Message and twin == ack and copy.deepcopy(ack) == ack
+        prod.handle_message(ack)
+        assert prod.num_tensors == 0
+        # Forwarded as it came, from the struct, then changed in Python before a read.
+        infos = prod.store_and_return_tensor_info(2, {"x": [src]})["x"]
+        prod.register_for_send(2, infos)
+        a.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=2,
+                                         edges=[mstar.GraphEdge("n", "x", infos)]))
+        first = b.recv(timeout_ms=5000)
+        b.send("worker_1", first)  # to itself: forwarding needs no decode
+        again = b.recv(timeout_ms=5000)
+        assert "_wire" in vars(first) and again.sender == "worker_1"
+        assert again.edges == first.edges
+        first.request_id = 3  # an eager field: the struct's is replaced
+        first.edges = []  # a lazy field: decodes the rest, then the Python value wins
+        assert "_wire" not in vars(first) and first.text == "default"
+        cons.start_read_tensors(first)
+        assert cons.get_ready_tensors() == {}
+        with pytest.raises(mstar.InvalidArgumentError):
+            cons.start_read_tensors(2)  # neither edges nor a message
+        prod.force_cleanup_request(2)
+        prod.close()
+        cons.close()
