@@ -123,16 +123,25 @@ static mstar_status wait_inputs(mstar_mesh *mesh, long wait_ms, bool *woken)
     return MSTAR_OK;
 }
 
-/* Whether ZeroMQ's inbox may hold a message, asked for a caller that does not wait. With rings,
- * one poll of ZMQ_FD (one system call) instead of a receive that finds the inbox empty (two or
- * three): once the inbox has said EAGAIN, anything arriving makes ZMQ_FD readable until ZeroMQ
- * processes it, so a quiet fd means a quiet inbox. Without rings every receive asks ZeroMQ. */
-static void note_zmq_readable(mstar_mesh *mesh)
+/* For a caller that does not wait: which of ZeroMQ's inbox and the bell may have something, in
+ * one poll (one system call) instead of a ZeroMQ receive that finds the inbox empty (two or
+ * three) and a receive on the bell. Once the inbox has said EAGAIN, anything arriving makes
+ * ZMQ_FD readable until ZeroMQ processes it, so a quiet fd means a quiet inbox; the bell is a
+ * datagram socket, readable while it holds one. Returns whether the bell is to be drained. */
+static bool note_ready_sources(mstar_mesh *mesh)
 {
-    if (mesh->zmq_ready || mesh->bell_fd < 0)
-        return;
-    struct pollfd p = { .fd = mesh->inbox.fd, .events = POLLIN };
-    mesh->zmq_ready = poll(&p, 1, 0) != 0; /* an error: ask ZeroMQ, as before */
+    if (mesh->bell_fd < 0)
+        return true;
+    struct pollfd p[2] = {
+        { .fd = mesh->inbox.fd, .events = POLLIN },
+        { .fd = mesh->bell_fd, .events = POLLIN },
+    };
+    if (poll(p, 2, 0) < 0) { /* ask both, as without this */
+        mesh->zmq_ready = true;
+        return true;
+    }
+    mesh->zmq_ready = mesh->zmq_ready || p[0].revents != 0;
+    return p[1].revents != 0;
 }
 
 mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
@@ -146,8 +155,7 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
     /* A caller that polls the inbox fd itself may have seen ZeroMQ's part readable; one that waits
      * here sees it in wait_inputs (the flag only goes false once the inbox said EAGAIN, and
      * anything arriving after that makes ZMQ_FD readable). */
-    if (timeout_ms == 0)
-        note_zmq_readable(mesh);
+    bool bell = timeout_ms != 0 || note_ready_sources(mesh);
     bool woken = false;
     for (;;) {
         mstar_status st = take_one(mesh, out);
@@ -158,8 +166,9 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
                                    mesh->entity);
         if (timeout_ms != 0 && mstar__inrings_spin(mesh))
             continue;
-        /* A caller polling the inbox fd sleeps on the bell too: leave it drained. */
-        if (timeout_ms == 0)
+        /* A caller polling the inbox fd sleeps on the bell too: leave it drained. (A datagram
+         * that came after the poll above wakes that caller, whose next call drains it.) */
+        if (timeout_ms == 0 && bell)
             mstar__inrings_drain(mesh);
         /* Tell every ring to ring the bell; one may have filled meanwhile. */
         if (mstar__inrings_arm(mesh))
