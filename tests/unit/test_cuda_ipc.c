@@ -371,6 +371,19 @@ static void test_route_event_behind_work(void **state)
     free_tensors(t2, 1);
 }
 
+/* Store output `o` for `rid`, held for one reader, stage it and return its refreshed edge (the
+ * caller clears it); *info is the descriptor as stored. */
+static mstar_edge stage_output(world *w, const mstar_rid *rid, const mstar_output *o,
+                               mstar_tensor_info *info)
+{
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, o, 1, NULL, info));
+    assert_mstar_ok(mstar_comm_increment_ref(w->p, info->uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, info, 1));
+    mstar_edge e = edge_of("sig", "node", info, 1);
+    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
+    return e;
+}
+
 /* Host tensors pass through the route to the arena under it: a loan is an arena slot, so
  * staging it copies nothing, and the consumer reads the bytes from that slot. (Views are for
  * consumers without a backend, whose reads land in host memory.) */
@@ -390,11 +403,7 @@ static void test_route_passes_loans(void **state)
     mstar_tensor want = make_vector(MSTAR_DTYPE_FLOAT32, len, 9);
     memcpy(o.tensor.data, want.data, (size_t)len * 4);
     mstar_tensor_info info;
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
-    assert_mstar_ok(mstar_comm_increment_ref(w->p, info.uuid, 1));
-    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
-    mstar_edge e = edge_of("sig", "node", &info, 1);
-    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
+    mstar_edge e = stage_output(w, &rid, &o, &info);
     assert_true(e.tensor_info[0].shm_segment[0] != '\0');
     assert_mstar_ok(mstar_comm_arena_stats(w->p, &as));
     assert_int_equal(as.free_bytes, free_after_loan); /* staged in place: no second slot */
@@ -545,11 +554,7 @@ static void test_route_raw_memory_staged(void **state)
     mstar_output o = output_of("sig", dev);
     o.release = no_release;
     mstar_tensor_info info;
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
-    assert_mstar_ok(mstar_comm_increment_ref(w->p, info.uuid, 1));
-    assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
-    mstar_edge e = edge_of("sig", "node", &info, 1);
-    assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
+    mstar_edge e = stage_output(w, &rid, &o, &info);
     info = e.tensor_info[0];
     mstar_edge_clear(&e);
     assert_string_equal(info.cuda_ipc.host_id, "");
