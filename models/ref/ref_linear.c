@@ -7,6 +7,8 @@
  */
 #include "ref_ops.h"
 
+#include <stdint.h>
+
 mstar_status ref_linear_check(const ref_linear *l)
 {
     const char *why = NULL;
@@ -26,7 +28,12 @@ mstar_status ref_linear_check(const ref_linear *l)
         why = "a silu residual is rows of its own, not out";
     else if (l->epilogue == REF_EPI_GATED && l->m % 2 != 0)
         why = "a gated epilogue needs an even m";
-    else if (l->epilogue > REF_EPI_GATED)
+    else if (l->epilogue == REF_EPI_ROPE_KV &&
+             (l->rope == NULL || l->rope->heads < 1 || l->rope->head_dim < 2 ||
+              l->rope->head_dim % 2 != 0 || l->rope->head_dim > INT64_MAX / 3 / l->rope->heads ||
+              l->m != 3 * l->rope->heads * l->rope->head_dim))
+        why = "a rope epilogue needs its arguments, an even head_dim and m = 3 * heads * head_dim";
+    else if (l->epilogue > REF_EPI_ROPE_KV)
         why = "unknown epilogue";
     if (why == NULL)
         return MSTAR_OK;
@@ -66,6 +73,14 @@ mstar_status ref_linear_unfused(const ref_ops *op, ref_ops_ctx *ctx, mstar_strea
     case REF_EPI_STORE:
         return l->out_f32 ? op->matmul_nt_f32(ctx, s, in, l->w, n, k, m, l->out)
                           : op->matmul_nt(ctx, s, in, l->w, n, k, m, false, l->out);
+    case REF_EPI_ROPE_KV: {
+        const ref_rope_kv *r = l->rope;
+        if ((st = op->matmul_nt(ctx, s, in, l->w, n, k, m, false, l->out)) != MSTAR_OK)
+            return st;
+        return op->rope_kv_write(s, l->out, m, r->pos, n, r->heads, r->head_dim, r->theta,
+                                 r->k_pages, r->v_pages, r->page_size, r->token_to_page,
+                                 r->token_to_cache);
+    }
     case REF_EPI_ADD:
         /* Gathered residual rows are copied into out first, then the GEMM adds onto them. */
         if (l->residual_rows != NULL &&

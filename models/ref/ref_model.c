@@ -221,10 +221,11 @@ static const void *wt(const ref_model *m, size_t off)
     ((st = ref_profile_op_begin(m->profile, s, name)) != MSTAR_OK || (st = (call)) != MSTAR_OK || \
      (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK)
 
-/* One decoder layer: 6 kernels on CUDA for a decode step. The norms are the prologues of the
- * qkv and gate_up layers, silu*mul the gate_up layer's epilogue, the residual adds those of the
- * o and down layers; the first layer reads its rows straight from the embedding table (its qkv
- * input and its o layer's residual), so no lookup kernel runs. */
+/* One decoder layer: 5 kernels on CUDA for a decode step. The norms are the prologues of the
+ * qkv and gate_up layers; rope and the KV page write are the qkv layer's epilogue, silu*mul the
+ * gate_up layer's, the residual adds those of the o and down layers; the first layer reads its rows
+ * straight from the embedding table (its qkv input and its o layer's residual), so no lookup kernel
+ * runs. */
 static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_io *io,
                               const scratch *sc, int32_t l)
 {
@@ -235,6 +236,15 @@ static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_i
     int64_t t = io->num_tokens, d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp;
     const void *x = l == 0 ? wt(m, m->layout.embed) : sc->x;
     const int32_t *x_rows = l == 0 ? io->tokens : NULL;
+    ref_rope_kv rope = { .pos = io->positions,
+                         .heads = c->heads,
+                         .head_dim = c->head_dim,
+                         .theta = c->rope_theta,
+                         .k_pages = m->k_pages[l],
+                         .v_pages = m->v_pages[l],
+                         .page_size = m->kv_cfg.page_size,
+                         .token_to_page = p->token_to_page,
+                         .token_to_cache = p->token_to_cache };
     ref_linear qkv = { .x = x,
                        .x_rows = x_rows,
                        .norm = wt(m, o->attn_norm),
@@ -243,9 +253,10 @@ static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_i
                        .n = t,
                        .k = d,
                        .m = 3 * q,
-                       .epilogue = REF_EPI_STORE,
+                       .epilogue = REF_EPI_ROPE_KV,
                        .out = sc->qkv,
-                       .norm_scratch = sc->h };
+                       .norm_scratch = sc->h,
+                       .rope = &rope };
     ref_linear proj = { .x = sc->attn,
                         .w = wt(m, o->wo),
                         .n = t,
@@ -275,11 +286,7 @@ static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_i
                         .residual = sc->x,
                         .out = sc->x };
     mstar_status st = MSTAR_OK;
-    if (OP(l == 0 ? "embed+rmsnorm+qkv" : "rmsnorm+qkv", op->linear(m->ctx, s, &qkv)) ||
-        OP("rope_kv_write",
-           op->rope_kv_write(s, sc->qkv, 3 * q, io->positions, t, c->heads, c->head_dim,
-                             c->rope_theta, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
-                             p->token_to_page, p->token_to_cache)) ||
+    if (OP(l == 0 ? "embed+rmsnorm+qkv+rope" : "rmsnorm+qkv+rope", op->linear(m->ctx, s, &qkv)) ||
         OP("attention",
            op->paged_attention(s, sc->qkv, 3 * q, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
                                p->page_table, p->pages_per_row, p->token_row, p->token_kv_len, t,

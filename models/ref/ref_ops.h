@@ -31,7 +31,18 @@ typedef enum ref_epilogue {
     REF_EPI_ADD,      /* out = residual + acc (a residual connection) */
     REF_EPI_SILU_ADD, /* out = residual + silu(acc) (the mlp bench model's layer) */
     REF_EPI_GATED,    /* out[:, j] = silu(acc[:, j]) * acc[:, m/2 + j], out is [n, m/2] */
+    REF_EPI_ROPE_KV,  /* out = acc, a qkv projection: q and k rotated, k and v to the pages */
 } ref_epilogue;
+
+/* What REF_EPI_ROPE_KV needs: the rope_kv_write op's arguments other than qkv and n. */
+typedef struct ref_rope_kv {
+    const int32_t *pos;
+    int64_t heads, head_dim;
+    float theta;
+    void *k_pages, *v_pages;
+    int64_t page_size;
+    const int32_t *token_to_page, *token_to_cache;
+} ref_rope_kv;
 
 /* One linear layer with what surrounds it: x' = x, or rmsnorm(x) with `norm` (a prologue);
  * rows x_rows[i] of x when x_rows is given (an embedding lookup, a gather of last tokens);
@@ -56,6 +67,7 @@ typedef struct ref_linear {
     bool out_f32;
     void *out;
     void *norm_scratch, *acc_scratch;
+    const ref_rope_kv *rope; /* REF_EPI_ROPE_KV: m = 3 * heads * head_dim */
 } ref_linear;
 
 typedef struct ref_ops ref_ops;

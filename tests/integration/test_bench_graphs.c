@@ -26,15 +26,16 @@ static void test_reference_profile(void **state)
     (void)state;
     const char *args[] = { "graphs", "--quick", "--profile", "--json", NULL };
     char *json = run_json(args);
-    /* Two layers: the first layer's qkv reads its rows from the embedding table, normalized;
-     * the second's from the residual stream; the final norm gathers the rows' last tokens into
-     * lm_head. */
-    assert_non_null(
-        strstr(json, "\"profile\":[{\"bs\":1,\"ops\":[{\"op\":\"embed+rmsnorm+qkv\",\"calls\":1"));
-    assert_non_null(strstr(json, "{\"op\":\"rmsnorm+qkv\",\"calls\":1"));
+    /* Two layers: the first layer's qkv reads its rows from the embedding table, normalized,
+     * the second's from the residual stream, both with rope and the KV write as epilogue; the
+     * final norm gathers the rows' last tokens into lm_head. */
+    assert_non_null(strstr(json, "\"profile\":[{\"bs\":1,\"ops\":[{\"op\":\"embed+rmsnorm+"
+                                 "qkv+rope\",\"calls\":1"));
+    assert_non_null(strstr(json, "{\"op\":\"rmsnorm+qkv+rope\",\"calls\":1"));
+    assert_non_null(strstr(json, "{\"op\":\"attention\",\"calls\":2"));
     assert_non_null(strstr(json, "{\"op\":\"rmsnorm+gate_up+silu_mul\",\"calls\":2"));
-    assert_non_null(strstr(json, "{\"op\":\"rope_kv_write\",\"calls\":2"));
     assert_non_null(strstr(json, "{\"op\":\"last+rmsnorm+lm_head\",\"calls\":1"));
+    assert_null(strstr(json, "rope_kv_write"));
     assert_non_null(strstr(json, "{\"bs\":64,\"ops\":["));
     /* The host runs each fused layer as its separate ops: 10 launches in the first layer (the
      * embedding lookups), 9 in the second, 3 around them. */

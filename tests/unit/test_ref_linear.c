@@ -1,8 +1,8 @@
 /*
  * test_ref_linear.c — the fused linear layer of the kernel table (ref_ops.h: ref_linear) on the
  * host backend: each epilogue, with and without the norm prologue and gathered rows, against a
- * plain double computation; descriptors that make no sense refused with MSTAR_EINVAL before
- * anything is written.
+ * plain double computation, the rope epilogue against the separate ops; descriptors that make no
+ * sense refused with MSTAR_EINVAL before anything is written.
  */
 #include "mstar_test.h"
 
@@ -162,6 +162,61 @@ static void test_add_in_place(void **state)
     free(f);
 }
 
+/* A qkv projection with rope and the KV write as its epilogue: the same bits as the GEMM then
+ * the rope_kv_write op, on the host; the pages written at the tokens' slots. */
+static void test_rope_kv(void **state)
+{
+    (void)state;
+    enum { HEADS = 2, HD = 4, Q = HEADS * HD, PAGES = 3, PS = 2 };
+    fixture *f = malloc(sizeof(*f));
+    assert_non_null(f);
+    make(f);
+    float w[3 * Q * K], got[N * 3 * Q], want[N * 3 * Q];
+    float kp[2][PAGES * PS * Q], vp[2][PAGES * PS * Q];
+    fill(w, 3 * Q * K);
+    memset(kp, 0, sizeof(kp));
+    memset(vp, 0, sizeof(vp));
+    const int32_t pos[N] = { 0, 5, 9 }, t2p[N] = { 1, 2, 2 }, t2c[N] = { 1, 0, 1 };
+    ref_rope_kv rope = { .pos = pos,
+                         .heads = HEADS,
+                         .head_dim = HD,
+                         .theta = 10000.0f,
+                         .k_pages = kp[0],
+                         .v_pages = vp[0],
+                         .page_size = PS,
+                         .token_to_page = t2p,
+                         .token_to_cache = t2c };
+    ref_linear l = { .x = f->table,
+                     .x_rows = f->rows,
+                     .norm = f->g,
+                     .eps = 1e-5f,
+                     .w = w,
+                     .n = N,
+                     .k = K,
+                     .m = 3 * Q,
+                     .epilogue = REF_EPI_ROPE_KV,
+                     .out = got,
+                     .norm_scratch = f->norm_scratch,
+                     .rope = &rope };
+    assert_mstar_ok(OPS->linear(NULL, S, &l));
+    l.epilogue = REF_EPI_STORE;
+    l.out = want;
+    assert_mstar_ok(OPS->linear(NULL, S, &l));
+    assert_mstar_ok(OPS->rope_kv_write(S, want, 3 * Q, pos, N, HEADS, HD, 10000.0f, kp[1], vp[1],
+                                       PS, t2p, t2c));
+    assert_mstar_ok(mstar_stream_synchronize(S));
+    assert_memory_equal(got, want, sizeof(got));
+    assert_memory_equal(kp[0], kp[1], sizeof(kp[0]));
+    assert_memory_equal(vp[0], vp[1], sizeof(vp[0]));
+    /* Token 1's v (unrotated) sits at page 2, slot 0. */
+    assert_memory_equal(vp[0] + (2 * PS + 0) * Q, got + 1 * 3 * Q + 2 * Q, Q * sizeof(float));
+    /* A head_dim that does not make m is refused. */
+    rope.head_dim = 3;
+    l.epilogue = REF_EPI_ROPE_KV;
+    assert_mstar_status(OPS->linear(NULL, S, &l), MSTAR_EINVAL);
+    free(f);
+}
+
 static void test_bad_descriptors(void **state)
 {
     (void)state;
@@ -200,6 +255,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_epilogues),
         cmocka_unit_test(test_add_in_place),
+        cmocka_unit_test(test_rope_kv),
         cmocka_unit_test(test_bad_descriptors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

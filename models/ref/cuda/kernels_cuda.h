@@ -45,7 +45,13 @@ int ref_cuda_argmax(void *stream, const float *logits, int64_t n, int64_t vocab,
  * rows of x (rows x_rows[i] when given), rmsnorm'd with `norm` when given. Epilogues as
  * ref_epilogue (ref_ops.h), same numbering. w and every row [k] are bf16; out is bf16, or float32
  * with out_f32. Each output element's sum runs in an order fixed by k alone. */
-enum { REF_CUDA_EPI_STORE, REF_CUDA_EPI_ADD, REF_CUDA_EPI_SILU_ADD, REF_CUDA_EPI_GATED };
+enum {
+    REF_CUDA_EPI_STORE,
+    REF_CUDA_EPI_ADD,
+    REF_CUDA_EPI_SILU_ADD,
+    REF_CUDA_EPI_GATED,
+    REF_CUDA_EPI_ROPE_KV,
+};
 
 typedef struct ref_cuda_linear {
     const void *x;
@@ -59,6 +65,14 @@ typedef struct ref_cuda_linear {
     const int32_t *residual_rows;
     int out_f32;
     void *out;
+    /* REF_CUDA_EPI_ROPE_KV: out is qkv ([n, 3 * heads * head_dim]); q and k rotated as
+     * ref_cuda_rope_kv_write does, k and v also written to the token's page slot. */
+    const int32_t *pos;
+    int64_t heads, head_dim;
+    float theta;
+    void *k_pages, *v_pages;
+    int64_t page_size;
+    const int32_t *token_to_page, *token_to_cache;
 } ref_cuda_linear;
 
 /* The most rows one call takes (more is cudaErrorInvalidValue: use the GEMM path). */

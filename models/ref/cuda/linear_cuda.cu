@@ -1,7 +1,8 @@
 /*
  * linear_cuda.cu — a linear layer for the few rows of a decode step in one kernel: the rmsnorm of
  * its input rows as a prologue, the bf16 GEMM with fp32 sums, and its epilogue (store, residual
- * add, silu residual, gated silu) — see ref_cuda_linear in kernels_cuda.h. At a decode step's
+ * add, silu residual, gated silu, or a qkv projection's rope and KV page write) — see
+ * ref_cuda_linear in kernels_cuda.h. At a decode step's
  * sizes a layer's cost is launches and weight bytes, not arithmetic: one kernel instead of a
  * norm, a cuBLAS GEMM and an activation cuts the launches, and each weight is read once with
  * 16-byte loads.
@@ -47,7 +48,31 @@ struct Args {
     bool out_f32;
     void *out;
     int64_t col_groups;
+    const int32_t *pos;
+    int64_t heads, head_dim;
+    float theta;
+    bf16 *k_pages, *v_pages;
+    int64_t page_size;
+    const int32_t *t2p, *t2c;
 };
+
+/* Gated and rope tiles hold 2 pairs of weight rows: tile column c and c + 2 are a pair (gate
+ * and up; the two halves of a rotated pair), and out has one element per pair (gated) or two. */
+__device__ __forceinline__ bool paired(const Args &a)
+{
+    return a.epilogue == REF_CUDA_EPI_GATED || a.epilogue == REF_CUDA_EPI_ROPE_KV;
+}
+
+/* The weight row of pair p's first (second: `upper`) element, p < m / 2. Gated: p and
+ * m/2 + p. Rope: head block p / (head_dim/2) (q heads, then k, then v), element d = p mod
+ * (head_dim/2) and d + head_dim/2 of it. */
+__device__ __forceinline__ int64_t pair_row(const Args &a, int64_t p, bool upper)
+{
+    if (a.epilogue == REF_CUDA_EPI_GATED)
+        return upper ? a.m / 2 + p : p;
+    int64_t hh = a.head_dim / 2;
+    return (p / hh) * a.head_dim + p % hh + (upper ? hh : 0);
+}
 
 /* Elements e..e+7 of p as floats. kVec: one 16-byte load (p + e 16-byte aligned, e + 8 <= k);
  * otherwise element loads, zeros past k. */
@@ -109,7 +134,34 @@ __device__ __forceinline__ float silu(float v)
     return v / (1.0f + expf(-v));
 }
 
-/* Writes out[i, j] of the tile from the sums: acc (its column), up (the gated pair's up column)
+/* Pair p of token i's qkv row (x1, x2 its two elements): q and k rotated by the token's
+ * position, as the rope_kv_write kernel does, stored to qkv; k and v also to the page slot. */
+__device__ void rope_epilogue(const Args &a, int64_t i, int64_t p, float x1, float x2)
+{
+    int64_t hh = a.head_dim / 2, kv_dim = a.heads * a.head_dim;
+    int64_t block = p / hh / a.heads, h = (p / hh) % a.heads, d = p % hh;
+    int64_t col = pair_row(a, p, false);
+    if (block < 2) {
+        float inv_freq = powf(a.theta, -2.0f * (float)d / (float)a.head_dim);
+        float s, c;
+        sincosf((float)a.pos[i] * inv_freq, &s, &c);
+        float r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
+        x1 = r1;
+        x2 = r2;
+    }
+    bf16 b1 = __float2bfloat16_rn(x1), b2 = __float2bfloat16_rn(x2);
+    bf16 *out = static_cast<bf16 *>(a.out) + i * a.m;
+    out[col] = b1;
+    out[col + hh] = b2;
+    if (block == 0)
+        return;
+    int64_t at = ((int64_t)a.t2p[i] * a.page_size + a.t2c[i]) * kv_dim + h * a.head_dim + d;
+    bf16 *pages = block == 1 ? a.k_pages : a.v_pages;
+    pages[at] = b1;
+    pages[at + hh] = b2;
+}
+
+/* Writes out[i, j] of the tile from the sums: acc (its column), up (the pair's other element)
  * and the row's sum of squares. */
 __device__ void epilogue(const Args &a, int64_t i, int64_t j, float acc, float up, float ss)
 {
@@ -117,6 +169,10 @@ __device__ void epilogue(const Args &a, int64_t i, int64_t j, float acc, float u
     int64_t ld = gated ? a.m / 2 : a.m;
     float scale = a.norm != nullptr ? rsqrtf(ss / (float)a.k + a.eps) : 1.0f;
     float v = acc * scale;
+    if (a.epilogue == REF_CUDA_EPI_ROPE_KV) {
+        rope_epilogue(a, i, j, v, up * scale);
+        return;
+    }
     if (a.epilogue == REF_CUDA_EPI_ADD || a.epilogue == REF_CUDA_EPI_SILU_ADD) {
         int64_t r = a.residual_rows != nullptr ? (int64_t)a.residual_rows[i] : i;
         float res = __bfloat162float(a.residual[r * a.m + j]);
@@ -135,16 +191,17 @@ template <bool kVec> __global__ void __launch_bounds__(kWarps * 32) linear_kerne
     __shared__ float part[kWarps][kTile + kRows];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     int64_t cg = blockIdx.x % a.col_groups, row0 = (blockIdx.x / a.col_groups) * kRows;
-    bool gated = a.epilogue == REF_CUDA_EPI_GATED;
+    bool pairs = paired(a);
     int64_t half = a.m / 2;
 
-    /* The tile's weight rows (NULL past the end): 4 columns, or gate j, j+1 and up j, j+1. */
+    /* The tile's weight rows (NULL past the end): 4 columns, or pairs p, p+1's first elements
+     * then their second ones. */
     const bf16 *wr[kCols];
 #pragma unroll
     for (int c = 0; c < kCols; c++) {
-        int64_t col = gated ? cg * 2 + c % 2 : cg * kCols + c;
-        bool ok = col < (gated ? half : a.m);
-        int64_t row = gated && c >= 2 ? half + col : col;
+        int64_t col = pairs ? cg * 2 + c % 2 : cg * kCols + c;
+        bool ok = col < (pairs ? half : a.m);
+        int64_t row = pairs ? pair_row(a, ok ? col : 0, c >= 2) : col;
         wr[c] = ok ? a.w + row * a.k : nullptr;
     }
     const bf16 *xr[kRows];
@@ -211,15 +268,15 @@ template <bool kVec> __global__ void __launch_bounds__(kWarps * 32) linear_kerne
     __syncthreads();
     if (warp != 0)
         return;
-    int r = gated ? lane / 2 : lane / kCols, c = gated ? lane % 2 : lane % kCols;
-    int64_t i = row0 + r, j = gated ? cg * 2 + c : cg * kCols + c;
-    if ((gated && lane >= 2 * kRows) || i >= a.n || j >= (gated ? half : a.m))
+    int r = pairs ? lane / 2 : lane / kCols, c = pairs ? lane % 2 : lane % kCols;
+    int64_t i = row0 + r, j = pairs ? cg * 2 + c : cg * kCols + c;
+    if ((pairs && lane >= 2 * kRows) || i >= a.n || j >= (pairs ? half : a.m))
         return;
-    float sum = part[0][r * kCols + c], up = gated ? part[0][r * kCols + c + 2] : 0.0f;
+    float sum = part[0][r * kCols + c], up = pairs ? part[0][r * kCols + c + 2] : 0.0f;
     float sq = a.norm != nullptr ? part[0][kTile + r] : 0.0f;
     for (int w = 1; w < warps; w++) {
         sum += part[w][r * kCols + c];
-        if (gated)
+        if (pairs)
             up += part[w][r * kCols + c + 2];
         if (a.norm != nullptr)
             sq += part[w][kTile + r];
@@ -238,14 +295,20 @@ extern "C" int ref_cuda_linear_launch(void *stream, const ref_cuda_linear *l)
 {
     if (l->n == 0)
         return 0;
-    bool gated = l->epilogue == REF_CUDA_EPI_GATED;
+    bool pairs = l->epilogue == REF_CUDA_EPI_GATED || l->epilogue == REF_CUDA_EPI_ROPE_KV;
+    bool rope = l->epilogue == REF_CUDA_EPI_ROPE_KV;
     if (l->n < 0 || l->n > REF_CUDA_LINEAR_MAX_ROWS || l->k < 1 || l->m < 1 ||
-        l->epilogue < REF_CUDA_EPI_STORE || l->epilogue > REF_CUDA_EPI_GATED ||
-        (gated && l->m % 2 != 0) || (l->out_f32 && l->epilogue != REF_CUDA_EPI_STORE) ||
+        l->epilogue < REF_CUDA_EPI_STORE || l->epilogue > REF_CUDA_EPI_ROPE_KV ||
+        (pairs && l->m % 2 != 0) || (l->out_f32 && l->epilogue != REF_CUDA_EPI_STORE) ||
         (l->epilogue == REF_CUDA_EPI_ADD || l->epilogue == REF_CUDA_EPI_SILU_ADD) !=
             (l->residual != nullptr))
         return (int)cudaErrorInvalidValue;
-    int64_t cols = gated ? l->m / 2 : l->m, per = gated ? 2 : kCols;
+    if (rope && (l->heads < 1 || l->head_dim < 2 || l->head_dim % 2 != 0 ||
+                 l->head_dim > INT64_MAX / 3 / l->heads || l->m != 3 * l->heads * l->head_dim ||
+                 l->pos == nullptr || l->k_pages == nullptr || l->v_pages == nullptr ||
+                 l->token_to_page == nullptr || l->token_to_cache == nullptr))
+        return (int)cudaErrorInvalidValue;
+    int64_t cols = pairs ? l->m / 2 : l->m, per = pairs ? 2 : kCols;
     int64_t col_groups = (cols + per - 1) / per, row_groups = (l->n + kRows - 1) / kRows;
     if (col_groups > INT32_MAX / row_groups)
         return (int)cudaErrorInvalidValue; /* more blocks than a grid's x holds */
@@ -264,7 +327,16 @@ extern "C" int ref_cuda_linear_launch(void *stream, const ref_cuda_linear *l)
                l->residual_rows,
                l->out_f32 != 0,
                l->out,
-               col_groups };
+               col_groups,
+               l->pos,
+               l->heads,
+               rope ? l->head_dim : 2,
+               l->theta,
+               static_cast<bf16 *>(l->k_pages),
+               static_cast<bf16 *>(l->v_pages),
+               l->page_size,
+               l->token_to_page,
+               l->token_to_cache };
     /* 16-byte loads need every row start aligned: the bases, and k a multiple of 8. */
     bool vec = l->k % kChunk == 0 && aligned16(l->x) && aligned16(l->w) && aligned16(l->norm);
     dim3 grid((unsigned)(col_groups * row_groups)), block((unsigned)(warps * 32));

@@ -11,7 +11,8 @@
 
 _Static_assert((int)REF_EPI_STORE == REF_CUDA_EPI_STORE && (int)REF_EPI_ADD == REF_CUDA_EPI_ADD &&
                    (int)REF_EPI_SILU_ADD == REF_CUDA_EPI_SILU_ADD &&
-                   (int)REF_EPI_GATED == REF_CUDA_EPI_GATED,
+                   (int)REF_EPI_GATED == REF_CUDA_EPI_GATED &&
+                   (int)REF_EPI_ROPE_KV == REF_CUDA_EPI_ROPE_KV,
                "ref_epilogue and the CUDA kernel's epilogues are numbered alike");
 
 static mstar_status check(int error, const char *kernel)
@@ -129,6 +130,18 @@ static mstar_status cuda_linear(ref_ops_ctx *ctx, mstar_stream *s, const ref_lin
         .out_f32 = l->out_f32,
         .out = l->out,
     };
+    if (l->epilogue == REF_EPI_ROPE_KV) {
+        const ref_rope_kv *r = l->rope;
+        a.pos = r->pos;
+        a.heads = r->heads;
+        a.head_dim = r->head_dim;
+        a.theta = r->theta;
+        a.k_pages = r->k_pages;
+        a.v_pages = r->v_pages;
+        a.page_size = r->page_size;
+        a.token_to_page = r->token_to_page;
+        a.token_to_cache = r->token_to_cache;
+    }
     return check(ref_cuda_linear_launch(mstar_stream_native(s), &a), "linear");
 }
 
