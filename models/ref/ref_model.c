@@ -221,79 +221,96 @@ static const void *wt(const ref_model *m, size_t off)
     ((st = ref_profile_op_begin(m->profile, s, name)) != MSTAR_OK || (st = (call)) != MSTAR_OK || \
      (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK)
 
-/* One decoder layer: 5 kernels on CUDA for a decode step. The norms are the prologues of the
+/* A decoder layer's four linear layers, with what they fuse. The norms are the prologues of the
  * qkv and gate_up layers; rope and the KV page write are the qkv layer's epilogue, silu*mul the
- * gate_up layer's, the residual adds those of the o and down layers; the first layer reads its rows
- * straight from the embedding table (its qkv input and its o layer's residual), so no lookup kernel
- * runs. */
-static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_io *io,
-                              const scratch *sc, int32_t l)
+ * gate_up layer's, the residual adds those of the o and down layers; the first layer reads its
+ * rows straight from the embedding table (its qkv input and its o layer's residual), so no lookup
+ * kernel runs. */
+typedef struct layer_linears {
+    ref_rope_kv rope;
+    ref_linear qkv, proj, gate_up, down;
+} layer_linears;
+
+static void describe_layer(const ref_model *m, const ref_forward_io *io, const scratch *sc,
+                           int32_t l, layer_linears *ll)
 {
     const ref_model_config *c = &m->cfg;
-    const ref_ops *op = m->ops;
     const ref_layer_offsets *o = &m->layout.layer[l];
     const mstar_kv_plan *p = &io->plan;
     int64_t t = io->num_tokens, d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp;
     const void *x = l == 0 ? wt(m, m->layout.embed) : sc->x;
     const int32_t *x_rows = l == 0 ? io->tokens : NULL;
-    ref_rope_kv rope = { .pos = io->positions,
-                         .heads = c->heads,
-                         .head_dim = c->head_dim,
-                         .theta = c->rope_theta,
-                         .k_pages = m->k_pages[l],
-                         .v_pages = m->v_pages[l],
-                         .page_size = m->kv_cfg.page_size,
-                         .token_to_page = p->token_to_page,
-                         .token_to_cache = p->token_to_cache };
-    ref_linear qkv = { .x = x,
-                       .x_rows = x_rows,
-                       .norm = wt(m, o->attn_norm),
-                       .eps = c->norm_eps,
-                       .w = wt(m, o->wqkv),
-                       .n = t,
-                       .k = d,
-                       .m = 3 * q,
-                       .epilogue = REF_EPI_ROPE_KV,
-                       .out = sc->qkv,
-                       .norm_scratch = sc->h,
-                       .rope = &rope };
-    ref_linear proj = { .x = sc->attn,
-                        .w = wt(m, o->wo),
-                        .n = t,
-                        .k = q,
-                        .m = d,
-                        .epilogue = REF_EPI_ADD,
-                        .residual = x,
-                        .residual_rows = x_rows,
-                        .out = sc->x };
-    ref_linear gate_up = { .x = sc->x,
-                           .norm = wt(m, o->mlp_norm),
-                           .eps = c->norm_eps,
-                           .w = wt(m, o->w_gate_up),
-                           .n = t,
-                           .k = d,
-                           .m = 2 * f,
-                           .epilogue = REF_EPI_GATED,
-                           .out = sc->act,
-                           .norm_scratch = sc->h,
-                           .acc_scratch = sc->gate_up };
-    ref_linear down = { .x = sc->act,
-                        .w = wt(m, o->w_down),
-                        .n = t,
-                        .k = f,
-                        .m = d,
-                        .epilogue = REF_EPI_ADD,
-                        .residual = sc->x,
-                        .out = sc->x };
+    ll->rope = (ref_rope_kv){ .pos = io->positions,
+                              .heads = c->heads,
+                              .head_dim = c->head_dim,
+                              .theta = c->rope_theta,
+                              .k_pages = m->k_pages[l],
+                              .v_pages = m->v_pages[l],
+                              .page_size = m->kv_cfg.page_size,
+                              .token_to_page = p->token_to_page,
+                              .token_to_cache = p->token_to_cache };
+    ll->qkv = (ref_linear){ .x = x,
+                            .x_rows = x_rows,
+                            .norm = wt(m, o->attn_norm),
+                            .eps = c->norm_eps,
+                            .w = wt(m, o->wqkv),
+                            .n = t,
+                            .k = d,
+                            .m = 3 * q,
+                            .epilogue = REF_EPI_ROPE_KV,
+                            .out = sc->qkv,
+                            .norm_scratch = sc->h,
+                            .rope = &ll->rope };
+    ll->proj = (ref_linear){ .x = sc->attn,
+                             .w = wt(m, o->wo),
+                             .n = t,
+                             .k = q,
+                             .m = d,
+                             .epilogue = REF_EPI_ADD,
+                             .residual = x,
+                             .residual_rows = x_rows,
+                             .out = sc->x };
+    ll->gate_up = (ref_linear){ .x = sc->x,
+                                .norm = wt(m, o->mlp_norm),
+                                .eps = c->norm_eps,
+                                .w = wt(m, o->w_gate_up),
+                                .n = t,
+                                .k = d,
+                                .m = 2 * f,
+                                .epilogue = REF_EPI_GATED,
+                                .out = sc->act,
+                                .norm_scratch = sc->h,
+                                .acc_scratch = sc->gate_up };
+    ll->down = (ref_linear){ .x = sc->act,
+                             .w = wt(m, o->w_down),
+                             .n = t,
+                             .k = f,
+                             .m = d,
+                             .epilogue = REF_EPI_ADD,
+                             .residual = sc->x,
+                             .out = sc->x };
+}
+
+/* One decoder layer: 5 kernels on CUDA for a decode step (the linears above and attention). */
+static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_io *io,
+                              const scratch *sc, int32_t l)
+{
+    const ref_model_config *c = &m->cfg;
+    const ref_ops *op = m->ops;
+    const mstar_kv_plan *p = &io->plan;
+    int64_t q = (int64_t)c->heads * c->head_dim;
+    layer_linears ll;
+    describe_layer(m, io, sc, l, &ll);
     mstar_status st = MSTAR_OK;
-    if (OP(l == 0 ? "embed+rmsnorm+qkv+rope" : "rmsnorm+qkv+rope", op->linear(m->ctx, s, &qkv)) ||
+    if (OP(l == 0 ? "embed+rmsnorm+qkv+rope" : "rmsnorm+qkv+rope",
+           op->linear(m->ctx, s, &ll.qkv)) ||
         OP("attention",
            op->paged_attention(s, sc->qkv, 3 * q, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
-                               p->page_table, p->pages_per_row, p->token_row, p->token_kv_len, t,
-                               c->heads, c->head_dim, sc->attn)) ||
-        OP("o_proj+residual", op->linear(m->ctx, s, &proj)) ||
-        OP("rmsnorm+gate_up+silu_mul", op->linear(m->ctx, s, &gate_up)) ||
-        OP("down+residual", op->linear(m->ctx, s, &down)))
+                               p->page_table, p->pages_per_row, p->token_row, p->token_kv_len,
+                               io->num_tokens, c->heads, c->head_dim, sc->attn)) ||
+        OP("o_proj+residual", op->linear(m->ctx, s, &ll.proj)) ||
+        OP("rmsnorm+gate_up+silu_mul", op->linear(m->ctx, s, &ll.gate_up)) ||
+        OP("down+residual", op->linear(m->ctx, s, &ll.down)))
         return st;
     return MSTAR_OK;
 }
