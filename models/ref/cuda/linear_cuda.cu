@@ -17,6 +17,7 @@
  * a row's result does not depend on the rest of the call.
  */
 #include "kernels_cuda.h"
+#include "linear_tile.h"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -55,24 +56,6 @@ struct Args {
     int64_t page_size;
     const int32_t *t2p, *t2c;
 };
-
-/* Gated and rope tiles hold 2 pairs of weight rows: tile column c and c + 2 are a pair (gate
- * and up; the two halves of a rotated pair), and out has one element per pair (gated) or two. */
-__device__ __forceinline__ bool paired(const Args &a)
-{
-    return a.epilogue == REF_CUDA_EPI_GATED || a.epilogue == REF_CUDA_EPI_ROPE_KV;
-}
-
-/* The weight row of pair p's first (second: `upper`) element, p < m / 2. Gated: p and
- * m/2 + p. Rope: head block p / (head_dim/2) (q heads, then k, then v), element d = p mod
- * (head_dim/2) and d + head_dim/2 of it. */
-__device__ __forceinline__ int64_t pair_row(const Args &a, int64_t p, bool upper)
-{
-    if (a.epilogue == REF_CUDA_EPI_GATED)
-        return upper ? a.m / 2 + p : p;
-    int64_t hh = a.head_dim / 2;
-    return (p / hh) * a.head_dim + p % hh + (upper ? hh : 0);
-}
 
 /* Elements e..e+7 of p as floats. kVec: one 16-byte load (p + e 16-byte aligned, e + 8 <= k);
  * otherwise element loads, zeros past k. */
@@ -140,7 +123,7 @@ __device__ void rope_epilogue(const Args &a, int64_t i, int64_t p, float x1, flo
 {
     int64_t hh = a.head_dim / 2, kv_dim = a.heads * a.head_dim;
     int64_t block = p / hh / a.heads, h = (p / hh) % a.heads, d = p % hh;
-    int64_t col = pair_row(a, p, false);
+    int64_t col = ref_tile_pair_row(a.epilogue, a.m, a.head_dim, p, false);
     if (block < 2) {
         float inv_freq = powf(a.theta, -2.0f * (float)d / (float)a.head_dim);
         float s, c;
@@ -191,18 +174,14 @@ template <bool kVec> __global__ void __launch_bounds__(kWarps * 32) linear_kerne
     __shared__ float part[kWarps][kTile + kRows];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     int64_t cg = blockIdx.x % a.col_groups, row0 = (blockIdx.x / a.col_groups) * kRows;
-    bool pairs = paired(a);
-    int64_t half = a.m / 2;
+    bool pairs = ref_tile_paired(a.epilogue);
 
-    /* The tile's weight rows (NULL past the end): 4 columns, or pairs p, p+1's first elements
-     * then their second ones. */
+    /* The tile's weight rows (NULL past the end). */
     const bf16 *wr[kCols];
 #pragma unroll
     for (int c = 0; c < kCols; c++) {
-        int64_t col = pairs ? cg * 2 + c % 2 : cg * kCols + c;
-        bool ok = col < (pairs ? half : a.m);
-        int64_t row = pairs ? pair_row(a, ok ? col : 0, c >= 2) : col;
-        wr[c] = ok ? a.w + row * a.k : nullptr;
+        int64_t row = ref_tile_weight_row(a.epilogue, a.m, a.head_dim, cg, c);
+        wr[c] = row >= 0 ? a.w + row * a.k : nullptr;
     }
     const bf16 *xr[kRows];
 #pragma unroll
@@ -268,10 +247,11 @@ template <bool kVec> __global__ void __launch_bounds__(kWarps * 32) linear_kerne
     __syncthreads();
     if (warp != 0)
         return;
-    int r = pairs ? lane / 2 : lane / kCols, c = pairs ? lane % 2 : lane % kCols;
-    int64_t i = row0 + r, j = pairs ? cg * 2 + c : cg * kCols + c;
-    if ((pairs && lane >= 2 * kRows) || i >= a.n || j >= (pairs ? half : a.m))
+    int r, c;
+    int64_t j;
+    if (!ref_tile_output(a.epilogue, a.m, cg, lane, &r, &c, &j) || row0 + r >= a.n)
         return;
+    int64_t i = row0 + r;
     float sum = part[0][r * kCols + c], up = pairs ? part[0][r * kCols + c + 2] : 0.0f;
     float sq = a.norm != nullptr ? part[0][kTile + r] : 0.0f;
     for (int w = 1; w < warps; w++) {
@@ -295,7 +275,7 @@ extern "C" int ref_cuda_linear_launch(void *stream, const ref_cuda_linear *l)
 {
     if (l->n == 0)
         return 0;
-    bool pairs = l->epilogue == REF_CUDA_EPI_GATED || l->epilogue == REF_CUDA_EPI_ROPE_KV;
+    bool pairs = ref_tile_paired(l->epilogue);
     bool rope = l->epilogue == REF_CUDA_EPI_ROPE_KV;
     if (l->n < 0 || l->n > REF_CUDA_LINEAR_MAX_ROWS || l->k < 1 || l->m < 1 ||
         l->epilogue < REF_CUDA_EPI_STORE || l->epilogue > REF_CUDA_EPI_ROPE_KV ||
@@ -308,8 +288,8 @@ extern "C" int ref_cuda_linear_launch(void *stream, const ref_cuda_linear *l)
                  l->pos == nullptr || l->k_pages == nullptr || l->v_pages == nullptr ||
                  l->token_to_page == nullptr || l->token_to_cache == nullptr))
         return (int)cudaErrorInvalidValue;
-    int64_t cols = pairs ? l->m / 2 : l->m, per = pairs ? 2 : kCols;
-    int64_t col_groups = (cols + per - 1) / per, row_groups = (l->n + kRows - 1) / kRows;
+    int64_t col_groups = ref_tile_col_groups(l->epilogue, l->m);
+    int64_t row_groups = (l->n + kRows - 1) / kRows;
     if (col_groups > INT32_MAX / row_groups)
         return (int)cudaErrorInvalidValue; /* more blocks than a grid's x holds */
     int64_t warps = (l->k + 32 * kChunk - 1) / (32 * kChunk);
