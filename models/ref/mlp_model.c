@@ -130,31 +130,39 @@ static const void *matrix_of(const ref_mlp *m, int32_t l)
     return m->weights + ((size_t)m->cfg.layers * d + (size_t)l * d * d) * m->elsize;
 }
 
-/* Layer l reads y (x for the first layer) plus the silu of h, the previous layer's GEMM output:
- * that residual sum is stored to y and normalized into `normed` by one kernel, and the GEMM
- * writes the next h. The last kernel only adds the last residual. */
-static mstar_status run(ref_mlp *m, mstar_stream *s, const void *x, int64_t n, void *y, void *h,
-                        void *normed)
+/* Layer l: out = in + silu(W · rmsnorm(in)), one kernel on CUDA for a decode step's rows. The
+ * layers alternate between y and tmp (ending in y) so that no layer writes the rows it reads:
+ * many blocks read each input row while others write the output. normed and acc are the
+ * unfused path's scratch (the host, or cuBLAS for many rows). */
+static mstar_status run(ref_mlp *m, mstar_stream *s, const void *x, int64_t n, void *y, void *tmp,
+                        void *normed, void *acc)
 {
-    const ref_ops *op = m->ops;
     int64_t d = m->cfg.hidden;
-    float eps = m->cfg.norm_eps;
-    mstar_status st = MSTAR_OK;
+    const void *in = x;
     for (int32_t l = 0; l < m->cfg.layers; l++) {
-        if ((st = ref_profile_op_begin(m->profile, s, "silu_add_rmsnorm")) != MSTAR_OK ||
-            (st = op->silu_add_rmsnorm(s, l == 0 ? x : y, l == 0 ? NULL : h, y, norm_of(m, l), n, d,
-                                       eps, normed)) != MSTAR_OK ||
-            (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK ||
-            (st = ref_profile_op_begin(m->profile, s, "linear")) != MSTAR_OK ||
-            (st = op->matmul_nt(m->ctx, s, normed, matrix_of(m, l), n, d, d, false, h)) !=
-                MSTAR_OK ||
-            (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK)
+        void *out = (m->cfg.layers - 1 - l) % 2 == 0 ? y : tmp;
+        ref_linear layer = { .x = in,
+                             .norm = norm_of(m, l),
+                             .eps = m->cfg.norm_eps,
+                             .w = matrix_of(m, l),
+                             .n = n,
+                             .k = d,
+                             .m = d,
+                             .epilogue = REF_EPI_SILU_ADD,
+                             .residual = in,
+                             .out = out,
+                             .norm_scratch = normed,
+                             .acc_scratch = acc };
+        mstar_status st = ref_profile_op_begin(m->profile, s, "rmsnorm+linear+silu+residual");
+        if (st == MSTAR_OK)
+            st = m->ops->linear(m->ctx, s, &layer);
+        if (st == MSTAR_OK)
+            st = ref_profile_op_end(m->profile, s);
+        if (st != MSTAR_OK)
             return st;
+        in = out;
     }
-    if ((st = ref_profile_op_begin(m->profile, s, "silu_add")) != MSTAR_OK ||
-        (st = op->silu_add_rmsnorm(s, y, h, y, NULL, n, d, eps, NULL)) != MSTAR_OK)
-        return st;
-    return ref_profile_op_end(m->profile, s);
+    return MSTAR_OK;
 }
 
 mstar_status ref_mlp_forward(ref_mlp *m, mstar_stream *s, const void *x, int64_t n, void *y)
@@ -165,15 +173,14 @@ mstar_status ref_mlp_forward(ref_mlp *m, mstar_stream *s, const void *x, int64_t
     if (n == 0)
         return MSTAR_OK;
     size_t bytes = (size_t)n * (size_t)m->cfg.hidden * m->elsize;
-    void *h = NULL, *normed = NULL;
-    mstar_status st = mstar_alloc(s, bytes, &h);
+    void *buf[3] = { NULL, NULL, NULL }; /* tmp, normed, acc */
+    mstar_status st = MSTAR_OK;
+    for (int i = 0; st == MSTAR_OK && i < 3; i++)
+        st = mstar_alloc(s, bytes, &buf[i]);
     if (st == MSTAR_OK)
-        st = mstar_alloc(s, bytes, &normed);
-    if (st == MSTAR_OK)
-        st = run(m, s, x, n, y, h, normed);
-    if (normed != NULL)
-        mstar_free(s, normed);
-    if (h != NULL)
-        mstar_free(s, h);
+        st = run(m, s, x, n, y, buf[0], buf[1], buf[2]);
+    for (int i = 2; i >= 0; i--)
+        if (buf[i] != NULL)
+            mstar_free(s, buf[i]);
     return st;
 }

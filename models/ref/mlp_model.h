@@ -3,9 +3,9 @@
  * residual add over rows of D, bf16 on CUDA (fp32 on the host backend), the same work any
  * framework's CUDA-graph runner can be put beside (`mstar bench graphs --model mlp`).
  *
- * On CUDA a layer is two launches: one kernel adds the previous layer's silu residual and
- * normalizes (the norm is the next GEMM's prologue), then one cuBLAS GEMM; a last kernel adds
- * the final residual, so a forward is 2L + 1 launches.
+ * On CUDA a layer is one launch for up to 64 rows (the norm its prologue, silu and the residual
+ * its epilogue: ref_ops.h, ref_linear), so a forward is L launches; for more rows, or with
+ * MSTAR_REF_SKINNY_GEMM=0, three (norm, cuBLAS GEMM, silu residual).
  */
 #ifndef MSTAR_EXAMPLES_MLP_MODEL_H
 #define MSTAR_EXAMPLES_MLP_MODEL_H

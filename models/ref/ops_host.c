@@ -244,6 +244,11 @@ static mstar_status host_argmax(mstar_stream *s, const float *logits, int64_t n,
     return mstar_launch(s, argmax_fn, &a, sizeof(a));
 }
 
+static mstar_status host_linear(ref_ops_ctx *ctx, mstar_stream *s, const ref_linear *l)
+{
+    return ref_linear_unfused(&ref_ops_host, ctx, s, l);
+}
+
 static mstar_status host_ctx_create(mstar_backend *backend, ref_ops_ctx **out)
 {
     *out = NULL; /* the host kernels keep no state */
@@ -295,6 +300,7 @@ const ref_ops ref_ops_host = {
     .silu_mul = host_silu_mul,
     .gather_rmsnorm = host_gather_rmsnorm,
     .argmax = host_argmax,
+    .linear = host_linear,
     .marks_create = host_marks_create,
     .marks_destroy = host_marks_destroy,
     .mark_record = host_mark_record,

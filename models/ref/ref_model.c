@@ -221,59 +221,124 @@ static const void *wt(const ref_model *m, size_t off)
     ((st = ref_profile_op_begin(m->profile, s, name)) != MSTAR_OK || (st = (call)) != MSTAR_OK || \
      (st = ref_profile_op_end(m->profile, s)) != MSTAR_OK)
 
-/* One decoder layer: 9 kernels on CUDA, the residual adds folded into the o and down GEMMs; the
- * first layer's norm also looks the tokens' embeddings up (into x). */
+/* A decoder layer's four linear layers, with what they fuse. The norms are the prologues of the
+ * qkv and gate_up layers; rope and the KV page write are the qkv layer's epilogue, silu*mul the
+ * gate_up layer's, the residual adds those of the o and down layers; the first layer reads its
+ * rows straight from the embedding table (its qkv input and its o layer's residual), so no lookup
+ * kernel runs. */
+typedef struct layer_linears {
+    ref_rope_kv rope;
+    ref_linear qkv, proj, gate_up, down;
+} layer_linears;
+
+static void describe_layer(const ref_model *m, const ref_forward_io *io, const scratch *sc,
+                           int32_t l, layer_linears *ll)
+{
+    const ref_model_config *c = &m->cfg;
+    const ref_layer_offsets *o = &m->layout.layer[l];
+    const mstar_kv_plan *p = &io->plan;
+    int64_t t = io->num_tokens, d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp;
+    const void *x = l == 0 ? wt(m, m->layout.embed) : sc->x;
+    const int32_t *x_rows = l == 0 ? io->tokens : NULL;
+    ll->rope = (ref_rope_kv){ .pos = io->positions,
+                              .heads = c->heads,
+                              .head_dim = c->head_dim,
+                              .theta = c->rope_theta,
+                              .k_pages = m->k_pages[l],
+                              .v_pages = m->v_pages[l],
+                              .page_size = m->kv_cfg.page_size,
+                              .token_to_page = p->token_to_page,
+                              .token_to_cache = p->token_to_cache };
+    ll->qkv = (ref_linear){ .x = x,
+                            .x_rows = x_rows,
+                            .norm = wt(m, o->attn_norm),
+                            .eps = c->norm_eps,
+                            .w = wt(m, o->wqkv),
+                            .n = t,
+                            .k = d,
+                            .m = 3 * q,
+                            .epilogue = REF_EPI_ROPE_KV,
+                            .out = sc->qkv,
+                            .norm_scratch = sc->h,
+                            .rope = &ll->rope };
+    ll->proj = (ref_linear){ .x = sc->attn,
+                             .w = wt(m, o->wo),
+                             .n = t,
+                             .k = q,
+                             .m = d,
+                             .epilogue = REF_EPI_ADD,
+                             .residual = x,
+                             .residual_rows = x_rows,
+                             .out = sc->x };
+    ll->gate_up = (ref_linear){ .x = sc->x,
+                                .norm = wt(m, o->mlp_norm),
+                                .eps = c->norm_eps,
+                                .w = wt(m, o->w_gate_up),
+                                .n = t,
+                                .k = d,
+                                .m = 2 * f,
+                                .epilogue = REF_EPI_GATED,
+                                .out = sc->act,
+                                .norm_scratch = sc->h,
+                                .acc_scratch = sc->gate_up };
+    ll->down = (ref_linear){ .x = sc->act,
+                             .w = wt(m, o->w_down),
+                             .n = t,
+                             .k = f,
+                             .m = d,
+                             .epilogue = REF_EPI_ADD,
+                             .residual = sc->x,
+                             .out = sc->x };
+}
+
+/* One decoder layer: 5 kernels on CUDA for a decode step (the linears above and attention). */
 static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_io *io,
                               const scratch *sc, int32_t l)
 {
     const ref_model_config *c = &m->cfg;
     const ref_ops *op = m->ops;
-    const ref_layer_offsets *o = &m->layout.layer[l];
     const mstar_kv_plan *p = &io->plan;
-    int64_t t = io->num_tokens, d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp;
+    int64_t q = (int64_t)c->heads * c->head_dim;
+    layer_linears ll;
+    describe_layer(m, io, sc, l, &ll);
     mstar_status st = MSTAR_OK;
-    if ((l == 0 ? OP("embed+rmsnorm",
-                     op->gather_rmsnorm(s, wt(m, m->layout.embed), io->tokens, wt(m, o->attn_norm),
-                                        t, d, c->norm_eps, sc->x, sc->h))
-                : OP("rmsnorm",
-                     op->rmsnorm(s, sc->x, wt(m, o->attn_norm), t, d, c->norm_eps, sc->h))) ||
-        OP("qkv", op->matmul_nt(m->ctx, s, sc->h, wt(m, o->wqkv), t, d, 3 * q, false, sc->qkv)) ||
-        OP("rope_kv_write",
-           op->rope_kv_write(s, sc->qkv, 3 * q, io->positions, t, c->heads, c->head_dim,
-                             c->rope_theta, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
-                             p->token_to_page, p->token_to_cache)) ||
+    if (OP(l == 0 ? "embed+rmsnorm+qkv+rope" : "rmsnorm+qkv+rope",
+           op->linear(m->ctx, s, &ll.qkv)) ||
         OP("attention",
            op->paged_attention(s, sc->qkv, 3 * q, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
-                               p->page_table, p->pages_per_row, p->token_row, p->token_kv_len, t,
-                               c->heads, c->head_dim, sc->attn)) ||
-        OP("o_proj+residual",
-           op->matmul_nt(m->ctx, s, sc->attn, wt(m, o->wo), t, q, d, true, sc->x)) ||
-        OP("rmsnorm", op->rmsnorm(s, sc->x, wt(m, o->mlp_norm), t, d, c->norm_eps, sc->h)) ||
-        OP("gate_up",
-           op->matmul_nt(m->ctx, s, sc->h, wt(m, o->w_gate_up), t, d, 2 * f, false, sc->gate_up)) ||
-        OP("silu_mul", op->silu_mul(s, sc->gate_up, t, f, sc->act)) ||
-        OP("down+residual",
-           op->matmul_nt(m->ctx, s, sc->act, wt(m, o->w_down), t, f, d, true, sc->x)))
+                               p->page_table, p->pages_per_row, p->token_row, p->token_kv_len,
+                               io->num_tokens, c->heads, c->head_dim, sc->attn)) ||
+        OP("o_proj+residual", op->linear(m->ctx, s, &ll.proj)) ||
+        OP("rmsnorm+gate_up+silu_mul", op->linear(m->ctx, s, &ll.gate_up)) ||
+        OP("down+residual", op->linear(m->ctx, s, &ll.down)))
         return st;
     return MSTAR_OK;
 }
 
+/* The layers, then the rows' last tokens normalized into lm_head (one kernel on CUDA), argmax. */
 static mstar_status run_forward(ref_model *m, mstar_stream *s, const ref_forward_io *io,
                                 const scratch *sc)
 {
     const ref_model_config *c = &m->cfg;
     const ref_ops *op = m->ops;
-    int64_t r = io->num_rows, d = c->hidden, v = c->vocab;
     mstar_status st = MSTAR_OK;
     for (int32_t l = 0; l < c->layers; l++)
         if ((st = run_layer(m, s, io, sc, l)) != MSTAR_OK)
             return st;
-    if (OP("last+rmsnorm",
-           op->gather_rmsnorm(s, sc->x, io->plan.row_last_token, wt(m, m->layout.final_norm), r, d,
-                              c->norm_eps, NULL, sc->normed)) ||
-        OP("lm_head", op->matmul_nt_f32(m->ctx, s, sc->normed, wt(m, m->layout.lm_head), r, d, v,
-                                        io->logits)) ||
-        OP("argmax", op->argmax(s, io->logits, r, v, io->next_tokens)))
+    ref_linear head = { .x = sc->x,
+                        .x_rows = io->plan.row_last_token,
+                        .norm = wt(m, m->layout.final_norm),
+                        .eps = c->norm_eps,
+                        .w = wt(m, m->layout.lm_head),
+                        .n = io->num_rows,
+                        .k = c->hidden,
+                        .m = c->vocab,
+                        .epilogue = REF_EPI_STORE,
+                        .out_f32 = true,
+                        .out = io->logits,
+                        .norm_scratch = sc->normed };
+    if (OP("last+rmsnorm+lm_head", op->linear(m->ctx, s, &head)) ||
+        OP("argmax", op->argmax(s, io->logits, io->num_rows, c->vocab, io->next_tokens)))
         return st;
     return MSTAR_OK;
 }

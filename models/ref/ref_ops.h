@@ -6,7 +6,9 @@
  *   - host backend: mstar_launch of the fp32 host kernel (kernels_host.h), so eager work runs
  *     now and a capture records the call for every replay;
  *   - CUDA backend: a bf16 kernel (cuda/kernels_cuda.h) launched on the stream's native handle,
- *     or a cuBLAS GEMM (cuda/ctx_cuda.h), so a stream capture records it as kernel nodes.
+ *     or a cuBLAS GEMM (cuda/ctx_cuda.h), so a stream capture records it as kernel nodes. A
+ *     linear layer of a decode step's rows is one kernel, its norm and epilogue fused in;
+ *     MSTAR_REF_SKINNY_GEMM sets the row limit (0: cuBLAS and separate kernels always).
  * Activations and weights are `act_dtype` (float32 on the host, bfloat16 on CUDA); logits are
  * always float32 and token ids, positions and plan arrays int32. Sizes and meanings are those of
  * kernels_host.h.
@@ -23,7 +25,60 @@
  * captures; on the host nothing (NULL). One context serves one stream at a time. */
 typedef struct ref_ops_ctx ref_ops_ctx;
 
-typedef struct ref_ops {
+/* What a fused linear layer (ref_ops.linear) does with the GEMM's result acc = x' · w^T. */
+typedef enum ref_epilogue {
+    REF_EPI_STORE,    /* out = acc (float32 with out_f32: the logits) */
+    REF_EPI_ADD,      /* out = residual + acc (a residual connection) */
+    REF_EPI_SILU_ADD, /* out = residual + silu(acc) (the mlp bench model's layer) */
+    REF_EPI_GATED,    /* out[:, j] = silu(acc[:, j]) * acc[:, m/2 + j], out is [n, m/2] */
+    REF_EPI_ROPE_KV,  /* out = acc, a qkv projection: q and k rotated, k and v to the pages */
+} ref_epilogue;
+
+/* What REF_EPI_ROPE_KV needs: the rope_kv_write op's arguments other than qkv and n. */
+typedef struct ref_rope_kv {
+    const int32_t *pos;
+    int64_t heads, head_dim;
+    float theta;
+    void *k_pages, *v_pages;
+    int64_t page_size;
+    const int32_t *token_to_page, *token_to_cache;
+} ref_rope_kv;
+
+/* One linear layer with what surrounds it: x' = x, or rmsnorm(x) with `norm` (a prologue);
+ * rows x_rows[i] of x when x_rows is given (an embedding lookup, a gather of last tokens);
+ * acc = x' · w^T; then the epilogue into out. The residual of ADD (which may be out itself) and
+ * of SILU_ADD (which may not) is [n, m], or its rows residual_rows[i] when given (ADD only).
+ * out must not overlap x: the rows are read by many blocks while others write out.
+ *
+ * The CUDA backend runs small n (decode) as one kernel; the host backend and CUDA's cuBLAS path
+ * run the same work as the separate ops of this table (ref_linear_unfused), through the two
+ * scratch buffers: norm_scratch [n, k] for x' (needed with norm or x_rows) and acc_scratch
+ * [n, m] for acc (needed with SILU_ADD and GATED), act_dtype both. */
+typedef struct ref_linear {
+    const void *x;
+    const int32_t *x_rows;
+    const void *norm;
+    float eps;
+    const void *w; /* [m, k] */
+    int64_t n, k, m;
+    ref_epilogue epilogue;
+    const void *residual;
+    const int32_t *residual_rows;
+    bool out_f32;
+    void *out;
+    void *norm_scratch, *acc_scratch;
+    const ref_rope_kv *rope; /* REF_EPI_ROPE_KV: m = 3 * heads * head_dim */
+} ref_linear;
+
+typedef struct ref_ops ref_ops;
+
+/* The linear layer as the table's separate ops: gather/norm, GEMM, epilogue kernel. */
+mstar_status ref_linear_unfused(const ref_ops *ops, ref_ops_ctx *ctx, mstar_stream *s,
+                                const ref_linear *l);
+/* MSTAR_EINVAL naming what is wrong with l, or MSTAR_OK. */
+mstar_status ref_linear_check(const ref_linear *l);
+
+struct ref_ops {
     const char *name;
     mstar_dtype act_dtype;
     mstar_status (*ctx_create)(mstar_backend *backend, ref_ops_ctx **out);
@@ -66,6 +121,8 @@ typedef struct ref_ops {
                                    void *x_out, void *out);
     mstar_status (*argmax)(mstar_stream *s, const float *logits, int64_t n, int64_t vocab,
                            int32_t *out);
+    /* A fused linear layer (ref_linear above). */
+    mstar_status (*linear)(ref_ops_ctx *ctx, mstar_stream *s, const ref_linear *l);
     /* Op timing for a profile (ref_profile.h): `count` marks; mark i records when the stream's
      * work so far has run (a CUDA event with timing on CUDA, the wall clock on the host, where
      * eager work has run by the time its launch returns). */
@@ -74,7 +131,7 @@ typedef struct ref_ops {
     mstar_status (*mark_record)(void *marks, size_t i, mstar_stream *s);
     /* Microseconds from mark a to mark b, both recorded and their work complete. */
     mstar_status (*mark_elapsed_us)(void *marks, size_t a, size_t b, double *out);
-} ref_ops;
+};
 
 /* The table for a backend: host, or CUDA when built in. MSTAR_ENOTSUP otherwise. */
 mstar_status ref_ops_for(const mstar_backend *backend, const ref_ops **out);

@@ -4,7 +4,8 @@
  *     relative difference below 1e-2 (the issue's bar; the kernels are deterministic, so equal
  *     bits are expected), KV streams alike, padding rows never touching a live page (pages
  *     compared before and after each step), no page taken for padding;
- *   - the bf16 kernels against the fp32 host kernels on the same weights and tokens.
+ *   - the bf16 kernels against the fp32 host kernels on the same weights and tokens, with the
+ *     one-kernel linear layers and with MSTAR_REF_SKINNY_GEMM sending them to cuBLAS.
  * Skips (77) without a GPU.
  */
 #include "mstar_test.h"
@@ -38,10 +39,12 @@ static void test_cuda_replay_matches_eager_every_batch_size(void **state)
 
 /* Prefill three prompts and decode eight steps on both backends, the GPU fed the host's tokens:
  * every row's logits within 5e-2 of the fp32 ones (relative to the largest), which bf16 storage
- * through two layers stays well inside, and a wrong kernel does not. */
-static void test_cuda_kernels_match_host(void **state)
+ * through two layers stays well inside, and a wrong kernel does not. `skinny` is the value of
+ * MSTAR_REF_SKINNY_GEMM for the GPU model (NULL: unset, every step's linear layers one kernel
+ * each; "0": all on cuBLAS and the separate kernels; "4": the 26-token prefill on cuBLAS, the
+ * 3-row decode steps one kernel). */
+static void kernels_match_host(const char *skinny)
 {
-    (void)state;
     mstar_backend *gpu = mstar_test_cuda_or_skip(0), *cpu;
     mstar_device host = { MSTAR_DEVICE_CPU, 0 };
     assert_mstar_ok(mstar_backend_create(host, &cpu));
@@ -50,7 +53,11 @@ static void test_cuda_kernels_match_host(void **state)
         .num_pages = 64, .page_size = 16, .num_labels = 1, .max_seq_len = 256
     };
     ref_eager *g, *h;
-    assert_mstar_ok(ref_eager_create(&cfg, &kv, gpu, &g));
+    if (skinny != NULL)
+        assert_int_equal(setenv("MSTAR_REF_SKINNY_GEMM", skinny, 1), 0);
+    mstar_status made = ref_eager_create(&cfg, &kv, gpu, &g);
+    unsetenv("MSTAR_REF_SKINNY_GEMM");
+    assert_mstar_ok(made);
     assert_mstar_ok(ref_eager_create(&cfg, &kv, cpu, &h));
     int64_t reqs[3] = { 0, 1, 2 };
     int32_t spans[3] = { 9, 4, 13 }, tokens[26], ones[3] = { 1, 1, 1 };
@@ -83,7 +90,9 @@ static void test_cuda_kernels_match_host(void **state)
                          rel);
         }
     }
-    print_message("bf16 CUDA vs fp32 host logits: largest relative difference %g\n", worst);
+    print_message("bf16 CUDA vs fp32 host logits (MSTAR_REF_SKINNY_GEMM %s): largest relative "
+                  "difference %g\n",
+                  skinny != NULL ? skinny : "unset", worst);
     free(lg);
     free(lh);
     ref_eager_destroy(g);
@@ -92,11 +101,25 @@ static void test_cuda_kernels_match_host(void **state)
     mstar_backend_destroy(gpu);
 }
 
+static void test_cuda_kernels_match_host(void **state)
+{
+    (void)state;
+    kernels_match_host(NULL);
+}
+
+static void test_cuda_cublas_path_matches_host(void **state)
+{
+    (void)state;
+    kernels_match_host("0");
+    kernels_match_host("4");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cuda_replay_matches_eager_every_batch_size),
         cmocka_unit_test(test_cuda_kernels_match_host),
+        cmocka_unit_test(test_cuda_cublas_path_matches_host),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,17 +26,20 @@ static void test_reference_profile(void **state)
     (void)state;
     const char *args[] = { "graphs", "--quick", "--profile", "--json", NULL };
     char *json = run_json(args);
-    /* Two layers: the first layer's norm also embeds; one more norm in it, two in the second;
-     * one qkv GEMM each; the final norm gathers the rows' last tokens. */
-    assert_non_null(
-        strstr(json, "\"profile\":[{\"bs\":1,\"ops\":[{\"op\":\"embed+rmsnorm\",\"calls\":1"));
-    assert_non_null(strstr(json, "{\"op\":\"qkv\",\"calls\":2"));
-    assert_non_null(strstr(json, "{\"op\":\"rmsnorm\",\"calls\":3"));
-    assert_non_null(strstr(json, "{\"op\":\"rope_kv_write\",\"calls\":2"));
-    assert_non_null(strstr(json, "{\"op\":\"last+rmsnorm\",\"calls\":1"));
+    /* Two layers: the first layer's qkv reads its rows from the embedding table, normalized,
+     * the second's from the residual stream, both with rope and the KV write as epilogue; the
+     * final norm gathers the rows' last tokens into lm_head. */
+    assert_non_null(strstr(json, "\"profile\":[{\"bs\":1,\"ops\":[{\"op\":\"embed+rmsnorm+"
+                                 "qkv+rope\",\"calls\":1"));
+    assert_non_null(strstr(json, "{\"op\":\"rmsnorm+qkv+rope\",\"calls\":1"));
+    assert_non_null(strstr(json, "{\"op\":\"attention\",\"calls\":2"));
+    assert_non_null(strstr(json, "{\"op\":\"rmsnorm+gate_up+silu_mul\",\"calls\":2"));
+    assert_non_null(strstr(json, "{\"op\":\"last+rmsnorm+lm_head\",\"calls\":1"));
+    assert_null(strstr(json, "rope_kv_write"));
     assert_non_null(strstr(json, "{\"bs\":64,\"ops\":["));
-    /* 9 ops a layer, 3 around them: the step's launch count. */
-    assert_non_null(strstr(json, "\"graph_nodes\":21}"));
+    /* The host runs each fused layer as its separate ops: 10 launches in the first layer (the
+     * embedding lookups), 9 in the second, 3 around them. */
+    assert_non_null(strstr(json, "\"graph_nodes\":22}"));
     free(json);
     /* Without --profile the JSON has no profile. */
     const char *plain[] = { "graphs", "--quick", "--json", NULL };
@@ -54,11 +57,9 @@ static void test_mlp_model(void **state)
     assert_non_null(strstr(json, "3 layers of rms_norm -> linear 32x32 -> silu -> residual add"));
     assert_non_null(strstr(json, "\"runner_replay_us\":"));
     assert_non_null(strstr(json, "\"raw_replay_us\":"));
-    /* 2L + 1 ops: a norm and a GEMM per layer, one last add (recorded calls on the host). */
-    assert_non_null(strstr(json, "\"graph_nodes\":7}"));
-    assert_non_null(strstr(json, "{\"op\":\"silu_add_rmsnorm\",\"calls\":3"));
-    assert_non_null(strstr(json, "{\"op\":\"linear\",\"calls\":3"));
-    assert_non_null(strstr(json, "{\"op\":\"silu_add\",\"calls\":1"));
+    /* One fused layer op a layer, 3 host calls each (norm, GEMM, silu residual). */
+    assert_non_null(strstr(json, "\"graph_nodes\":9}"));
+    assert_non_null(strstr(json, "{\"op\":\"rmsnorm+linear+silu+residual\",\"calls\":3"));
     free(json);
     /* The table names the model and prints the profile. */
     const char *table[] = { "graphs", "--model", "mlp", "--quick", "--profile", NULL };

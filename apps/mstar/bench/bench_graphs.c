@@ -303,10 +303,10 @@ static void print_profile(const mstar_bench_graphs_result *r)
         double total = 0.0;
         for (size_t k = 0; k < p->n_ops; k++)
             total += p->ops[k].total_us;
-        printf("\n  bs %lld: %.1f us in ops\n  %-20s %6s %11s %7s\n", (long long)p->bs, total, "op",
+        printf("\n  bs %lld: %.1f us in ops\n  %-28s %6s %11s %7s\n", (long long)p->bs, total, "op",
                "calls", "total us", "share");
         for (size_t k = 0; k < p->n_ops; k++)
-            printf("  %-20s %6d %11.1f %6.1f%%\n", p->ops[k].op, p->ops[k].calls,
+            printf("  %-28s %6d %11.1f %6.1f%%\n", p->ops[k].op, p->ops[k].calls,
                    p->ops[k].total_us, total > 0 ? 100.0 * p->ops[k].total_us / total : 0.0);
     }
 }

@@ -12,14 +12,22 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda/kernels_cuda.h"
+
+#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 
 /* cuBLAS's advice for Hopper: 32 MiB of workspace lets it pick its fastest kernels. */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 
+/* The most rows a linear layer runs as one kernel by default (linear_cuda.cu): a decode
+ * step's batch; more rows (a prefill) go to cuBLAS. */
+#define LINEAR_ROWS_DEFAULT 64
+
 struct ref_ops_ctx {
     mstar_backend *backend;
+    int64_t linear_rows; /* the one-kernel linear layer's row limit; 0: always cuBLAS */
     cublasHandle_t handle;
     void *workspace; /* device, WORKSPACE_BYTES */
 };
@@ -30,12 +38,42 @@ static mstar_status blas_error(cublasStatus_t s, const char *what)
                            cublasGetStatusString(s));
 }
 
+/* MSTAR_REF_SKINNY_GEMM: unset, the default row limit; 0, every linear layer on cuBLAS (the
+ * switch that turns the one-kernel path off); N in [1, REF_CUDA_LINEAR_MAX_ROWS], layers of up
+ * to N rows as one kernel. */
+static mstar_status linear_rows_from_env(int64_t *out)
+{
+    const char *v = getenv("MSTAR_REF_SKINNY_GEMM");
+    *out = LINEAR_ROWS_DEFAULT;
+    if (v == NULL || *v == '\0')
+        return MSTAR_OK;
+    char *end;
+    errno = 0;
+    long long rows = strtoll(v, &end, 10);
+    if (errno != 0 || *end != '\0' || rows < 0 || rows > REF_CUDA_LINEAR_MAX_ROWS)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "reference model: MSTAR_REF_SKINNY_GEMM=\"%s\": want 0 (off) or "
+                               "a row limit in [1, %d]",
+                               v, REF_CUDA_LINEAR_MAX_ROWS);
+    *out = rows;
+    return MSTAR_OK;
+}
+
+int64_t ref_cuda_ctx_linear_rows(const ref_ops_ctx *c)
+{
+    return c->linear_rows;
+}
+
 mstar_status ref_cuda_ctx_create(mstar_backend *backend, ref_ops_ctx **out)
 {
+    int64_t linear_rows;
+    if (linear_rows_from_env(&linear_rows) != MSTAR_OK)
+        return MSTAR_EINVAL;
     ref_ops_ctx *c = calloc(1, sizeof(*c));
     if (c == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "reference model: cuBLAS context");
     c->backend = backend;
+    c->linear_rows = linear_rows;
     /* The workspace first: allocating through the backend makes its device the thread's current
      * one, which is the device cublasCreate binds the handle to. */
     mstar_status st = mstar_device_alloc(backend, WORKSPACE_BYTES, &c->workspace);

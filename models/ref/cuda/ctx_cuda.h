@@ -14,6 +14,9 @@ mstar_status ref_cuda_ctx_matmul_nt(ref_ops_ctx *ctx, mstar_stream *s, const voi
                                     int64_t n, int64_t k, int64_t m, bool accumulate, bool out_f32,
                                     void *out);
 
+/* The most rows a linear layer runs as one kernel (MSTAR_REF_SKINNY_GEMM; 0: none). */
+int64_t ref_cuda_ctx_linear_rows(const ref_ops_ctx *ctx);
+
 mstar_status ref_cuda_marks_create(mstar_backend *backend, size_t count, void **out);
 void ref_cuda_marks_destroy(void *marks, size_t count);
 mstar_status ref_cuda_mark_record(void *marks, size_t i, mstar_stream *s);

@@ -21,7 +21,7 @@ namespace
 {
 
 constexpr int kBlock = 256;   /* threads of the row-per-block kernels */
-constexpr int kAttnWarps = 4; /* warps sharing one (token, head) of attention */
+constexpr int kAttnWarps = 8; /* warps sharing one (token, head) of attention */
 constexpr int kMaxChunks = 8; /* head_dim <= 32 * kMaxChunks */
 
 __device__ __forceinline__ float to_f(bf16 v)
