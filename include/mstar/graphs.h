@@ -383,6 +383,52 @@ MSTAR_API mstar_status mstar_graph_runner_run_forward(
     mstar_graph_runner *runner, const mstar_slot_lease *lease, const mstar_tensor_map *preprocessed,
     mstar_event *plan_done, mstar_signal *launch_started, const mstar_tensor_map **outputs);
 
+/*
+ * Loaned outputs (a C addition): a replay writes its outputs into the slot's static buffers,
+ * which the next replay overwrites, so a node that sends an output has its manager copy it when
+ * storing, and staging copies it again into shared memory. A node that opts an output in here
+ * gets it in memory lent by the caller's loaner instead (for a manager: an arena slot,
+ * mstar_comm_output_loan), filled by one copy the runner enqueues on the compute stream after
+ * the replay; storing that loan then copies nothing, and neither does staging.
+ *
+ * The loaner lends contiguous host memory of `dtype` and `shape` as *tensor and names it with
+ * *id (never 0). MSTAR_ENOSPC from `loan` means no memory now: that output is not loaned and the
+ * caller stores its static view as before (copied). `release` gives back a loan that will not be
+ * stored. The runner knows nothing of what the memory is.
+ */
+typedef struct mstar_output_loaner {
+    mstar_status (*loan)(void *user, mstar_dtype dtype, const int64_t *shape, int32_t ndim,
+                         mstar_tensor *tensor, uint64_t *id);
+    void (*release)(void *user, uint64_t id);
+    void *user;
+} mstar_output_loaner;
+
+/* One output's loan: id 0 (and tensor.data NULL) when the loaner had no memory for it. */
+typedef struct mstar_output_loan {
+    mstar_tensor tensor; /* the loaned memory: the output's dtype and shape, contiguous */
+    uint64_t id;         /* the loaner's id (for a manager: the mstar_loan_id to store) */
+} mstar_output_loan;
+
+/*
+ * Call right after mstar_graph_runner_run_forward of `lease`, before the next replay is
+ * enqueued: for each of the n static outputs `keys` (the node's opt-in, per output), take a loan
+ * of its dtype and shape and enqueue on the compute stream the copy of the static buffer into
+ * it (a device-to-host copy on a device backend, into the pinned arena slot); loans[i] is
+ * keys[i]'s. The bytes are there once the compute stream has passed the copy: store a loan
+ * (mstar_output.loan = id, tensor = the loan's) after waiting for the step, as for any output
+ * computed on a stream, and give back one that is not stored only then too. The caller owns
+ * every loan with an id: each is stored once or given back through the loaner's release.
+ * MSTAR_ENOENT: the lease names no captured slot, or the slot has no output keys[i];
+ * MSTAR_EINVAL: a key named twice, a NULL argument, or a static output that is not contiguous.
+ * Those are checked before any loan is taken. Any other failure gives back every loan this call
+ * took (after the stream passed the copies already enqueued) and returns with none.
+ */
+MSTAR_API mstar_status mstar_graph_runner_loan_outputs(mstar_graph_runner *runner,
+                                                       const mstar_slot_lease *lease,
+                                                       const char *const *keys, size_t n,
+                                                       const mstar_output_loaner *loaner,
+                                                       mstar_output_loan *loans);
+
 #ifdef __cplusplus
 }
 #endif

@@ -250,6 +250,16 @@ MSTAR_API mstar_status mstar_comm_loan_output(mstar_comm *comm, mstar_dtype dtyp
                                               mstar_tensor *tensor, mstar_loan_id *loan);
 MSTAR_API mstar_status mstar_comm_loan_release(mstar_comm *comm, mstar_loan_id loan);
 
+/* The graph runner's loaner over a manager (mstar_output_loaner in <mstar/graphs.h>, with
+ * `user` the mstar_comm *): { mstar_comm_output_loan, mstar_comm_output_loan_release, comm }.
+ * It lends as mstar_comm_loan_output does, the id being the mstar_loan_id, but only a transport
+ * slot: with no arena, or no room in it now, it is MSTAR_ENOSPC and the runner leaves that
+ * output static (stored by copy, as without a loan). The release gives a loan back as
+ * mstar_comm_loan_release does, logging a loan already stored or given back. */
+MSTAR_API mstar_status mstar_comm_output_loan(void *comm, mstar_dtype dtype, const int64_t *shape,
+                                              int32_t ndim, mstar_tensor *tensor, uint64_t *id);
+MSTAR_API void mstar_comm_output_loan_release(void *comm, uint64_t id);
+
 /* StoredOutputs: index-parallel columns, one entry per stored tensor, in mint order (request-
  * major, then signal order, then the order of the outputs). */
 typedef struct mstar_stored_outputs {

@@ -7,7 +7,8 @@
  *
  * Loans (mstar_comm_loan_output) are buffers the transport lends (an arena slot) or plain host
  * memory, kept open by id until an output names them: storing one takes its buffer as the
- * record's bytes, so staging it copies nothing.
+ * record's bytes, so staging it copies nothing. The graph runner's loaner (mstar_comm_output_loan)
+ * lends slots only, for replayed outputs copied into loans on the compute stream.
  *
  * Storing is all or nothing: every output is validated and its bytes prepared (copied when the
  * manager must own them) before the first record is written, and memory the caller handed over
@@ -548,8 +549,11 @@ mstar_status mstar_comm_store_and_return_tensor_info_batch(
 /* ---- loans ------------------------------------------------------------------------------------
  */
 
-mstar_status mstar_comm_loan_output(mstar_comm *comm, mstar_dtype dtype, const int64_t *shape,
-                                    int32_t ndim, mstar_tensor *tensor, mstar_loan_id *loan)
+/* Open a loan of `dtype` and `shape`: a transport slot when it has one now, else plain host
+ * memory when `plain_ok`, else MSTAR_ENOSPC. */
+static mstar_status open_loan(mstar_comm *comm, mstar_dtype dtype, const int64_t *shape,
+                              int32_t ndim, bool plain_ok, mstar_tensor *tensor,
+                              mstar_loan_id *loan)
 {
     if (tensor == NULL || loan == NULL)
         return mstar_error_set(MSTAR_EINVAL, "loan_output: %s is NULL",
@@ -561,11 +565,13 @@ mstar_status mstar_comm_loan_output(mstar_comm *comm, mstar_dtype dtype, const i
     const mstar__transport_ops *ops = comm->transport->ops;
     if (st == MSTAR_OK && ops->loan != NULL) {
         st = ops->loan(comm->transport, n, &buf);
-        if (st == MSTAR_ENOSPC)
+        if (st == MSTAR_ENOSPC && plain_ok)
             st = MSTAR_OK; /* no room now: plain memory, staged by copy */
     }
     if (st == MSTAR_OK && buf == NULL)
-        st = mstar__buf_alloc_host(n, &buf);
+        st = plain_ok ? mstar__buf_alloc_host(n, &buf)
+                      : mstar_error_set(MSTAR_ENOSPC, "'%s' has no transport slot to lend",
+                                        comm->entity);
     mstar_loan_id id = comm->next_loan + 1;
     if (st == MSTAR_OK)
         st = mstar__u64map_put(&comm->loans, id, (uint64_t)(uintptr_t)buf);
@@ -578,6 +584,29 @@ mstar_status mstar_comm_loan_output(mstar_comm *comm, mstar_dtype dtype, const i
     *tensor = t;
     *loan = id;
     return MSTAR_OK;
+}
+
+mstar_status mstar_comm_loan_output(mstar_comm *comm, mstar_dtype dtype, const int64_t *shape,
+                                    int32_t ndim, mstar_tensor *tensor, mstar_loan_id *loan)
+{
+    return open_loan(comm, dtype, shape, ndim, true, tensor, loan);
+}
+
+/* The graph runner's loaner: only a slot is worth its copy. Plain memory would be copied again at
+ * staging, and on a device backend a copy into unpinned memory stalls the host until the replay
+ * ends; the runner's fallback (the static output, copied at store) costs no more. */
+mstar_status mstar_comm_output_loan(void *comm, mstar_dtype dtype, const int64_t *shape,
+                                    int32_t ndim, mstar_tensor *tensor, uint64_t *id)
+{
+    if (comm == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "output_loan: comm is NULL");
+    return open_loan(comm, dtype, shape, ndim, false, tensor, id);
+}
+
+void mstar_comm_output_loan_release(void *comm, uint64_t id)
+{
+    if (comm != NULL && mstar_comm_loan_release(comm, id) != MSTAR_OK)
+        mstar_log(MSTAR_LOG_WARN, "output loan release: %s", mstar_last_error());
 }
 
 mstar_status mstar_comm_loan_release(mstar_comm *comm, mstar_loan_id loan)

@@ -270,6 +270,32 @@ static void test_loan_over_files(void **state)
     mstar_comm_destroy(p);
 }
 
+/* The graph runner's loaner lends arena slots only: a slot it can give back, and over files
+ * (no slot to lend) MSTAR_ENOSPC, where mstar_comm_loan_output would lend plain memory. */
+static void test_output_loaner_lends_slots_only(void **state)
+{
+    world *w = *state;
+    int64_t n = 1024;
+    mstar_tensor t;
+    uint64_t id;
+    uint64_t free_before = arena_stats_of(w->p).free_bytes;
+    assert_mstar_ok(mstar_comm_output_loan(w->p, MSTAR_DTYPE_FLOAT32, &n, 1, &t, &id));
+    assert_int_not_equal(id, 0);
+    assert_true(arena_stats_of(w->p).free_bytes < free_before);
+    mstar_comm_output_loan_release(w->p, id);
+    assert_int_equal(arena_stats_of(w->p).free_bytes, free_before);
+    assert_mstar_status(mstar_comm_loan_release(w->p, id), MSTAR_ESTATE);
+    assert_mstar_status(mstar_comm_output_loan(NULL, MSTAR_DTYPE_FLOAT32, &n, 1, &t, &id),
+                        MSTAR_EINVAL);
+
+    sender sp = { &w->b, "worker_2" };
+    mstar_comm *p = make_comm("worker_2", MSTAR_TRANSPORT_FILES, w->dir, &sp);
+    assert_mstar_status(mstar_comm_output_loan(p, MSTAR_DTYPE_FLOAT32, &n, 1, &t, &id),
+                        MSTAR_ENOSPC);
+    assert_non_null(strstr(mstar_last_error(), "no transport slot"));
+    mstar_comm_destroy(p);
+}
+
 /* A view whose producer freed the slot (a forced cleanup) is detectable, and still released
  * cleanly: the mapping stays while it is held. */
 static void test_view_of_freed_slot(void **state)
@@ -347,6 +373,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_view_of_copied_output, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loan_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_loan_over_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output_loaner_lends_slots_only, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_of_freed_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_past_ttl, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_of_forged_descriptor, setup, teardown),

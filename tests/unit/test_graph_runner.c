@@ -5,6 +5,7 @@
  */
 #include "mstar_test.h"
 
+#include "comm_harness.h"
 #include "counter_resource.h"
 
 #include "device/backend.h"
@@ -1044,6 +1045,297 @@ static void test_claims_then_one_build(void **state)
     fx_destroy(f);
 }
 
+/* ---- loaned outputs ---------------------------------------------------------------------------
+ */
+
+/* A loaner over malloc that counts what is open, and can refuse (ENOSPC or another error) or
+ * lend a loan too small for the output. */
+#define MOCK_LOANS 8
+
+struct mock_loaner {
+    mstar_status refuse; /* MSTAR_OK: lend */
+    int refuse_after;    /* > 0: refuse (with `refuse`) once this many are lent */
+    bool too_small;
+    void *open[MOCK_LOANS];
+    int lent, released;
+};
+
+static mstar_status mock_loan(void *user, mstar_dtype dtype, const int64_t *shape, int32_t ndim,
+                              mstar_tensor *tensor, uint64_t *id)
+{
+    struct mock_loaner *m = user;
+    if (m->refuse != MSTAR_OK && (m->refuse_after == 0 || m->lent >= m->refuse_after))
+        return mstar_error_set(m->refuse, "mock loaner refuses");
+    int i = 0;
+    while (i < MOCK_LOANS && m->open[i] != NULL)
+        i++;
+    assert_true(i < MOCK_LOANS);
+    assert_mstar_ok(mstar_tensor_init(tensor, NULL, mstar_device_cpu(), dtype, ndim, shape));
+    if (m->too_small)
+        tensor->shape[0] = 0;
+    m->open[i] = malloc((size_t)mstar_tensor_nbytes(tensor) + 1);
+    tensor->data = m->open[i];
+    *id = (uint64_t)i + 1;
+    m->lent++;
+    return MSTAR_OK;
+}
+
+static void mock_release(void *user, uint64_t id)
+{
+    struct mock_loaner *m = user;
+    assert_true(id >= 1 && id <= MOCK_LOANS && m->open[id - 1] != NULL);
+    free(m->open[id - 1]);
+    m->open[id - 1] = NULL;
+    m->released++;
+}
+
+/* Each replay's output lands in its own loan, by one copy on the compute stream, and stays
+ * there while later replays (other inputs) overwrite the static buffer. */
+static void test_loaned_outputs_hold_each_replay(void **state)
+{
+    struct fx *f = fx_create_captured();
+    struct mock_loaner m = { 0 };
+    mstar_output_loaner loaner = { mock_loan, mock_release, &m };
+    const char *keys[] = { "y" };
+    mstar_output_loan loans[3];
+    float want[3][2];
+    const float *y = NULL;
+    mstar_slot_lease l;
+    for (int r = 0; r < 3; r++) {
+        float xs[2] = { (float)r + 1, 10.0f * (float)r };
+        y = replay_step(f, 2, xs, &l);
+        uint64_t before = f->s->enqueued;
+        assert_mstar_ok(mstar_graph_runner_loan_outputs(f->r, &l, keys, 1, &loaner, &loans[r]));
+        assert_int_equal(f->s->enqueued, before + 1); /* the one copy */
+        assert_mstar_ok(mstar_stream_synchronize(f->s));
+        assert_int_not_equal(loans[r].id, 0);
+        assert_int_equal(loans[r].tensor.dtype, MSTAR_DTYPE_FLOAT32);
+        assert_int_equal(loans[r].tensor.shape[0], 2);
+        memcpy(want[r], y, sizeof(want[r]));
+    }
+    for (int r = 0; r < 3; r++)
+        assert_memory_equal(loans[r].tensor.data, want[r], sizeof(want[r]));
+    assert_true(want[0][1] != want[2][1]);
+    for (int r = 0; r < 3; r++)
+        mock_release(&m, loans[r].id);
+    assert_int_equal(m.lent, 3);
+    fx_destroy(f);
+}
+
+/* A loaner with no memory leaves the output static (id 0); a failing one or a bad loan fails
+ * the call with nothing left open; bad keys are refused before any loan is taken. */
+static void test_loaned_outputs_refusals(void **state)
+{
+    struct fx *f = fx_create_captured();
+    struct mock_loaner m = { 0 };
+    mstar_output_loaner loaner = { mock_loan, mock_release, &m };
+    float xs[1] = { 1 };
+    mstar_slot_lease l;
+    replay_step(f, 1, xs, &l);
+    mstar_output_loan loan;
+    const char *y[] = { "y" }, *twice[] = { "y", "y" }, *bogus[] = { "bogus" };
+    m.refuse = MSTAR_ENOSPC;
+    assert_mstar_ok(mstar_graph_runner_loan_outputs(f->r, &l, y, 1, &loaner, &loan));
+    assert_int_equal(loan.id, 0);
+    assert_null(loan.tensor.data);
+    m.refuse = MSTAR_EIO;
+    assert_mstar_status(mstar_graph_runner_loan_outputs(f->r, &l, y, 1, &loaner, &loan), MSTAR_EIO);
+    assert_non_null(strstr(mstar_last_error(), "mock loaner refuses"));
+    m.refuse = MSTAR_OK;
+    m.too_small = true;
+    assert_mstar_status(mstar_graph_runner_loan_outputs(f->r, &l, y, 1, &loaner, &loan),
+                        MSTAR_EINVAL);
+    assert_non_null(strstr(mstar_last_error(), "output 'y'"));
+    assert_int_equal(m.lent, 1);
+    assert_int_equal(m.released, 1);
+    m.too_small = false;
+    mstar_output_loan two[2];
+    assert_mstar_status(mstar_graph_runner_loan_outputs(f->r, &l, twice, 2, &loaner, two),
+                        MSTAR_EINVAL);
+    assert_mstar_status(mstar_graph_runner_loan_outputs(f->r, &l, bogus, 1, &loaner, &loan),
+                        MSTAR_ENOENT);
+    mstar_slot_lease none = { 5, l.bucket };
+    assert_mstar_status(mstar_graph_runner_loan_outputs(f->r, &none, y, 1, &loaner, &loan),
+                        MSTAR_ENOENT);
+    mstar_output_loaner half = { mock_loan, NULL, &m };
+    assert_mstar_status(mstar_graph_runner_loan_outputs(f->r, &l, y, 1, &half, &loan),
+                        MSTAR_EINVAL);
+    assert_int_equal(m.lent, 1); /* none of the refusals took a loan */
+    fx_destroy(f);
+}
+
+/* The toy's forward plus a second output z = x (a copy the capture records). */
+static mstar_status forward_yz(void *self, mstar_step *step, const mstar_tensor_map *in,
+                               mstar_tensor_map *out)
+{
+    mstar_status st = forward(self, step, in, out);
+    mstar_step_ctx *ctx = mstar_step_context(step);
+    const mstar_tensor *x = mstar_tensor_map_get(in, "x");
+    mstar_tensor z;
+    if (st == MSTAR_OK)
+        st = mstar_tensor_alloc(ctx->stream, MSTAR_DTYPE_FLOAT32, 1, x->shape, &z);
+    if (st == MSTAR_OK)
+        st = mstar_memcpy_async(ctx->stream, z.data, mstar_tensor_ptr(x),
+                                (size_t)mstar_tensor_nbytes(x), MSTAR_MEMCPY_H2H);
+    return st != MSTAR_OK ? st : mstar_tensor_map_set_owned(out, "z", &z, ctx->stream);
+}
+
+/* Two outputs: each gets its own loan with its own bytes; a loaner that runs dry at the second
+ * leaves just that one static; one that fails there has the first given back. */
+static void test_loaned_outputs_two_keys(void **state)
+{
+    mstar_graph_config c;
+    base_config(&c);
+    c.forward = forward_yz;
+    struct fx *f = fx_create(&c, 1, -1);
+    fx_capture(f);
+    struct mock_loaner m = { 0 };
+    mstar_output_loaner loaner = { mock_loan, mock_release, &m };
+    const char *keys[] = { "z", "y" };
+    float xs[2] = { 3, 4 };
+    mstar_slot_lease l;
+    const float *y = replay_step(f, 2, xs, &l);
+    mstar_output_loan loans[2];
+    assert_mstar_ok(mstar_graph_runner_loan_outputs(f->r, &l, keys, 2, &loaner, loans));
+    assert_mstar_ok(mstar_stream_synchronize(f->s));
+    assert_memory_equal(loans[0].tensor.data, xs, sizeof(xs));
+    assert_memory_equal(loans[1].tensor.data, y, 2 * sizeof(float));
+    mock_release(&m, loans[0].id);
+    mock_release(&m, loans[1].id);
+    m.lent = m.released = 0;
+    m.refuse = MSTAR_ENOSPC;
+    m.refuse_after = 1;
+    assert_mstar_ok(mstar_graph_runner_loan_outputs(f->r, &l, keys, 2, &loaner, loans));
+    assert_int_not_equal(loans[0].id, 0);
+    assert_int_equal(loans[1].id, 0);
+    mock_release(&m, loans[0].id);
+    m.lent = m.released = 0;
+    m.refuse = MSTAR_EIO;
+    assert_mstar_status(mstar_graph_runner_loan_outputs(f->r, &l, keys, 2, &loaner, loans),
+                        MSTAR_EIO);
+    assert_int_equal(m.lent, 1);
+    assert_int_equal(m.released, 1); /* the first loan went back */
+    assert_int_equal(loans[0].id, 0);
+    for (int i = 0; i < MOCK_LOANS; i++)
+        assert_null(m.open[i]);
+    fx_destroy(f);
+}
+
+/* Store the output `y` of the last replay of `l` for `rid`: its loan when it has one, else the
+ * static view, copied. Held for one reader and staged. */
+static mstar_tensor_info store_y(struct fx *f, mstar_comm *p, const mstar_rid *rid,
+                                 const mstar_slot_lease *l, const mstar_output_loan *loan)
+{
+    mstar_output o = output_of(
+        "y", *mstar_tensor_map_get(
+                 mstar_graph_slot_static_outputs(mstar_graph_runner_slot_for(f->r, l)), "y"));
+    if (loan->id != 0) {
+        o.tensor = loan->tensor;
+        o.loan = loan->id;
+    }
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, &o, 1, NULL, &info));
+    assert_mstar_ok(mstar_comm_increment_ref(p, info.uuid, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(p, rid, &info, 1));
+    return info;
+}
+
+/* The consumer copies `info` out and finds `want` (2 floats); its ACK then frees the producer. */
+static void read_back(comm_pair *w, const mstar_rid *rid, const mstar_tensor_info *info,
+                      const float *want)
+{
+    mstar_edge e = edge_of("y", "n", info, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w->c, rid, &e, 1, NULL));
+    collect_ready(w->c, 1);
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(w->c, info->uuid, &got));
+    assert_memory_equal(mstar_tensor_ptr(&got), want, 2 * sizeof(float));
+    assert_mstar_ok(mstar_comm_dereference(w->c, info->uuid, 1));
+    assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
+    mstar_edge_clear(&e);
+}
+
+/* Over the arena, through the manager's loaner: the stored tensor is the loan (its descriptor's
+ * address), staging takes no second slot, and every replay's bytes reach the consumer. */
+static void test_loaned_outputs_into_the_arena(void **state)
+{
+    comm_pair *w = arena_pair_new("graph_loans", true);
+    struct fx *f = fx_create_captured();
+    mstar_output_loaner loaner = { mstar_comm_output_loan, mstar_comm_output_loan_release, w->p };
+    const char *keys[] = { "y" };
+    mstar_tensor_info infos[3];
+    float want[3][2];
+    for (int r = 0; r < 3; r++) {
+        float xs[2] = { (float)r + 1, 10.0f * (float)r };
+        mstar_slot_lease l;
+        const float *y = replay_step(f, 2, xs, &l);
+        mstar_output_loan loan;
+        uint64_t free_before = arena_stats_of(w->p).free_bytes;
+        assert_mstar_ok(mstar_graph_runner_loan_outputs(f->r, &l, keys, 1, &loaner, &loan));
+        assert_int_not_equal(loan.id, 0);
+        uint64_t free_loaned = arena_stats_of(w->p).free_bytes;
+        assert_true(free_loaned < free_before); /* the loan is a slot */
+        assert_mstar_ok(mstar_stream_synchronize(f->s));
+        memcpy(want[r], y, sizeof(want[r]));
+        mstar_rid rid = mstar_rid_from_int(r + 1);
+        infos[r] = store_y(f, w->p, &rid, &l, &loan);
+        assert_int_equal(infos[r].address, (uint64_t)(uintptr_t)loan.tensor.data);
+        assert_true(infos[r].shm_segment[0] != '\0');
+        /* Staged in place: published as the one slot, and nothing more reserved. */
+        assert_int_equal(arena_stats_of(w->p).live_slots, (uint64_t)r + 1);
+        assert_int_equal(arena_stats_of(w->p).free_bytes, free_loaned);
+        assert_mstar_status(mstar_comm_loan_release(w->p, loan.id), MSTAR_ESTATE); /* stored */
+    }
+    for (int r = 0; r < 3; r++) {
+        mstar_rid rid = mstar_rid_from_int(r + 1);
+        read_back(w, &rid, &infos[r], want[r]);
+    }
+    mstar_arena_stats s = arena_stats_of(w->p);
+    assert_int_equal(s.live_slots, 0);
+    assert_int_equal(s.free_bytes, s.total_bytes);
+    fx_destroy(f);
+    void *st = w;
+    arena_pair_teardown(&st);
+}
+
+/* A full arena lends nothing: the output stays static and is stored by copy, as without a loan;
+ * the bytes still arrive. */
+static void test_loaned_outputs_full_arena(void **state)
+{
+    comm_pair *w = arena_pair_new("graph_loans_full", false);
+    setenv("MSTAR_SHM_ARENA_MAX_SEGMENTS", "1", 1);
+    comm_pair_make(w, MSTAR_TRANSPORT_ARENA);
+    uint64_t fill[64];
+    int nfill = 0;
+    int64_t quarter = 64 * 1024; /* floats: 256 KiB */
+    mstar_tensor t;
+    while (nfill < 64 && mstar_comm_output_loan(w->p, MSTAR_DTYPE_FLOAT32, &quarter, 1, &t,
+                                                &fill[nfill]) == MSTAR_OK)
+        nfill++;
+    assert_int_equal(mstar_last_status(), MSTAR_ENOSPC);
+    assert_true(nfill >= 1 && nfill < 64);
+    struct fx *f = fx_create_captured();
+    mstar_output_loaner loaner = { mstar_comm_output_loan, mstar_comm_output_loan_release, w->p };
+    const char *keys[] = { "y" };
+    float xs[2] = { 3, 4 }, want[2];
+    mstar_slot_lease l;
+    const float *y = replay_step(f, 2, xs, &l);
+    mstar_output_loan loan;
+    assert_mstar_ok(mstar_graph_runner_loan_outputs(f->r, &l, keys, 1, &loaner, &loan));
+    assert_int_equal(loan.id, 0);
+    memcpy(want, y, sizeof(want));
+    for (int i = 0; i < nfill; i++)
+        mstar_comm_output_loan_release(w->p, fill[i]);
+    mstar_rid rid = mstar_rid_from_int(9);
+    mstar_tensor_info info = store_y(f, w->p, &rid, &l, &loan);
+    assert_int_not_equal(info.address, (uint64_t)(uintptr_t)y); /* the store's own copy */
+    read_back(w, &rid, &info, want);
+    assert_int_equal(arena_stats_of(w->p).live_slots, 0);
+    fx_destroy(f);
+    void *st = w;
+    arena_pair_teardown(&st);
+}
+
 /* Planned subsets: buckets left out of the plan are dropped and fall through to larger ones. */
 static void test_planned_subset(void **state)
 {
@@ -1091,6 +1383,11 @@ int main(void)
         cmocka_unit_test(test_token_multiplier),
         cmocka_unit_test(test_claims_then_one_build),
         cmocka_unit_test(test_planned_subset),
+        cmocka_unit_test(test_loaned_outputs_hold_each_replay),
+        cmocka_unit_test(test_loaned_outputs_refusals),
+        cmocka_unit_test(test_loaned_outputs_two_keys),
+        cmocka_unit_test(test_loaned_outputs_into_the_arena),
+        cmocka_unit_test(test_loaned_outputs_full_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
