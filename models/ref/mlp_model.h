@@ -3,7 +3,7 @@
  * residual add over rows of D, bf16 on CUDA (fp32 on the host backend), the same work any
  * framework's CUDA-graph runner can be put beside (`mstar bench graphs --model mlp`).
  *
- * On CUDA a layer is one launch for up to 64 rows (the norm its prologue, silu and the residual
+ * On CUDA a layer is one launch for up to 8 rows (the norm its prologue, silu and the residual
  * its epilogue: ref_ops.h, ref_linear), so a forward is L launches; for more rows, or with
  * MSTAR_REF_SKINNY_GEMM=0, three (norm, cuBLAS GEMM, silu residual).
  */

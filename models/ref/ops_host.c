@@ -249,7 +249,7 @@ static mstar_status host_linear(ref_ops_ctx *ctx, mstar_stream *s, const ref_lin
     return ref_linear_unfused(&ref_ops_host, ctx, s, l);
 }
 
-static mstar_status host_ctx_create(mstar_backend *backend, ref_ops_ctx **out)
+static mstar_status host_ctx_create(mstar_backend *backend, int64_t linear_rows, ref_ops_ctx **out)
 {
     *out = NULL; /* the host kernels keep no state */
     return MSTAR_OK;

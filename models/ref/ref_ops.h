@@ -7,8 +7,8 @@
  *     now and a capture records the call for every replay;
  *   - CUDA backend: a bf16 kernel (cuda/kernels_cuda.h) launched on the stream's native handle,
  *     or a cuBLAS GEMM (cuda/ctx_cuda.h), so a stream capture records it as kernel nodes. A
- *     linear layer of a decode step's rows is one kernel, its norm and epilogue fused in;
- *     MSTAR_REF_SKINNY_GEMM sets the row limit (0: cuBLAS and separate kernels always).
+ *     linear layer of few rows can be one kernel, its norm and epilogue fused in; the model
+ *     sets the row limit and MSTAR_REF_SKINNY_GEMM overrides it (0: cuBLAS always).
  * Activations and weights are `act_dtype` (float32 on the host, bfloat16 on CUDA); logits are
  * always float32 and token ids, positions and plan arrays int32. Sizes and meanings are those of
  * kernels_host.h.
@@ -81,7 +81,9 @@ mstar_status ref_linear_check(const ref_linear *l);
 struct ref_ops {
     const char *name;
     mstar_dtype act_dtype;
-    mstar_status (*ctx_create)(mstar_backend *backend, ref_ops_ctx **out);
+    /* `linear_rows`: the model's default for the most rows a linear layer runs as one kernel
+     * (CUDA; MSTAR_REF_SKINNY_GEMM overrides it; 0: never). */
+    mstar_status (*ctx_create)(mstar_backend *backend, int64_t linear_rows, ref_ops_ctx **out);
     void (*ctx_destroy)(ref_ops_ctx *ctx); /* NULL is ignored */
     mstar_status (*embed)(mstar_stream *s, const void *table, int64_t dim, const int32_t *tokens,
                           int64_t n, void *out);

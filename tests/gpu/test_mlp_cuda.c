@@ -154,11 +154,16 @@ static void test_mlp_matches_reference(void **state)
 {
     (void)state;
     mstar_backend *b = mstar_test_cuda_or_skip(0);
+    /* The kernel up to 64 rows (the model's default stops at 8, cuBLAS beyond). */
+    assert_int_equal(setenv("MSTAR_REF_SKINNY_GEMM", "64", 1), 0);
     check_model(b, ref_mlp_config_default(), true);
     ref_mlp_config odd = ref_mlp_config_default();
     odd.layers = 2;
     odd.hidden = 100;
     check_model(b, odd, true);
+    unsetenv("MSTAR_REF_SKINNY_GEMM");
+    /* The default: the kernel's rows and cuBLAS's both held to the reference. */
+    check_model(b, ref_mlp_config_default(), false);
     mstar_backend_destroy(b);
 }
 

@@ -36,7 +36,7 @@ mstar_status demo_codebook_create(mstar_backend *backend, const ref_model_config
     }
     ref_weight_layout_free(&layout);
     if (st == MSTAR_OK)
-        st = c->ops->ctx_create(backend, &c->ctx);
+        st = c->ops->ctx_create(backend, 0, &c->ctx);
     if (st != MSTAR_OK) {
         demo_codebook_destroy(c);
         return mstar_error_wrap("codebook");

@@ -286,7 +286,7 @@ mstar_status demo_encoder_create(mstar_backend *backend, const demo_config *cfg,
     if (st == MSTAR_OK)
         st = load_weights(e);
     if (st == MSTAR_OK)
-        st = e->ops->ctx_create(backend, &e->ctx);
+        st = e->ops->ctx_create(backend, 0, &e->ctx);
     if (st == MSTAR_OK)
         st = mstar_stream_create(backend, MSTAR_STREAM_NON_BLOCKING, &e->stream);
     if (st == MSTAR_OK)

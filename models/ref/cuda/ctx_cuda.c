@@ -21,10 +21,6 @@
 /* cuBLAS's advice for Hopper: 32 MiB of workspace lets it pick its fastest kernels. */
 #define WORKSPACE_BYTES ((size_t)32 << 20)
 
-/* The most rows a linear layer runs as one kernel by default (linear_cuda.cu): a decode
- * step's batch; more rows (a prefill) go to cuBLAS. */
-#define LINEAR_ROWS_DEFAULT 64
-
 struct ref_ops_ctx {
     mstar_backend *backend;
     int64_t linear_rows; /* the one-kernel linear layer's row limit; 0: always cuBLAS */
@@ -38,13 +34,13 @@ static mstar_status blas_error(cublasStatus_t s, const char *what)
                            cublasGetStatusString(s));
 }
 
-/* MSTAR_REF_SKINNY_GEMM: unset, the default row limit; 0, every linear layer on cuBLAS (the
- * switch that turns the one-kernel path off); N in [1, REF_CUDA_LINEAR_MAX_ROWS], layers of up
- * to N rows as one kernel. */
-static mstar_status linear_rows_from_env(int64_t *out)
+/* MSTAR_REF_SKINNY_GEMM: unset, the model's default row limit; 0, every linear layer on cuBLAS
+ * (the switch that turns the one-kernel path off); N in [1, REF_CUDA_LINEAR_MAX_ROWS], layers of
+ * up to N rows as one kernel. */
+static mstar_status linear_rows_from_env(int64_t def, int64_t *out)
 {
     const char *v = getenv("MSTAR_REF_SKINNY_GEMM");
-    *out = LINEAR_ROWS_DEFAULT;
+    *out = def;
     if (v == NULL || *v == '\0')
         return MSTAR_OK;
     char *end;
@@ -64,10 +60,10 @@ int64_t ref_cuda_ctx_linear_rows(const ref_ops_ctx *c)
     return c->linear_rows;
 }
 
-mstar_status ref_cuda_ctx_create(mstar_backend *backend, ref_ops_ctx **out)
+mstar_status ref_cuda_ctx_create(mstar_backend *backend, int64_t def_rows, ref_ops_ctx **out)
 {
     int64_t linear_rows;
-    if (linear_rows_from_env(&linear_rows) != MSTAR_OK)
+    if (linear_rows_from_env(def_rows, &linear_rows) != MSTAR_OK)
         return MSTAR_EINVAL;
     ref_ops_ctx *c = calloc(1, sizeof(*c));
     if (c == NULL)

@@ -7,7 +7,7 @@
 
 #include "ref_ops.h"
 
-mstar_status ref_cuda_ctx_create(mstar_backend *backend, ref_ops_ctx **out);
+mstar_status ref_cuda_ctx_create(mstar_backend *backend, int64_t linear_rows, ref_ops_ctx **out);
 void ref_cuda_ctx_destroy(ref_ops_ctx *ctx);
 /* out = x · w^T (bf16 or, with out_f32, float32 out), or out += x · w^T with `accumulate`. */
 mstar_status ref_cuda_ctx_matmul_nt(ref_ops_ctx *ctx, mstar_stream *s, const void *x, const void *w,
