@@ -1,15 +1,18 @@
 /*
  * test_pinned_pool.c — the pool of pinned host buffers the staged routes take their host
  * memory from (src/device/pinned_pool.c): size classes, reuse, the cap, buffers returned on
- * another thread, everything freed at destroy.
+ * another thread, everything freed at destroy; and the files route staging device tensors
+ * through it (the host backend standing in for a device), on its error path too.
  */
-#include "mstar_test.h"
+#include "comm_harness.h"
 
 #include "device/pinned_pool.h"
+#include "tensors/comm_internal.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
-#include <string.h>
+#include <unistd.h>
 
 #define KiB ((uint64_t)1 << 10)
 
@@ -188,6 +191,89 @@ static void test_other_thread(void **state)
     mstar_backend_destroy(b);
 }
 
+/* ---- the files route ------------------------------------------------------------------------ */
+
+static mstar__pinned_pool_stats comm_pool(mstar_comm *c)
+{
+    return stats_of(c->env.pinned);
+}
+
+/* Store and stage one uint8 vector of `n` bytes on `p`; the register's status is returned. */
+static mstar_status stage_vector(mstar_comm *p, const mstar_rid *rid, int64_t n, uint32_t seed,
+                                 bool plant, mstar_tensor_info *info)
+{
+    mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, n, seed);
+    mstar_output o = output_of("x", t);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, &o, 1, NULL, info));
+    free(t.data);
+    assert_mstar_ok(mstar_comm_increment_ref(p, info->uuid, 1));
+    if (plant) { /* a file already where this tensor's goes: its write fails */
+        char name[MSTAR__SHM_NAME_BUF];
+        assert_mstar_ok(mstar__shm_file_name(&p->dir, p->entity, info->uuid, name));
+        int fd = openat(p->dir.fd, name, O_WRONLY | O_CREAT | O_EXCL, 0600);
+        assert_true(fd >= 0);
+        close(fd);
+    }
+    return mstar_comm_register_for_send(p, rid, info, 1);
+}
+
+static void read_and_check(mstar_comm *c, const mstar_rid *rid, const mstar_tensor_info *info,
+                           int64_t n, uint32_t seed)
+{
+    mstar_edge e = edge_of("x", "n", info, 1);
+    assert_mstar_ok(mstar_comm_start_read_tensors(c, rid, &e, 1, NULL));
+    collect_ready(c, 1);
+    mstar_edge_clear(&e);
+    mstar_tensor want = make_vector(MSTAR_DTYPE_UINT8, n, seed);
+    check_bytes(c, info->uuid, &want);
+    free(want.data);
+    assert_mstar_ok(mstar_comm_dereference(c, info->uuid, 1));
+}
+
+/* A device tensor over files is written from a pooled buffer and read through one: the second
+ * tensor of the same size allocates nothing on either side, and a write that fails gives its
+ * buffer back. */
+static void test_files_route(void **state)
+{
+    (void)state;
+    comm_pair w;
+    comm_pair_init(&w, "pinned-files");
+    mstar_backend *bp, *bc;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &bp));
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &bc));
+    w.p = make_comm_with("worker_0", MSTAR_TRANSPORT_FILES, w.dir, &w.sp, bp);
+    w.c = make_comm_with("worker_1", MSTAR_TRANSPORT_FILES, w.dir, &w.sc, bc);
+    mstar_rid rid = mstar_rid_from_int(3);
+    mstar_tensor_info info;
+    int64_t n = 100 * 1000;
+    for (uint32_t round = 0; round < 3; round++) {
+        assert_mstar_ok(stage_vector(w.p, &rid, n, round, false, &info));
+        read_and_check(w.c, &rid, &info, n, round);
+        assert_int_equal(bus_deliver(&w.b, "worker_0", w.p), 1);
+        mstar__pinned_pool_stats sp = comm_pool(w.p), sc = comm_pool(w.c);
+        assert_int_equal(sp.allocations, 1);
+        assert_int_equal(sp.reuses, round);
+        assert_int_equal(sc.allocations, 1);
+        assert_int_equal(sc.reuses, round);
+        assert_int_equal(sp.bytes_out + sc.bytes_out, 0);
+        assert_int_equal(sp.bytes_cached, 128 * KiB);
+    }
+    assert_int_equal(mstar_comm_num_tensors(w.p), 0);
+    mstar_status st = stage_vector(w.p, &rid, n, 9, true, &info);
+    assert_mstar_status(st, MSTAR_EEXIST);
+    mstar__pinned_pool_stats sp = comm_pool(w.p);
+    assert_int_equal(sp.allocations, 1);
+    assert_int_equal(sp.reuses, 3);
+    assert_int_equal(sp.bytes_out, 0);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w.p, &rid));
+    char name[MSTAR__SHM_NAME_BUF];
+    assert_mstar_ok(mstar__shm_file_name(&w.p->dir, "worker_0", info.uuid, name));
+    unlinkat(w.p->dir.fd, name, 0);
+    comm_pair_fini(&w);
+    mstar_backend_destroy(bc);
+    mstar_backend_destroy(bp);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -197,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_env_knob),
         cmocka_unit_test(test_foreign_and_leftover),
         cmocka_unit_test(test_other_thread),
+        cmocka_unit_test(test_files_route),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
