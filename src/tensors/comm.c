@@ -142,6 +142,11 @@ static mstar_status open_streams(mstar_comm *comm)
     mstar_status st = mstar_stream_create(comm->env.backend, MSTAR_STREAM_DEFAULT, &comm->d2h);
     if (st == MSTAR_OK)
         st = mstar_stream_create(comm->env.backend, MSTAR_STREAM_NON_BLOCKING, &comm->h2d);
+    /* Device tensors go through host memory on the staged routes (files, UCX, arena spills):
+     * pinned buffers kept for reuse, since pinning memory per tensor costs more than a small
+     * copy. */
+    if (st == MSTAR_OK)
+        st = mstar__pinned_pool_create_from_env(comm->env.backend, &comm->env.pinned);
     return st;
 }
 
@@ -312,6 +317,7 @@ void mstar_comm_destroy(mstar_comm *comm)
     mstar_stream_destroy(comm->d2h);
     if (comm->engine != NULL)
         comm->engine->ops->destroy(comm->engine);
+    mstar__pinned_pool_destroy(comm->env.pinned); /* after the engine's reader returned its own */
     if (comm->has_dir)
         mstar__shm_dir_close(&comm->dir);
     if (comm->event_fd >= 0)

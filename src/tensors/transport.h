@@ -12,6 +12,7 @@
 #ifndef MSTAR_TENSORS_TRANSPORT_H
 #define MSTAR_TENSORS_TRANSPORT_H
 
+#include "device/pinned_pool.h"
 #include "mstar/tensors.h"
 #include "tensors/buf.h"
 #include "tensors/engine.h"
@@ -23,11 +24,12 @@ typedef struct mstar__transport mstar__transport;
 typedef struct mstar__transport_env {
     const char *entity;
     mstar__transfer_engine *engine;
-    const mstar__shm_dir *dir; /* NULL for the local transport */
-    mstar_backend *backend;    /* NULL: host tensors only */
-    mstar_stream *d2h;         /* staging copies (NULL without a backend) */
-    mstar_stream *h2d;         /* read copies (NULL without a backend) */
-    int wake_fd;               /* for completion handles */
+    const mstar__shm_dir *dir;  /* NULL for the local transport */
+    mstar_backend *backend;     /* NULL: host tensors only */
+    mstar_stream *d2h;          /* staging copies (NULL without a backend) */
+    mstar_stream *h2d;          /* read copies (NULL without a backend) */
+    mstar__pinned_pool *pinned; /* host buffers of staged copies (NULL without a backend) */
+    int wake_fd;                /* for completion handles */
 } mstar__transport_env;
 
 /* One stored tensor to stage (register_for_send). */

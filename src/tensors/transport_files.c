@@ -4,7 +4,9 @@
  * is registered for send and unlinks the file when the uuid is collected; a consumer reads
  * [offset, offset + nbytes) of it, checked against the file's size. A descriptor that names an
  * arena segment cannot be read here: the deployment mixes transports, which is a configuration
- * error reported as such.
+ * error reported as such. A device tensor passes through a pinned host buffer of the manager's
+ * pool (device/pinned_pool.h) on both sides: pinned, so its copies run at the device's speed;
+ * pooled, so a tensor does not pay for pinning memory.
  */
 #include "tensors/transport.h"
 
@@ -18,26 +20,20 @@ mstar_status mstar__files_write_one(const mstar__transport_env *env, mstar__stag
 {
     uint64_t n = mstar_tensor_nbytes(&item->tensor);
     uint64_t t0 = mstar__now_ns();
-    const void *bytes = NULL;
-    void *tmp = NULL;
+    const void *bytes = mstar_tensor_ptr(&item->tensor);
+    void *staged = NULL; /* a pooled pinned buffer holding a device tensor's bytes */
+    mstar_status st = MSTAR_OK;
     if (item->host != NULL) {
         bytes = mstar_tensor_ptr(item->host);
     } else if (mstar__transport_on_device(env, &item->tensor) && n > 0) {
-        tmp = malloc((size_t)n);
-        if (tmp == NULL)
-            return mstar_error_set(MSTAR_ENOMEM, "host staging buffer of %llu bytes",
-                                   (unsigned long long)n);
-        mstar_status st = mstar__transport_copy_to_host(env, &item->tensor, tmp);
-        if (st != MSTAR_OK) {
-            free(tmp);
-            return st;
-        }
-        bytes = tmp;
-    } else {
-        bytes = mstar_tensor_ptr(&item->tensor);
+        st = mstar__pinned_pool_get(env->pinned, n, &staged);
+        if (st == MSTAR_OK)
+            st = mstar__transport_copy_to_host(env, &item->tensor, staged);
+        bytes = staged;
     }
-    mstar_status st = mstar__shm_file_write(env->dir, env->entity, item->uuid, bytes, n);
-    free(tmp);
+    if (st == MSTAR_OK)
+        st = mstar__shm_file_write(env->dir, env->entity, item->uuid, bytes, n);
+    mstar__pinned_pool_put(env->pinned, staged);
     item->tx_bytes = n;
     item->tx_time_s = (double)(mstar__now_ns() - t0) * 1e-9;
     return st;
@@ -53,18 +49,16 @@ static mstar_status read_into_buf(const mstar__transport_env *env, const mstar_t
         return st;
     if (env->backend == NULL) {
         st = mstar__shm_file_pread(fd, info->offset, info->nbytes, buf->data);
-    } else {
-        /* Through host memory into the backend's: read, then a synchronised copy (the
-         * temporary must outlive it). */
-        void *tmp = info->nbytes > 0 ? malloc((size_t)info->nbytes) : NULL;
-        if (info->nbytes > 0 && tmp == NULL)
-            st = mstar_error_set(MSTAR_ENOMEM, "host read buffer of %llu bytes",
-                                 (unsigned long long)info->nbytes);
+    } else if (info->nbytes > 0) {
+        /* Through a pooled pinned buffer into the backend's memory: read, then a synchronised
+         * copy (the buffer goes back to the pool only once the copy has read it). */
+        void *staged = NULL;
+        st = mstar__pinned_pool_get(env->pinned, info->nbytes, &staged);
         if (st == MSTAR_OK)
-            st = mstar__shm_file_pread(fd, info->offset, info->nbytes, tmp);
+            st = mstar__shm_file_pread(fd, info->offset, info->nbytes, staged);
         if (st == MSTAR_OK)
-            st = mstar__transport_copy_from_host(env, buf, tmp, info->nbytes, false);
-        free(tmp);
+            st = mstar__transport_copy_from_host(env, buf, staged, info->nbytes, false);
+        mstar__pinned_pool_put(env->pinned, staged);
     }
     if (st != MSTAR_OK) {
         mstar__buf_release(buf);

@@ -3,8 +3,9 @@
  * report's files (report.md with every section and its plots, report.json valid with every number
  * finite, each SVG well-formed), the transport suite's scratch directories removed; a suite
  * that fails (graphs on a CUDA build without a GPU) reported while the others still run; the UCX
- * transport's run with its TCP stream baseline; and bad options answered with a usage error before
- * anything runs. No figure is judged: speed is what the report states, never what a test
+ * transport's run with its TCP stream baseline; device tensors over UCX and files beside host
+ * tensors (the host backend standing in for a GPU); and bad options answered with a usage error
+ * before anything runs. No figure is judged: speed is what the report states, never what a test
  * asserts.
  */
 #include "demo_harness.h"
@@ -228,32 +229,80 @@ static void expect_refused(int code, const char *needle, const char *const *args
     demo_result_free(&r);
 }
 
+/* `mstar bench ARGS...` that must exit 0 (the caller frees the result). */
+static demo_result bench_ok(const char *const *args)
+{
+    demo_result r = mstar_cli_run_sig(300, 0, 0, "bench", args);
+    if (demo_exit_code(&r) != 0)
+        fail_msg("exited %d\nstdout:\n%s\nstderr:\n%s", demo_exit_code(&r), r.out, r.err);
+    return r;
+}
+
+/* bench_ok of a run with --json whose output must be valid JSON. */
+static demo_result bench_json_ok(const char *const *args)
+{
+    demo_result r = bench_ok(args);
+    char why[256];
+    if (!mstar_test_json_check(r.out, NULL, why, sizeof(why)))
+        fail_msg("%s\n%s", why, r.out);
+    return r;
+}
+
+/* How many times `needle` occurs in `text`. */
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
 /* `mstar bench transport --transport ucx-tcp`: every size of the quick run carries its TCP
  * stream baseline and the ratio, and the text form states the target. */
 static void test_transport_ucx(void **state)
 {
     (void)state;
     const char *json_args[] = { "transport", "--transport", "ucx-tcp", "--quick", "--json", NULL };
-    demo_result r = mstar_cli_run_sig(300, 0, 0, "bench", json_args);
-    if (demo_exit_code(&r) != 0)
-        fail_msg("exited %d\nstdout:\n%s\nstderr:\n%s", demo_exit_code(&r), r.out, r.err);
-    char why[256];
-    size_t numbers = 0;
-    if (!mstar_test_json_check(r.out, &numbers, why, sizeof(why)))
-        fail_msg("%s\n%s", why, r.out);
+    demo_result r = bench_json_ok(json_args);
     assert_non_null(strstr(r.out, "\"transport\":\"ucx-tcp\""));
-    int tcp = 0, ratios = 0;
-    for (const char *p = r.out; (p = strstr(p, "\"tcp_stream_gbps\":")) != NULL; p++)
-        tcp++;
-    for (const char *p = r.out; (p = strstr(p, "\"vs_tcp\":")) != NULL; p++)
-        ratios++;
-    assert_int_equal(tcp, 5); /* 4 KiB .. 16 MiB */
-    assert_int_equal(ratios, 5);
+    assert_int_equal(count_of(r.out, "\"tcp_stream_gbps\":"), 5); /* 4 KiB .. 16 MiB */
+    assert_int_equal(count_of(r.out, "\"vs_tcp\":"), 5);
     demo_result_free(&r);
     const char *text_args[] = { "transport", "--transport", "ucx-tcp", "--quick", NULL };
-    r = mstar_cli_run_sig(300, 0, 0, "bench", text_args);
-    assert_int_equal(demo_exit_code(&r), 0);
+    r = bench_ok(text_args);
     assert_non_null(strstr(r.out, "UCX TCP transport throughput at >= 1 MiB / raw TCP stream"));
+    demo_result_free(&r);
+}
+
+/* `mstar bench transport --transport ucx-tcp --device host`: the device run beside host tensors
+ * (the host backend standing in for the GPU, so the staged path runs without one), both runs of
+ * every size in the JSON with the device/host ratios, and the text form states the two targets;
+ * files prints the same table without targets (none was set). */
+static void test_transport_device_pair(void **state)
+{
+    (void)state;
+    const char *json_args[] = { "transport", "--transport", "ucx-tcp", "--device",
+                                "host",      "--quick",     "--json",  NULL };
+    demo_result r = bench_json_ok(json_args);
+    assert_non_null(strstr(r.out, "\"transport\":\"ucx-tcp\""));
+    assert_non_null(strstr(r.out, "\"tensors\":\"device\""));
+    assert_non_null(strstr(r.out, "\"tensors\":\"host\""));
+    assert_int_equal(count_of(r.out, "\"rt_p50_us\":"), 10); /* 4 KiB .. 16 MiB, both runs */
+    assert_int_equal(count_of(r.out, "\"gbps_vs_host\":"), 5);
+    demo_result_free(&r);
+    const char *text_args[] = { "transport", "--transport", "ucx-tcp", "--device",
+                                "host",      "--quick",     NULL };
+    r = bench_ok(text_args);
+    assert_non_null(strstr(r.out, "UCX TCP 4 KiB round trip p50, device / host tensors <= 2x"));
+    assert_non_null(strstr(r.out, "UCX TCP throughput at >= 1 MiB, device / host tensors"));
+    assert_int_equal(expect_scratch_removed(r.err), 1);
+    demo_result_free(&r);
+    const char *files_args[] = { "transport", "--transport", "files", "--device",
+                                 "host",      "--quick",     NULL };
+    r = bench_ok(files_args);
+    assert_non_null(strstr(r.out, "transport files, device tensors on the host backend"));
+    assert_non_null(strstr(r.out, "16 MiB"));
+    assert_null(strstr(r.out, "met "));
     demo_result_free(&r);
 }
 
@@ -286,6 +335,10 @@ static void test_bad_options(void **state)
     expect_refused(2, "usage: mstar bench wire", wire);
     const char *local_kind[] = { "transport", "--transport", "local", NULL };
     expect_refused(2, "--transport files|arena|ucx-tcp", local_kind);
+    const char *standin_arena[] = { "transport", "--device", "host", NULL };
+    expect_refused(2, "--device host needs --transport files|ucx-tcp", standin_arena);
+    const char *bad_device[] = { "transport", "--device", "gpu", NULL };
+    expect_refused(2, "--device cpu|cuda|host", bad_device);
 
     const char *help[] = { "all", "--help", NULL };
     demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", help);
@@ -297,9 +350,8 @@ static void test_bad_options(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bad_options),
-        cmocka_unit_test(test_transport_ucx),
-        cmocka_unit_test(test_quick_report),
+        cmocka_unit_test(test_bad_options),           cmocka_unit_test(test_transport_ucx),
+        cmocka_unit_test(test_transport_device_pair), cmocka_unit_test(test_quick_report),
         cmocka_unit_test(test_device_cuda),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -358,7 +358,8 @@ static void test_get_protocol_and_clones(void **state)
 /* With a backend, tensors in its memory are staged through a pinned host copy (registered in
  * their place: the descriptor's address is the copy's) and reads into its memory land in a
  * pinned buffer first, copied up by the reader's thread before the handle completes. The host
- * backend runs the same path as CUDA; every pinned byte is given back, on a failed read too. */
+ * backend runs the same path as CUDA; every pinned byte is given back, on a failed read too,
+ * and the buffers are the managers' pooled ones, reused by the next handoff. */
 static void test_staged_through_pinned_memory(void **state)
 {
     (void)state;
@@ -405,6 +406,34 @@ static void test_staged_through_pinned_memory(void **state)
     assert_int_equal(mstar__transport_ucx_pinned_bytes(w.p->transport), 0);
     mstar_edge_clear(&e);
 
+    /* The same handoff again: the staged copies and the read's buffer come from the managers'
+     * pinned pools, so nothing new is allocated on either side. */
+    mstar__pinned_pool_stats sp, sc;
+    mstar__pinned_pool_stats_get(w.p->env.pinned, &sp);
+    mstar__pinned_pool_stats_get(w.c->env.pinned, &sc);
+    assert_int_equal(sp.allocations, 2);
+    assert_int_equal(sc.allocations, 1);
+    mstar_rid again = mstar_rid_from_int(9);
+    produce(w.p, &again, ts, 3, 1, infos);
+    e = edge_of("sig", "node", infos, 3);
+    assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &again, &e, 1, &done));
+    wait_list(&done, MSTAR_OK);
+    expect_ready(w.c, &set, 1);
+    for (int i = 0; i < 3; i++) {
+        check_bytes(w.c, infos[i].uuid, &ts[i]);
+        assert_mstar_ok(mstar_comm_dereference(w.c, infos[i].uuid, 1));
+    }
+    mstar_ready_set_clear(&set);
+    assert_int_equal(bus_deliver(&w.b, "worker_0", w.p), 1);
+    mstar__pinned_pool_stats_get(w.p->env.pinned, &sp);
+    mstar__pinned_pool_stats_get(w.c->env.pinned, &sc);
+    assert_int_equal(sp.allocations, 2);
+    assert_int_equal(sp.reuses, 2);
+    assert_int_equal(sc.allocations, 1);
+    assert_int_equal(sc.reuses, 1);
+    assert_int_equal(sp.bytes_out + sc.bytes_out, 0);
+    mstar_edge_clear(&e);
+
     /* A read that fails (a socket that never answers, then goes): the pinned buffer goes too. */
     char hole[MSTAR_NAME_MAX + 1];
     int fd = ucx_test_blackhole(hole);
@@ -417,12 +446,18 @@ static void test_staged_through_pinned_memory(void **state)
     close(fd);
     wait_list(&done, MSTAR_EREMOTE);
     assert_int_equal(mstar__transport_ucx_pinned_bytes(w.c->transport), 0);
+    mstar__pinned_pool_stats_get(w.c->env.pinned, &sc);
+    assert_int_equal(sc.bytes_out, 0); /* back in the pool, from the reader's thread */
+    assert_int_equal(sc.allocations, 1);
     assert_mstar_ok(mstar_comm_get_ready_tensors(w.c, &set));
     assert_int_equal(set.nfailed, 1);
     mstar_ready_set_clear(&set);
     assert_int_equal(mstar_comm_num_tensors(w.c), 0);
     assert_mstar_ok(mstar_comm_force_cleanup_request(w.p, &rid2));
     assert_int_equal(mstar__transport_ucx_pinned_bytes(w.p->transport), 0);
+    mstar__pinned_pool_stats_get(w.p->env.pinned, &sp);
+    assert_int_equal(sp.bytes_out, 0); /* the aborted tensor's copy is back in the pool */
+    assert_int_equal(sp.allocations, 2);
     mstar_edge_clear(&e);
     mstar_comm_destroy(w.c);
     mstar_comm_destroy(w.p);

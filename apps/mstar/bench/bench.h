@@ -137,6 +137,11 @@ typedef struct mstar_bench_transport_result {
     double d2d_gbps[MSTAR_BENCH_TRANSPORT_SIZES];    /* device-to-device copy */
     double staged_gbps[MSTAR_BENCH_TRANSPORT_SIZES]; /* pinned D2H then H2D */
     double host_rt_p50_us, host_rt_p99_us; /* the arena's 4 KiB round trip of host tensors */
+    /* --device cuda with --transport files or a UCX kind: kinds are that transport twice, rows[0]
+     * device tensors and rows[1] host tensors, in one run (no baselines, no CUDA IPC route);
+     * `standin`: the host backend stood in for cuda:0 (--device host, tests). */
+    bool host_pair;
+    bool standin;
 } mstar_bench_transport_result;
 
 /* kinds: files and/or the arena, or a UCX kind alone (measured with its TCP stream baseline). */
@@ -146,13 +151,19 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
 /* Device tensors on cuda:0 between two processes: the arena over the CUDA IPC route and staged,
  * and the in-process baselines. MSTAR_ENOTSUP without CUDA. */
 mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_result *out);
+/* Device tensors (on cuda:0, or the host backend standing in when `standin`) over `kind` (files
+ * or a UCX kind) beside host tensors over it, two processes each, 4 KiB to 64 MiB (--quick: to
+ * 16 MiB). Printed and written as JSON by the cuda functions. */
+mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bool standin,
+                                                   bool quick, mstar_bench_transport_result *out);
 void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE *out);
 /* With the arena measured: its throughput at >= 1 MiB >= 0.45x memcpy, its 4 KiB round trip
  * <= 3x the ZeroMQ ping-pong, and with loans and views its throughput at >= 1 MiB >= 3x memcpy.
  * With UCX: its throughput at >= 1 MiB >= 0.6x the TCP stream.
  * Device runs: the CUDA IPC route at >= 16 MiB >= 0.8x the device-to-device copy, the staged
  * route at >= 16 MiB >= 0.8x pinned D2H + H2D, and the 4 KiB round trip over CUDA IPC <= 1.5x
- * the host arena's. */
+ * the host arena's. Device runs over UCX beside host tensors: the 4 KiB round trip <= 2x the
+ * host tensors', and the throughput at >= 1 MiB >= 0.8x theirs. */
 size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r,
                                      mstar_bench_target *out);
 

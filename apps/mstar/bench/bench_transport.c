@@ -1,11 +1,15 @@
 /*
  * bench_transport.c — `mstar bench transport [--transport files|arena|ucx-tcp|ucx-rdma]
- * [--device cpu|cuda] [--json] [--quick]`.
+ * [--device cpu|cuda|host] [--json] [--quick]`.
  *
  * With --device cuda (bench_transport's second half): the arena carries device tensors of 4 KiB
  * to 256 MiB on cuda:0, once over the CUDA IPC route and once staged, each run in a child of its
  * own, against a device-to-device copy and pinned D2H + H2D in one process, and the arena's 4 KiB
- * round trip of host tensors; the verdict table holds each route to its baseline.
+ * round trip of host tensors; the verdict table holds each route to its baseline. With
+ * --transport files or a UCX kind, device tensors over that transport beside host tensors over
+ * it instead (over UCX the device tensors must stay within 2x the host tensors' 4 KiB round trip
+ * and 0.8x their throughput); --device host runs that with the host backend standing in for
+ * the GPU.
  *
  * A producer (this process, worker_0) and a consumer (a forked process, worker_1) on one host,
  * talking over the control mesh (ipc), for tensors of 4 KiB to 64 MiB:
@@ -292,6 +296,7 @@ typedef struct setup {
     const char *ipc_dir;
     const char *shm_dir;
     bool cuda;      /* device tensors on cuda:0 in both processes */
+    bool standin;   /* with cuda: the host backend stands in for cuda:0 (no GPU needed) */
     bool zero_copy; /* the arena with loans (producer) and views (consumer) */
 } setup;
 
@@ -301,8 +306,9 @@ static mstar_backend *make_backend(const setup *s)
 {
     if (!s->cuda)
         return NULL;
+    mstar_device d = s->standin ? mstar_device_cpu() : (mstar_device){ MSTAR_DEVICE_CUDA, 0 };
     mstar_backend *b;
-    CHECK(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &b));
+    CHECK(mstar_backend_create(d, &b));
     return b;
 }
 
@@ -640,8 +646,8 @@ static void remove_tree(const char *dir)
 }
 
 /* What every run sets up: malloc tuned as the file comment says, the scratch directories (the
- * templates, made unique in place), the arena segment size, SIGPIPE ignored (a baseline peer
- * that died is an error, not a signal). */
+ * templates, made unique in place, named in the progress lines), the arena segment size, SIGPIPE
+ * ignored (a baseline peer that died is an error, not a signal). */
 static mstar_status prepare(char *ipc_dir, char *shm_dir)
 {
     mallopt(M_MMAP_THRESHOLD, 256 << 20);
@@ -655,6 +661,7 @@ static mstar_status prepare(char *ipc_dir, char *shm_dir)
     }
     setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "256", 0);
     signal(SIGPIPE, SIG_IGN);
+    mstar_bench_progress("transport", "scratch directories %s and %s", ipc_dir, shm_dir);
     return MSTAR_OK;
 }
 
@@ -676,7 +683,6 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     mstar_status st = prepare(ipc_dir, shm_dir);
     if (st != MSTAR_OK)
         return st;
-    mstar_bench_progress("transport", "scratch directories %s and %s", ipc_dir, shm_dir);
     mstar_bench_progress("transport", "baselines: memcpy, ZeroMQ ping-pong");
     out->memcpy_gbps = memcpy_gbps();
     out->zmq_p50_us = zmq_pingpong_us(ipc_dir, quick ? 500 : 3000, &out->zmq_p99_us);
@@ -689,7 +695,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     out->nkinds = nkinds;
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
-        setup s = { kinds[k], ipc_dir, shm_dir, false, false };
+        setup s = { kinds[k], ipc_dir, shm_dir, false, false, false };
         run_transport(&s, quick, out->nsizes, out->rows[k]);
         if (kinds[k] != MSTAR_TRANSPORT_ARENA)
             continue;
@@ -702,6 +708,12 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
 }
 
 /* ---- device tensors (--device cuda) --------------------------------------------------------- */
+
+/* A pair run's rows: device tensors, and host tensors over the same transport. */
+#define PAIR_DEVICE 0
+#define PAIR_HOST   1
+
+static void json_row_open(FILE *out, const row *w, int i);
 
 /* The arena with device tensors and MSTAR_CUDA_IPC=`route`, in a child of its own: this process
  * must not touch CUDA before its later forks. The rows come back over a pipe; a child that
@@ -730,8 +742,10 @@ static mstar_status run_device_route(const setup *s, const char *route, bool qui
     int status = 0;
     waitpid(pid, &status, 0);
     if (got != want || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        return mstar_error_set(
-            MSTAR_EIO, "the device run with MSTAR_CUDA_IPC=%s failed (its error is above)", route);
+        return mstar_error_set(MSTAR_EIO,
+                               "the device run over %s with MSTAR_CUDA_IPC=%s failed (its error "
+                               "is above)",
+                               mstar_transport_kind_name(s->kind), route);
     return MSTAR_OK;
 }
 
@@ -790,7 +804,6 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     mstar_status st = prepare(ipc_dir, shm_dir);
     if (st != MSTAR_OK)
         return st;
-    mstar_bench_progress("transport", "scratch directories %s and %s", ipc_dir, shm_dir);
     out->device = true;
     out->in_flight = IN_FLIGHT;
     out->nsizes = quick ? AT_16MIB + 1 : NSIZES_CUDA;
@@ -798,7 +811,7 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     /* The host arena's 4 KiB round trip first: it needs no CUDA, and this process must not
      * start CUDA before it forks. */
     mstar_bench_progress("transport", "baseline: the arena's 4 KiB round trip, host tensors");
-    setup host = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, false, false };
+    setup host = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, false, false, false };
     row host_row;
     run_transport(&host, quick, 1, &host_row);
     out->host_rt_p50_us = host_row.rt_p50_us;
@@ -808,7 +821,7 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
         mstar_bench_progress("transport", "device tensors, MSTAR_CUDA_IPC=%s", routes[k]);
-        setup s = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, true, false };
+        setup s = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, true, false, false };
         st = run_device_route(&s, routes[k], quick, out->nsizes, out->rows[k]);
     }
     if (st == MSTAR_OK) {
@@ -820,8 +833,102 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     return st;
 }
 
+/* Device tensors over a staged transport (files, UCX) beside host tensors over the same one:
+ * the host run first, in this process (no CUDA before the forks), then the device run in a
+ * child of its own as above. */
+mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bool standin,
+                                                   bool quick, mstar_bench_transport_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (kind != MSTAR_TRANSPORT_FILES && !is_ucx(kind))
+        return mstar_error_set(MSTAR_EINVAL, "device pair run over %s: want files or a UCX kind",
+                               mstar_transport_kind_name(kind));
+    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
+    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
+    mstar_status st = prepare(ipc_dir, shm_dir);
+    if (st != MSTAR_OK)
+        return st;
+    out->device = out->host_pair = true;
+    out->standin = standin;
+    out->in_flight = IN_FLIGHT;
+    out->nsizes = quick ? NSIZES - 1 : NSIZES;
+    out->nkinds = 2;
+    out->kinds[0] = out->kinds[1] = kind;
+    mstar_bench_progress("transport", "host tensors over %s", mstar_transport_kind_name(kind));
+    setup host = { kind, ipc_dir, shm_dir, false, false, false };
+    run_transport(&host, quick, out->nsizes, out->rows[PAIR_HOST]);
+    mstar_bench_progress("transport", "device tensors over %s", mstar_transport_kind_name(kind));
+    setup dev = { kind, ipc_dir, shm_dir, true, standin, false };
+    st = run_device_route(&dev, "0", quick, out->nsizes, out->rows[PAIR_DEVICE]);
+    remove_tree(ipc_dir);
+    remove_tree(shm_dir);
+    return st;
+}
+
+static const char *device_name(const mstar_bench_transport_result *r)
+{
+    return r->standin ? "the host backend (standing in for cuda:0)" : "cuda:0";
+}
+
+static void print_pair_table(const mstar_bench_transport_result *r)
+{
+    bool remote = is_ucx(r->kinds[0]);
+    printf("transport %s, device tensors on %s beside host tensors: one producer, one consumer "
+           "process; %d in flight%s\n\n",
+           mstar_transport_kind_name(r->kinds[0]), device_name(r), r->in_flight,
+           remote ? "; a raw loopback TCP stream of each size (tcp GB/s)" : "");
+    printf("  %-8s %12s %12s %12s %12s %8s %10s %10s %8s", "size", "dev p50 us", "dev p99 us",
+           "host p50 us", "host p99 us", "rt d/h", "dev GB/s", "host GB/s", "GB/s d/h");
+    printf(remote ? " %10s\n" : "\n", "tcp GB/s");
+    for (int i = 0; i < r->nsizes; i++) {
+        const row *d = &r->rows[PAIR_DEVICE][i], *h = &r->rows[PAIR_HOST][i];
+        char name[32];
+        mstar_bench_size_name(d->bytes, name, sizeof(name));
+        printf("  %-8s %12.1f %12.1f %12.1f %12.1f %7.2fx %10.2f %10.2f %7.2fx", name, d->rt_p50_us,
+               d->rt_p99_us, h->rt_p50_us, h->rt_p99_us, d->rt_p50_us / h->rt_p50_us, d->gbps,
+               h->gbps, d->gbps / h->gbps);
+        if (remote)
+            printf(" %10.2f", h->tcp_gbps);
+        printf("\n");
+    }
+    printf("\n");
+    mstar_bench_target t[MSTAR_BENCH_MAX_TARGETS];
+    mstar_bench_targets_print(t, mstar_bench_transport_targets(r, t), stdout);
+}
+
+static void pair_json(const mstar_bench_transport_result *r, FILE *out)
+{
+    fprintf(out,
+            "{\"suite\":\"transport\",\"device\":\"%s\",\"transport\":\"%s\","
+            "\"in_flight\":%d,\"runs\":[",
+            r->standin ? "host-standin" : "cuda:0", mstar_transport_kind_name(r->kinds[0]),
+            r->in_flight);
+    for (int k = 0; k < 2; k++) {
+        fprintf(out, "%s{\"tensors\":\"%s\",\"sizes\":[", k ? "," : "",
+                k == PAIR_DEVICE ? "device" : "host");
+        for (int i = 0; i < r->nsizes; i++) {
+            const row *w = &r->rows[k][i];
+            json_row_open(out, w, i);
+            if (is_ucx(r->kinds[k]))
+                mstar_bench_json_field(out, "tcp_stream_gbps", w->tcp_gbps, 4);
+            if (k == PAIR_DEVICE) {
+                const row *h = &r->rows[PAIR_HOST][i];
+                mstar_bench_json_field(out, "rt_vs_host", w->rt_p50_us / h->rt_p50_us, 3);
+                mstar_bench_json_field(out, "gbps_vs_host", w->gbps / h->gbps, 3);
+            }
+            fprintf(out, "}");
+        }
+        fprintf(out, "]}");
+    }
+    fprintf(out, "]}\n");
+}
+
 static void print_device_table(const mstar_bench_transport_result *r)
 {
+    if (r->host_pair) {
+        print_pair_table(r);
+        return;
+    }
     printf("transport, device tensors on cuda:0: one producer, one consumer process; %d in flight\n"
            "baselines in one process: a device-to-device copy (d2d) and pinned D2H then H2D "
            "(staged); the arena's 4 KiB round trip of host tensors: p50 %.1f us, p99 %.1f us\n\n",
@@ -855,6 +962,10 @@ static void json_row_open(FILE *out, const row *w, int i)
 
 void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE *out)
 {
+    if (r->host_pair) {
+        pair_json(r, out);
+        return;
+    }
     fprintf(out, "{\"suite\":\"transport\",\"device\":\"cuda:0\",\"in_flight\":%d", r->in_flight);
     mstar_bench_json_field(out, "host_arena_4k_rt_p50_us", r->host_rt_p50_us, 4);
     mstar_bench_json_field(out, "host_arena_4k_rt_p99_us", r->host_rt_p99_us, 4);
@@ -932,6 +1043,31 @@ static size_t device_targets(const mstar_bench_transport_result *r, mstar_bench_
     return 3;
 }
 
+/* A UCX pair run: device tensors against host tensors over the same transport, the 4 KiB round
+ * trip and the lowest throughput ratio at >= 1 MiB. No target for files: none was set. */
+static size_t pair_targets(const mstar_bench_transport_result *r, mstar_bench_target *out)
+{
+    if (!is_ucx(r->kinds[0]) || r->nsizes < 3)
+        return 0;
+    const row *d = r->rows[PAIR_DEVICE], *h = r->rows[PAIR_HOST];
+    int worst = 2;
+    for (int i = 2; i < r->nsizes; i++)
+        worst = d[i].gbps / h[i].gbps < d[worst].gbps / h[worst].gbps ? i : worst;
+    double rt = d[0].rt_p50_us / h[0].rt_p50_us, bw = d[worst].gbps / h[worst].gbps;
+    mstar_bench_target t[2] = {
+        { "UCX TCP 4 KiB round trip p50, device / host tensors", "<= 2x", rt, "",
+          rt <= 2 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+        { "UCX TCP throughput at >= 1 MiB, device / host tensors (lowest)", ">= 0.8x", bw, "",
+          bw >= 0.8 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+    };
+    char name[32];
+    mstar_bench_size_name(d[worst].bytes, name, sizeof(name));
+    snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx", rt);
+    snprintf(t[1].shown, sizeof(t[1].shown), "%.2fx (at %s)", bw, name);
+    memcpy(out, t, sizeof(t));
+    return 2;
+}
+
 /* The row of the lowest throughput at >= 1 MiB (sizes from index 2). */
 static int worst_gbps(const row *rows, int nsizes)
 {
@@ -958,7 +1094,7 @@ static size_t views_target(const mstar_bench_transport_result *r, mstar_bench_ta
 size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, mstar_bench_target *out)
 {
     if (r->device)
-        return device_targets(r, out);
+        return r->host_pair ? pair_targets(r, out) : device_targets(r, out);
     for (int k = 0; k < r->nkinds; k++) {
         if (is_ucx(r->kinds[k]))
             return ucx_target(r, k, out); /* a UCX kind runs alone */
@@ -1058,7 +1194,7 @@ static void print_table(const mstar_bench_transport_result *r)
 
 int mstar_bench_transport(int argc, char **argv)
 {
-    bool json = false, quick = false, cuda = false;
+    bool json = false, quick = false, cuda = false, standin = false;
     int nkinds = 2;
     mstar_transport_kind kinds[2] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
     for (int i = 1; i < argc; i++) {
@@ -1067,11 +1203,13 @@ int mstar_bench_transport(int argc, char **argv)
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            if (strcmp(argv[++i], "cuda") != 0 && strcmp(argv[i], "cpu") != 0) {
-                fprintf(stderr, "mstar bench transport: --device cpu|cuda\n");
+            const char *d = argv[++i];
+            if (strcmp(d, "cuda") != 0 && strcmp(d, "cpu") != 0 && strcmp(d, "host") != 0) {
+                fprintf(stderr, "mstar bench transport: --device cpu|cuda|host\n");
                 return 2;
             }
-            cuda = strcmp(argv[i], "cuda") == 0;
+            cuda = strcmp(d, "cpu") != 0;
+            standin = strcmp(d, "host") == 0;
         } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc) {
             if (mstar_transport_kind_from_name(argv[++i], &kinds[0]) != MSTAR_OK ||
                 kinds[0] == MSTAR_TRANSPORT_LOCAL) {
@@ -1082,14 +1220,23 @@ int mstar_bench_transport(int argc, char **argv)
             nkinds = 1;
         } else {
             fprintf(stderr, "usage: mstar bench transport [--transport files|arena|ucx-tcp|"
-                            "ucx-rdma] [--device cpu|cuda] [--json] [--quick]\n");
+                            "ucx-rdma] [--device cpu|cuda|host] [--json] [--quick]\n");
             return 2;
         }
     }
+    /* A device run over files or UCX sets device tensors beside host tensors on that transport;
+     * otherwise the arena's routes against the device baselines, which need CUDA. */
+    bool pair = cuda && nkinds == 1 && kinds[0] != MSTAR_TRANSPORT_ARENA;
+    if (standin && !pair) {
+        fprintf(stderr, "mstar bench transport: --device host needs --transport "
+                        "files|ucx-tcp|ucx-rdma\n");
+        return 2;
+    }
     mstar_bench_progress_enable(!json);
     mstar_bench_transport_result r;
-    mstar_status st = cuda ? mstar_bench_transport_cuda_run(quick, &r)
-                           : mstar_bench_transport_run(kinds, nkinds, quick, &r);
+    mstar_status st = pair   ? mstar_bench_transport_device_pair_run(kinds[0], standin, quick, &r)
+                      : cuda ? mstar_bench_transport_cuda_run(quick, &r)
+                             : mstar_bench_transport_run(kinds, nkinds, quick, &r);
     if (st != MSTAR_OK) {
         fprintf(stderr, "mstar bench transport: %s\n", mstar_last_error());
         return 1;

@@ -3,7 +3,8 @@
  * MooncakeCommunicationManager; design.md "Transports"), kinds ucx-tcp and ucx-rdma.
  *
  * Producer: staging registers each tensor's bytes with the engine — a host tensor's own memory
- * (no copy), a tensor in the backend's memory through a pinned host copy made with a
+ * (no copy), a tensor in the backend's memory through a pinned host copy (a buffer of the
+ * manager's pinned pool, device/pinned_pool.h) made with a
  * device-to-host copy on the staging stream (synchronised before staging returns; Debian's UCX
  * has no CUDA transport). The stamp writes what a consumer needs onto every outgoing descriptor:
  * the session, the address of the registered bytes and their remote key (the get protocol and
@@ -14,12 +15,12 @@
  * buffer per descriptor and submits all of them to the engine's async reader as one list, whose
  * completion handle gates the ACK (the manager sends ACKs only for finished reads, and keeps
  * reads in flight out of cleanup, T-2). A failed read fails that handle only (T-11). Into the
- * backend's memory the reads land in one pinned host buffer first; the reader's thread then
- * copies them up on the read stream and the handle completes once those copies have landed. The
- * copies wait for an event recorded at submit on the staging stream (which is ordered after the
- * runtime's default stream): the destination buffers are not written before the work the caller
- * queued before the read — whoever last used that memory — has run, as the reference's reader
- * orders its copy stream.
+ * backend's memory the reads land in one pinned host buffer (from the pool) first; the reader's
+ * thread then copies them up on the read stream and the handle completes once those copies have
+ * landed. The copies wait for an event recorded at submit on the staging stream (which is ordered
+ * after the runtime's default stream): the destination buffers are not written before the work the
+ * caller queued before the read — whoever last used that memory — has run, as the reference's
+ * reader orders its copy stream.
  *
  * With the host backend the same staged path runs (host memory standing in for the device), so
  * CI exercises it.
@@ -52,12 +53,13 @@ static ucx_transport *self(mstar__transport *t)
 
 /* ---- pinned host memory --------------------------------------------------------------------- */
 
+/* From the manager's pool of pinned buffers: a staged tensor or a read of a few KiB must not pay
+ * for pinning fresh memory. The engine registration stays per tensor (stage_one): a buffer kept
+ * registered across reuses would let a consumer holding a released tensor's key read whatever
+ * the buffer holds next. */
 static mstar_status pinned_alloc(ucx_transport *u, uint64_t n, void **out)
 {
-    if (n > SIZE_MAX)
-        return mstar_error_set(MSTAR_ENOMEM, "ucx transport: %llu pinned bytes",
-                               (unsigned long long)n);
-    mstar_status st = mstar_host_alloc_pinned(u->base.env->backend, (size_t)n, out);
+    mstar_status st = mstar__pinned_pool_get(u->base.env->pinned, n, out);
     if (st != MSTAR_OK)
         return mstar_error_wrap("ucx transport: %llu bytes of pinned host memory",
                                 (unsigned long long)n);
@@ -65,11 +67,10 @@ static mstar_status pinned_alloc(ucx_transport *u, uint64_t n, void **out)
     return MSTAR_OK;
 }
 
-/* Any thread (a read's buffer is freed by the reader's thread). */
+/* Any thread (a read's buffer is given back by the reader's thread). */
 static void pinned_free(ucx_transport *u, void *ptr, uint64_t n)
 {
-    if (mstar_host_free_pinned(u->base.env->backend, ptr) != MSTAR_OK)
-        mstar_log(MSTAR_LOG_ERROR, "ucx transport: freeing pinned memory: %s", mstar_last_error());
+    mstar__pinned_pool_put(u->base.env->pinned, ptr);
     atomic_fetch_sub(&u->pinned_bytes, n);
 }
 
