@@ -77,18 +77,17 @@ def consumer(ipc_dir, shm_dir, transport):
                                     send=mesh) as mgr:
         mesh.send("worker_0", mstar.Message("HELLO"))
         poller, event_fd = _poller(mesh, mgr), mgr.event_fd
+        # As the C suite's consumer (a worker's loop): every waiting message first, then what
+        # landed, so the ACKs of handoffs that arrived together leave together.
         while True:
-            msg = mesh.recv(timeout_ms=0)
-            if msg is None:
-                _release_ready(mgr)
-                _wait(poller, mgr, event_fd)
-                continue
-            if msg.type == "INPUT_SIGNALS":
-                mgr.start_read_tensors(msg, views=views)  # from the received struct
-                _release_ready(mgr)
-            elif msg.type == "SHUTDOWN":
-                mesh.send("worker_0", mstar.Message("SHUTDOWN"))
-                return
+            while (msg := mesh.recv(timeout_ms=0)) is not None:
+                if msg.type == "INPUT_SIGNALS":
+                    mgr.start_read_tensors(msg, views=views)  # from the received struct
+                elif msg.type == "SHUTDOWN":
+                    mesh.send("worker_0", mstar.Message("SHUTDOWN"))
+                    return
+            _release_ready(mgr)
+            _wait(poller, mgr, event_fd)
 
 
 def _release_ready(mgr):
@@ -98,6 +97,7 @@ def _release_ready(mgr):
                 t = torch.from_dlpack(mgr.get_tensor(rid, info.uuid))  # the node's tensor
                 del t
                 mgr.dereference(info.uuid)
+        mgr.cleanup_request(rid)  # done with it, as the C suite's consumer is
 
 
 class Producer:
