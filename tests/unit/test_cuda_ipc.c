@@ -322,7 +322,7 @@ static void produce_behind_work(world *w, const mstar_rid *rid, uint32_t n, int6
 static void collect_landing(mstar_comm *c, uint32_t want)
 {
     uint32_t got = 0;
-    for (int tries = 0; got < want && tries < 500; tries++) {
+    for (int tries = 0; got < want && tries < 2000; tries++) {
         mstar_ready_set set;
         assert_mstar_ok(mstar_comm_get_ready_tensors(c, &set));
         assert_int_equal(set.nfailed, 0);
