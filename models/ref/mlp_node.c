@@ -158,24 +158,15 @@ static mstar_status fill_state(mlp_node *node)
 {
     size_t count = (size_t)node->max_rows * (size_t)node->hidden;
     float *host = malloc(count * sizeof(float));
-    uint16_t *narrow = node->dtype == MSTAR_DTYPE_BFLOAT16 ? malloc(count * 2) : NULL;
-    mstar_status st = MSTAR_OK;
-    if (host == NULL || (node->dtype == MSTAR_DTYPE_BFLOAT16 && narrow == NULL))
-        st = mstar_error_set(MSTAR_ENOMEM, "mlp node: %zu state values", count);
-    if (st == MSTAR_OK) {
-        uint64_t rng = ref_mlp_config_of(node->model)->seed + 1;
-        ref_fill_uniform(host, count, 0.0f, 1.0f, &rng);
-        if (narrow != NULL)
-            ref_f32_to_bf16(host, narrow, count);
-        st = mstar_memcpy_async(node->eng.stream, node->state,
-                                narrow != NULL ? (void *)narrow : (void *)host,
-                                count * mstar_dtype_size(node->dtype), MSTAR_MEMCPY_H2D);
-    }
+    if (host == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mlp node: %zu state values", count);
+    uint64_t rng = ref_mlp_config_of(node->model)->seed + 1;
+    ref_fill_uniform(host, count, 0.0f, 1.0f, &rng);
+    mstar_status st = ref_upload_f32(node->eng.stream, node->state, host, count, node->dtype);
+    free(host);
     if (st == MSTAR_OK)
         st = mstar_memset_async(node->eng.stream, node->template, 0, node->row_bytes);
     mstar_status sync = mstar_stream_synchronize(node->eng.stream);
-    free(host);
-    free(narrow);
     return st != MSTAR_OK ? st : sync;
 }
 
