@@ -329,24 +329,8 @@ static mstar_status prepare(mlp_node *node, const mstar_node_input *inputs, cons
     mstar_status st = declare_step(node, WALK, ids, inputs, count, node->eng.step, &declared);
     if (st != MSTAR_OK)
         return st;
-    mstar_step_ctx *ctx = mstar_step_context(node->eng.step);
-    ctx->request_ids = ids;
-    ctx->n_requests = count;
-    ctx->graph_walk = WALK;
-    ctx->slot = node->leased ? node->lease.slot : -1;
-    ctx->capture = false;
-    ctx->is_preplan = false;
-    ctx->has_lease = node->leased;
-    if (node->leased)
-        ctx->lease = node->lease;
-    ctx->stream = node->eng.stream;
-    ctx->compute_dtype = MSTAR_DTYPE_INVALID;
-    mstar_step_admit_result admitted;
-    st = mstar_step_runner_admit(node->eng.sr, node->eng.step, &admitted);
-    if (st == MSTAR_OK && !admitted.ok)
-        st = mstar_error_set(MSTAR_ENOSPC, "mlp step: %s", admitted.reason);
-    if (st == MSTAR_OK)
-        st = mstar_step_runner_plan(node->eng.sr, node->eng.step);
+    node_engine_set_context(&node->eng, WALK, ids, count, node->leased ? &node->lease : NULL);
+    st = node_engine_admit_plan(&node->eng, "mlp step");
     mstar_tensor_map_clear(node->eng.pre);
     return st != MSTAR_OK ? st : preprocess(node, node->eng.step, inputs, count, node->eng.pre);
 }
@@ -392,15 +376,8 @@ mstar_status mlp_node_launch(mlp_node *node)
 {
     if (!node->begun)
         return mstar_error_set(MSTAR_ESTATE, "mlp step: no step begun");
-    mstar_status st;
-    if (node->leased) {
-        st = mstar_graph_runner_run_forward(node->eng.runner, &node->lease, node->eng.pre, NULL,
-                                            NULL, &node->outputs);
-    } else {
-        mstar_tensor_map_clear(node->eng.eager_out);
-        st = forward(node, node->eng.step, node->eng.pre, node->eng.eager_out);
-        node->outputs = node->eng.eager_out;
-    }
+    mstar_status st = node_engine_launch(&node->eng, node->leased ? &node->lease : NULL, NULL,
+                                         forward, node, &node->outputs);
     node->launched = st == MSTAR_OK;
     return st;
 }
@@ -416,13 +393,9 @@ mstar_status mlp_node_end(mlp_node *node, float *y)
             st = mstar_error_set(MSTAR_ESTATE, "mlp step: the forward left no \"y\"");
         else if (y != NULL)
             st = read_rows(node, mstar_tensor_ptr(t), (size_t)node->n, y);
-        if (st == MSTAR_OK)
-            st = mstar_step_runner_commit(node->eng.sr, node->eng.step);
     }
-    if (node->leased) {
-        mstar_status released = mstar_graph_runner_release(node->eng.runner, &node->lease, node->n);
-        st = st != MSTAR_OK ? st : released;
-    }
+    st = node_engine_finish(&node->eng, st, node->launched, node->leased ? &node->lease : NULL,
+                            node->n);
     node->begun = node->leased = node->launched = false;
     node->outputs = NULL;
     return st;

@@ -68,3 +68,52 @@ void node_engine_close(node_engine *e)
     e->sr = NULL;
     e->pool = NULL;
 }
+
+void node_engine_set_context(node_engine *e, const char *walk, const int64_t *ids, size_t count,
+                             const mstar_slot_lease *lease)
+{
+    mstar_step_ctx *ctx = mstar_step_context(e->step);
+    ctx->request_ids = ids;
+    ctx->n_requests = count;
+    ctx->graph_walk = walk;
+    ctx->slot = lease != NULL ? lease->slot : -1;
+    ctx->capture = false;
+    ctx->is_preplan = false;
+    ctx->has_lease = lease != NULL;
+    if (lease != NULL)
+        ctx->lease = *lease;
+    ctx->stream = e->stream;
+    ctx->compute_dtype = MSTAR_DTYPE_INVALID;
+}
+
+mstar_status node_engine_admit_plan(node_engine *e, const char *who)
+{
+    mstar_step_admit_result admitted;
+    mstar_status st = mstar_step_runner_admit(e->sr, e->step, &admitted);
+    if (st == MSTAR_OK && !admitted.ok)
+        st = mstar_error_set(MSTAR_ENOSPC, "%s: %s", who, admitted.reason);
+    return st != MSTAR_OK ? st : mstar_step_runner_plan(e->sr, e->step);
+}
+
+mstar_status node_engine_launch(node_engine *e, const mstar_slot_lease *lease,
+                                mstar_event *plan_done, mstar_forward_fn forward, void *self,
+                                const mstar_tensor_map **outputs)
+{
+    if (lease != NULL)
+        return mstar_graph_runner_run_forward(e->runner, lease, e->pre, plan_done, NULL, outputs);
+    mstar_tensor_map_clear(e->eager_out);
+    *outputs = e->eager_out;
+    return forward(self, e->step, e->pre, e->eager_out);
+}
+
+mstar_status node_engine_finish(node_engine *e, mstar_status st, bool launched,
+                                const mstar_slot_lease *lease, int32_t n)
+{
+    if (launched && st == MSTAR_OK)
+        st = mstar_step_runner_commit(e->sr, e->step);
+    if (lease != NULL) {
+        mstar_status released = mstar_graph_runner_release(e->runner, lease, n);
+        st = st != MSTAR_OK ? st : released;
+    }
+    return st;
+}

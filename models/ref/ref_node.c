@@ -138,18 +138,7 @@ static mstar_status declare(ref_node *node, const char *walk, const int64_t *ids
     mstar_status st = ref_node__declare(node, walk, ids, inputs, count, node->eng.step, &declared);
     if (st != MSTAR_OK)
         return st;
-    mstar_step_ctx *ctx = mstar_step_context(node->eng.step);
-    ctx->request_ids = ids;
-    ctx->n_requests = count;
-    ctx->graph_walk = walk;
-    ctx->slot = lease != NULL ? lease->slot : -1;
-    ctx->capture = false;
-    ctx->is_preplan = false;
-    ctx->has_lease = lease != NULL;
-    if (lease != NULL)
-        ctx->lease = *lease;
-    ctx->stream = node->eng.stream;
-    ctx->compute_dtype = MSTAR_DTYPE_INVALID;
+    node_engine_set_context(&node->eng, walk, ids, count, lease);
     return MSTAR_OK;
 }
 
@@ -206,16 +195,11 @@ static mstar_status prepare(ref_node *node, ref_step_timing *t)
     const mstar_node_input *inputs;
     const int64_t *ids;
     size_t count;
-    mstar_step_admit_result admitted;
     mstar_status st = build_rows(node, &node->cur, lease, &inputs, &ids, &count);
     if (st == MSTAR_OK)
         st = declare(node, node->cur.walk, ids, inputs, count, lease);
     if (st == MSTAR_OK)
-        st = mstar_step_runner_admit(node->eng.sr, node->eng.step, &admitted);
-    if (st == MSTAR_OK && !admitted.ok)
-        st = mstar_error_set(MSTAR_ENOSPC, "reference step: %s", admitted.reason);
-    if (st == MSTAR_OK)
-        st = mstar_step_runner_plan(node->eng.sr, node->eng.step);
+        st = node_engine_admit_plan(&node->eng, "reference step");
     mstar_tensor_map_clear(node->eng.pre);
     if (st == MSTAR_OK)
         st = ref_node__preprocess(node, node->eng.step, inputs, count, node->eng.pre);
@@ -282,15 +266,9 @@ mstar_status ref_node_launch(ref_node *node, ref_step_timing *timing)
     if (!node->begun)
         return mstar_error_set(MSTAR_ESTATE, "reference step: no step begun");
     uint64_t t0 = mstar__now_ns();
-    mstar_status st;
-    if (node->leased) {
-        st = mstar_graph_runner_run_forward(node->eng.runner, &node->lease, node->eng.pre,
-                                            node->cur.plan_done, NULL, &node->outputs);
-    } else {
-        mstar_tensor_map_clear(node->eng.eager_out);
-        st = ref_node__forward(node, node->eng.step, node->eng.pre, node->eng.eager_out);
-        node->outputs = node->eng.eager_out;
-    }
+    mstar_status st =
+        node_engine_launch(&node->eng, node->leased ? &node->lease : NULL, node->cur.plan_done,
+                           ref_node__forward, node, &node->outputs);
     node->launched = st == MSTAR_OK;
     if (timing != NULL)
         timing->launch_ns = mstar__now_ns() - t0;
@@ -304,16 +282,10 @@ mstar_status ref_node_end(ref_node *node, float *logits, int32_t *next_tokens,
         return mstar_error_set(MSTAR_ESTATE, "reference step: no step begun");
     uint64_t t0 = mstar__now_ns();
     mstar_status st = MSTAR_OK;
-    if (node->launched) {
+    if (node->launched)
         st = collect(node, node->outputs, node->cur.n, logits, next_tokens);
-        if (st == MSTAR_OK)
-            st = mstar_step_runner_commit(node->eng.sr, node->eng.step);
-    }
-    if (node->leased) {
-        mstar_status released =
-            mstar_graph_runner_release(node->eng.runner, &node->lease, node->cur.n);
-        st = st != MSTAR_OK ? st : released;
-    }
+    st = node_engine_finish(&node->eng, st, node->launched, node->leased ? &node->lease : NULL,
+                            node->cur.n);
     node->begun = false;
     node->leased = false;
     node->launched = false;
