@@ -44,26 +44,16 @@ static mstar_status upload(ref_mlp *m, size_t count)
 {
     size_t l = (size_t)m->cfg.layers, d = (size_t)m->cfg.hidden;
     float *host = malloc(count * sizeof(float));
-    uint16_t *narrow = m->elsize == 2 ? malloc(count * sizeof(uint16_t)) : NULL;
-    mstar_status st = MSTAR_OK;
-    if (host == NULL || (m->elsize == 2 && narrow == NULL))
-        st = mstar_error_set(MSTAR_ENOMEM, "mlp model: %zu host weights", count);
-    mstar_stream *s = NULL;
+    if (host == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mlp model: %zu host weights", count);
+    ref_mlp_init_weights(&m->cfg, host, host + l * d);
+    mstar_stream *s;
+    mstar_status st = mstar_stream_create(m->backend, MSTAR_STREAM_NON_BLOCKING, &s);
     if (st == MSTAR_OK) {
-        ref_mlp_init_weights(&m->cfg, host, host + l * d);
-        if (narrow != NULL)
-            ref_f32_to_bf16(host, narrow, count);
-        st = mstar_stream_create(m->backend, MSTAR_STREAM_NON_BLOCKING, &s);
-    }
-    if (st == MSTAR_OK) {
-        st = mstar_memcpy_async(s, m->weights, narrow != NULL ? (void *)narrow : (void *)host,
-                                count * m->elsize, MSTAR_MEMCPY_H2D);
-        mstar_status sync = mstar_stream_synchronize(s);
-        st = st != MSTAR_OK ? st : sync;
+        st = ref_upload_f32(s, m->weights, host, count, m->ops->act_dtype);
         mstar_stream_destroy(s);
     }
     free(host);
-    free(narrow);
     return st;
 }
 

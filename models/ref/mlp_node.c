@@ -7,6 +7,7 @@
  */
 #include "mlp_node.h"
 
+#include "node_engine.h"
 #include "ref_model.h"
 
 #include <stdlib.h>
@@ -16,20 +17,15 @@
 
 struct mlp_node {
     mstar_backend *backend;
-    mstar_stream *stream;
+    node_engine eng; /* stream, step runner, pool, runner, step and maps */
     ref_mlp *model;
-    mstar_step_runner *sr;
-    mstar_graph_pool *pool;
-    mstar_graph_runner *runner;
     mstar_dtype dtype;
     int64_t hidden;
     size_t row_bytes;
     int32_t max_rows;
     char *state;    /* device [max_rows, hidden] */
     char *template; /* device [1, hidden] of zeros: the capture's and the padding's row */
-    /* The engine's per-step scratch, max_rows each. */
-    mstar_step *step;
-    mstar_tensor_map *pre, *eager_out;
+    /* The per-step rows, max_rows each. */
     mstar_tensor_map **row_maps;
     mstar_node_input *real, *padded;
     int64_t *ids, *step_ids;
@@ -106,9 +102,9 @@ static mstar_status preprocess(void *self, mstar_step *step, const mstar_node_in
     bool in_place = ctx->has_lease && !ctx->capture;
     int64_t shape[2] = { (int64_t)n, node->hidden };
     mstar_tensor x;
-    mstar_status st =
-        in_place ? mstar_graph_runner_static_input(node->runner, &ctx->lease, "x", (int64_t)n, &x)
-                 : mstar_tensor_alloc(s, node->dtype, 2, shape, &x);
+    mstar_status st = in_place ? mstar_graph_runner_static_input(node->eng.runner, &ctx->lease, "x",
+                                                                 (int64_t)n, &x)
+                               : mstar_tensor_alloc(s, node->dtype, 2, shape, &x);
     if (st != MSTAR_OK)
         return st;
     st = gather(node, s, inputs, n, mstar_tensor_ptr(&x));
@@ -162,24 +158,15 @@ static mstar_status fill_state(mlp_node *node)
 {
     size_t count = (size_t)node->max_rows * (size_t)node->hidden;
     float *host = malloc(count * sizeof(float));
-    uint16_t *narrow = node->dtype == MSTAR_DTYPE_BFLOAT16 ? malloc(count * 2) : NULL;
-    mstar_status st = MSTAR_OK;
-    if (host == NULL || (node->dtype == MSTAR_DTYPE_BFLOAT16 && narrow == NULL))
-        st = mstar_error_set(MSTAR_ENOMEM, "mlp node: %zu state values", count);
-    if (st == MSTAR_OK) {
-        uint64_t rng = ref_mlp_config_of(node->model)->seed + 1;
-        ref_fill_uniform(host, count, 0.0f, 1.0f, &rng);
-        if (narrow != NULL)
-            ref_f32_to_bf16(host, narrow, count);
-        st = mstar_memcpy_async(node->stream, node->state,
-                                narrow != NULL ? (void *)narrow : (void *)host,
-                                count * mstar_dtype_size(node->dtype), MSTAR_MEMCPY_H2D);
-    }
-    if (st == MSTAR_OK)
-        st = mstar_memset_async(node->stream, node->template, 0, node->row_bytes);
-    mstar_status sync = mstar_stream_synchronize(node->stream);
+    if (host == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mlp node: %zu state values", count);
+    uint64_t rng = ref_mlp_config_of(node->model)->seed + 1;
+    ref_fill_uniform(host, count, 0.0f, 1.0f, &rng);
+    mstar_status st = ref_upload_f32(node->eng.stream, node->state, host, count, node->dtype);
     free(host);
-    free(narrow);
+    if (st == MSTAR_OK)
+        st = mstar_memset_async(node->eng.stream, node->template, 0, node->row_bytes);
+    mstar_status sync = mstar_stream_synchronize(node->eng.stream);
     return st != MSTAR_OK ? st : sync;
 }
 
@@ -213,8 +200,7 @@ static mstar_status make_rows(mlp_node *node)
 static mstar_status node_build(mlp_node *node, const mlp_node_options *o)
 {
     mstar_status st;
-    if ((st = mstar_stream_create(node->backend, MSTAR_STREAM_NON_BLOCKING, &node->stream)) !=
-            MSTAR_OK ||
+    if ((st = node_engine_open(&node->eng, node->backend, "mlp_model")) != MSTAR_OK ||
         (st = ref_mlp_create(&o->model, node->backend, &node->model)) != MSTAR_OK)
         return st;
     node->dtype = ref_mlp_dtype(node->model);
@@ -225,12 +211,7 @@ static mstar_status node_build(mlp_node *node, const mlp_node_options *o)
                                  (void **)&node->state)) != MSTAR_OK ||
         (st = mstar_device_alloc(node->backend, node->row_bytes, (void **)&node->template)) !=
             MSTAR_OK ||
-        (st = fill_state(node)) != MSTAR_OK || (st = make_rows(node)) != MSTAR_OK ||
-        (st = mstar_step_runner_create(node->backend, node->stream, &node->sr)) != MSTAR_OK ||
-        (st = mstar_graph_pool_create(node->backend, "mlp_model", &node->pool)) != MSTAR_OK ||
-        (st = mstar_step_create(&node->step)) != MSTAR_OK ||
-        (st = mstar_tensor_map_create(&node->pre)) != MSTAR_OK ||
-        (st = mstar_tensor_map_create(&node->eager_out)) != MSTAR_OK)
+        (st = fill_state(node)) != MSTAR_OK || (st = make_rows(node)) != MSTAR_OK)
         return st;
     mstar_graph_config c;
     mstar_graph_config_init(&c);
@@ -240,16 +221,7 @@ static mstar_status node_build(mlp_node *node, const mlp_node_options *o)
     c.seq_len = 1;
     c.make_node_input = make_row;
     c.template_user = node;
-    mstar_graph_runner_options ro = { .submodule_name = "mlp_model",
-                                      .submodule = &mlp_ops,
-                                      .submodule_self = node,
-                                      .configs = &c,
-                                      .n_configs = 1,
-                                      .step_runner = node->sr,
-                                      .pool = node->pool,
-                                      .num_slots = 0,
-                                      .autocast_dtype = MSTAR_DTYPE_INVALID };
-    return mstar_graph_runner_create(&ro, &node->runner);
+    return node_engine_create_runner(&node->eng, &mlp_ops, node, &c, 1, 0);
 }
 
 mstar_status mlp_node_create(mstar_backend *backend, const mlp_node_options *o, mlp_node **out)
@@ -281,14 +253,7 @@ void mlp_node_destroy(mlp_node *node)
 {
     if (node == NULL)
         return;
-    if (node->stream != NULL)
-        mstar_stream_synchronize(node->stream);
-    mstar_graph_runner_destroy(node->runner);
-    mstar_tensor_map_destroy(node->pre);
-    mstar_tensor_map_destroy(node->eager_out);
-    mstar_step_destroy(node->step);
-    mstar_step_runner_destroy(node->sr);
-    mstar_graph_pool_destroy(node->pool);
+    node_engine_close(&node->eng);
     for (int32_t i = 0; node->row_maps != NULL && i < node->max_rows; i++)
         mstar_tensor_map_destroy(node->row_maps[i]);
     free(node->row_maps);
@@ -301,24 +266,13 @@ void mlp_node_destroy(mlp_node *node)
     if (node->template != NULL)
         mstar_device_free(node->backend, node->template);
     ref_mlp_destroy(node->model);
-    mstar_stream_destroy(node->stream);
+    mstar_stream_destroy(node->eng.stream);
     free(node);
 }
 
 mstar_status mlp_node_capture(mlp_node *node)
 {
-    mstar_status st;
-    if ((st = mstar_graph_runner_prepare_for_capture(node->runner, NULL, NULL)) != MSTAR_OK ||
-        (st = mstar_step_runner_build_graph_buffers(node->sr)) != MSTAR_OK ||
-        (st = mstar_graph_runner_warmup_and_capture(node->runner, NULL, 0)) != MSTAR_OK ||
-        (st = mstar_dummy_rows_release_all(mstar_graph_runner_dummy_rows(node->runner))) !=
-            MSTAR_OK)
-        return st;
-    size_t dropped;
-    mstar_graph_runner_dropped_buckets(node->runner, &dropped);
-    if (dropped > 0)
-        return mstar_error_set(MSTAR_ESTATE, "mlp node: %zu buckets not captured", dropped);
-    return MSTAR_OK;
+    return node_engine_capture(&node->eng, "mlp node");
 }
 
 ref_mlp *mlp_node_model(mlp_node *node)
@@ -328,12 +282,12 @@ ref_mlp *mlp_node_model(mlp_node *node)
 
 mstar_stream *mlp_node_stream(mlp_node *node)
 {
-    return node->stream;
+    return node->eng.stream;
 }
 
 mstar_graph_runner *mlp_node_runner(mlp_node *node)
 {
-    return node->runner;
+    return node->eng.runner;
 }
 
 /* Rows of the model's dtype on the device → fp32 on the host; waits. */
@@ -342,15 +296,15 @@ static mstar_status read_rows(mlp_node *node, const void *src, size_t rows, floa
     size_t count = rows * (size_t)node->hidden;
     if (node->dtype == MSTAR_DTYPE_FLOAT32) {
         mstar_status st =
-            mstar_memcpy_async(node->stream, out, src, count * sizeof(float), MSTAR_MEMCPY_D2H);
-        return st != MSTAR_OK ? st : mstar_stream_synchronize(node->stream);
+            mstar_memcpy_async(node->eng.stream, out, src, count * sizeof(float), MSTAR_MEMCPY_D2H);
+        return st != MSTAR_OK ? st : mstar_stream_synchronize(node->eng.stream);
     }
     uint16_t *narrow = malloc(count * sizeof(uint16_t));
     if (narrow == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "mlp node: %zu values", count);
-    mstar_status st =
-        mstar_memcpy_async(node->stream, narrow, src, count * sizeof(uint16_t), MSTAR_MEMCPY_D2H);
-    mstar_status sync = mstar_stream_synchronize(node->stream);
+    mstar_status st = mstar_memcpy_async(node->eng.stream, narrow, src, count * sizeof(uint16_t),
+                                         MSTAR_MEMCPY_D2H);
+    mstar_status sync = mstar_stream_synchronize(node->eng.stream);
     st = st != MSTAR_OK ? st : sync;
     if (st == MSTAR_OK)
         ref_bf16_to_f32(narrow, out, count);
@@ -370,31 +324,15 @@ mstar_status mlp_node_read_state(mlp_node *node, int32_t row, float *out)
 static mstar_status prepare(mlp_node *node, const mstar_node_input *inputs, const int64_t *ids,
                             size_t count)
 {
-    mstar_step_reset(node->step);
+    mstar_step_reset(node->eng.step);
     bool declared;
-    mstar_status st = declare_step(node, WALK, ids, inputs, count, node->step, &declared);
+    mstar_status st = declare_step(node, WALK, ids, inputs, count, node->eng.step, &declared);
     if (st != MSTAR_OK)
         return st;
-    mstar_step_ctx *ctx = mstar_step_context(node->step);
-    ctx->request_ids = ids;
-    ctx->n_requests = count;
-    ctx->graph_walk = WALK;
-    ctx->slot = node->leased ? node->lease.slot : -1;
-    ctx->capture = false;
-    ctx->is_preplan = false;
-    ctx->has_lease = node->leased;
-    if (node->leased)
-        ctx->lease = node->lease;
-    ctx->stream = node->stream;
-    ctx->compute_dtype = MSTAR_DTYPE_INVALID;
-    mstar_step_admit_result admitted;
-    st = mstar_step_runner_admit(node->sr, node->step, &admitted);
-    if (st == MSTAR_OK && !admitted.ok)
-        st = mstar_error_set(MSTAR_ENOSPC, "mlp step: %s", admitted.reason);
-    if (st == MSTAR_OK)
-        st = mstar_step_runner_plan(node->sr, node->step);
-    mstar_tensor_map_clear(node->pre);
-    return st != MSTAR_OK ? st : preprocess(node, node->step, inputs, count, node->pre);
+    node_engine_set_context(&node->eng, WALK, ids, count, node->leased ? &node->lease : NULL);
+    st = node_engine_admit_plan(&node->eng, "mlp step");
+    mstar_tensor_map_clear(node->eng.pre);
+    return st != MSTAR_OK ? st : preprocess(node, node->eng.step, inputs, count, node->eng.pre);
 }
 
 mstar_status mlp_node_begin(mlp_node *node, int32_t first, int32_t n, bool use_graphs, int32_t slot,
@@ -405,8 +343,8 @@ mstar_status mlp_node_begin(mlp_node *node, int32_t first, int32_t n, bool use_g
     if (n < 1 || first < 0 || first > node->max_rows - n)
         return mstar_error_set(MSTAR_ERANGE, "mlp step: rows [%d, +%d) of %d", first, n,
                                node->max_rows);
-    node->leased = use_graphs && mstar_graph_runner_lease_slot(node->runner, WALK, n, slot, n, NULL,
-                                                               &node->lease);
+    node->leased = use_graphs && mstar_graph_runner_lease_slot(node->eng.runner, WALK, n, slot, n,
+                                                               NULL, &node->lease);
     node->begun = true;
     node->launched = false;
     node->outputs = NULL;
@@ -416,10 +354,11 @@ mstar_status mlp_node_begin(mlp_node *node, int32_t first, int32_t n, bool use_g
     size_t count = (size_t)n;
     mstar_status st = MSTAR_OK;
     if (node->leased) {
-        st = mstar_graph_runner_pad_inputs(node->runner, &node->lease, inputs, count, node->padded);
+        st = mstar_graph_runner_pad_inputs(node->eng.runner, &node->lease, inputs, count,
+                                           node->padded);
         if (st == MSTAR_OK)
-            st =
-                mstar_graph_runner_step_ids(node->runner, &node->lease, ids, count, node->step_ids);
+            st = mstar_graph_runner_step_ids(node->eng.runner, &node->lease, ids, count,
+                                             node->step_ids);
         inputs = node->padded;
         ids = node->step_ids;
         count = (size_t)node->lease.bucket.bs;
@@ -437,15 +376,8 @@ mstar_status mlp_node_launch(mlp_node *node)
 {
     if (!node->begun)
         return mstar_error_set(MSTAR_ESTATE, "mlp step: no step begun");
-    mstar_status st;
-    if (node->leased) {
-        st = mstar_graph_runner_run_forward(node->runner, &node->lease, node->pre, NULL, NULL,
-                                            &node->outputs);
-    } else {
-        mstar_tensor_map_clear(node->eager_out);
-        st = forward(node, node->step, node->pre, node->eager_out);
-        node->outputs = node->eager_out;
-    }
+    mstar_status st = node_engine_launch(&node->eng, node->leased ? &node->lease : NULL, NULL,
+                                         forward, node, &node->outputs);
     node->launched = st == MSTAR_OK;
     return st;
 }
@@ -461,13 +393,9 @@ mstar_status mlp_node_end(mlp_node *node, float *y)
             st = mstar_error_set(MSTAR_ESTATE, "mlp step: the forward left no \"y\"");
         else if (y != NULL)
             st = read_rows(node, mstar_tensor_ptr(t), (size_t)node->n, y);
-        if (st == MSTAR_OK)
-            st = mstar_step_runner_commit(node->sr, node->step);
     }
-    if (node->leased) {
-        mstar_status released = mstar_graph_runner_release(node->runner, &node->lease, node->n);
-        st = st != MSTAR_OK ? st : released;
-    }
+    st = node_engine_finish(&node->eng, st, node->launched, node->leased ? &node->lease : NULL,
+                            node->n);
     node->begun = node->leased = node->launched = false;
     node->outputs = NULL;
     return st;

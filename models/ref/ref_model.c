@@ -30,26 +30,38 @@ struct ref_model {
     size_t pool_bytes;
 };
 
+mstar_status ref_upload_f32(mstar_stream *s, void *dst, const float *host, size_t count,
+                            mstar_dtype dtype)
+{
+    uint16_t *narrow = NULL;
+    if (dtype == MSTAR_DTYPE_BFLOAT16) {
+        if ((narrow = malloc(count * sizeof(uint16_t))) == NULL)
+            return mstar_error_set(MSTAR_ENOMEM, "upload of %zu bf16 values", count);
+        ref_f32_to_bf16(host, narrow, count);
+    } else if (dtype != MSTAR_DTYPE_FLOAT32) {
+        return mstar_error_set(MSTAR_EINVAL, "upload to %s: fp32 or bf16 only",
+                               mstar_dtype_name(dtype));
+    }
+    mstar_status st =
+        mstar_memcpy_async(s, dst, narrow != NULL ? (const void *)narrow : (const void *)host,
+                           count * mstar_dtype_size(dtype), MSTAR_MEMCPY_H2D);
+    mstar_status sync = mstar_stream_synchronize(s);
+    free(narrow);
+    return st != MSTAR_OK ? st : sync;
+}
+
 /* Weights in the kernels' dtype, copied to the device; KV pools zeroed. */
 static mstar_status upload(ref_model *m)
 {
     size_t n = m->layout.total;
     float *host = malloc(n * sizeof(float));
-    uint16_t *narrow = m->elsize == 2 ? malloc(n * sizeof(uint16_t)) : NULL;
-    if (host == NULL || (m->elsize == 2 && narrow == NULL)) {
-        free(host);
+    if (host == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "model: %zu host weights", n);
-    }
     ref_model_init_weights(&m->cfg, &m->layout, host);
-    const void *src = host;
-    if (narrow != NULL) {
-        ref_f32_to_bf16(host, narrow, n);
-        src = narrow;
-    }
     mstar_stream *s;
     mstar_status st = mstar_stream_create(m->backend, MSTAR_STREAM_NON_BLOCKING, &s);
     if (st == MSTAR_OK) {
-        st = mstar_memcpy_async(s, m->weights, src, n * m->elsize, MSTAR_MEMCPY_H2D);
+        st = ref_upload_f32(s, m->weights, host, n, m->ops->act_dtype);
         for (int32_t l = 0; st == MSTAR_OK && l < m->cfg.layers; l++) {
             st = mstar_memset_async(s, m->k_pages[l], 0, m->pool_bytes);
             if (st == MSTAR_OK)
@@ -60,7 +72,6 @@ static mstar_status upload(ref_model *m)
         mstar_stream_destroy(s);
     }
     free(host);
-    free(narrow);
     return st;
 }
 

@@ -109,6 +109,10 @@ size_t ref_model_page_bytes(const ref_model *m);
 mstar_status ref_model_read_pool(ref_model *m, mstar_stream *stream, int32_t layer, bool v,
                                  void *host_out);
 
+/* Copy `count` fp32 host values to dst on the device as `dtype` (FLOAT32, or BFLOAT16 rounded
+ * as ref_f32_to_bf16 does) through stream s, and wait for the stream. */
+mstar_status ref_upload_f32(mstar_stream *s, void *dst, const float *host, size_t count,
+                            mstar_dtype dtype);
 /* Round float32 to bfloat16 (nearest, ties to even), as the CUDA kernels store. */
 void ref_f32_to_bf16(const float *in, uint16_t *out, size_t n);
 /* n weights uniform in [center - scale, center + scale), drawn from *rng (a splitmix64 state):

@@ -14,20 +14,14 @@
 static mstar_status node_build(ref_node *node, const ref_node_options *o)
 {
     mstar_status st;
-    if ((st = mstar_stream_create(node->backend, MSTAR_STREAM_NON_BLOCKING, &node->stream)) !=
-            MSTAR_OK ||
+    if ((st = node_engine_open(&node->eng, node->backend, "ref_model")) != MSTAR_OK ||
         (st = ref_model_create(&o->model, &o->kv, node->backend, &node->model)) != MSTAR_OK ||
         (st = mstar_kv_cache_create(&o->kv, node->backend, &node->kv)) != MSTAR_OK ||
         (st = mstar_positions_create(node->backend, &node->pos)) != MSTAR_OK ||
-        (st = mstar_step_runner_create(node->backend, node->stream, &node->sr)) != MSTAR_OK ||
-        (st = mstar_kv_cache_register(node->kv, node->sr, REF_NODE_KV_KEY)) != MSTAR_OK ||
-        (st = mstar_positions_register(node->pos, node->sr, REF_NODE_POS_KEY)) != MSTAR_OK ||
-        (st = mstar_graph_pool_create(node->backend, "ref_model", &node->pool)) != MSTAR_OK ||
+        (st = mstar_kv_cache_register(node->kv, node->eng.sr, REF_NODE_KV_KEY)) != MSTAR_OK ||
+        (st = mstar_positions_register(node->pos, node->eng.sr, REF_NODE_POS_KEY)) != MSTAR_OK ||
         (st = mstar_event_create(node->backend, &node->staged[0])) != MSTAR_OK ||
-        (st = mstar_event_create(node->backend, &node->staged[1])) != MSTAR_OK ||
-        (st = mstar_step_create(&node->step)) != MSTAR_OK ||
-        (st = mstar_tensor_map_create(&node->preprocessed)) != MSTAR_OK ||
-        (st = mstar_tensor_map_create(&node->eager_outputs)) != MSTAR_OK)
+        (st = mstar_event_create(node->backend, &node->staged[1])) != MSTAR_OK)
         return st;
     mstar_graph_config *configs = NULL;
     if ((st = ref_node__make_configs(node, o, &configs)) != MSTAR_OK)
@@ -35,17 +29,9 @@ static mstar_status node_build(ref_node *node, const ref_node_options *o)
     node->zeros = calloc((size_t)node->zeros_len, sizeof(int32_t));
     if (node->zeros == NULL)
         st = mstar_error_set(MSTAR_ENOMEM, "reference node template");
-    mstar_graph_runner_options ro = { .submodule_name = "ref_model",
-                                      .submodule = &ref_node__ops,
-                                      .submodule_self = node,
-                                      .configs = configs,
-                                      .n_configs = o->n_captures,
-                                      .step_runner = node->sr,
-                                      .pool = node->pool,
-                                      .num_slots = o->num_slots,
-                                      .autocast_dtype = MSTAR_DTYPE_INVALID };
     if (st == MSTAR_OK)
-        st = mstar_graph_runner_create(&ro, &node->runner);
+        st = node_engine_create_runner(&node->eng, &ref_node__ops, node, configs, o->n_captures,
+                                       o->num_slots);
     free(configs);
     return st;
 }
@@ -82,14 +68,7 @@ void ref_node_destroy(ref_node *node)
 {
     if (node == NULL)
         return;
-    if (node->stream != NULL)
-        mstar_stream_synchronize(node->stream);
-    mstar_graph_runner_destroy(node->runner);
-    mstar_tensor_map_destroy(node->preprocessed);
-    mstar_tensor_map_destroy(node->eager_outputs);
-    mstar_step_destroy(node->step);
-    mstar_step_runner_destroy(node->sr);
-    mstar_graph_pool_destroy(node->pool);
+    node_engine_close(&node->eng);
     for (int i = 0; i < 2; i++) {
         if (node->staged[i] != NULL)
             mstar_event_synchronize(node->staged[i]);
@@ -101,38 +80,24 @@ void ref_node_destroy(ref_node *node)
     mstar_kv_cache_destroy(node->kv);
     mstar_positions_destroy(node->pos);
     ref_model_destroy(node->model);
-    mstar_stream_destroy(node->stream);
+    mstar_stream_destroy(node->eng.stream);
     free(node->zeros);
     free(node);
 }
 
 mstar_status ref_node_capture(ref_node *node)
 {
-    mstar_status st;
-    if ((st = mstar_graph_runner_prepare_for_capture(node->runner, NULL, NULL)) != MSTAR_OK ||
-        (st = mstar_step_runner_build_graph_buffers(node->sr)) != MSTAR_OK ||
-        (st = mstar_graph_runner_warmup_and_capture(node->runner, NULL, 0)) != MSTAR_OK ||
-        (st = mstar_dummy_rows_release_all(mstar_graph_runner_dummy_rows(node->runner))) !=
-            MSTAR_OK)
-        return st;
-    size_t dropped;
-    const mstar_bucket_key *keys = mstar_graph_runner_dropped_buckets(node->runner, &dropped);
-    if (dropped > 0) {
-        char name[MSTAR_BUCKET_NAME_MAX];
-        return mstar_error_set(MSTAR_ESTATE, "reference node: %zu buckets not captured, first %s",
-                               dropped, mstar_bucket_key_format(&keys[0], name, sizeof(name)));
-    }
-    return MSTAR_OK;
+    return node_engine_capture(&node->eng, "reference node");
 }
 
 mstar_status ref_node_open(ref_node *node, int64_t request)
 {
-    return mstar_step_runner_ingest_request(node->sr, request);
+    return mstar_step_runner_ingest_request(node->eng.sr, request);
 }
 
 void ref_node_close(ref_node *node, int64_t request)
 {
-    mstar_step_runner_remove_request(node->sr, request);
+    mstar_step_runner_remove_request(node->eng.sr, request);
 }
 
 /* Room for a step of `rows` rows (real or padded). Each array is replaced as soon as it grew,
@@ -168,23 +133,12 @@ static mstar_status declare(ref_node *node, const char *walk, const int64_t *ids
                             const mstar_node_input *inputs, size_t count,
                             const mstar_slot_lease *lease)
 {
-    mstar_step_reset(node->step);
+    mstar_step_reset(node->eng.step);
     bool declared;
-    mstar_status st = ref_node__declare(node, walk, ids, inputs, count, node->step, &declared);
+    mstar_status st = ref_node__declare(node, walk, ids, inputs, count, node->eng.step, &declared);
     if (st != MSTAR_OK)
         return st;
-    mstar_step_ctx *ctx = mstar_step_context(node->step);
-    ctx->request_ids = ids;
-    ctx->n_requests = count;
-    ctx->graph_walk = walk;
-    ctx->slot = lease != NULL ? lease->slot : -1;
-    ctx->capture = false;
-    ctx->is_preplan = false;
-    ctx->has_lease = lease != NULL;
-    if (lease != NULL)
-        ctx->lease = *lease;
-    ctx->stream = node->stream;
-    ctx->compute_dtype = MSTAR_DTYPE_INVALID;
+    node_engine_set_context(&node->eng, walk, ids, count, lease);
     return MSTAR_OK;
 }
 
@@ -225,9 +179,10 @@ static mstar_status build_rows(ref_node *node, const ref_step_request *r,
     *ids = r->rows;
     if (st != MSTAR_OK || lease == NULL)
         return st;
-    st = mstar_graph_runner_pad_inputs(node->runner, lease, node->real, (size_t)r->n, node->padded);
+    st = mstar_graph_runner_pad_inputs(node->eng.runner, lease, node->real, (size_t)r->n,
+                                       node->padded);
     if (st == MSTAR_OK)
-        st = mstar_graph_runner_step_ids(node->runner, lease, r->rows, (size_t)r->n, node->ids);
+        st = mstar_graph_runner_step_ids(node->eng.runner, lease, r->rows, (size_t)r->n, node->ids);
     *inputs = node->padded;
     *ids = node->ids;
     return st;
@@ -240,19 +195,14 @@ static mstar_status prepare(ref_node *node, ref_step_timing *t)
     const mstar_node_input *inputs;
     const int64_t *ids;
     size_t count;
-    mstar_step_admit_result admitted;
     mstar_status st = build_rows(node, &node->cur, lease, &inputs, &ids, &count);
     if (st == MSTAR_OK)
         st = declare(node, node->cur.walk, ids, inputs, count, lease);
     if (st == MSTAR_OK)
-        st = mstar_step_runner_admit(node->sr, node->step, &admitted);
-    if (st == MSTAR_OK && !admitted.ok)
-        st = mstar_error_set(MSTAR_ENOSPC, "reference step: %s", admitted.reason);
+        st = node_engine_admit_plan(&node->eng, "reference step");
+    mstar_tensor_map_clear(node->eng.pre);
     if (st == MSTAR_OK)
-        st = mstar_step_runner_plan(node->sr, node->step);
-    mstar_tensor_map_clear(node->preprocessed);
-    if (st == MSTAR_OK)
-        st = ref_node__preprocess(node, node->step, inputs, count, node->preprocessed);
+        st = ref_node__preprocess(node, node->eng.step, inputs, count, node->eng.pre);
     t->bucket_rows = (int64_t)count;
     return st;
 }
@@ -270,12 +220,12 @@ static mstar_status collect(ref_node *node, const mstar_tensor_map *outputs, int
     size_t vocab = (size_t)ref_model_config_of(node->model)->vocab;
     mstar_status st = MSTAR_OK;
     if (logits != NULL)
-        st = mstar_memcpy_async(node->stream, logits, mstar_tensor_ptr(l),
+        st = mstar_memcpy_async(node->eng.stream, logits, mstar_tensor_ptr(l),
                                 (size_t)n * vocab * sizeof(float), MSTAR_MEMCPY_D2H);
     if (st == MSTAR_OK && next_tokens != NULL)
-        st = mstar_memcpy_async(node->stream, next_tokens, mstar_tensor_ptr(t),
+        st = mstar_memcpy_async(node->eng.stream, next_tokens, mstar_tensor_ptr(t),
                                 (size_t)n * sizeof(int32_t), MSTAR_MEMCPY_D2H);
-    return st != MSTAR_OK ? st : mstar_stream_synchronize(node->stream);
+    return st != MSTAR_OK ? st : mstar_stream_synchronize(node->eng.stream);
 }
 
 mstar_status ref_node_begin(ref_node *node, const ref_step_request *req, ref_step_timing *timing)
@@ -290,8 +240,8 @@ mstar_status ref_node_begin(ref_node *node, const ref_step_request *req, ref_ste
     uint64_t t0 = mstar__now_ns();
     node->cur = *req;
     node->leased =
-        req->use_graphs && mstar_graph_runner_lease_slot(node->runner, req->walk, req->n, req->slot,
-                                                         total, NULL, &node->lease);
+        req->use_graphs && mstar_graph_runner_lease_slot(node->eng.runner, req->walk, req->n,
+                                                         req->slot, total, NULL, &node->lease);
     uint64_t t1 = mstar__now_ns();
     node->begun = true;
     node->launched = false;
@@ -316,15 +266,9 @@ mstar_status ref_node_launch(ref_node *node, ref_step_timing *timing)
     if (!node->begun)
         return mstar_error_set(MSTAR_ESTATE, "reference step: no step begun");
     uint64_t t0 = mstar__now_ns();
-    mstar_status st;
-    if (node->leased) {
-        st = mstar_graph_runner_run_forward(node->runner, &node->lease, node->preprocessed,
-                                            node->cur.plan_done, NULL, &node->outputs);
-    } else {
-        mstar_tensor_map_clear(node->eager_outputs);
-        st = ref_node__forward(node, node->step, node->preprocessed, node->eager_outputs);
-        node->outputs = node->eager_outputs;
-    }
+    mstar_status st =
+        node_engine_launch(&node->eng, node->leased ? &node->lease : NULL, node->cur.plan_done,
+                           ref_node__forward, node, &node->outputs);
     node->launched = st == MSTAR_OK;
     if (timing != NULL)
         timing->launch_ns = mstar__now_ns() - t0;
@@ -338,15 +282,10 @@ mstar_status ref_node_end(ref_node *node, float *logits, int32_t *next_tokens,
         return mstar_error_set(MSTAR_ESTATE, "reference step: no step begun");
     uint64_t t0 = mstar__now_ns();
     mstar_status st = MSTAR_OK;
-    if (node->launched) {
+    if (node->launched)
         st = collect(node, node->outputs, node->cur.n, logits, next_tokens);
-        if (st == MSTAR_OK)
-            st = mstar_step_runner_commit(node->sr, node->step);
-    }
-    if (node->leased) {
-        mstar_status released = mstar_graph_runner_release(node->runner, &node->lease, node->cur.n);
-        st = st != MSTAR_OK ? st : released;
-    }
+    st = node_engine_finish(&node->eng, st, node->launched, node->leased ? &node->lease : NULL,
+                            node->cur.n);
     node->begun = false;
     node->leased = false;
     node->launched = false;
@@ -380,7 +319,7 @@ mstar_status ref_node_preplan(ref_node *node, const ref_step_request *req, mstar
     if (st != MSTAR_OK)
         return st;
     mstar_slot_lease lease;
-    if (!mstar_graph_runner_lease_slot(node->runner, req->walk, req->n, req->slot, total, NULL,
+    if (!mstar_graph_runner_lease_slot(node->eng.runner, req->walk, req->n, req->slot, total, NULL,
                                        &lease))
         return mstar_error_set(MSTAR_ENOENT,
                                "reference pre-plan: no captured bucket on walk "
@@ -395,15 +334,15 @@ mstar_status ref_node_preplan(ref_node *node, const ref_step_request *req, mstar
     if (st == MSTAR_OK)
         st = declare(node, req->walk, ids, inputs, count, &lease);
     if (st == MSTAR_OK)
-        st = mstar_step_runner_pre_admit(node->sr, node->step, &admitted);
+        st = mstar_step_runner_pre_admit(node->eng.sr, node->eng.step, &admitted);
     if (st == MSTAR_OK && !admitted.ok)
         st = mstar_error_set(MSTAR_ENOSPC, "reference pre-plan: %s", admitted.reason);
     if (st == MSTAR_OK)
-        st = mstar_step_runner_pre_plan(node->sr, node->step, plan_done);
+        st = mstar_step_runner_pre_plan(node->eng.sr, node->eng.step, plan_done);
     node->commit = true;
     if (st != MSTAR_OK) {
-        mstar_step_runner_clear_preplan(node->sr, lease.slot);
-        mstar_graph_runner_release(node->runner, &lease, req->n);
+        mstar_step_runner_clear_preplan(node->eng.sr, lease.slot);
+        mstar_graph_runner_release(node->eng.runner, &lease, req->n);
         return st;
     }
     *slot = lease.slot;
@@ -417,14 +356,14 @@ mstar_status ref_node_drop_preplan(ref_node *node, const ref_step_request *req, 
     if (st != MSTAR_OK)
         return st;
     mstar_slot_lease lease;
-    if (slot < 0 ||
-        !mstar_graph_runner_lease_slot(node->runner, req->walk, req->n, slot, total, NULL, &lease))
+    if (slot < 0 || !mstar_graph_runner_lease_slot(node->eng.runner, req->walk, req->n, slot, total,
+                                                   NULL, &lease))
         return mstar_error_set(MSTAR_EINVAL,
                                "reference drop pre-plan: slot %d on walk '%s' "
                                "names no lease",
                                slot, req->walk);
-    mstar_step_runner_clear_preplan(node->sr, slot);
-    return mstar_graph_runner_release(node->runner, &lease, req->n);
+    mstar_step_runner_clear_preplan(node->eng.sr, slot);
+    return mstar_graph_runner_release(node->eng.runner, &lease, req->n);
 }
 
 ref_model *ref_node_model(ref_node *node)
@@ -444,15 +383,15 @@ mstar_positions *ref_node_positions(ref_node *node)
 
 mstar_stream *ref_node_stream(ref_node *node)
 {
-    return node->stream;
+    return node->eng.stream;
 }
 
 mstar_step_runner *ref_node_step_runner(ref_node *node)
 {
-    return node->sr;
+    return node->eng.sr;
 }
 
 mstar_graph_runner *ref_node_runner(ref_node *node)
 {
-    return node->runner;
+    return node->eng.runner;
 }

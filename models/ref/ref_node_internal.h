@@ -9,6 +9,7 @@
 #ifndef MSTAR_EXAMPLES_REF_NODE_INTERNAL_H
 #define MSTAR_EXAMPLES_REF_NODE_INTERNAL_H
 
+#include "node_engine.h"
 #include "ref_node.h"
 
 /* The resources' keys in the node's step runner. */
@@ -17,13 +18,12 @@
 
 struct ref_node {
     mstar_backend *backend;
-    mstar_stream *stream; /* compute: forwards, replays, plans of non-pre-planned steps */
+    /* The stream (compute: forwards, replays, plans of non-pre-planned steps), step runner,
+     * pool, runner and the engine's per-step step and maps. */
+    node_engine eng;
     ref_model *model;
     mstar_kv_cache *kv;
     mstar_positions *pos;
-    mstar_step_runner *sr;
-    mstar_graph_pool *pool;
-    mstar_graph_runner *runner;
     int32_t *zeros; /* the template rows' tokens: token 0 */
     int64_t zeros_len;
     bool commit; /* what the next declaration's payloads say */
@@ -33,10 +33,7 @@ struct ref_node {
     mstar_event *staged[2];
     int64_t staging_cap;
     int which;
-    /* The engine's per-step scratch, sized for the largest step seen. */
-    mstar_step *step;
-    mstar_tensor_map *preprocessed;
-    mstar_tensor_map *eager_outputs;
+    /* The step's rows, sized for the largest step seen. */
     mstar_tensor_map **row_maps;
     mstar_node_input *real, *padded;
     int64_t *ids;

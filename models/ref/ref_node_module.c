@@ -111,8 +111,9 @@ mstar_status ref_node__preprocess(void *self, mstar_step *step, const mstar_node
     const mstar_step_ctx *ctx = mstar_step_context(step);
     bool in_place = ctx->has_lease && !ctx->capture;
     mstar_tensor t;
-    st = in_place ? mstar_graph_runner_static_input(node->runner, &ctx->lease, "tokens", total, &t)
-                  : mstar_tensor_alloc(s, MSTAR_DTYPE_INT32, 1, &total, &t);
+    st = in_place
+             ? mstar_graph_runner_static_input(node->eng.runner, &ctx->lease, "tokens", total, &t)
+             : mstar_tensor_alloc(s, MSTAR_DTYPE_INT32, 1, &total, &t);
     if (st != MSTAR_OK)
         return st;
     if ((st = mstar_memcpy_async(s, mstar_tensor_ptr(&t), host, (size_t)total * sizeof(int32_t),

@@ -204,6 +204,30 @@ void mstar_test_host_close(mstar_backend *backend, mstar_stream *stream)
     mstar_backend_destroy(backend);
 }
 
+static mstar_backend *host_backend; /* the group fixtures' */
+
+int mstar_test_host_backend_setup(void **state)
+{
+    (void)state;
+    if (mstar_backend_create(mstar_device_cpu(), &host_backend) == MSTAR_OK)
+        return 0;
+    fprintf(stderr, "host backend: %s\n", mstar_last_error());
+    return -1;
+}
+
+int mstar_test_host_backend_teardown(void **state)
+{
+    (void)state;
+    mstar_backend_destroy(host_backend);
+    host_backend = NULL;
+    return 0;
+}
+
+mstar_backend *mstar_test_host_backend(void)
+{
+    return host_backend;
+}
+
 void mstar_test_append_digit(void *args)
 {
     mstar_test_digit *a = args;

@@ -58,6 +58,13 @@ mstar_backend *mstar_test_cuda_or_skip(int index);
 int mstar_test_host_open(mstar_backend **backend, mstar_stream **stream);
 void mstar_test_host_close(mstar_backend *backend, mstar_stream *stream);
 
+/* cmocka group fixtures for tests that need the host backend alone: the setup creates it (0, or
+ * -1 with the library's error printed), mstar_test_host_backend() hands it to the tests, the
+ * teardown destroys it. */
+int mstar_test_host_backend_setup(void **state);
+int mstar_test_host_backend_teardown(void **state);
+mstar_backend *mstar_test_host_backend(void);
+
 /* A host function for mstar_launch whose runs show in what order they ran: each appends `digit`
  * to *target as a decimal digit (*target = *target * 10 + digit). */
 typedef struct mstar_test_digit {

@@ -17,22 +17,6 @@ enum { L = 3, D = 24, ROWS = 8 };
 
 static const int64_t sizes[] = { 2, 4, 8 };
 
-static mstar_backend *B;
-
-static int setup(void **state)
-{
-    (void)state;
-    mstar_device host = { MSTAR_DEVICE_CPU, 0 };
-    return mstar_backend_create(host, &B) == MSTAR_OK ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    mstar_backend_destroy(B);
-    return 0;
-}
-
 static ref_mlp_config tiny(void)
 {
     ref_mlp_config c = ref_mlp_config_default();
@@ -48,7 +32,7 @@ static mlp_node *make_node(void)
                            .batch_sizes = sizes,
                            .n_batch_sizes = sizeof(sizes) / sizeof(sizes[0]) };
     mlp_node *node = NULL;
-    assert_mstar_ok(mlp_node_create(B, &o, &node));
+    assert_mstar_ok(mlp_node_create(mstar_test_host_backend(), &o, &node));
     assert_mstar_ok(mlp_node_capture(node));
     return node;
 }
@@ -130,7 +114,7 @@ static void test_profile_counts_ops(void **state)
     (void)state;
     mlp_node *node = make_node();
     ref_profile *p;
-    assert_mstar_ok(ref_profile_create(B, 64, &p));
+    assert_mstar_ok(ref_profile_create(mstar_test_host_backend(), 64, &p));
     ref_mlp_set_profile(mlp_node_model(node), p);
     assert_mstar_ok(mlp_node_step(node, 0, 4, false, NULL, NULL));
     ref_mlp_set_profile(mlp_node_model(node), NULL);
@@ -168,10 +152,11 @@ static void test_bad_arguments(void **state)
     mlp_node_options o = {
         .model = tiny(), .max_rows = 4, .batch_sizes = sizes, .n_batch_sizes = 3
     };
-    assert_mstar_status(mlp_node_create(B, &o, &node), MSTAR_EINVAL); /* bs 8 > 4 rows */
+    assert_mstar_status(mlp_node_create(mstar_test_host_backend(), &o, &node),
+                        MSTAR_EINVAL); /* bs 8 > 4 rows */
     o.max_rows = 8;
     o.model.layers = 0;
-    assert_mstar_status(mlp_node_create(B, &o, &node), MSTAR_EINVAL);
+    assert_mstar_status(mlp_node_create(mstar_test_host_backend(), &o, &node), MSTAR_EINVAL);
 }
 
 int main(void)
@@ -182,5 +167,6 @@ int main(void)
         cmocka_unit_test(test_profile_counts_ops),
         cmocka_unit_test(test_bad_arguments),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, mstar_test_host_backend_setup,
+                                  mstar_test_host_backend_teardown);
 }

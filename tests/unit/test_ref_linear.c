@@ -43,18 +43,24 @@ static void fill(float *a, size_t n)
 typedef struct fixture {
     float table[TABLE * K], w[M * K], g[K], res[TABLE * M], out[N * M];
     float norm_scratch[N * K], acc_scratch[N * M];
+    float before[N * M]; /* out as made, for tests that check what changed in it */
     int32_t rows[N];
 } fixture;
 
-static void make(fixture *f)
+/* A fixture of random values (freed by the test), rows 4, 0 and 2 of the table gathered. */
+static fixture *make(void)
 {
+    fixture *f = malloc(sizeof(*f));
+    assert_non_null(f);
     fill(f->table, TABLE * K);
     fill(f->w, M * K);
     fill(f->g, K);
     fill(f->res, TABLE * M);
     fill(f->out, N * M);
+    memcpy(f->before, f->out, sizeof(f->before));
     const int32_t rows[N] = { 4, 0, 2 };
     memcpy(f->rows, rows, sizeof(rows));
+    return f;
 }
 
 /* acc[i][j] of row i: x' = table[rows[i]] (normalized with g when norm) times w^T. */
@@ -106,9 +112,7 @@ static void check(double got, double want)
 static void test_epilogues(void **state)
 {
     (void)state;
-    fixture *f = malloc(sizeof(*f));
-    assert_non_null(f);
-    make(f);
+    fixture *f = make();
     float out[N * M];
     for (int norm = 0; norm <= 1; norm++) {
         run(f, REF_EPI_STORE, norm, out);
@@ -139,11 +143,7 @@ static void test_epilogues(void **state)
 static void test_add_in_place(void **state)
 {
     (void)state;
-    fixture *f = malloc(sizeof(*f));
-    assert_non_null(f);
-    make(f);
-    float before[N * M];
-    memcpy(before, f->out, sizeof(before));
+    fixture *f = make();
     ref_linear l = { .x = f->table,
                      .x_rows = f->rows,
                      .w = f->w,
@@ -158,7 +158,7 @@ static void test_add_in_place(void **state)
     assert_mstar_ok(mstar_stream_synchronize(S));
     for (int i = 0; i < N; i++)
         for (int j = 0; j < M; j++)
-            check(f->out[i * M + j], before[i * M + j] + acc_of(f, false, i, j));
+            check(f->out[i * M + j], f->before[i * M + j] + acc_of(f, false, i, j));
     free(f);
 }
 
@@ -168,9 +168,7 @@ static void test_rope_kv(void **state)
 {
     (void)state;
     enum { HEADS = 2, HD = 4, Q = HEADS * HD, PAGES = 3, PS = 2 };
-    fixture *f = malloc(sizeof(*f));
-    assert_non_null(f);
-    make(f);
+    fixture *f = make();
     float w[3 * Q * K], got[N * 3 * Q], want[N * 3 * Q];
     float kp[2][PAGES * PS * Q], vp[2][PAGES * PS * Q];
     fill(w, 3 * Q * K);
@@ -220,11 +218,7 @@ static void test_rope_kv(void **state)
 static void test_bad_descriptors(void **state)
 {
     (void)state;
-    fixture *f = malloc(sizeof(*f));
-    assert_non_null(f);
-    make(f);
-    float before[N * M];
-    memcpy(before, f->out, sizeof(before));
+    fixture *f = make();
     ref_linear good = {
         .x = f->table, .w = f->w, .n = N, .k = K, .m = M, .epilogue = REF_EPI_STORE, .out = f->out
     };
@@ -246,7 +240,7 @@ static void test_bad_descriptors(void **state)
         assert_non_null(strstr(mstar_last_error(), "linear"));
     }
     assert_mstar_ok(mstar_stream_synchronize(S));
-    assert_memory_equal(before, f->out, sizeof(before));
+    assert_memory_equal(f->before, f->out, sizeof(f->before));
     free(f);
 }
 

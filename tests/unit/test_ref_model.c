@@ -14,27 +14,11 @@ static const mstar_kv_cache_config kv_cfg = {
     .num_pages = 64, .page_size = 4, .num_labels = 1, .max_seq_len = 64
 };
 
-static mstar_backend *B;
-
-static int setup(void **state)
-{
-    (void)state;
-    mstar_device host = { MSTAR_DEVICE_CPU, 0 };
-    return mstar_backend_create(host, &B) == MSTAR_OK ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    mstar_backend_destroy(B);
-    return 0;
-}
-
 static ref_eager *make_eager(void)
 {
     ref_model_config cfg = ref_model_config_small();
     ref_eager *e = NULL;
-    assert_mstar_ok(ref_eager_create(&cfg, &kv_cfg, B, &e));
+    assert_mstar_ok(ref_eager_create(&cfg, &kv_cfg, mstar_test_host_backend(), &e));
     return e;
 }
 
@@ -221,7 +205,8 @@ static void test_bad_steps(void **state)
     ref_model_config bad = ref_model_config_small();
     bad.head_dim = 7;
     ref_eager *none = NULL;
-    assert_mstar_status(ref_eager_create(&bad, &kv_cfg, B, &none), MSTAR_EINVAL);
+    assert_mstar_status(ref_eager_create(&bad, &kv_cfg, mstar_test_host_backend(), &none),
+                        MSTAR_EINVAL);
     assert_null(none);
     ref_eager_destroy(e);
 }
@@ -234,5 +219,6 @@ int main(void)
         cmocka_unit_test(test_padding_rows_touch_no_live_page),
         cmocka_unit_test(test_bad_steps),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, mstar_test_host_backend_setup,
+                                  mstar_test_host_backend_teardown);
 }

@@ -246,10 +246,32 @@ mstar_status mstar_bench_graphs_run(const mstar_bench_graphs_options *o,
 /* bench_graphs_mlp.c: the same measurements on the mlp bench model (models/ref/mlp_model.h). */
 mstar_status mstar_bench_graphs_mlp_run(const mstar_bench_graphs_options *o,
                                         mstar_bench_graphs_result *out);
-/* A profile's ops (after its stream has run them) as a result's rows. */
+/* A model node as the graphs suite drives it: each model's file adapts its node to these, and
+ * bench_graphs.c measures any of them the same way. */
 struct ref_profile;
-mstar_status mstar_bench_graphs_profile_take(const struct ref_profile *p, int64_t bs,
-                                             mstar_bench_graphs_profile *out);
+typedef struct mstar_bench_graphs_model {
+    void *self;                 /* the adapter's state, passed to each call */
+    const char *walk;           /* the captured walk */
+    mstar_stream *stream;       /* the node's compute stream */
+    mstar_graph_runner *runner; /* the node's runner */
+    /* A whole frozen step over bs rows, replayed when graphs and a bucket fits (*replayed). */
+    mstar_status (*step)(void *self, int64_t bs, bool graphs, bool *replayed);
+    /* Begin such a step without launching it; *slot: its lease's slot, -1 when eager. */
+    mstar_status (*begin)(void *self, int64_t bs, bool graphs, int32_t *slot);
+    mstar_status (*launch)(void *self); /* enqueue the begun step's forward again */
+    mstar_status (*end)(void *self);    /* commit and release the begun step */
+    void (*set_profile)(void *self, struct ref_profile *p); /* time each op into p (NULL: off) */
+} mstar_bench_graphs_model;
+
+/* Clear *out, create the backend the options name (*b, destroyed by the caller) and set the
+ * result's device, cuda flag and iterations. */
+mstar_status mstar_bench_graphs_start(const mstar_bench_graphs_options *o,
+                                      mstar_bench_graphs_result *out, mstar_backend **b);
+/* Every measurement of out->rows at each batch size, and with prof (not NULL) one profiled
+ * eager step each into out->profiles. */
+mstar_status mstar_bench_graphs_measure_all(const mstar_bench_graphs_model *m,
+                                            struct ref_profile *prof,
+                                            mstar_bench_graphs_result *out);
 void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out);
 /* Runner host overhead <= 1.5x the raw launch call, replay <= 1.05x the raw replay (worst batch
  * size); bars for CUDA, not applicable on the host backend. */

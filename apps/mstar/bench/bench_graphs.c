@@ -51,94 +51,81 @@ static int usage(void)
 }
 
 /* `iters` whole frozen steps back to back, one wait at the end: wall µs per step. */
-static mstar_status run_steps(ref_node *node, const ref_step_request *req, int iters,
+static mstar_status run_steps(const mstar_bench_graphs_model *m, int64_t bs, bool graphs, int iters,
                               double *wall_us)
 {
     uint64_t t0 = mstar__now_ns();
     for (int i = 0; i < iters; i++) {
-        ref_step_timing t;
-        mstar_status st = ref_node_step(node, req, NULL, NULL, &t);
+        bool replayed = false;
+        mstar_status st = m->step(m->self, bs, graphs, &replayed);
         if (st != MSTAR_OK)
             return st;
-        if (req->use_graphs && !t.replayed)
-            return mstar_error_set(MSTAR_ESTATE, "bench: bs %d did not replay", req->n);
+        if (graphs && !replayed)
+            return mstar_error_set(MSTAR_ESTATE, "bench: bs %lld did not replay", (long long)bs);
     }
-    mstar_status st = mstar_stream_synchronize(ref_node_stream(node));
+    mstar_status st = mstar_stream_synchronize(m->stream);
     *wall_us = (double)(mstar__now_ns() - t0) / 1e3 / iters;
     return st;
 }
 
 /* One prepared step re-launched `iters` times, one wait at the end: wall µs per launch, and for
  * a replay the mean host µs of select (lease_slot of the step's slot) + stage + launch. */
-static mstar_status run_launches(ref_node *node, const ref_step_request *req, int iters,
-                                 double *wall_us, double *overhead_us)
+static mstar_status run_launches(const mstar_bench_graphs_model *m, int64_t bs, bool graphs,
+                                 int iters, double *wall_us, double *overhead_us)
 {
-    ref_step_timing begun;
-    mstar_status st = ref_node_begin(node, req, &begun);
+    int32_t slot = -1;
+    mstar_status st = m->begin(m->self, bs, graphs, &slot);
     if (st != MSTAR_OK)
         return st;
-    if (req->use_graphs && !begun.replayed) {
-        ref_node_end(node, NULL, NULL, NULL);
-        return mstar_error_set(MSTAR_ESTATE, "bench: bs %d did not replay", req->n);
+    if (graphs && slot < 0) {
+        m->end(m->self);
+        return mstar_error_set(MSTAR_ESTATE, "bench: bs %lld did not replay", (long long)bs);
     }
     uint64_t host = 0, t0 = mstar__now_ns();
     for (int i = 0; st == MSTAR_OK && i < iters; i++) {
         uint64_t a = mstar__now_ns();
         mstar_slot_lease lease;
-        if (req->use_graphs &&
-            !mstar_graph_runner_lease_slot(ref_node_runner(node), req->walk, req->n, begun.slot,
-                                           req->n, NULL, &lease))
-            st = mstar_error_set(MSTAR_ESTATE, "bench: bs %d lost its bucket", req->n);
+        if (graphs &&
+            !mstar_graph_runner_lease_slot(m->runner, m->walk, bs, slot, bs, NULL, &lease))
+            st = mstar_error_set(MSTAR_ESTATE, "bench: bs %lld lost its bucket", (long long)bs);
         if (st == MSTAR_OK)
-            st = ref_node_launch(node, NULL);
+            st = m->launch(m->self);
         host += mstar__now_ns() - a;
     }
-    mstar_status sync = mstar_stream_synchronize(ref_node_stream(node));
+    mstar_status sync = mstar_stream_synchronize(m->stream);
     *wall_us = (double)(mstar__now_ns() - t0) / 1e3 / iters;
     if (overhead_us != NULL)
         *overhead_us = (double)host / 1e3 / iters;
-    mstar_status ended = ref_node_end(node, NULL, NULL, NULL);
+    mstar_status ended = m->end(m->self);
     return st != MSTAR_OK ? st : sync != MSTAR_OK ? sync : ended;
 }
 
 /* The floor: the bucket's slot-0 graph launched `iters` times back to back. */
-static mstar_status run_raw(ref_node *node, int64_t bs, int iters, double *wall_us,
-                            double *launch_us, size_t *nodes)
+static mstar_status run_raw(const mstar_bench_graphs_model *m, int64_t bs, int iters,
+                            double *wall_us, double *launch_us, size_t *nodes)
 {
     mstar_slot_lease lease;
-    if (!mstar_graph_runner_lease_slot(ref_node_runner(node), "decode", bs, 0, bs, NULL, &lease))
+    if (!mstar_graph_runner_lease_slot(m->runner, m->walk, bs, 0, bs, NULL, &lease))
         return mstar_error_set(MSTAR_ENOENT, "bench: no bucket for bs %lld", (long long)bs);
-    const mstar_graph_slot *slot = mstar_graph_runner_slot_for(ref_node_runner(node), &lease);
+    const mstar_graph_slot *slot = mstar_graph_runner_slot_for(m->runner, &lease);
     mstar_graph *graph = (mstar_graph *)mstar_graph_slot_graph(slot);
-    mstar_stream *s = ref_node_stream(node);
     uint64_t in_launch = 0, t0 = mstar__now_ns();
     for (int i = 0; i < iters; i++) {
         uint64_t a = mstar__now_ns();
-        mstar_status st = mstar_graph_launch(graph, s);
+        mstar_status st = mstar_graph_launch(graph, m->stream);
         in_launch += mstar__now_ns() - a;
         if (st != MSTAR_OK)
             return st;
     }
-    mstar_status st = mstar_stream_synchronize(s);
+    mstar_status st = mstar_stream_synchronize(m->stream);
     *wall_us = (double)(mstar__now_ns() - t0) / 1e3 / iters;
     *launch_us = (double)in_launch / 1e3 / iters;
     *nodes = mstar_graph_node_count(graph);
     return st;
 }
 
-static mstar_status measure(ref_node *node, int64_t bs, int iters, const int64_t *reqs,
-                            const int32_t *ones, const int32_t *tokens, row *out)
+static mstar_status measure(const mstar_bench_graphs_model *m, int64_t bs, int iters, row *out)
 {
-    ref_step_request eager = { .walk = "decode",
-                               .rows = reqs,
-                               .spans = ones,
-                               .n = (int32_t)bs,
-                               .tokens = tokens,
-                               .use_graphs = false,
-                               .commit = false,
-                               .slot = -1 };
-    ref_step_request graphs = eager;
-    graphs.use_graphs = true;
     double ignored;
     int warm = iters < 3 ? 1 : 3;
     out->bs = bs;
@@ -146,22 +133,20 @@ static mstar_status measure(ref_node *node, int64_t bs, int iters, const int64_t
     /* Each measurement runs `warm` times first, untimed. */
     for (int pass = 0; st == MSTAR_OK && pass < 2; pass++) {
         int n = pass == 0 ? warm : iters;
-        if ((st = run_steps(node, &eager, n, pass ? &out->eager_step_us : &ignored)) != MSTAR_OK ||
-            (st = run_steps(node, &graphs, n, pass ? &out->replay_step_us : &ignored)) !=
+        if ((st = run_steps(m, bs, false, n, pass ? &out->eager_step_us : &ignored)) != MSTAR_OK ||
+            (st = run_steps(m, bs, true, n, pass ? &out->replay_step_us : &ignored)) != MSTAR_OK ||
+            (st = run_launches(m, bs, false, n, pass ? &out->eager_fwd_us : &ignored, NULL)) !=
                 MSTAR_OK ||
-            (st = run_launches(node, &eager, n, pass ? &out->eager_fwd_us : &ignored, NULL)) !=
-                MSTAR_OK ||
-            (st = run_launches(node, &graphs, n, pass ? &out->runner_us : &ignored,
+            (st = run_launches(m, bs, true, n, pass ? &out->runner_us : &ignored,
                                &out->overhead_us)) != MSTAR_OK)
             break;
-        st = run_raw(node, bs, n, pass ? &out->raw_us : &ignored, &out->launch_us,
-                     &out->graph_nodes);
+        st = run_raw(m, bs, n, pass ? &out->raw_us : &ignored, &out->launch_us, &out->graph_nodes);
     }
     return st;
 }
 
-mstar_status mstar_bench_graphs_profile_take(const ref_profile *p, int64_t bs,
-                                             mstar_bench_graphs_profile *out)
+/* A profile's ops (after its stream has run them) as a result's rows. */
+static mstar_status profile_take(const ref_profile *p, int64_t bs, mstar_bench_graphs_profile *out)
 {
     ref_profile_row rows[MSTAR_BENCH_GRAPHS_MAX_OPS];
     size_t n;
@@ -176,25 +161,101 @@ mstar_status mstar_bench_graphs_profile_take(const ref_profile *p, int64_t bs,
 }
 
 /* One eager step with each op of its forward timed (the measurements before warmed it up). */
-static mstar_status profile_step(ref_node *node, ref_profile *p, int64_t bs, const int64_t *reqs,
-                                 const int32_t *ones, const int32_t *tokens,
+static mstar_status profile_step(const mstar_bench_graphs_model *m, ref_profile *p, int64_t bs,
                                  mstar_bench_graphs_profile *out)
 {
-    ref_step_request eager = { .walk = "decode",
-                               .rows = reqs,
-                               .spans = ones,
+    bool replayed;
+    ref_profile_reset(p);
+    m->set_profile(m->self, p);
+    mstar_status st = m->step(m->self, bs, false, &replayed);
+    m->set_profile(m->self, NULL);
+    mstar_status sync = mstar_stream_synchronize(m->stream);
+    st = st != MSTAR_OK ? st : sync;
+    return st != MSTAR_OK ? st : profile_take(p, bs, out);
+}
+
+mstar_status mstar_bench_graphs_measure_all(const mstar_bench_graphs_model *m, ref_profile *prof,
+                                            mstar_bench_graphs_result *out)
+{
+    mstar_status st = MSTAR_OK;
+    for (size_t i = 0; st == MSTAR_OK && i < NSIZES; i++) {
+        mstar_bench_progress("graphs", "bs %lld, %d iterations", (long long)sizes[i], out->iters);
+        st = measure(m, sizes[i], out->iters, &out->rows[i]);
+        if (st == MSTAR_OK && prof != NULL)
+            st = profile_step(m, prof, sizes[i], &out->profiles[i]);
+    }
+    out->profiled = st == MSTAR_OK && prof != NULL;
+    return st;
+}
+
+mstar_status mstar_bench_graphs_start(const mstar_bench_graphs_options *o,
+                                      mstar_bench_graphs_result *out, mstar_backend **b)
+{
+    memset(out, 0, sizeof(*out));
+    mstar_device dev = { o->cuda ? MSTAR_DEVICE_CUDA : MSTAR_DEVICE_CPU, 0 };
+    mstar_status st = mstar_backend_create(dev, b);
+    if (st != MSTAR_OK)
+        return st;
+    snprintf(out->device, sizeof(out->device), "%s", mstar_backend_name(*b));
+    out->cuda = o->cuda;
+    /* The host backend computes in fp32 on one core: far fewer iterations. */
+    out->iters = o->cuda ? (o->quick ? 50 : 500) : (o->quick ? 2 : 8);
+    return MSTAR_OK;
+}
+
+/* The reference node under the suite: frozen decode steps of one token per row over the first
+ * bs prefilled requests. */
+typedef struct ref_bench {
+    ref_node *node;
+    int64_t reqs[REQUESTS];
+    int32_t tokens[REQUESTS], ones[REQUESTS];
+} ref_bench;
+
+static ref_step_request decode_request(const ref_bench *rb, int64_t bs, bool graphs)
+{
+    return (ref_step_request){ .walk = "decode",
+                               .rows = rb->reqs,
+                               .spans = rb->ones,
                                .n = (int32_t)bs,
-                               .tokens = tokens,
-                               .use_graphs = false,
+                               .tokens = rb->tokens,
+                               .use_graphs = graphs,
                                .commit = false,
                                .slot = -1 };
-    ref_profile_reset(p);
-    ref_model_set_profile(ref_node_model(node), p);
-    mstar_status st = ref_node_step(node, &eager, NULL, NULL, NULL);
-    ref_model_set_profile(ref_node_model(node), NULL);
-    mstar_status sync = mstar_stream_synchronize(ref_node_stream(node));
-    st = st != MSTAR_OK ? st : sync;
-    return st != MSTAR_OK ? st : mstar_bench_graphs_profile_take(p, bs, out);
+}
+
+static mstar_status ref_bench_step(void *self, int64_t bs, bool graphs, bool *replayed)
+{
+    ref_bench *rb = self;
+    ref_step_request r = decode_request(rb, bs, graphs);
+    ref_step_timing t;
+    mstar_status st = ref_node_step(rb->node, &r, NULL, NULL, &t);
+    *replayed = st == MSTAR_OK && t.replayed;
+    return st;
+}
+
+static mstar_status ref_bench_begin(void *self, int64_t bs, bool graphs, int32_t *slot)
+{
+    ref_bench *rb = self;
+    ref_step_request r = decode_request(rb, bs, graphs);
+    ref_step_timing t;
+    mstar_status st = ref_node_begin(rb->node, &r, &t);
+    *slot = st == MSTAR_OK && t.replayed ? t.slot : -1;
+    return st;
+}
+
+static mstar_status ref_bench_launch(void *self)
+{
+    return ref_node_launch(((ref_bench *)self)->node, NULL);
+}
+
+static mstar_status ref_bench_end(void *self)
+{
+    return ref_node_end(((ref_bench *)self)->node, NULL, NULL, NULL);
+}
+
+static void ref_bench_set_profile(void *self, ref_profile *p)
+{
+    ref_model_set_profile(ref_node_model(((ref_bench *)self)->node), p);
 }
 
 /* REQUESTS requests with prompts of `len` (<= PROMPT) tokens, prefilled eagerly. */
@@ -346,58 +407,54 @@ mstar_status mstar_bench_graphs_run(const mstar_bench_graphs_options *opts,
 {
     if (opts->mlp)
         return mstar_bench_graphs_mlp_run(opts, out);
-    bool cuda = opts->cuda, quick = opts->quick;
-    memset(out, 0, sizeof(*out));
-    mstar_device dev = { cuda ? MSTAR_DEVICE_CUDA : MSTAR_DEVICE_CPU, 0 };
     mstar_backend *b;
-    mstar_status st = mstar_backend_create(dev, &b);
+    mstar_status st = mstar_bench_graphs_start(opts, out, &b);
     if (st != MSTAR_OK)
         return st;
-    snprintf(out->device, sizeof(out->device), "%s", mstar_backend_name(b));
-    out->cuda = cuda;
-    /* The host backend computes in fp32 on one core: far fewer iterations. --quick (for tests,
-     * sanitizer builds included) also takes the small model and short prompts. */
-    int iters = cuda ? (quick ? 50 : 500) : (quick ? 2 : 8);
-    int32_t prompt = quick ? 16 : PROMPT;
-    out->iters = iters;
+    /* --quick (for tests, sanitizer builds included) takes the small model and short prompts. */
+    int32_t prompt = opts->quick ? 16 : PROMPT;
     ref_capture_config captures[] = {
         { .walk = "decode", .batch_sizes = sizes, .n_batch_sizes = NSIZES },
     };
-    ref_node_options o = { .model = quick ? ref_model_config_small() : ref_model_config_default(),
+    ref_node_options o = { .model =
+                               opts->quick ? ref_model_config_small() : ref_model_config_default(),
                            .kv = { .num_pages = REQUESTS * (prompt / 16 + 1) + 1,
                                    .page_size = 16,
                                    .num_labels = 1,
                                    .max_seq_len = 256 },
                            .captures = captures,
                            .n_captures = 1 };
-    ref_node *node = NULL;
-    int64_t reqs[REQUESTS];
-    int32_t tokens[REQUESTS], ones[REQUESTS];
+    ref_bench rb = { .node = NULL };
     for (int i = 0; i < REQUESTS; i++)
-        ones[i] = 1;
+        rb.ones[i] = 1;
     snprintf(out->model, sizeof(out->model),
              "vocab %d, hidden %d, %d heads x %d, MLP %d, %d layers; %d requests, %d-token prompts",
              (int)o.model.vocab, (int)o.model.hidden, (int)o.model.heads, (int)o.model.head_dim,
              (int)o.model.mlp, (int)o.model.layers, REQUESTS, (int)prompt);
     mstar_bench_progress("graphs", "%s: capture %d batch sizes, prefill %d requests", out->device,
                          (int)NSIZES, REQUESTS);
-    st = ref_node_create(b, &o, &node);
+    st = ref_node_create(b, &o, &rb.node);
     if (st == MSTAR_OK)
-        st = ref_node_capture(node);
+        st = ref_node_capture(rb.node);
     if (st == MSTAR_OK)
-        st = prefill(node, prompt, reqs, tokens, o.model.vocab);
+        st = prefill(rb.node, prompt, rb.reqs, rb.tokens, o.model.vocab);
     ref_profile *prof = NULL;
     if (st == MSTAR_OK && opts->profile)
         st = ref_profile_create(b, 256, &prof);
-    for (size_t i = 0; st == MSTAR_OK && i < NSIZES; i++) {
-        mstar_bench_progress("graphs", "bs %lld, %d iterations", (long long)sizes[i], iters);
-        st = measure(node, sizes[i], iters, reqs, ones, tokens, &out->rows[i]);
-        if (st == MSTAR_OK && prof != NULL)
-            st = profile_step(node, prof, sizes[i], reqs, ones, tokens, &out->profiles[i]);
+    if (st == MSTAR_OK) {
+        mstar_bench_graphs_model m = { .self = &rb,
+                                       .walk = "decode",
+                                       .stream = ref_node_stream(rb.node),
+                                       .runner = ref_node_runner(rb.node),
+                                       .step = ref_bench_step,
+                                       .begin = ref_bench_begin,
+                                       .launch = ref_bench_launch,
+                                       .end = ref_bench_end,
+                                       .set_profile = ref_bench_set_profile };
+        st = mstar_bench_graphs_measure_all(&m, prof, out);
     }
-    out->profiled = st == MSTAR_OK && prof != NULL;
     ref_profile_destroy(prof);
-    ref_node_destroy(node);
+    ref_node_destroy(rb.node);
     mstar_backend_destroy(b);
     return st;
 }
