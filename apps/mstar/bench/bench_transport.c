@@ -122,6 +122,20 @@ static double memcpy_gbps(void)
     return best;
 }
 
+/* The other end of a ping-pong: a child that dies with this process, and the pipe on which it
+ * says it is ready (ready[1] is its end). Returns fork's result. */
+static pid_t fork_peer(int ready[2])
+{
+    if (pipe(ready) != 0)
+        fail("pipe");
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork");
+    if (pid == 0)
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+    return pid;
+}
+
 /* Raw ZeroMQ: two processes, a PULL each, PUSH to the other, 64-byte messages, waiting in
  * zmq_poll as an event loop does. Returns the p50 round trip in µs (p99 in *p99). */
 static double zmq_pingpong_us(const char *dir, int iters, double *p99)
@@ -130,11 +144,8 @@ static double zmq_pingpong_us(const char *dir, int iters, double *p99)
     snprintf(a, sizeof(a), "ipc://%s/pp_a.ipc", dir);
     snprintf(b, sizeof(b), "ipc://%s/pp_b.ipc", dir);
     int ready[2];
-    if (pipe(ready) != 0)
-        fail("pipe");
-    pid_t pid = fork();
+    pid_t pid = fork_peer(ready);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
         void *ctx = zmq_ctx_new();
         void *in = zmq_socket(ctx, ZMQ_PULL), *out = zmq_socket(ctx, ZMQ_PUSH);
         zmq_bind(in, b);
@@ -236,11 +247,8 @@ static double mesh_pingpong_us(const char *dir, int iters, bool ring, double *p9
     char *restore = saved ? strdup(saved) : NULL;
     setenv("MSTAR_MESH_RING", ring ? "1" : "0", 1);
     int ready[2];
-    if (pipe(ready) != 0)
-        fail("pipe");
-    pid_t pid = fork();
+    pid_t pid = fork_peer(ready);
     if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
         mstar_mesh *mesh = pingpong_mesh(dir, "bench_pong");
         char c = 'r';
         if (write(ready[1], &c, 1) != 1)
