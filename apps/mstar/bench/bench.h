@@ -130,6 +130,10 @@ typedef struct mstar_bench_transport_result {
      * for every read (no byte copied), in the same run. */
     bool has_views;
     mstar_bench_transport_row views[MSTAR_BENCH_TRANSPORT_SIZES];
+    /* With the arena: its 4 KiB handoff with the control messages over ZeroMQ instead of the
+     * rings (every other row goes over the rings, MSTAR_MESH_RING=1). */
+    bool has_arena_zmq;
+    mstar_bench_transport_row arena_zmq;
     /* --device cuda: kinds are the arena twice, over the CUDA IPC route (cuda_ipc[k]) and
      * staged; baselines per size in one process on cuda:0 instead of memcpy and ZeroMQ. */
     bool device;

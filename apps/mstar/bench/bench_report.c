@@ -208,6 +208,8 @@ static mstar_status transport_plot(const mstar_bench_run *run, bool latency, con
                 add_level(d, "mesh ring 4 KiB msg", lo, hi, t->ring_p50_us);
                 add_level(d, "mesh ZeroMQ 4 KiB msg", lo, hi, t->mesh_zmq_p50_us);
             }
+            if (t->has_arena_zmq)
+                add_level(d, "arena 4 KiB via ZeroMQ", lo, hi, t->arena_zmq.rt_p50_us);
         } else
             add_level(d, "memcpy (base)", lo, hi, t->memcpy_gbps);
     }
@@ -383,6 +385,13 @@ static void md_transport(FILE *f, const mstar_bench_run *run)
             "over ZeroMQ p50 %.1f µs (p99 %.1f µs).\n\n",
             t->ring_p50_us, t->ring_p99_us, t->ring_p50_us / t->zmq_p50_us, t->mesh_zmq_p50_us,
             t->mesh_zmq_p99_us);
+    if (t->has_arena_zmq)
+        fprintf(f,
+                "Every handoff below sends its control messages over the rings. The arena's "
+                "4 KiB handoff with them over ZeroMQ instead (`MSTAR_MESH_RING=0`): p50 "
+                "%.1f µs (p99 %.1f µs, %.2fx the ZeroMQ ping-pong).\n\n",
+                t->arena_zmq.rt_p50_us, t->arena_zmq.rt_p99_us,
+                t->arena_zmq.rt_p50_us / t->zmq_p50_us);
     md_transport_tables(f, t);
     fprintf(f, "The plots carry the transport over UCX and the bare UCX reads of the next "
                "sections too, with their TCP baseline.\n\n![latency by size](transport_latency.svg)"

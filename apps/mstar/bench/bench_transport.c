@@ -239,13 +239,30 @@ static void mesh_bounce(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
         fail("mesh ping-pong");
 }
 
-/* The mesh itself between two processes: a 4 KiB message sent, decoded, sent back and decoded,
- * over rings (MSTAR_MESH_RING=1) or ZeroMQ (=0). Returns the p50 round trip in µs. */
-static double mesh_pingpong_us(const char *dir, int iters, bool ring, double *p99)
+/* Set MSTAR_MESH_RING for the meshes (and forked peers) made next: rings only, or ZeroMQ only.
+ * Returns what to give mesh_ring_restore: the earlier value (malloc'd) or NULL. */
+static char *mesh_ring_set(bool ring)
 {
     const char *saved = getenv("MSTAR_MESH_RING");
     char *restore = saved ? strdup(saved) : NULL;
     setenv("MSTAR_MESH_RING", ring ? "1" : "0", 1);
+    return restore;
+}
+
+static void mesh_ring_restore(char *restore)
+{
+    if (restore != NULL)
+        setenv("MSTAR_MESH_RING", restore, 1);
+    else
+        unsetenv("MSTAR_MESH_RING");
+    free(restore);
+}
+
+/* The mesh itself between two processes: a 4 KiB message sent, decoded, sent back and decoded,
+ * over rings (MSTAR_MESH_RING=1) or ZeroMQ (=0). Returns the p50 round trip in µs. */
+static double mesh_pingpong_us(const char *dir, int iters, bool ring, double *p99)
+{
+    char *restore = mesh_ring_set(ring);
     int ready[2];
     pid_t pid = fork_peer(ready);
     if (pid == 0) {
@@ -286,11 +303,7 @@ static double mesh_pingpong_us(const char *dir, int iters, bool ring, double *p9
     mstar_mesh_destroy(mesh);
     close(ready[0]);
     close(ready[1]);
-    if (restore != NULL)
-        setenv("MSTAR_MESH_RING", restore, 1);
-    else
-        unsetenv("MSTAR_MESH_RING");
-    free(restore);
+    mesh_ring_restore(restore);
     double p50 = percentile(rt, (size_t)iters, 0.5);
     *p99 = percentile(rt, (size_t)iters, 0.99);
     free(rt);
@@ -701,6 +714,10 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     out->in_flight = IN_FLIGHT;
     out->nsizes = quick ? NSIZES - 1 : NSIZES; /* --quick, for tests: no 64 MiB handoffs */
     out->nkinds = nkinds;
+    /* The handoffs' control messages go over the rings (what AUTO picks on one host, made sure
+     * of here), and the arena's 4 KiB handoff once more over ZeroMQ to show what the rings
+     * save. */
+    char *restore = mesh_ring_set(true);
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
         setup s = { kinds[k], ipc_dir, shm_dir, false, false, false };
@@ -709,7 +726,14 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
             continue;
         s.zero_copy = out->has_views = true;
         run_transport(&s, quick, out->nsizes, out->views);
+        s.zero_copy = false;
+        mstar_bench_progress("transport", "arena, 4 KiB, control messages over ZeroMQ");
+        setenv("MSTAR_MESH_RING", "0", 1);
+        run_transport(&s, quick, 1, &out->arena_zmq);
+        out->has_arena_zmq = true;
+        setenv("MSTAR_MESH_RING", "1", 1);
     }
+    mesh_ring_restore(restore);
     remove_tree(ipc_dir);
     remove_tree(shm_dir);
     return MSTAR_OK;
@@ -1112,25 +1136,20 @@ size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, msta
         int worst = worst_gbps(rows, r->nsizes); /* the lowest ratio at >= 1 MiB */
         char h[32];
         mstar_bench_size_name(rows[worst].bytes, h, sizeof(h));
+        /* The rings' bar: a 4 KiB handoff whose control messages (INPUT_SIGNALS,
+         * TENSOR_RECEIVED) go over them in at most half a raw ZeroMQ ping-pong. */
         double bw = rows[worst].gbps / r->memcpy_gbps, rt = rows[0].rt_p50_us / r->zmq_p50_us;
         mstar_bench_target t[2] = {
             { "arena throughput at >= 1 MiB / memcpy (lowest)", ">= 0.45x", bw, "",
               bw >= 0.45 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
-            { "4 KiB arena round trip p50 / raw ZeroMQ ping-pong p50", "<= 3x", rt, "",
-              rt <= 3 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+            { "4 KiB arena round trip, control over the ring, p50 / raw ZeroMQ ping-pong p50",
+              "<= 0.5x", rt, "", rt <= 0.5 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
         };
-        double ring = r->ring_p50_us / r->zmq_p50_us;
-        mstar_bench_target t2 = { "4 KiB mesh round trip over the ring p50 / raw ZeroMQ "
-                                  "ping-pong p50",
-                                  "<= 0.5x", ring, "",
-                                  ring <= 0.5 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET };
         snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (at %s)", bw, h);
         snprintf(t[1].shown, sizeof(t[1].shown), "%.2fx", rt);
-        snprintf(t2.shown, sizeof(t2.shown), "%.2fx", ring);
         out[0] = t[0];
         out[1] = t[1];
-        out[2] = t2;
-        return r->has_views ? 3 + views_target(r, out + 3) : 3;
+        return r->has_views ? 2 + views_target(r, out + 2) : 2;
     }
     return 0;
 }
@@ -1145,6 +1164,10 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
     mstar_bench_json_field(out, "ring_4k_p99_us", r->ring_p99_us, 4);
     mstar_bench_json_field(out, "mesh_zmq_4k_p50_us", r->mesh_zmq_p50_us, 4);
     mstar_bench_json_field(out, "mesh_zmq_4k_p99_us", r->mesh_zmq_p99_us, 4);
+    if (r->has_arena_zmq) {
+        mstar_bench_json_field(out, "arena_zmq_4k_rt_p50_us", r->arena_zmq.rt_p50_us, 4);
+        mstar_bench_json_field(out, "arena_zmq_4k_rt_p99_us", r->arena_zmq.rt_p99_us, 4);
+    }
     fprintf(out, ",\"transports\":[");
     for (int k = 0; k < r->nkinds + r->has_views; k++) {
         bool views = k == r->nkinds;
@@ -1166,6 +1189,15 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
     fprintf(out, "]}\n");
 }
 
+/* Which of a run's kinds is the arena, or -1. */
+static int arena_kind(const mstar_bench_transport_result *r)
+{
+    for (int k = 0; k < r->nkinds; k++)
+        if (r->kinds[k] == MSTAR_TRANSPORT_ARENA)
+            return k;
+    return -1;
+}
+
 static void print_table(const mstar_bench_transport_result *r)
 {
     printf("transport: one producer, one consumer, ipc control mesh; %d in flight\n", r->in_flight);
@@ -1178,6 +1210,14 @@ static void print_table(const mstar_bench_transport_result *r)
            "ping-pong); over ZeroMQ p50 %.1f us, p99 %.1f us\n\n",
            r->ring_p50_us, r->ring_p99_us, r->ring_p50_us / r->zmq_p50_us, r->mesh_zmq_p50_us,
            r->mesh_zmq_p99_us);
+    int a = arena_kind(r);
+    if (r->has_arena_zmq && a >= 0)
+        printf("arena 4 KiB handoff round trip: control over the rings p50 %.1f us (%.2fx "
+               "ZeroMQ ping-pong, the arena row below); over ZeroMQ p50 %.1f us, p99 %.1f us "
+               "(%.2fx)\n\n",
+               r->rows[a][0].rt_p50_us, r->rows[a][0].rt_p50_us / r->zmq_p50_us,
+               r->arena_zmq.rt_p50_us, r->arena_zmq.rt_p99_us,
+               r->arena_zmq.rt_p50_us / r->zmq_p50_us);
     for (int k = 0; k < r->nkinds + r->has_views; k++) {
         bool views = k == r->nkinds;
         printf("%s\n  %-8s %12s %12s %10s %10s %10s",

@@ -23,8 +23,8 @@
 #define LOG_SLACK 1e-9
 
 static const char *const palette[MSTAR__PLOT_MAX_SERIES] = {
-    "#1f6fb4", "#e3761c", "#2a9d3a", "#c8323a", "#7b52ab",
-    "#8a5a44", "#d55fb0", "#6b6b6b", "#17a2b8", "#a89a00",
+    "#1f6fb4", "#e3761c", "#2a9d3a", "#c8323a", "#7b52ab", "#8a5a44",
+    "#d55fb0", "#6b6b6b", "#17a2b8", "#a89a00", "#3b3b98", "#5f8f00",
 };
 
 void mstar__plot_init(mstar__plot *p, const char *title)

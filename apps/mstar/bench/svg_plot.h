@@ -33,7 +33,7 @@ typedef struct mstar__plot_series {
     bool dashed; /* a baseline: dashed, no markers */
 } mstar__plot_series;
 
-#define MSTAR__PLOT_MAX_SERIES 10
+#define MSTAR__PLOT_MAX_SERIES 12
 
 typedef struct mstar__plot {
     const char *title;
