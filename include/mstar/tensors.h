@@ -402,6 +402,11 @@ typedef struct mstar_read_target {
                            * a backend (as every read of it lands there), else host memory */
     uint64_t capacity;    /* bytes at data: at least the descriptor's nbytes */
     mstar_stream *stream; /* a stream of the manager's backend the copy is ordered on, or NULL */
+    /* Called once (may be NULL) when the manager is done with data: the tensor's last reference
+     * went, or its read failed. Never when start_read_into itself fails: the caller still owns
+     * everything then. */
+    mstar_release_fn release;
+    void *release_ctx;
 } mstar_read_target;
 
 /* The copying form of start_read_tensors (same checks, same all or nothing) where the
@@ -410,7 +415,8 @@ typedef struct mstar_read_target {
  * (get_ready_tensors, get_tensor) points at the target's `data`. The manager never frees it: it
  * writes there until the read lands or fails, and the tensor it hands out reads there until its
  * last reference goes (the node's dereference, the request's cleanup, forced or not, or the
- * manager's destroy) — the memory must stay valid and otherwise untouched until then.
+ * manager's destroy) — the memory must stay valid and otherwise untouched until then, which is
+ * when the target's `release` runs.
  *
  * `stream`: the copy into `data` is ordered after the work the caller queued on it before this
  * call (the buffer may still be in use there), and the work the caller queues on it after this

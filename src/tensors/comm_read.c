@@ -51,6 +51,7 @@ typedef struct plan {
     bool viewed;           /* fresh: buf is a view of the producer's bytes */
     uint32_t source;       /* fresh: the producing entity (interned) */
     mstar__buf *into;      /* fresh: the caller's buffer to land in (start_read_into), or NULL */
+    const mstar_read_target *target; /* the target `into` wraps */
 } plan;
 
 /* The targets of a start_read_into call, checked and indexed by uuid. */
@@ -199,7 +200,9 @@ static mstar_status plan_target(const mstar_comm *comm, target_set *tg, const ms
                                (unsigned long long)t->capacity);
     mstar_device dev =
         comm->env.backend != NULL ? mstar_backend_device(comm->env.backend) : mstar_device_cpu();
-    /* No release function: the memory is the caller's. */
+    /* The caller's release is set only once the call succeeds (commit_fresh): a failed call
+     * leaves everything to the caller. */
+    p->target = t;
     return mstar__buf_wrap(t->data, info->nbytes, dev, NULL, NULL, &p->into);
 }
 
@@ -422,6 +425,11 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
                       info->dims);
     rec->buf = p->buf;
     p->buf = NULL;
+    if (p->into != NULL) { /* the same buffer: the read landed in the caller's memory */
+        MSTAR__ASSERT(rec->buf == p->into);
+        p->into->release = p->target->release;
+        p->into->release_ctx = p->target->release_ctx;
+    }
     rec->ref = 2;
     rec->edge_name = name;
     rec->tp_size = info->source_tp_size;

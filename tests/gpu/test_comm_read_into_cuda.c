@@ -114,7 +114,9 @@ static void read_into_device(const char *entity, const char *mode)
     /* The caller's earlier work: slow, then it overwrites the buffer (the read must come after). */
     assert_mstar_ok(mstar_launch(st, slow_host_step, NULL, 0));
     assert_mstar_ok(mstar_memset_async(st, target, 0x11, (size_t)LEN0));
-    mstar_read_target tg = { edge.tensor_info[0].uuid, target, (uint64_t)LEN0, st };
+    mstar_read_target tg = {
+        .uuid = edge.tensor_info[0].uuid, .data = target, .capacity = (uint64_t)LEN0, .stream = st
+    };
     mstar_rid rid = mstar_rid_from_int(SEED);
     mstar_completion_list list;
     assert_mstar_ok(mstar_comm_start_read_into(c, &rid, &edge, 1, &tg, 1, &list));

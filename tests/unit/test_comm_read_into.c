@@ -62,17 +62,36 @@ static void release_all(world *w)
     assert_int_equal(mstar_comm_num_tensors(w->cp.p), 0);
 }
 
+/* A target's release: counts its calls and checks the pointer it is given. */
+static int released;
+static void *released_data;
+
+static void count_release(void *ctx, void *data)
+{
+    assert_ptr_equal(ctx, &released);
+    released_data = data;
+    released++;
+}
+
 /* A target's bytes land at the caller's pointer and nowhere past nbytes; the node's tensor is
  * that pointer; the other descriptor lands as before; both are ACKed; the caller's memory
- * survives the tensor's release (a stack buffer: freeing it would abort). */
+ * survives the tensor's release (a stack buffer: freeing it would abort), which calls the
+ * target's release once. */
 static void test_lands_in_target(void **state)
 {
     world *w = *state;
     _Alignas(64) uint8_t buf[4000 + 64];
     memset(buf, 0xA5, sizeof(buf));
-    mstar_read_target tg = { w->info[0].uuid, buf, sizeof(buf), NULL };
+    released = 0;
+    mstar_read_target tg = { .uuid = w->info[0].uuid,
+                             .data = buf,
+                             .capacity = sizeof(buf),
+                             .stream = NULL,
+                             .release = count_release,
+                             .release_ctx = &released };
     assert_mstar_ok(mstar_comm_start_read_into(w->cp.c, &w->rid, &w->e, 1, &tg, 1, NULL));
     collect_ready(w->cp.c, 1);
+    assert_int_equal(released, 0);
     mstar_tensor got;
     assert_mstar_ok(mstar_comm_get_tensor(w->cp.c, w->info[0].uuid, &got));
     assert_ptr_equal(mstar_tensor_ptr(&got), buf);
@@ -86,6 +105,8 @@ static void test_lands_in_target(void **state)
     for (int i = 0; i < 2; i++)
         assert_int_equal(bus_ack_count(&w->cp.b, "worker_0", w->info[i].uuid), 1);
     release_all(w);
+    assert_int_equal(released, 1);
+    assert_ptr_equal(released_data, buf);
     assert_memory_equal(buf, w->t[0].data, 4000); /* still the caller's, untouched */
 }
 
@@ -96,7 +117,9 @@ static void test_twice_in_one_call(void **state)
     mstar_tensor_info three[3] = { w->info[0], w->info[1], w->info[0] };
     mstar_edge e = edge_of("sig", "node", three, 3);
     void *buf = malloc(4000);
-    mstar_read_target tg = { w->info[0].uuid, buf, 4000, NULL };
+    mstar_read_target tg = {
+        .uuid = w->info[0].uuid, .data = buf, .capacity = 4000, .stream = NULL
+    };
     assert_mstar_ok(mstar_comm_start_read_into(w->cp.c, &w->rid, &e, 1, &tg, 1, NULL));
     collect_ready(w->cp.c, 1);
     mstar_tensor got;
@@ -129,13 +152,31 @@ static void test_bad_targets(void **state)
     uint8_t buf[4000], other[1200];
     memset(buf, 0x5A, sizeof(buf));
     mstar_tensor_id a = w->info[0].uuid, b = w->info[1].uuid;
-    mstar_read_target small = { a, buf, 3999, NULL };
+    released = 0;
+    mstar_read_target small = { .uuid = a,
+                                .data = buf,
+                                .capacity = 3999,
+                                .stream = NULL,
+                                .release = count_release,
+                                .release_ctx = &released };
     expect_refused(w, &w->e, &small, 1, "more bytes than the capacity");
-    mstar_read_target unknown[2] = { { a, buf, 4000, NULL }, { a + 1000, other, 1200, NULL } };
+    mstar_read_target unknown[2] = {
+        { .uuid = a,
+          .data = buf,
+          .capacity = 4000,
+          .release = count_release,
+          .release_ctx = &released },
+        { .uuid = a + 1000, .data = other, .capacity = 1200 },
+    };
     expect_refused(w, &w->e, unknown, 2, "which no edge of the call carries");
-    mstar_read_target twice[2] = { { a, buf, 4000, NULL }, { a, other, 1200, NULL } };
+    assert_int_equal(released, 0); /* a refused call leaves the buffers to the caller */
+    mstar_read_target twice[2] = { { .uuid = a, .data = buf, .capacity = 4000, .stream = NULL },
+                                   { .uuid = a, .data = other, .capacity = 1200, .stream = NULL } };
     expect_refused(w, &w->e, twice, 2, "a second time");
-    mstar_read_target null_data[2] = { { a, buf, 4000, NULL }, { b, NULL, 1200, NULL } };
+    mstar_read_target null_data[2] = {
+        { .uuid = a, .data = buf, .capacity = 4000, .stream = NULL },
+        { .uuid = b, .data = NULL, .capacity = 1200, .stream = NULL }
+    };
     expect_refused(w, &w->e, null_data, 2, "data is NULL");
     expect_refused(w, &w->e, NULL, 1, "no array");
     for (size_t i = 0; i < sizeof(buf); i++)
@@ -148,7 +189,7 @@ static void test_bad_targets(void **state)
     assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &be2));
     mstar_stream *s2;
     assert_mstar_ok(mstar_stream_create(be2, MSTAR_STREAM_NON_BLOCKING, &s2));
-    mstar_read_target foreign = { a, buf, 4000, s2 };
+    mstar_read_target foreign = { .uuid = a, .data = buf, .capacity = 4000, .stream = s2 };
     assert_mstar_status(mstar_comm_start_read_into(dev, &w->rid, &w->e, 1, &foreign, 1, NULL),
                         MSTAR_EINVAL);
     assert_non_null(strstr(mstar_last_error(), "another backend"));
@@ -158,7 +199,8 @@ static void test_bad_targets(void **state)
     mstar_comm_destroy(dev);
     mstar_backend_destroy(be);
     /* The request is still usable: the same read with a good target goes through. */
-    mstar_read_target good[2] = { { a, buf, 4000, NULL }, { b, other, 1200, NULL } };
+    mstar_read_target good[2] = { { .uuid = a, .data = buf, .capacity = 4000, .stream = NULL },
+                                  { .uuid = b, .data = other, .capacity = 1200, .stream = NULL } };
     assert_mstar_ok(mstar_comm_start_read_into(w->cp.c, &w->rid, &w->e, 1, good, 2, NULL));
     collect_ready(w->cp.c, 1);
     assert_memory_equal(buf, w->t[0].data, 4000);
@@ -172,7 +214,9 @@ static void test_unreadable_targets(void **state)
 {
     world *w = *state;
     uint8_t buf[4000];
-    mstar_read_target tg = { w->info[0].uuid, buf, sizeof(buf), NULL };
+    mstar_read_target tg = {
+        .uuid = w->info[0].uuid, .data = buf, .capacity = sizeof(buf), .stream = NULL
+    };
     /* Held: read plainly first, then named again. */
     mstar_edge one = edge_of("sig", "node", w->info, 1);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->cp.c, &w->rid, &one, 1, NULL));
@@ -219,7 +263,9 @@ static void test_stream_without_backend(void **state)
     mstar_stream *s;
     assert_mstar_ok(mstar_stream_create(be, MSTAR_STREAM_NON_BLOCKING, &s));
     uint8_t buf[4000];
-    mstar_read_target tg = { w->info[0].uuid, buf, sizeof(buf), s };
+    mstar_read_target tg = {
+        .uuid = w->info[0].uuid, .data = buf, .capacity = sizeof(buf), .stream = s
+    };
     assert_mstar_ok(mstar_comm_start_read_into(w->cp.c, &w->rid, &w->e, 1, &tg, 1, NULL));
     collect_ready(w->cp.c, 1);
     assert_memory_equal(buf, w->t[0].data, 4000);
@@ -284,7 +330,7 @@ static void test_host_backend_stream_order(void **state)
     assert_mstar_ok(mstar_launch(s, gate_wait, NULL, 0));
     uint8_t *buf = malloc(4000), *seen = calloc(1, 4000);
     memset(buf, 0x77, 4000);
-    mstar_read_target tg = { w->info[0].uuid, buf, 4000, s };
+    mstar_read_target tg = { .uuid = w->info[0].uuid, .data = buf, .capacity = 4000, .stream = s };
     mstar_completion_list list;
     assert_mstar_ok(mstar_comm_start_read_into(c, &w->rid, &w->e, 1, &tg, 1, &list));
     snapshot_args a = { buf, seen, 4000 };

@@ -131,7 +131,9 @@ static void test_read_into_caller_buffer(void **state)
     produce(w->p, &rid, ts, 2, 1, infos);
     mstar_edge e = edge_of("sig", "node", infos, 2);
     _Alignas(64) uint8_t buf[20000]; /* on the stack: a manager freeing it would abort */
-    mstar_read_target tg = { infos[0].uuid, buf, sizeof(buf), NULL };
+    mstar_read_target tg = {
+        .uuid = infos[0].uuid, .data = buf, .capacity = sizeof(buf), .stream = NULL
+    };
     mstar_completion_list done;
     assert_mstar_ok(mstar_comm_start_read_into(w->c, &rid, &e, 1, &tg, 1, &done));
     wait_list(&done, MSTAR_OK);
