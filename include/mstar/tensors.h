@@ -422,11 +422,13 @@ typedef struct mstar_read_target {
  * call (the buffer may still be in use there), and the work the caller queues on it after this
  * call is ordered after the copy, with no host synchronisation (the manager's read stream and
  * `stream` wait on each other's events; reads queued behind it on the read stream wait too).
- * The ACK still goes once the copy has landed, when the read is collected. Over UCX into device
- * memory the copy runs when the network read finishes, so work queued on `stream` is ordered
- * after it only from the read's collection on. Without a backend the manager synchronises
- * `stream` before it reads (the copy itself is a host memcpy, done when the read lands). Views
- * make no sense in a caller's buffer: a target's read is always a copy.
+ * Over the files route (and an arena spill) into device memory the copy is synchronised, so
+ * this call waits on the host for that earlier work. Over UCX into device memory the copy runs
+ * when the network read finishes, so work queued on `stream` is ordered after it only from the
+ * read's collection on. Without a backend the manager synchronises `stream` before it reads (the
+ * copy itself is a host memcpy, done when the read lands). The ACK still goes once the copy has
+ * landed, when the read is collected. Views make no sense in a caller's buffer: a target's read
+ * is always a copy.
  *
  * MSTAR_EINVAL, naming the target, and nothing started when a target names a uuid no edge
  * carries, names one twice, has data NULL with capacity > 0, has a capacity below the
