@@ -394,6 +394,52 @@ MSTAR_API mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mst
 MSTAR_API mstar_status mstar_comm_start_read_views(mstar_comm *comm, const mstar_rid *rid,
                                                    const mstar_edge *edges, uint32_t n,
                                                    mstar_completion_list *out);
+/* A buffer the caller owns that one descriptor's read lands in (mstar_comm_start_read_into): a
+ * static input of a captured graph, a slot of the caller's own batch. */
+typedef struct mstar_read_target {
+    mstar_tensor_id uuid; /* the descriptor's tensor */
+    void *data;           /* where its bytes land: the backend's device memory for a manager with
+                           * a backend (as every read of it lands there), else host memory */
+    uint64_t capacity;    /* bytes at data: at least the descriptor's nbytes */
+    mstar_stream *stream; /* a stream of the manager's backend the copy is ordered on, or NULL */
+    /* Called once (may be NULL) when the manager is done with data: the tensor's last reference
+     * went, or its read failed. Never when start_read_into itself fails: the caller still owns
+     * everything then. */
+    mstar_release_fn release;
+    void *release_ctx;
+} mstar_read_target;
+
+/* The copying form of start_read_tensors (same checks, same all or nothing) where the
+ * descriptors `targets` name land in memory the caller owns instead of a buffer the manager
+ * allocates; the others land as start_read_tensors lands them. The tensor the node gets
+ * (get_ready_tensors, get_tensor) points at the target's `data`. The manager never frees it: it
+ * writes there until the read lands or fails, and the tensor it hands out reads there until its
+ * last reference goes (the node's dereference, the request's cleanup, forced or not, or the
+ * manager's destroy) — the memory must stay valid and otherwise untouched until then, which is
+ * when the target's `release` runs.
+ *
+ * `stream`: the copy into `data` is ordered after the work the caller queued on it before this
+ * call (the buffer may still be in use there), and the work the caller queues on it after this
+ * call is ordered after the copy, with no host synchronisation (the manager's read stream and
+ * `stream` wait on each other's events; reads queued behind it on the read stream wait too).
+ * Over the files route (and an arena spill) into device memory the copy is synchronised, so
+ * this call waits on the host for that earlier work. Over UCX into device memory the copy runs
+ * when the network read finishes, so work queued on `stream` is ordered after it only from the
+ * read's collection on. Without a backend the manager synchronises `stream` before it reads (the
+ * copy itself is a host memcpy, done when the read lands). The ACK still goes once the copy has
+ * landed, when the read is collected. Views make no sense in a caller's buffer: a target's read
+ * is always a copy.
+ *
+ * MSTAR_EINVAL, naming the target, and nothing started when a target names a uuid no edge
+ * carries, names one twice, has data NULL with capacity > 0, has a capacity below the
+ * descriptor's nbytes, has a stream of another backend, or names a descriptor that is not read
+ * into anything: this entity's own tensor (or a slice of it), a tensor it already holds, or a
+ * shard of a sharded input (fan-in gathers shards into a buffer of its own). */
+MSTAR_API mstar_status mstar_comm_start_read_into(mstar_comm *comm, const mstar_rid *rid,
+                                                  const mstar_edge *edges, uint32_t n,
+                                                  const mstar_read_target *targets,
+                                                  uint32_t ntargets, mstar_completion_list *out);
+
 /* Whether held tensor `uuid` is a view whose slot still holds it: MSTAR_OK; MSTAR_ENOENT once its
  * producer freed the slot (TTL, a forced cleanup; its bytes may now be another tensor's);
  * MSTAR_EINVAL for a tensor that is not a view. */

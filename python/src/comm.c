@@ -1207,25 +1207,92 @@ static int edges_args(PyObject *rid_obj, PyObject *edges_obj, mstar_rid *rid, ms
     return rid_arg(rid_obj, rid) < 0 || mstarpy_edges_from_py(edges_obj, edges, n) < 0 ? -1 : 0;
 }
 
+/* Give back what targets_from_dict took (the call that was to use them failed). */
+static void targets_release(mstar_read_target *t, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (t[i].release)
+            t[i].release(t[i].release_ctx, t[i].data);
+    free(t);
+}
+
+/* start_read_tensors(into={uuid: tensor}): each tensor, a writable contiguous DLPack tensor on
+ * the manager's device, becomes a read target whose release lets go of it once the manager is
+ * done with its memory (mstar_read_target). */
+static int targets_from_dict(comm_obj *self, PyObject *into, mstar_read_target **out, uint32_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (into == Py_None)
+        return 0;
+    if (!PyDict_Check(into)) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "into: a dict {uuid: tensor} is required");
+        return -1;
+    }
+    mstar_read_target *t = calloc((size_t)PyDict_Size(into) + 1, sizeof(*t));
+    if (!t) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    mstar_device want = self->backend ? mstar_backend_device(self->backend) : mstar_device_cpu();
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(into, &pos, &k, &v)) {
+        mstar_read_target *r = &t[*n];
+        r->uuid = PyLong_Check(k) ? PyLong_AsUnsignedLongLong(k) : (unsigned long long)-1;
+        if (PyErr_Occurred() || !PyLong_Check(k) || !PyObject_HasAttrString(v, "__dlpack__")) {
+            PyErr_Clear();
+            mstarpy_raise_msg(MSTAR_EINVAL, "into: each entry is uuid (int) -> DLPack tensor");
+            break;
+        }
+        mstar_tensor x;
+        if (mstarpy_tensor_in(v, &x, &r->release, &r->release_ctx) < 0)
+            break;
+        r->data = mstar_tensor_ptr(&x);
+        r->capacity = mstar_tensor_nbytes(&x);
+        (*n)++;
+        if (!mstar_tensor_is_contiguous(&x) || x.device.type != want.type ||
+            x.device.index != want.index) {
+            mstarpy_raise_msg(MSTAR_EINVAL,
+                              "into: the tensor for uuid %llu must be contiguous and on the "
+                              "manager's device",
+                              (unsigned long long)r->uuid);
+            break;
+        }
+    }
+    if (PyErr_Occurred()) {
+        targets_release(t, *n);
+        *n = 0;
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
 static PyObject *edges_call(comm_obj *self, PyObject *rid_obj, PyObject *edges_obj, bool read,
-                            bool views)
+                            bool views, mstar_read_target *targets, uint32_t ntargets)
 {
     PyObject *hold;
     mstar_rid rid;
     mstar_edge *edges;
     uint32_t n;
     bool owned;
-    if (edges_args(rid_obj, edges_obj, &rid, &edges, &n, &owned, &hold) < 0)
+    if (edges_args(rid_obj, edges_obj, &rid, &edges, &n, &owned, &hold) < 0) {
+        targets_release(targets, ntargets);
         return NULL;
+    }
     PyObject *r = NULL;
+    bool lent = false; /* the targets are the manager's now */
     if (enter(self) == 0) {
         mstar_completion_list list = { 0, NULL };
         mstar_status st;
         PyThreadState *ts_ = PyEval_SaveThread();
-        st = !read   ? mstar_comm_ack_unread_tensors(self->comm, &rid, edges, n)
-             : views ? mstar_comm_start_read_views(self->comm, &rid, edges, n, &list)
-                     : mstar_comm_start_read_tensors(self->comm, &rid, edges, n, &list);
+        st = !read ? mstar_comm_ack_unread_tensors(self->comm, &rid, edges, n)
+             : views
+                 ? mstar_comm_start_read_views(self->comm, &rid, edges, n, &list)
+                 : mstar_comm_start_read_into(self->comm, &rid, edges, n, targets, ntargets, &list);
         PyEval_RestoreThread(ts_);
+        lent = st == MSTAR_OK;
         if (st != MSTAR_OK) {
             r = fail(self, st);
         } else if (!read) {
@@ -1249,19 +1316,31 @@ static PyObject *edges_call(comm_obj *self, PyObject *rid_obj, PyObject *edges_o
         mstarpy_edges_free(edges, n);
         free(edges);
     }
+    if (lent)
+        free(targets);
+    else
+        targets_release(targets, ntargets);
     Py_XDECREF(hold);
     return r;
 }
 
 static PyObject *comm_start_read_tensors(PyObject *obj, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = { "request_id", "edges", "graph_walk", "views", NULL };
-    PyObject *rid_obj, *edges_obj = Py_None, *walk = Py_None;
+    static char *kwlist[] = { "request_id", "edges", "graph_walk", "views", "into", NULL };
+    PyObject *rid_obj, *edges_obj = Py_None, *walk = Py_None, *into = Py_None;
     int views = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$p", kwlist, &rid_obj, &edges_obj, &walk,
-                                     &views))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$pO", kwlist, &rid_obj, &edges_obj, &walk,
+                                     &views, &into))
         return NULL;
-    return edges_call((comm_obj *)obj, rid_obj, edges_obj, true, views != 0);
+    if (views && into != Py_None) {
+        mstarpy_raise_msg(MSTAR_EINVAL, "views=True reads in place: it takes no into=");
+        return NULL;
+    }
+    mstar_read_target *targets;
+    uint32_t ntargets;
+    if (targets_from_dict((comm_obj *)obj, into, &targets, &ntargets) < 0)
+        return NULL;
+    return edges_call((comm_obj *)obj, rid_obj, edges_obj, true, views != 0, targets, ntargets);
 }
 
 static PyObject *comm_ack_unread_tensors(PyObject *obj, PyObject *args)
@@ -1269,7 +1348,7 @@ static PyObject *comm_ack_unread_tensors(PyObject *obj, PyObject *args)
     PyObject *rid_obj, *edges_obj = Py_None;
     if (!PyArg_ParseTuple(args, "O|O", &rid_obj, &edges_obj))
         return NULL;
-    return edges_call((comm_obj *)obj, rid_obj, edges_obj, false, false);
+    return edges_call((comm_obj *)obj, rid_obj, edges_obj, false, false, NULL, 0);
 }
 
 static PyObject *failures_to_py(const mstar_ready_set *set)
@@ -1612,15 +1691,18 @@ static PyMethodDef comm_methods[] = {
     { "handle_message", comm_handle_message, METH_O,
       "handle_message(msg): apply TENSOR_RECEIVED or UNPERSIST_TENSORS." },
     { "start_read_tensors", KW comm_start_read_tensors, METH_VARARGS | METH_KEYWORDS,
-      "start_read_tensors(request_id, edges, graph_walk=None, *, views=False) -> [Completion]\n"
-      "or start_read_tensors(msg, *, views=False)\n"
+      "start_read_tensors(request_id, edges, graph_walk=None, *, views=False, into=None)\n"
+      "-> [Completion], or start_read_tensors(msg, *, views=False, into=None)\n"
       "Begin reading the edges' descriptors (validated first; nothing kept if any is bad);\n"
       "returns the reads still in flight, whose results land in get_ready_tensors. A message\n"
       "alone: its edges for its request_id, read from the library's struct when the message\n"
       "is as Mesh.recv returned it. views=True reads in place: an arena tensor is not copied,\n"
       "get_tensor's result maps the producer's slot read-only (never write through it), and\n"
       "the ACK goes when the last reference here goes instead of when bytes land. Other\n"
-      "descriptors are copied as usual. graph_walk is the reference's, not needed." },
+      "descriptors are copied as usual. into={uuid: tensor} lands those descriptors in the\n"
+      "given writable contiguous DLPack tensors (on the manager's device; get_tensor then\n"
+      "views that memory), held until the manager is done with them. graph_walk is the\n"
+      "reference's, not needed." },
     { "ack_unread_tensors", comm_ack_unread_tensors, METH_VARARGS,
       "ack_unread_tensors(request_id, edges) or ack_unread_tensors(msg): ACK without reading\n"
       "(a request already gone)." },

@@ -206,6 +206,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     mstar__vec_init(&comm->collected, sizeof(uint32_t));
     mstar__vec_init(&comm->ack_retry, sizeof(mstar__ack_retry));
     mstar__vec_init(&comm->ack_aliases, 2 * sizeof(uint32_t));
+    mstar__vec_init(&comm->spare_events, sizeof(mstar_event *));
     mstar__strmap_init(&comm->expected);
     mstar__u64map_init(&comm->loans);
     comm->dir.fd = -1;
@@ -314,6 +315,9 @@ void mstar_comm_destroy(mstar_comm *comm)
     if (comm->transport != NULL)
         comm->transport->ops->destroy(comm->transport);
     mstar_stream_destroy(comm->h2d);
+    for (size_t i = 0; i < comm->spare_events.len; i++)
+        mstar_event_destroy(*(mstar_event **)mstar__vec_at(&comm->spare_events, i));
+    mstar__vec_free(&comm->spare_events);
     mstar_stream_destroy(comm->d2h);
     if (comm->engine != NULL)
         comm->engine->ops->destroy(comm->engine);

@@ -87,6 +87,9 @@ struct mstar_comm {
     int event_fd;
     mstar__transport_env env;
     mstar__transport *transport;
+    /* mstar_event *: events that ordered start_read_into's copies with a caller's stream, kept
+     * for reuse (taken again only once their last record completed; comm_read.c). */
+    mstar__vec spare_events;
 
     /* ACK security (docs/security.md). Once this manager has sent a descriptor of its own
      * through the mesh (or was told of one, mstar_comm_note_sent) it applies an ACK only from a

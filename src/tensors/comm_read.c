@@ -19,6 +19,11 @@
  * 2 in the pending entry's `fresh`; its ACK is left out when the edge lands and sent when its
  * record is collected (comm_cleanup.c), so the producer keeps the bytes while they are viewed.
  *
+ * Reads into the caller's memory (mstar_comm_start_read_into): a plan of a fresh descriptor a
+ * target names holds the caller's buffer, wrapped without a release function, and the transport
+ * lands the read there (mstar__transport_read_dest) instead of in a buffer of its own; a target's
+ * stream and the manager's read stream are joined both ways by events around the reads.
+ *
  * start_read_tensors is all or nothing: every descriptor is checked (names, owner, bounds) before
  * anything is read, reads that succeeded are released if a later one fails, and the store is
  * changed only once everything was read.
@@ -45,7 +50,17 @@ typedef struct plan {
     bool registered;       /* fresh: the transport must release it at collection */
     bool viewed;           /* fresh: buf is a view of the producer's bytes */
     uint32_t source;       /* fresh: the producing entity (interned) */
+    mstar__buf *into;      /* fresh: the caller's buffer to land in (start_read_into), or NULL */
+    const mstar_read_target *target; /* the target `into` wraps */
 } plan;
+
+/* The targets of a start_read_into call, checked and indexed by uuid. */
+typedef struct target_set {
+    const mstar_read_target *t;
+    uint32_t n;
+    mstar__u64map at; /* uuid -> index in t */
+    bool *used;       /* t[i] matched a descriptor */
+} target_set;
 
 /* Self-delivery: whole tensor, or a row range of it (design.md "Sharding"). */
 static mstar_status plan_self(mstar_comm *comm, const mstar_tensor_info *info, plan *p)
@@ -118,9 +133,94 @@ static mstar_status check_expected(const mstar_comm *comm, const mstar_tensor_in
                            mstar__strmap_len(&comm->expected), comm->entity);
 }
 
+static void targets_free(target_set *tg)
+{
+    mstar__u64map_free(&tg->at);
+    free(tg->used);
+}
+
+/* Check each target on its own and index them; nothing is kept on failure. */
+static mstar_status targets_init(const mstar_comm *comm, const mstar_read_target *t, uint32_t n,
+                                 target_set *tg)
+{
+    tg->t = t;
+    tg->n = n;
+    mstar__u64map_init(&tg->at);
+    tg->used = calloc(n + 1, sizeof(*tg->used));
+    mstar_status st = tg->used != NULL || n == 0
+                          ? MSTAR_OK
+                          : mstar_error_set(MSTAR_ENOMEM, "start_read_into of %u targets", n);
+    if (n > 0 && t == NULL)
+        st = mstar_error_set(MSTAR_EINVAL, "start_read_into: %u targets but no array", n);
+    for (uint32_t i = 0; i < n && st == MSTAR_OK; i++) {
+        if (t[i].data == NULL && t[i].capacity > 0)
+            st = mstar_error_set(MSTAR_EINVAL,
+                                 "targets[%u] (tensor 0x%016llx): data is NULL with a capacity "
+                                 "of %llu bytes",
+                                 i, (unsigned long long)t[i].uuid,
+                                 (unsigned long long)t[i].capacity);
+        else if (t[i].stream != NULL && comm->env.backend != NULL &&
+                 mstar_stream_backend(t[i].stream) != comm->env.backend)
+            st = mstar_error_set(MSTAR_EINVAL,
+                                 "targets[%u] (tensor 0x%016llx): its stream belongs to another "
+                                 "backend than the manager's",
+                                 i, (unsigned long long)t[i].uuid);
+        else if (mstar__u64map_find(&tg->at, t[i].uuid) != NULL)
+            st = mstar_error_set(MSTAR_EINVAL, "targets[%u] names tensor 0x%016llx a second time",
+                                 i, (unsigned long long)t[i].uuid);
+        else
+            st = mstar__u64map_put(&tg->at, t[i].uuid, i);
+    }
+    if (st != MSTAR_OK)
+        targets_free(tg);
+    return st;
+}
+
+/* Give the plan of a descriptor a target names the caller's buffer to land in: only a fresh
+ * read of an edge that is not gathered lands anywhere the caller could name. */
+static mstar_status plan_target(const mstar_comm *comm, target_set *tg, const mstar_edge *edge,
+                                const mstar_tensor_info *info, plan *p)
+{
+    const uint64_t *at = mstar__u64map_find(&tg->at, info->uuid);
+    if (at == NULL)
+        return MSTAR_OK;
+    const mstar_read_target *t = &tg->t[*at];
+    tg->used[*at] = true;
+    const char *why = p->kind == KIND_PRESENT      ? "is already held here"
+                      : p->kind != KIND_FRESH      ? "is this entity's own"
+                      : edge->total_fanin > 1      ? "is a shard the fan-in gathers"
+                      : t->capacity < info->nbytes ? "has more bytes than the capacity"
+                                                   : NULL;
+    if (why != NULL)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "targets[%llu]: tensor 0x%016llx of edge '%s' (%llu bytes) %s "
+                               "(capacity %llu): it cannot be read into the target",
+                               (unsigned long long)*at, (unsigned long long)info->uuid, edge->name,
+                               (unsigned long long)info->nbytes, why,
+                               (unsigned long long)t->capacity);
+    mstar_device dev =
+        comm->env.backend != NULL ? mstar_backend_device(comm->env.backend) : mstar_device_cpu();
+    /* The caller's release is set only once the call succeeds (commit_fresh): a failed call
+     * leaves everything to the caller. */
+    p->target = t;
+    return mstar__buf_wrap(t->data, info->nbytes, dev, NULL, NULL, &p->into);
+}
+
+/* Every target must have matched a descriptor of this call. */
+static mstar_status targets_all_used(const target_set *tg)
+{
+    for (uint32_t i = 0; i < tg->n; i++)
+        if (!tg->used[i])
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "targets[%u] names tensor 0x%016llx, which no edge of the "
+                                   "call carries",
+                                   i, (unsigned long long)tg->t[i].uuid);
+    return MSTAR_OK;
+}
+
 /* Phase 1: decide how each descriptor is served, checking everything; nothing changes. */
 static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
-                             size_t *nfresh)
+                             target_set *tg, size_t *nfresh)
 {
     mstar__u64map fresh; /* uuids read by this call → (edge << 32 | descriptor) of the first */
     mstar__u64map_init(&fresh);
@@ -144,6 +244,7 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
             uint64_t *first = mstar__u64map_find(&fresh, info->uuid);
             if (held != MSTAR__BK_NONE && (st = check_identity(comm, held, info)) != MSTAR_OK)
                 break;
+            bool again = first != NULL; /* a second descriptor of a uuid read by this call */
             if (strcmp(info->source_entity, comm->entity) == 0) {
                 st = plan_self(comm, info, p);
             } else if (held != MSTAR__BK_NONE) {
@@ -164,17 +265,22 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
                     st = mstar__u64map_put(&fresh, info->uuid, (uint64_t)e << 32 | i);
                 (*nfresh)++;
             }
+            if (st == MSTAR_OK && !again)
+                st = plan_target(comm, tg, edge, info, p);
         }
     }
     mstar__u64map_free(&fresh);
-    return st;
+    return st == MSTAR_OK ? targets_all_used(tg) : st;
 }
 
 static void free_plans(plan **plans, const mstar_edge *edges, uint32_t n, bool release_bufs)
 {
     for (uint32_t e = 0; e < n; e++) {
-        for (uint32_t i = 0; release_bufs && plans[e] != NULL && i < edges[e].ntensors; i++)
-            mstar__buf_release(plans[e][i].buf);
+        for (uint32_t i = 0; plans[e] != NULL && i < edges[e].ntensors; i++) {
+            if (release_bufs)
+                mstar__buf_release(plans[e][i].buf);
+            mstar__buf_release(plans[e][i].into); /* a read keeps its own reference */
+        }
         free(plans[e]);
     }
     free(plans);
@@ -203,7 +309,8 @@ static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
         for (uint32_t i = 0; i < edge->ntensors; i++) {
             if (plans[e][i].kind != KIND_FRESH)
                 continue;
-            items[k].view = view && edge->total_fanin <= 1;
+            items[k].into = plans[e][i].into;
+            items[k].view = view && edge->total_fanin <= 1 && items[k].into == NULL;
             items[k++].info = &edge->tensor_info[i];
         }
         pe[e].submit_ns = mstar__now_ns();
@@ -232,6 +339,81 @@ static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
     return st;
 }
 
+/* ---- ordering reads with the caller's streams (start_read_into) ----------------------------- */
+
+/* An event whose last record has completed, so recording it again changes nothing a stream
+ * still waits for (on every backend: the host backend's waits name a record by number). */
+static mstar_status event_take(mstar_comm *comm, mstar_event **out)
+{
+    for (size_t i = 0; i < comm->spare_events.len; i++) {
+        mstar_event **e = mstar__vec_at(&comm->spare_events, i);
+        if (mstar_event_query(*e) == MSTAR_OK) {
+            *out = *e;
+            *e = *(mstar_event **)mstar__vec_at(&comm->spare_events, comm->spare_events.len - 1);
+            comm->spare_events.len--;
+            return MSTAR_OK;
+        }
+    }
+    return mstar_event_create(comm->env.backend, out);
+}
+
+/* Kept even while a stream's wait on it is queued: destroying it could free what the wait
+ * reads (the host backend's asynchronous streams). */
+static void event_give(mstar_comm *comm, mstar_event *e)
+{
+    if (mstar__vec_push(&comm->spare_events, &e) != MSTAR_OK) {
+        mstar_event_synchronize(e);
+        mstar_event_destroy(e);
+    }
+}
+
+/* `waiter` waits for the work queued on `s` so far. */
+static mstar_status stream_after(mstar_comm *comm, mstar_stream *waiter, mstar_stream *s)
+{
+    mstar_event *e;
+    mstar_status st = event_take(comm, &e);
+    if (st != MSTAR_OK)
+        return st;
+    st = mstar_event_record(e, s);
+    if (st == MSTAR_OK)
+        st = mstar_stream_wait_event(waiter, e);
+    event_give(comm, e);
+    return st == MSTAR_OK ? MSTAR_OK : mstar_error_wrap("ordering a read with the caller's stream");
+}
+
+/* Before the reads: the copies into the targets wait for what the caller queued on their
+ * streams (the buffers may still be in use there); without a backend the host waits. */
+static mstar_status streams_before(mstar_comm *comm, const target_set *tg)
+{
+    mstar_status st = MSTAR_OK;
+    for (uint32_t i = 0; i < tg->n && st == MSTAR_OK; i++) {
+        mstar_stream *s = tg->t[i].stream;
+        bool seen = false;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = tg->t[j].stream == s;
+        if (s == NULL || seen)
+            continue;
+        st = comm->env.backend == NULL ? mstar_stream_synchronize(s)
+                                       : stream_after(comm, comm->env.h2d, s);
+    }
+    return st;
+}
+
+/* After the reads were queued: the caller's later work on each stream waits for the copies. */
+static mstar_status streams_after(mstar_comm *comm, const target_set *tg)
+{
+    mstar_status st = MSTAR_OK;
+    for (uint32_t i = 0; i < tg->n && st == MSTAR_OK && comm->env.backend != NULL; i++) {
+        mstar_stream *s = tg->t[i].stream;
+        bool seen = false;
+        for (uint32_t j = 0; j < i && !seen; j++)
+            seen = tg->t[j].stream == s;
+        if (s != NULL && !seen)
+            st = stream_after(comm, s, comm->env.h2d);
+    }
+    return st;
+}
+
 /* A fresh record for bytes read from another entity. */
 static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge, uint32_t name,
                          const mstar_tensor_info *info, plan *p)
@@ -243,6 +425,11 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
                       info->dims);
     rec->buf = p->buf;
     p->buf = NULL;
+    if (p->into != NULL) { /* the same buffer: the read landed in the caller's memory */
+        MSTAR__ASSERT(rec->buf == p->into);
+        p->into->release = p->target->release;
+        p->into->release_ctx = p->target->release_ctx;
+    }
     rec->ref = 2;
     rec->edge_name = name;
     rec->tp_size = info->source_tp_size;
@@ -274,9 +461,10 @@ static void commit_slice(mstar_comm *comm, uint32_t req, mstar_tensor_info *info
     mstar__bk_dereference(&comm->bk, producer, 1, &comm->collected);
 }
 
-/* start_read_tensors, reading arena descriptors in place when `view`. */
+/* start_read_tensors, reading arena descriptors in place when `view`, into the caller's
+ * buffers that `tg` names. */
 static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mstar_edge *edges,
-                               uint32_t n, bool view, mstar_completion_list *out)
+                               uint32_t n, bool view, target_set *tg, mstar_completion_list *out)
 {
     if (n > 0 && edges == NULL)
         return mstar_error_set(MSTAR_EINVAL, "start_read_tensors: edges is NULL");
@@ -294,7 +482,7 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
         return mstar_error_set(MSTAR_ENOMEM, "start_read_tensors of %u edges", n);
     }
     size_t nfresh = 0, nslices = 0, nedges = 0;
-    st = plan_all(comm, edges, n, plans, &nfresh);
+    st = plan_all(comm, edges, n, plans, tg, &nfresh);
     for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
         st = mstar__names_intern(&comm->names, edges[e].name, &names[e]);
         for (uint32_t i = 0; i < edges[e].ntensors && st == MSTAR_OK; i++) {
@@ -306,7 +494,11 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
         nedges += edges[e].ntensors > 0;
     }
     if (st == MSTAR_OK)
+        st = streams_before(comm, tg);
+    if (st == MSTAR_OK)
         st = read_all(comm, edges, n, plans, pe, view);
+    if (st == MSTAR_OK)
+        st = streams_after(comm, tg);
     /* Everything that can fail for memory happens before the store changes. */
     if (st == MSTAR_OK)
         st = mstar__bk_reserve(&comm->bk, nfresh + nslices);
@@ -380,18 +572,41 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
     return MSTAR_OK;
 }
 
+/* start_read with targets (none for the two forms without). */
+static mstar_status start_read_targets(mstar_comm *comm, const mstar_rid *rid,
+                                       const mstar_edge *edges, uint32_t n, bool view,
+                                       const mstar_read_target *targets, uint32_t ntargets,
+                                       mstar_completion_list *out)
+{
+    target_set tg;
+    mstar_status st = targets_init(comm, targets, ntargets, &tg);
+    if (st != MSTAR_OK)
+        return st;
+    st = start_read(comm, rid, edges, n, view, &tg, out);
+    targets_free(&tg);
+    return st;
+}
+
 mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mstar_rid *rid,
                                            const mstar_edge *edges, uint32_t n,
                                            mstar_completion_list *out)
 {
-    return start_read(comm, rid, edges, n, false, out);
+    return start_read_targets(comm, rid, edges, n, false, NULL, 0, out);
 }
 
 mstar_status mstar_comm_start_read_views(mstar_comm *comm, const mstar_rid *rid,
                                          const mstar_edge *edges, uint32_t n,
                                          mstar_completion_list *out)
 {
-    return start_read(comm, rid, edges, n, true, out);
+    return start_read_targets(comm, rid, edges, n, true, NULL, 0, out);
+}
+
+mstar_status mstar_comm_start_read_into(mstar_comm *comm, const mstar_rid *rid,
+                                        const mstar_edge *edges, uint32_t n,
+                                        const mstar_read_target *targets, uint32_t ntargets,
+                                        mstar_completion_list *out)
+{
+    return start_read_targets(comm, rid, edges, n, false, targets, ntargets, out);
 }
 
 mstar_status mstar_comm_view_check(mstar_comm *comm, mstar_tensor_id uuid)

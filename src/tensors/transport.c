@@ -63,6 +63,18 @@ mstar_status mstar__transport_alloc_dest(const mstar__transport_env *env, uint64
     return st;
 }
 
+mstar_status mstar__transport_read_dest(const mstar__transport_env *env, mstar__buf *into,
+                                        uint64_t n, mstar__buf **out)
+{
+    if (into == NULL)
+        return mstar__transport_alloc_dest(env, n, out);
+    if (into->size < n) /* the manager checked the capacity: a bug if it happens */
+        return mstar_error_set(MSTAR_EINVAL, "read of %llu bytes into a buffer of %llu",
+                               (unsigned long long)n, (unsigned long long)into->size);
+    *out = mstar__buf_retain(into);
+    return MSTAR_OK;
+}
+
 mstar_status mstar__transport_copy_to_host(const mstar__transport_env *env, const mstar_tensor *t,
                                            void *dst)
 {

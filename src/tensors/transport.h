@@ -46,11 +46,13 @@ typedef struct mstar__stage_item {
 /* One descriptor to read (start_read_tensors). */
 typedef struct mstar__read_item {
     const mstar_tensor_info *info;
-    mstar__buf *buf; /* out: the descriptor's bytes (contiguous, canonical slice) */
-    bool registered; /* out: `release` must run for this uuid when it is collected */
-    bool view;       /* in: the caller would take the producer's bytes in place */
-    bool viewed;     /* out: buf maps the producer's bytes (a view): its consumer ACKs the
-                      * delivery only when it lets go of the view */
+    mstar__buf *into; /* in: the caller's buffer to land in (mstar_comm_start_read_into), at
+                       * least nbytes, or NULL: a new one; never a view */
+    mstar__buf *buf;  /* out: the descriptor's bytes (contiguous, canonical slice) */
+    bool registered;  /* out: `release` must run for this uuid when it is collected */
+    bool view;        /* in: the caller would take the producer's bytes in place */
+    bool viewed;      /* out: buf maps the producer's bytes (a view): its consumer ACKs the
+                       * delivery only when it lets go of the view */
 } mstar__read_item;
 
 typedef struct mstar__transport_ops {
@@ -172,6 +174,11 @@ bool mstar__transport_on_device(const mstar__transport_env *env, const mstar_ten
 /* A buffer of n bytes where reads land: the backend's memory, else the host. */
 mstar_status mstar__transport_alloc_dest(const mstar__transport_env *env, uint64_t n,
                                          mstar__buf **out);
+/* Where a read of n bytes lands: `into` (a caller's buffer a read item names, retained), or a
+ * new buffer from mstar__transport_alloc_dest. Every transport's read goes through here, so a
+ * caller's buffer needs no branch of its own in any of them. */
+mstar_status mstar__transport_read_dest(const mstar__transport_env *env, mstar__buf *into,
+                                        uint64_t n, mstar__buf **out);
 /* Copy a contiguous tensor's bytes (host or device) to host memory `dst`, synchronously. */
 mstar_status mstar__transport_copy_to_host(const mstar__transport_env *env, const mstar_tensor *t,
                                            void *dst);
@@ -181,10 +188,11 @@ mstar_status mstar__transport_copy_from_host(const mstar__transport_env *env, ms
                                              const void *src, uint64_t n, bool async);
 /* The per-uuid file protocol (transport_files.c), which the arena also uses for spills: write
  * an item's bytes (its host copy, or the tensor copied to the host) as this entity's file for
- * its uuid; read a descriptor's range of its producer's file into a new destination buffer. */
+ * its uuid; read a descriptor's range of its producer's file into `into` (NULL: a new buffer,
+ * see mstar__transport_read_dest). */
 mstar_status mstar__files_write_one(const mstar__transport_env *env, mstar__stage_item *item);
 mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_tensor_info *info,
-                                   mstar__buf **out);
+                                   mstar__buf *into, mstar__buf **out);
 
 /* A completion finished by the h2d stream once every copy queued on it so far has run. */
 mstar_status mstar__transport_h2d_completion(const mstar__transport_env *env,

@@ -570,14 +570,15 @@ static mstar_status landing_completion(const mstar__transport_env *env, landing 
     return MSTAR_OK;
 }
 
-/* Read one descriptor's bytes out of the peer's slot: copied now into host memory, or queued
- * into the backend's memory with the slot added to `l` for the check after landing. */
+/* Read one descriptor's bytes out of the peer's slot into `into` or a new buffer: copied now
+ * into host memory, or queued into the backend's memory with the slot added to `l` for the
+ * check after landing. */
 static mstar_status read_segment(arena_transport *a, const mstar_tensor_info *info,
-                                 mstar__buf **out, landing *l)
+                                 mstar__buf *into, mstar__buf **out, landing *l)
 {
     const mstar__transport_env *env = a->base.env;
     mstar__buf *buf;
-    mstar_status st = mstar__transport_alloc_dest(env, info->nbytes, &buf);
+    mstar_status st = mstar__transport_read_dest(env, into, info->nbytes, &buf);
     if (st != MSTAR_OK || info->nbytes == 0) {
         if (st == MSTAR_OK)
             *out = buf;
@@ -675,12 +676,13 @@ static mstar_status arena_read(mstar__transport *t, mstar__read_item *items, siz
         items[i].registered = false;
         items[i].viewed = false;
         if (info->shm_segment[0] == '\0') {
-            st = mstar__files_read_one(t->env, info, &items[i].buf);
-        } else if (items[i].view && t->env->backend == NULL && info->nbytes > 0) {
+            st = mstar__files_read_one(t->env, info, items[i].into, &items[i].buf);
+        } else if (items[i].view && items[i].into == NULL && t->env->backend == NULL &&
+                   info->nbytes > 0) {
             st = view_segment(a, info, &items[i].buf);
             items[i].viewed = st == MSTAR_OK;
         } else
-            st = read_segment(a, info, &items[i].buf, l);
+            st = read_segment(a, info, items[i].into, &items[i].buf, l);
         if (st != MSTAR_OK)
             break;
     }

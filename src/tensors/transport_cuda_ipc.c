@@ -565,8 +565,10 @@ static bool written_at_stage(const mstar_cuda_ipc_ref *ref)
     return memcmp(ref->event_handle, none, sizeof(none)) == 0;
 }
 
-/* Queue one routed read: wait for the producer's event, copy its bytes into a new buffer. */
-static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, mstar__buf **out)
+/* Queue one routed read: wait for the producer's event, copy its bytes into `into` or a new
+ * buffer. */
+static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, mstar__buf *into,
+                             mstar__buf **out)
 {
     const mstar__transport_env *env = it->base.env;
     const mstar_cuda_ipc_ref *ref = &info->cuda_ipc;
@@ -599,7 +601,7 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
         (st = mstar__cuda_ipc_wait_event(ev, ref->pid, it->timeout_s, what)) != MSTAR_OK)
         return st;
     mstar__buf *buf;
-    if ((st = mstar__transport_alloc_dest(env, info->nbytes, &buf)) != MSTAR_OK)
+    if ((st = mstar__transport_read_dest(env, into, info->nbytes, &buf)) != MSTAR_OK)
         return st;
     /* Already fired; queued too so the copy is ordered after it on every backend. */
     st = ev != NULL ? mstar_stream_wait_event(env->h2d, ev) : MSTAR_OK;
@@ -824,7 +826,7 @@ static mstar_status read_routed(ipc_transport *it, mstar__read_item *items, size
         routed[i] = false;
         if (!routed_here(it, items[i].info))
             continue;
-        mstar_status st = read_one(it, items[i].info, &items[i].buf);
+        mstar_status st = read_one(it, items[i].info, items[i].into, &items[i].buf);
         if (st == MSTAR_OK) {
             routed[i] = true;
             continue;

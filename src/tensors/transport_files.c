@@ -39,12 +39,12 @@ mstar_status mstar__files_write_one(const mstar__transport_env *env, mstar__stag
     return st;
 }
 
-/* Read [offset, offset + nbytes) of the open file into a new destination buffer. */
+/* Read [offset, offset + nbytes) of the open file into `into` or a new destination buffer. */
 static mstar_status read_into_buf(const mstar__transport_env *env, const mstar_tensor_info *info,
-                                  int fd, mstar__buf **out)
+                                  int fd, mstar__buf *into, mstar__buf **out)
 {
     mstar__buf *buf;
-    mstar_status st = mstar__transport_alloc_dest(env, info->nbytes, &buf);
+    mstar_status st = mstar__transport_read_dest(env, into, info->nbytes, &buf);
     if (st != MSTAR_OK)
         return st;
     if (env->backend == NULL) {
@@ -69,7 +69,7 @@ static mstar_status read_into_buf(const mstar__transport_env *env, const mstar_t
 }
 
 mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_tensor_info *info,
-                                   mstar__buf **out)
+                                   mstar__buf *into, mstar__buf **out)
 {
     /* The file and the range first: a descriptor's size is only a claim until the file backs
      * it, and nothing is allocated for a claim. */
@@ -78,7 +78,7 @@ mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_
                                            info->nbytes, &fd);
     if (st != MSTAR_OK)
         return st;
-    st = read_into_buf(env, info, fd, out);
+    st = read_into_buf(env, info, fd, into, out);
     close(fd);
     return st;
 }
@@ -118,7 +118,8 @@ static mstar_status files_read(mstar__transport *t, mstar__read_item *items, siz
                                mstar_completion **done)
 {
     for (size_t i = 0; i < n; i++) {
-        mstar_status st = mstar__files_read_one(t->env, items[i].info, &items[i].buf);
+        mstar_status st =
+            mstar__files_read_one(t->env, items[i].info, items[i].into, &items[i].buf);
         if (st != MSTAR_OK) {
             for (size_t j = 0; j < i; j++) {
                 mstar__buf_release(items[j].buf);

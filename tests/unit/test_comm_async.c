@@ -5,7 +5,9 @@
  * transport. Covers: no ACK and no delivery before the copy landed (T-5, I-4),
  * has_inflight_reads and the drain, soft cleanup with a read in flight (T-2, T-3), force
  * cleanup refused while reads run, a failed read reported once and not poisoning later polls
- * (T-11), the RX time of a read running from submit to landing, and the completion handle API.
+ * (T-11), the RX time of a read running from submit to landing, and the completion handle API;
+ * and for a read into the caller's buffer (mstar_comm_start_read_into), that neither a cleanup
+ * while it copies nor its failure frees that buffer.
  */
 #include "comm_harness.h"
 
@@ -344,6 +346,76 @@ static void test_read_landing_during_a_poll(void **state)
     free(t2.data);
 }
 
+/* A target's release: counts its calls in *ctx. */
+static void count_release(void *ctx, void *data)
+{
+    (void)data;
+    (*(int *)ctx)++;
+}
+
+/* Start reading the world's tensor into the caller's `buf`, counting releases in *released. */
+static void read_into(world *w, uint8_t *buf, size_t n, int *released)
+{
+    mstar_read_target tg = { .uuid = w->info.uuid,
+                             .data = buf,
+                             .capacity = n,
+                             .release = count_release,
+                             .release_ctx = released };
+    assert_mstar_ok(mstar_comm_start_read_into(w->cp.c, &w->rid, &w->e, 1, &tg, 1, NULL));
+}
+
+/* A read into the caller's buffer (on the stack: a manager freeing it would abort) while it
+ * copies: the request's cleanup (forced: refused until it lands) drops the tensor and leaves the
+ * buffer, which the copy finished writing, to the caller. */
+static void test_read_into_cleanup_in_flight(void **state)
+{
+    world *w = *state;
+    _Alignas(64) uint8_t buf[400];
+    int released = 0;
+    read_into(w, buf, sizeof(buf), &released);
+    assert_mstar_ok(mstar_comm_cleanup_request(w->cp.c, &w->rid));
+    assert_int_equal(released, 0); /* the copy still writes there */
+    assert_mstar_status(mstar_comm_force_cleanup_request(w->cp.c, &w->rid), MSTAR_ESTATE);
+    mstar__completion_finish(w->d->held[0], MSTAR_OK, NULL);
+    collect_ready(w->cp.c, 0);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->cp.c, &w->rid));
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c), 0);
+    assert_int_equal(released, 1);
+    assert_memory_equal(buf, w->t.data, sizeof(buf));
+    assert_int_equal(bus_ack_count(&w->cp.b, "worker_0", w->info.uuid), 1);
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.p), 0);
+}
+
+/* A failed read into the caller's buffer is reported and dropped; the buffer stays the
+ * caller's, and the request reads into it again. */
+static void test_read_into_failed(void **state)
+{
+    world *w = *state;
+    _Alignas(64) uint8_t buf[400];
+    int released = 0;
+    read_into(w, buf, sizeof(buf), &released);
+    mstar__completion_finish(w->d->held[0], MSTAR_EREMOTE, "the NIC went away");
+    mstar_ready_set set;
+    expect_ready(w->cp.c, &set, 0);
+    assert_int_equal(set.nfailed, 1);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c), 0);
+    assert_int_equal(released, 1);  /* the manager is done with it */
+    bus_drop(&w->cp.b, "worker_0"); /* the failure's ACK: the producer keeps the tensor */
+    memset(buf, 0, sizeof(buf));
+    read_into(w, buf, sizeof(buf), &released);
+    mstar__completion_finish(w->d->held[1], MSTAR_OK, NULL);
+    collect_ready(w->cp.c, 1);
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(w->cp.c, w->info.uuid, &got));
+    assert_ptr_equal(mstar_tensor_ptr(&got), buf);
+    assert_memory_equal(buf, w->t.data, sizeof(buf));
+    assert_mstar_ok(mstar_comm_dereference(w->cp.c, w->info.uuid, 1));
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.p), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +426,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_completion_api, setup, teardown),
         cmocka_unit_test_setup_teardown(test_completion_from_another_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_landing_during_a_poll, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_into_cleanup_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_into_failed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,8 @@
  * polls (T-11), a strided output read contiguous (T-12), descriptors from the wire that are
  * refused, the remote key stamped at registration and by refresh_shm_placement so the get
  * protocol reads through the manager (T-4 over UCX), tensors in a backend's memory staged through
- * pinned host memory both ways, and the protocol names.
+ * pinned host memory both ways, the protocol names, and a read landing in the caller's buffer
+ * (mstar_comm_start_read_into).
  */
 #include "comm_harness.h"
 #include "ucx_test.h"
@@ -115,6 +116,43 @@ static void test_roundtrip(void **state)
     mstar_ready_set_clear(&set);
     mstar_edge_clear(&e);
     for (int i = 0; i < 6; i++)
+        free(ts[i].data);
+}
+
+/* A read into the caller's buffer over UCX: the network read lands at the caller's pointer
+ * (which the node's tensor shows), the other descriptor as before; the manager never frees it. */
+static void test_read_into_caller_buffer(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = mstar_rid_from_int(21);
+    mstar_tensor ts[2] = { make_vector(MSTAR_DTYPE_FLOAT32, 5000, 21),
+                           make_vector(MSTAR_DTYPE_INT8, 77, 22) };
+    mstar_tensor_info infos[2];
+    produce(w->p, &rid, ts, 2, 1, infos);
+    mstar_edge e = edge_of("sig", "node", infos, 2);
+    _Alignas(64) uint8_t buf[20000]; /* on the stack: a manager freeing it would abort */
+    mstar_read_target tg = {
+        .uuid = infos[0].uuid, .data = buf, .capacity = sizeof(buf), .stream = NULL
+    };
+    mstar_completion_list done;
+    assert_mstar_ok(mstar_comm_start_read_into(w->c, &rid, &e, 1, &tg, 1, &done));
+    wait_list(&done, MSTAR_OK);
+    mstar_ready_set set;
+    expect_ready(w->c, &set, 1);
+    mstar_ready_set_clear(&set);
+    mstar_tensor got;
+    assert_mstar_ok(mstar_comm_get_tensor(w->c, infos[0].uuid, &got));
+    assert_ptr_equal(mstar_tensor_ptr(&got), buf);
+    assert_memory_equal(buf, ts[0].data, sizeof(buf));
+    check_bytes(w->c, infos[1].uuid, &ts[1]);
+    assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 1);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    for (int i = 0; i < 2; i++)
+        assert_mstar_ok(mstar_comm_dereference(w->c, infos[i].uuid, 1));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    assert_memory_equal(buf, ts[0].data, sizeof(buf));
+    mstar_edge_clear(&e);
+    for (int i = 0; i < 2; i++)
         free(ts[i].data);
 }
 
@@ -517,6 +555,7 @@ int main(int argc, char **argv)
         IN_WORLD(test_roundtrip),
         IN_WORLD(test_two_consumers),
         IN_WORLD(test_non_contiguous_output),
+        IN_WORLD(test_read_into_caller_buffer),
         IN_WORLD(test_read_in_flight_then_failed),
         IN_WORLD(test_bad_descriptors),
         IN_GET_WORLD(test_get_protocol_and_clones),

@@ -318,7 +318,7 @@ static mstar_status read_items(mstar__transport *t, mstar__read_item *items, siz
     for (; k < n && st == MSTAR_OK; k++) {
         const mstar_tensor_info *info = items[k].info;
         items[k].registered = false; /* reads land in plain memory: nothing to release */
-        st = mstar__transport_alloc_dest(env, info->nbytes, &items[k].buf);
+        st = mstar__transport_read_dest(env, items[k].into, info->nbytes, &items[k].buf);
         if (st != MSTAR_OK)
             break;
         infos[k].session = info->source_session_id;
