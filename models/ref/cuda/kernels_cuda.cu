@@ -5,7 +5,9 @@
  *
  * Small ops are fused where one kernel can do the work of two: the silu residual and the next
  * norm; rope of q and k with the KV page write. A block per (token, head) runs attention, its
- * warps splitting the KV positions, each with a single-pass softmax, merged at the end; a block
+ * threads splitting the KV positions (a group of lanes per position where head_dim allows
+ * 16-byte loads, a warp per position otherwise), each with a single-pass softmax, merged at the
+ * end; a block
  * per row runs norms and argmax. Reductions go through fixed butterfly/tree orders and nothing
  * uses atomics, so results are deterministic. Nothing here creates library state, so nothing is
  * created lazily inside a capture.
@@ -14,6 +16,8 @@
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <stdint.h>
 
 typedef __nv_bfloat16 bf16;
 
@@ -32,6 +36,12 @@ __device__ __forceinline__ float to_f(bf16 v)
 __device__ __forceinline__ bf16 to_b(float v)
 {
     return __float2bfloat16_rn(v);
+}
+
+/* Whether 16-byte loads may start at p. */
+bool aligned16(const void *p)
+{
+    return (reinterpret_cast<uintptr_t>(p) % 16) == 0;
 }
 
 /* Every lane gets the sum, added in the same butterfly order every time. */
@@ -208,6 +218,111 @@ __global__ void paged_attention_kernel(const bf16 *q, int64_t ld_q, const bf16 *
     }
 }
 
+/* Eight bf16 at p (16-byte aligned) as floats. */
+__device__ __forceinline__ void load8_f(const bf16 *p, float *f)
+{
+    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 v = __bfloat1622float2(h[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+}
+
+/* The same attention for head_dim == 8 * kGroup (64, 128, 256) with 16-byte aligned rows, laid
+ * out for short KV streams: a group of kGroup lanes takes one position at a time (lane l of the
+ * group holds elements 8l .. 8l + 7 of q and of its partial output, read with one 16-byte load
+ * of k and one of v), so the block's 256 threads walk 256 / kGroup positions at once instead of
+ * kAttnWarps: a decode token's 65 positions at head_dim 64 take 3 steps, not 9. Group g runs a
+ * single-pass softmax over positions g, g + groups, ...; the groups' partials are merged in
+ * group order, every sum in an order fixed by the shape alone, so the result is deterministic
+ * and a token's output does not depend on the other tokens of the call. */
+template <int kGroup>
+__global__ void __launch_bounds__(kAttnWarps * 32)
+    paged_attention_grouped_kernel(const bf16 *q, int64_t ld_q, const bf16 *kp, const bf16 *vp,
+                                   int64_t page_size, const int32_t *page_table,
+                                   int64_t pages_per_row, const int32_t *token_row,
+                                   const int32_t *token_kv_len, int64_t heads, bf16 *out)
+{
+    constexpr int kDim = 8 * kGroup, kGroups = kAttnWarps * 32 / kGroup;
+    __shared__ float part_max[kGroups], part_denom[kGroups], factor[kGroups];
+    __shared__ float part_acc[kGroups * kDim];
+    int t = threadIdx.x, g = t / kGroup, gl = t % kGroup;
+    int64_t i = blockIdx.x / heads, h = blockIdx.x % heads, kv_dim = heads * kDim;
+    const int32_t *pages = page_table + (int64_t)token_row[i] * pages_per_row;
+    float qr[8], acc[8];
+    load8_f(q + i * ld_q + h * kDim + 8 * gl, qr);
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        acc[j] = 0.0f;
+    float scale = rsqrtf((float)kDim);
+    float run_max = -INFINITY, denom = 0.0f;
+    int32_t len = token_kv_len[i];
+    /* A warp's groups step together (the shuffles take the whole warp): while its first group
+     * has a position, a group past the end adds nothing. */
+    int warp_first = (t / 32) * (32 / kGroup);
+    for (int32_t pw = warp_first; pw < len; pw += kGroups) {
+        int32_t p = pw + (g - warp_first);
+        bool live = p < len;
+        float kf[8], vf[8];
+        if (live) {
+            int64_t base = ((int64_t)pages[p / page_size] * page_size + p % page_size) * kv_dim +
+                           h * kDim + 8 * gl;
+            load8_f(kp + base, kf);
+            load8_f(vp + base, vf);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                kf[j] = vf[j] = 0.0f;
+        }
+        /* The dot product, summed over the group's lanes: kGroup consecutive lanes of one
+         * warp, aligned to kGroup. */
+        float part = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            part += qr[j] * kf[j];
+#pragma unroll
+        for (int o = kGroup / 2; o > 0; o >>= 1)
+            part += __shfl_xor_sync(0xffffffffu, part, o);
+        if (!live)
+            continue;
+        float sc = part * scale;
+        float new_max = fmaxf(run_max, sc);
+        float correction = expf(run_max - new_max);
+        float weight = expf(sc - new_max);
+        denom = denom * correction + weight;
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+            acc[j] = acc[j] * correction + weight * vf[j];
+        run_max = new_max;
+    }
+    if (gl == 0) {
+        part_max[g] = run_max;
+        part_denom[g] = denom;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        part_acc[g * kDim + 8 * gl + j] = acc[j];
+    __syncthreads();
+    if (t < kGroups) {
+        float m = -INFINITY;
+        for (int w = 0; w < kGroups; w++)
+            m = fmaxf(m, part_max[w]);
+        factor[t] = part_denom[t] > 0.0f ? expf(part_max[t] - m) : 0.0f; /* 0: no position */
+    }
+    __syncthreads();
+    if (t >= kDim)
+        return;
+    float total = 0.0f, merged = 0.0f;
+    for (int w = 0; w < kGroups; w++) {
+        total += part_denom[w] * factor[w];
+        merged += part_acc[w * kDim + t] * factor[w];
+    }
+    out[i * kv_dim + h * kDim + t] = to_b(total > 0.0f ? merged / total : 0.0f);
+}
+
 __global__ void silu_mul_kernel(const bf16 *gate_up, int64_t n, int64_t f, bf16 *out)
 {
     int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -316,9 +431,26 @@ int ref_cuda_paged_attention(void *stream, const void *q, int64_t ld_q, const vo
     int64_t items = n * heads;
     if (items == 0)
         return 0;
-    paged_attention_kernel<<<(unsigned)items, kAttnWarps * 32, 0, (cudaStream_t)stream>>>(
-        (const bf16 *)q, ld_q, (const bf16 *)k_pages, (const bf16 *)v_pages, page_size, page_table,
-        pages_per_row, token_row, token_kv_len, heads, head_dim, (bf16 *)out);
+    dim3 grid((unsigned)items), block(kAttnWarps * 32);
+    cudaStream_t st = (cudaStream_t)stream;
+    const bf16 *qb = (const bf16 *)q, *kb = (const bf16 *)k_pages, *vb = (const bf16 *)v_pages;
+    bool vec = ld_q % 8 == 0 && aligned16(q) && aligned16(k_pages) && aligned16(v_pages);
+    if (vec && head_dim == 64)
+        paged_attention_grouped_kernel<8>
+            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
+                                     token_row, token_kv_len, heads, (bf16 *)out);
+    else if (vec && head_dim == 128)
+        paged_attention_grouped_kernel<16>
+            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
+                                     token_row, token_kv_len, heads, (bf16 *)out);
+    else if (vec && head_dim == 256)
+        paged_attention_grouped_kernel<32>
+            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
+                                     token_row, token_kv_len, heads, (bf16 *)out);
+    else
+        paged_attention_kernel<<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table,
+                                                       pages_per_row, token_row, token_kv_len,
+                                                       heads, head_dim, (bf16 *)out);
     return launched();
 }
 
