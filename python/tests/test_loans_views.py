@@ -109,6 +109,39 @@ def test_view_ack_goes_when_python_releases_the_last_reference(pair):
     assert prod.num_tensors == 0 and cons.num_tensors == 0
 
 
+def test_view_dropped_inside_a_call_acks_before_the_call_returns(make, monkeypatch):
+    """A view whose last reference goes while its manager is inside a call (here: in the send
+    callback of another tensor's ACK) cannot dereference then; its dereference is queued, and
+    its ACK still leaves before that call returns, not at some later call."""
+    monkeypatch.setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "1")
+    prod = make("worker_0", "arena")
+    held, sent = [], []
+
+    def send(peer, msg):
+        sent.append(msg)
+        held.clear()  # the last reference on the other view goes mid-call
+
+    cons = make("worker_1", "arena", send=send)
+    src = torch.arange(256, dtype=torch.int64)
+    _, a = _loan_and_stage(prod, 7, src)
+    _, b = _loan_and_stage(prod, 8, src)
+    _read_views(cons, 7, a)
+    _read_views(cons, 8, b)
+    held.append(torch.from_dlpack(cons.get_tensor(7, a[0].uuid)))
+    cons.dereference(a[0].uuid)  # the view in `held` is the last reference on a
+    assert sent == [] and torch.equal(held[0], src)
+    cons.dereference(b[0].uuid)  # b's ACK goes, and its callback drops a's view
+    assert held == []
+    acked = [u for m in sent if m.type == "TENSOR_RECEIVED" for u in m.counts]
+    assert sorted(acked) == sorted([a[0].uuid, b[0].uuid])
+    for m in sent:
+        prod.handle_message(m)
+    for rid in (7, 8):
+        prod.cleanup_request(rid)
+        cons.cleanup_request(rid)
+    assert prod.num_tensors == 0 and cons.num_tensors == 0
+
+
 def test_view_held_past_cleanup_stays_valid(pair):
     prod, cons = pair
     src = torch.randn(64, 64)
