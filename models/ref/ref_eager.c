@@ -145,7 +145,9 @@ static mstar_status run_step(ref_eager *e, const mstar_resource_step *step, int3
                           .num_rows = num_rows,
                           .tokens = e->dev_tokens,
                           .logits = e->dev_logits,
-                          .next_tokens = e->dev_next };
+                          .next_tokens = e->dev_next,
+                          .one_token_per_row = ref_step_one_token_per_row(
+                              step->segments, step->num_segments, num_rows, num_tokens) };
     int32_t *positions, capacity;
     mstar_kv_cache_plan_buffers(e->kv, MSTAR_PLAN_EAGER, 0, &io.plan);
     mstar_positions_plan_buffer(e->pos, MSTAR_PLAN_EAGER, &positions, &capacity);

@@ -308,7 +308,8 @@ static void describe_layer(const ref_model *m, const ref_forward_io *io, const s
                              .out = sc->x };
 }
 
-/* One decoder layer: 5 kernels on CUDA for a decode step (the linears above and attention). */
+/* One decoder layer: on CUDA, the linears above (one kernel each for few rows) and attention,
+ * which also does the qkv layer's rope and KV write for a decode step. */
 static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_io *io,
                               const scratch *sc, int32_t l)
 {
@@ -319,13 +320,26 @@ static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_i
     layer_linears ll;
     describe_layer(m, io, sc, l, &ll);
     mstar_status st = MSTAR_OK;
-    if (OP(l == 0 ? "embed+rmsnorm+qkv+rope" : "rmsnorm+qkv+rope",
-           op->linear(m->ctx, s, &ll.qkv)) ||
-        OP("attention",
-           op->paged_attention(s, sc->qkv, 3 * q, m->k_pages[l], m->v_pages[l], m->kv_cfg.page_size,
-                               p->page_table, p->pages_per_row, p->token_row, p->token_kv_len,
-                               io->num_tokens, c->heads, c->head_dim, sc->attn)) ||
-        OP("o_proj+residual", op->linear(m->ctx, s, &ll.proj)) ||
+    /* A decode step (one token per row) rotates and writes its KV in the attention kernel where
+     * the backend has one for it: no token reads a slot another writes in the same call. */
+    if (op->rope_attention != NULL && io->one_token_per_row) {
+        ll.qkv.epilogue = REF_EPI_STORE;
+        ll.qkv.rope = NULL;
+        if (OP(l == 0 ? "embed+rmsnorm+qkv" : "rmsnorm+qkv", op->linear(m->ctx, s, &ll.qkv)) ||
+            OP("rope+attention",
+               op->rope_attention(s, sc->qkv, 3 * q, &ll.rope, p->page_table, p->pages_per_row,
+                                  p->token_row, p->token_kv_len, io->num_tokens, sc->attn)))
+            return st;
+    } else if (OP(l == 0 ? "embed+rmsnorm+qkv+rope" : "rmsnorm+qkv+rope",
+                  op->linear(m->ctx, s, &ll.qkv)) ||
+               OP("attention",
+                  op->paged_attention(s, sc->qkv, 3 * q, m->k_pages[l], m->v_pages[l],
+                                      m->kv_cfg.page_size, p->page_table, p->pages_per_row,
+                                      p->token_row, p->token_kv_len, io->num_tokens, c->heads,
+                                      c->head_dim, sc->attn))) {
+        return st;
+    }
+    if (OP("o_proj+residual", op->linear(m->ctx, s, &ll.proj)) ||
         OP("rmsnorm+gate_up+silu_mul", op->linear(m->ctx, s, &ll.gate_up)) ||
         OP("down+residual", op->linear(m->ctx, s, &ll.down)))
         return st;
@@ -358,6 +372,17 @@ static mstar_status run_forward(ref_model *m, mstar_stream *s, const ref_forward
         OP("argmax", op->argmax(s, io->logits, io->num_rows, c->vocab, io->next_tokens)))
         return st;
     return MSTAR_OK;
+}
+
+bool ref_step_one_token_per_row(const mstar_step_segment *segments, size_t n, int64_t num_rows,
+                                int64_t num_tokens)
+{
+    if (num_tokens != num_rows)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (segments[i].label == 0 && segments[i].span != 1)
+            return false; /* a row of none (a read) or several (a prefill) */
+    return true;
 }
 
 mstar_status ref_model_forward(ref_model *m, mstar_stream *stream, const ref_forward_io *io)

@@ -78,7 +78,15 @@ typedef struct ref_forward_io {
     mstar_kv_plan plan;       /* label 0 */
     float *logits;            /* [num_rows, vocab] */
     int32_t *next_tokens;     /* [num_rows] */
+    /* Every row adds exactly one token (a decode step): attention may then do the qkv layer's
+     * rope and KV write itself, since no token reads a KV slot another writes in the step. */
+    bool one_token_per_row;
 } ref_forward_io;
+
+/* Whether a step's rows add exactly one token each (ref_forward_io.one_token_per_row): as many
+ * tokens as rows, and every segment of the KV stream (label 0) spans one token. */
+bool ref_step_one_token_per_row(const mstar_step_segment *segments, size_t n, int64_t num_rows,
+                                int64_t num_tokens);
 
 /* ---- the model on a device backend ---- */
 

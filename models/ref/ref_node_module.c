@@ -142,9 +142,13 @@ mstar_status ref_node__forward(void *self, mstar_step *step, const mstar_tensor_
         return mstar_error_set(MSTAR_ERANGE, "reference model: forward of %lld rows, %lld tokens",
                                (long long)rows, (long long)tokens->shape[0]);
     int32_t slot = ctx->has_lease && ctx->slot >= 0 ? ctx->slot : MSTAR_PLAN_EAGER;
+    size_t nseg;
+    const mstar_step_segment *seg = mstar_step_segments(step, &nseg);
     ref_forward_io io = { .num_tokens = (int32_t)tokens->shape[0],
                           .num_rows = (int32_t)rows,
-                          .tokens = mstar_tensor_ptr(tokens) };
+                          .tokens = mstar_tensor_ptr(tokens),
+                          .one_token_per_row =
+                              ref_step_one_token_per_row(seg, nseg, rows, tokens->shape[0]) };
     int32_t *positions, capacity;
     mstar_status st = mstar_kv_cache_plan_buffers(node->kv, slot, 0, &io.plan);
     if (st == MSTAR_OK)

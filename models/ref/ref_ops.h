@@ -114,6 +114,13 @@ struct ref_ops {
                                     const int32_t *page_table, int64_t pages_per_row,
                                     const int32_t *token_row, const int32_t *token_kv_len,
                                     int64_t n, int64_t heads, int64_t head_dim, void *out);
+    /* Optional (NULL: rope_kv_write, then paged_attention over q = qkv): both for a step with
+     * one token per row (a decode step), in one kernel where the backend can; the same results.
+     * qkv is the qkv projection as its GEMM left it (ld = 3 * heads * head_dim). */
+    mstar_status (*rope_attention)(mstar_stream *s, void *qkv, int64_t ld, const ref_rope_kv *rope,
+                                   const int32_t *page_table, int64_t pages_per_row,
+                                   const int32_t *token_row, const int32_t *token_kv_len, int64_t n,
+                                   void *out);
     mstar_status (*silu_mul)(mstar_stream *s, const void *gate_up, int64_t n, int64_t f, void *out);
     /* Row i of x_out (when not NULL; it may not overlap x) = x[rows[i]], and row i of out =
      * rmsnorm(x[rows[i]]) with `weight`, for n rows of dim: an embedding lookup or a gather of

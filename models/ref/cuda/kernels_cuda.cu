@@ -108,6 +108,23 @@ __global__ void silu_add_rmsnorm_kernel(const bf16 *x, const int32_t *rows, cons
 /* Thread per (token, head, pair): rotates the pair (d, d + half) of q in place and of k, then
  * writes k (rotated) and v into the token's page slot. k is not written back to qkv: attention
  * reads keys from the pages only. */
+/* The angle of rope pair d (of head_dim / 2) at position pos: its sine and cosine. */
+__device__ __forceinline__ void rope_angle(int32_t pos, int64_t d, int64_t head_dim, float theta,
+                                           float *s, float *c)
+{
+    float inv_freq = powf(theta, -2.0f * (float)d / (float)head_dim);
+    sincosf((float)pos * inv_freq, s, c);
+}
+
+/* Pair (x1, x2) rotated: elements d and d + head_dim / 2 after rope. One function for every
+ * kernel that rotates, so each computes the same bits. */
+__device__ __forceinline__ void rope_rotate(float x1, float x2, float s, float c, float *r1,
+                                            float *r2)
+{
+    *r1 = x1 * c - x2 * s;
+    *r2 = x2 * c + x1 * s;
+}
+
 __global__ void rope_kv_write_kernel(bf16 *qkv, int64_t ld, const int32_t *pos, int64_t n,
                                      int64_t heads, int64_t head_dim, float theta, bf16 *kp,
                                      bf16 *vp, int64_t page_size, const int32_t *t2p,
@@ -118,17 +135,16 @@ __global__ void rope_kv_write_kernel(bf16 *qkv, int64_t ld, const int32_t *pos, 
     if (idx >= n * heads * half)
         return;
     int64_t d = idx % half, h = (idx / half) % heads, i = idx / (half * heads);
-    float inv_freq = powf(theta, -2.0f * (float)d / (float)head_dim);
-    float s, c;
-    sincosf((float)pos[i] * inv_freq, &s, &c);
+    float s, c, r1, r2;
+    rope_angle(pos[i], d, head_dim, theta, &s, &c);
     bf16 *q = qkv + i * ld + h * head_dim, *k = q + kv_dim, *v = k + kv_dim;
-    float q1 = to_f(q[d]), q2 = to_f(q[d + half]);
-    q[d] = to_b(q1 * c - q2 * s);
-    q[d + half] = to_b(q2 * c + q1 * s);
-    float k1 = to_f(k[d]), k2 = to_f(k[d + half]);
+    rope_rotate(to_f(q[d]), to_f(q[d + half]), s, c, &r1, &r2);
+    q[d] = to_b(r1);
+    q[d + half] = to_b(r2);
+    rope_rotate(to_f(k[d]), to_f(k[d + half]), s, c, &r1, &r2);
     int64_t at = ((int64_t)t2p[i] * page_size + t2c[i]) * kv_dim + h * head_dim;
-    kp[at + d] = to_b(k1 * c - k2 * s);
-    kp[at + d + half] = to_b(k2 * c + k1 * s);
+    kp[at + d] = to_b(r1);
+    kp[at + d + half] = to_b(r2);
     vp[at + d] = v[d];
     vp[at + d + half] = v[d + half];
 }
@@ -218,10 +234,11 @@ __global__ void paged_attention_kernel(const bf16 *q, int64_t ld_q, const bf16 *
     }
 }
 
-/* Eight bf16 at p (16-byte aligned) as floats. */
-__device__ __forceinline__ void load8_f(const bf16 *p, float *f)
+/* Eight bf16 at p (16-byte aligned) as floats, through the read-only cache (kNc: memory no
+ * thread of this kernel writes) or a plain load. */
+template <bool kNc> __device__ __forceinline__ void load8_f(const bf16 *p, float *f)
 {
-    uint4 u = __ldg(reinterpret_cast<const uint4 *>(p));
+    uint4 u = kNc ? __ldg(reinterpret_cast<const uint4 *>(p)) : *reinterpret_cast<const uint4 *>(p);
     const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&u);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -231,6 +248,59 @@ __device__ __forceinline__ void load8_f(const bf16 *p, float *f)
     }
 }
 
+__device__ __forceinline__ void store8_b(bf16 *p, const float *f)
+{
+    __align__(16) bf16 b[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        b[i] = to_b(f[i]);
+    *reinterpret_cast<uint4 *>(p) = *reinterpret_cast<const uint4 *>(b);
+}
+
+/* A head's vector held 8 elements a lane by a group of kGroup lanes (lane gl: elements 8gl ..
+ * 8gl + 7), rotated in place as rope_kv_write_kernel does and rounded to bf16 as it stores
+ * them: pair d, d + head_dim / 2 sits in lanes gl and gl ^ kGroup / 2, element j of each. */
+/* The sines and cosines of the 8 elements a lane of a group of kGroup lanes holds (lane gl:
+ * elements 8gl .. 8gl + 7 of a head's vector; pair d, d + head_dim / 2 sits in lanes gl and
+ * gl ^ kGroup / 2, element j of each). */
+template <int kGroup>
+__device__ __forceinline__ void rope_group_angles(int gl, int32_t pos, float theta, float *s,
+                                                  float *c)
+{
+    constexpr int kDim = 8 * kGroup;
+    int d0 = gl < kGroup / 2 ? 8 * gl : 8 * gl - kDim / 2;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        rope_angle(pos, d0 + j, kDim, theta, &s[j], &c[j]);
+}
+
+/* A head's vector held by a group as above, rotated in place as rope_kv_write_kernel does and
+ * rounded to bf16 as it stores it. */
+template <int kGroup>
+__device__ __forceinline__ void rope_group(float *x, int gl, const float *s, const float *c)
+{
+    bool first = gl < kGroup / 2;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        float other = __shfl_xor_sync(0xffffffffu, x[j], kGroup / 2);
+        float r1, r2;
+        if (first)
+            rope_rotate(x[j], other, s[j], c[j], &r1, &r2);
+        else
+            rope_rotate(other, x[j], s[j], c[j], &r1, &r2);
+        x[j] = to_f(to_b(first ? r1 : r2));
+    }
+}
+
+/* Where the rope of a decode step's tokens is done in the attention kernel (kRope): the rope
+ * and KV-write arguments of rope_kv_write_kernel. */
+struct RopeArgs {
+    const int32_t *pos;
+    float theta;
+    bf16 *k_pages, *v_pages;
+    const int32_t *t2p, *t2c;
+};
+
 /* The same attention for head_dim == 8 * kGroup (64, 128, 256) with 16-byte aligned rows, laid
  * out for short KV streams: a group of kGroup lanes takes one position at a time (lane l of the
  * group holds elements 8l .. 8l + 7 of q and of its partial output, read with one 16-byte load
@@ -238,13 +308,20 @@ __device__ __forceinline__ void load8_f(const bf16 *p, float *f)
  * kAttnWarps: a decode token's 65 positions at head_dim 64 take 3 steps, not 9. Group g runs a
  * single-pass softmax over positions g, g + groups, ...; the groups' partials are merged in
  * group order, every sum in an order fixed by the shape alone, so the result is deterministic
- * and a token's output does not depend on the other tokens of the call. */
-template <int kGroup>
+ * and a token's output does not depend on the other tokens of the call.
+ *
+ * kRope: q is the qkv projection as the GEMM left it, and the block first does what
+ * rope_kv_write_kernel does for its (token, head): q and k rotated (q kept in registers), k and
+ * v written to the token's page slot, which the walk then reads back. Only for steps with one
+ * token per row (decode), where no block reads a slot another block writes; the same bits as
+ * the two kernels. */
+template <int kGroup, bool kRope>
 __global__ void __launch_bounds__(kAttnWarps * 32)
     paged_attention_grouped_kernel(const bf16 *q, int64_t ld_q, const bf16 *kp, const bf16 *vp,
                                    int64_t page_size, const int32_t *page_table,
                                    int64_t pages_per_row, const int32_t *token_row,
-                                   const int32_t *token_kv_len, int64_t heads, bf16 *out)
+                                   const int32_t *token_kv_len, int64_t heads, RopeArgs rope,
+                                   bf16 *out)
 {
     constexpr int kDim = 8 * kGroup, kGroups = kAttnWarps * 32 / kGroup;
     __shared__ float part_max[kGroups], part_denom[kGroups], factor[kGroups];
@@ -253,7 +330,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
     int64_t i = blockIdx.x / heads, h = blockIdx.x % heads, kv_dim = heads * kDim;
     const int32_t *pages = page_table + (int64_t)token_row[i] * pages_per_row;
     float qr[8], acc[8];
-    load8_f(q + i * ld_q + h * kDim + 8 * gl, qr);
+    const bf16 *qv = q + i * ld_q + h * kDim + 8 * gl;
+    load8_f<true>(qv, qr);
+    if (kRope) {
+        float kr[8], vr[8];
+        load8_f<true>(qv + kv_dim, kr);
+        load8_f<true>(qv + 2 * kv_dim, vr);
+        float sn[8], cs[8];
+        rope_group_angles<kGroup>(gl, rope.pos[i], rope.theta, sn, cs);
+        rope_group<kGroup>(qr, gl, sn, cs);
+        rope_group<kGroup>(kr, gl, sn, cs);
+        if (g == 0) {
+            int64_t at =
+                ((int64_t)rope.t2p[i] * page_size + rope.t2c[i]) * kv_dim + h * kDim + 8 * gl;
+            store8_b(rope.k_pages + at, kr);
+            store8_b(rope.v_pages + at, vr);
+        }
+        __syncthreads(); /* the walk below reads the slot back */
+    }
 #pragma unroll
     for (int j = 0; j < 8; j++)
         acc[j] = 0.0f;
@@ -270,8 +364,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32)
         if (live) {
             int64_t base = ((int64_t)pages[p / page_size] * page_size + p % page_size) * kv_dim +
                            h * kDim + 8 * gl;
-            load8_f(kp + base, kf);
-            load8_f(vp + base, vf);
+            load8_f<!kRope>(kp + base, kf);
+            load8_f<!kRope>(vp + base, vf);
         } else {
 #pragma unroll
             for (int j = 0; j < 8; j++)
@@ -378,6 +472,36 @@ int launched(void)
     return (int)cudaGetLastError();
 }
 
+/* The grouped kernel for head_dim 64, 128 or 256 with 16-byte aligned rows; false (nothing
+ * launched) otherwise. */
+template <bool kRope>
+bool launch_grouped(cudaStream_t st, unsigned items, const void *q, int64_t ld_q,
+                    const void *k_pages, const void *v_pages, int64_t page_size,
+                    const int32_t *page_table, int64_t pages_per_row, const int32_t *token_row,
+                    const int32_t *token_kv_len, int64_t heads, int64_t head_dim,
+                    const RopeArgs &rope, void *out)
+{
+    if (ld_q % 8 != 0 || !aligned16(q) || !aligned16(k_pages) || !aligned16(v_pages))
+        return false;
+    const bf16 *qb = (const bf16 *)q, *kb = (const bf16 *)k_pages, *vb = (const bf16 *)v_pages;
+    dim3 grid(items), block(kAttnWarps * 32);
+    if (head_dim == 64)
+        paged_attention_grouped_kernel<8, kRope>
+            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
+                                     token_row, token_kv_len, heads, rope, (bf16 *)out);
+    else if (head_dim == 128)
+        paged_attention_grouped_kernel<16, kRope>
+            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
+                                     token_row, token_kv_len, heads, rope, (bf16 *)out);
+    else if (head_dim == 256)
+        paged_attention_grouped_kernel<32, kRope>
+            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
+                                     token_row, token_kv_len, heads, rope, (bf16 *)out);
+    else
+        return false;
+    return true;
+}
+
 } // namespace
 
 extern "C" {
@@ -431,27 +555,39 @@ int ref_cuda_paged_attention(void *stream, const void *q, int64_t ld_q, const vo
     int64_t items = n * heads;
     if (items == 0)
         return 0;
-    dim3 grid((unsigned)items), block(kAttnWarps * 32);
     cudaStream_t st = (cudaStream_t)stream;
-    const bf16 *qb = (const bf16 *)q, *kb = (const bf16 *)k_pages, *vb = (const bf16 *)v_pages;
-    bool vec = ld_q % 8 == 0 && aligned16(q) && aligned16(k_pages) && aligned16(v_pages);
-    if (vec && head_dim == 64)
-        paged_attention_grouped_kernel<8>
-            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
-                                     token_row, token_kv_len, heads, (bf16 *)out);
-    else if (vec && head_dim == 128)
-        paged_attention_grouped_kernel<16>
-            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
-                                     token_row, token_kv_len, heads, (bf16 *)out);
-    else if (vec && head_dim == 256)
-        paged_attention_grouped_kernel<32>
-            <<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table, pages_per_row,
-                                     token_row, token_kv_len, heads, (bf16 *)out);
-    else
-        paged_attention_kernel<<<grid, block, 0, st>>>(qb, ld_q, kb, vb, page_size, page_table,
-                                                       pages_per_row, token_row, token_kv_len,
-                                                       heads, head_dim, (bf16 *)out);
+    if (!launch_grouped<false>(st, (unsigned)items, q, ld_q, k_pages, v_pages, page_size,
+                               page_table, pages_per_row, token_row, token_kv_len, heads, head_dim,
+                               RopeArgs{}, out))
+        paged_attention_kernel<<<(unsigned)items, kAttnWarps * 32, 0, st>>>(
+            (const bf16 *)q, ld_q, (const bf16 *)k_pages, (const bf16 *)v_pages, page_size,
+            page_table, pages_per_row, token_row, token_kv_len, heads, head_dim, (bf16 *)out);
     return launched();
+}
+
+int ref_cuda_rope_attention(void *stream, void *qkv, int64_t ld, const int32_t *pos, int64_t heads,
+                            int64_t head_dim, float theta, void *k_pages, void *v_pages,
+                            int64_t page_size, const int32_t *token_to_page,
+                            const int32_t *token_to_cache, const int32_t *page_table,
+                            int64_t pages_per_row, const int32_t *token_row,
+                            const int32_t *token_kv_len, int64_t n, void *out)
+{
+    int64_t items = n * heads;
+    if (items == 0 || head_dim > 32 * kMaxChunks)
+        return items == 0 ? 0 : (int)cudaErrorInvalidValue;
+    RopeArgs rope = { pos, theta, (bf16 *)k_pages, (bf16 *)v_pages, token_to_page, token_to_cache };
+    if (launch_grouped<true>((cudaStream_t)stream, (unsigned)items, qkv, ld, k_pages, v_pages,
+                             page_size, page_table, pages_per_row, token_row, token_kv_len, heads,
+                             head_dim, rope, out))
+        return launched();
+    /* Other shapes: the two kernels. */
+    int e = ref_cuda_rope_kv_write(stream, qkv, ld, pos, n, heads, head_dim, theta, k_pages,
+                                   v_pages, page_size, token_to_page, token_to_cache);
+    if (e != 0)
+        return e;
+    return ref_cuda_paged_attention(stream, qkv, ld, k_pages, v_pages, page_size, page_table,
+                                    pages_per_row, token_row, token_kv_len, n, heads, head_dim,
+                                    out);
 }
 
 int ref_cuda_silu_mul(void *stream, const void *gate_up, int64_t n, int64_t f, void *out)

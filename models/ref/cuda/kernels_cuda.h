@@ -38,6 +38,16 @@ int ref_cuda_paged_attention(void *stream, const void *q_bf16, int64_t ld_q,
                              const int32_t *page_table, int64_t pages_per_row,
                              const int32_t *token_row, const int32_t *token_kv_len, int64_t n,
                              int64_t heads, int64_t head_dim, void *out_bf16);
+/* ref_cuda_rope_kv_write, then ref_cuda_paged_attention over q = qkv, for a step with one token
+ * per row (a decode step): one kernel where the attention kernel's grouped layout applies (each
+ * (token, head) rotates its own q and k and writes its own page slot before it reads the
+ * slots back), the two otherwise; the same bits either way. */
+int ref_cuda_rope_attention(void *stream, void *qkv, int64_t ld, const int32_t *pos, int64_t heads,
+                            int64_t head_dim, float theta, void *k_pages, void *v_pages,
+                            int64_t page_size, const int32_t *token_to_page,
+                            const int32_t *token_to_cache, const int32_t *page_table,
+                            int64_t pages_per_row, const int32_t *token_row,
+                            const int32_t *token_kv_len, int64_t n, void *out_bf16);
 int ref_cuda_silu_mul(void *stream, const void *gate_up_bf16, int64_t n, int64_t f, void *out_bf16);
 int ref_cuda_argmax(void *stream, const float *logits, int64_t n, int64_t vocab, int32_t *out);
 

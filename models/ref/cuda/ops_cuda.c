@@ -83,6 +83,18 @@ static mstar_status cuda_paged_attention(mstar_stream *s, const void *q, int64_t
                  "paged_attention");
 }
 
+static mstar_status cuda_rope_attention(mstar_stream *s, void *qkv, int64_t ld,
+                                        const ref_rope_kv *r, const int32_t *page_table,
+                                        int64_t pages_per_row, const int32_t *token_row,
+                                        const int32_t *token_kv_len, int64_t n, void *out)
+{
+    return check(ref_cuda_rope_attention(
+                     mstar_stream_native(s), qkv, ld, r->pos, r->heads, r->head_dim, r->theta,
+                     r->k_pages, r->v_pages, r->page_size, r->token_to_page, r->token_to_cache,
+                     page_table, pages_per_row, token_row, token_kv_len, n, out),
+                 "rope_attention");
+}
+
 static mstar_status cuda_silu_mul(mstar_stream *s, const void *gate_up, int64_t n, int64_t f,
                                   void *out)
 {
@@ -157,6 +169,7 @@ const ref_ops ref_ops_cuda = {
     .matmul_nt_f32 = cuda_matmul_nt_f32,
     .rope_kv_write = cuda_rope_kv_write,
     .paged_attention = cuda_paged_attention,
+    .rope_attention = cuda_rope_attention,
     .silu_mul = cuda_silu_mul,
     .gather_rmsnorm = cuda_gather_rmsnorm,
     .argmax = cuda_argmax,
