@@ -22,7 +22,7 @@ PREFIX ?= /usr/local
 CMAKE_FLAGS ?=
 DEMO_ARGS ?=
 WERROR ?=
-SOURCES = git ls-files '*.c' '*.h' '*.cu'
+SOURCES = git ls-files '*.c' '*.h' '*.cu' '*.cuh'
 
 .PHONY: all deps configure build demo check check-format check-main check-asan check-tsan install \
         bench format clean

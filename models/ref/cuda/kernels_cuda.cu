@@ -13,6 +13,7 @@
  * created lazily inside a capture.
  */
 #include "kernels_cuda.h"
+#include "rope_cuda.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -108,23 +109,6 @@ __global__ void silu_add_rmsnorm_kernel(const bf16 *x, const int32_t *rows, cons
 /* Thread per (token, head, pair): rotates the pair (d, d + half) of q in place and of k, then
  * writes k (rotated) and v into the token's page slot. k is not written back to qkv: attention
  * reads keys from the pages only. */
-/* The angle of rope pair d (of head_dim / 2) at position pos: its sine and cosine. */
-__device__ __forceinline__ void rope_angle(int32_t pos, int64_t d, int64_t head_dim, float theta,
-                                           float *s, float *c)
-{
-    float inv_freq = powf(theta, -2.0f * (float)d / (float)head_dim);
-    sincosf((float)pos * inv_freq, s, c);
-}
-
-/* Pair (x1, x2) rotated: elements d and d + head_dim / 2 after rope. One function for every
- * kernel that rotates, so each computes the same bits. */
-__device__ __forceinline__ void rope_rotate(float x1, float x2, float s, float c, float *r1,
-                                            float *r2)
-{
-    *r1 = x1 * c - x2 * s;
-    *r2 = x2 * c + x1 * s;
-}
-
 __global__ void rope_kv_write_kernel(bf16 *qkv, int64_t ld, const int32_t *pos, int64_t n,
                                      int64_t heads, int64_t head_dim, float theta, bf16 *kp,
                                      bf16 *vp, int64_t page_size, const int32_t *t2p,

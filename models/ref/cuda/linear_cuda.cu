@@ -18,6 +18,7 @@
  */
 #include "kernels_cuda.h"
 #include "linear_tile.h"
+#include "rope_cuda.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -35,27 +36,6 @@ constexpr int kChunk = 8; /* elements per 16-byte load */
 constexpr int kWarps = 4; /* most warps sharing a tile's k */
 constexpr int kTile = kRows * kCols;
 static_assert(kTile == 32, "the lane fold gives each lane one of the tile's 32 sums");
-
-struct Args {
-    const bf16 *x;
-    const int32_t *x_rows;
-    const bf16 *norm;
-    float eps;
-    const bf16 *w;
-    int64_t n, k, m;
-    int epilogue;
-    const bf16 *residual;
-    const int32_t *residual_rows;
-    bool out_f32;
-    void *out;
-    int64_t col_groups;
-    const int32_t *pos;
-    int64_t heads, head_dim;
-    float theta;
-    bf16 *k_pages, *v_pages;
-    int64_t page_size;
-    const int32_t *t2p, *t2c;
-};
 
 /* Elements e..e+7 of p as floats. kVec: one 16-byte load (p + e 16-byte aligned, e + 8 <= k);
  * otherwise element loads, zeros past k. */
@@ -119,18 +99,15 @@ __device__ __forceinline__ float silu(float v)
 
 /* Pair p of token i's qkv row (x1, x2 its two elements): q and k rotated by the token's
  * position, as the rope_kv_write kernel does, stored to qkv; k and v also to the page slot. */
-__device__ void rope_epilogue(const Args &a, int64_t i, int64_t p, float x1, float x2)
+__device__ void rope_epilogue(const ref_cuda_linear &a, int64_t i, int64_t p, float x1, float x2)
 {
     int64_t hh = a.head_dim / 2, kv_dim = a.heads * a.head_dim;
     int64_t block = p / hh / a.heads, h = (p / hh) % a.heads, d = p % hh;
     int64_t col = ref_tile_pair_row(a.epilogue, a.m, a.head_dim, p, false);
     if (block < 2) {
-        float inv_freq = powf(a.theta, -2.0f * (float)d / (float)a.head_dim);
         float s, c;
-        sincosf((float)a.pos[i] * inv_freq, &s, &c);
-        float r1 = x1 * c - x2 * s, r2 = x2 * c + x1 * s;
-        x1 = r1;
-        x2 = r2;
+        rope_angle(a.pos[i], d, a.head_dim, a.theta, &s, &c);
+        rope_rotate(x1, x2, s, c, &x1, &x2);
     }
     bf16 b1 = __float2bfloat16_rn(x1), b2 = __float2bfloat16_rn(x2);
     bf16 *out = static_cast<bf16 *>(a.out) + i * a.m;
@@ -138,15 +115,17 @@ __device__ void rope_epilogue(const Args &a, int64_t i, int64_t p, float x1, flo
     out[col + hh] = b2;
     if (block == 0)
         return;
-    int64_t at = ((int64_t)a.t2p[i] * a.page_size + a.t2c[i]) * kv_dim + h * a.head_dim + d;
-    bf16 *pages = block == 1 ? a.k_pages : a.v_pages;
+    int64_t at = ((int64_t)a.token_to_page[i] * a.page_size + a.token_to_cache[i]) * kv_dim +
+                 h * a.head_dim + d;
+    bf16 *pages = static_cast<bf16 *>(block == 1 ? a.k_pages : a.v_pages);
     pages[at] = b1;
     pages[at + hh] = b2;
 }
 
 /* Writes out[i, j] of the tile from the sums: acc (its column), up (the pair's other element)
  * and the row's sum of squares. */
-__device__ void epilogue(const Args &a, int64_t i, int64_t j, float acc, float up, float ss)
+__device__ void epilogue(const ref_cuda_linear &a, int64_t i, int64_t j, float acc, float up,
+                         float ss)
 {
     bool gated = a.epilogue == REF_CUDA_EPI_GATED;
     int64_t ld = gated ? a.m / 2 : a.m;
@@ -158,7 +137,7 @@ __device__ void epilogue(const Args &a, int64_t i, int64_t j, float acc, float u
     }
     if (a.epilogue == REF_CUDA_EPI_ADD || a.epilogue == REF_CUDA_EPI_SILU_ADD) {
         int64_t r = a.residual_rows != nullptr ? (int64_t)a.residual_rows[i] : i;
-        float res = __bfloat162float(a.residual[r * a.m + j]);
+        float res = __bfloat162float(static_cast<const bf16 *>(a.residual)[r * a.m + j]);
         v = res + (a.epilogue == REF_CUDA_EPI_SILU_ADD ? silu(v) : v);
     } else if (gated) {
         v = silu(v) * (up * scale);
@@ -169,11 +148,12 @@ __device__ void epilogue(const Args &a, int64_t i, int64_t j, float acc, float u
         static_cast<bf16 *>(a.out)[i * ld + j] = __float2bfloat16_rn(v);
 }
 
-template <bool kVec> __global__ void __launch_bounds__(kWarps * 32) linear_kernel(Args a)
+template <bool kVec>
+__global__ void __launch_bounds__(kWarps * 32) linear_kernel(ref_cuda_linear a, int64_t col_groups)
 {
     __shared__ float part[kWarps][kTile + kRows];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    int64_t cg = blockIdx.x % a.col_groups, row0 = (blockIdx.x / a.col_groups) * kRows;
+    int64_t cg = blockIdx.x % col_groups, row0 = (blockIdx.x / col_groups) * kRows;
     bool pairs = ref_tile_paired(a.epilogue);
 
     /* The tile's weight rows (NULL past the end). */
@@ -181,13 +161,15 @@ template <bool kVec> __global__ void __launch_bounds__(kWarps * 32) linear_kerne
 #pragma unroll
     for (int c = 0; c < kCols; c++) {
         int64_t row = ref_tile_weight_row(a.epilogue, a.m, a.head_dim, cg, c);
-        wr[c] = row >= 0 ? a.w + row * a.k : nullptr;
+        wr[c] = row >= 0 ? static_cast<const bf16 *>(a.w) + row * a.k : nullptr;
     }
     const bf16 *xr[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; r++) {
         int64_t i = row0 + r;
-        xr[r] = i < a.n ? a.x + (a.x_rows != nullptr ? (int64_t)a.x_rows[i] : i) * a.k : nullptr;
+        xr[r] = i < a.n ? static_cast<const bf16 *>(a.x) +
+                              (a.x_rows != nullptr ? (int64_t)a.x_rows[i] : i) * a.k
+                        : nullptr;
     }
 
     float acc[kTile], ss[kRows];
@@ -211,7 +193,7 @@ template <bool kVec> __global__ void __launch_bounds__(kWarps * 32) linear_kerne
             }
         }
         if (a.norm != nullptr)
-            load8<kVec>(a.norm, e, a.k, g);
+            load8<kVec>(static_cast<const bf16 *>(a.norm), e, a.k, g);
 #pragma unroll
         for (int r = 0; r < kRows; r++) {
             if (xr[r] == nullptr)
@@ -294,35 +276,17 @@ extern "C" int ref_cuda_linear_launch(void *stream, const ref_cuda_linear *l)
         return (int)cudaErrorInvalidValue; /* more blocks than a grid's x holds */
     int64_t warps = (l->k + 32 * kChunk - 1) / (32 * kChunk);
     warps = warps > kWarps ? kWarps : warps;
-    Args a = { static_cast<const bf16 *>(l->x),
-               l->x_rows,
-               static_cast<const bf16 *>(l->norm),
-               l->eps,
-               static_cast<const bf16 *>(l->w),
-               l->n,
-               l->k,
-               l->m,
-               l->epilogue,
-               static_cast<const bf16 *>(l->residual),
-               l->residual_rows,
-               l->out_f32 != 0,
-               l->out,
-               col_groups,
-               l->pos,
-               l->heads,
-               rope ? l->head_dim : 2,
-               l->theta,
-               static_cast<bf16 *>(l->k_pages),
-               static_cast<bf16 *>(l->v_pages),
-               l->page_size,
-               l->token_to_page,
-               l->token_to_cache };
+    /* The kernel reads the description as given; head_dim only enters the tile arithmetic of
+     * the other epilogues, which needs it even (any value does). */
+    ref_cuda_linear a = *l;
+    if (!rope)
+        a.head_dim = 2;
     /* 16-byte loads need every row start aligned: the bases, and k a multiple of 8. */
     bool vec = l->k % kChunk == 0 && aligned16(l->x) && aligned16(l->w) && aligned16(l->norm);
     dim3 grid((unsigned)(col_groups * row_groups)), block((unsigned)(warps * 32));
     if (vec)
-        linear_kernel<true><<<grid, block, 0, (cudaStream_t)stream>>>(a);
+        linear_kernel<true><<<grid, block, 0, (cudaStream_t)stream>>>(a, col_groups);
     else
-        linear_kernel<false><<<grid, block, 0, (cudaStream_t)stream>>>(a);
+        linear_kernel<false><<<grid, block, 0, (cudaStream_t)stream>>>(a, col_groups);
     return (int)cudaGetLastError();
 }
