@@ -126,6 +126,34 @@ void comm_pair_fini(comm_pair *w)
     assert_int_equal(mstar_test_count_dir(w->dir), 0);
 }
 
+comm_trio *comm_trio_new(mstar_transport_kind kind, const char *dir)
+{
+    comm_trio *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    w->kind = kind;
+    w->dir = dir;
+    w->sp = (sender){ &w->b, "worker_0" };
+    w->sc = (sender){ &w->b, "worker_1" };
+    w->sd = (sender){ &w->b, "worker_2" };
+    w->p = make_comm("worker_0", kind, dir, &w->sp);
+    w->c = make_comm("worker_1", kind, dir, &w->sc);
+    w->d = make_comm("worker_2", kind, dir, &w->sd);
+    return w;
+}
+
+int comm_trio_teardown(void **state)
+{
+    comm_trio *w = *state;
+    mstar_comm_destroy(w->p);
+    mstar_comm_destroy(w->c);
+    mstar_comm_destroy(w->d);
+    bus_clear(&w->b);
+    if (w->dir != NULL)
+        assert_int_equal(mstar_test_count_dir(w->dir), 0);
+    free(w);
+    return 0;
+}
+
 mstar_arena_stats arena_stats_of(mstar_comm *c)
 {
     mstar_arena_stats s;

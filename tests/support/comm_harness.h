@@ -72,6 +72,26 @@ void comm_pair_make(comm_pair *w, mstar_transport_kind kind);
  * nothing is left in the directory. */
 void comm_pair_fini(comm_pair *w);
 
+/* The fixture of the three-manager tests: worker_0 (the producer), worker_1 and worker_2 (two
+ * consumers) sending on one bus, their managers over transport `kind` in directory `dir` (NULL
+ * where the transport keeps no files). */
+typedef struct comm_trio {
+    mstar_transport_kind kind;
+    const char *dir;
+    bus b;
+    sender sp, sc, sd;
+    mstar_comm *p; /* worker_0, the producer */
+    mstar_comm *c; /* worker_1, a consumer */
+    mstar_comm *d; /* worker_2, another consumer */
+} comm_trio;
+
+/* A cmocka state: a comm_trio (allocated) with its three managers made. */
+comm_trio *comm_trio_new(mstar_transport_kind kind, const char *dir);
+/* Its teardown: destroy the managers (the producer first), drop what the bus still holds, check
+ * that nothing (files, spills, segments) is left in the directory when there is one, and free
+ * the trio. */
+int comm_trio_teardown(void **state);
+
 /* The arena figures of manager `c`. */
 mstar_arena_stats arena_stats_of(mstar_comm *c);
 /* Unset every MSTAR_SHM_ARENA_* knob the arena tests set. */

@@ -18,35 +18,11 @@
 #include <poll.h>
 #include <unistd.h>
 
-typedef struct world {
-    bus b;
-    sender sp, sc, sd;
-    mstar_comm *p; /* worker_0, the producer */
-    mstar_comm *c; /* worker_1 */
-    mstar_comm *d; /* worker_2 */
-} world;
+typedef comm_trio world;
 
 static int setup(void **state)
 {
-    world *w = calloc(1, sizeof(*w));
-    w->sp = (sender){ &w->b, "worker_0" };
-    w->sc = (sender){ &w->b, "worker_1" };
-    w->sd = (sender){ &w->b, "worker_2" };
-    w->p = make_comm("worker_0", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sp);
-    w->c = make_comm("worker_1", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sc);
-    w->d = make_comm("worker_2", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sd);
-    *state = w;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    world *w = *state;
-    mstar_comm_destroy(w->p);
-    mstar_comm_destroy(w->c);
-    mstar_comm_destroy(w->d);
-    bus_clear(&w->b);
-    free(w);
+    *state = comm_trio_new(MSTAR_TRANSPORT_UCX_TCP, NULL);
     return 0;
 }
 
@@ -545,8 +521,8 @@ static void test_protocols_and_options(void **state)
     mstar_comm_destroy(c);
 }
 
-#define IN_WORLD(fn)     cmocka_unit_test_setup_teardown(fn, setup, teardown)
-#define IN_GET_WORLD(fn) cmocka_unit_test_setup_teardown(fn, setup_get, teardown)
+#define IN_WORLD(fn)     cmocka_unit_test_setup_teardown(fn, setup, comm_trio_teardown)
+#define IN_GET_WORLD(fn) cmocka_unit_test_setup_teardown(fn, setup_get, comm_trio_teardown)
 
 int main(int argc, char **argv)
 {
