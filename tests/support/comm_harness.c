@@ -257,6 +257,16 @@ void produce(mstar_comm *p, const mstar_rid *rid, const mstar_tensor *ts, uint32
     assert_mstar_ok(mstar_comm_register_for_send(p, rid, infos, n));
 }
 
+mstar_edge produce_two_vectors(mstar_comm *p, const mstar_rid *rid, mstar_dtype d0, int64_t n0,
+                               mstar_dtype d1, int64_t n1, uint32_t seed, mstar_tensor ts[2],
+                               mstar_tensor_info infos[2])
+{
+    ts[0] = make_vector(d0, n0, seed);
+    ts[1] = make_vector(d1, n1, seed + 1);
+    produce(p, rid, ts, 2, 1, infos);
+    return edge_of("sig", "node", infos, 2);
+}
+
 void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)
 {
     mstar_tensor got;

@@ -119,6 +119,14 @@ mstar_edge edge_of(const char *name, const char *next, const mstar_tensor_info *
 void produce(mstar_comm *p, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n, int fanout,
              mstar_tensor_info *infos);
 
+/* The output of the two-tensor read tests: vectors of `n0` elements of `d0` (bytes from `seed`)
+ * and of `n1` elements of `d1` (bytes from seed + 1), produced by `p` in `rid` for one consumer.
+ * ts[] gets the tensors (the caller frees their data), infos[] their descriptors; returns the
+ * edge "sig" -> "node" that carries both. */
+mstar_edge produce_two_vectors(mstar_comm *p, const mstar_rid *rid, mstar_dtype d0, int64_t n0,
+                               mstar_dtype d1, int64_t n1, uint32_t seed, mstar_tensor ts[2],
+                               mstar_tensor_info infos[2]);
+
 /* `c` holds tensor `uuid` with the dtype, shape and bytes of `want`. */
 void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want);
 

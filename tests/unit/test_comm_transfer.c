@@ -462,11 +462,10 @@ static void test_consumer_cleanup_acks_landed(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(8);
-    mstar_tensor ts[2] = { make_vector(MSTAR_DTYPE_FLOAT32, 3, 19),
-                           make_vector(MSTAR_DTYPE_FLOAT32, 3, 20) };
+    mstar_tensor ts[2];
     mstar_tensor_info infos[2];
-    produce(w->p, &rid, ts, 2, 1, infos);
-    mstar_edge e = edge_of("sig", "node", infos, 2);
+    mstar_edge e = produce_two_vectors(w->p, &rid, MSTAR_DTYPE_FLOAT32, 3, MSTAR_DTYPE_FLOAT32, 3,
+                                       19, ts, infos);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
     assert_int_equal(mstar_comm_num_tensors(w->c), 2);
     assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid));

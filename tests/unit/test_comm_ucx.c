@@ -101,11 +101,10 @@ static void test_read_into_caller_buffer(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(21);
-    mstar_tensor ts[2] = { make_vector(MSTAR_DTYPE_FLOAT32, 5000, 21),
-                           make_vector(MSTAR_DTYPE_INT8, 77, 22) };
+    mstar_tensor ts[2];
     mstar_tensor_info infos[2];
-    produce(w->p, &rid, ts, 2, 1, infos);
-    mstar_edge e = edge_of("sig", "node", infos, 2);
+    mstar_edge e = produce_two_vectors(w->p, &rid, MSTAR_DTYPE_FLOAT32, 5000, MSTAR_DTYPE_INT8, 77,
+                                       21, ts, infos);
     _Alignas(64) uint8_t buf[20000]; /* on the stack: a manager freeing it would abort */
     mstar_read_target tg = {
         .uuid = infos[0].uuid, .data = buf, .capacity = sizeof(buf), .stream = NULL
