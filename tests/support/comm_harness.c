@@ -4,6 +4,8 @@
  */
 #include "comm_harness.h"
 
+#include <unistd.h>
+
 mstar_status bus_send(void *ctx, const char *peer, mstar_msg *msg)
 {
     sender *s = ctx;
@@ -152,6 +154,47 @@ int comm_trio_teardown(void **state)
         assert_int_equal(mstar_test_count_dir(w->dir), 0);
     free(w);
     return 0;
+}
+
+void producer_child_open(producer_child *pc, const char *dir)
+{
+    memset(pc, 0, sizeof(*pc));
+    if (mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &pc->b) != MSTAR_OK)
+        _exit(77);
+    pc->sp = (sender){ &pc->bb, "worker_0" };
+    pc->p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, dir, &pc->sp, pc->b);
+}
+
+void *producer_child_publish(producer_child *pc, const mstar_rid *rid, mstar_output *o, uint32_t n,
+                             int64_t refs, size_t *len)
+{
+    mstar_tensor_info *infos = calloc(n > 0 ? n : 1, sizeof(*infos));
+    mstar_tensor_id *held = calloc(n > 0 ? n : 1, sizeof(*held));
+    if (infos == NULL || held == NULL ||
+        mstar_comm_store_and_return_tensor_info(pc->p, rid, o, n, NULL, infos) != MSTAR_OK)
+        _exit(6);
+    for (uint32_t i = 0; i < n; i++)
+        held[i] = infos[i].uuid;
+    mstar_comm_increment_ref_batch_uniform(pc->p, held, n, refs);
+    if (mstar_comm_register_for_send(pc->p, rid, infos, n) != MSTAR_OK)
+        _exit(7);
+    mstar_edge e = edge_of("sig", "node", infos, n);
+    mstar_comm_refresh_shm_placement(pc->p, &e, 1);
+    void *buf;
+    if (mstar_edge_encode(&e, &buf, len) != MSTAR_OK)
+        _exit(8);
+    mstar_edge_clear(&e);
+    free(held);
+    free(infos);
+    return buf;
+}
+
+void producer_child_exit(producer_child *pc)
+{
+    mstar_comm_destroy(pc->p);
+    bus_clear(&pc->bb);
+    mstar_backend_destroy(pc->b);
+    _exit(0);
 }
 
 mstar_arena_stats arena_stats_of(mstar_comm *c)

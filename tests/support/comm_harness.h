@@ -92,6 +92,30 @@ comm_trio *comm_trio_new(mstar_transport_kind kind, const char *dir);
  * the trio. */
 int comm_trio_teardown(void **state);
 
+/* The producer of the GPU tests that read from another process: worker_0's manager over the
+ * arena in a shared directory, with a backend of CUDA device 0, sending on a bus of its own. It
+ * lives in a child forked before the test process touches CUDA (a CUDA context does not survive
+ * fork), so its failures end the child with a status instead of asserting. */
+typedef struct producer_child {
+    mstar_backend *b;
+    bus bb;
+    sender sp;
+    mstar_comm *p;
+} producer_child;
+
+/* Open it in `dir`; without a GPU the child ends with status 77, which skips the test. */
+void producer_child_open(producer_child *pc, const char *dir);
+
+/* Store the `n` outputs `o` of signal "sig" in `rid`, hold each `refs` times (one per consumer),
+ * register them for sending and return the edge "sig" -> "node" carrying them, placed and
+ * encoded (malloc'd, *len bytes). Ends the child with status 6, 7 or 8 when storing, registering
+ * or encoding fails. */
+void *producer_child_publish(producer_child *pc, const mstar_rid *rid, mstar_output *o, uint32_t n,
+                             int64_t refs, size_t *len);
+
+/* Release the manager, the bus and the backend, and end the child with status 0. */
+void producer_child_exit(producer_child *pc) __attribute__((noreturn));
+
 /* The arena figures of manager `c`. */
 mstar_arena_stats arena_stats_of(mstar_comm *c);
 /* Unset every MSTAR_SHM_ARENA_* knob the arena tests set. */
