@@ -159,6 +159,10 @@ void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint
 /* Switch a wrapped transport's mode (tests: AUTO on the host stand-in, which the environment
  * turns on only when forced). */
 void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mode mode);
+/* Tests: make the next `n` reads that land in the background find no room in the list ipc_poll
+ * walks, as if memory ran out, so only their stream callback finishes them. Returns how many
+ * such failures were still to come (0 for any other transport). */
+unsigned mstar__transport_cuda_ipc_fail_inflight(mstar__transport *t, unsigned n);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

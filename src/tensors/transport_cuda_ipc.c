@@ -101,6 +101,7 @@ typedef struct ipc_transport {
     mstar_stream *notify;     /* where the callbacks of those reads wait for their copies */
     double spin_us;           /* MSTAR_CUDA_IPC_SPIN_US: how long a read polls for its copies */
     uint64_t opens;           /* segments opened so far (tests: one open for many tensors) */
+    unsigned fail_inflight;   /* tests: pushes onto `inflight` still to fail as out of memory */
     bool warned_export;       /* note_unrouted said so for a failed export */
     bool noted_unexported;    /* ... and for memory the route does not export */
 } ipc_transport;
@@ -707,6 +708,17 @@ static bool landed_within_spin(const ipc_transport *it, mstar_event *probe)
     }
 }
 
+/* Remember a read in flight for ipc_poll; a test may make this fail as memory running out would
+ * (mstar__transport_cuda_ipc_fail_inflight). */
+static mstar_status inflight_push(ipc_transport *it, const struct inflight *f)
+{
+    if (it->fail_inflight > 0) {
+        it->fail_inflight--;
+        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory (test)");
+    }
+    return mstar__vec_push(&it->inflight, f);
+}
+
 /* Let the read land in the background: ipc_poll finishes it when the manager next looks, and a
  * callback on the notify stream, queued behind the probe, finishes it and wakes the manager's
  * loop if no poll comes first. On the notify stream, not the copy stream: a callback holds its
@@ -736,7 +748,7 @@ static mstar_status land_later(ipc_transport *it, mstar_event *probe, const msta
     /* `called` is the callback's now. Without room to remember the probe, the callback alone
      * finishes the read. */
     struct inflight f = { probe, polled };
-    if (mstar__vec_push(&it->inflight, &f) != MSTAR_OK) {
+    if (inflight_push(it, &f) != MSTAR_OK) {
         landed_free(polled);
         probe_give(it, probe);
     }
@@ -1074,4 +1086,14 @@ void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mod
     ipc_transport *it = ipc_of(t);
     it->mode = mode;
     it->ops.needs_cpu_tensor = it->inner->ops->needs_cpu_tensor && mode != MSTAR__CUDA_IPC_ON;
+}
+
+unsigned mstar__transport_cuda_ipc_fail_inflight(mstar__transport *t, unsigned n)
+{
+    if (t->ops->destroy != ipc_destroy)
+        return 0;
+    ipc_transport *it = ipc_of(t);
+    unsigned left = it->fail_inflight;
+    it->fail_inflight = n;
+    return left;
 }

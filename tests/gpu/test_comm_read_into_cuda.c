@@ -55,35 +55,18 @@ static void child_main(void)
 {
     close(sock[0]);
     unsetenv("MSTAR_CUDA_IPC");
-    mstar_backend *b = NULL;
-    if (mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &b) != MSTAR_OK)
-        _exit(77);
-    bus bb = { 0 };
-    sender sp = { &bb, "worker_0" };
-    mstar_comm *p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, dir, &sp, b);
+    producer_child pc;
+    producer_child_open(&pc, dir);
     mstar_rid rid = mstar_rid_from_int(SEED);
-    mstar_output o[2] = { device_output(b, LEN0, SEED), device_output(b, LEN1, SEED + 1) };
-    mstar_tensor_info infos[2];
-    if (mstar_comm_store_and_return_tensor_info(p, &rid, o, 2, NULL, infos) != MSTAR_OK)
-        _exit(6);
-    mstar_tensor_id held[2] = { infos[0].uuid, infos[1].uuid };
-    mstar_comm_increment_ref_batch_uniform(p, held, 2, 2); /* one per consumer */
-    if (mstar_comm_register_for_send(p, &rid, infos, 2) != MSTAR_OK)
-        _exit(7);
-    mstar_edge e = edge_of("sig", "node", infos, 2);
-    mstar_comm_refresh_shm_placement(p, &e, 1);
-    void *buf;
+    mstar_output o[2] = { device_output(pc.b, LEN0, SEED), device_output(pc.b, LEN1, SEED + 1) };
     size_t len;
-    if (mstar_edge_encode(&e, &buf, &len) != MSTAR_OK || send(sock[1], buf, len, 0) != (ssize_t)len)
+    void *buf = producer_child_publish(&pc, &rid, o, 2, 2, &len); /* one ref per consumer */
+    if (send(sock[1], buf, len, 0) != (ssize_t)len)
         _exit(8);
     free(buf);
-    mstar_edge_clear(&e);
     char quit;
     (void)!recv(sock[1], &quit, 1, 0); /* the consumer has closed its mappings */
-    mstar_comm_destroy(p);
-    bus_clear(&bb);
-    mstar_backend_destroy(b);
-    _exit(0);
+    producer_child_exit(&pc);
 }
 
 /* ---- the consumer (this process) --------------------------------------------------------- */

@@ -97,13 +97,12 @@ static void release_device(void *ctx, void *data)
 
 /* n uint8 tensors of `len` bytes: device memory of the caching allocator, first filled with 0xee,
  * then (after c->slow_ms of work on the default stream) with the pattern of `seed`. */
-static void child_produce(mstar_backend *b, mstar_comm *p, const struct cmd *c, int out)
+static void child_produce(producer_child *pc, const struct cmd *c, int out)
 {
     static int slow;
     slow = c->slow_ms;
     mstar_rid rid = mstar_rid_from_int(c->seed);
     mstar_output o[32];
-    mstar_tensor_info infos[32];
     void *pinned = NULL;
     if (c->len > 0 && cudaHostAlloc(&pinned, (size_t)c->len * c->n, 0) != cudaSuccess)
         _exit(4);
@@ -112,7 +111,7 @@ static void child_produce(mstar_backend *b, mstar_comm *p, const struct cmd *c, 
     for (uint32_t i = 0; i < c->n; i++) {
         mstar_tensor t = make_vector(MSTAR_DTYPE_UINT8, c->len, c->seed + i);
         void *dev = NULL;
-        if (mstar_caching_alloc(b, c->len > 0 ? (size_t)c->len : 1, &dev) != MSTAR_OK)
+        if (mstar_caching_alloc(pc->b, c->len > 0 ? (size_t)c->len : 1, &dev) != MSTAR_OK)
             _exit(5);
         if (c->len > 0) {
             char *h = (char *)pinned + (size_t)c->len * i;
@@ -122,28 +121,15 @@ static void child_produce(mstar_backend *b, mstar_comm *p, const struct cmd *c, 
         }
         free(t.data);
         t.data = dev;
-        t.device = mstar_backend_device(b);
+        t.device = mstar_backend_device(pc->b);
         o[i] = output_of("sig", t);
         o[i].release = release_device;
-        o[i].release_ctx = b;
+        o[i].release_ctx = pc->b;
     }
-    if (mstar_comm_store_and_return_tensor_info(p, &rid, o, c->n, NULL, infos) != MSTAR_OK)
-        _exit(6);
-    mstar_tensor_id held[32];
-    for (uint32_t i = 0; i < c->n; i++)
-        held[i] = infos[i].uuid;
-    mstar_comm_increment_ref_batch_uniform(p, held, c->n, 1);
-    if (mstar_comm_register_for_send(p, &rid, infos, c->n) != MSTAR_OK)
-        _exit(7);
-    mstar_edge e = edge_of("sig", "node", infos, c->n);
-    mstar_comm_refresh_shm_placement(p, &e, 1);
-    void *buf;
     size_t len;
-    if (mstar_edge_encode(&e, &buf, &len) != MSTAR_OK)
-        _exit(8);
+    void *buf = producer_child_publish(pc, &rid, o, c->n, 1, &len);
     send_blob(out, buf, len);
     free(buf);
-    mstar_edge_clear(&e);
     /* The pinned source must outlive the copies. */
     cudaStreamSynchronize(cudaStreamLegacy);
     cudaFreeHost(pinned);
@@ -154,34 +140,27 @@ static void child_main(void)
     close(to_child[1]);
     close(from_child[0]);
     int in = to_child[0], out = from_child[1];
-    mstar_backend *b = NULL;
-    if (mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &b) != MSTAR_OK)
-        _exit(77);
-    bus bb = { 0 };
-    sender sp = { &bb, "worker_0" };
-    mstar_comm *p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, dir, &sp, b);
+    producer_child pc;
+    producer_child_open(&pc, dir);
     struct cmd c;
     while (read_all(in, &c, sizeof(c)) && c.op != OP_QUIT) {
         if (c.op == OP_PRODUCE) {
-            child_produce(b, p, &c, out);
+            child_produce(&pc, &c, out);
         } else if (c.op == OP_ACK) {
             size_t n;
             void *m = recv_blob(in, &n);
             mstar_msg msg;
             if (m == NULL || mstar_msg_decode(m, n, &msg) != MSTAR_OK ||
-                mstar_comm_handle_message(p, &msg) != MSTAR_OK)
+                mstar_comm_handle_message(pc.p, &msg) != MSTAR_OK)
                 _exit(9);
             mstar_msg_clear(&msg);
             free(m);
         } else if (c.op == OP_COUNT) {
-            int64_t k = (int64_t)mstar_comm_num_tensors(p);
+            int64_t k = (int64_t)mstar_comm_num_tensors(pc.p);
             write_all(out, &k, sizeof(k));
         }
     }
-    mstar_comm_destroy(p);
-    bus_clear(&bb);
-    mstar_backend_destroy(b);
-    _exit(0);
+    producer_child_exit(&pc);
 }
 
 /* ---- the consumer (this process) --------------------------------------------------------- */

@@ -6,7 +6,7 @@
  * must drop and count, never crash or hang, keep no fd it was given, and go on receiving from
  * honest peers.
  */
-#include "mstar_test.h"
+#include "mesh_harness.h"
 
 #include "mesh/mesh_internal.h"
 
@@ -21,14 +21,6 @@
 #include <unistd.h>
 
 static const char *ipc_dir;
-
-static mstar_mesh *ipc_mesh(const char *entity)
-{
-    mstar_mesh_options opts = { .transport = MSTAR_MESH_IPC, .ipc_dir = ipc_dir };
-    mstar_mesh *mesh = NULL;
-    assert_mstar_ok(mstar_mesh_create(entity, &opts, &mesh));
-    return mesh;
-}
 
 static int open_fds(void)
 {
@@ -77,31 +69,20 @@ static void hello(const char *to, const char *from, int fd)
     to_bell(to, data, (size_t)n, &fd, 1);
 }
 
-static void send_n(mstar_mesh *tx, const char *to, int64_t n)
-{
-    mstar_msg msg;
-    mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
-    msg.request_id = mstar_rid_from_int(n);
-    assert_mstar_ok(mstar_mesh_send(tx, to, &msg));
-    mstar_msg_clear(&msg);
-}
-
 /* The honest sender's message arrives, and nothing else does. */
 static void expect_only(mstar_mesh *rx, int64_t n)
 {
+    mesh_harness_recv(rx, "conductor", n);
     mstar_msg got;
-    assert_mstar_ok(mstar_mesh_recv(rx, 10000, &got));
-    assert_int_equal(got.request_id.num, n);
-    assert_string_equal(got.from, "conductor");
-    mstar_msg_clear(&got);
     assert_mstar_status(mstar_mesh_recv(rx, 50, &got), MSTAR_EAGAIN);
 }
 
 static void test_garbage_at_the_bell(void **state)
 {
     (void)state;
-    mstar_mesh *rx = ipc_mesh("worker_0"), *tx = ipc_mesh("conductor");
-    send_n(tx, "worker_0", 0); /* the honest ring is open before the fds are counted */
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mstar_mesh *rx = m.rx, *tx = m.tx;
+    mesh_harness_send(tx, "worker_0", 0); /* the honest ring is open before the fds are counted */
     expect_only(rx, 0);
     int before = open_fds();
     int p[2];
@@ -125,13 +106,12 @@ static void test_garbage_at_the_bell(void **state)
     close(unsealed);
     mstar__ring_close(&other, false);
 
-    send_n(tx, "worker_0", 1);
+    mesh_harness_send(tx, "worker_0", 1);
     expect_only(rx, 1);
     assert_int_equal(mstar_mesh_dropped(rx), 8);
     assert_int_equal(rx->inrings.n, 1);
     assert_int_equal(open_fds(), before); /* every fd handed over was closed */
-    mstar_mesh_destroy(tx);
-    mstar_mesh_destroy(rx);
+    mesh_pair_close(&m);
 }
 
 /* A ring that attaches, then is garbled: its frames, its positions, and its header (which the
@@ -139,7 +119,8 @@ static void test_garbage_at_the_bell(void **state)
 static void test_garbled_ring(void **state)
 {
     (void)state;
-    mstar_mesh *rx = ipc_mesh("worker_0"), *tx = ipc_mesh("conductor");
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mstar_mesh *rx = m.rx, *tx = m.tx;
     mstar__ring evil;
     assert_mstar_ok(mstar__ring_create("intruder", "worker_0", MSTAR__RING_MIN_CAP, &evil));
     hello("worker_0", "intruder", evil.fd);
@@ -188,30 +169,29 @@ static void test_garbled_ring(void **state)
     assert_int_equal(mstar_mesh_dropped(rx), 5);
     mstar__ring_close(&evil, false);
 
-    send_n(tx, "worker_0", 7);
+    mesh_harness_send(tx, "worker_0", 7);
     expect_only(rx, 7);
-    mstar_mesh_destroy(tx);
-    mstar_mesh_destroy(rx);
+    mesh_pair_close(&m);
 }
 
 /* A receiver's position that cannot be right makes the sender drop that ring and choose again. */
 static void test_hostile_receiver_position(void **state)
 {
     (void)state;
-    mstar_mesh *rx = ipc_mesh("worker_0"), *tx = ipc_mesh("conductor");
-    send_n(tx, "worker_0", 1);
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mstar_mesh *rx = m.rx, *tx = m.tx;
+    mesh_harness_send(tx, "worker_0", 1);
     expect_only(rx, 1);
     atomic_store(&rx->inrings.rings[0].ring.hdr->head, UINT64_C(1) << 60);
     mstar_test_log_capture_begin(MSTAR_LOG_WARN);
-    send_n(tx, "worker_0", 2); /* on a fresh ring */
+    mesh_harness_send(tx, "worker_0", 2); /* on a fresh ring */
     mstar_test_log_capture_end();
     assert_true(mstar_test_log_contains("is gone"));
     mstar_msg got;
     assert_mstar_ok(mstar_mesh_recv(rx, 10000, &got));
     assert_int_equal(got.request_id.num, 2);
     mstar_msg_clear(&got);
-    mstar_mesh_destroy(tx);
-    mstar_mesh_destroy(rx);
+    mesh_pair_close(&m);
 }
 
 /* A FIFO (or any non-socket) under a bell's name: a sender does not use it (ZeroMQ carries the
@@ -229,12 +209,12 @@ static void test_fifo_under_a_bell_name(void **state)
     assert_true(strstr(mstar_last_error(), "not a socket") != NULL);
     setenv("MSTAR_MESH_RING", "AUTO", 1);
     mstar_test_log_capture_begin(MSTAR_LOG_WARN);
-    rx = ipc_mesh("worker_0");
+    rx = mesh_harness_open(ipc_dir, "worker_0");
     mstar_test_log_capture_end();
     assert_true(mstar_test_log_contains("no rings"));
     assert_int_equal(rx->bell_fd, -1);
-    mstar_mesh *tx = ipc_mesh("conductor");
-    send_n(tx, "worker_0", 3);
+    mstar_mesh *tx = mesh_harness_open(ipc_dir, "conductor");
+    mesh_harness_send(tx, "worker_0", 3);
     uint64_t *v = mstar__strmap_find(&tx->peers, "worker_0", 8);
     assert_non_null(v);
     assert_non_null(((mstar__peer *)(uintptr_t)*v)->sock); /* ZeroMQ */

@@ -4,6 +4,8 @@
  */
 #include "comm_harness.h"
 
+#include <unistd.h>
+
 mstar_status bus_send(void *ctx, const char *peer, mstar_msg *msg)
 {
     sender *s = ctx;
@@ -126,6 +128,75 @@ void comm_pair_fini(comm_pair *w)
     assert_int_equal(mstar_test_count_dir(w->dir), 0);
 }
 
+comm_trio *comm_trio_new(mstar_transport_kind kind, const char *dir)
+{
+    comm_trio *w = calloc(1, sizeof(*w));
+    assert_non_null(w);
+    w->kind = kind;
+    w->dir = dir;
+    w->sp = (sender){ &w->b, "worker_0" };
+    w->sc = (sender){ &w->b, "worker_1" };
+    w->sd = (sender){ &w->b, "worker_2" };
+    w->p = make_comm("worker_0", kind, dir, &w->sp);
+    w->c = make_comm("worker_1", kind, dir, &w->sc);
+    w->d = make_comm("worker_2", kind, dir, &w->sd);
+    return w;
+}
+
+int comm_trio_teardown(void **state)
+{
+    comm_trio *w = *state;
+    mstar_comm_destroy(w->p);
+    mstar_comm_destroy(w->c);
+    mstar_comm_destroy(w->d);
+    bus_clear(&w->b);
+    if (w->dir != NULL)
+        assert_int_equal(mstar_test_count_dir(w->dir), 0);
+    free(w);
+    return 0;
+}
+
+void producer_child_open(producer_child *pc, const char *dir)
+{
+    memset(pc, 0, sizeof(*pc));
+    if (mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &pc->b) != MSTAR_OK)
+        _exit(77);
+    pc->sp = (sender){ &pc->bb, "worker_0" };
+    pc->p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, dir, &pc->sp, pc->b);
+}
+
+void *producer_child_publish(producer_child *pc, const mstar_rid *rid, mstar_output *o, uint32_t n,
+                             int64_t refs, size_t *len)
+{
+    mstar_tensor_info *infos = calloc(n > 0 ? n : 1, sizeof(*infos));
+    mstar_tensor_id *held = calloc(n > 0 ? n : 1, sizeof(*held));
+    if (infos == NULL || held == NULL ||
+        mstar_comm_store_and_return_tensor_info(pc->p, rid, o, n, NULL, infos) != MSTAR_OK)
+        _exit(6);
+    for (uint32_t i = 0; i < n; i++)
+        held[i] = infos[i].uuid;
+    mstar_comm_increment_ref_batch_uniform(pc->p, held, n, refs);
+    if (mstar_comm_register_for_send(pc->p, rid, infos, n) != MSTAR_OK)
+        _exit(7);
+    mstar_edge e = edge_of("sig", "node", infos, n);
+    mstar_comm_refresh_shm_placement(pc->p, &e, 1);
+    void *buf;
+    if (mstar_edge_encode(&e, &buf, len) != MSTAR_OK)
+        _exit(8);
+    mstar_edge_clear(&e);
+    free(held);
+    free(infos);
+    return buf;
+}
+
+void producer_child_exit(producer_child *pc)
+{
+    mstar_comm_destroy(pc->p);
+    bus_clear(&pc->bb);
+    mstar_backend_destroy(pc->b);
+    _exit(0);
+}
+
 mstar_arena_stats arena_stats_of(mstar_comm *c)
 {
     mstar_arena_stats s;
@@ -227,6 +298,16 @@ void produce(mstar_comm *p, const mstar_rid *rid, const mstar_tensor *ts, uint32
     for (int k = 0; k < fanout; k++)
         mstar_edge_clear(&routed[k]);
     assert_mstar_ok(mstar_comm_register_for_send(p, rid, infos, n));
+}
+
+mstar_edge produce_two_vectors(mstar_comm *p, const mstar_rid *rid, mstar_dtype d0, int64_t n0,
+                               mstar_dtype d1, int64_t n1, uint32_t seed, mstar_tensor ts[2],
+                               mstar_tensor_info infos[2])
+{
+    ts[0] = make_vector(d0, n0, seed);
+    ts[1] = make_vector(d1, n1, seed + 1);
+    produce(p, rid, ts, 2, 1, infos);
+    return edge_of("sig", "node", infos, 2);
 }
 
 void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want)

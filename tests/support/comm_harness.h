@@ -72,6 +72,50 @@ void comm_pair_make(comm_pair *w, mstar_transport_kind kind);
  * nothing is left in the directory. */
 void comm_pair_fini(comm_pair *w);
 
+/* The fixture of the three-manager tests: worker_0 (the producer), worker_1 and worker_2 (two
+ * consumers) sending on one bus, their managers over transport `kind` in directory `dir` (NULL
+ * where the transport keeps no files). */
+typedef struct comm_trio {
+    mstar_transport_kind kind;
+    const char *dir;
+    bus b;
+    sender sp, sc, sd;
+    mstar_comm *p; /* worker_0, the producer */
+    mstar_comm *c; /* worker_1, a consumer */
+    mstar_comm *d; /* worker_2, another consumer */
+} comm_trio;
+
+/* A cmocka state: a comm_trio (allocated) with its three managers made. */
+comm_trio *comm_trio_new(mstar_transport_kind kind, const char *dir);
+/* Its teardown: destroy the managers (the producer first), drop what the bus still holds, check
+ * that nothing (files, spills, segments) is left in the directory when there is one, and free
+ * the trio. */
+int comm_trio_teardown(void **state);
+
+/* The producer of the GPU tests that read from another process: worker_0's manager over the
+ * arena in a shared directory, with a backend of CUDA device 0, sending on a bus of its own. It
+ * lives in a child forked before the test process touches CUDA (a CUDA context does not survive
+ * fork), so its failures end the child with a status instead of asserting. */
+typedef struct producer_child {
+    mstar_backend *b;
+    bus bb;
+    sender sp;
+    mstar_comm *p;
+} producer_child;
+
+/* Open it in `dir`; without a GPU the child ends with status 77, which skips the test. */
+void producer_child_open(producer_child *pc, const char *dir);
+
+/* Store the `n` outputs `o` of signal "sig" in `rid`, hold each `refs` times (one per consumer),
+ * register them for sending and return the edge "sig" -> "node" carrying them, placed and
+ * encoded (malloc'd, *len bytes). Ends the child with status 6, 7 or 8 when storing, registering
+ * or encoding fails. */
+void *producer_child_publish(producer_child *pc, const mstar_rid *rid, mstar_output *o, uint32_t n,
+                             int64_t refs, size_t *len);
+
+/* Release the manager, the bus and the backend, and end the child with status 0. */
+void producer_child_exit(producer_child *pc) __attribute__((noreturn));
+
 /* The arena figures of manager `c`. */
 mstar_arena_stats arena_stats_of(mstar_comm *c);
 /* Unset every MSTAR_SHM_ARENA_* knob the arena tests set. */
@@ -98,6 +142,14 @@ mstar_edge edge_of(const char *name, const char *next, const mstar_tensor_info *
  * `fanout` (at most 4) destinations and stage them; their descriptors land in infos[0..n). */
 void produce(mstar_comm *p, const mstar_rid *rid, const mstar_tensor *ts, uint32_t n, int fanout,
              mstar_tensor_info *infos);
+
+/* The output of the two-tensor read tests: vectors of `n0` elements of `d0` (bytes from `seed`)
+ * and of `n1` elements of `d1` (bytes from seed + 1), produced by `p` in `rid` for one consumer.
+ * ts[] gets the tensors (the caller frees their data), infos[] their descriptors; returns the
+ * edge "sig" -> "node" that carries both. */
+mstar_edge produce_two_vectors(mstar_comm *p, const mstar_rid *rid, mstar_dtype d0, int64_t n0,
+                               mstar_dtype d1, int64_t n1, uint32_t seed, mstar_tensor ts[2],
+                               mstar_tensor_info infos[2]);
 
 /* `c` holds tensor `uuid` with the dtype, shape and bytes of `want`. */
 void check_bytes(mstar_comm *c, mstar_tensor_id uuid, const mstar_tensor *want);

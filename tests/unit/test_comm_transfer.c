@@ -12,30 +12,13 @@
 
 #include <dirent.h>
 
-typedef struct world {
-    mstar_transport_kind kind;
-    const char *dir;
-    bus b;
-    sender sp, sc, sd;
-    mstar_comm *p; /* worker_0, the producer */
-    mstar_comm *c; /* worker_1, a consumer */
-    mstar_comm *d; /* worker_2, another consumer */
-} world;
+typedef comm_trio world;
 
 static const mstar_transport_kind KINDS[] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
 
 static int setup(void **state)
 {
-    world *w = calloc(1, sizeof(*w));
-    w->kind = *(const mstar_transport_kind *)*state;
-    w->dir = mstar_test_tmpdir("xfer");
-    w->sp = (sender){ &w->b, "worker_0" };
-    w->sc = (sender){ &w->b, "worker_1" };
-    w->sd = (sender){ &w->b, "worker_2" };
-    w->p = make_comm("worker_0", w->kind, w->dir, &w->sp);
-    w->c = make_comm("worker_1", w->kind, w->dir, &w->sc);
-    w->d = make_comm("worker_2", w->kind, w->dir, &w->sd);
-    *state = w;
+    *state = comm_trio_new(*(const mstar_transport_kind *)*state, mstar_test_tmpdir("xfer"));
     return 0;
 }
 
@@ -50,19 +33,6 @@ static int count_files(const char *dir)
     if (d != NULL)
         closedir(d);
     return n;
-}
-
-static int teardown(void **state)
-{
-    world *w = *state;
-    mstar_comm_destroy(w->p);
-    mstar_comm_destroy(w->c);
-    mstar_comm_destroy(w->d);
-    bus_clear(&w->b);
-    /* Everything is gone: files, spills and segments. */
-    assert_int_equal(mstar_test_count_dir(w->dir), 0);
-    free(w);
-    return 0;
 }
 
 /* produce of one vector of `n` elements of `dtype` (bytes from `seed`); returns it (the caller
@@ -492,11 +462,10 @@ static void test_consumer_cleanup_acks_landed(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(8);
-    mstar_tensor ts[2] = { make_vector(MSTAR_DTYPE_FLOAT32, 3, 19),
-                           make_vector(MSTAR_DTYPE_FLOAT32, 3, 20) };
+    mstar_tensor ts[2];
     mstar_tensor_info infos[2];
-    produce(w->p, &rid, ts, 2, 1, infos);
-    mstar_edge e = edge_of("sig", "node", infos, 2);
+    mstar_edge e = produce_two_vectors(w->p, &rid, MSTAR_DTYPE_FLOAT32, 3, MSTAR_DTYPE_FLOAT32, 3,
+                                       19, ts, infos);
     assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rid, &e, 1, NULL));
     assert_int_equal(mstar_comm_num_tensors(w->c), 2);
     assert_mstar_ok(mstar_comm_cleanup_request(w->c, &rid));
@@ -576,9 +545,9 @@ static void test_self_delivery_and_local_slice(void **state)
     free(t.data);
 }
 
-#define BOTH(fn)                                                                      \
-    cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, (void *)&KINDS[0]), \
-        cmocka_unit_test_prestate_setup_teardown(fn, setup, teardown, (void *)&KINDS[1])
+#define BOTH(fn)                                                                                \
+    cmocka_unit_test_prestate_setup_teardown(fn, setup, comm_trio_teardown, (void *)&KINDS[0]), \
+        cmocka_unit_test_prestate_setup_teardown(fn, setup, comm_trio_teardown, (void *)&KINDS[1])
 
 int main(void)
 {

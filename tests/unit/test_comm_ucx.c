@@ -18,35 +18,11 @@
 #include <poll.h>
 #include <unistd.h>
 
-typedef struct world {
-    bus b;
-    sender sp, sc, sd;
-    mstar_comm *p; /* worker_0, the producer */
-    mstar_comm *c; /* worker_1 */
-    mstar_comm *d; /* worker_2 */
-} world;
+typedef comm_trio world;
 
 static int setup(void **state)
 {
-    world *w = calloc(1, sizeof(*w));
-    w->sp = (sender){ &w->b, "worker_0" };
-    w->sc = (sender){ &w->b, "worker_1" };
-    w->sd = (sender){ &w->b, "worker_2" };
-    w->p = make_comm("worker_0", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sp);
-    w->c = make_comm("worker_1", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sc);
-    w->d = make_comm("worker_2", MSTAR_TRANSPORT_UCX_TCP, NULL, &w->sd);
-    *state = w;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    world *w = *state;
-    mstar_comm_destroy(w->p);
-    mstar_comm_destroy(w->c);
-    mstar_comm_destroy(w->d);
-    bus_clear(&w->b);
-    free(w);
+    *state = comm_trio_new(MSTAR_TRANSPORT_UCX_TCP, NULL);
     return 0;
 }
 
@@ -125,11 +101,10 @@ static void test_read_into_caller_buffer(void **state)
 {
     world *w = *state;
     mstar_rid rid = mstar_rid_from_int(21);
-    mstar_tensor ts[2] = { make_vector(MSTAR_DTYPE_FLOAT32, 5000, 21),
-                           make_vector(MSTAR_DTYPE_INT8, 77, 22) };
+    mstar_tensor ts[2];
     mstar_tensor_info infos[2];
-    produce(w->p, &rid, ts, 2, 1, infos);
-    mstar_edge e = edge_of("sig", "node", infos, 2);
+    mstar_edge e = produce_two_vectors(w->p, &rid, MSTAR_DTYPE_FLOAT32, 5000, MSTAR_DTYPE_INT8, 77,
+                                       21, ts, infos);
     _Alignas(64) uint8_t buf[20000]; /* on the stack: a manager freeing it would abort */
     mstar_read_target tg = {
         .uuid = infos[0].uuid, .data = buf, .capacity = sizeof(buf), .stream = NULL
@@ -545,8 +520,8 @@ static void test_protocols_and_options(void **state)
     mstar_comm_destroy(c);
 }
 
-#define IN_WORLD(fn)     cmocka_unit_test_setup_teardown(fn, setup, teardown)
-#define IN_GET_WORLD(fn) cmocka_unit_test_setup_teardown(fn, setup_get, teardown)
+#define IN_WORLD(fn)     cmocka_unit_test_setup_teardown(fn, setup, comm_trio_teardown)
+#define IN_GET_WORLD(fn) cmocka_unit_test_setup_teardown(fn, setup_get, comm_trio_teardown)
 
 int main(int argc, char **argv)
 {

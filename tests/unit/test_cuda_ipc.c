@@ -371,6 +371,43 @@ static void test_route_event_behind_work(void **state)
     free_tensors(t2, 1);
 }
 
+/* A read left to land in the background that finds no room in the list the poll walks (memory
+ * running out, injected): the notify stream's callback alone finishes it, so it still lands, is
+ * ACKed exactly once and leaves nothing behind; the next read goes the usual way. */
+static void test_route_lands_without_inflight_room(void **state)
+{
+    world *w = *state;
+    mstar__transport *route = w->c->transport;
+    mstar_rid rid = rid_str("r1"), rid2 = rid_str("r2");
+    mstar_tensor ts[2], t2[1];
+    mstar_tensor_info infos[2], i2[1];
+    produce_n(w, &rid, 2, 37, ts, infos);
+    assert_int_equal(mstar__transport_cuda_ipc_fail_inflight(route, 1), 0);
+    assert_mstar_ok(read_infos(w, &rid, infos, 2));
+    assert_int_equal(mstar__transport_cuda_ipc_fail_inflight(route, 0), 0); /* it was used */
+    collect_landing(w->c, 1);
+    assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
+    for (int i = 0; i < 2; i++)
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+    /* The usual way: remembered for the poll, which may finish it before the callback does. */
+    produce_n(w, &rid2, 1, 5, t2, i2);
+    assert_mstar_ok(read_infos(w, &rid2, i2, 1));
+    collect_landing(w->c, 1);
+    check_bytes(w->c, i2[0].uuid, &t2[0]);
+    mstar_ready_set set; /* nothing lands twice */
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
+    assert_int_equal(set.nedges + set.nfailed, 0);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(bus_count(&w->b, "worker_0"), 2);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[i].uuid), 1);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", i2[0].uuid), 1);
+    assert_int_equal(bus_deliver(&w->b, "worker_0", w->p), 2);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    free_tensors(ts, 2);
+    free_tensors(t2, 1);
+}
+
 /* Store output `o` for `rid`, held for one reader, stage it and return its refreshed edge (the
  * caller clears it); *info is the descriptor as stored. */
 static mstar_edge stage_output(world *w, const mstar_rid *rid, const mstar_output *o,
@@ -676,6 +713,8 @@ int main(void)
         cmocka_unit_test(test_event_wait_backoff),
         cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_event_behind_work, setup_async, teardown),
+        cmocka_unit_test_setup_teardown(test_route_lands_without_inflight_room, setup_async,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_route_passes_loans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),

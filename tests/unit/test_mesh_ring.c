@@ -5,7 +5,7 @@
  * the pollable inbox fd, a receiver that dies, MSTAR_MESH_RING=0/1, nothing left in the directory
  * afterwards).
  */
-#include "mstar_test.h"
+#include "mesh_harness.h"
 
 #include "mesh/mesh_internal.h"
 
@@ -235,32 +235,6 @@ static void test_attach_checks_the_memory_and_the_header(void **state)
 
 /* ---- the mesh over rings ------------------------------------------------------------------- */
 
-static mstar_mesh *ipc_mesh(const char *entity)
-{
-    mstar_mesh_options opts = { .transport = MSTAR_MESH_IPC, .ipc_dir = ipc_dir };
-    mstar_mesh *mesh = NULL;
-    assert_mstar_ok(mstar_mesh_create(entity, &opts, &mesh));
-    return mesh;
-}
-
-static void send_n(mstar_mesh *tx, const char *to, int64_t n)
-{
-    mstar_msg msg;
-    mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
-    msg.request_id = mstar_rid_from_int(n);
-    assert_mstar_ok(mstar_mesh_send(tx, to, &msg));
-    mstar_msg_clear(&msg);
-}
-
-static void recv_n(mstar_mesh *rx, const char *from, int64_t n)
-{
-    mstar_msg got;
-    assert_mstar_ok(mstar_mesh_recv(rx, 10000, &got));
-    assert_string_equal(got.from, from);
-    assert_int_equal(got.request_id.num, n);
-    mstar_msg_clear(&got);
-}
-
 static bool peer_uses_ring(mstar_mesh *mesh, const char *peer)
 {
     uint64_t *v = mstar__strmap_find(&mesh->peers, peer, strlen(peer));
@@ -271,11 +245,13 @@ static bool peer_uses_ring(mstar_mesh *mesh, const char *peer)
 static void test_mesh_over_ring_keeps_order_and_cleans_up(void **state)
 {
     (void)state;
-    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0"), *c = ipc_mesh("worker_1");
+    mstar_mesh *a = mesh_harness_open(ipc_dir, "conductor"),
+               *b = mesh_harness_open(ipc_dir, "worker_0"),
+               *c = mesh_harness_open(ipc_dir, "worker_1");
     for (int64_t i = 0; i < 2000; i++) {
-        send_n(a, "worker_0", i);
+        mesh_harness_send(a, "worker_0", i);
         if (i % 2 == 0)
-            send_n(c, "worker_0", i);
+            mesh_harness_send(c, "worker_0", i);
     }
     assert_true(peer_uses_ring(a, "worker_0"));
     int64_t next_a = 0, next_c = 0;
@@ -301,7 +277,8 @@ static void test_mesh_full_ring_is_eagain(void **state)
 {
     (void)state;
     setenv("MSTAR_RING_BYTES", "4096", 1);
-    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0");
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mstar_mesh *a = m.tx, *b = m.rx;
     int64_t sent = 0;
     mstar_status st;
     for (;;) {
@@ -318,11 +295,10 @@ static void test_mesh_full_ring_is_eagain(void **state)
     assert_true(strstr(mstar_last_error(), "full") != NULL);
     assert_true(sent > 10);
     for (int64_t i = 0; i < sent; i++)
-        recv_n(b, "conductor", i);
-    send_n(a, "worker_0", sent);
-    recv_n(b, "conductor", sent);
-    mstar_mesh_destroy(a);
-    mstar_mesh_destroy(b);
+        mesh_harness_recv(b, "conductor", i);
+    mesh_harness_send(a, "worker_0", sent);
+    mesh_harness_recv(b, "conductor", sent);
+    mesh_pair_close(&m);
 }
 
 /* Messages too large to go inline travel as blobs beside the ring, in their place in the order. */
@@ -330,7 +306,8 @@ static void test_large_messages_keep_their_place(void **state)
 {
     (void)state;
     setenv("MSTAR_RING_BYTES", "4096", 1);
-    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0");
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mstar_mesh *a = m.tx, *b = m.rx;
     for (int64_t i = 0; i < 6; i++) {
         mstar_msg msg;
         mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
@@ -352,30 +329,29 @@ static void test_large_messages_keep_their_place(void **state)
     char *big = calloc(1, big_len);
     assert_mstar_status(mstar_mesh_send_raw(a, "worker_0", big, big_len), MSTAR_ERANGE);
     free(big);
-    mstar_mesh_destroy(a);
-    mstar_mesh_destroy(b);
+    mesh_pair_close(&m);
 }
 
 /* The inbox fd becomes readable when a ring message arrives for a loop that found none. */
 static void test_inbox_fd_signals_ring_arrivals(void **state)
 {
     (void)state;
-    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0");
-    send_n(a, "worker_0", 0);
-    recv_n(b, "conductor", 0);
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mstar_mesh *a = m.tx, *b = m.rx;
+    mesh_harness_send(a, "worker_0", 0);
+    mesh_harness_recv(b, "conductor", 0);
     mstar_msg got;
     assert_mstar_status(mstar_mesh_recv(b, 0, &got), MSTAR_EAGAIN);
     struct pollfd p = { .fd = mstar_mesh_inbox_fd(b), .events = POLLIN };
     assert_int_equal(poll(&p, 1, 0), 0);
-    send_n(a, "worker_0", 1);
+    mesh_harness_send(a, "worker_0", 1);
     assert_int_equal(poll(&p, 1, 10000), 1);
     assert_mstar_ok(mstar_mesh_recv(b, 0, &got));
     assert_int_equal(got.request_id.num, 1);
     mstar_msg_clear(&got);
     assert_mstar_status(mstar_mesh_recv(b, 0, &got), MSTAR_EAGAIN);
     assert_int_equal(poll(&p, 1, 0), 0); /* drained: the loop can sleep again */
-    mstar_mesh_destroy(a);
-    mstar_mesh_destroy(b);
+    mesh_pair_close(&m);
 }
 
 /* A receiver killed outright: its sender notices at the next wake, drops the ring, and (forced
@@ -389,7 +365,7 @@ static void test_dead_receiver_is_detected(void **state)
     assert_true(child >= 0);
     if (child == 0) {
         close(go[0]);
-        mstar_mesh *b = ipc_mesh("worker_0");
+        mstar_mesh *b = mesh_harness_open(ipc_dir, "worker_0");
         mstar_msg got;
         if (write(go[1], "r", 1) != 1 || mstar_mesh_recv(b, 10000, &got) != MSTAR_OK)
             _exit(1);
@@ -402,8 +378,8 @@ static void test_dead_receiver_is_detected(void **state)
     close(go[1]);
     char c;
     assert_int_equal(read(go[0], &c, 1), 1);
-    mstar_mesh *a = ipc_mesh("conductor");
-    send_n(a, "worker_0", 0);
+    mstar_mesh *a = mesh_harness_open(ipc_dir, "conductor");
+    mesh_harness_send(a, "worker_0", 0);
     assert_true(peer_uses_ring(a, "worker_0"));
     assert_int_equal(read(go[0], &c, 1), 1);
     close(go[0]);
@@ -420,7 +396,7 @@ static void test_dead_receiver_is_detected(void **state)
     assert_mstar_status(mstar_mesh_send_raw(a, "worker_0", "x", 1), MSTAR_EAGAIN);
     setenv("MSTAR_MESH_RING", "AUTO", 1);
     mstar_mesh_destroy(a);
-    a = ipc_mesh("conductor");
+    a = mesh_harness_open(ipc_dir, "conductor");
     assert_mstar_ok(mstar_mesh_send_raw(a, "worker_0", "x", 1));
     assert_false(peer_uses_ring(a, "worker_0"));
     mstar_mesh_destroy(a);
@@ -430,13 +406,13 @@ static void test_ring_off_uses_zeromq(void **state)
 {
     (void)state;
     setenv("MSTAR_MESH_RING", "0", 1);
-    mstar_mesh *a = ipc_mesh("conductor"), *b = ipc_mesh("worker_0");
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mstar_mesh *a = m.tx, *b = m.rx;
     assert_int_equal(b->bell_fd, -1);
-    send_n(a, "worker_0", 5);
+    mesh_harness_send(a, "worker_0", 5);
     assert_false(peer_uses_ring(a, "worker_0"));
-    recv_n(b, "conductor", 5);
-    mstar_mesh_destroy(a);
-    mstar_mesh_destroy(b);
+    mesh_harness_recv(b, "conductor", 5);
+    mesh_pair_close(&m);
     setenv("MSTAR_MESH_RING", "sometimes", 1);
     mstar_mesh_options opts = { .transport = MSTAR_MESH_IPC, .ipc_dir = ipc_dir };
     assert_mstar_status(mstar_mesh_create("conductor", &opts, &a), MSTAR_EINVAL);
