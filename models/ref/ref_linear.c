@@ -29,9 +29,9 @@ mstar_status ref_linear_check(const ref_linear *l)
     else if (l->epilogue == REF_EPI_GATED && l->m % 2 != 0)
         why = "a gated epilogue needs an even m";
     else if (l->epilogue == REF_EPI_ROPE_KV &&
-             (l->rope == NULL || l->rope->heads < 1 || l->rope->head_dim < 2 ||
-              l->rope->head_dim % 2 != 0 || l->rope->head_dim > INT64_MAX / 3 / l->rope->heads ||
-              l->m != 3 * l->rope->heads * l->rope->head_dim))
+             (l->rope.heads < 1 || l->rope.head_dim < 2 || l->rope.head_dim % 2 != 0 ||
+              l->rope.head_dim > INT64_MAX / 3 / l->rope.heads ||
+              l->m != 3 * l->rope.heads * l->rope.head_dim))
         why = "a rope epilogue needs its arguments, an even head_dim and m = 3 * heads * head_dim";
     else if (l->epilogue > REF_EPI_ROPE_KV)
         why = "unknown epilogue";
@@ -74,7 +74,7 @@ mstar_status ref_linear_unfused(const ref_ops *op, ref_ops_ctx *ctx, mstar_strea
         return l->out_f32 ? op->matmul_nt_f32(ctx, s, in, l->w, n, k, m, l->out)
                           : op->matmul_nt(ctx, s, in, l->w, n, k, m, false, l->out);
     case REF_EPI_ROPE_KV: {
-        const ref_rope_kv *r = l->rope;
+        const ref_rope_kv *r = &l->rope;
         if ((st = op->matmul_nt(ctx, s, in, l->w, n, k, m, false, l->out)) != MSTAR_OK)
             return st;
         return op->rope_kv_write(s, l->out, m, r->pos, n, r->heads, r->head_dim, r->theta,

@@ -244,7 +244,6 @@ static const void *wt(const ref_model *m, size_t off)
  * rows straight from the embedding table (its qkv input and its o layer's residual), so no lookup
  * kernel runs. */
 typedef struct layer_linears {
-    ref_rope_kv rope;
     ref_linear qkv, proj, gate_up, down;
 } layer_linears;
 
@@ -257,15 +256,15 @@ static void describe_layer(const ref_model *m, const ref_forward_io *io, const s
     int64_t t = io->num_tokens, d = c->hidden, q = (int64_t)c->heads * c->head_dim, f = c->mlp;
     const void *x = l == 0 ? wt(m, m->layout.embed) : sc->x;
     const int32_t *x_rows = l == 0 ? io->tokens : NULL;
-    ll->rope = (ref_rope_kv){ .pos = io->positions,
-                              .heads = c->heads,
-                              .head_dim = c->head_dim,
-                              .theta = c->rope_theta,
-                              .k_pages = m->k_pages[l],
-                              .v_pages = m->v_pages[l],
-                              .page_size = m->kv_cfg.page_size,
-                              .token_to_page = p->token_to_page,
-                              .token_to_cache = p->token_to_cache };
+    ref_rope_kv rope = { .pos = io->positions,
+                         .heads = c->heads,
+                         .head_dim = c->head_dim,
+                         .theta = c->rope_theta,
+                         .k_pages = m->k_pages[l],
+                         .v_pages = m->v_pages[l],
+                         .page_size = m->kv_cfg.page_size,
+                         .token_to_page = p->token_to_page,
+                         .token_to_cache = p->token_to_cache };
     ll->qkv = (ref_linear){ .x = x,
                             .x_rows = x_rows,
                             .norm = wt(m, o->attn_norm),
@@ -277,7 +276,7 @@ static void describe_layer(const ref_model *m, const ref_forward_io *io, const s
                             .epilogue = REF_EPI_ROPE_KV,
                             .out = sc->qkv,
                             .norm_scratch = sc->h,
-                            .rope = &ll->rope };
+                            .rope = rope };
     ll->proj = (ref_linear){ .x = sc->attn,
                              .w = wt(m, o->wo),
                              .n = t,
@@ -324,10 +323,9 @@ static mstar_status run_layer(ref_model *m, mstar_stream *s, const ref_forward_i
      * the backend has one for it: no token reads a slot another writes in the same call. */
     if (op->rope_attention != NULL && io->one_token_per_row) {
         ll.qkv.epilogue = REF_EPI_STORE;
-        ll.qkv.rope = NULL;
         if (OP(l == 0 ? "embed+rmsnorm+qkv" : "rmsnorm+qkv", op->linear(m->ctx, s, &ll.qkv)) ||
             OP("rope+attention",
-               op->rope_attention(s, sc->qkv, 3 * q, &ll.rope, p->page_table, p->pages_per_row,
+               op->rope_attention(s, sc->qkv, 3 * q, &ll.qkv.rope, p->page_table, p->pages_per_row,
                                   p->token_row, p->token_kv_len, io->num_tokens, sc->attn)))
             return st;
     } else if (OP(l == 0 ? "embed+rmsnorm+qkv+rope" : "rmsnorm+qkv+rope",

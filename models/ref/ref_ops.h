@@ -67,7 +67,7 @@ typedef struct ref_linear {
     bool out_f32;
     void *out;
     void *norm_scratch, *acc_scratch;
-    const ref_rope_kv *rope; /* REF_EPI_ROPE_KV: m = 3 * heads * head_dim */
+    ref_rope_kv rope; /* REF_EPI_ROPE_KV: m = 3 * heads * head_dim */
 } ref_linear;
 
 typedef struct ref_ops ref_ops;

@@ -195,7 +195,7 @@ static void test_rope_kv(void **state)
                      .epilogue = REF_EPI_ROPE_KV,
                      .out = got,
                      .norm_scratch = f->norm_scratch,
-                     .rope = &rope };
+                     .rope = rope };
     assert_mstar_ok(OPS->linear(NULL, S, &l));
     l.epilogue = REF_EPI_STORE;
     l.out = want;
@@ -209,7 +209,7 @@ static void test_rope_kv(void **state)
     /* Token 1's v (unrotated) sits at page 2, slot 0. */
     assert_memory_equal(vp[0] + (2 * PS + 0) * Q, got + 1 * 3 * Q + 2 * Q, Q * sizeof(float));
     /* A head_dim that does not make m is refused. */
-    rope.head_dim = 3;
+    l.rope.head_dim = 3;
     l.epilogue = REF_EPI_ROPE_KV;
     assert_mstar_status(OPS->linear(NULL, S, &l), MSTAR_EINVAL);
     free(f);

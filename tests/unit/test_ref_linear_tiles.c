@@ -20,7 +20,7 @@ typedef struct shape {
 /* Columns of out: one per gated pair, else one per weight row. */
 static int64_t out_cols(const shape *s)
 {
-    return s->epilogue == REF_CUDA_EPI_GATED ? s->m / 2 : s->m;
+    return s->epilogue == REF_EPI_GATED ? s->m / 2 : s->m;
 }
 
 /* Walks every tile and lane of a launch of n rows, counting writes per output element. */
@@ -44,14 +44,14 @@ static void check_shape(const shape *s, int64_t n)
                     continue;
                 int64_t i = row0 + r;
                 assert_true(r < REF_TILE_ROWS && c < REF_TILE_COLS);
-                if (s->epilogue == REF_CUDA_EPI_ROPE_KV) {
+                if (s->epilogue == REF_EPI_ROPE_KV) {
                     /* Pair j: element d and d + hh of head block j / hh. */
                     int64_t block = j / hh, d = j % hh;
                     assert_int_equal(wr[c], block * s->head_dim + d);
                     assert_int_equal(wr[c + 2], block * s->head_dim + d + hh);
                     writes[i * cols + wr[c]]++;
                     writes[i * cols + wr[c + 2]]++;
-                } else if (s->epilogue == REF_CUDA_EPI_GATED) {
+                } else if (s->epilogue == REF_EPI_GATED) {
                     assert_int_equal(wr[c], j);
                     assert_int_equal(wr[c + 2], s->m / 2 + j);
                     writes[i * cols + j]++;
@@ -73,17 +73,17 @@ static void test_every_element_once(void **state)
 {
     (void)state;
     const shape shapes[] = {
-        { REF_CUDA_EPI_STORE, 1, 0, 0 },
-        { REF_CUDA_EPI_STORE, 4, 0, 0 },
-        { REF_CUDA_EPI_STORE, 10, 0, 0 },
-        { REF_CUDA_EPI_ADD, 256, 0, 0 },
-        { REF_CUDA_EPI_SILU_ADD, 100, 0, 0 },
-        { REF_CUDA_EPI_GATED, 2, 0, 0 },
-        { REF_CUDA_EPI_GATED, 6, 0, 0 },
-        { REF_CUDA_EPI_GATED, 1024, 0, 0 },
-        { REF_CUDA_EPI_ROPE_KV, 3 * 2, 1, 2 },
-        { REF_CUDA_EPI_ROPE_KV, 3 * 2 * 6, 2, 6 },
-        { REF_CUDA_EPI_ROPE_KV, 3 * 4 * 64, 4, 64 },
+        { REF_EPI_STORE, 1, 0, 0 },
+        { REF_EPI_STORE, 4, 0, 0 },
+        { REF_EPI_STORE, 10, 0, 0 },
+        { REF_EPI_ADD, 256, 0, 0 },
+        { REF_EPI_SILU_ADD, 100, 0, 0 },
+        { REF_EPI_GATED, 2, 0, 0 },
+        { REF_EPI_GATED, 6, 0, 0 },
+        { REF_EPI_GATED, 1024, 0, 0 },
+        { REF_EPI_ROPE_KV, 3 * 2, 1, 2 },
+        { REF_EPI_ROPE_KV, 3 * 2 * 6, 2, 6 },
+        { REF_EPI_ROPE_KV, 3 * 4 * 64, 4, 64 },
     };
     const int64_t rows[] = { 1, 5, 8, 9, 64 };
     for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++)
@@ -95,14 +95,14 @@ static void test_every_element_once(void **state)
 static void test_past_the_end(void **state)
 {
     (void)state;
-    assert_int_equal(ref_tile_col_groups(REF_CUDA_EPI_STORE, 10), 3);
-    assert_int_equal(ref_tile_weight_row(REF_CUDA_EPI_STORE, 10, 0, 2, 1), 9);
-    assert_int_equal(ref_tile_weight_row(REF_CUDA_EPI_STORE, 10, 0, 2, 2), -1);
-    assert_int_equal(ref_tile_col_groups(REF_CUDA_EPI_GATED, 6), 2);
-    assert_int_equal(ref_tile_weight_row(REF_CUDA_EPI_GATED, 6, 0, 1, 0), 2);
-    assert_int_equal(ref_tile_weight_row(REF_CUDA_EPI_GATED, 6, 0, 1, 2), 5);
-    assert_int_equal(ref_tile_weight_row(REF_CUDA_EPI_GATED, 6, 0, 1, 1), -1);
-    assert_int_equal(ref_tile_weight_row(REF_CUDA_EPI_GATED, 6, 0, 1, 3), -1);
+    assert_int_equal(ref_tile_col_groups(REF_EPI_STORE, 10), 3);
+    assert_int_equal(ref_tile_weight_row(REF_EPI_STORE, 10, 0, 2, 1), 9);
+    assert_int_equal(ref_tile_weight_row(REF_EPI_STORE, 10, 0, 2, 2), -1);
+    assert_int_equal(ref_tile_col_groups(REF_EPI_GATED, 6), 2);
+    assert_int_equal(ref_tile_weight_row(REF_EPI_GATED, 6, 0, 1, 0), 2);
+    assert_int_equal(ref_tile_weight_row(REF_EPI_GATED, 6, 0, 1, 2), 5);
+    assert_int_equal(ref_tile_weight_row(REF_EPI_GATED, 6, 0, 1, 1), -1);
+    assert_int_equal(ref_tile_weight_row(REF_EPI_GATED, 6, 0, 1, 3), -1);
 }
 
 int main(void)

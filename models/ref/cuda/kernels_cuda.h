@@ -51,44 +51,15 @@ int ref_cuda_rope_attention(void *stream, void *qkv, int64_t ld, const int32_t *
 int ref_cuda_silu_mul(void *stream, const void *gate_up_bf16, int64_t n, int64_t f, void *out_bf16);
 int ref_cuda_argmax(void *stream, const float *logits, int64_t n, int64_t vocab, int32_t *out);
 
-/* A linear layer for few rows in one kernel (linear_cuda.cu): out = epilogue(x' · w^T), x' the
- * rows of x (rows x_rows[i] when given), rmsnorm'd with `norm` when given. Epilogues as
- * ref_epilogue (ref_ops.h), same numbering. w and every row [k] are bf16; out is bf16, or float32
- * with out_f32. Each output element's sum runs in an order fixed by k alone. */
-enum {
-    REF_CUDA_EPI_STORE,
-    REF_CUDA_EPI_ADD,
-    REF_CUDA_EPI_SILU_ADD,
-    REF_CUDA_EPI_GATED,
-    REF_CUDA_EPI_ROPE_KV,
-};
-
-typedef struct ref_cuda_linear {
-    const void *x;
-    const int32_t *x_rows;
-    const void *norm;
-    float eps;
-    const void *w;
-    int64_t n, k, m;
-    int epilogue;
-    const void *residual;
-    const int32_t *residual_rows;
-    int out_f32;
-    void *out;
-    /* REF_CUDA_EPI_ROPE_KV: out is qkv ([n, 3 * heads * head_dim]); q and k rotated as
-     * ref_cuda_rope_kv_write does, k and v also written to the token's page slot. */
-    const int32_t *pos;
-    int64_t heads, head_dim;
-    float theta;
-    void *k_pages, *v_pages;
-    int64_t page_size;
-    const int32_t *token_to_page, *token_to_cache;
-} ref_cuda_linear;
+/* A linear layer for few rows in one kernel (linear_cuda.cu): ref_linear (ref_ops.h) as the
+ * model describes it, read by the kernel as it stands; its w and every row [k] are bf16, out is
+ * bf16, or float32 with out_f32. Each output element's sum runs in an order fixed by k alone. */
+struct ref_linear;
 
 /* The most rows one call takes (more is cudaErrorInvalidValue: use the GEMM path). */
 #define REF_CUDA_LINEAR_MAX_ROWS 1024
 
-int ref_cuda_linear_launch(void *stream, const ref_cuda_linear *l);
+int ref_cuda_linear_launch(void *stream, const struct ref_linear *l);
 
 /* The runtime's message for an error a launcher returned. */
 const char *ref_cuda_error_string(int error);

@@ -2,7 +2,7 @@
  * linear_cuda.cu — a linear layer for the few rows of a decode step in one kernel: the rmsnorm of
  * its input rows as a prologue, the bf16 GEMM with fp32 sums, and its epilogue (store, residual
  * add, silu residual, gated silu, or a qkv projection's rope and KV page write) — see
- * ref_cuda_linear in kernels_cuda.h. At a decode step's
+ * ref_linear in ref_ops.h. At a decode step's
  * sizes a layer's cost is launches and weight bytes, not arithmetic: one kernel instead of a
  * norm, a cuBLAS GEMM and an activation cuts the launches, and each weight is read once with
  * 16-byte loads.
@@ -99,14 +99,14 @@ __device__ __forceinline__ float silu(float v)
 
 /* Pair p of token i's qkv row (x1, x2 its two elements): q and k rotated by the token's
  * position, as the rope_kv_write kernel does, stored to qkv; k and v also to the page slot. */
-__device__ void rope_epilogue(const ref_cuda_linear &a, int64_t i, int64_t p, float x1, float x2)
+__device__ void rope_epilogue(const ref_linear &a, int64_t i, int64_t p, float x1, float x2)
 {
-    int64_t hh = a.head_dim / 2, kv_dim = a.heads * a.head_dim;
-    int64_t block = p / hh / a.heads, h = (p / hh) % a.heads, d = p % hh;
-    int64_t col = ref_tile_pair_row(a.epilogue, a.m, a.head_dim, p, false);
+    int64_t hh = a.rope.head_dim / 2, kv_dim = a.rope.heads * a.rope.head_dim;
+    int64_t block = p / hh / a.rope.heads, h = (p / hh) % a.rope.heads, d = p % hh;
+    int64_t col = ref_tile_pair_row(a.epilogue, a.m, a.rope.head_dim, p, false);
     if (block < 2) {
         float s, c;
-        rope_angle(a.pos[i], d, a.head_dim, a.theta, &s, &c);
+        rope_angle(a.rope.pos[i], d, a.rope.head_dim, a.rope.theta, &s, &c);
         rope_rotate(x1, x2, s, c, &x1, &x2);
     }
     bf16 b1 = __float2bfloat16_rn(x1), b2 = __float2bfloat16_rn(x2);
@@ -115,30 +115,30 @@ __device__ void rope_epilogue(const ref_cuda_linear &a, int64_t i, int64_t p, fl
     out[col + hh] = b2;
     if (block == 0)
         return;
-    int64_t at = ((int64_t)a.token_to_page[i] * a.page_size + a.token_to_cache[i]) * kv_dim +
-                 h * a.head_dim + d;
-    bf16 *pages = static_cast<bf16 *>(block == 1 ? a.k_pages : a.v_pages);
+    int64_t at =
+        ((int64_t)a.rope.token_to_page[i] * a.rope.page_size + a.rope.token_to_cache[i]) * kv_dim +
+        h * a.rope.head_dim + d;
+    bf16 *pages = static_cast<bf16 *>(block == 1 ? a.rope.k_pages : a.rope.v_pages);
     pages[at] = b1;
     pages[at + hh] = b2;
 }
 
 /* Writes out[i, j] of the tile from the sums: acc (its column), up (the pair's other element)
  * and the row's sum of squares. */
-__device__ void epilogue(const ref_cuda_linear &a, int64_t i, int64_t j, float acc, float up,
-                         float ss)
+__device__ void epilogue(const ref_linear &a, int64_t i, int64_t j, float acc, float up, float ss)
 {
-    bool gated = a.epilogue == REF_CUDA_EPI_GATED;
+    bool gated = a.epilogue == REF_EPI_GATED;
     int64_t ld = gated ? a.m / 2 : a.m;
     float scale = a.norm != nullptr ? rsqrtf(ss / (float)a.k + a.eps) : 1.0f;
     float v = acc * scale;
-    if (a.epilogue == REF_CUDA_EPI_ROPE_KV) {
+    if (a.epilogue == REF_EPI_ROPE_KV) {
         rope_epilogue(a, i, j, v, up * scale);
         return;
     }
-    if (a.epilogue == REF_CUDA_EPI_ADD || a.epilogue == REF_CUDA_EPI_SILU_ADD) {
+    if (a.epilogue == REF_EPI_ADD || a.epilogue == REF_EPI_SILU_ADD) {
         int64_t r = a.residual_rows != nullptr ? (int64_t)a.residual_rows[i] : i;
         float res = __bfloat162float(static_cast<const bf16 *>(a.residual)[r * a.m + j]);
-        v = res + (a.epilogue == REF_CUDA_EPI_SILU_ADD ? silu(v) : v);
+        v = res + (a.epilogue == REF_EPI_SILU_ADD ? silu(v) : v);
     } else if (gated) {
         v = silu(v) * (up * scale);
     }
@@ -149,7 +149,7 @@ __device__ void epilogue(const ref_cuda_linear &a, int64_t i, int64_t j, float a
 }
 
 template <bool kVec>
-__global__ void __launch_bounds__(kWarps * 32) linear_kernel(ref_cuda_linear a, int64_t col_groups)
+__global__ void __launch_bounds__(kWarps * 32) linear_kernel(ref_linear a, int64_t col_groups)
 {
     __shared__ float part[kWarps][kTile + kRows];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kWarps * 32) linear_kernel(ref_cuda_linear a, 
     const bf16 *wr[kCols];
 #pragma unroll
     for (int c = 0; c < kCols; c++) {
-        int64_t row = ref_tile_weight_row(a.epilogue, a.m, a.head_dim, cg, c);
+        int64_t row = ref_tile_weight_row(a.epilogue, a.m, a.rope.head_dim, cg, c);
         wr[c] = row >= 0 ? static_cast<const bf16 *>(a.w) + row * a.k : nullptr;
     }
     const bf16 *xr[kRows];
@@ -253,22 +253,22 @@ bool aligned16(const void *p)
 
 } // namespace
 
-extern "C" int ref_cuda_linear_launch(void *stream, const ref_cuda_linear *l)
+extern "C" int ref_cuda_linear_launch(void *stream, const ref_linear *l)
 {
     if (l->n == 0)
         return 0;
     bool pairs = ref_tile_paired(l->epilogue);
-    bool rope = l->epilogue == REF_CUDA_EPI_ROPE_KV;
+    bool rope = l->epilogue == REF_EPI_ROPE_KV;
     if (l->n < 0 || l->n > REF_CUDA_LINEAR_MAX_ROWS || l->k < 1 || l->m < 1 ||
-        l->epilogue < REF_CUDA_EPI_STORE || l->epilogue > REF_CUDA_EPI_ROPE_KV ||
-        (pairs && l->m % 2 != 0) || (l->out_f32 && l->epilogue != REF_CUDA_EPI_STORE) ||
-        (l->epilogue == REF_CUDA_EPI_ADD || l->epilogue == REF_CUDA_EPI_SILU_ADD) !=
-            (l->residual != nullptr))
+        l->epilogue < REF_EPI_STORE || l->epilogue > REF_EPI_ROPE_KV || (pairs && l->m % 2 != 0) ||
+        (l->out_f32 && l->epilogue != REF_EPI_STORE) ||
+        ((l->epilogue == REF_EPI_ADD || l->epilogue == REF_EPI_SILU_ADD) && l->residual == nullptr))
         return (int)cudaErrorInvalidValue;
-    if (rope && (l->heads < 1 || l->head_dim < 2 || l->head_dim % 2 != 0 ||
-                 l->head_dim > INT64_MAX / 3 / l->heads || l->m != 3 * l->heads * l->head_dim ||
-                 l->pos == nullptr || l->k_pages == nullptr || l->v_pages == nullptr ||
-                 l->token_to_page == nullptr || l->token_to_cache == nullptr))
+    if (rope && (l->rope.heads < 1 || l->rope.head_dim < 2 || l->rope.head_dim % 2 != 0 ||
+                 l->rope.head_dim > INT64_MAX / 3 / l->rope.heads ||
+                 l->m != 3 * l->rope.heads * l->rope.head_dim || l->rope.pos == nullptr ||
+                 l->rope.k_pages == nullptr || l->rope.v_pages == nullptr ||
+                 l->rope.token_to_page == nullptr || l->rope.token_to_cache == nullptr))
         return (int)cudaErrorInvalidValue;
     int64_t col_groups = ref_tile_col_groups(l->epilogue, l->m);
     int64_t row_groups = (l->n + kRows - 1) / kRows;
@@ -278,9 +278,9 @@ extern "C" int ref_cuda_linear_launch(void *stream, const ref_cuda_linear *l)
     warps = warps > kWarps ? kWarps : warps;
     /* The kernel reads the description as given; head_dim only enters the tile arithmetic of
      * the other epilogues, which needs it even (any value does). */
-    ref_cuda_linear a = *l;
+    ref_linear a = *l;
     if (!rope)
-        a.head_dim = 2;
+        a.rope.head_dim = 2;
     /* 16-byte loads need every row start aligned: the bases, and k a multiple of 8. */
     bool vec = l->k % kChunk == 0 && aligned16(l->x) && aligned16(l->w) && aligned16(l->norm);
     dim3 grid((unsigned)(col_groups * row_groups)), block((unsigned)(warps * 32));

@@ -13,7 +13,7 @@
 #ifndef MSTAR_EXAMPLES_LINEAR_TILE_H
 #define MSTAR_EXAMPLES_LINEAR_TILE_H
 
-#include "cuda/kernels_cuda.h"
+#include "ref_ops.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -28,7 +28,7 @@ enum { REF_TILE_ROWS = 8, REF_TILE_COLS = 4 };
 
 REF_TILE_FN bool ref_tile_paired(int epilogue)
 {
-    return epilogue == REF_CUDA_EPI_GATED || epilogue == REF_CUDA_EPI_ROPE_KV;
+    return epilogue == REF_EPI_GATED || epilogue == REF_EPI_ROPE_KV;
 }
 
 /* Column groups of a call: tiles across the weight rows. */
@@ -41,7 +41,7 @@ REF_TILE_FN int64_t ref_tile_col_groups(int epilogue, int64_t m)
 REF_TILE_FN int64_t ref_tile_pair_row(int epilogue, int64_t m, int64_t head_dim, int64_t p,
                                       bool upper)
 {
-    if (epilogue == REF_CUDA_EPI_GATED)
+    if (epilogue == REF_EPI_GATED)
         return upper ? m / 2 + p : p;
     int64_t hh = head_dim / 2;
     return (p / hh) * head_dim + p % hh + (upper ? hh : 0);

@@ -9,12 +9,6 @@
 #include "cuda/ctx_cuda.h"
 #include "cuda/kernels_cuda.h"
 
-_Static_assert((int)REF_EPI_STORE == REF_CUDA_EPI_STORE && (int)REF_EPI_ADD == REF_CUDA_EPI_ADD &&
-                   (int)REF_EPI_SILU_ADD == REF_CUDA_EPI_SILU_ADD &&
-                   (int)REF_EPI_GATED == REF_CUDA_EPI_GATED &&
-                   (int)REF_EPI_ROPE_KV == REF_CUDA_EPI_ROPE_KV,
-               "ref_epilogue and the CUDA kernel's epilogues are numbered alike");
-
 static mstar_status check(int error, const char *kernel)
 {
     if (error == 0)
@@ -126,35 +120,7 @@ static mstar_status cuda_linear(ref_ops_ctx *ctx, mstar_stream *s, const ref_lin
         return st;
     if (l->n > ref_cuda_ctx_linear_rows(ctx))
         return ref_linear_unfused(&ref_ops_cuda, ctx, s, l);
-    ref_cuda_linear a = {
-        .x = l->x,
-        .x_rows = l->x_rows,
-        .norm = l->norm,
-        .eps = l->eps,
-        .w = l->w,
-        .n = l->n,
-        .k = l->k,
-        .m = l->m,
-        .epilogue = (int)l->epilogue,
-        .residual =
-            l->epilogue == REF_EPI_ADD || l->epilogue == REF_EPI_SILU_ADD ? l->residual : NULL,
-        .residual_rows = l->residual_rows,
-        .out_f32 = l->out_f32,
-        .out = l->out,
-    };
-    if (l->epilogue == REF_EPI_ROPE_KV) {
-        const ref_rope_kv *r = l->rope;
-        a.pos = r->pos;
-        a.heads = r->heads;
-        a.head_dim = r->head_dim;
-        a.theta = r->theta;
-        a.k_pages = r->k_pages;
-        a.v_pages = r->v_pages;
-        a.page_size = r->page_size;
-        a.token_to_page = r->token_to_page;
-        a.token_to_cache = r->token_to_cache;
-    }
-    return check(ref_cuda_linear_launch(mstar_stream_native(s), &a), "linear");
+    return check(ref_cuda_linear_launch(mstar_stream_native(s), l), "linear");
 }
 
 const ref_ops ref_ops_cuda = {
