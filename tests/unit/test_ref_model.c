@@ -1,7 +1,8 @@
 /*
  * test_ref_model.c — the reference decode model run eagerly on the host: KV-cache consistency
  * (decoding token by token gives the bits a fresh prefill of the longer prompt gives), batch
- * independence, packed prefill, and padding rows that leave every live page and output alone.
+ * independence, packed prefill, padding rows that leave every live page and output alone, and
+ * which steps count as one token per row.
  */
 #include "mstar_test.h"
 
@@ -171,6 +172,23 @@ static void test_padding_rows_touch_no_live_page(void **state)
     ref_eager_destroy(plain);
 }
 
+/* Which steps attention may do the rope and KV write of (one token per row): a decode step; not
+ * a prefill, a step with a reading row (span 0), or tokens that do not match the rows. Segments
+ * of other labels do not count. */
+static void test_one_token_per_row(void **state)
+{
+    (void)state;
+    mstar_step_segment decode[3] = { { 5, 0, 1 }, { 7, 0, 1 }, { -1, 0, 1 } };
+    assert_true(ref_step_one_token_per_row(decode, 3, 3, 3));
+    assert_false(ref_step_one_token_per_row(decode, 3, 3, 4));
+    mstar_step_segment prefill[2] = { { 5, 0, 2 }, { 7, 0, 1 } };
+    assert_false(ref_step_one_token_per_row(prefill, 2, 2, 3));
+    mstar_step_segment reading[3] = { { 5, 0, 2 }, { 7, 0, 0 }, { 9, 0, 1 } };
+    assert_false(ref_step_one_token_per_row(reading, 3, 3, 3));
+    mstar_step_segment labels[3] = { { 5, 0, 1 }, { 5, 1, 3 }, { 7, 0, 1 } };
+    assert_true(ref_step_one_token_per_row(labels, 3, 2, 2));
+}
+
 static void test_bad_steps(void **state)
 {
     (void)state;
@@ -217,6 +235,7 @@ int main(void)
         cmocka_unit_test(test_decode_equals_prefill_of_longer_prompt),
         cmocka_unit_test(test_batch_independence),
         cmocka_unit_test(test_padding_rows_touch_no_live_page),
+        cmocka_unit_test(test_one_token_per_row),
         cmocka_unit_test(test_bad_steps),
     };
     return cmocka_run_group_tests(tests, mstar_test_host_backend_setup,
