@@ -306,6 +306,32 @@ static void test_transport_device_pair(void **state)
     demo_result_free(&r);
 }
 
+/* `mstar bench transport --size`: the one size asked for, over the arena with and without loans
+ * and views, as JSON rows and nothing else (no baselines, no ratios, no targets), and the scratch
+ * directories removed; an odd size is measured as given. */
+static void test_transport_one_size(void **state)
+{
+    (void)state;
+    const char *json_args[] = { "transport", "--transport", "arena",  "--size",
+                                "64K",       "--quick",     "--json", NULL };
+    demo_result r = bench_json_ok(json_args);
+    assert_non_null(strstr(r.out, "\"transport\":\"arena\""));
+    assert_non_null(strstr(r.out, "\"transport\":\"arena-views\""));
+    assert_int_equal(count_of(r.out, "\"bytes\":65536"), 2);
+    assert_int_equal(count_of(r.out, "\"bytes\":"), 2);
+    assert_null(strstr(r.out, "memcpy"));
+    assert_null(strstr(r.out, "zmq"));
+    demo_result_free(&r);
+    const char *odd_args[] = { "transport", "--transport", "files", "--size",
+                               "1000",      "--quick",     NULL };
+    r = bench_ok(odd_args);
+    assert_non_null(strstr(r.out, "no baselines (--size)"));
+    assert_non_null(strstr(r.out, "1000 B"));
+    assert_null(strstr(r.out, "met "));
+    assert_int_equal(expect_scratch_removed(r.err), 1);
+    demo_result_free(&r);
+}
+
 static void test_bad_options(void **state)
 {
     (void)state;
@@ -339,6 +365,22 @@ static void test_bad_options(void **state)
     expect_refused(2, "--device host needs --transport files|ucx-tcp", standin_arena);
     const char *bad_device[] = { "transport", "--device", "gpu", NULL };
     expect_refused(2, "--device cpu|cuda|host", bad_device);
+    const char *size_unit[] = { "transport", "--transport", "arena", "--size", "4Q", NULL };
+    expect_refused(2, "--size 4Q: want bytes", size_unit);
+    const char *size_negative[] = { "transport", "--transport", "arena", "--size", "-1", NULL };
+    expect_refused(2, "--size -1: want bytes", size_negative);
+    const char *size_zero[] = { "transport", "--transport", "arena", "--size", "0", NULL };
+    expect_refused(2, "--size 0: want bytes", size_zero);
+    const char *size_overflow[] = { "transport", "--transport",           "arena",
+                                    "--size",    "18446744073709551615G", NULL };
+    expect_refused(2, "want bytes", size_overflow);
+    const char *size_huge[] = { "transport", "--transport", "arena", "--size", "1G", NULL };
+    expect_refused(1, "want 1 byte to 67108864 bytes", size_huge);
+    const char *size_two_kinds[] = { "transport", "--size", "4K", NULL };
+    expect_refused(2, "--size needs --transport files|arena", size_two_kinds);
+    const char *size_device[] = { "transport", "--transport", "arena", "--device",
+                                  "cuda",      "--size",      "4K",    NULL };
+    expect_refused(2, "--size needs --transport files|arena", size_device);
 
     const char *help[] = { "all", "--help", NULL };
     demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", help);
@@ -352,7 +394,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_options),           cmocka_unit_test(test_transport_ucx),
         cmocka_unit_test(test_transport_device_pair), cmocka_unit_test(test_quick_report),
-        cmocka_unit_test(test_device_cuda),
+        cmocka_unit_test(test_device_cuda),           cmocka_unit_test(test_transport_one_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

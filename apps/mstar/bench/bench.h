@@ -117,9 +117,10 @@ typedef struct mstar_bench_transport_row {
 } mstar_bench_transport_row;
 
 typedef struct mstar_bench_transport_result {
-    double memcpy_gbps;                      /* baseline: one thread, 64 MiB */
-    double zmq_p50_us, zmq_p99_us;           /* baseline: raw ZeroMQ ipc ping-pong of 64 bytes */
-    double ring_p50_us, ring_p99_us;         /* the mesh's 4 KiB message round trip over rings */
+    bool has_baselines;              /* memcpy, ZeroMQ and the mesh's round trips were measured */
+    double memcpy_gbps;              /* baseline: one thread, 64 MiB */
+    double zmq_p50_us, zmq_p99_us;   /* baseline: raw ZeroMQ ipc ping-pong of 64 bytes */
+    double ring_p50_us, ring_p99_us; /* the mesh's 4 KiB message round trip over rings */
     double mesh_zmq_p50_us, mesh_zmq_p99_us; /* the same over ZeroMQ (MSTAR_MESH_RING=0) */
     int in_flight;
     int nsizes; /* 4 KiB to 64 MiB (--device cuda: 256 MiB); --quick: to 16 MiB */
@@ -151,6 +152,11 @@ typedef struct mstar_bench_transport_result {
 /* kinds: files and/or the arena, or a UCX kind alone (measured with its TCP stream baseline). */
 mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
                                        mstar_bench_transport_result *out);
+/* One size of the handoff over `kind` (files or arena; the arena with loans and views too), with
+ * no baselines and so no targets: for a caller that interleaves its own runs with these (the
+ * Python suite). */
+mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t size, bool quick,
+                                            mstar_bench_transport_result *out);
 void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out);
 /* Device tensors on cuda:0 between two processes: the arena over the CUDA IPC route and staged,
  * and the in-process baselines. MSTAR_ENOTSUP without CUDA. */

@@ -1,6 +1,6 @@
 /*
  * bench_transport.c — `mstar bench transport [--transport files|arena|ucx-tcp|ucx-rdma]
- * [--device cpu|cuda|host] [--json] [--quick]`.
+ * [--device cpu|cuda|host] [--size BYTES] [--json] [--quick]`.
  *
  * With --device cuda (bench_transport's second half): the arena carries device tensors of 4 KiB
  * to 256 MiB on cuda:0, once over the CUDA IPC route and once staged, each run in a child of its
@@ -15,8 +15,8 @@
  * talking over the control mesh (ipc), for tensors of 4 KiB to 64 MiB:
  *   - round trip of one handoff: store, stage, INPUT_SIGNALS, the consumer's read and release,
  *     its TENSOR_RECEIVED, and the producer freeing the tensor — p50 and p99;
- *   - sustained throughput with up to 8 tensors in flight, the best of three rounds (other load
- *     on the machine lowers a round, it never raises one).
+ *   - sustained throughput with up to 8 tensors in flight, the best of 3 to 12 rounds (other
+ *     load on the machine lowers a round, it never raises one).
  * The consumer is an event loop as a worker's is: it sleeps in poll() on its mesh inbox and the
  * manager's event fd, and releases edges when their reads land (at once for the one-host
  * transports, later over UCX).
@@ -32,6 +32,10 @@
  * transport so that both see the same conditions: the issue's target is at least 0.6x its
  * throughput at >= 1 MiB. The stream's server is forked after the consumer (which must not hold
  * its socket) and before this process touches UCX.
+ *
+ * --size BYTES measures that one size over files or the arena (the arena with loans and views
+ * too) and nothing else: no baselines, no ratios, no targets. The Python suite interleaves such
+ * runs with its own, size by size, so both see the machine in the same state.
  *
  * Both processes set glibc's mmap threshold high, so freed receive buffers are reused rather
  * than returned to the kernel and faulted in again — what a serving process's caching
@@ -617,7 +621,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     source_free(p, bytes);
 }
 
-static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
+static void run_transport(const setup *s, bool quick, const uint64_t *sz, int nsizes, row *rows)
 {
     pid_t pid = fork();
     if (pid < 0)
@@ -627,8 +631,8 @@ static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
     producer p = { NULL, NULL, NULL, 1, s->zero_copy, -1, NULL };
     pid_t tcp_pid = -1;
     if (is_ucx(s->kind)) {
-        p.tcp_fd = mstar_bench_tcp_start(&tcp_pid, sizes[nsizes - 1]);
-        p.tcp_buf = malloc(sizes[nsizes - 1]);
+        p.tcp_fd = mstar_bench_tcp_start(&tcp_pid, sz[nsizes - 1]);
+        p.tcp_buf = malloc(sz[nsizes - 1]);
         if (p.tcp_fd < 0 || p.tcp_buf == NULL)
             fail("the TCP stream baseline");
     }
@@ -638,10 +642,10 @@ static void run_transport(const setup *s, bool quick, int nsizes, row *rows)
     wait_for(p.mesh, MSTAR_MSG_HELLO);
     for (int i = 0; i < nsizes; i++) {
         char h[32];
-        mstar_bench_size_name(sizes[i], h, sizeof(h));
+        mstar_bench_size_name(sz[i], h, sizeof(h));
         mstar_bench_progress("transport", "%s, %s",
                              s->zero_copy ? VIEWS_NAME : mstar_transport_kind_name(s->kind), h);
-        measure(&p, sizes[i], quick, &rows[i]);
+        measure(&p, sz[i], quick, &rows[i]);
     }
     send_simple(p.mesh, "worker_1", MSTAR_MSG_SHUTDOWN);
     wait_for(p.mesh, MSTAR_MSG_SHUTDOWN);
@@ -705,6 +709,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     if (st != MSTAR_OK)
         return st;
     mstar_bench_progress("transport", "baselines: memcpy, ZeroMQ ping-pong");
+    out->has_baselines = true;
     out->memcpy_gbps = memcpy_gbps();
     out->zmq_p50_us = zmq_pingpong_us(ipc_dir, quick ? 500 : 3000, &out->zmq_p99_us);
     mstar_bench_progress("transport", "the mesh's 4 KiB ping-pong over rings and over ZeroMQ");
@@ -721,17 +726,48 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
         setup s = { kinds[k], ipc_dir, shm_dir, false, false, false };
-        run_transport(&s, quick, out->nsizes, out->rows[k]);
+        run_transport(&s, quick, sizes, out->nsizes, out->rows[k]);
         if (kinds[k] != MSTAR_TRANSPORT_ARENA)
             continue;
         s.zero_copy = out->has_views = true;
-        run_transport(&s, quick, out->nsizes, out->views);
+        run_transport(&s, quick, sizes, out->nsizes, out->views);
         s.zero_copy = false;
         mstar_bench_progress("transport", "arena, 4 KiB, control messages over ZeroMQ");
         setenv("MSTAR_MESH_RING", "0", 1);
-        run_transport(&s, quick, 1, &out->arena_zmq);
+        run_transport(&s, quick, sizes, 1, &out->arena_zmq);
         out->has_arena_zmq = true;
         setenv("MSTAR_MESH_RING", "1", 1);
+    }
+    mesh_ring_restore(restore);
+    remove_tree(ipc_dir);
+    remove_tree(shm_dir);
+    return MSTAR_OK;
+}
+
+mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t size, bool quick,
+                                            mstar_bench_transport_result *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (kind != MSTAR_TRANSPORT_FILES && kind != MSTAR_TRANSPORT_ARENA)
+        return mstar_error_set(MSTAR_EINVAL, "--size: the transport is %s, want files or arena",
+                               mstar_transport_kind_name(kind));
+    if (size == 0 || size > sizes[NSIZES - 1])
+        return mstar_error_set(MSTAR_EINVAL, "--size %llu: want 1 byte to %llu bytes",
+                               (unsigned long long)size, (unsigned long long)sizes[NSIZES - 1]);
+    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
+    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
+    mstar_status st = prepare(ipc_dir, shm_dir);
+    if (st != MSTAR_OK)
+        return st;
+    out->in_flight = IN_FLIGHT;
+    out->nsizes = out->nkinds = 1;
+    out->kinds[0] = kind;
+    char *restore = mesh_ring_set(true);
+    setup s = { kind, ipc_dir, shm_dir, false, false, false };
+    run_transport(&s, quick, &size, 1, out->rows[0]);
+    if (kind == MSTAR_TRANSPORT_ARENA) {
+        s.zero_copy = out->has_views = true;
+        run_transport(&s, quick, &size, 1, out->views);
     }
     mesh_ring_restore(restore);
     remove_tree(ipc_dir);
@@ -762,7 +798,7 @@ static mstar_status run_device_route(const setup *s, const char *route, bool qui
     if (pid == 0) {
         close(fds[0]);
         setenv("MSTAR_CUDA_IPC", route, 1);
-        run_transport(s, quick, nsizes, rows);
+        run_transport(s, quick, sizes, nsizes, rows);
         size_t n = sizeof(row) * (size_t)nsizes;
         _exit(write(fds[1], rows, n) == (ssize_t)n ? 0 : 1);
     }
@@ -845,7 +881,7 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     mstar_bench_progress("transport", "baseline: the arena's 4 KiB round trip, host tensors");
     setup host = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, false, false, false };
     row host_row;
-    run_transport(&host, quick, 1, &host_row);
+    run_transport(&host, quick, sizes, 1, &host_row);
     out->host_rt_p50_us = host_row.rt_p50_us;
     out->host_rt_p99_us = host_row.rt_p99_us;
     static const char *const routes[2] = { "1", "0" };
@@ -888,7 +924,7 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
     out->kinds[0] = out->kinds[1] = kind;
     mstar_bench_progress("transport", "host tensors over %s", mstar_transport_kind_name(kind));
     setup host = { kind, ipc_dir, shm_dir, false, false, false };
-    run_transport(&host, quick, out->nsizes, out->rows[PAIR_HOST]);
+    run_transport(&host, quick, sizes, out->nsizes, out->rows[PAIR_HOST]);
     mstar_bench_progress("transport", "device tensors over %s", mstar_transport_kind_name(kind));
     setup dev = { kind, ipc_dir, shm_dir, true, standin, false };
     st = run_device_route(&dev, "0", quick, out->nsizes, out->rows[PAIR_DEVICE]);
@@ -1127,6 +1163,8 @@ size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, msta
 {
     if (r->device)
         return r->host_pair ? pair_targets(r, out) : device_targets(r, out);
+    if (!r->has_baselines)
+        return 0;
     for (int k = 0; k < r->nkinds; k++) {
         if (is_ucx(r->kinds[k]))
             return ucx_target(r, k, out); /* a UCX kind runs alone */
@@ -1154,20 +1192,9 @@ size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, msta
     return 0;
 }
 
-void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out)
+/* Each kind's rows; with the baselines, their ratios to them. */
+static void transports_json(const mstar_bench_transport_result *r, FILE *out)
 {
-    fprintf(out, "{\"suite\":\"transport\",\"in_flight\":%d", r->in_flight);
-    mstar_bench_json_field(out, "memcpy_gbps", r->memcpy_gbps, 4);
-    mstar_bench_json_field(out, "zmq_pingpong_p50_us", r->zmq_p50_us, 4);
-    mstar_bench_json_field(out, "zmq_pingpong_p99_us", r->zmq_p99_us, 4);
-    mstar_bench_json_field(out, "ring_4k_p50_us", r->ring_p50_us, 4);
-    mstar_bench_json_field(out, "ring_4k_p99_us", r->ring_p99_us, 4);
-    mstar_bench_json_field(out, "mesh_zmq_4k_p50_us", r->mesh_zmq_p50_us, 4);
-    mstar_bench_json_field(out, "mesh_zmq_4k_p99_us", r->mesh_zmq_p99_us, 4);
-    if (r->has_arena_zmq) {
-        mstar_bench_json_field(out, "arena_zmq_4k_rt_p50_us", r->arena_zmq.rt_p50_us, 4);
-        mstar_bench_json_field(out, "arena_zmq_4k_rt_p99_us", r->arena_zmq.rt_p99_us, 4);
-    }
     fprintf(out, ",\"transports\":[");
     for (int k = 0; k < r->nkinds + r->has_views; k++) {
         bool views = k == r->nkinds;
@@ -1176,8 +1203,10 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
         for (int i = 0; i < r->nsizes; i++) {
             const row *w = views ? &r->views[i] : &r->rows[k][i];
             json_row_open(out, w, i);
-            mstar_bench_json_field(out, "vs_memcpy", w->gbps / r->memcpy_gbps, 3);
-            mstar_bench_json_field(out, "rt_vs_zmq", w->rt_p50_us / r->zmq_p50_us, 3);
+            if (r->has_baselines) {
+                mstar_bench_json_field(out, "vs_memcpy", w->gbps / r->memcpy_gbps, 3);
+                mstar_bench_json_field(out, "rt_vs_zmq", w->rt_p50_us / r->zmq_p50_us, 3);
+            }
             if (!views && is_ucx(r->kinds[k])) {
                 mstar_bench_json_field(out, "tcp_stream_gbps", w->tcp_gbps, 4);
                 mstar_bench_json_field(out, "vs_tcp", w->gbps / w->tcp_gbps, 3);
@@ -1189,6 +1218,25 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
     fprintf(out, "]}\n");
 }
 
+void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out)
+{
+    fprintf(out, "{\"suite\":\"transport\",\"in_flight\":%d", r->in_flight);
+    if (r->has_baselines) {
+        mstar_bench_json_field(out, "memcpy_gbps", r->memcpy_gbps, 4);
+        mstar_bench_json_field(out, "zmq_pingpong_p50_us", r->zmq_p50_us, 4);
+        mstar_bench_json_field(out, "zmq_pingpong_p99_us", r->zmq_p99_us, 4);
+        mstar_bench_json_field(out, "ring_4k_p50_us", r->ring_p50_us, 4);
+        mstar_bench_json_field(out, "ring_4k_p99_us", r->ring_p99_us, 4);
+        mstar_bench_json_field(out, "mesh_zmq_4k_p50_us", r->mesh_zmq_p50_us, 4);
+        mstar_bench_json_field(out, "mesh_zmq_4k_p99_us", r->mesh_zmq_p99_us, 4);
+    }
+    if (r->has_arena_zmq) {
+        mstar_bench_json_field(out, "arena_zmq_4k_rt_p50_us", r->arena_zmq.rt_p50_us, 4);
+        mstar_bench_json_field(out, "arena_zmq_4k_rt_p99_us", r->arena_zmq.rt_p99_us, 4);
+    }
+    transports_json(r, out);
+}
+
 /* Which of a run's kinds is the arena, or -1. */
 static int arena_kind(const mstar_bench_transport_result *r)
 {
@@ -1198,9 +1246,28 @@ static int arena_kind(const mstar_bench_transport_result *r)
     return -1;
 }
 
+/* The rows alone, of a run without baselines (--size). */
+static void print_rows(const mstar_bench_transport_result *r)
+{
+    printf("one size, no baselines (--size): no ratios and no targets\n\n");
+    for (int k = 0; k < r->nkinds + r->has_views; k++) {
+        bool views = k == r->nkinds;
+        const row *w = views ? &r->views[0] : &r->rows[k][0];
+        char h[32];
+        mstar_bench_size_name(w->bytes, h, sizeof(h));
+        printf("%s\n  %-8s %12s %12s %10s\n  %-8s %12.1f %12.1f %10.2f\n\n",
+               views ? VIEWS_NAME : mstar_transport_kind_name(r->kinds[k]), "size", "rt p50 us",
+               "rt p99 us", "GB/s", h, w->rt_p50_us, w->rt_p99_us, w->gbps);
+    }
+}
+
 static void print_table(const mstar_bench_transport_result *r)
 {
     printf("transport: one producer, one consumer, ipc control mesh; %d in flight\n", r->in_flight);
+    if (!r->has_baselines) {
+        print_rows(r);
+        return;
+    }
     bool remote = is_ucx(r->kinds[0]);
     printf("baselines: memcpy %.2f GB/s (64 MiB, one thread); ZeroMQ ipc ping-pong 64 B "
            "p50 %.1f us, p99 %.1f us%s\n\n",
@@ -1240,9 +1307,31 @@ static void print_table(const mstar_bench_transport_result *r)
     mstar_bench_targets_print(t, mstar_bench_transport_targets(r, t), stdout);
 }
 
+/* A --size argument: bytes, or a count of KiB, MiB or GiB ("4K", "16M"). False if malformed. */
+static bool parse_size(const char *arg, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(arg, &end, 10);
+    if (errno != 0 || end == arg || arg[0] == '-')
+        return false;
+    unsigned shift = 0;
+    if (*end != '\0') {
+        const char *units = "KMG", *u = strchr(units, *end);
+        if (u == NULL || *end == '\0' || end[1] != '\0')
+            return false;
+        shift = 10u * (unsigned)(u - units + 1);
+    }
+    if (v > (UINT64_MAX >> shift))
+        return false;
+    *out = (uint64_t)v << shift;
+    return true;
+}
+
 int mstar_bench_transport(int argc, char **argv)
 {
     bool json = false, quick = false, cuda = false, standin = false;
+    uint64_t one_size = 0;
     int nkinds = 2;
     mstar_transport_kind kinds[2] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
     for (int i = 1; i < argc; i++) {
@@ -1266,11 +1355,25 @@ int mstar_bench_transport(int argc, char **argv)
                 return 2;
             }
             nkinds = 1;
+        } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
+            if (!parse_size(argv[++i], &one_size) || one_size == 0) {
+                fprintf(stderr,
+                        "mstar bench transport: --size %s: want bytes, or a count with "
+                        "K, M or G (4K, 16M)\n",
+                        argv[i]);
+                return 2;
+            }
         } else {
             fprintf(stderr, "usage: mstar bench transport [--transport files|arena|ucx-tcp|"
-                            "ucx-rdma] [--device cpu|cuda|host] [--json] [--quick]\n");
+                            "ucx-rdma] [--device cpu|cuda|host] [--size BYTES] [--json] "
+                            "[--quick]\n");
             return 2;
         }
+    }
+    if (one_size != 0 && (cuda || nkinds != 1)) {
+        fprintf(stderr, "mstar bench transport: --size needs --transport files|arena, host "
+                        "tensors\n");
+        return 2;
     }
     /* A device run over files or UCX sets device tensors beside host tensors on that transport;
      * otherwise the arena's routes against the device baselines, which need CUDA. */
@@ -1282,7 +1385,8 @@ int mstar_bench_transport(int argc, char **argv)
     }
     mstar_bench_progress_enable(!json);
     mstar_bench_transport_result r;
-    mstar_status st = pair   ? mstar_bench_transport_device_pair_run(kinds[0], standin, quick, &r)
+    mstar_status st = one_size != 0 ? mstar_bench_transport_size_run(kinds[0], one_size, quick, &r)
+                      : pair ? mstar_bench_transport_device_pair_run(kinds[0], standin, quick, &r)
                       : cuda ? mstar_bench_transport_cuda_run(quick, &r)
                              : mstar_bench_transport_run(kinds, nkinds, quick, &r);
     if (st != MSTAR_OK) {
