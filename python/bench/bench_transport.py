@@ -10,9 +10,10 @@ copy), holds it for one consumer, stages it, sends INPUT_SIGNALS and cleans the 
 consumer sleeps in poll() on its inbox and the manager's event fd, reads, makes the torch tensor
 (torch.from_dlpack on the manager's view), releases it, and its ACK frees the tensor in the
 producer. Round trip: one handoff at a time (p50, p99); throughput: up to 8 in flight, the best
-of three rounds. The C suite (`mstar bench transport --json`) runs in the same run, the two
-taking turns (--repeat, each side keeping its best figures), and the targets are Python over C:
-4 KiB round trip <= 1.5x, throughput at >= 1 MiB >= 0.9x.
+of the rounds the C suite runs (3 to 12, within 250 ms). The C suite runs in the same run, size
+by size (`mstar bench transport --size N --json`), the two taking turns (--repeat, each side
+keeping its best figures), and the targets are Python over C: 4 KiB round trip <= 1.5x,
+throughput at >= 1 MiB >= 0.9x.
 
 --transport arena-views is the C suite's "arena, loans and views" beside its Python twin: the
 producer's tensor is a loan (mstar.Loan, one byte written into it as the C suite does: the
@@ -38,12 +39,18 @@ import mstar
 SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 IN_FLIGHT = 8
 ROUNDS = 3
+MAX_ROUNDS = 12  # of the throughput, while ROUND_BUDGET_S lasts
+ROUND_BUDGET_S = 0.25
 
 
-def _malloc_like_the_c_suite():
-    """The C suite's setting, in both processes: freed receive buffers are reused instead of
-    being returned to the kernel and faulted in again (what a serving process's caching
-    allocator does)."""
+def _like_the_c_suite():
+    """What each process sets up as the C suite's do. malloc: freed receive buffers are reused
+    instead of being returned to the kernel and faulted in again (what a serving process's
+    caching allocator does). torch: one thread for its own operators, as a serving process
+    gives each worker its cores: the handoff runs none, and idle pool threads that spin after
+    an operator take a core from the other process on a small machine (on the 2-core machine
+    the 1 MiB throughput doubled in some runs without them)."""
+    torch.set_num_threads(1)
     libc = ctypes.CDLL(None)
     libc.mallopt(-3, 256 << 20)  # M_MMAP_THRESHOLD
     libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
@@ -70,7 +77,7 @@ def _kind(transport):
 
 
 def consumer(ipc_dir, shm_dir, transport):
-    _malloc_like_the_c_suite()
+    _like_the_c_suite()
     transport, views = _kind(transport)
     with mstar.Mesh("worker_1", transport="ipc", ipc_dir=ipc_dir) as mesh, \
          mstar.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
@@ -156,8 +163,12 @@ def measure(p, size, quick):
     for _ in range(IN_FLIGHT):  # the slots of IN_FLIGHT handoffs exist before the clock starts
         p.send_one(tensor)
     p.wait_held(0)
-    best = 0.0
-    for _ in range(ROUNDS):
+    # As the C suite: at least ROUNDS rounds, more while they are short (a round of a few
+    # milliseconds preempted once is lost), within ROUND_BUDGET_S (--quick: a tenth).
+    best, rounds, budget = 0.0, 0, ROUND_BUDGET_S / (10 if quick else 1)
+    start = time.perf_counter()
+    while rounds < ROUNDS or (rounds < MAX_ROUNDS and time.perf_counter() - start < budget):
+        rounds += 1
         t0 = time.perf_counter()
         for _ in range(n):
             p.wait_held(IN_FLIGHT - 1)
@@ -168,52 +179,84 @@ def measure(p, size, quick):
             "rt_p99_us": rts[min(len(rts) - 1, int(0.99 * len(rts)))] * 1e6, "gbps": best}
 
 
-def run_python(transport, quick, sizes):
-    _malloc_like_the_c_suite()
-    ctx = mp.get_context("spawn")
-    # Where the C suite puts them: the mesh in /tmp, the tensors in /dev/shm.
-    ipc_dir = tempfile.mkdtemp(prefix="mstar-pybench-ipc-")
-    shm_dir = tempfile.mkdtemp(prefix="mstar-pybench-", dir="/dev/shm")
-    try:
-        cons = ctx.Process(target=consumer, args=(ipc_dir, shm_dir, transport), daemon=True)
-        cons.start()
-        kind, loans = _kind(transport)
-        with mstar.Mesh("worker_0", transport="ipc", ipc_dir=ipc_dir) as mesh, \
-             mstar.CommunicationManager("worker_0", transport=kind, shm_dir=shm_dir,
-                                        send=mesh) as mgr:
-            assert mesh.recv(timeout_ms=60000).type == "HELLO"
-            p = Producer(mesh, mgr, loans)
-            rows = [measure(p, s, quick) for s in sizes]
-            mesh.send("worker_1", mstar.Message("SHUTDOWN"))
-            while (m := mesh.recv(timeout_ms=10000)) is not None and m.type != "SHUTDOWN":
+class PythonPair:
+    """The Python producer (this process) and consumer (a spawned process), up for a whole run:
+    `with PythonPair(transport) as p: measure(p, size, quick)`."""
+
+    def __init__(self, transport):
+        self.transport = transport
+
+    def __enter__(self):
+        _like_the_c_suite()
+        # Where the C suite puts them: the mesh in /tmp, the tensors in /dev/shm.
+        self.ipc_dir = tempfile.mkdtemp(prefix="mstar-pybench-ipc-")
+        self.shm_dir = tempfile.mkdtemp(prefix="mstar-pybench-", dir="/dev/shm")
+        try:
+            self.cons = mp.get_context("spawn").Process(
+                target=consumer, args=(self.ipc_dir, self.shm_dir, self.transport), daemon=True)
+            self.cons.start()
+            kind, loans = _kind(self.transport)
+            self.mesh = mstar.Mesh("worker_0", transport="ipc", ipc_dir=self.ipc_dir)
+            self.mgr = mstar.CommunicationManager("worker_0", transport=kind,
+                                                  shm_dir=self.shm_dir, send=self.mesh)
+            hello = self.mesh.recv(timeout_ms=60000)
+            if hello is None or hello.type != "HELLO":
+                raise RuntimeError("the consumer process did not start")
+            return Producer(self.mesh, self.mgr, loans)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def __exit__(self, *exc):
+        if getattr(self, "mgr", None) is not None:
+            self.mesh.send("worker_1", mstar.Message("SHUTDOWN"))
+            while (m := self.mesh.recv(timeout_ms=10000)) is not None and m.type != "SHUTDOWN":
                 pass
-        cons.join(30)
-        return rows
-    finally:
-        shutil.rmtree(ipc_dir, ignore_errors=True)
-        shutil.rmtree(shm_dir, ignore_errors=True)
+            self.mgr.close()
+            self.mesh.close()
+        if getattr(self, "cons", None) is not None:
+            self.cons.join(30)
+            if self.cons.is_alive():
+                self.cons.kill()
+        shutil.rmtree(self.ipc_dir, ignore_errors=True)
+        shutil.rmtree(self.shm_dir, ignore_errors=True)
+        return False
 
 
-def run_c(mstar_exe, transport, quick):
-    cmd = [mstar_exe, "bench", "transport", "--transport", _kind(transport)[0], "--json"]
+def run_c(mstar_exe, transport, size, quick):
+    """The C suite's row of one size (`mstar bench transport --size`)."""
+    cmd = [mstar_exe, "bench", "transport", "--transport", _kind(transport)[0], "--size",
+           str(size), "--json"]
     if quick:
         cmd.append("--quick")
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     data = json.loads(out)
-    return [t for t in data["transports"] if t["transport"] == transport][0]["sizes"]
+    return [t for t in data["transports"] if t["transport"] == transport][0]["sizes"][0]
 
 
 def _best(old, new):
+    """Each side keeps its lowest round trips and its highest throughput."""
     if old is None:
         return new
-    by = {r["bytes"]: r for r in old}
-    out = []
-    for r in new:
-        o = by.get(r["bytes"], r)
-        out.append({"bytes": r["bytes"], "rt_p50_us": min(o["rt_p50_us"], r["rt_p50_us"]),
-                    "rt_p99_us": min(o["rt_p99_us"], r["rt_p99_us"]),
-                    "gbps": max(o["gbps"], r["gbps"])})
-    return out
+    return {"bytes": new["bytes"], "rt_p50_us": min(old["rt_p50_us"], new["rt_p50_us"]),
+            "rt_p99_us": min(old["rt_p99_us"], new["rt_p99_us"]),
+            "gbps": max(old["gbps"], new["gbps"])}
+
+
+def run_both(mstar_exe, transport, quick, sizes, repeat):
+    """Size by size, C and Python take turns `repeat` times, each side keeping its best: the
+    machine's state (other load, memory bandwidth) drifts over seconds, so turns a size apart
+    see it alike where whole runs a minute apart did not."""
+    c_rows, py_rows = [], []
+    with PythonPair(transport) as p:
+        for size in sizes:
+            c = py = None
+            for _ in range(repeat):
+                c = _best(c, run_c(mstar_exe, transport, size, quick))
+                py = _best(py, measure(p, size, quick))
+            c_rows.append(c)
+            py_rows.append(py)
+    return c_rows, py_rows
 
 
 def report(transport, c_rows, py_rows):
@@ -258,15 +301,12 @@ def main(argv=None):
     ap.add_argument("--transport", default="arena", choices=["arena", "files", "arena-views"])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--json")
-    ap.add_argument("--repeat", type=int, default=2, help="turns of C then Python (best kept)")
+    ap.add_argument("--repeat", type=int, default=5, help="turns of C then Python per size (best kept)")
     a = ap.parse_args(argv)
     sizes = SIZES[:4] if a.quick else SIZES
-    # C and Python take turns, and each side keeps its best figures (lowest round trip,
-    # highest throughput): other load on the machine lowers a round, it never raises one.
-    c_rows = py_rows = None
-    for _ in range(a.repeat):
-        c_rows = _best(c_rows, run_c(a.mstar, a.transport, a.quick))
-        py_rows = _best(py_rows, run_python(a.transport, a.quick, sizes))
+    # Each side keeps its best figures (lowest round trip, highest throughput): other load on the
+    # machine lowers a round, it never raises one.
+    c_rows, py_rows = run_both(a.mstar, a.transport, a.quick, sizes, a.repeat)
     text, data = report(a.transport, c_rows, py_rows)
     print(text)
     if a.json:

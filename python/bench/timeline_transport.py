@@ -60,7 +60,7 @@ def _release_ready_timed(mgr, cur):
 
 def consumer(ipc_dir, shm_dir, transport, out):
     """bench_transport.consumer with stamps; sends them to `out` at SHUTDOWN."""
-    bt._malloc_like_the_c_suite()
+    bt._like_the_c_suite()
     transport, views = bt._kind(transport)
     stamps = []
     with mstar.Mesh("worker_1", transport="ipc", ipc_dir=ipc_dir) as mesh, \
@@ -105,7 +105,7 @@ def _producer_rounds(p, n):
 
 
 def run(transport, n):
-    bt._malloc_like_the_c_suite()
+    bt._like_the_c_suite()
     ctx = mp.get_context("spawn")
     ipc_dir = tempfile.mkdtemp(prefix="mstar-pytimeline-ipc-")
     shm_dir = tempfile.mkdtemp(prefix="mstar-pytimeline-", dir="/dev/shm")

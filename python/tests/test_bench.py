@@ -1,5 +1,7 @@
 """The benchmark's tools run as docs/python.md shows them (a few round trips, not a
-measurement): timeline_transport.py times every step of a round trip in both processes."""
+measurement): timeline_transport.py times every step of a round trip in both processes, and
+bench_transport.py reports the C and the Python handoff side by side."""
+import json
 import os
 import subprocess
 import sys
@@ -26,3 +28,24 @@ def test_timeline_stamps_every_step(transport):
     # trip ends, and the consumer wakes before it can send the ACK.
     assert got["producer has ACK"] <= got["RT"]
     assert got["to consumer wake"] < got["RT"]
+
+
+def test_bench_transport_quick_reports_both_sides(tmp_path):
+    """bench_transport.py --quick: the C suite's row and the Python row of every quick size,
+    taken in turns, and both targets judged (whether met is the machine's business)."""
+    build = os.environ.get("MSTAR_TEST_BUILD_DIR")
+    exe = os.path.join(build or "", "mstar")
+    if not build or not os.access(exe, os.X_OK):
+        pytest.skip("MSTAR_TEST_BUILD_DIR has no mstar binary")
+    out_json = tmp_path / "python.json"
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "bench_transport.py"), "--mstar", exe,
+                          "--quick", "--repeat", "1", "--json", str(out_json)],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out_json.read_text())
+    assert [r["bytes"] for r in data["rows"]] == [4 << 10, 64 << 10, 1 << 20, 4 << 20]
+    for r in data["rows"]:
+        assert r["c_rt_p50_us"] > 0 and r["py_rt_p50_us"] > 0
+        assert r["c_gbps"] > 0 and r["py_gbps"] > 0
+    assert [t["bar"] for t in data["targets"]] == ["<= 1.5x", ">= 0.9x"]
+    assert "Python over C, transport arena" in out.stdout
