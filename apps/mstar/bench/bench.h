@@ -23,8 +23,9 @@ int mstar_bench_ucx(int argc, char **argv);
 int mstar_bench_all(int argc, char **argv);
 
 /* bench_python.c: the Python package's transport suite (python/bench/bench_transport.py), run by
- * `mstar bench all` when the package was built. run: writes DIR/python.{json,txt}; report:
- * appends the table to DIR/report.md and prints it on `out`. */
+ * `mstar bench all` when the package was built. available: false, with the reason as the last
+ * error, when it was not or its interpreter or script is missing. run: writes
+ * DIR/python.{json,txt}; report: appends the table to DIR/report.md and prints it on `out`. */
 bool mstar_bench_python_available(void);
 mstar_status mstar_bench_python_run(const char *out_dir, bool quick);
 void mstar_bench_python_report(const char *out_dir, FILE *out);

@@ -119,6 +119,8 @@ int mstar_bench_all(int argc, char **argv)
     /* The Python suite first: it forks, and must run before a suite here starts CUDA. Not in
      * --quick runs (tests), where its interpreter start-up would dominate. */
     bool python = !quick && mstar_bench_python_available();
+    if (!quick && !python)
+        mstar_bench_progress("python", "skipped: %s", mstar_last_error());
     if (python) {
         mstar_bench_progress("python", "start");
         if (mstar_bench_python_run(out_dir, quick) != MSTAR_OK) {

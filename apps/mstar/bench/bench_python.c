@@ -3,8 +3,9 @@
  * transport handoff driven from Python with torch CPU tensors between two processes, which
  * runs `mstar bench transport --json` itself so that the C figures it is held against come
  * from the same run. Built in only when CMake found the Python package (python/CMakeLists.txt
- * defines where the interpreter, the package and the script are); otherwise it reports that
- * it was skipped.
+ * defines where the interpreter, the package and the script are; MSTAR_BENCH_PYTHON,
+ * MSTAR_BENCH_PYTHONPATH and MSTAR_BENCH_PYTHON_SCRIPT override them); otherwise it reports
+ * that it was skipped.
  *
  * It runs as a child process before any suite of this process starts a device runtime, writes
  * DIR/python.json and DIR/python.txt, and its table is appended to DIR/report.md afterwards.
@@ -22,12 +23,42 @@
 
 extern char **environ;
 
+#ifdef MSTAR_BENCH_PYTHON_EXE
+/* What the suite runs: the build's interpreter, package and script, or those the environment
+ * names (the build moved to another machine, or the interpreter with torch is another one). */
+static const char *setting(const char *name, const char *built)
+{
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' ? v : built;
+}
+
+static const char *python_exe(void)
+{
+    return setting("MSTAR_BENCH_PYTHON", MSTAR_BENCH_PYTHON_EXE);
+}
+
+static const char *python_script(void)
+{
+    return setting("MSTAR_BENCH_PYTHON_SCRIPT", MSTAR_BENCH_PYTHON_SCRIPT);
+}
+#endif
+
 bool mstar_bench_python_available(void)
 {
 #ifdef MSTAR_BENCH_PYTHON_EXE
-    return access(MSTAR_BENCH_PYTHON_EXE, X_OK) == 0 &&
-           access(MSTAR_BENCH_PYTHON_SCRIPT, R_OK) == 0;
+    if (access(python_exe(), X_OK) != 0) {
+        mstar_error_set(MSTAR_ENOENT, "the interpreter %s (MSTAR_BENCH_PYTHON): %s", python_exe(),
+                        strerror(errno));
+        return false;
+    }
+    if (access(python_script(), R_OK) != 0) {
+        mstar_error_set(MSTAR_ENOENT, "the script %s (MSTAR_BENCH_PYTHON_SCRIPT): %s",
+                        python_script(), strerror(errno));
+        return false;
+    }
+    return true;
 #else
+    mstar_error_set(MSTAR_ENOTSUP, "the Python package was not built");
     return false;
 #endif
 }
@@ -66,9 +97,14 @@ mstar_status mstar_bench_python_run(const char *out_dir, bool quick)
     self[len] = '\0';
     snprintf(json, sizeof(json), "%s/python.json", out_dir);
     snprintf(txt, sizeof(txt), "%s/python.txt", out_dir);
-    snprintf(pythonpath, sizeof(pythonpath), "PYTHONPATH=%s", MSTAR_BENCH_PYTHONPATH);
-    char *argv[] = { MSTAR_BENCH_PYTHON_EXE,
-                     MSTAR_BENCH_PYTHON_SCRIPT,
+    const char *path = setting("MSTAR_BENCH_PYTHONPATH", MSTAR_BENCH_PYTHONPATH);
+    if (snprintf(pythonpath, sizeof(pythonpath), "PYTHONPATH=%s", path) >= (int)sizeof(pythonpath))
+        return mstar_error_set(MSTAR_EINVAL,
+                               "python suite: MSTAR_BENCH_PYTHONPATH is longer "
+                               "than %zu bytes",
+                               sizeof(pythonpath) - 12);
+    char *argv[] = { (char *)python_exe(),
+                     (char *)python_script(),
                      "--mstar",
                      self,
                      "--json",
@@ -92,7 +128,7 @@ mstar_status mstar_bench_python_run(const char *out_dir, bool quick)
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         return mstar_error_set(MSTAR_EIO, "python suite: %s failed (status %d); see stderr",
-                               MSTAR_BENCH_PYTHON_SCRIPT, status);
+                               argv[1], status);
     return MSTAR_OK;
 #endif
 }
