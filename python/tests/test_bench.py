@@ -1,6 +1,7 @@
 """The benchmark's tools run as docs/python.md shows them (a few round trips, not a
-measurement): timeline_transport.py times every step of a round trip in both processes, and
-bench_transport.py reports the C and the Python handoff side by side."""
+measurement): timeline_transport.py times every step of a round trip in both processes,
+calls_transport.py every call of a handoff in one, and bench_transport.py reports the C and the
+Python handoff side by side."""
 import json
 import os
 import subprocess
@@ -49,3 +50,29 @@ def test_bench_transport_quick_reports_both_sides(tmp_path):
         assert r["c_gbps"] > 0 and r["py_gbps"] > 0
     assert [t["bar"] for t in data["targets"]] == ["<= 1.5x", ">= 0.9x"]
     assert "Python over C, transport arena" in out.stdout
+
+
+@pytest.mark.parametrize("views", [False, True])
+def test_calls_transport_times_every_call(views):
+    """calls_transport.py: every call of a handoff timed, each a positive median, and the sum
+    printed as their total."""
+    args = [sys.executable, os.path.join(BENCH, "calls_transport.py"), "--n", "200"]
+    out = subprocess.run(args + (["--views"] if views else []), capture_output=True, text=True,
+                         timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0].endswith("180 handoffs: median us per call")
+    got = {line.split()[0]: float(line.split()[1]) for line in lines[1:]}
+    steps = [s for s in got if s != "sum"]
+    assert steps == ["p.loan", "p.store", "p.incref", "p.register", "p.Message", "p.send",
+                     "p.cleanup", "c.recv", "c.start_read", "c.get_ready", "c.tensor", "c.deref",
+                     "c.cleanup", "p.recv_ack", "p.handle"]
+    assert all(got[s] > 0 for s in steps)
+    assert abs(got["sum"] - sum(got[s] for s in steps)) < 0.05
+
+
+def test_calls_transport_refuses_too_few():
+    out = subprocess.run([sys.executable, os.path.join(BENCH, "calls_transport.py"), "--n", "3"],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 2
+    assert "--n: at least 10" in out.stderr
