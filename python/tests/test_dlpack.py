@@ -109,6 +109,51 @@ def test_zero_copy_producer_storage_is_not_copied_at_store(make):
     assert torch.from_dlpack(view)[5] == -1.0
 
 
+class _SpyTensor(torch.Tensor):
+    """A torch subclass: the store takes its __dlpack__, as torch's own code may differ."""
+
+
+def test_plain_torch_tensors_skip_the_python_export(make, monkeypatch):
+    """A plain torch.Tensor goes to torch's C exporter without Tensor.__dlpack__ (Python code
+    that cost 2.4 us a call with torch 2.11); a subclass, a tensor that needs grad and one with
+    the negative bit take __dlpack__, so what torch refuses stays refused by torch."""
+    calls = []
+    real = torch.Tensor.__dlpack__
+
+    def spy(self, *args, **kw):
+        calls.append(type(self).__name__)
+        return real(self, *args, **kw)
+
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", spy)
+    mgr = make("worker_0", "local")
+    t = torch.arange(64, dtype=torch.int32)
+    infos = mgr.store_and_return_tensor_info(1, {"x": [t]})["x"]
+    assert calls == []
+    mgr.increment_ref(infos[0].uuid)
+    view = mgr.get_tensor(1, infos[0].uuid)
+    assert view.data_ptr == t.data_ptr() and torch.equal(torch.from_dlpack(view), t)
+    del view
+
+    sub = torch.arange(8, dtype=torch.float32).as_subclass(_SpyTensor)
+    mgr.store_and_return_tensor_info(2, {"x": [sub]})
+    assert calls and set(calls) == {"_SpyTensor"}  # (torch's dispatch may call it twice)
+
+    calls.clear()
+    grad = torch.ones(4, requires_grad=True)
+    before = mgr.num_tensors
+    with pytest.raises((RuntimeError, BufferError), match="gradient"):
+        mgr.store_and_return_tensor_info(3, {"x": [grad]})
+    assert calls == ["Tensor"] and mgr.num_tensors == before
+
+    calls.clear()
+    neg = torch.ones(4)._neg_view()
+    try:
+        mgr.store_and_return_tensor_info(4, {"x": [neg]})
+    except (RuntimeError, BufferError):
+        pass  # a torch that refuses the negative bit; this one's refusal is its own
+    assert calls == ["Tensor"]
+
+
 def test_producer_kept_alive_until_the_manager_lets_go(make):
     mgr = make("worker_0", "local")
     a = np.arange(100, dtype=np.float64)
