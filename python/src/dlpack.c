@@ -284,10 +284,12 @@ static bool torch_hooks_found(void)
     PyObject *c = PyObject_GetAttrString(torch, "_C");
     PyObject *export = c ? PyObject_GetAttrString(c, "_to_dlpack") : NULL;
     Py_XDECREF(c);
-    torch_hooks.requires_grad = PyUnicode_InternFromString("requires_grad");
-    torch_hooks.is_conj = PyUnicode_InternFromString("is_conj");
-    torch_hooks.is_neg = PyUnicode_InternFromString("is_neg");
-    torch_hooks.layout = PyUnicode_InternFromString("layout");
+    if (!torch_hooks.requires_grad) { /* made once: a torch without the exporter asks again */
+        torch_hooks.requires_grad = PyUnicode_InternFromString("requires_grad");
+        torch_hooks.is_conj = PyUnicode_InternFromString("is_conj");
+        torch_hooks.is_neg = PyUnicode_InternFromString("is_neg");
+        torch_hooks.layout = PyUnicode_InternFromString("layout");
+    }
     if (!tensor || !strided || !export || !PyType_Check(tensor) || !torch_hooks.requires_grad ||
         !torch_hooks.is_conj || !torch_hooks.is_neg || !torch_hooks.layout) {
         PyErr_Clear(); /* a torch without them: every tensor takes __dlpack__ */
