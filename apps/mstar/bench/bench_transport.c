@@ -670,24 +670,38 @@ static void remove_tree(const char *dir)
         fprintf(stderr, "mstar bench transport: could not remove %s\n", dir);
 }
 
-/* What every run sets up: malloc tuned as the file comment says, the scratch directories (the
- * templates, made unique in place, named in the progress lines), the arena segment size, SIGPIPE
- * ignored (a baseline peer that died is an error, not a signal). */
-static mstar_status prepare(char *ipc_dir, char *shm_dir)
+/* A run's scratch directories: the mesh's ipc files in /tmp, the tensors in /dev/shm. */
+typedef struct scratch {
+    char ipc_dir[sizeof("/tmp/mstar-bench-ipc-XXXXXX")];
+    char shm_dir[sizeof("/dev/shm/mstar-bench-XXXXXX")];
+} scratch;
+
+/* What every run sets up: malloc tuned as the file comment says, the scratch directories (made
+ * unique, named in the progress lines), the arena segment size, SIGPIPE ignored (a baseline
+ * peer that died is an error, not a signal). */
+static mstar_status prepare(scratch *sc)
 {
     mallopt(M_MMAP_THRESHOLD, 256 << 20);
     mallopt(M_TRIM_THRESHOLD, 1 << 30);
-    if (mkdtemp(ipc_dir) == NULL)
-        return mstar_error_set(MSTAR_EIO, "%s: %s", ipc_dir, strerror(errno));
-    if (mkdtemp(shm_dir) == NULL) {
-        mstar_status st = mstar_error_set(MSTAR_EIO, "%s: %s", shm_dir, strerror(errno));
-        remove_tree(ipc_dir);
+    snprintf(sc->ipc_dir, sizeof(sc->ipc_dir), "/tmp/mstar-bench-ipc-XXXXXX");
+    snprintf(sc->shm_dir, sizeof(sc->shm_dir), "/dev/shm/mstar-bench-XXXXXX");
+    if (mkdtemp(sc->ipc_dir) == NULL)
+        return mstar_error_set(MSTAR_EIO, "%s: %s", sc->ipc_dir, strerror(errno));
+    if (mkdtemp(sc->shm_dir) == NULL) {
+        mstar_status st = mstar_error_set(MSTAR_EIO, "%s: %s", sc->shm_dir, strerror(errno));
+        remove_tree(sc->ipc_dir);
         return st;
     }
     setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "256", 0);
     signal(SIGPIPE, SIG_IGN);
-    mstar_bench_progress("transport", "scratch directories %s and %s", ipc_dir, shm_dir);
+    mstar_bench_progress("transport", "scratch directories %s and %s", sc->ipc_dir, sc->shm_dir);
     return MSTAR_OK;
+}
+
+static void scratch_remove(const scratch *sc)
+{
+    remove_tree(sc->ipc_dir);
+    remove_tree(sc->shm_dir);
 }
 
 mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
@@ -703,19 +717,18 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
             return mstar_error_set(MSTAR_EINVAL,
                                    "kinds[%d]: %s, want files or arena, or a UCX kind alone", k,
                                    mstar_transport_kind_name(kinds[k]));
-    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
-    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
-    mstar_status st = prepare(ipc_dir, shm_dir);
+    scratch sc;
+    mstar_status st = prepare(&sc);
     if (st != MSTAR_OK)
         return st;
     mstar_bench_progress("transport", "baselines: memcpy, ZeroMQ ping-pong");
     out->has_baselines = true;
     out->memcpy_gbps = memcpy_gbps();
-    out->zmq_p50_us = zmq_pingpong_us(ipc_dir, quick ? 500 : 3000, &out->zmq_p99_us);
+    out->zmq_p50_us = zmq_pingpong_us(sc.ipc_dir, quick ? 500 : 3000, &out->zmq_p99_us);
     mstar_bench_progress("transport", "the mesh's 4 KiB ping-pong over rings and over ZeroMQ");
-    out->ring_p50_us = mesh_pingpong_us(ipc_dir, quick ? 500 : 3000, true, &out->ring_p99_us);
+    out->ring_p50_us = mesh_pingpong_us(sc.ipc_dir, quick ? 500 : 3000, true, &out->ring_p99_us);
     out->mesh_zmq_p50_us =
-        mesh_pingpong_us(ipc_dir, quick ? 500 : 3000, false, &out->mesh_zmq_p99_us);
+        mesh_pingpong_us(sc.ipc_dir, quick ? 500 : 3000, false, &out->mesh_zmq_p99_us);
     out->in_flight = IN_FLIGHT;
     out->nsizes = quick ? NSIZES - 1 : NSIZES; /* --quick, for tests: no 64 MiB handoffs */
     out->nkinds = nkinds;
@@ -725,7 +738,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     char *restore = mesh_ring_set(true);
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
-        setup s = { kinds[k], ipc_dir, shm_dir, false, false, false };
+        setup s = { kinds[k], sc.ipc_dir, sc.shm_dir, false, false, false };
         run_transport(&s, quick, sizes, out->nsizes, out->rows[k]);
         if (kinds[k] != MSTAR_TRANSPORT_ARENA)
             continue;
@@ -739,8 +752,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
         setenv("MSTAR_MESH_RING", "1", 1);
     }
     mesh_ring_restore(restore);
-    remove_tree(ipc_dir);
-    remove_tree(shm_dir);
+    scratch_remove(&sc);
     return MSTAR_OK;
 }
 
@@ -754,24 +766,22 @@ mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t 
     if (size == 0 || size > sizes[NSIZES - 1])
         return mstar_error_set(MSTAR_EINVAL, "--size %llu: want 1 byte to %llu bytes",
                                (unsigned long long)size, (unsigned long long)sizes[NSIZES - 1]);
-    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
-    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
-    mstar_status st = prepare(ipc_dir, shm_dir);
+    scratch sc;
+    mstar_status st = prepare(&sc);
     if (st != MSTAR_OK)
         return st;
     out->in_flight = IN_FLIGHT;
     out->nsizes = out->nkinds = 1;
     out->kinds[0] = kind;
     char *restore = mesh_ring_set(true);
-    setup s = { kind, ipc_dir, shm_dir, false, false, false };
+    setup s = { kind, sc.ipc_dir, sc.shm_dir, false, false, false };
     run_transport(&s, quick, &size, 1, out->rows[0]);
     if (kind == MSTAR_TRANSPORT_ARENA) {
         s.zero_copy = out->has_views = true;
         run_transport(&s, quick, &size, 1, out->views);
     }
     mesh_ring_restore(restore);
-    remove_tree(ipc_dir);
-    remove_tree(shm_dir);
+    scratch_remove(&sc);
     return MSTAR_OK;
 }
 
@@ -867,9 +877,8 @@ static void device_baselines(int nsizes, mstar_bench_transport_result *out)
 mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_result *out)
 {
     memset(out, 0, sizeof(*out));
-    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
-    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
-    mstar_status st = prepare(ipc_dir, shm_dir);
+    scratch sc;
+    mstar_status st = prepare(&sc);
     if (st != MSTAR_OK)
         return st;
     out->device = true;
@@ -879,7 +888,7 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     /* The host arena's 4 KiB round trip first: it needs no CUDA, and this process must not
      * start CUDA before it forks. */
     mstar_bench_progress("transport", "baseline: the arena's 4 KiB round trip, host tensors");
-    setup host = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, false, false, false };
+    setup host = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false };
     row host_row;
     run_transport(&host, quick, sizes, 1, &host_row);
     out->host_rt_p50_us = host_row.rt_p50_us;
@@ -889,15 +898,14 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
         mstar_bench_progress("transport", "device tensors, MSTAR_CUDA_IPC=%s", routes[k]);
-        setup s = { MSTAR_TRANSPORT_ARENA, ipc_dir, shm_dir, true, false, false };
+        setup s = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false };
         st = run_device_route(&s, routes[k], quick, out->nsizes, out->rows[k]);
     }
     if (st == MSTAR_OK) {
         mstar_bench_progress("transport", "baselines: device-to-device, pinned D2H + H2D");
         device_baselines(out->nsizes, out);
     }
-    remove_tree(ipc_dir);
-    remove_tree(shm_dir);
+    scratch_remove(&sc);
     return st;
 }
 
@@ -911,9 +919,8 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
     if (kind != MSTAR_TRANSPORT_FILES && !is_ucx(kind))
         return mstar_error_set(MSTAR_EINVAL, "device pair run over %s: want files or a UCX kind",
                                mstar_transport_kind_name(kind));
-    char ipc_dir[] = "/tmp/mstar-bench-ipc-XXXXXX";
-    char shm_dir[] = "/dev/shm/mstar-bench-XXXXXX";
-    mstar_status st = prepare(ipc_dir, shm_dir);
+    scratch sc;
+    mstar_status st = prepare(&sc);
     if (st != MSTAR_OK)
         return st;
     out->device = out->host_pair = true;
@@ -923,13 +930,12 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
     out->nkinds = 2;
     out->kinds[0] = out->kinds[1] = kind;
     mstar_bench_progress("transport", "host tensors over %s", mstar_transport_kind_name(kind));
-    setup host = { kind, ipc_dir, shm_dir, false, false, false };
+    setup host = { kind, sc.ipc_dir, sc.shm_dir, false, false, false };
     run_transport(&host, quick, sizes, out->nsizes, out->rows[PAIR_HOST]);
     mstar_bench_progress("transport", "device tensors over %s", mstar_transport_kind_name(kind));
-    setup dev = { kind, ipc_dir, shm_dir, true, standin, false };
+    setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false };
     st = run_device_route(&dev, "0", quick, out->nsizes, out->rows[PAIR_DEVICE]);
-    remove_tree(ipc_dir);
-    remove_tree(shm_dir);
+    scratch_remove(&sc);
     return st;
 }
 
