@@ -376,6 +376,8 @@ static void test_bad_options(void **state)
     expect_refused(2, "want bytes", size_overflow);
     const char *size_huge[] = { "transport", "--transport", "arena", "--size", "1G", NULL };
     expect_refused(1, "want 1 byte to 67108864 bytes", size_huge);
+    const char *size_ucx[] = { "transport", "--transport", "ucx-tcp", "--size", "4K", NULL };
+    expect_refused(1, "the transport is ucx-tcp, want files or arena", size_ucx);
     const char *size_two_kinds[] = { "transport", "--size", "4K", NULL };
     expect_refused(2, "--size needs --transport files|arena", size_two_kinds);
     const char *size_device[] = { "transport", "--transport", "arena", "--device",
