@@ -1,11 +1,11 @@
 /*
  * bench_python.c — the Python suite of `mstar bench all`: python/bench/bench_transport.py, the
  * transport handoff driven from Python with torch CPU tensors between two processes, which
- * runs `mstar bench transport --json` itself so that the C figures it is held against come
- * from the same run. Built in only when CMake found the Python package (python/CMakeLists.txt
- * defines where the interpreter, the package and the script are; MSTAR_BENCH_PYTHON,
- * MSTAR_BENCH_PYTHONPATH and MSTAR_BENCH_PYTHON_SCRIPT override them); otherwise it reports
- * that it was skipped.
+ * runs `mstar bench transport --size N --json` itself, taking turns with it size by size, so
+ * that the C figures it is held against come from the same run. Built in only when CMake found
+ * the Python package (python/CMakeLists.txt defines where the interpreter, the package and the
+ * script are; MSTAR_BENCH_PYTHON, MSTAR_BENCH_PYTHONPATH and MSTAR_BENCH_PYTHON_SCRIPT override
+ * them); otherwise it reports that it was skipped.
  *
  * It runs as a child process before any suite of this process starts a device runtime, writes
  * DIR/python.json and DIR/python.txt, and its table is appended to DIR/report.md afterwards.
