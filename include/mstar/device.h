@@ -84,6 +84,11 @@ MSTAR_API mstar_backend *mstar_stream_backend(const mstar_stream *stream);
 MSTAR_API void *mstar_stream_native(const mstar_stream *stream);
 /* Block until everything enqueued on the stream has run. MSTAR_ESTATE while it captures. */
 MSTAR_API mstar_status mstar_stream_synchronize(mstar_stream *stream);
+/* MSTAR_OK when everything enqueued on the stream has run, MSTAR_EAGAIN while some of it still
+ * runs; another status on a device error. Never blocks. MSTAR_ESTATE while it captures.
+ * Only the stream's own work counts: on CUDA, work on the legacy default stream that the
+ * stream's next command would wait for does not (an event recorded on the stream would). */
+MSTAR_API mstar_status mstar_stream_query(mstar_stream *stream);
 /* Work enqueued on `stream` after this call waits (on the device, not the host) for the work
  * before the last mstar_event_record of `event`. Both must belong to the same backend. */
 MSTAR_API mstar_status mstar_stream_wait_event(mstar_stream *stream, mstar_event *event);

@@ -527,6 +527,17 @@ mstar_status mstar_stream_synchronize(mstar_stream *s)
     return s->backend->ops->stream_synchronize(s);
 }
 
+mstar_status mstar_stream_query(mstar_stream *s)
+{
+    mstar_status st = check_stream(s, "mstar_stream_query");
+    if (st != MSTAR_OK)
+        return st;
+    if (s->capturing)
+        return mstar_error_set(MSTAR_ESTATE, "mstar_stream_query: the stream is capturing; its "
+                                             "work is recorded, not run");
+    return s->backend->ops->stream_query(s);
+}
+
 mstar_status mstar_stream_wait_event(mstar_stream *s, mstar_event *e)
 {
     mstar_status st = check_stream(s, "mstar_stream_wait_event");

@@ -57,6 +57,7 @@ typedef struct mstar__backend_ops {
     mstar_status (*stream_create)(mstar_stream *s);
     void (*stream_destroy)(mstar_stream *s);
     mstar_status (*stream_synchronize)(mstar_stream *s);
+    mstar_status (*stream_query)(mstar_stream *s); /* MSTAR_OK or MSTAR_EAGAIN */
     mstar_status (*stream_wait_event)(mstar_stream *s, mstar_event *e);
 
     mstar_status (*event_create)(mstar_event *e);

@@ -367,6 +367,17 @@ static mstar_status host_stream_synchronize(mstar_stream *s)
     return MSTAR_OK;
 }
 
+static mstar_status host_stream_query(mstar_stream *s)
+{
+    struct host_worker *w = s->worker;
+    if (w == NULL)
+        return MSTAR_OK; /* a synchronous stream's work already ran */
+    pthread_mutex_lock(&w->mu);
+    bool idle = w->head == w->items.len && !w->busy;
+    pthread_mutex_unlock(&w->mu);
+    return idle ? MSTAR_OK : MSTAR_EAGAIN;
+}
+
 /* Waits for the event's latest record, as it stands now. */
 static mstar_status host_stream_wait_event(mstar_stream *s, mstar_event *e)
 {
@@ -546,6 +557,7 @@ static const mstar__backend_ops host_ops = {
     .stream_create = host_stream_create,
     .stream_destroy = host_stream_destroy,
     .stream_synchronize = host_stream_synchronize,
+    .stream_query = host_stream_query,
     .stream_wait_event = host_stream_wait_event,
     .event_create = host_event_create,
     .event_destroy = host_event_destroy,

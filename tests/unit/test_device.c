@@ -8,6 +8,8 @@
 #include "device/backend.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -426,6 +428,42 @@ static void test_stream_serialises_threads(void **state)
     mstar_backend_destroy(b);
 }
 
+/* A host call that holds its stream until the test opens the gate. */
+static void wait_for_gate(void *args)
+{
+    atomic_int *gate;
+    memcpy(&gate, args, sizeof(gate));
+    while (atomic_load(gate) == 0)
+        sched_yield();
+}
+
+static void test_stream_query(void **state)
+{
+    (void)state;
+    mstar_backend *b = host();
+    mstar_stream *sync = stream_on(b);
+    assert_mstar_ok(mstar_stream_query(sync)); /* nothing queued */
+    mstar__host_backend_set_async(b, true);
+    mstar_stream *s = stream_on(b);
+    assert_mstar_ok(mstar_stream_query(s));
+    atomic_int gate = 0;
+    atomic_int *g = &gate;
+    assert_mstar_ok(mstar_launch(s, wait_for_gate, &g, sizeof(g)));
+    assert_mstar_status(mstar_stream_query(s), MSTAR_EAGAIN); /* running or queued */
+    atomic_store(&gate, 1);
+    assert_mstar_ok(mstar_stream_synchronize(s));
+    assert_mstar_ok(mstar_stream_query(s));
+    assert_mstar_status(mstar_stream_query(NULL), MSTAR_EINVAL);
+    assert_mstar_ok(mstar_stream_begin_capture(sync));
+    assert_mstar_status(mstar_stream_query(sync), MSTAR_ESTATE);
+    mstar_graph *graph = NULL;
+    assert_mstar_ok(mstar_stream_end_capture(sync, &graph));
+    mstar_graph_destroy(graph);
+    mstar_stream_destroy(s);
+    mstar_stream_destroy(sync);
+    mstar_backend_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -436,6 +474,7 @@ int main(void)
         cmocka_unit_test(test_raw_alloc_and_bad_frees),
         cmocka_unit_test(test_pinned_and_register),
         cmocka_unit_test(test_streams_events_copies),
+        cmocka_unit_test(test_stream_query),
         cmocka_unit_test(test_launch_copies_args),
         cmocka_unit_test(test_capture_records_and_replays_in_order),
         cmocka_unit_test(test_stream_destroyed_while_capturing),

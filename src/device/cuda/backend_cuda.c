@@ -176,6 +176,18 @@ static mstar_status cuda_stream_synchronize(mstar_stream *s)
     return MSTAR_OK;
 }
 
+static mstar_status cuda_stream_query(mstar_stream *s)
+{
+    cudaError_t err = cudaStreamQuery(s->native);
+    if (err == cudaSuccess)
+        return MSTAR_OK;
+    if (err == cudaErrorNotReady) {
+        cudaGetLastError();
+        return MSTAR_EAGAIN;
+    }
+    return cuda_error(s->backend, err, "cudaStreamQuery");
+}
+
 static mstar_status cuda_stream_wait_event(mstar_stream *s, mstar_event *e)
 {
     CUDA_TRY(s->backend, cudaStreamWaitEvent(s->native, e->native, 0));
@@ -486,6 +498,7 @@ static const mstar__backend_ops cuda_ops = {
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .stream_synchronize = cuda_stream_synchronize,
+    .stream_query = cuda_stream_query,
     .stream_wait_event = cuda_stream_wait_event,
     .event_create = cuda_event_create,
     .event_destroy = cuda_event_destroy,
