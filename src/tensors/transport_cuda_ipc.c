@@ -695,12 +695,14 @@ static void probe_give(ipc_transport *it, mstar_event *e)
         mstar_event_destroy(e);
 }
 
-/* Whether the copies behind `probe` land within MSTAR_CUDA_IPC_SPIN_US, polled from here. */
-static bool landed_within_spin(const ipc_transport *it, mstar_event *probe)
+/* Whether the copy stream has run everything it was given (this read call's copies last) within
+ * MSTAR_CUDA_IPC_SPIN_US, polled from here: asking the stream costs less than recording an event
+ * behind the copies and asking that, and the copies cannot have run before what they wait for. */
+static bool landed_within_spin(const ipc_transport *it)
 {
     uint64_t start = mstar__now_ns(), limit = (uint64_t)(it->spin_us * 1e3);
     for (;;) {
-        mstar_status st = mstar_event_query(probe);
+        mstar_status st = mstar_stream_query(it->base.env->h2d);
         if (st != MSTAR_EAGAIN)
             return st == MSTAR_OK;
         if (mstar__now_ns() - start >= limit)
@@ -769,22 +771,22 @@ static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items
     mstar_status st = mstar__completion_create(env->wake_fd, &c);
     if (st != MSTAR_OK)
         return st;
-    mstar_event *probe = NULL;
-    st = probe_take(it, &probe);
-    if (st == MSTAR_OK && (st = mstar_event_record(probe, env->h2d)) != MSTAR_OK)
-        probe_give(it, probe);
-    if (st == MSTAR_OK && it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES &&
-        landed_within_spin(it, probe)) {
+    if (it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES && landed_within_spin(it)) {
         struct landed *l = landed_new(c, items, n, routed);
-        probe_give(it, probe);
-        if (l == NULL)
+        if (l == NULL) {
             st = mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
-        else {
+        } else {
             finish_landed(l);
             landed_free(l);
         }
-    } else if (st == MSTAR_OK) {
-        st = land_later(it, probe, items, n, routed, c);
+    } else {
+        /* Recorded now, behind everything the copy stream has queued, these copies included. */
+        mstar_event *probe = NULL;
+        st = probe_take(it, &probe);
+        if (st == MSTAR_OK && (st = mstar_event_record(probe, env->h2d)) != MSTAR_OK)
+            probe_give(it, probe);
+        if (st == MSTAR_OK)
+            st = land_later(it, probe, items, n, routed, c);
     }
     if (st != MSTAR_OK) {
         mstar_completion_release(c);
