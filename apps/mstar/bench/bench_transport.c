@@ -874,6 +874,37 @@ static void device_baselines(int nsizes, mstar_bench_transport_result *out)
     mstar_backend_destroy(b);
 }
 
+/* Keep the lower of two round trips of one size (p50 decides; its p99 goes with it). */
+static void keep_faster(row *into, const row *turn)
+{
+    if (turn->rt_p50_us < into->rt_p50_us) {
+        into->rt_p50_us = turn->rt_p50_us;
+        into->rt_p99_us = turn->rt_p99_us;
+    }
+}
+
+/* The 4 KiB round trip over the route is held to a bar against the host arena's, and this
+ * machine's latency drifts over seconds: so after the first runs of each, both take RT_TURNS - 1
+ * more turns at 4 KiB, one after the other, and each keeps its best p50. */
+#define RT_TURNS 3
+
+static mstar_status take_rt_turns(const setup *host, const setup *dev, bool quick, row *host_rt,
+                                  row *ipc_rt)
+{
+    mstar_status st = MSTAR_OK;
+    for (int t = 1; t < RT_TURNS && st == MSTAR_OK; t++) {
+        mstar_bench_progress("transport", "4 KiB round trips, turn %d of %d: host arena, CUDA IPC",
+                             t + 1, RT_TURNS);
+        row turn;
+        run_transport(host, quick, sizes, 1, &turn);
+        keep_faster(host_rt, &turn);
+        st = run_device_route(dev, "1", quick, 1, &turn);
+        if (st == MSTAR_OK)
+            keep_faster(ipc_rt, &turn);
+    }
+    return st;
+}
+
 mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_result *out)
 {
     memset(out, 0, sizeof(*out));
@@ -891,16 +922,18 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     setup host = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false };
     row host_row;
     run_transport(&host, quick, sizes, 1, &host_row);
-    out->host_rt_p50_us = host_row.rt_p50_us;
-    out->host_rt_p99_us = host_row.rt_p99_us;
     static const char *const routes[2] = { "1", "0" };
+    setup dev = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false };
     for (int k = 0; k < 2 && st == MSTAR_OK; k++) {
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
         mstar_bench_progress("transport", "device tensors, MSTAR_CUDA_IPC=%s", routes[k]);
-        setup s = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false };
-        st = run_device_route(&s, routes[k], quick, out->nsizes, out->rows[k]);
+        st = run_device_route(&dev, routes[k], quick, out->nsizes, out->rows[k]);
     }
+    if (st == MSTAR_OK)
+        st = take_rt_turns(&host, &dev, quick, &host_row, &out->rows[0][0]);
+    out->host_rt_p50_us = host_row.rt_p50_us;
+    out->host_rt_p99_us = host_row.rt_p99_us;
     if (st == MSTAR_OK) {
         mstar_bench_progress("transport", "baselines: device-to-device, pinned D2H + H2D");
         device_baselines(out->nsizes, out);
@@ -1005,8 +1038,10 @@ static void print_device_table(const mstar_bench_transport_result *r)
     }
     printf("transport, device tensors on cuda:0: one producer, one consumer process; %d in flight\n"
            "baselines in one process: a device-to-device copy (d2d) and pinned D2H then H2D "
-           "(staged); the arena's 4 KiB round trip of host tensors: p50 %.1f us, p99 %.1f us\n\n",
-           r->in_flight, r->host_rt_p50_us, r->host_rt_p99_us);
+           "(staged); the arena's 4 KiB round trip of host tensors: p50 %.1f us, p99 %.1f us\n"
+           "the 4 KiB round trips of host tensors and over the CUDA IPC route took %d turns each "
+           "(best p50 shown)\n\n",
+           r->in_flight, r->host_rt_p50_us, r->host_rt_p99_us, RT_TURNS);
     for (int k = 0; k < r->nkinds; k++) {
         printf("arena, %s\n  %-8s %12s %12s %10s %10s %10s %10s\n",
                r->cuda_ipc[k] ? "CUDA IPC route (MSTAR_CUDA_IPC=1)" : "staged (MSTAR_CUDA_IPC=0)",
