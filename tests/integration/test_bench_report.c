@@ -66,7 +66,10 @@ static void test_quick_report(void **state)
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/nested/report", demo_scratch()); /* created with its parent */
     const char *args[] = { "all", "--quick", "--out", dir, NULL };
+    /* A named interpreter that is not there: the Python suite says why it is skipped. */
+    setenv("MSTAR_BENCH_PYTHON", "/nonexistent/python3", 1);
     demo_result r = mstar_cli_run_sig(600, 0, 0, "bench", args);
+    unsetenv("MSTAR_BENCH_PYTHON");
     if (demo_exit_code(&r) != 0)
         fail_msg("mstar bench all exited %d\nstdout:\n%s\nstderr:\n%s", demo_exit_code(&r), r.out,
                  r.err);
@@ -86,6 +89,10 @@ static void test_quick_report(void **state)
     for (size_t i = 0; i < sizeof(progress) / sizeof(progress[0]); i++)
         if (strstr(r.err, progress[i]) == NULL)
             fail_msg("no progress line '%s' in:\n%s", progress[i], r.err);
+    /* Built with the package: the missing interpreter is named; without it: not built. */
+    if (strstr(r.err, "python: skipped: the interpreter /nonexistent/python3") == NULL &&
+        strstr(r.err, "python: skipped: the Python package was not built") == NULL)
+        fail_msg("no 'python: skipped' line in:\n%s", r.err);
     assert_non_null(strstr(r.out, "report.md"));
 
     char *md = read_report_file(dir, "report.md");

@@ -116,10 +116,12 @@ int mstar_bench_all(int argc, char **argv)
     mstar_bench_machine_read(&run->machine);
     mstar_bench_progress_enable(true);
     int rc = 0;
-    /* The Python suite first: it forks, and must run before a suite here starts CUDA. Not in
-     * --quick runs (tests), where its interpreter start-up would dominate. */
-    bool python = !quick && mstar_bench_python_available();
-    if (!quick && !python)
+    /* The Python suite first: it forks, and must run before a suite here starts CUDA. In --quick
+     * runs (tests) only when MSTAR_BENCH_PYTHON names an interpreter: its start-up would
+     * dominate a quick run otherwise. */
+    bool want_python = !quick || getenv("MSTAR_BENCH_PYTHON") != NULL;
+    bool python = want_python && mstar_bench_python_available();
+    if (want_python && !python)
         mstar_bench_progress("python", "skipped: %s", mstar_last_error());
     if (python) {
         mstar_bench_progress("python", "start");
