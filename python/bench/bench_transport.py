@@ -181,19 +181,26 @@ def measure(p, size, quick):
 
 class PythonPair:
     """The Python producer (this process) and consumer (a spawned process), up for a whole run:
-    `with PythonPair(transport) as p: measure(p, size, quick)`."""
+    `with PythonPair(transport) as p: measure(p, size, quick)`.
 
-    def __init__(self, transport):
+    Another consumer may be named (`target`, called as target(ipc_dir, shm_dir, transport,
+    *args)); `on_shutdown` runs once the consumer has been told to shut down and before it is
+    joined (where a consumer's results on a multiprocessing queue must be read)."""
+
+    def __init__(self, transport, target=None, args=(), on_shutdown=None, prefix="mstar-pybench"):
         self.transport = transport
+        self.target, self.args = target or consumer, tuple(args)
+        self.on_shutdown, self.prefix = on_shutdown, prefix
 
     def __enter__(self):
         _like_the_c_suite()
         # Where the C suite puts them: the mesh in /tmp, the tensors in /dev/shm.
-        self.ipc_dir = tempfile.mkdtemp(prefix="mstar-pybench-ipc-")
-        self.shm_dir = tempfile.mkdtemp(prefix="mstar-pybench-", dir="/dev/shm")
+        self.ipc_dir = tempfile.mkdtemp(prefix=self.prefix + "-ipc-")
+        self.shm_dir = tempfile.mkdtemp(prefix=self.prefix + "-", dir="/dev/shm")
         try:
             self.cons = mp.get_context("spawn").Process(
-                target=consumer, args=(self.ipc_dir, self.shm_dir, self.transport), daemon=True)
+                target=self.target, args=(self.ipc_dir, self.shm_dir, self.transport) + self.args,
+                daemon=True)
             self.cons.start()
             kind, loans = _kind(self.transport)
             self.mesh = mstar.Mesh("worker_0", transport="ipc", ipc_dir=self.ipc_dir)
@@ -210,6 +217,8 @@ class PythonPair:
     def __exit__(self, *exc):
         if getattr(self, "mgr", None) is not None:
             self.mesh.send("worker_1", mstar.Message("SHUTDOWN"))
+            if self.on_shutdown is not None and exc[0] is None:
+                self.on_shutdown()
             while (m := self.mesh.recv(timeout_ms=10000)) is not None and m.type != "SHUTDOWN":
                 pass
             self.mgr.close()

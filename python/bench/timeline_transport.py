@@ -25,10 +25,8 @@ A step that sends a message can return late: the receiver it wakes may take the 
 """
 import argparse
 import multiprocessing as mp
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 
 import torch
@@ -105,28 +103,15 @@ def _producer_rounds(p, n):
 
 
 def run(transport, n):
-    bt._like_the_c_suite()
-    ctx = mp.get_context("spawn")
-    ipc_dir = tempfile.mkdtemp(prefix="mstar-pytimeline-ipc-")
-    shm_dir = tempfile.mkdtemp(prefix="mstar-pytimeline-", dir="/dev/shm")
-    try:
-        out = ctx.Queue()
-        cons = ctx.Process(target=consumer, args=(ipc_dir, shm_dir, transport, out), daemon=True)
-        cons.start()
-        kind, loans = bt._kind(transport)
-        with mstar.Mesh("worker_0", transport="ipc", ipc_dir=ipc_dir) as mesh, \
-             mstar.CommunicationManager("worker_0", transport=kind, shm_dir=shm_dir,
-                                        send=mesh) as mgr:
-            assert mesh.recv(timeout_ms=60000).type == "HELLO"
-            rows = _producer_rounds(bt.Producer(mesh, mgr, loans), n)
-            mesh.send("worker_1", mstar.Message("SHUTDOWN"))
-            stamps = {s["rid"]: s for s in out.get(timeout=60)}
-            while (m := mesh.recv(timeout_ms=10000)) is not None and m.type != "SHUTDOWN":
-                pass
-        cons.join(30)
-    finally:
-        shutil.rmtree(ipc_dir, ignore_errors=True)
-        shutil.rmtree(shm_dir, ignore_errors=True)
+    out = mp.get_context("spawn").Queue()
+    stamps = {}
+
+    def collect():  # before the consumer is joined: its queue must be read first
+        stamps.update({s["rid"]: s for s in out.get(timeout=60)})
+
+    with bt.PythonPair(transport, target=consumer, args=(out,), on_shutdown=collect,
+                       prefix="mstar-pytimeline") as p:
+        rows = _producer_rounds(p, n)
     return _steps(rows[n // 10:], stamps)
 
 
