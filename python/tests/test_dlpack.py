@@ -2,6 +2,7 @@
 both sides, and lifetimes (what a Python-held view does when the manager lets go)."""
 import gc
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -250,3 +251,32 @@ def test_cuda_tensors_in_and_out(shm_dir, transport):
         del got, view
         prod.handle_message(sent[0])
         assert prod.num_tensors == 0
+
+
+def test_torch_without_its_c_exporter_stores_through_the_method(tmp_path):
+    """A torch that lacks torch._C._to_dlpack (the exporter the store of a plain tensor goes
+    to) still stores every tensor, through Tensor.__dlpack__. In a process of its own: the
+    extension finds the exporter once and keeps it."""
+    code = """
+import torch
+del torch._C._to_dlpack
+import mstar
+calls = []
+real = torch.Tensor.__dlpack__
+def spy(self, *args, **kw):
+    calls.append(1)
+    return real(self, *args, **kw)
+torch.Tensor.__dlpack__ = spy
+with mstar.CommunicationManager("worker_0", transport="local", shm_dir=%r) as mgr:
+    t = torch.arange(16, dtype=torch.float32)
+    info = mgr.store_and_return_tensor_info(1, {"x": [t]})["x"][0]
+    assert calls, "the store did not call Tensor.__dlpack__"
+    mgr.increment_ref(info.uuid)
+    view = mgr.get_tensor(1, info.uuid)
+    assert view.data_ptr == t.data_ptr() and torch.equal(torch.from_dlpack(view), t)
+    del view
+    mgr.cleanup_request(1)
+print("ok")
+""" % str(tmp_path)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
