@@ -27,6 +27,7 @@ Documentation: docs/python.md in the mstar-c repository.
 from __future__ import annotations
 
 import atexit
+import copy
 import weakref
 from typing import Mapping, Sequence
 
@@ -86,7 +87,7 @@ class CommunicationManager(_Comm):
         infos = self.store_and_return_tensor_info(request_id, outputs, **params)
         for edge in edges:
             if edge.name in infos:
-                edge.tensor_info = [TensorPointerInfo(**vars(i)) for i in infos[edge.name]]
+                edge.tensor_info = [copy.copy(i) for i in infos[edge.name]]
 
     def __repr__(self) -> str:
         if self.closed:

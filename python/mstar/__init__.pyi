@@ -7,6 +7,9 @@ from ._errors import (AlreadyExistsError, CanceledError, ClosedError, DeviceErro
                       StateError, TimedOutError, TryAgainError)
 from ._types import (GraphEdge, Message, ReadFailure, ReceivedMessage, RxInfo, ShardGroup,
                      ShardingConfig, StoredOutputs, TensorPointerInfo, TxInfo)
+# TensorPointerInfo is a dataclass over the extension's _mstar._InfoBase: same fields, init,
+# ==, repr, copy and pickle as a plain one, but no instance __dict__ (vars() does not apply;
+# use dataclasses.asdict).
 
 Rid = Union[int, str]
 __version__: str

@@ -2,24 +2,37 @@
 
 The extension (_mstar) reads and writes these by attribute name, so the field names are the
 reference system's (TensorPointerInfo, GraphEdge, ShardingConfig, StoredOutputs) and the
-control messages carry the names of docs/wire-format.md. They are ordinary dataclasses: build
-them, copy them (copy.deepcopy), print them.
+control messages carry the names of docs/wire-format.md. They are dataclasses: build them,
+copy them (copy.deepcopy), print them. TensorPointerInfo keeps its fields in the extension's
+_InfoBase (no instance __dict__) so that descriptors cross the C boundary without conversion.
 """
 from __future__ import annotations
+
+import sys
 
 from dataclasses import dataclass, field, fields
 from typing import Dict, List, Optional, Union
 
+from . import _mstar
+from ._mstar import _InfoBase
+
 Rid = Union[int, str]
 
 
-@dataclass
-class TensorPointerInfo:
+@dataclass(init=False)
+class TensorPointerInfo(_InfoBase):
     """One tensor's descriptor: what a consumer needs to find and read it.
 
     dtype is the torch name ("float32", "bfloat16"); a torch.dtype is accepted on input.
     dims are in canonical layout (the shard dim first when the signal is sharded).
+
+    A dataclass whose storage is the library's own descriptor (the extension's _InfoBase): it
+    has no instance __dict__, so vars() does not apply (use dataclasses.asdict). Built by
+    position or keyword with the defaults below; any value may be assigned, and a bad one is
+    refused (InvalidArgumentError) when the descriptor is used.
     """
+
+    __slots__ = ()
 
     dims: tuple = ()
     dtype: str = "float32"
@@ -37,6 +50,16 @@ class TensorPointerInfo:
     source_node_name: Optional[str] = None
     source_graph_walk: Optional[str] = None
     remote_key: Optional[bytes] = None
+
+    def __reduce__(self):
+        return (type(self), tuple(getattr(self, f.name) for f in fields(TensorPointerInfo)))
+
+
+# The decorator left each default as a class attribute, which would hide _InfoBase's field
+# descriptors: the defaults live on in fields(), where the extension's __init__ takes them.
+for _f in fields(TensorPointerInfo):
+    delattr(TensorPointerInfo, _f.name)
+del _f
 
 
 @dataclass
@@ -206,3 +229,5 @@ for _f in fields(Message):
     if _f.name not in _EAGER:
         setattr(ReceivedMessage, _f.name, _lazy_field(_f.name))
 del _f
+
+_mstar._bind_types(sys.modules[__name__])

@@ -149,15 +149,6 @@ static PyObject *blank(PyObject *cls, PyObject **fields)
     return obj;
 }
 
-/* Where to write an existing object's fields: its instance dict when it is exactly `cls` (new
- * reference), else the object itself (new reference), whose class may define properties. */
-static PyObject *fields_of(PyObject *obj, PyObject *cls)
-{
-    if ((PyObject *)Py_TYPE(obj) == cls)
-        return PyObject_GenericGetDict(obj, NULL);
-    return Py_NewRef(obj);
-}
-
 /* ---- request ids ---------------------------------------------------------------------------- */
 
 int mstarpy_rid_from_py(PyObject *obj, mstar_rid *out)
@@ -278,7 +269,8 @@ static int remote_key_from_py(PyObject *obj, mstar_tensor_info *info, const char
     GET_ATTR(obj, #f, mstarpy_name_from_py, (info)->f, sizeof((info)->f), none_ok, \
              "TensorPointerInfo." #f)
 
-int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *info)
+/* The attribute path: any object with the data class's attributes. */
+static int info_from_attrs(PyObject *obj, mstar_tensor_info *info)
 {
     mstar_tensor_info_init(info);
     int32_t nstride = 0;
@@ -312,11 +304,24 @@ int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *info)
                           (int)nstride, (int)info->ndim);
         return -1;
     }
+    return 0;
+}
+
+int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *info)
+{
+    /* A descriptor the extension made, unchanged since: its struct as it is (the checks below
+     * still run: the struct is as good as the values it was made from). */
+    bool copied = mstarpy_info_get_struct(obj, info);
+    uint64_t version = mstarpy_info_version(obj);
+    if (!copied && info_from_attrs(obj, info) < 0)
+        return -1;
     mstar_status st = mstar_tensor_info_validate(info);
     if (st != MSTAR_OK) {
         mstarpy_raise(st);
         return -1;
     }
+    if (!copied)
+        mstarpy_info_cache(obj, info, version);
     return 0;
 }
 
@@ -341,43 +346,68 @@ static PyObject *remote_key_to_py(const mstar_tensor_info *info)
     return PyBytes_FromStringAndSize((const char *)info->remote_key, info->remote_key_len);
 }
 
+PyObject *mstarpy_info_field_to_py(const mstar_tensor_info *info, int i)
+{
+    const char *dtype;
+    switch (i) {
+    case MSTARPY_INFO_DIMS:
+        return mstarpy_tuple_i64(info->dims, info->ndim);
+    case MSTARPY_INFO_DTYPE:
+        dtype = mstar_dtype_name(info->dtype);
+        return PyUnicode_FromString(dtype ? dtype : "?");
+    case MSTARPY_INFO_STRIDE:
+        return mstarpy_tuple_i64(info->stride, info->ndim);
+    case MSTARPY_INFO_NBYTES:
+        return PyLong_FromUnsignedLongLong(info->nbytes);
+    case MSTARPY_INFO_ADDRESS:
+        return PyLong_FromUnsignedLongLong(info->address);
+    case MSTARPY_INFO_UUID:
+        return PyLong_FromUnsignedLongLong(info->uuid);
+    case MSTARPY_INFO_SESSION:
+        return PyUnicode_FromString(info->source_session_id);
+    case MSTARPY_INFO_ENTITY:
+        return PyUnicode_FromString(info->source_entity);
+    case MSTARPY_INFO_OFFSET:
+        return PyLong_FromUnsignedLongLong(info->offset);
+    case MSTARPY_INFO_TP_SIZE:
+        return PyLong_FromLong(info->source_tp_size);
+    case MSTARPY_INFO_TP_RANK:
+        return PyLong_FromLong(info->source_tp_rank);
+    case MSTARPY_INFO_SHM_SEGMENT:
+        return str_or_none(info->shm_segment);
+    case MSTARPY_INFO_SHM_OFFSET:
+        return PyLong_FromUnsignedLongLong(info->shm_offset);
+    case MSTARPY_INFO_NODE:
+        return str_or_none(info->source_node_name);
+    case MSTARPY_INFO_WALK:
+        return str_or_none(info->source_graph_walk);
+    case MSTARPY_INFO_REMOTE_KEY:
+        return remote_key_to_py(info);
+    }
+    PyErr_SetString(PyExc_SystemError, "no such TensorPointerInfo field");
+    return NULL;
+}
+
 int mstarpy_info_update_py(PyObject *obj, const mstar_tensor_info *info)
 {
-    const char *dtype = mstar_dtype_name(info->dtype);
-    PyObject *f = fields_of(obj, mstarpy.info_cls);
-    if (!f)
-        return -1;
-    if (set_attr_steal(f, "uuid", PyLong_FromUnsignedLongLong(info->uuid)) < 0 ||
-        set_attr_steal(f, "dtype", PyUnicode_FromString(dtype ? dtype : "?")) < 0 ||
-        set_attr_steal(f, "dims", mstarpy_tuple_i64(info->dims, info->ndim)) < 0 ||
-        set_attr_steal(f, "stride", mstarpy_tuple_i64(info->stride, info->ndim)) < 0 ||
-        set_attr_steal(f, "nbytes", PyLong_FromUnsignedLongLong(info->nbytes)) < 0 ||
-        set_attr_steal(f, "address", PyLong_FromUnsignedLongLong(info->address)) < 0 ||
-        set_attr_steal(f, "offset", PyLong_FromUnsignedLongLong(info->offset)) < 0 ||
-        set_attr_steal(f, "source_tp_size", PyLong_FromLong(info->source_tp_size)) < 0 ||
-        set_attr_steal(f, "source_tp_rank", PyLong_FromLong(info->source_tp_rank)) < 0 ||
-        set_attr_steal(f, "shm_offset", PyLong_FromUnsignedLongLong(info->shm_offset)) < 0 ||
-        set_attr_steal(f, "source_session_id", PyUnicode_FromString(info->source_session_id)) < 0 ||
-        set_attr_steal(f, "source_entity", PyUnicode_FromString(info->source_entity)) < 0 ||
-        set_attr_steal(f, "shm_segment", str_or_none(info->shm_segment)) < 0 ||
-        set_attr_steal(f, "source_node_name", str_or_none(info->source_node_name)) < 0 ||
-        set_attr_steal(f, "source_graph_walk", str_or_none(info->source_graph_walk)) < 0 ||
-        set_attr_steal(f, "remote_key", remote_key_to_py(info)) < 0) {
-        Py_DECREF(f);
-        return -1;
+    if (mstarpy_info_exact(obj)) {
+        mstarpy_info_set_struct(obj, info);
+        return 0;
     }
-    Py_DECREF(f);
+    /* Another class (a subclass may have properties): every field by attribute. */
+    for (int i = 0; i < MSTARPY_INFO_NFIELDS; i++) {
+        PyObject *v = mstarpy_info_field_to_py(info, i);
+        int r = v ? PyObject_SetAttrString(obj, mstarpy_info_names[i], v) : -1;
+        Py_XDECREF(v);
+        if (r < 0)
+            return -1;
+    }
     return 0;
 }
 
 PyObject *mstarpy_info_to_py(const mstar_tensor_info *info)
 {
-    PyObject *f;
-    PyObject *obj = blank(mstarpy.info_cls, &f);
-    Py_XDECREF(f);
-    if (obj && mstarpy_info_update_py(obj, info) < 0)
-        Py_CLEAR(obj);
-    return obj;
+    return mstarpy_info_new(info);
 }
 
 /* ---- edges ---------------------------------------------------------------------------------- */

@@ -184,6 +184,56 @@ out:
     return result;
 }
 
+/* The exception classes, at import. */
+static int load_errors(void)
+{
+    PyObject *errors = PyImport_ImportModule("mstar._errors");
+    if (!errors)
+        return -1;
+    mstarpy.errors = PyObject_GetAttrString(errors, "BY_STATUS");
+    mstarpy.error_base = PyObject_GetAttrString(errors, "Error");
+    Py_DECREF(errors);
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+/* _bind_types(module): the data classes the extension builds objects of. mstar._types calls
+ * it once it has made them: TensorPointerInfo is a subclass of this module's _InfoBase, so
+ * that module cannot be imported from here while this one is being made. */
+static PyObject *py_bind_types(PyObject *mod, PyObject *types)
+{
+    static struct {
+        PyObject **slot;
+        const char *name;
+    } const classes[] = {
+        { &mstarpy.info_cls, "TensorPointerInfo" },
+        { &mstarpy.edge_cls, "GraphEdge" },
+        { &mstarpy.msg_cls, "Message" },
+        { &mstarpy.received_cls, "ReceivedMessage" },
+        { &mstarpy.tx_cls, "TxInfo" },
+        { &mstarpy.rx_cls, "RxInfo" },
+        { &mstarpy.stored_cls, "StoredOutputs" },
+        { &mstarpy.failure_cls, "ReadFailure" },
+    };
+    PyObject *got[sizeof(classes) / sizeof(classes[0])] = { NULL };
+    size_t n = sizeof(classes) / sizeof(classes[0]);
+    int r = 0;
+    for (size_t i = 0; r == 0 && i < n; i++)
+        r = (got[i] = PyObject_GetAttrString(types, classes[i].name)) ? 0 : -1;
+    if (r == 0)
+        r = mstarpy_info_bind(got[0]);
+    for (size_t i = 0; i < n; i++) {
+        if (r == 0) {
+            Py_XDECREF(*classes[i].slot);
+            *classes[i].slot = got[i];
+        } else {
+            Py_XDECREF(got[i]);
+        }
+    }
+    if (r < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     { "version", py_version, METH_NOARGS, "version() -> str: libmstar's version." },
     { "built_with_cuda", py_built_with_cuda, METH_NOARGS,
@@ -199,6 +249,8 @@ static PyMethodDef module_methods[] = {
       "fanout(edge, shard_dim, src_workers=None, src_rank=0, dst_workers=None)\n"
       "-> list[(worker, GraphEdge)]: the per-destination clones of an edge (the reference's\n"
       "fanout_graph_edges). shard_dim None: replicated." },
+    { "_bind_types", py_bind_types, METH_O,
+      "_bind_types(mstar._types): the data classes objects are built of (internal)." },
     { "_decode_message", mstarpy_decode_message, METH_O,
       "Decode the fields a received message has not decoded yet (internal)." },
     { NULL, NULL, 0, NULL },
@@ -216,39 +268,17 @@ static struct PyModuleDef module_def = {
     NULL,
 };
 
-static int load_classes(void)
-{
-    PyObject *errors = PyImport_ImportModule("mstar._errors");
-    PyObject *types = errors ? PyImport_ImportModule("mstar._types") : NULL;
-    if (!types) {
-        Py_XDECREF(errors);
-        return -1;
-    }
-    mstarpy.errors = PyObject_GetAttrString(errors, "BY_STATUS");
-    mstarpy.error_base = PyObject_GetAttrString(errors, "Error");
-    mstarpy.info_cls = PyObject_GetAttrString(types, "TensorPointerInfo");
-    mstarpy.edge_cls = PyObject_GetAttrString(types, "GraphEdge");
-    mstarpy.msg_cls = PyObject_GetAttrString(types, "Message");
-    mstarpy.received_cls = PyObject_GetAttrString(types, "ReceivedMessage");
-    mstarpy.tx_cls = PyObject_GetAttrString(types, "TxInfo");
-    mstarpy.rx_cls = PyObject_GetAttrString(types, "RxInfo");
-    mstarpy.stored_cls = PyObject_GetAttrString(types, "StoredOutputs");
-    mstarpy.failure_cls = PyObject_GetAttrString(types, "ReadFailure");
-    Py_DECREF(errors);
-    Py_DECREF(types);
-    return PyErr_Occurred() ? -1 : 0;
-}
-
 PyMODINIT_FUNC PyInit__mstar(void)
 {
-    if (load_classes() < 0)
+    if (load_errors() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m)
         return NULL;
     if (mstarpy_add_comm_type(m) < 0 || mstarpy_add_tensor_type(m) < 0 ||
         mstarpy_add_mesh_type(m) < 0 || mstarpy_add_completion_type(m) < 0 ||
-        mstarpy_add_wire_type(m) < 0 || mstarpy_add_loan_type(m) < 0) {
+        mstarpy_add_wire_type(m) < 0 || mstarpy_add_loan_type(m) < 0 ||
+        mstarpy_add_info_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -60,10 +60,14 @@ int mstarpy_dtype_from_py(PyObject *obj, mstar_dtype *out, const char *what);
 /* A tuple of n ints (a shape, strides). */
 PyObject *mstarpy_tuple_i64(const int64_t *v, int32_t n);
 
+/* Descriptors: a TensorPointerInfo made by the extension holds the struct (info.c); one of
+ * another class, or whose fields were written in Python, is read by attribute. */
 int mstarpy_info_from_py(PyObject *obj, mstar_tensor_info *out);
 PyObject *mstarpy_info_to_py(const mstar_tensor_info *info);
 /* Write every field of `info` onto an existing descriptor object (stamping after staging). */
 int mstarpy_info_update_py(PyObject *obj, const mstar_tensor_info *info);
+/* Field i (MSTARPY_INFO_*) of `info` as the Python value the data class holds. */
+PyObject *mstarpy_info_field_to_py(const mstar_tensor_info *info, int i);
 
 /* Edges built here own a malloc'd tensor_info array: release with mstarpy_edges_free. */
 int mstarpy_edge_from_py(PyObject *obj, mstar_edge *out);
@@ -90,6 +94,47 @@ int mstarpy_add_wire_type(PyObject *module);
 
 PyObject *mstarpy_tx_to_py(const mstar_tx_info *tx, uint32_t n);
 PyObject *mstarpy_rx_to_py(const mstar_rx_info *rx, uint32_t n);
+
+/* ---- descriptor objects (info.c) -------------------------------------------------------- */
+
+/* TensorPointerInfo's fields, in the data class's order. */
+enum {
+    MSTARPY_INFO_DIMS,
+    MSTARPY_INFO_DTYPE,
+    MSTARPY_INFO_STRIDE,
+    MSTARPY_INFO_NBYTES,
+    MSTARPY_INFO_ADDRESS,
+    MSTARPY_INFO_UUID,
+    MSTARPY_INFO_SESSION,
+    MSTARPY_INFO_ENTITY,
+    MSTARPY_INFO_OFFSET,
+    MSTARPY_INFO_TP_SIZE,
+    MSTARPY_INFO_TP_RANK,
+    MSTARPY_INFO_SHM_SEGMENT,
+    MSTARPY_INFO_SHM_OFFSET,
+    MSTARPY_INFO_NODE,
+    MSTARPY_INFO_WALK,
+    MSTARPY_INFO_REMOTE_KEY,
+    MSTARPY_INFO_NFIELDS
+};
+extern const char *const mstarpy_info_names[MSTARPY_INFO_NFIELDS];
+
+int mstarpy_add_info_type(PyObject *module);
+/* Check the data class `cls` (TensorPointerInfo) against _InfoBase and take its defaults. */
+int mstarpy_info_bind(PyObject *cls);
+/* Whether obj is exactly TensorPointerInfo (a subclass is read and written by attribute). */
+bool mstarpy_info_exact(PyObject *obj);
+/* A new TensorPointerInfo holding a copy of *info; no Python value is built until read. */
+PyObject *mstarpy_info_new(const mstar_tensor_info *info);
+/* An exact descriptor's struct, when current: true with *out a copy of it; else false. */
+bool mstarpy_info_get_struct(PyObject *obj, mstar_tensor_info *out);
+/* An exact descriptor's fields become *info (the values it built are dropped). */
+void mstarpy_info_set_struct(PyObject *obj, const mstar_tensor_info *info);
+/* The write count of an exact descriptor (0 for others), read before converting it by
+ * attribute; mstarpy_info_cache then keeps the result as its struct when nothing was written
+ * since and every value is immutable, so the next use copies the struct. */
+uint64_t mstarpy_info_version(PyObject *obj);
+void mstarpy_info_cache(PyObject *obj, const mstar_tensor_info *info, uint64_t version);
 
 /* ---- tensors in (dlpack.c) ------------------------------------------------------------------ */
 
