@@ -8,6 +8,7 @@ _InfoBase (no instance __dict__) so that descriptors cross the C boundary withou
 """
 from __future__ import annotations
 
+import inspect
 import sys
 
 from dataclasses import dataclass, field, fields
@@ -32,7 +33,7 @@ class TensorPointerInfo(_InfoBase):
     refused (InvalidArgumentError) when the descriptor is used.
     """
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)
 
     dims: tuple = ()
     dtype: str = "float32"
@@ -52,13 +53,20 @@ class TensorPointerInfo(_InfoBase):
     remote_key: Optional[bytes] = None
 
     def __reduce__(self):
-        return (type(self), tuple(getattr(self, f.name) for f in fields(TensorPointerInfo)))
+        # The fields by position (a dataclass subclass's own ones included), then what a
+        # subclass keeps in its __dict__.
+        return (type(self), tuple(getattr(self, f.name) for f in fields(self)),
+                getattr(self, "__dict__", None) or None)
 
 
 # The decorator left each default as a class attribute, which would hide _InfoBase's field
-# descriptors: the defaults live on in fields(), where the extension's __init__ takes them.
+# descriptors: the defaults live on in fields(), where the extension's __init__ takes them,
+# and in the signature that help() and inspect show for it.
 for _f in fields(TensorPointerInfo):
     delattr(TensorPointerInfo, _f.name)
+TensorPointerInfo.__signature__ = inspect.Signature([
+    inspect.Parameter(_f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=_f.default,
+                      annotation=_f.type) for _f in fields(TensorPointerInfo)])
 del _f
 
 

@@ -5,6 +5,7 @@ used; copies, pickles and dataclass helpers behave as for any dataclass; nothing
 import copy
 import dataclasses
 import gc
+import inspect
 import pickle
 import sys
 import tracemalloc
@@ -45,6 +46,11 @@ def test_fields_defaults_and_init_are_the_dataclass_ones():
     assert not hasattr(_user_made(), "__dict__")
     assert repr(blank).startswith("TensorPointerInfo(dims=(), dtype='float32', stride=(),")
     assert "storage is the library's own descriptor" in TensorPointerInfo.__doc__
+    sig = inspect.signature(TensorPointerInfo)
+    assert list(sig.parameters) == names and sig.parameters["dtype"].default == "float32"
+    assert sig.bind(*range(16)) and weakref.ref(blank)() is blank
+    with pytest.raises(TypeError):
+        hash(blank)  # a mutable dataclass, as before
 
 
 @pytest.mark.parametrize("made", ["store", "user"])
@@ -180,3 +186,25 @@ def test_many_stores_leave_nothing_behind(make):
         tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
     assert grown < 64 * 1024, f"{grown} bytes more after 2000 stores"
+
+
+def test_subclasses_copy_with_their_own_fields_and_attributes():
+    @dataclasses.dataclass
+    class Tagged(TensorPointerInfo):
+        tag: str = "none"
+
+    class Noted(TensorPointerInfo):
+        pass
+
+    tagged = Tagged((4,), "uint8", (1,), 4, source_entity="worker_0", tag="t")
+    assert tagged.tag == "t" and tagged.dims == (4,) and tagged.dtype == "uint8"
+    noted = Noted(uuid=3)
+    noted.note = "kept"
+    for obj in (tagged, noted):
+        for twin in (copy.copy(obj), copy.deepcopy(obj)):
+            assert type(twin) is type(obj) and twin == obj
+    assert copy.deepcopy(tagged).tag == "t" and copy.copy(noted).note == "kept"
+    assert dataclasses.replace(tagged, tag="u").tag == "u"
+    assert dataclasses.fields(tagged)[-1].name == "tag"
+    edge = mstar.GraphEdge("n", "x", [tagged])
+    assert mstar.fanout(edge, None)[0][1].tensor_info[0].dims == (4,)  # read by attribute
