@@ -4,7 +4,9 @@
  *
  * Python objects are read by attribute name, so any object with the right attributes works
  * (the reference's own classes included). Every value is checked on the way in: a name that is
- * too long, a count out of range or a wrong type raises before the library sees it.
+ * too long, a count out of range or a wrong type raises before the library sees it. The one
+ * exception is a TensorPointerInfo that holds a current struct (info.c): that is copied as it
+ * is, and only the library's own checks run on it.
  */
 #include "mstar_py.h"
 
