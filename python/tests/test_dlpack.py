@@ -256,10 +256,18 @@ def test_cuda_tensors_in_and_out(shm_dir, transport):
 def test_torch_without_its_c_exporter_stores_through_the_method(tmp_path):
     """A torch that lacks torch._C._to_dlpack (the exporter the store of a plain tensor goes
     to) still stores every tensor, through Tensor.__dlpack__. In a process of its own: the
-    extension finds the exporter once and keeps it."""
+    extension finds the exporter once and keeps it. torch's own modules keep the real torch._C
+    (Tensor.__dlpack__ of torch 2.11 calls its _to_dlpack); the package sees one without it."""
     code = """
+import types
 import torch
-del torch._C._to_dlpack
+real = torch._C
+class WithoutExporter(types.ModuleType):
+    def __getattr__(self, name):
+        if name == "_to_dlpack":
+            raise AttributeError(name)
+        return getattr(real, name)
+torch._C = WithoutExporter("torch._C")
 import mstar
 calls = []
 real = torch.Tensor.__dlpack__
