@@ -39,11 +39,7 @@ from ._types import (GraphEdge, Message, ReadFailure, Rid, RxInfo, ShardGroup,
 from ._mstar import (Completion, Loan, Mesh, Tensor, built_with_cuda, dtype_size, entity_index,
                      fanout, set_log_level, status_name, version)
 from ._mstar import Comm as _Comm
-from . import _types as _types_module
-from ._mstar import _decode_message
-from ._types import ReceivedMessage
-
-_types_module._decode_message = _decode_message
+from ._types import ReceivedMessage  # noqa: F401  (an alias of Message, kept for old code)
 
 __version__ = version()
 

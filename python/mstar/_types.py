@@ -3,21 +3,50 @@
 The extension (_mstar) reads and writes these by attribute name, so the field names are the
 reference system's (TensorPointerInfo, GraphEdge, ShardingConfig, StoredOutputs) and the
 control messages carry the names of docs/wire-format.md. They are dataclasses: build them,
-copy them (copy.deepcopy), print them. TensorPointerInfo keeps its fields in the extension's
-_InfoBase (no instance __dict__) so that descriptors cross the C boundary without conversion.
+copy them (copy.deepcopy), print them. TensorPointerInfo and Message keep their fields in
+the extension's _InfoBase and _MsgBase (no instance __dict__) so that descriptors and received
+messages cross the C boundary without conversion.
 """
 from __future__ import annotations
 
 import inspect
 import sys
 
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Dict, List, Optional, Union
 
 from . import _mstar
-from ._mstar import _InfoBase
+from ._mstar import _InfoBase, _MsgBase
 
 Rid = Union[int, str]
+
+
+class _Factory:
+    """A default made by a factory, as a signature shows it."""
+
+    def __repr__(self):
+        return "<factory>"
+
+
+def _keep_defaults_in_fields(cls):
+    """The decorator left each plain default as a class attribute, which would hide the
+    extension's field descriptors: the defaults live on in fields(), where the extension's
+    __init__ takes them, and in the signature that help() and inspect show for it."""
+    params = []
+    for f in fields(cls):
+        if f.name in cls.__dict__:
+            delattr(cls, f.name)
+        dflt = f.default if f.default_factory is MISSING else _Factory()
+        params.append(inspect.Parameter(f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                        default=dflt, annotation=f.type))
+    cls.__signature__ = inspect.Signature(params)
+
+
+def _reduce(self):
+    # The fields by position (a dataclass subclass's own ones included), then what a subclass
+    # keeps in its __dict__.
+    return (type(self), tuple(getattr(self, f.name) for f in fields(self)),
+            getattr(self, "__dict__", None) or None)
 
 
 @dataclass(init=False)
@@ -52,22 +81,10 @@ class TensorPointerInfo(_InfoBase):
     source_graph_walk: Optional[str] = None
     remote_key: Optional[bytes] = None
 
-    def __reduce__(self):
-        # The fields by position (a dataclass subclass's own ones included), then what a
-        # subclass keeps in its __dict__.
-        return (type(self), tuple(getattr(self, f.name) for f in fields(self)),
-                getattr(self, "__dict__", None) or None)
+    __reduce__ = _reduce
 
 
-# The decorator left each default as a class attribute, which would hide _InfoBase's field
-# descriptors: the defaults live on in fields(), where the extension's __init__ takes them,
-# and in the signature that help() and inspect show for it.
-for _f in fields(TensorPointerInfo):
-    delattr(TensorPointerInfo, _f.name)
-TensorPointerInfo.__signature__ = inspect.Signature([
-    inspect.Parameter(_f.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=_f.default,
-                      annotation=_f.type) for _f in fields(TensorPointerInfo)])
-del _f
+_keep_defaults_in_fields(TensorPointerInfo)
 
 
 @dataclass
@@ -146,12 +163,21 @@ class ReadFailure:
     message: str = ""
 
 
-@dataclass
-class Message:
+@dataclass(init=False)
+class Message(_MsgBase):
     """One control message. type is the wire name ("INPUT_SIGNALS", "TENSOR_RECEIVED", ...);
     sender is the wire's "from" (filled by the mesh on send). Which fields a type uses is listed
     in docs/python.md; the others stay at their defaults.
+
+    A dataclass whose storage is the extension's _MsgBase: it has no instance __dict__, so
+    vars() does not apply (use dataclasses.asdict). A received message keeps the library's
+    struct and builds each field when first read; the manager's methods and Mesh.send convert
+    only the fields written (or lists and dicts read) in Python, and take the rest from that
+    struct. Any value may be assigned; a bad one is refused (InvalidArgumentError) when the
+    message is used.
     """
+
+    __slots__ = ("__weakref__",)
 
     type: str = "HELLO"
     sender: str = ""
@@ -183,59 +209,13 @@ class Message:
     def failed_tensor_ids(self) -> List[int]:
         return self.uuids
 
-
-# The fields of a received message that are decoded at once (an entity's loop reads them to
-# dispatch); the others stay in the library's own struct until first read.
-_EAGER = ("type", "sender", "request_id")
-
-# Set by the package once the extension is loaded: fills a received message's remaining
-# fields from the struct it keeps, then drops the struct.
-_decode_message = None
+    __reduce__ = _reduce
 
 
-def _lazy_field(name):
-    def get(self):
-        d = self.__dict__
-        if name not in d:
-            _decode_message(self)
-        return d[name]
+_keep_defaults_in_fields(Message)
 
-    def set_(self, value):
-        _decode_message(self)  # the other fields keep what arrived
-        self.__dict__[name] = value
-
-    return property(get, set_, doc=f"Message.{name} (decoded on first access)")
-
-
-class ReceivedMessage(Message):
-    """A Message as Mesh.recv returns it: type, sender and request_id are read at once, the
-    other fields are decoded from the library's struct on first access (after which the object
-    is an ordinary Message with every field in its __dict__). Until then, the manager's methods
-    that take a message (handle_message, start_read_tensors(msg), ack_unread_tensors(msg),
-    note_sent, Mesh.send) use the struct directly instead of converting Python objects back.
-    It compares, copies, pickles and prints as a Message."""
-
-    def _fields(self):
-        return tuple(getattr(self, f.name) for f in fields(Message))
-
-    def __eq__(self, other):
-        if not isinstance(other, Message):
-            return NotImplemented
-        return self._fields() == tuple(getattr(other, f.name) for f in fields(Message))
-
-    __hash__ = None
-
-    def __repr__(self):
-        return "Message(" + ", ".join(f"{f.name}={getattr(self, f.name)!r}"
-                                      for f in fields(Message)) + ")"
-
-    def __reduce__(self):
-        return (Message, self._fields())
-
-
-for _f in fields(Message):
-    if _f.name not in _EAGER:
-        setattr(ReceivedMessage, _f.name, _lazy_field(_f.name))
-del _f
+# What Mesh.recv returns was once a subclass decoding its fields lazily; Message itself does
+# that now. The name stays for code that spells it.
+ReceivedMessage = Message
 
 _mstar._bind_types(sys.modules[__name__])

@@ -1117,40 +1117,16 @@ static PyObject *comm_refresh_shm_placement(PyObject *obj, PyObject *arg)
     return r;
 }
 
-/* A message argument as the library's struct: a received message's own (no conversion), or
- * one converted into *tmp. 0, or -1 with an exception; release with msg_arg_done. */
-typedef struct msg_arg {
-    mstar_msg tmp;
-    mstar_msg *m;
-    PyObject *hold;
-} msg_arg;
-
-static int msg_arg_get(PyObject *obj, msg_arg *a)
-{
-    mstar_msg_init(&a->tmp, MSTAR_MSG_INVALID);
-    int wired = mstarpy_msg_wire(obj, &a->m, &a->hold);
-    if (wired != 0)
-        return wired < 0 ? -1 : 0;
-    a->m = &a->tmp;
-    return mstarpy_msg_from_py(obj, &a->tmp);
-}
-
-static void msg_arg_done(msg_arg *a)
-{
-    mstar_msg_clear(&a->tmp);
-    Py_CLEAR(a->hold);
-}
-
 static PyObject *comm_handle_message(PyObject *obj, PyObject *arg)
 {
     comm_obj *self = (comm_obj *)obj;
-    msg_arg a;
+    mstarpy_msg_arg a;
     PyObject *r = NULL;
-    if (msg_arg_get(arg, &a) == 0 && enter(self) == 0) {
+    if (mstarpy_msg_arg_get(arg, &a) == 0 && enter(self) == 0) {
         mstar_status st = mstar_comm_handle_message(self->comm, a.m);
         r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
     }
-    msg_arg_done(&a);
+    mstarpy_msg_arg_done(&a);
     return r;
 }
 
@@ -1163,13 +1139,13 @@ static PyObject *comm_note_sent(PyObject *obj, PyObject *args)
     PyObject *msg_obj;
     if (!PyArg_ParseTuple(args, "sO", &peer, &msg_obj))
         return NULL;
-    msg_arg a;
+    mstarpy_msg_arg a;
     PyObject *r = NULL;
-    if (msg_arg_get(msg_obj, &a) == 0 && enter(self) == 0) {
+    if (mstarpy_msg_arg_get(msg_obj, &a) == 0 && enter(self) == 0) {
         mstar_status st = mstar_comm_note_sent(self->comm, peer, a.m);
         r = st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
     }
-    msg_arg_done(&a);
+    mstarpy_msg_arg_done(&a);
     return r;
 }
 
@@ -1184,14 +1160,9 @@ static int edges_args(PyObject *rid_obj, PyObject *edges_obj, mstar_rid *rid, ms
     *owned = true;
     *hold = NULL;
     if (edges_obj == Py_None) {
-        mstar_msg *m;
-        int wired = mstarpy_msg_wire(rid_obj, &m, hold);
-        if (wired != 0) {
-            *rid = m->request_id;
-            *edges = m->edges;
-            *n = m->nedges;
+        if (mstarpy_msg_struct_edges(rid_obj, rid, edges, n, hold)) {
             *owned = false;
-            return wired < 0 ? -1 : 0;
+            return 0;
         }
         if (!PyObject_TypeCheck(rid_obj, (PyTypeObject *)mstarpy.msg_cls)) {
             mstarpy_raise_msg(MSTAR_EINVAL, "(request_id, edges), or a Message alone");

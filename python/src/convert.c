@@ -151,6 +151,49 @@ static PyObject *blank(PyObject *cls, PyObject **fields)
     return obj;
 }
 
+/* ---- a data class's __init__ ---------------------------------------------------------------- */
+
+/* Field i of names[0..n) in a keyword: the caller's str is interned as a rule (a literal
+ * keyword), so pointers are compared first. -1 when none. */
+static int field_index(PyObject *key, PyObject *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (key == names[i])
+            return i;
+    for (int i = 0; PyUnicode_Check(key) && i < n; i++)
+        if (PyUnicode_Compare(key, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+int mstarpy_fields_from_args(PyObject *args, PyObject *kw, PyObject *const *names, int n,
+                             const char *who, PyObject **v)
+{
+    Py_ssize_t npos = PyTuple_Size(args);
+    if (npos > n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes at most %d positional arguments (%zd given)", who,
+                     n, npos);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++)
+        v[i] = i < npos ? PyTuple_GetItem(args, i) : NULL;
+    PyObject *key, *val;
+    Py_ssize_t pos = 0;
+    while (kw && PyDict_Next(kw, &pos, &key, &val)) {
+        int i = field_index(key, names, n);
+        if (i < 0) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument %R", who, key);
+            return -1;
+        }
+        if (v[i]) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument %R", who, key);
+            return -1;
+        }
+        v[i] = val;
+    }
+    return 0;
+}
+
 /* ---- request ids ---------------------------------------------------------------------------- */
 
 int mstarpy_rid_from_py(PyObject *obj, mstar_rid *out)
@@ -669,14 +712,12 @@ static int check_add(mstar_status st)
     return 0;
 }
 
-/* Apply `fn(msg, item)` to each item of the sequence attribute `name`. */
+/* Apply `fn(msg, item)` to each item of the sequence `seq`. */
 typedef int (*msg_item_fn)(mstar_msg *msg, PyObject *item);
 
-static int each_item(PyObject *obj, PyObject *name, mstar_msg *msg, msg_item_fn fn)
+static int each_item(PyObject *seq, mstar_msg *msg, msg_item_fn fn)
 {
-    PyObject *seq = attr_named(obj, name);
-    PyObject *fast = seq ? PySequence_Tuple(seq) : NULL;
-    Py_XDECREF(seq);
+    PyObject *fast = PySequence_Tuple(seq);
     if (!fast)
         return -1;
     int r = 0;
@@ -737,11 +778,8 @@ static int add_rx_item(mstar_msg *msg, PyObject *item)
 }
 
 /* counts {uuid: n} and kv {key: value}: dicts. */
-static int add_counts(PyObject *obj, mstar_msg *msg)
+static int add_counts(PyObject *d, mstar_msg *msg)
 {
-    PyObject *d = attr(obj, "counts");
-    if (!d)
-        return -1;
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     int r = PyDict_Check(d) ? 0 : (mstarpy_raise_msg(MSTAR_EINVAL, "Message.counts: a dict"), -1);
@@ -753,15 +791,11 @@ static int add_counts(PyObject *obj, mstar_msg *msg)
                 ? -1
                 : check_add(mstar_msg_add_count(msg, u, n));
     }
-    Py_DECREF(d);
     return r;
 }
 
-static int add_kv(PyObject *obj, mstar_msg *msg)
+static int add_kv(PyObject *d, mstar_msg *msg)
 {
-    PyObject *d = attr(obj, "kv");
-    if (!d)
-        return -1;
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     int r = PyDict_Check(d) ? 0 : (mstarpy_raise_msg(MSTAR_EINVAL, "Message.kv: a dict"), -1);
@@ -773,7 +807,6 @@ static int add_kv(PyObject *obj, mstar_msg *msg)
                 ? -1
                 : check_add(mstar_msg_add_kv(msg, key, n));
     }
-    Py_DECREF(d);
     return r;
 }
 
@@ -787,45 +820,6 @@ static int remove_source_from_py(PyObject *o, mstar_remove_source *out, const ch
         return -1;
     }
     *out = (mstar_remove_source)v;
-    return 0;
-}
-
-int mstarpy_msg_from_py(PyObject *obj, mstar_msg *m)
-{
-    mstar_msg_type type;
-    if (GET_ATTR(obj, "type", msg_type_from_py, &type, "Message.type") < 0) {
-        mstar_msg_init(m, MSTAR_MSG_INVALID);
-        return -1;
-    }
-    mstar_msg_init(m, type);
-    /* sender is the wire's `from`: a producer's ACK ledger settles deliveries by it, so a
-     * received message handed to handle_message keeps it (a mesh stamps its own on send). */
-    if (GET_ATTR(obj, "request_id", mstarpy_rid_from_py, &m->request_id) < 0 ||
-        GET_ATTR(obj, "sender", mstarpy_name_from_py, m->from, sizeof(m->from), true,
-                 "Message.sender") < 0 ||
-        GET_ATTR(obj, "graph_walk", mstarpy_name_from_py, m->graph_walk, sizeof(m->graph_walk),
-                 true, "Message.graph_walk") < 0 ||
-        GET_ATTR(obj, "text", mstarpy_name_from_py, m->text, sizeof(m->text), true,
-                 "Message.text") < 0 ||
-        GET_ATTR(obj, "remove_source", remove_source_from_py, &m->remove_source,
-                 "Message.remove_source") < 0 ||
-        GET_ATTR(obj, "force", bool_from_py, &m->force, "Message.force") < 0 ||
-        GET_ATTR(obj, "is_first_tp_rank", bool_from_py, &m->is_first_tp_rank,
-                 "Message.is_first_tp_rank") < 0 ||
-        GET_ATTR(obj, "round", i64_from_py, &m->round, "Message.round") < 0 ||
-        GET_ATTR(obj, "rank", i32_from_py, &m->rank, "Message.rank") < 0 ||
-        GET_ATTR(obj, "world_size", i32_from_py, &m->world_size, "Message.world_size") < 0 ||
-        each_item(obj, NAME("edges"), m, add_edge_item) < 0 || add_counts(obj, m) < 0 ||
-        each_item(obj, NAME("uuids"), m, add_uuid_item) < 0 ||
-        each_item(obj, NAME("names"), m, add_name_item) < 0 ||
-        each_item(obj, NAME("rids"), m, add_rid_item) < 0 ||
-        each_item(obj, NAME("ints"), m, add_int_item) < 0 ||
-        each_item(obj, NAME("rx"), m, add_rx_item) < 0 ||
-        each_item(obj, NAME("tx"), m, add_tx_item) < 0 || add_kv(obj, m) < 0)
-        return -1;
-    /* INPUT_SIGNALS defaults text to "default" (mstar_msg_init); keep it when left empty. */
-    if (type == MSTAR_MSG_INPUT_SIGNALS && !m->text[0])
-        snprintf(m->text, sizeof(m->text), "default");
     return 0;
 }
 
@@ -891,158 +885,235 @@ static PyObject *kv_to_py(const mstar_msg *m)
     return d;
 }
 
-/* The fields a received message decodes at once: an entity's loop dispatches on them. */
-static int set_eager_fields(PyObject *f, const mstar_msg *m)
+/* Field i (MSTARPY_MSG_*) of a message, one at a time: message.c converts only the fields a
+ * Message object holds as Python values, and takes the others from a struct. */
+int mstarpy_msg_field_from_py(mstar_msg *m, int i, PyObject *v)
 {
-    const char *type = mstar_msg_type_name(m->type);
-    return set_attr_steal(f, "type", PyUnicode_FromString(type ? type : "INVALID")) < 0 ||
-                   set_attr_steal(f, "sender", PyUnicode_FromString(m->from)) < 0 ||
-                   set_attr_steal(f, "request_id", mstarpy_rid_to_py(&m->request_id)) < 0
-               ? -1
-               : 0;
+    switch (i) {
+    case MSTARPY_MSG_TYPE:
+        return msg_type_from_py(v, &m->type, "Message.type");
+    case MSTARPY_MSG_SENDER:
+        /* the wire's `from`: a producer's ACK ledger settles deliveries by it, so a received
+         * message handed to handle_message keeps it (a mesh stamps its own on send) */
+        return mstarpy_name_from_py(v, m->from, sizeof(m->from), true, "Message.sender");
+    case MSTARPY_MSG_REQUEST_ID:
+        return mstarpy_rid_from_py(v, &m->request_id);
+    case MSTARPY_MSG_GRAPH_WALK:
+        return mstarpy_name_from_py(v, m->graph_walk, sizeof(m->graph_walk), true,
+                                    "Message.graph_walk");
+    case MSTARPY_MSG_TEXT:
+        return mstarpy_name_from_py(v, m->text, sizeof(m->text), true, "Message.text");
+    case MSTARPY_MSG_REMOVE_SOURCE:
+        return remove_source_from_py(v, &m->remove_source, "Message.remove_source");
+    case MSTARPY_MSG_FORCE:
+        return bool_from_py(v, &m->force, "Message.force");
+    case MSTARPY_MSG_FIRST_TP_RANK:
+        return bool_from_py(v, &m->is_first_tp_rank, "Message.is_first_tp_rank");
+    case MSTARPY_MSG_ROUND:
+        return i64_from_py(v, &m->round, "Message.round");
+    case MSTARPY_MSG_RANK:
+        return i32_from_py(v, &m->rank, "Message.rank");
+    case MSTARPY_MSG_WORLD_SIZE:
+        return i32_from_py(v, &m->world_size, "Message.world_size");
+    case MSTARPY_MSG_EDGES:
+        return each_item(v, m, add_edge_item);
+    case MSTARPY_MSG_COUNTS:
+        if (!PyDict_Check(v))
+            return mstarpy_raise_msg(MSTAR_EINVAL, "Message.counts: a dict"), -1;
+        return add_counts(v, m);
+    case MSTARPY_MSG_UUIDS:
+        return each_item(v, m, add_uuid_item);
+    case MSTARPY_MSG_NAMES:
+        return each_item(v, m, add_name_item);
+    case MSTARPY_MSG_RIDS:
+        return each_item(v, m, add_rid_item);
+    case MSTARPY_MSG_INTS:
+        return each_item(v, m, add_int_item);
+    case MSTARPY_MSG_RX:
+        return each_item(v, m, add_rx_item);
+    case MSTARPY_MSG_TX:
+        return each_item(v, m, add_tx_item);
+    case MSTARPY_MSG_KV:
+        if (!PyDict_Check(v))
+            return mstarpy_raise_msg(MSTAR_EINVAL, "Message.kv: a dict"), -1;
+        return add_kv(v, m);
+    }
+    PyErr_SetString(PyExc_SystemError, "no such Message field");
+    return -1;
 }
 
-static int set_lazy_fields(PyObject *f, const mstar_msg *m)
+PyObject *mstarpy_msg_field_to_py(const mstar_msg *m, int i)
 {
-    return set_attr_steal(f, "graph_walk", PyUnicode_FromString(m->graph_walk)) < 0 ||
-                   set_attr_steal(f, "text", PyUnicode_FromString(m->text)) < 0 ||
-                   set_attr_steal(f, "remove_source", PyLong_FromLong((long)m->remove_source)) <
-                       0 ||
-                   set_attr_steal(f, "force", PyBool_FromLong(m->force)) < 0 ||
-                   set_attr_steal(f, "is_first_tp_rank", PyBool_FromLong(m->is_first_tp_rank)) <
-                       0 ||
-                   set_attr_steal(f, "round", PyLong_FromLongLong(m->round)) < 0 ||
-                   set_attr_steal(f, "rank", PyLong_FromLong(m->rank)) < 0 ||
-                   set_attr_steal(f, "world_size", PyLong_FromLong(m->world_size)) < 0 ||
-                   set_attr_steal(f, "edges", list_of(m->nedges, edge_item, m)) < 0 ||
-                   set_attr_steal(f, "counts", counts_to_py(m)) < 0 ||
-                   set_attr_steal(f, "uuids", list_of(m->nuuids, uuid_item, m)) < 0 ||
-                   set_attr_steal(f, "names", list_of(m->nnames, name_item, m)) < 0 ||
-                   set_attr_steal(f, "rids", list_of(m->nrids, rid_item, m)) < 0 ||
-                   set_attr_steal(f, "ints", list_of(m->nints, int_item, m)) < 0 ||
-                   set_attr_steal(f, "rx", mstarpy_rx_to_py(m->rx, m->nrx)) < 0 ||
-                   set_attr_steal(f, "tx", mstarpy_tx_to_py(m->tx, m->ntx)) < 0 ||
-                   set_attr_steal(f, "kv", kv_to_py(m)) < 0
-               ? -1
-               : 0;
+    const char *type;
+    switch (i) {
+    case MSTARPY_MSG_TYPE:
+        type = mstar_msg_type_name(m->type);
+        return PyUnicode_FromString(type ? type : "INVALID");
+    case MSTARPY_MSG_SENDER:
+        return PyUnicode_FromString(m->from);
+    case MSTARPY_MSG_REQUEST_ID:
+        return mstarpy_rid_to_py(&m->request_id);
+    case MSTARPY_MSG_GRAPH_WALK:
+        return PyUnicode_FromString(m->graph_walk);
+    case MSTARPY_MSG_TEXT:
+        return PyUnicode_FromString(m->text);
+    case MSTARPY_MSG_REMOVE_SOURCE:
+        return PyLong_FromLong((long)m->remove_source);
+    case MSTARPY_MSG_FORCE:
+        return PyBool_FromLong(m->force);
+    case MSTARPY_MSG_FIRST_TP_RANK:
+        return PyBool_FromLong(m->is_first_tp_rank);
+    case MSTARPY_MSG_ROUND:
+        return PyLong_FromLongLong(m->round);
+    case MSTARPY_MSG_RANK:
+        return PyLong_FromLong(m->rank);
+    case MSTARPY_MSG_WORLD_SIZE:
+        return PyLong_FromLong(m->world_size);
+    case MSTARPY_MSG_EDGES:
+        return list_of(m->nedges, edge_item, m);
+    case MSTARPY_MSG_COUNTS:
+        return counts_to_py(m);
+    case MSTARPY_MSG_UUIDS:
+        return list_of(m->nuuids, uuid_item, m);
+    case MSTARPY_MSG_NAMES:
+        return list_of(m->nnames, name_item, m);
+    case MSTARPY_MSG_RIDS:
+        return list_of(m->nrids, rid_item, m);
+    case MSTARPY_MSG_INTS:
+        return list_of(m->nints, int_item, m);
+    case MSTARPY_MSG_RX:
+        return mstarpy_rx_to_py(m->rx, m->nrx);
+    case MSTARPY_MSG_TX:
+        return mstarpy_tx_to_py(m->tx, m->ntx);
+    case MSTARPY_MSG_KV:
+        return kv_to_py(m);
+    }
+    PyErr_SetString(PyExc_SystemError, "no such Message field");
+    return NULL;
+}
+
+/* Append src's array of field `i` to dst's (deep: edges bring their descriptors). */
+static mstar_status copy_array(mstar_msg *dst, const mstar_msg *src, int i)
+{
+    mstar_status st = MSTAR_OK;
+    switch (i) {
+    case MSTARPY_MSG_EDGES:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->nedges; k++)
+            st = mstar_msg_add_edge(dst, &src->edges[k]);
+        break;
+    case MSTARPY_MSG_COUNTS:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->ncounts; k++)
+            st = mstar_msg_add_count(dst, src->counts[k].uuid, src->counts[k].count);
+        break;
+    case MSTARPY_MSG_UUIDS:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->nuuids; k++)
+            st = mstar_msg_add_uuid(dst, src->uuids[k]);
+        break;
+    case MSTARPY_MSG_NAMES:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->nnames; k++)
+            st = mstar_msg_add_name(dst, src->names[k]);
+        break;
+    case MSTARPY_MSG_RIDS:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->nrids; k++)
+            st = mstar_msg_add_rid(dst, &src->rids[k]);
+        break;
+    case MSTARPY_MSG_INTS:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->nints; k++)
+            st = mstar_msg_add_int(dst, src->ints[k]);
+        break;
+    case MSTARPY_MSG_RX:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->nrx; k++)
+            st = mstar_msg_add_rx(dst, &src->rx[k]);
+        break;
+    case MSTARPY_MSG_TX:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->ntx; k++)
+            st = mstar_msg_add_tx(dst, &src->tx[k]);
+        break;
+    case MSTARPY_MSG_KV:
+        for (uint32_t k = 0; st == MSTAR_OK && k < src->nkv; k++)
+            st = mstar_msg_add_kv(dst, src->kv[k].key, src->kv[k].value);
+        break;
+    }
+    return st;
+}
+
+int mstarpy_msg_field_copy(mstar_msg *dst, const mstar_msg *src, int i)
+{
+    switch (i) {
+    case MSTARPY_MSG_TYPE:
+        dst->type = src->type;
+        return 0;
+    case MSTARPY_MSG_SENDER:
+        memcpy(dst->from, src->from, sizeof(dst->from));
+        return 0;
+    case MSTARPY_MSG_REQUEST_ID:
+        dst->request_id = src->request_id;
+        return 0;
+    case MSTARPY_MSG_GRAPH_WALK:
+        memcpy(dst->graph_walk, src->graph_walk, sizeof(dst->graph_walk));
+        return 0;
+    case MSTARPY_MSG_TEXT:
+        memcpy(dst->text, src->text, sizeof(dst->text));
+        return 0;
+    case MSTARPY_MSG_REMOVE_SOURCE:
+        dst->remove_source = src->remove_source;
+        return 0;
+    case MSTARPY_MSG_FORCE:
+        dst->force = src->force;
+        return 0;
+    case MSTARPY_MSG_FIRST_TP_RANK:
+        dst->is_first_tp_rank = src->is_first_tp_rank;
+        return 0;
+    case MSTARPY_MSG_ROUND:
+        dst->round = src->round;
+        return 0;
+    case MSTARPY_MSG_RANK:
+        dst->rank = src->rank;
+        return 0;
+    case MSTARPY_MSG_WORLD_SIZE:
+        dst->world_size = src->world_size;
+        return 0;
+    }
+    return check_add(copy_array(dst, src, i));
+}
+
+void mstarpy_msg_finish(mstar_msg *m)
+{
+    /* INPUT_SIGNALS defaults text to "default" (mstar_msg_init); keep it when left empty. */
+    if (m->type == MSTAR_MSG_INPUT_SIGNALS && !m->text[0])
+        snprintf(m->text, sizeof(m->text), "default");
+}
+
+/* The attribute path: any object with Message's attributes (a subclass of Message, whose
+ * fields may be properties, included). */
+int mstarpy_msg_from_py(PyObject *obj, mstar_msg *m)
+{
+    mstar_msg_type type;
+    if (GET_ATTR(obj, "type", msg_type_from_py, &type, "Message.type") < 0) {
+        mstar_msg_init(m, MSTAR_MSG_INVALID);
+        return -1;
+    }
+    mstar_msg_init(m, type);
+    for (int i = MSTARPY_MSG_TYPE + 1; i < MSTARPY_MSG_NFIELDS; i++) {
+        PyObject *v = attr_named(obj, mstarpy_msg_name(i));
+        int r = v ? mstarpy_msg_field_from_py(m, i, v) : -1;
+        Py_XDECREF(v);
+        if (r < 0)
+            return -1;
+    }
+    mstarpy_msg_finish(m);
+    return 0;
 }
 
 PyObject *mstarpy_msg_to_py(const mstar_msg *m)
 {
-    PyObject *f;
-    PyObject *obj = blank(mstarpy.msg_cls, &f);
-    if (!obj)
-        return NULL;
-    if (set_eager_fields(f, m) < 0 || set_lazy_fields(f, m) < 0)
-        Py_CLEAR(obj);
-    Py_DECREF(f);
-    return obj;
-}
-
-/* ---- received messages, decoded lazily ------------------------------------------------------ */
-
-/* The library's struct of a received message, kept in the ReceivedMessage's __dict__ as
- * "_wire" until a field other than the eager ones is read or written: the manager's methods
- * take it from there instead of converting Python objects back (a received message goes from
- * the mesh to start_read_tensors or handle_message with no field converted twice). */
-typedef struct wire_obj {
-    PyObject ob_base; /* PyObject_HEAD */
-    mstar_msg m;
-} wire_obj;
-
-static void wire_dealloc(PyObject *obj)
-{
-    PyTypeObject *tp = Py_TYPE(obj);
-    mstar_msg_clear(&((wire_obj *)obj)->m);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(obj);
-    Py_DECREF(tp);
-}
-
-static PyType_Slot wire_slots[] = {
-    { Py_tp_dealloc, wire_dealloc },
-    { Py_tp_doc, "A received message's library struct (internal)." },
-    { 0, NULL },
-};
-
-static PyType_Spec wire_spec = {
-    "mstar._mstar._Wire", sizeof(wire_obj), 0, Py_TPFLAGS_DEFAULT, wire_slots,
-};
-
-int mstarpy_add_wire_type(PyObject *module)
-{
-    mstarpy.wire_type = (PyTypeObject *)PyType_FromSpec(&wire_spec);
-    return mstarpy.wire_type ? 0 : -1;
-}
-
-PyObject *mstarpy_msg_received(mstar_msg *m)
-{
-    wire_obj *w = (wire_obj *)PyType_GenericAlloc(mstarpy.wire_type, 0);
-    if (!w) {
-        mstar_msg_clear(m);
-        return NULL;
+    mstar_msg copy;
+    mstar_msg_init(&copy, m->type);
+    for (int i = 0; i < MSTARPY_MSG_NFIELDS; i++) {
+        if (mstarpy_msg_field_copy(&copy, m, i) < 0) {
+            mstar_msg_clear(&copy);
+            return NULL;
+        }
     }
-    w->m = *m; /* moved: the arrays are the wire object's now */
-    mstar_msg_init(m, MSTAR_MSG_INVALID);
-    PyObject *f;
-    PyObject *obj = blank(mstarpy.received_cls, &f);
-    if (obj &&
-        (set_eager_fields(f, &w->m) < 0 || PyDict_SetItem(f, NAME("_wire"), (PyObject *)w) < 0))
-        Py_CLEAR(obj);
-    Py_XDECREF(f);
-    Py_DECREF((PyObject *)w);
-    return obj;
-}
-
-/* The _Wire in obj's __dict__ (borrowed), or NULL (no exception) when there is none. */
-static wire_obj *wire_of(PyObject *obj)
-{
-    if (!mstarpy.received_cls || !PyObject_TypeCheck(obj, (PyTypeObject *)mstarpy.received_cls))
-        return NULL;
-    PyObject *f = PyObject_GenericGetDict(obj, NULL);
-    PyObject *w = f ? PyDict_GetItemWithError(f, NAME("_wire")) : NULL;
-    Py_XDECREF(f); /* the object keeps its dict, and the dict the _Wire */
-    PyErr_Clear();
-    return w && PyObject_TypeCheck(w, mstarpy.wire_type) ? (wire_obj *)w : NULL;
-}
-
-PyObject *mstarpy_decode_message(PyObject *unused, PyObject *obj)
-{
-    wire_obj *w = wire_of(obj);
-    if (!w)
-        Py_RETURN_NONE; /* decoded already, or built in Python */
-    Py_INCREF((PyObject *)w);
-    PyObject *f = PyObject_GenericGetDict(obj, NULL);
-    PyObject *rest = f ? PyDict_New() : NULL;
-    /* Fields already set on the object win over the struct's (PyDict_Merge, no override). */
-    int r = rest && set_lazy_fields(rest, &w->m) == 0 && PyDict_Merge(f, rest, 0) == 0 &&
-                    PyDict_DelItem(f, NAME("_wire")) == 0
-                ? 0
-                : -1;
-    Py_XDECREF(rest);
-    Py_XDECREF(f);
-    Py_DECREF((PyObject *)w);
-    if (r < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
-int mstarpy_msg_wire(PyObject *obj, mstar_msg **out, PyObject **hold)
-{
-    *hold = NULL;
-    wire_obj *w = wire_of(obj);
-    if (!w)
-        return 0;
-    /* The eager fields are plain attributes the caller may have changed: they win. */
-    mstar_msg *m = &w->m;
-    mstar_msg_type type;
-    if (GET_ATTR(obj, "type", msg_type_from_py, &type, "Message.type") < 0 ||
-        GET_ATTR(obj, "request_id", mstarpy_rid_from_py, &m->request_id) < 0 ||
-        GET_ATTR(obj, "sender", mstarpy_name_from_py, m->from, sizeof(m->from), true,
-                 "Message.sender") < 0)
-        return -1;
-    m->type = type;
-    *out = m;
-    *hold = Py_NewRef((PyObject *)w);
-    return 1;
+    return mstarpy_msg_new(&copy);
 }

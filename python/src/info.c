@@ -56,10 +56,93 @@ bool mstarpy_info_exact(PyObject *obj)
     return mstarpy.info_cls && (PyObject *)Py_TYPE(obj) == mstarpy.info_cls;
 }
 
+/* ---- a data class over a C base (shared with message.c) ----------------------------------- */
+
+void mstarpy_vals_clear(PyObject **vals, int n)
+{
+    for (int i = 0; i < n; i++)
+        Py_CLEAR(vals[i]);
+}
+
+int mstarpy_vals_traverse(PyObject *obj, PyObject **vals, int n, visitproc visit, void *arg)
+{
+    Py_VISIT(Py_TYPE(obj));
+    for (int i = 0; i < n; i++)
+        Py_VISIT(vals[i]);
+    return 0;
+}
+
+void mstarpy_gc_free(PyObject *obj)
+{
+    PyTypeObject *tp = Py_TYPE(obj);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(obj);
+    Py_DECREF(tp);
+}
+
+int mstarpy_fields_intern(const char *const *src, PyObject **names, PyGetSetDef *getset, int n)
+{
+    for (int i = 0; i < n; i++) {
+        getset[i].name = src[i];
+        if (!names[i] && !(names[i] = PyUnicode_InternFromString(src[i])))
+            return -1;
+    }
+    return 0;
+}
+
+/* A dataclass Field's default: its value, or (when it has none and `factories` is given) its
+ * factory, with bit i set in *factories. */
+static PyObject *field_default(PyObject *field, int i, uint32_t *factories)
+{
+    PyObject *dflt = PyObject_GetAttrString(field, "default");
+    PyObject *dc = dflt ? PyImport_ImportModule("dataclasses") : NULL;
+    PyObject *missing = dc ? PyObject_GetAttrString(dc, "MISSING") : NULL;
+    Py_XDECREF(dc);
+    if (!missing) {
+        Py_XDECREF(dflt);
+        return NULL;
+    }
+    if (dflt == missing) {
+        Py_CLEAR(dflt);
+        if (factories) {
+            dflt = PyObject_GetAttrString(field, "default_factory");
+            *factories |= 1u << i;
+        }
+    }
+    Py_DECREF(missing);
+    return dflt;
+}
+
+int mstarpy_fields_bind(PyObject *cls, PyObject *const *names, int n, PyObject **defaults,
+                        uint32_t *factories)
+{
+    PyObject *fields = PyObject_GetAttrString(cls, "__dataclass_fields__");
+    if (!fields)
+        return -1;
+    PyObject *keys = PySequence_List(fields);
+    int r = keys && PyList_Size(keys) == n ? 0 : -1;
+    if (factories)
+        *factories = 0;
+    for (int i = 0; r == 0 && i < n; i++) {
+        PyObject *field = PyObject_GetItem(fields, names[i]);
+        PyObject *dflt = field ? field_default(field, i, factories) : NULL;
+        Py_XDECREF(field);
+        r = dflt && PyUnicode_Compare(PyList_GetItem(keys, i), names[i]) == 0 ? 0 : -1;
+        Py_XDECREF(defaults[i]);
+        defaults[i] = dflt;
+    }
+    Py_XDECREF(keys);
+    Py_DECREF(fields);
+    if (r < 0 && !PyErr_Occurred())
+        PyErr_Format(PyExc_ImportError, "%S's fields are not those of its _mstar base", cls);
+    return r;
+}
+
+/* ---- TensorPointerInfo ------------------------------------------------------------------- */
+
 static void clear_vals(info_obj *self)
 {
-    for (int i = 0; i < MSTARPY_INFO_NFIELDS; i++)
-        Py_CLEAR(self->vals[i]);
+    mstarpy_vals_clear(self->vals, MSTARPY_INFO_NFIELDS);
 }
 
 /* Build every value still absent from the struct (nothing when the struct is stale). */
@@ -118,17 +201,12 @@ static int info_set(PyObject *obj, PyObject *v, void *closure)
  * defaults for the rest. A subclass gets its fields set by attribute (its properties run). */
 static int info_init(PyObject *obj, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[MSTARPY_INFO_NFIELDS + 1];
-    if (!kwlist[0])
-        memcpy(kwlist, mstarpy_info_names, sizeof(mstarpy_info_names));
-    PyObject *v[MSTARPY_INFO_NFIELDS] = { NULL };
+    PyObject *v[MSTARPY_INFO_NFIELDS];
     if (!defaults[0]) {
         PyErr_SetString(PyExc_TypeError, "_InfoBase is built through mstar.TensorPointerInfo");
         return -1;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|OOOOOOOOOOOOOOOO:TensorPointerInfo", kwlist, &v[0],
-                                     &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9],
-                                     &v[10], &v[11], &v[12], &v[13], &v[14], &v[15]))
+    if (mstarpy_fields_from_args(args, kw, names, MSTARPY_INFO_NFIELDS, "TensorPointerInfo", v) < 0)
         return -1;
     bool exact = mstarpy_info_exact(obj);
     for (int i = 0; i < MSTARPY_INFO_NFIELDS; i++) {
@@ -143,11 +221,7 @@ static int info_init(PyObject *obj, PyObject *args, PyObject *kw)
 
 static int info_traverse(PyObject *obj, visitproc visit, void *arg)
 {
-    info_obj *self = (info_obj *)obj;
-    Py_VISIT(Py_TYPE(obj));
-    for (int i = 0; i < MSTARPY_INFO_NFIELDS; i++)
-        Py_VISIT(self->vals[i]);
-    return 0;
+    return mstarpy_vals_traverse(obj, ((info_obj *)obj)->vals, MSTARPY_INFO_NFIELDS, visit, arg);
 }
 
 static int info_clear(PyObject *obj)
@@ -158,12 +232,9 @@ static int info_clear(PyObject *obj)
 
 static void info_dealloc(PyObject *obj)
 {
-    PyTypeObject *tp = Py_TYPE(obj);
     PyObject_GC_UnTrack(obj);
     clear_vals((info_obj *)obj);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(obj);
-    Py_DECREF(tp);
+    mstarpy_gc_free(obj);
 }
 
 /* ---- what the converters use ------------------------------------------------------------- */
@@ -280,11 +351,8 @@ static PyType_Spec info_spec = {
 
 int mstarpy_add_info_type(PyObject *module)
 {
-    for (int i = 0; i < MSTARPY_INFO_NFIELDS; i++) {
-        info_getset[i].name = mstarpy_info_names[i];
-        if (!names[i] && !(names[i] = PyUnicode_InternFromString(mstarpy_info_names[i])))
-            return -1;
-    }
+    if (mstarpy_fields_intern(mstarpy_info_names, names, info_getset, MSTARPY_INFO_NFIELDS) < 0)
+        return -1;
     PyObject *tp = PyType_FromSpec(&info_spec);
     if (!tp)
         return -1;
@@ -297,23 +365,5 @@ int mstarpy_add_info_type(PyObject *module)
  * getters are found by name, a positional init by index); their defaults are init's. */
 int mstarpy_info_bind(PyObject *cls)
 {
-    PyObject *fields = PyObject_GetAttrString(cls, "__dataclass_fields__");
-    if (!fields)
-        return -1;
-    PyObject *keys = PySequence_List(fields);
-    int r = keys && PyList_Size(keys) == MSTARPY_INFO_NFIELDS ? 0 : -1;
-    for (int i = 0; r == 0 && i < MSTARPY_INFO_NFIELDS; i++) {
-        PyObject *field = PyObject_GetItem(fields, names[i]);
-        PyObject *dflt = field ? PyObject_GetAttrString(field, "default") : NULL;
-        Py_XDECREF(field);
-        r = dflt && PyUnicode_Compare(PyList_GetItem(keys, i), names[i]) == 0 ? 0 : -1;
-        Py_XDECREF(defaults[i]);
-        defaults[i] = dflt;
-    }
-    Py_XDECREF(keys);
-    Py_DECREF(fields);
-    if (r < 0 && !PyErr_Occurred())
-        PyErr_SetString(PyExc_ImportError,
-                        "TensorPointerInfo's fields are not those of _mstar._InfoBase");
-    return r;
+    return mstarpy_fields_bind(cls, names, MSTARPY_INFO_NFIELDS, defaults, NULL);
 }

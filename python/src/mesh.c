@@ -132,20 +132,15 @@ static PyObject *mesh_send(PyObject *obj, PyObject *args)
     if (!PyArg_ParseTuple(args, "sO", &peer, &msg_obj))
         return NULL;
     /* A received message forwarded as it came is sent from its library struct. */
-    mstar_msg m, *mp;
-    PyObject *hold;
-    int wired = mstarpy_msg_wire(msg_obj, &mp, &hold);
-    if (wired < 0)
-        return NULL;
-    if (!wired && mstarpy_msg_from_py(msg_obj, &m) < 0) {
-        mstar_msg_clear(&m);
+    mstarpy_msg_arg a;
+    if (mstarpy_msg_arg_get(msg_obj, &a) < 0) {
+        mstarpy_msg_arg_done(&a);
         return NULL;
     }
+    mstarpy_msg_arg_own(&a); /* the mesh stamps its own sender on what it sends */
     mstar_mesh *mesh = mesh_open(self);
-    mstar_status st = mesh ? mstar_mesh_send(mesh, peer, wired ? mp : &m) : MSTAR_OK;
-    if (!wired)
-        mstar_msg_clear(&m);
-    Py_XDECREF(hold);
+    mstar_status st = mesh ? mstar_mesh_send(mesh, peer, a.m) : MSTAR_OK;
+    mstarpy_msg_arg_done(&a);
     if (!mesh)
         return NULL;
     if (st != MSTAR_OK)
@@ -223,7 +218,7 @@ static PyObject *mesh_recv(PyObject *obj, PyObject *const *args, Py_ssize_t narg
         Py_RETURN_NONE;
     if (st != MSTAR_OK)
         return mstarpy_raise(st);
-    return mstarpy_msg_received(&m); /* the rest decoded when first read */
+    return mstarpy_msg_new(&m); /* its fields built when first read */
 }
 
 static PyObject *mesh_wake(PyObject *obj, PyObject *unused)
@@ -291,8 +286,8 @@ static PyMethodDef mesh_methods[] = {
       "the peer's queue is full." },
     { "send_raw", mesh_send_raw, METH_VARARGS, "send_raw(peer, data: bytes)" },
     { "recv", (PyCFunction)(void (*)(void))mesh_recv, METH_FASTCALL | METH_KEYWORDS,
-      "recv(timeout_ms=-1) -> ReceivedMessage or None (none arrived in time, or a wake-up).\n"
-      "Only type, sender and request_id are decoded at once; the other fields on first use." },
+      "recv(timeout_ms=-1) -> Message or None (none arrived in time, or a wake-up).\n"
+      "The message keeps the library's struct: each field is built when first read." },
     { "wake", mesh_wake, METH_NOARGS, "Wake a recv (any thread)." },
     { "wake_drain", mesh_wake_drain, METH_NOARGS, "Drain the wake-ups; returns how many." },
     { "close", mesh_close, METH_NOARGS, "Close every socket and remove the bound ipc file." },

@@ -208,7 +208,6 @@ static PyObject *py_bind_types(PyObject *mod, PyObject *types)
         { &mstarpy.info_cls, "TensorPointerInfo" },
         { &mstarpy.edge_cls, "GraphEdge" },
         { &mstarpy.msg_cls, "Message" },
-        { &mstarpy.received_cls, "ReceivedMessage" },
         { &mstarpy.tx_cls, "TxInfo" },
         { &mstarpy.rx_cls, "RxInfo" },
         { &mstarpy.stored_cls, "StoredOutputs" },
@@ -221,6 +220,8 @@ static PyObject *py_bind_types(PyObject *mod, PyObject *types)
         r = (got[i] = PyObject_GetAttrString(types, classes[i].name)) ? 0 : -1;
     if (r == 0)
         r = mstarpy_info_bind(got[0]);
+    if (r == 0)
+        r = mstarpy_msg_bind(got[2]);
     for (size_t i = 0; i < n; i++) {
         if (r == 0) {
             Py_XDECREF(*classes[i].slot);
@@ -251,8 +252,10 @@ static PyMethodDef module_methods[] = {
       "fanout_graph_edges). shard_dim None: replicated." },
     { "_bind_types", py_bind_types, METH_O,
       "_bind_types(mstar._types): the data classes objects are built of (internal)." },
-    { "_decode_message", mstarpy_decode_message, METH_O,
-      "Decode the fields a received message has not decoded yet (internal)." },
+    { "_message_has_struct", mstarpy_msg_has_struct, METH_O,
+      "Whether a Message keeps a received message's library struct (tests)." },
+    { "_message_built", mstarpy_msg_built, METH_O,
+      "The fields a Message holds as Python values (tests)." },
     { NULL, NULL, 0, NULL },
 };
 
@@ -277,7 +280,7 @@ PyMODINIT_FUNC PyInit__mstar(void)
         return NULL;
     if (mstarpy_add_comm_type(m) < 0 || mstarpy_add_tensor_type(m) < 0 ||
         mstarpy_add_mesh_type(m) < 0 || mstarpy_add_completion_type(m) < 0 ||
-        mstarpy_add_wire_type(m) < 0 || mstarpy_add_loan_type(m) < 0 ||
+        mstarpy_add_msg_type(m) < 0 || mstarpy_add_loan_type(m) < 0 ||
         mstarpy_add_info_type(m) < 0) {
         Py_DECREF(m);
         return NULL;

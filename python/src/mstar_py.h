@@ -17,21 +17,19 @@
 
 /* Module state: filled once at import (module.c). */
 typedef struct mstarpy_state {
-    PyObject *errors;       /* dict status -> exception class (mstar._errors.BY_STATUS) */
-    PyObject *error_base;   /* mstar.Error */
-    PyObject *info_cls;     /* TensorPointerInfo */
-    PyObject *edge_cls;     /* GraphEdge */
-    PyObject *msg_cls;      /* Message */
-    PyObject *received_cls; /* ReceivedMessage */
-    PyObject *tx_cls;       /* TxInfo */
-    PyObject *rx_cls;       /* RxInfo */
-    PyObject *stored_cls;   /* StoredOutputs */
-    PyObject *failure_cls;  /* ReadFailure */
+    PyObject *errors;      /* dict status -> exception class (mstar._errors.BY_STATUS) */
+    PyObject *error_base;  /* mstar.Error */
+    PyObject *info_cls;    /* TensorPointerInfo */
+    PyObject *edge_cls;    /* GraphEdge */
+    PyObject *msg_cls;     /* Message */
+    PyObject *tx_cls;      /* TxInfo */
+    PyObject *rx_cls;      /* RxInfo */
+    PyObject *stored_cls;  /* StoredOutputs */
+    PyObject *failure_cls; /* ReadFailure */
     PyTypeObject *comm_type;
     PyTypeObject *tensor_type;
     PyTypeObject *mesh_type;
     PyTypeObject *completion_type;
-    PyTypeObject *wire_type; /* a received message's library struct */
     PyTypeObject *loan_type;
 } mstarpy_state;
 
@@ -57,6 +55,11 @@ int mstarpy_dims_from_py(PyObject *seq, int64_t *dims, int32_t *ndim, const char
 /* A dtype name ("float32") or a torch.dtype. */
 int mstarpy_dtype_from_py(PyObject *obj, mstar_dtype *out, const char *what);
 
+/* The arguments of a data class's __init__ (fields names[0..n) by position or keyword) into
+ * v[0..n) as borrowed references, NULL where not given; -1 with TypeError as Python's own. */
+int mstarpy_fields_from_args(PyObject *args, PyObject *kw, PyObject *const *names, int n,
+                             const char *who, PyObject **v);
+
 /* A tuple of n ints (a shape, strides). */
 PyObject *mstarpy_tuple_i64(const int64_t *v, int32_t n);
 
@@ -78,19 +81,17 @@ void mstarpy_edges_free(mstar_edge *edges, uint32_t n);
 /* Copy the descriptors of `edges` back onto the Python edges they came from. */
 int mstarpy_edges_update_py(PyObject *seq, const mstar_edge *edges, uint32_t n);
 
-/* Messages: msg_from_py fills a message the caller mstar_msg_clear's (also on error). */
+/* Messages, by attribute (any object with Message's attributes): msg_from_py fills a message the
+ * caller mstar_msg_clear's (also on error). msg_to_py is a new Message holding a copy of *msg. */
 int mstarpy_msg_from_py(PyObject *obj, mstar_msg *out);
 PyObject *mstarpy_msg_to_py(const mstar_msg *msg);
-/* A ReceivedMessage for a message just taken off the mesh: takes *msg's arrays (it is left
- * empty, also on failure) and decodes only type, sender and request_id now. */
-PyObject *mstarpy_msg_received(mstar_msg *msg);
-/* _mstar._decode_message(msg): decode the rest of a ReceivedMessage (nothing for others). */
-PyObject *mstarpy_decode_message(PyObject *unused, PyObject *obj);
-/* The library struct a ReceivedMessage still keeps, with its eager fields brought up to date
- * from the Python object: 1 with *out valid while *hold (a new reference) is held; 0 when obj
- * has none (convert it with msg_from_py); -1 with an exception. */
-int mstarpy_msg_wire(PyObject *obj, mstar_msg **out, PyObject **hold);
-int mstarpy_add_wire_type(PyObject *module);
+/* Field i (MSTARPY_MSG_*) of a message: from a Python value into *m (an array field appends to
+ * m's, which the caller left empty), to a new Python value, copied from src into dst (arrays
+ * deep). INPUT_SIGNALS's empty text becomes "default" in msg_finish, once a message is whole. */
+int mstarpy_msg_field_from_py(mstar_msg *m, int i, PyObject *v);
+PyObject *mstarpy_msg_field_to_py(const mstar_msg *m, int i);
+int mstarpy_msg_field_copy(mstar_msg *dst, const mstar_msg *src, int i);
+void mstarpy_msg_finish(mstar_msg *m);
 
 PyObject *mstarpy_tx_to_py(const mstar_tx_info *tx, uint32_t n);
 PyObject *mstarpy_rx_to_py(const mstar_rx_info *rx, uint32_t n);
@@ -119,6 +120,20 @@ enum {
 };
 extern const char *const mstarpy_info_names[MSTARPY_INFO_NFIELDS];
 
+/* What a data class over a C base shares (TensorPointerInfo, Message): one Python value per
+ * field in vals[0..n), NULL where absent. Clear and visit them (tp_clear, tp_traverse; the type
+ * is visited too), free the object at the end of its dealloc (tp_free, then the type's
+ * reference), name the getset entries and intern the names. fields_bind checks that the data
+ * class `cls` has exactly the fields names[0..n) in that order and takes their defaults (new
+ * references); a field with a default factory has the factory as its default and its bit set in
+ * *factories, or is refused when factories is NULL. */
+void mstarpy_vals_clear(PyObject **vals, int n);
+int mstarpy_vals_traverse(PyObject *obj, PyObject **vals, int n, visitproc visit, void *arg);
+void mstarpy_gc_free(PyObject *obj);
+int mstarpy_fields_intern(const char *const *src, PyObject **names, PyGetSetDef *getset, int n);
+int mstarpy_fields_bind(PyObject *cls, PyObject *const *names, int n, PyObject **defaults,
+                        uint32_t *factories);
+
 int mstarpy_add_info_type(PyObject *module);
 /* Check the data class `cls` (TensorPointerInfo) against _InfoBase and take its defaults. */
 int mstarpy_info_bind(PyObject *cls);
@@ -135,6 +150,66 @@ void mstarpy_info_set_struct(PyObject *obj, const mstar_tensor_info *info);
  * since and every value is immutable, so the next use copies the struct. */
 uint64_t mstarpy_info_version(PyObject *obj);
 void mstarpy_info_cache(PyObject *obj, const mstar_tensor_info *info, uint64_t version);
+
+/* ---- message objects (message.c) --------------------------------------------------------- */
+
+/* Message's fields, in the data class's order: the scalars first, then the arrays. */
+enum {
+    MSTARPY_MSG_TYPE,
+    MSTARPY_MSG_SENDER,
+    MSTARPY_MSG_REQUEST_ID,
+    MSTARPY_MSG_GRAPH_WALK,
+    MSTARPY_MSG_TEXT,
+    MSTARPY_MSG_REMOVE_SOURCE,
+    MSTARPY_MSG_FORCE,
+    MSTARPY_MSG_FIRST_TP_RANK,
+    MSTARPY_MSG_ROUND,
+    MSTARPY_MSG_RANK,
+    MSTARPY_MSG_WORLD_SIZE,
+    MSTARPY_MSG_EDGES, /* the first array field */
+    MSTARPY_MSG_COUNTS,
+    MSTARPY_MSG_UUIDS,
+    MSTARPY_MSG_NAMES,
+    MSTARPY_MSG_RIDS,
+    MSTARPY_MSG_INTS,
+    MSTARPY_MSG_RX,
+    MSTARPY_MSG_TX,
+    MSTARPY_MSG_KV,
+    MSTARPY_MSG_NFIELDS
+};
+/* Field i's name as an interned str (borrowed; set once the type is added). */
+PyObject *mstarpy_msg_name(int i);
+
+int mstarpy_add_msg_type(PyObject *module);
+/* Check the data class `cls` (Message) against _MsgBase and take its defaults. */
+int mstarpy_msg_bind(PyObject *cls);
+/* A new Message that takes over *msg (left empty, also on failure); no field is built as a
+ * Python value until read. */
+PyObject *mstarpy_msg_new(mstar_msg *msg);
+/* _mstar._message_has_struct(msg) (tests): whether msg keeps a library struct. */
+PyObject *mstarpy_msg_has_struct(PyObject *unused, PyObject *obj);
+/* _mstar._message_built(msg) (tests): the names of the fields msg holds as Python values. */
+PyObject *mstarpy_msg_built(PyObject *unused, PyObject *obj);
+
+/* A message argument as the library's struct. For a Message (exactly that class) only the fields
+ * it holds as Python values are converted; the others come from its struct (a received
+ * message's) or are the defaults; for anything else every field is read by attribute. Call
+ * mstarpy_msg_arg_done after, also after a failure (-1 with an exception). *m may be the
+ * object's own struct, to be read only: mstarpy_msg_arg_own first makes it a copy the caller
+ * may write to (its arrays still shared, and to be left alone). */
+typedef struct mstarpy_msg_arg {
+    mstar_msg tmp;
+    mstar_msg *m;
+    bool owned;     /* tmp is to be cleared (false: its arrays, if any, are the struct's) */
+    PyObject *hold; /* keeps the object whose struct *m or tmp's arrays are */
+} mstarpy_msg_arg;
+int mstarpy_msg_arg_get(PyObject *obj, mstarpy_msg_arg *a);
+void mstarpy_msg_arg_own(mstarpy_msg_arg *a);
+void mstarpy_msg_arg_done(mstarpy_msg_arg *a);
+/* A received message's request id and edges, when both are still its struct's (neither read
+ * into a list nor written): 1 with them valid while *hold (a new reference) is held; else 0. */
+int mstarpy_msg_struct_edges(PyObject *obj, mstar_rid *rid, mstar_edge **edges, uint32_t *n,
+                             PyObject **hold);
 
 /* ---- tensors in (dlpack.c) ------------------------------------------------------------------ */
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import mstar
+from mstar import _mstar
 
 
 def test_errors_are_classes_per_status_with_the_library_message(make):
@@ -79,7 +80,9 @@ def test_manager_acks_through_a_mesh(make, tmp_path):
         cons.get_ready_tensors()
         ack = pm.recv(timeout_ms=5000)
         assert ack.type == "TENSOR_RECEIVED" and ack.sender == "worker_1"
+        built = _mstar._message_built(ack)
         prod.handle_message(ack)
+        assert _mstar._message_built(ack) == built  # handled from the struct
         assert prod.num_tensors == 0
         prod.close()
         cons.close()
@@ -107,7 +110,9 @@ def test_ack_ledger_through_a_mesh(make, tmp_path):
         cons.get_ready_tensors()
         ack = pm.recv(timeout_ms=5000)
         assert ack.sender == "worker_1"
+        built = _mstar._message_built(ack)
         prod.handle_message(ack)
+        assert _mstar._message_built(ack) == built  # handled from the struct
         assert prod.num_tensors == 0
         prod.close()
         cons.close()
@@ -328,10 +333,10 @@ def test_objects_made_in_c_are_whole_dataclasses(make, tmp_path):
             a.send("worker_1", msg)
         one, two = b.recv(timeout_ms=5000), b.recv(timeout_ms=5000)
         for got in (one, two):
-            # Received: a Message whose fields past type, sender and request_id are decoded on
-            # first read, after which it is whole like any other.
-            assert type(got) is mstar.ReceivedMessage and isinstance(got, mstar.Message)
-            assert set(vars(got)) == {"type", "sender", "request_id", "_wire"}
+            # Received: a Message keeping the library's struct, whose fields are built on first
+            # read, after which it is whole like any other.
+            assert type(got) is mstar.Message and mstar.ReceivedMessage is mstar.Message
+            assert _mstar._message_has_struct(got)
             assert _complete(got.edges[0]) and _complete(got.edges[0].tensor_info[0])
             assert _complete(got)
         assert one == two and copy.deepcopy(one) == one
@@ -345,8 +350,8 @@ def test_objects_made_in_c_are_whole_dataclasses(make, tmp_path):
 
 def test_received_message_goes_back_to_c_unconverted(make, tmp_path):
     """A received INPUT_SIGNALS is read, and its TENSOR_RECEIVED handled, from the library's
-    struct: no field past type, sender and request_id is decoded on the way. Eager fields
-    changed in Python win; a lazy field written in Python replaces the struct's."""
+    struct: no field but the one read (type) is built on the way. A scalar field (request_id)
+    and a list (edges) written in Python both win over the struct's."""
     with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
          mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
         prod = make("worker_0", "arena", send=a)
@@ -358,19 +363,20 @@ def test_received_message_goes_back_to_c_unconverted(make, tmp_path):
         a.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
                                          edges=[mstar.GraphEdge("n", "x", infos)]))
         msg = b.recv(timeout_ms=5000)
-        assert msg.type == "INPUT_SIGNALS" and "_wire" in vars(msg)
+        assert msg.type == "INPUT_SIGNALS" and _mstar._message_has_struct(msg)
         cons.start_read_tensors(msg)
-        assert "_wire" in vars(msg)  # read from the struct
+        assert _mstar._message_built(msg) == ["type"]  # the edges were read from the struct
         ready = cons.get_ready_tensors()
         assert torch.equal(torch.from_dlpack(cons.get_tensor(1, infos[0].uuid)), src)
         assert list(ready) == [1]
         cons.dereference(infos[0].uuid)
         ack = a.recv(timeout_ms=5000)
-        assert ack.type == "TENSOR_RECEIVED" and "_wire" in vars(ack)
+        assert ack.type == "TENSOR_RECEIVED" and _mstar._message_has_struct(ack)
+        prod.handle_message(ack)
+        assert _mstar._message_built(ack) == ["type"]  # handled from the struct
+        assert prod.num_tensors == 0
         twin = pickle.loads(pickle.dumps(ack))
         assert type(twin) is mstar.Message and twin == ack and copy.deepcopy(ack) == ack
-        prod.handle_message(ack)
-        assert prod.num_tensors == 0
         # Forwarded as it came, from the struct, then changed in Python before a read.
         infos = prod.store_and_return_tensor_info(2, {"x": [src]})["x"]
         prod.register_for_send(2, infos)
@@ -378,12 +384,13 @@ def test_received_message_goes_back_to_c_unconverted(make, tmp_path):
                                          edges=[mstar.GraphEdge("n", "x", infos)]))
         first = b.recv(timeout_ms=5000)
         b.send("worker_1", first)  # to itself: forwarding needs no decode
+        assert _mstar._message_built(first) == []
         again = b.recv(timeout_ms=5000)
-        assert "_wire" in vars(first) and again.sender == "worker_1"
+        assert _mstar._message_has_struct(again) and again.sender == "worker_1"
         assert again.edges == first.edges
-        first.request_id = 3  # an eager field: the struct's is replaced
-        first.edges = []  # a lazy field: decodes the rest, then the Python value wins
-        assert "_wire" not in vars(first) and first.text == "default"
+        first.request_id = 3  # a scalar field: the Python value wins over the struct's
+        first.edges = []  # an array field: likewise, the other fields stay the struct's
+        assert _mstar._message_has_struct(first) and first.text == "default"
         cons.start_read_tensors(first)
         assert cons.get_ready_tensors() == {}
         with pytest.raises(mstar.InvalidArgumentError):
