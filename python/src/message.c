@@ -249,6 +249,8 @@ int mstarpy_msg_arg_get(PyObject *obj, mstarpy_msg_arg *a)
             return 0;
         }
         a->tmp = *base;
+    } else if (!self->has_struct) {
+        a->tmp = default_msg; /* no arrays: a message of its own as it is */
     } else {
         mstar_msg_init(&a->tmp, base->type);
         for (int i = 0; i < MSTARPY_MSG_NFIELDS; i++)
