@@ -229,6 +229,22 @@ static uint32_t changed(const msg_obj *self)
     return mask;
 }
 
+/* Convert the fields in `conv` into *m. A value's conversion may run Python code (an __index__)
+ * that writes the message and lets go of the values being converted: they are held here, and
+ * what is converted is what the message held when the call began. */
+static int convert(msg_obj *self, uint32_t conv, mstar_msg *m)
+{
+    PyObject *vals[MSTARPY_MSG_NFIELDS];
+    for (int i = 0; i < MSTARPY_MSG_NFIELDS; i++)
+        vals[i] = conv & BIT(i) ? Py_NewRef(self->vals[i]) : NULL;
+    int r = 0;
+    for (int i = 0; r == 0 && i < MSTARPY_MSG_NFIELDS; i++)
+        if (vals[i])
+            r = mstarpy_msg_field_from_py(m, i, vals[i]);
+    mstarpy_vals_clear(vals, MSTARPY_MSG_NFIELDS);
+    return r;
+}
+
 int mstarpy_msg_arg_get(PyObject *obj, mstarpy_msg_arg *a)
 {
     a->m = &a->tmp;
@@ -257,9 +273,8 @@ int mstarpy_msg_arg_get(PyObject *obj, mstarpy_msg_arg *a)
             if (!(conv & BIT(i)) && mstarpy_msg_field_copy(&a->tmp, base, i) < 0)
                 return -1;
     }
-    for (int i = 0; i < MSTARPY_MSG_NFIELDS; i++)
-        if ((conv & BIT(i)) && mstarpy_msg_field_from_py(&a->tmp, i, self->vals[i]) < 0)
-            return -1;
+    if (convert(self, conv, &a->tmp) < 0)
+        return -1;
     mstarpy_msg_finish(&a->tmp);
     return 0;
 }

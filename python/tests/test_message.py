@@ -290,3 +290,26 @@ def test_many_sends_and_receives_leave_nothing_behind(make, meshes):
         tracemalloc.stop()
     grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
     assert grown < 64 * 1024, f"{grown} bytes more after 2000 round trips"
+
+
+def test_a_value_that_rewrites_the_message_while_it_is_converted(meshes):
+    """Converting a value may run Python code (an __index__) that writes the message: what is
+    converted is what the message held when the call began, and nothing is used after it was
+    let go (ASan sees it with PYTHONMALLOC=malloc)."""
+    a, b = meshes
+    msg = Message("TENSOR_RECEIVED", request_id=1)
+
+    class Sly:
+        def __index__(self):
+            msg.counts = {9: 9}  # the dict being converted loses its last other holder
+            msg.__init__("HELLO")
+            return 2
+
+    class Counts(dict):  # freed when it goes (a plain dict would go to a free list)
+        pass
+
+    msg.counts = Counts({1: Sly(), **{k: k for k in range(2, 40)}})
+    a.send("worker_1", msg)
+    got = b.recv(timeout_ms=5000)
+    assert got.type == "TENSOR_RECEIVED" and got.counts == {1: 2, **{k: k for k in range(2, 40)}}
+    assert msg.type == "HELLO" and msg.counts == {}
