@@ -261,12 +261,12 @@ def test_torch_without_its_c_exporter_stores_through_the_method(tmp_path):
     code = """
 import types
 import torch
-real = torch._C
+real_c = torch._C
 class WithoutExporter(types.ModuleType):
     def __getattr__(self, name):
         if name == "_to_dlpack":
             raise AttributeError(name)
-        return getattr(real, name)
+        return getattr(real_c, name)
 torch._C = WithoutExporter("torch._C")
 import mstar
 calls = []
