@@ -138,6 +138,30 @@ int mstarpy_fields_bind(PyObject *cls, PyObject *const *names, int n, PyObject *
     return r;
 }
 
+int mstarpy_fields_set_attrs(PyObject *obj, PyObject *const *names, int n, PyObject **v,
+                             PyObject *const *defaults, uint32_t factories)
+{
+    for (int i = 0; i < n; i++) {
+        PyObject *x = v[i]                    ? Py_NewRef(v[i])
+                      : factories & (1u << i) ? PyObject_CallNoArgs(defaults[i])
+                                              : Py_NewRef(defaults[i]);
+        int r = x ? PyObject_SetAttr(obj, names[i], x) : -1;
+        Py_XDECREF(x);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+PyObject *mstarpy_vals_names(PyObject *const *vals, PyObject *const *names, int n)
+{
+    PyObject *out = PyList_New(0);
+    for (int i = 0; out && i < n; i++)
+        if (vals[i] && PyList_Append(out, names[i]) < 0)
+            Py_CLEAR(out);
+    return out;
+}
+
 /* ---- TensorPointerInfo ------------------------------------------------------------------- */
 
 static void clear_vals(info_obj *self)
@@ -208,14 +232,10 @@ static int info_init(PyObject *obj, PyObject *args, PyObject *kw)
     }
     if (mstarpy_fields_from_args(args, kw, names, MSTARPY_INFO_NFIELDS, "TensorPointerInfo", v) < 0)
         return -1;
-    bool exact = mstarpy_info_exact(obj);
-    for (int i = 0; i < MSTARPY_INFO_NFIELDS; i++) {
-        PyObject *x = v[i] ? v[i] : defaults[i];
-        if (exact)
-            store((info_obj *)obj, i, x);
-        else if (PyObject_SetAttr(obj, names[i], x) < 0)
-            return -1;
-    }
+    if (!mstarpy_info_exact(obj))
+        return mstarpy_fields_set_attrs(obj, names, MSTARPY_INFO_NFIELDS, v, defaults, 0);
+    for (int i = 0; i < MSTARPY_INFO_NFIELDS; i++)
+        store((info_obj *)obj, i, v[i] ? v[i] : defaults[i]);
     return 0;
 }
 

@@ -147,16 +147,7 @@ static int msg_init(PyObject *obj, PyObject *args, PyObject *kw)
                 store(self, i, v[i]);
         return 0;
     }
-    for (int i = 0; i < MSTARPY_MSG_NFIELDS; i++) {
-        PyObject *x = v[i]                 ? Py_NewRef(v[i])
-                      : factories & BIT(i) ? PyObject_CallNoArgs(defaults[i])
-                                           : Py_NewRef(defaults[i]);
-        int r = x ? PyObject_SetAttr(obj, names[i], x) : -1;
-        Py_XDECREF(x);
-        if (r < 0)
-            return -1;
-    }
-    return 0;
+    return mstarpy_fields_set_attrs(obj, names, MSTARPY_MSG_NFIELDS, v, defaults, factories);
 }
 
 static int msg_traverse(PyObject *obj, visitproc visit, void *arg)
@@ -212,11 +203,7 @@ PyObject *mstarpy_msg_built(PyObject *unused, PyObject *obj)
         PyErr_SetString(PyExc_TypeError, "a Message is required");
         return NULL;
     }
-    PyObject *out = PyList_New(0);
-    for (int i = 0; out && i < MSTARPY_MSG_NFIELDS; i++)
-        if (((msg_obj *)obj)->vals[i] && PyList_Append(out, names[i]) < 0)
-            Py_CLEAR(out);
-    return out;
+    return mstarpy_vals_names(((msg_obj *)obj)->vals, names, MSTARPY_MSG_NFIELDS);
 }
 
 /* The fields of self to convert: those kept and not known to be the base's. */

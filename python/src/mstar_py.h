@@ -133,6 +133,12 @@ void mstarpy_gc_free(PyObject *obj);
 int mstarpy_fields_intern(const char *const *src, PyObject **names, PyGetSetDef *getset, int n);
 int mstarpy_fields_bind(PyObject *cls, PyObject *const *names, int n, PyObject **defaults,
                         uint32_t *factories);
+/* A subclass's __init__: every field names[i] set by attribute (so its properties run) to v[i],
+ * or where NULL to defaults[i] (called, for bit i of factories). 0 / -1. */
+int mstarpy_fields_set_attrs(PyObject *obj, PyObject *const *names, int n, PyObject **v,
+                             PyObject *const *defaults, uint32_t factories);
+/* A new list of names[i] for each vals[i] held (the tests' view of what was built). */
+PyObject *mstarpy_vals_names(PyObject *const *vals, PyObject *const *names, int n);
 
 int mstarpy_add_info_type(PyObject *module);
 /* Check the data class `cls` (TensorPointerInfo) against _InfoBase and take its defaults. */

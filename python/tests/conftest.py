@@ -5,6 +5,7 @@ import gc
 import os
 import signal
 import tempfile
+import tracemalloc
 
 import pytest
 
@@ -26,6 +27,27 @@ def _per_test_timeout(request):
     yield
     signal.alarm(0)
     signal.signal(signal.SIGALRM, old)
+
+
+@pytest.fixture
+def heap_growth():
+    """heap_growth(warm, run) -> the bytes Python's heap grew by over run(), measured after
+    warm() and with cycles collected on both sides (a leak test's loop)."""
+
+    def measure(warm, run):
+        warm()
+        gc.collect()
+        tracemalloc.start()
+        try:
+            before = tracemalloc.take_snapshot()
+            run()
+            gc.collect()
+            after = tracemalloc.take_snapshot()
+        finally:
+            tracemalloc.stop()
+        return sum(s.size_diff for s in after.compare_to(before, "filename"))
+
+    return measure
 
 
 class Recorder:

@@ -8,7 +8,6 @@ import gc
 import inspect
 import pickle
 import sys
-import tracemalloc
 import weakref
 
 import pytest
@@ -163,7 +162,7 @@ def test_values_are_released_and_cycles_collected():
     assert gone() is None
 
 
-def test_many_stores_leave_nothing_behind(make):
+def test_many_stores_leave_nothing_behind(make, heap_growth):
     mgr = make("worker_0", "arena")
     src = torch.ones(16)
 
@@ -175,17 +174,7 @@ def test_many_stores_leave_nothing_behind(make):
             copy.deepcopy(infos[0]).dims
             mgr.cleanup_request(rid)
 
-    rounds(200, 1)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot()
-        rounds(2000, 1000)
-        gc.collect()
-        after = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
-    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    grown = heap_growth(lambda: rounds(200, 1), lambda: rounds(2000, 1000))
     assert grown < 64 * 1024, f"{grown} bytes more after 2000 stores"
 
 

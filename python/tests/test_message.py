@@ -9,7 +9,6 @@ import gc
 import inspect
 import pickle
 import sys
-import tracemalloc
 import weakref
 
 import pytest
@@ -262,7 +261,7 @@ def test_values_are_released_and_cycles_collected(meshes):
     assert gone() is None
 
 
-def test_many_sends_and_receives_leave_nothing_behind(make, meshes):
+def test_many_sends_and_receives_leave_nothing_behind(make, meshes, heap_growth):
     a, b = meshes
     mgr = make("worker_1", "local")
 
@@ -279,17 +278,7 @@ def test_many_sends_and_receives_leave_nothing_behind(make, meshes):
             with pytest.raises(mstar.InvalidArgumentError):
                 a.send("worker_1", Message(rank="bad"))
 
-    rounds(200)
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.take_snapshot()
-        rounds(2000)
-        gc.collect()
-        after = tracemalloc.take_snapshot()
-    finally:
-        tracemalloc.stop()
-    grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
+    grown = heap_growth(lambda: rounds(200), lambda: rounds(2000))
     assert grown < 64 * 1024, f"{grown} bytes more after 2000 round trips"
 
 
