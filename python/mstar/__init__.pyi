@@ -7,10 +7,11 @@ from ._errors import (AlreadyExistsError, CanceledError, ClosedError, DeviceErro
                       StateError, TimedOutError, TryAgainError)
 from ._types import (GraphEdge, Message, ReadFailure, ReceivedMessage, RxInfo, ShardGroup,
                      ShardingConfig, StoredOutputs, TensorPointerInfo, TxInfo)
-# TensorPointerInfo and Message are dataclasses over the extension's _mstar._InfoBase and
-# _mstar._MsgBase: same fields, init, ==, repr, copy and pickle as plain ones, but no instance
-# __dict__ (vars() does not apply; use dataclasses.asdict). ReceivedMessage is another name for
-# Message, kept for code that spells it.
+# TensorPointerInfo, GraphEdge and Message are dataclasses over the extension's
+# _mstar._InfoBase, _mstar._EdgeBase and _mstar._MsgBase: same fields, init, ==, repr, copy and
+# pickle as plain ones, but no instance __dict__ (vars() does not apply; use dataclasses.asdict).
+# GraphEdge.tensor_info is a plain list. ReceivedMessage is another name for Message, kept for
+# code that spells it.
 
 Rid = Union[int, str]
 __version__: str

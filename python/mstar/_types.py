@@ -3,9 +3,9 @@
 The extension (_mstar) reads and writes these by attribute name, so the field names are the
 reference system's (TensorPointerInfo, GraphEdge, ShardingConfig, StoredOutputs) and the
 control messages carry the names of docs/wire-format.md. They are dataclasses: build them,
-copy them (copy.deepcopy), print them. TensorPointerInfo and Message keep their fields in
-the extension's _InfoBase and _MsgBase (no instance __dict__) so that descriptors and received
-messages cross the C boundary without conversion.
+copy them (copy.deepcopy), print them. TensorPointerInfo, GraphEdge and Message keep their
+fields in the extension's _InfoBase, _EdgeBase and _MsgBase (no instance __dict__) so that
+descriptors, edges and received messages cross the C boundary without conversion.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Dict, List, Optional, Union
 
 from . import _mstar
-from ._mstar import _InfoBase, _MsgBase
+from ._mstar import _EdgeBase, _InfoBase, _MsgBase
 
 Rid = Union[int, str]
 
@@ -87,14 +87,21 @@ class TensorPointerInfo(_InfoBase):
 _keep_defaults_in_fields(TensorPointerInfo)
 
 
-@dataclass
-class GraphEdge:
+@dataclass(init=False)
+class GraphEdge(_EdgeBase):
     """A signal travelling to a node, with the descriptors of its tensors.
 
     shard_dim None is a replicated signal; total_fanin is the number of source ranks whose
     shards the destination gathers. (The reference spells the last two _total_fanin and
     _shard_dim; the wire format does too.)
+
+    A dataclass whose storage is the extension's _EdgeBase: the scalars live in the library's
+    edge struct (no instance __dict__, so vars() does not apply: use dataclasses.asdict), and
+    tensor_info is a plain list of TensorPointerInfo that may be changed in place. Any value
+    may be assigned; a bad one is refused (InvalidArgumentError) when the edge is used.
     """
+
+    __slots__ = ("__weakref__",)
 
     next_node: str = ""
     name: str = ""
@@ -104,6 +111,11 @@ class GraphEdge:
     persist_for_loop: bool = False
     total_fanin: int = 1
     shard_dim: Optional[int] = None
+
+    __reduce__ = _reduce
+
+
+_keep_defaults_in_fields(GraphEdge)
 
 
 @dataclass

@@ -4,9 +4,11 @@
  *
  * Python objects are read by attribute name, so any object with the right attributes works
  * (the reference's own classes included). Every value is checked on the way in: a name that is
- * too long, a count out of range or a wrong type raises before the library sees it. The one
- * exception is a TensorPointerInfo that holds a current struct (info.c): that is copied as it
- * is, and only the library's own checks run on it.
+ * too long, a count out of range or a wrong type raises before the library sees it. The
+ * exceptions are the objects that hold the library's struct themselves: a TensorPointerInfo
+ * with a current struct (info.c) is copied as it is, and only the library's own checks run on
+ * it; a GraphEdge (edge.c) keeps its scalars converted (by the functions here) when they were
+ * written, and converts the rest and its descriptors here when used.
  */
 #include "mstar_py.h"
 
@@ -125,31 +127,16 @@ static PyObject *str_or_none(const char *s)
     return PyUnicode_FromString(s);
 }
 
-/* Set one field of an object being filled: `target` is its instance dict (see blank) or, for an
- * object of another class, the object itself. Steals `v`. */
+/* Set attribute `name` of an object being filled. Steals `v`. */
 static int set_field_steal(PyObject *target, PyObject *name, PyObject *v)
 {
     if (!v)
         return -1;
-    int r = !name                  ? -1
-            : PyDict_Check(target) ? PyDict_SetItem(target, name, v)
-                                   : PyObject_SetAttr(target, name, v);
+    int r = name ? PyObject_SetAttr(target, name, v) : -1;
     Py_DECREF(v);
     return r;
 }
 #define set_attr_steal(target, s, v) set_field_steal(target, NAME(s), v)
-
-/* A new instance of one of the package's data classes without running its __init__ (whose
- * defaults, default factories included, the caller overwrites anyway), and its instance dict in
- * *fields (a new reference) to fill with every field of the class. */
-static PyObject *blank(PyObject *cls, PyObject **fields)
-{
-    PyObject *obj = PyType_GenericNew((PyTypeObject *)cls, NULL, NULL);
-    *fields = obj ? PyObject_GenericGetDict(obj, NULL) : NULL;
-    if (obj && !*fields)
-        Py_CLEAR(obj);
-    return obj;
-}
 
 /* ---- a data class's __init__ ---------------------------------------------------------------- */
 
@@ -491,25 +478,35 @@ static int infos_from_py(PyObject *seq, mstar_edge *edge)
     return 0;
 }
 
-int mstarpy_edge_from_py(PyObject *obj, mstar_edge *e)
+static const char *const edge_what[MSTARPY_EDGE_NFIELDS] = {
+    "GraphEdge.next_node",   "GraphEdge.name",         "GraphEdge.tensor_info",
+    "GraphEdge.persist",     "GraphEdge.is_streaming", "GraphEdge.persist_for_loop",
+    "GraphEdge.total_fanin", "GraphEdge.shard_dim",
+};
+
+int mstarpy_edge_field_from_py(mstar_edge *e, int i, PyObject *v)
 {
-    mstar_edge_init(e);
-    if (GET_ATTR(obj, "next_node", mstarpy_name_from_py, e->next_node, sizeof(e->next_node), true,
-                 "GraphEdge.next_node") < 0 ||
-        GET_ATTR(obj, "name", mstarpy_name_from_py, e->name, sizeof(e->name), false,
-                 "GraphEdge.name") < 0 ||
-        GET_ATTR(obj, "persist", bool_from_py, &e->persist, "GraphEdge.persist") < 0 ||
-        GET_ATTR(obj, "is_streaming", bool_from_py, &e->is_streaming, "GraphEdge.is_streaming") <
-            0 ||
-        GET_ATTR(obj, "persist_for_loop", bool_from_py, &e->persist_for_loop,
-                 "GraphEdge.persist_for_loop") < 0 ||
-        GET_ATTR(obj, "total_fanin", i32_from_py, &e->total_fanin, "GraphEdge.total_fanin") < 0 ||
-        GET_ATTR(obj, "shard_dim", opt_i32_from_py, &e->shard_dim, "GraphEdge.shard_dim") < 0 ||
-        GET_ATTR(obj, "tensor_info", infos_from_py, e) < 0) {
-        mstarpy_edges_free(e, 1);
-        return -1;
+    const char *what = i >= 0 && i < MSTARPY_EDGE_NFIELDS ? edge_what[i] : NULL;
+    switch (i) {
+    case MSTARPY_EDGE_NEXT_NODE:
+        return mstarpy_name_from_py(v, e->next_node, sizeof(e->next_node), true, what);
+    case MSTARPY_EDGE_NAME:
+        return mstarpy_name_from_py(v, e->name, sizeof(e->name), false, what);
+    case MSTARPY_EDGE_TENSOR_INFO:
+        return infos_from_py(v, e);
+    case MSTARPY_EDGE_PERSIST:
+        return bool_from_py(v, &e->persist, what);
+    case MSTARPY_EDGE_IS_STREAMING:
+        return bool_from_py(v, &e->is_streaming, what);
+    case MSTARPY_EDGE_PERSIST_FOR_LOOP:
+        return bool_from_py(v, &e->persist_for_loop, what);
+    case MSTARPY_EDGE_TOTAL_FANIN:
+        return i32_from_py(v, &e->total_fanin, what);
+    case MSTARPY_EDGE_SHARD_DIM:
+        return opt_i32_from_py(v, &e->shard_dim, what);
     }
-    return 0;
+    PyErr_SetString(PyExc_SystemError, "no such GraphEdge field");
+    return -1;
 }
 
 static PyObject *infos_to_py(const mstar_edge *edge)
@@ -526,24 +523,63 @@ static PyObject *infos_to_py(const mstar_edge *edge)
     return list;
 }
 
+PyObject *mstarpy_edge_field_to_py(const mstar_edge *e, int i)
+{
+    switch (i) {
+    case MSTARPY_EDGE_NEXT_NODE:
+        return PyUnicode_FromString(e->next_node);
+    case MSTARPY_EDGE_NAME:
+        return PyUnicode_FromString(e->name);
+    case MSTARPY_EDGE_TENSOR_INFO:
+        return infos_to_py(e);
+    case MSTARPY_EDGE_PERSIST:
+        return PyBool_FromLong(e->persist);
+    case MSTARPY_EDGE_IS_STREAMING:
+        return PyBool_FromLong(e->is_streaming);
+    case MSTARPY_EDGE_PERSIST_FOR_LOOP:
+        return PyBool_FromLong(e->persist_for_loop);
+    case MSTARPY_EDGE_TOTAL_FANIN:
+        return PyLong_FromLong(e->total_fanin);
+    case MSTARPY_EDGE_SHARD_DIM:
+        return e->shard_dim < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(e->shard_dim);
+    }
+    PyErr_SetString(PyExc_SystemError, "no such GraphEdge field");
+    return NULL;
+}
+
+/* The attribute path (any object with GraphEdge's attributes): the scalars first, then the
+ * descriptors, each checked as it is read. */
+static int edge_from_attrs(PyObject *obj, mstar_edge *e)
+{
+    static const int order[MSTARPY_EDGE_NFIELDS] = {
+        MSTARPY_EDGE_NEXT_NODE,        MSTARPY_EDGE_NAME,
+        MSTARPY_EDGE_PERSIST,          MSTARPY_EDGE_IS_STREAMING,
+        MSTARPY_EDGE_PERSIST_FOR_LOOP, MSTARPY_EDGE_TOTAL_FANIN,
+        MSTARPY_EDGE_SHARD_DIM,        MSTARPY_EDGE_TENSOR_INFO,
+    };
+    for (int k = 0; k < MSTARPY_EDGE_NFIELDS; k++) {
+        int i = order[k];
+        PyObject *v = attr_named(obj, mstarpy_edge_name(i));
+        int r = v ? mstarpy_edge_field_from_py(e, i, v) : -1;
+        Py_XDECREF(v);
+        if (r < 0)
+            return -1;
+    }
+    return 0;
+}
+
+int mstarpy_edge_from_py(PyObject *obj, mstar_edge *e)
+{
+    mstar_edge_init(e);
+    int r = mstarpy_edge_exact(obj) ? mstarpy_edge_get(obj, e) : edge_from_attrs(obj, e);
+    if (r < 0)
+        mstarpy_edges_free(e, 1);
+    return r;
+}
+
 PyObject *mstarpy_edge_to_py(const mstar_edge *e)
 {
-    PyObject *f;
-    PyObject *obj = blank(mstarpy.edge_cls, &f);
-    if (!obj)
-        return NULL;
-    if (set_attr_steal(f, "next_node", PyUnicode_FromString(e->next_node)) < 0 ||
-        set_attr_steal(f, "name", PyUnicode_FromString(e->name)) < 0 ||
-        set_attr_steal(f, "tensor_info", infos_to_py(e)) < 0 ||
-        set_attr_steal(f, "persist", PyBool_FromLong(e->persist)) < 0 ||
-        set_attr_steal(f, "is_streaming", PyBool_FromLong(e->is_streaming)) < 0 ||
-        set_attr_steal(f, "persist_for_loop", PyBool_FromLong(e->persist_for_loop)) < 0 ||
-        set_attr_steal(f, "total_fanin", PyLong_FromLong(e->total_fanin)) < 0 ||
-        set_attr_steal(f, "shard_dim",
-                       e->shard_dim < 0 ? Py_NewRef(Py_None) : PyLong_FromLong(e->shard_dim)) < 0)
-        Py_CLEAR(obj);
-    Py_DECREF(f);
-    return obj;
+    return mstarpy_edge_new(e);
 }
 
 void mstarpy_edges_free(mstar_edge *edges, uint32_t n)

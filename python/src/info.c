@@ -56,7 +56,7 @@ bool mstarpy_info_exact(PyObject *obj)
     return mstarpy.info_cls && (PyObject *)Py_TYPE(obj) == mstarpy.info_cls;
 }
 
-/* ---- a data class over a C base (shared with message.c) ----------------------------------- */
+/* ---- a data class over a C base (shared with edge.c, message.c) -------------------------- */
 
 void mstarpy_vals_clear(PyObject **vals, int n)
 {

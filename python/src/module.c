@@ -197,7 +197,8 @@ static int load_errors(void)
 }
 
 /* _bind_types(module): the data classes the extension builds objects of. mstar._types calls
- * it once it has made them: TensorPointerInfo is a subclass of this module's _InfoBase, so
+ * it once it has made them: TensorPointerInfo is a subclass of this module's _InfoBase (and
+ * GraphEdge of _EdgeBase, Message of _MsgBase), so
  * that module cannot be imported from here while this one is being made. */
 static PyObject *py_bind_types(PyObject *mod, PyObject *types)
 {
@@ -220,6 +221,8 @@ static PyObject *py_bind_types(PyObject *mod, PyObject *types)
         r = (got[i] = PyObject_GetAttrString(types, classes[i].name)) ? 0 : -1;
     if (r == 0)
         r = mstarpy_info_bind(got[0]);
+    if (r == 0)
+        r = mstarpy_edge_bind(got[1]);
     if (r == 0)
         r = mstarpy_msg_bind(got[2]);
     for (size_t i = 0; i < n; i++) {
@@ -256,6 +259,8 @@ static PyMethodDef module_methods[] = {
       "Whether a Message keeps a received message's library struct (tests)." },
     { "_message_built", mstarpy_msg_built, METH_O,
       "The fields a Message holds as Python values (tests)." },
+    { "_edge_built", mstarpy_edge_built, METH_O,
+      "The fields a GraphEdge holds as Python values (tests)." },
     { NULL, NULL, 0, NULL },
 };
 
@@ -281,7 +286,7 @@ PyMODINIT_FUNC PyInit__mstar(void)
     if (mstarpy_add_comm_type(m) < 0 || mstarpy_add_tensor_type(m) < 0 ||
         mstarpy_add_mesh_type(m) < 0 || mstarpy_add_completion_type(m) < 0 ||
         mstarpy_add_msg_type(m) < 0 || mstarpy_add_loan_type(m) < 0 ||
-        mstarpy_add_info_type(m) < 0) {
+        mstarpy_add_info_type(m) < 0 || mstarpy_add_edge_type(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

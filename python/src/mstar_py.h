@@ -72,9 +72,16 @@ int mstarpy_info_update_py(PyObject *obj, const mstar_tensor_info *info);
 /* Field i (MSTARPY_INFO_*) of `info` as the Python value the data class holds. */
 PyObject *mstarpy_info_field_to_py(const mstar_tensor_info *info, int i);
 
-/* Edges built here own a malloc'd tensor_info array: release with mstarpy_edges_free. */
+/* Edges built here own a malloc'd tensor_info array: release with mstarpy_edges_free. A
+ * GraphEdge (exactly that class) is read from its storage (edge.c), anything else by attribute;
+ * edge_to_py is a new GraphEdge. */
 int mstarpy_edge_from_py(PyObject *obj, mstar_edge *out);
 PyObject *mstarpy_edge_to_py(const mstar_edge *edge);
+/* Field i (MSTARPY_EDGE_*) of an edge: from a Python value into *e (checked; the descriptors
+ * go into e's tensor_info, which the caller left empty), or as a new Python value (the
+ * descriptors as a new list of TensorPointerInfo). */
+int mstarpy_edge_field_from_py(mstar_edge *e, int i, PyObject *v);
+PyObject *mstarpy_edge_field_to_py(const mstar_edge *e, int i);
 /* A sequence of edges: *out (malloc'd) and *n. */
 int mstarpy_edges_from_py(PyObject *seq, mstar_edge **out, uint32_t *n);
 void mstarpy_edges_free(mstar_edge *edges, uint32_t n);
@@ -120,8 +127,8 @@ enum {
 };
 extern const char *const mstarpy_info_names[MSTARPY_INFO_NFIELDS];
 
-/* What a data class over a C base shares (TensorPointerInfo, Message): one Python value per
- * field in vals[0..n), NULL where absent. Clear and visit them (tp_clear, tp_traverse; the type
+/* What a data class over a C base shares (TensorPointerInfo, GraphEdge, Message): one Python value
+ * per field in vals[0..n), NULL where absent. Clear and visit them (tp_clear, tp_traverse; the type
  * is visited too), free the object at the end of its dealloc (tp_free, then the type's
  * reference), name the getset entries and intern the names. fields_bind checks that the data
  * class `cls` has exactly the fields names[0..n) in that order and takes their defaults (new
@@ -156,6 +163,37 @@ void mstarpy_info_set_struct(PyObject *obj, const mstar_tensor_info *info);
  * since and every value is immutable, so the next use copies the struct. */
 uint64_t mstarpy_info_version(PyObject *obj);
 void mstarpy_info_cache(PyObject *obj, const mstar_tensor_info *info, uint64_t version);
+
+/* ---- edge objects (edge.c) ---------------------------------------------------------------- */
+
+/* GraphEdge's fields, in the data class's order. */
+enum {
+    MSTARPY_EDGE_NEXT_NODE,
+    MSTARPY_EDGE_NAME,
+    MSTARPY_EDGE_TENSOR_INFO,
+    MSTARPY_EDGE_PERSIST,
+    MSTARPY_EDGE_IS_STREAMING,
+    MSTARPY_EDGE_PERSIST_FOR_LOOP,
+    MSTARPY_EDGE_TOTAL_FANIN,
+    MSTARPY_EDGE_SHARD_DIM,
+    MSTARPY_EDGE_NFIELDS
+};
+/* Field i's name as an interned str (borrowed; set once the type is added). */
+PyObject *mstarpy_edge_name(int i);
+
+int mstarpy_add_edge_type(PyObject *module);
+/* Check the data class `cls` (GraphEdge) against _EdgeBase and take its defaults. */
+int mstarpy_edge_bind(PyObject *cls);
+/* Whether obj is exactly GraphEdge (a subclass is read by attribute). */
+bool mstarpy_edge_exact(PyObject *obj);
+/* A new GraphEdge with the scalars of *edge and a new list of its descriptors. */
+PyObject *mstarpy_edge_new(const mstar_edge *edge);
+/* An exact GraphEdge into *out (mstar_edge_init'ed by the caller, who frees its descriptors
+ * with mstarpy_edges_free, also on error): the scalars from its storage, the values written
+ * that could not be converted then and the tensor_info list checked now. 0 / -1. */
+int mstarpy_edge_get(PyObject *obj, mstar_edge *out);
+/* _mstar._edge_built(edge) (tests): the names of the fields edge holds as Python values. */
+PyObject *mstarpy_edge_built(PyObject *unused, PyObject *obj);
 
 /* ---- message objects (message.c) --------------------------------------------------------- */
 
