@@ -16,8 +16,10 @@
  * staged file and segment goes). While views of its tensors are alive, the destroy waits for
  * the last one; the manager refuses every call from close() on (ClosedError).
  */
+#include "args.h"
 #include "mstar_py.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -600,19 +602,25 @@ static PyObject *comm_register_request(PyObject *obj, PyObject *args, PyObject *
     return r;
 }
 
-static PyObject *comm_store(PyObject *obj, PyObject *args, PyObject *kw)
+static PyObject *comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
 {
     comm_obj *self = (comm_obj *)obj;
-    static char *kwlist[] = { "request_id", "outputs", "node_name", "graph_walk",
-                              "tp_size",    "tp_rank", NULL };
-    PyObject *rid_obj, *outputs, *node = Py_None, *walk = Py_None;
-    int tp_size = 1, tp_rank = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|$OOii", kwlist, &rid_obj, &outputs, &node, &walk,
-                                     &tp_size, &tp_rank))
+    static const char *const names[] = { "request_id", "outputs", "node_name", "graph_walk",
+                                         "tp_size",    "tp_rank", NULL };
+    static const mstarpy_params p = { "store_and_return_tensor_info", names, 2, 2 };
+    PyObject *a[6];
+    long long tp_size = 1, tp_rank = 0;
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 ||
+        (a[4] && mstarpy_arg_ll(&p, a[4], INT_MIN, INT_MAX, &tp_size) < 0) ||
+        (a[5] && mstarpy_arg_ll(&p, a[5], INT_MIN, INT_MAX, &tp_rank) < 0))
         return NULL;
+    PyObject *rid_obj = a[0], *outputs = a[1];
+    PyObject *node = a[2] ? a[2] : Py_None, *walk = a[3] ? a[3] : Py_None;
     mstar_rid rid;
     mstar_store_params params = { 0 };
-    if (rid_arg(rid_obj, &rid) < 0 || params_from_kw(node, walk, tp_size, tp_rank, &params) < 0)
+    if (rid_arg(rid_obj, &rid) < 0 ||
+        params_from_kw(node, walk, (int)tp_size, (int)tp_rank, &params) < 0)
         return NULL;
     if (enter(self) < 0)
         return NULL;
@@ -826,29 +834,36 @@ static PyObject *comm_loan_output(PyObject *obj, PyObject *args, PyObject *kw)
 
 typedef mstar_status (*ref_fn)(mstar_comm *, mstar_tensor_id, int64_t);
 
-static PyObject *ref_call(PyObject *obj, PyObject *args, PyObject *kw, ref_fn fn)
+static const char *const ref_names[] = { "uuid", "n", NULL };
+
+static PyObject *ref_call(PyObject *obj, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                          const mstarpy_params *p, ref_fn fn)
 {
     comm_obj *self = (comm_obj *)obj;
-    static char *kwlist[] = { "uuid", "n", NULL };
-    PyObject *u;
+    PyObject *a[2];
     long long n = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|L", kwlist, &u, &n))
+    if (mstarpy_parse(p, args, nargs, kwnames, a) < 0 ||
+        (a[1] && mstarpy_arg_ll(p, a[1], LLONG_MIN, LLONG_MAX, &n) < 0))
         return NULL;
     mstar_tensor_id uuid;
-    if (uuid_arg(u, &uuid) < 0 || enter(self) < 0)
+    if (uuid_arg(a[0], &uuid) < 0 || enter(self) < 0)
         return NULL;
     mstar_status st = fn(self->comm, uuid, (int64_t)n);
     return st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
 }
 
-static PyObject *comm_increment_ref(PyObject *obj, PyObject *args, PyObject *kw)
+static PyObject *comm_increment_ref(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames)
 {
-    return ref_call(obj, args, kw, mstar_comm_increment_ref);
+    static const mstarpy_params p = { "increment_ref", ref_names, 2, 1 };
+    return ref_call(obj, args, nargs, kwnames, &p, mstar_comm_increment_ref);
 }
 
-static PyObject *comm_dereference(PyObject *obj, PyObject *args, PyObject *kw)
+static PyObject *comm_dereference(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                                  PyObject *kwnames)
 {
-    return ref_call(obj, args, kw, mstar_comm_dereference);
+    static const mstarpy_params p = { "dereference", ref_names, 2, 1 };
+    return ref_call(obj, args, nargs, kwnames, &p, mstar_comm_dereference);
 }
 
 static PyObject *comm_set_persist(PyObject *obj, PyObject *args, PyObject *kw)
@@ -990,12 +1005,15 @@ static PyObject *comm_set_output_ref_counts(PyObject *obj, PyObject *args)
 
 /* ---- staging -------------------------------------------------------------------------------- */
 
-static PyObject *comm_register_for_send(PyObject *obj, PyObject *args)
+static PyObject *comm_register_for_send(PyObject *obj, PyObject *const *args, Py_ssize_t nargs)
 {
     comm_obj *self = (comm_obj *)obj;
-    PyObject *rid_obj, *infos_obj;
-    if (!PyArg_ParseTuple(args, "OO", &rid_obj, &infos_obj))
+    static const char *const names[] = { "request_id", "infos", NULL };
+    static const mstarpy_params p = { "register_for_send", names, 2, 2 };
+    PyObject *a[2];
+    if (mstarpy_parse(&p, args, nargs, NULL, a) < 0)
         return NULL;
+    PyObject *rid_obj = a[0], *infos_obj = a[1];
     mstar_rid rid;
     if (rid_arg(rid_obj, &rid) < 0)
         return NULL;
@@ -1295,14 +1313,19 @@ static PyObject *edges_call(comm_obj *self, PyObject *rid_obj, PyObject *edges_o
     return r;
 }
 
-static PyObject *comm_start_read_tensors(PyObject *obj, PyObject *args, PyObject *kw)
+static PyObject *comm_start_read_tensors(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                                         PyObject *kwnames)
 {
-    static char *kwlist[] = { "request_id", "edges", "graph_walk", "views", "into", NULL };
-    PyObject *rid_obj, *edges_obj = Py_None, *walk = Py_None, *into = Py_None;
+    static const char *const names[] = {
+        "request_id", "edges", "graph_walk", "views", "into", NULL
+    };
+    static const mstarpy_params p = { "start_read_tensors", names, 3, 1 };
+    PyObject *a[5]; /* graph_walk: the reference's signature, not needed */
     int views = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|OO$pO", kwlist, &rid_obj, &edges_obj, &walk,
-                                     &views, &into))
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 ||
+        (a[3] && mstarpy_arg_bool(a[3], &views) < 0))
         return NULL;
+    PyObject *rid_obj = a[0], *edges_obj = a[1] ? a[1] : Py_None, *into = a[4] ? a[4] : Py_None;
     if (views && into != Py_None) {
         mstarpy_raise_msg(MSTAR_EINVAL, "views=True reads in place: it takes no into=");
         return NULL;
@@ -1376,13 +1399,16 @@ static PyObject *ready_result(const mstar_ready_set *set, int with_failures)
     return Py_BuildValue("(NN)", ready, f);
 }
 
-static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *args, PyObject *kw)
+static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames)
 {
     comm_obj *self = (comm_obj *)obj;
-    static char *kwlist[] = { "graph_walk", "with_failures", NULL };
-    PyObject *walk = Py_None; /* the reference's signature: not needed */
+    static const char *const names[] = { "graph_walk", "with_failures", NULL };
+    static const mstarpy_params p = { "get_ready_tensors", names, 1, 0 };
+    PyObject *a[2]; /* graph_walk: the reference's signature, not needed */
     int with_failures = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|O$p", kwlist, &walk, &with_failures))
+    if ((nargs || kwnames) && (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 ||
+                               (a[1] && mstarpy_arg_bool(a[1], &with_failures) < 0)))
         return NULL;
     if (enter(self) < 0)
         return NULL;
@@ -1409,12 +1435,15 @@ static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *args, PyObject 
     return NULL;
 }
 
-static PyObject *comm_get_tensor(PyObject *obj, PyObject *args)
+static PyObject *comm_get_tensor(PyObject *obj, PyObject *const *args, Py_ssize_t nargs)
 {
     comm_obj *self = (comm_obj *)obj;
-    PyObject *rid_obj, *u;
-    if (!PyArg_ParseTuple(args, "OO", &rid_obj, &u))
+    static const char *const names[] = { "request_id", "uuid", NULL };
+    static const mstarpy_params p = { "get_tensor", names, 2, 2 };
+    PyObject *a[2];
+    if (mstarpy_parse(&p, args, nargs, NULL, a) < 0)
         return NULL;
+    PyObject *rid_obj = a[0], *u = a[1];
     mstar_rid rid;
     mstar_tensor_id uuid;
     if (rid_arg(rid_obj, &rid) < 0 || uuid_arg(u, &uuid) < 0 || enter(self) < 0)
@@ -1616,7 +1645,7 @@ static PyMethodDef comm_methods[] = {
     { "register_request", KW comm_register_request, METH_VARARGS | METH_KEYWORDS,
       "register_request(request_id, sharding_config=None)\nRemember the request's shard dims "
       "(a ShardingConfig or {signal: dim or None})." },
-    { "store_and_return_tensor_info", KW comm_store, METH_VARARGS | METH_KEYWORDS,
+    { "store_and_return_tensor_info", KW comm_store, METH_FASTCALL | METH_KEYWORDS,
       "store_and_return_tensor_info(request_id, outputs, *, node_name=None, graph_walk=None,\n"
       "tp_size=1, tp_rank=0) -> {signal: [TensorPointerInfo]}\n"
       "Store one request's outputs {signal: [tensors]} (ref 0 each) and return their "
@@ -1634,9 +1663,9 @@ static PyMethodDef comm_methods[] = {
       "{signal: [tensors]}; signals not in `signals` are not stored." },
     { "tensor_info", comm_tensor_info, METH_O,
       "tensor_info(uuid) -> TensorPointerInfo of a held tensor." },
-    { "increment_ref", KW comm_increment_ref, METH_VARARGS | METH_KEYWORDS,
+    { "increment_ref", KW comm_increment_ref, METH_FASTCALL | METH_KEYWORDS,
       "increment_ref(uuid, n=1)" },
-    { "dereference", KW comm_dereference, METH_VARARGS | METH_KEYWORDS,
+    { "dereference", KW comm_dereference, METH_FASTCALL | METH_KEYWORDS,
       "dereference(uuid, n=1): frees the tensor when its count reaches 0 (unless persisted)." },
     { "set_persist", KW comm_set_persist, METH_VARARGS | METH_KEYWORDS,
       "set_persist(uuid, persist=True)" },
@@ -1646,7 +1675,7 @@ static PyMethodDef comm_methods[] = {
       "dereference_batch(uuids, counts=1): counts is one int or one per uuid." },
     { "set_output_ref_counts", comm_set_output_ref_counts, METH_VARARGS,
       "set_output_ref_counts(held_uuids, routed_edges)" },
-    { "register_for_send", comm_register_for_send, METH_VARARGS,
+    { "register_for_send", KW comm_register_for_send, METH_FASTCALL,
       "register_for_send(request_id, infos)\nStage each descriptor's tensor for other "
       "processes (file written, arena copy made, memory\nregistered) and stamp the transport's "
       "fields onto the descriptors in place. A message\ncarrying them may be sent once this "
@@ -1661,7 +1690,7 @@ static PyMethodDef comm_methods[] = {
       "other means than its Mesh; only peer's ACKs may then release them." },
     { "handle_message", comm_handle_message, METH_O,
       "handle_message(msg): apply TENSOR_RECEIVED or UNPERSIST_TENSORS." },
-    { "start_read_tensors", KW comm_start_read_tensors, METH_VARARGS | METH_KEYWORDS,
+    { "start_read_tensors", KW comm_start_read_tensors, METH_FASTCALL | METH_KEYWORDS,
       "start_read_tensors(request_id, edges, graph_walk=None, *, views=False, into=None)\n"
       "-> [Completion], or start_read_tensors(msg, *, views=False, into=None)\n"
       "Begin reading the edges' descriptors (validated first; nothing kept if any is bad);\n"
@@ -1677,13 +1706,13 @@ static PyMethodDef comm_methods[] = {
     { "ack_unread_tensors", comm_ack_unread_tensors, METH_VARARGS,
       "ack_unread_tensors(request_id, edges) or ack_unread_tensors(msg): ACK without reading\n"
       "(a request already gone)." },
-    { "get_ready_tensors", KW comm_get_ready_tensors, METH_VARARGS | METH_KEYWORDS,
+    { "get_ready_tensors", KW comm_get_ready_tensors, METH_FASTCALL | METH_KEYWORDS,
       "get_ready_tensors(graph_walk=None, *, with_failures=False) -> {request_id: [GraphEdge]}\n"
       "Collect every read whose bytes landed: ACK them (through `send`; a view's ACK waits\n"
       "for its release), gather sharded inputs, and return them. Each delivered descriptor\n"
       "carries one usage reference: release it with dereference(uuid). with_failures=True\n"
       "returns (ready, [ReadFailure])." },
-    { "get_tensor", comm_get_tensor, METH_VARARGS,
+    { "get_tensor", KW comm_get_tensor, METH_FASTCALL,
       "get_tensor(request_id, uuid) -> mstar.Tensor, a zero-copy view (DLPack) that holds one "
       "reference on the tensor while it lives." },
     { "has_inflight_reads", comm_has_inflight_reads, METH_O, "has_inflight_reads(request_id)" },
