@@ -21,6 +21,10 @@ int mstarpy_parse(const mstarpy_params *p, PyObject *const *args, Py_ssize_t nar
     int n = 0;
     while (p->names[n])
         out[n++] = NULL;
+    if (nargs > p->npos && p->npos == 0) {
+        PyErr_Format(PyExc_TypeError, "%s() takes no positional arguments", p->fn);
+        return -1;
+    }
     if (nargs > p->npos) {
         PyErr_Format(PyExc_TypeError, "%s() takes %s %d positional argument%s (%zd given)", p->fn,
                      p->npos == p->nreq ? "exactly" : "at most", p->npos, p->npos == 1 ? "" : "s",

@@ -11,6 +11,7 @@
  * valid while Python holds the view, and __dlpack__ hands torch / NumPy a managed tensor whose
  * deleter drops the view. The view releases its tensor reference when it goes.
  */
+#include "args.h"
 #include "mstar_py.h"
 
 #include <stdlib.h>
@@ -463,15 +464,19 @@ PyObject *mstarpy_dl_device(const mstar_tensor *t)
  * ready before an object that exports it exists, so there is no producer work for a consumer
  * stream to wait for); copy=True is refused (the export is zero-copy); bool_as_uint8 serves
  * consumers without DLPack's bool (torch before 2.0). -1 with an exception, else the flag. */
-int mstarpy_dlpack_args(PyObject *args, PyObject *kw, const char *who)
+int mstarpy_dlpack_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, const char *who)
 {
-    static char *kwlist[] = { "stream", "max_version", "dl_device", "copy", "bool_as_uint8", NULL };
-    PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+    static const char *const names[] = { "stream", "max_version",   "dl_device",
+                                         "copy",   "bool_as_uint8", NULL };
+    const mstarpy_params p = { "__dlpack__", names, 0, 0 };
+    PyObject *a[5];
     int bool_as_uint8 = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|$OOOOp", kwlist, &stream, &max_version, &dl_device,
-                                     &copy, &bool_as_uint8))
+    if (!nargs && !kwnames)
+        return 0;
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 ||
+        (a[4] && mstarpy_arg_bool(a[4], &bool_as_uint8) < 0))
         return -1;
-    if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
+    if (a[3] && a[3] != Py_None && PyObject_IsTrue(a[3]) == 1) {
         mstarpy_raise_msg(MSTAR_ENOTSUP,
                           "%s.__dlpack__: copy=True is not supported (the export "
                           "is zero-copy)",
@@ -517,10 +522,11 @@ PyObject *mstarpy_dl_export(PyObject *owner, const mstar_tensor *t, int bool_as_
     return cap;
 }
 
-static PyObject *tensor_dlpack(PyObject *obj, PyObject *args, PyObject *kw)
+static PyObject *tensor_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                               PyObject *kwnames)
 {
     tensor_obj *self = (tensor_obj *)obj;
-    int bool_as_uint8 = mstarpy_dlpack_args(args, kw, "mstar.Tensor");
+    int bool_as_uint8 = mstarpy_dlpack_args(args, nargs, kwnames, "mstar.Tensor");
     if (bool_as_uint8 < 0)
         return NULL;
     if (self->released)
@@ -608,7 +614,7 @@ static PyObject *tensor_repr(PyObject *obj)
 }
 
 static PyMethodDef tensor_methods[] = {
-    { "__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_VARARGS | METH_KEYWORDS,
+    { "__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_FASTCALL | METH_KEYWORDS,
       "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n"
       "A DLPack capsule viewing the manager's memory (no copy)." },
     { "__dlpack_device__", tensor_dlpack_device, METH_NOARGS,

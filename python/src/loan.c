@@ -104,10 +104,11 @@ static int usable(loan_obj *self)
     return 0;
 }
 
-static PyObject *loan_dlpack(PyObject *obj, PyObject *args, PyObject *kw)
+static PyObject *loan_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                             PyObject *kwnames)
 {
     loan_obj *self = (loan_obj *)obj;
-    int bool_as_uint8 = mstarpy_dlpack_args(args, kw, "mstar.Loan");
+    int bool_as_uint8 = mstarpy_dlpack_args(args, nargs, kwnames, "mstar.Loan");
     if (bool_as_uint8 < 0 || usable(self) < 0)
         return NULL;
     PyObject *cap = mstarpy_dl_export(obj, &self->t, bool_as_uint8, export_done);
@@ -216,7 +217,7 @@ static PyObject *loan_repr(PyObject *obj)
 }
 
 static PyMethodDef loan_methods[] = {
-    { "__dlpack__", (PyCFunction)(void (*)(void))loan_dlpack, METH_VARARGS | METH_KEYWORDS,
+    { "__dlpack__", (PyCFunction)(void (*)(void))loan_dlpack, METH_FASTCALL | METH_KEYWORDS,
       "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n"
       "A DLPack capsule of the lent memory, writable: compute into it in place." },
     { "__dlpack_device__", loan_dlpack_device, METH_NOARGS,

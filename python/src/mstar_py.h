@@ -265,9 +265,10 @@ int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *releas
 
 /* ---- tensors out (dlpack.c): shared by mstar.Tensor and mstar.Loan -------------------------- */
 
-/* __dlpack__'s keywords checked (`who` names the class in errors): bool_as_uint8 (0 or 1), or
- * -1 with an exception. */
-int mstarpy_dlpack_args(PyObject *args, PyObject *kw, const char *who);
+/* __dlpack__'s keywords (a fastcall's) checked (`who` names the class in errors): bool_as_uint8
+ * (0 or 1), or -1 with an exception. */
+int mstarpy_dlpack_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                        const char *who);
 /* A "dltensor" capsule viewing `t`; it holds a reference on `owner`, and its deleter calls
  * done(owner) (when not NULL) with the GIL before letting go of it. */
 PyObject *mstarpy_dl_export(PyObject *owner, const mstar_tensor *t, int bool_as_uint8,

@@ -138,3 +138,31 @@ def test_flags_take_truth_values(make):
         m.get_ready_tensors(with_failures=NoTruth())
     with pytest.raises(ValueError, match="no truth"):
         m.start_read_tensors(1, [], views=NoTruth())
+
+
+def test_dlpack_keywords(make):
+    """__dlpack__ of a loan and of a view: every keyword of the protocol by name, none by
+    position, copy=True refused, an unknown keyword a TypeError."""
+    m = make("worker_0", transport="arena")
+    loan = m.loan_output(4, "uint8")
+    t = torch.from_dlpack(loan)
+    t.fill_(3)
+    del t
+    cap = loan.__dlpack__(stream=None, max_version=(1, 0), dl_device=(1, 0), copy=False,
+                          bool_as_uint8=True)
+    assert torch.equal(torch.utils.dlpack.from_dlpack(cap), torch.full((4,), 3, dtype=torch.uint8))
+    del cap
+    infos = m.store_and_return_tensor_info(1, {"x": [loan]})["x"]
+    view = m.get_tensor(1, infos[0].uuid)
+    for obj in (loan, view):
+        with pytest.raises(TypeError, match=r"__dlpack__\(\) takes no positional arguments"):
+            obj.__dlpack__(None)
+        with pytest.raises(TypeError, match="'stream_ptr' is an invalid keyword argument for "
+                                            r"__dlpack__\(\)"):
+            obj.__dlpack__(stream_ptr=0)
+    with pytest.raises(mstar.NotSupportedError, match="copy=True"):
+        view.__dlpack__(copy=True)
+    assert torch.equal(torch.from_dlpack(view.__dlpack__(max_version=(1, 0))),
+                       torch.full((4,), 3, dtype=torch.uint8))
+    del view
+    m.cleanup_request(1)
