@@ -4,6 +4,7 @@ manager factory."""
 import gc
 import os
 import signal
+import sys
 import tempfile
 import tracemalloc
 
@@ -48,6 +49,27 @@ def heap_growth():
         return sum(s.size_diff for s in after.compare_to(before, "filename"))
 
     return measure
+
+
+@pytest.fixture
+def field_references():
+    """field_references(cls, field, other): a value set on `field` of a new cls holds one
+    reference, given back when the field is overwritten, and when the object dies while
+    `other` holds it."""
+
+    def check(cls, field, other):
+        # Made at run time: a constant would be immortal in Python 3.12 (its count never moves).
+        value = "".join(["v"] * 100) + "w"
+        base = sys.getrefcount(value)
+        obj = cls(**{field: value})
+        assert sys.getrefcount(value) == base + 1
+        setattr(obj, field, "other")
+        assert sys.getrefcount(value) == base
+        setattr(obj, other, value)
+        del obj
+        assert sys.getrefcount(value) == base
+
+    return check
 
 
 class Recorder:
