@@ -516,26 +516,27 @@ void *mstar_stream_native(const mstar_stream *s)
     return s->native;
 }
 
+/* A stream whose work can be waited for or asked about: not NULL, and not capturing (a capture
+ * records work; none of it runs until a graph is launched). */
+static mstar_status check_stream_runs(const mstar_stream *s, const char *fn)
+{
+    mstar_status st = check_stream(s, fn);
+    if (st == MSTAR_OK && s->capturing)
+        st = mstar_error_set(MSTAR_ESTATE,
+                             "%s: the stream is capturing; its work is recorded, not run", fn);
+    return st;
+}
+
 mstar_status mstar_stream_synchronize(mstar_stream *s)
 {
-    mstar_status st = check_stream(s, "mstar_stream_synchronize");
-    if (st != MSTAR_OK)
-        return st;
-    if (s->capturing)
-        return mstar_error_set(MSTAR_ESTATE, "mstar_stream_synchronize: the stream is capturing; "
-                                             "a capture records work, it cannot wait for it");
-    return s->backend->ops->stream_synchronize(s);
+    mstar_status st = check_stream_runs(s, "mstar_stream_synchronize");
+    return st == MSTAR_OK ? s->backend->ops->stream_synchronize(s) : st;
 }
 
 mstar_status mstar_stream_query(mstar_stream *s)
 {
-    mstar_status st = check_stream(s, "mstar_stream_query");
-    if (st != MSTAR_OK)
-        return st;
-    if (s->capturing)
-        return mstar_error_set(MSTAR_ESTATE, "mstar_stream_query: the stream is capturing; its "
-                                             "work is recorded, not run");
-    return s->backend->ops->stream_query(s);
+    mstar_status st = check_stream_runs(s, "mstar_stream_query");
+    return st == MSTAR_OK ? s->backend->ops->stream_query(s) : st;
 }
 
 mstar_status mstar_stream_wait_event(mstar_stream *s, mstar_event *e)
