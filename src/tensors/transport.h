@@ -163,6 +163,9 @@ void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mod
  * walks, as if memory ran out, so only their stream callback finishes them. Returns how many
  * such failures were still to come (0 for any other transport). */
 unsigned mstar__transport_cuda_ipc_fail_inflight(mstar__transport *t, unsigned n);
+/* Tests: the stream on which the callbacks of reads landing in the background wait (NULL until
+ * the first such read, and for any other transport). */
+mstar_stream *mstar__transport_cuda_ipc_notify(mstar__transport *t);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

@@ -797,17 +797,24 @@ static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items
 }
 
 /* Finish the reads whose copies have landed (their probe has fired), and forget those the
- * callback finished first. */
+ * callback finished first. The probes were recorded on the copy stream in the order `inflight`
+ * keeps, and a stream runs in order: once one has not fired, no later one has, so the rest are
+ * not asked (asking an event costs about 1.7 us on an H200 host, and a poll with eight reads in
+ * flight asked eight). */
 static void ipc_poll(mstar__transport *t)
 {
     ipc_transport *it = ipc_of(t);
     size_t w = 0;
+    bool pending = false; /* a probe asked here has not fired */
     for (size_t i = 0; i < it->inflight.len; i++) {
         struct inflight f = *(struct inflight *)mstar__vec_at(&it->inflight, i);
         bool done = mstar__completion_done(f.l->done);
-        if (!done && mstar_event_query(f.probe) == MSTAR_OK) {
-            finish_landed(f.l);
-            done = true;
+        if (!done && !pending) {
+            pending = mstar_event_query(f.probe) != MSTAR_OK;
+            if (!pending) {
+                finish_landed(f.l);
+                done = true;
+            }
         }
         if (done) {
             landed_free(f.l);
@@ -1098,4 +1105,9 @@ unsigned mstar__transport_cuda_ipc_fail_inflight(mstar__transport *t, unsigned n
     unsigned left = it->fail_inflight;
     it->fail_inflight = n;
     return left;
+}
+
+mstar_stream *mstar__transport_cuda_ipc_notify(mstar__transport *t)
+{
+    return t->ops->destroy == ipc_destroy ? ipc_of(t)->notify : NULL;
 }

@@ -408,6 +408,61 @@ static void test_route_lands_without_inflight_room(void **state)
     free_tensors(t2, 1);
 }
 
+/* Reads in flight are finished by the poll alone, in the order they were queued, when their
+ * callbacks cannot run (the notify stream is held): the poll asks the probes only up to the
+ * first that has not fired, and must still finish every read once the copies have run. */
+static void test_route_poll_finishes_in_order(void **state)
+{
+    world *w = *state;
+    mstar__transport *route = w->c->transport;
+    mstar_rid rid0 = rid_str("r0");
+    mstar_tensor t0[1];
+    mstar_tensor_info i0[1];
+    produce_n(w, &rid0, 1, 5, t0, i0);
+    assert_mstar_ok(read_infos(w, &rid0, i0, 1)); /* makes the notify stream */
+    collect_landing(w->c, 1);
+    mstar_stream *notify = mstar__transport_cuda_ipc_notify(route);
+    assert_non_null(notify);
+    int copies[2], callbacks[2];
+    assert_int_equal(pipe(copies), 0);
+    assert_int_equal(pipe(callbacks), 0);
+    assert_mstar_ok(mstar_launch(notify, hold_stream, &callbacks[0], sizeof(int)));
+    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &copies[0], sizeof(int)));
+    enum { N = 3 };
+    mstar_rid rids[N] = { rid_str("r1"), rid_str("r2"), rid_str("r3") };
+    mstar_tensor ts[N];
+    mstar_tensor_info infos[N];
+    for (int i = 0; i < N; i++) {
+        produce_n(w, &rids[i], 1, 37 + i, &ts[i], &infos[i]);
+        assert_mstar_ok(read_infos(w, &rids[i], &infos[i], 1)); /* one read call each */
+    }
+    mstar_ready_set set; /* the copies are held: nothing has landed */
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
+    assert_int_equal(set.nedges + set.nfailed, 0);
+    mstar_ready_set_clear(&set);
+    assert_int_equal(write(copies[1], "x", 1), 1);
+    assert_mstar_ok(mstar_stream_synchronize(w->c->env.h2d));
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set)); /* the poll, not a callback */
+    assert_int_equal(set.nedges, N);
+    assert_int_equal(set.nfailed, 0);
+    mstar_ready_set_clear(&set);
+    for (int i = 0; i < N; i++)
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+    assert_int_equal(write(callbacks[1], "x", 1), 1); /* the callbacks find them finished */
+    assert_mstar_ok(mstar_stream_synchronize(notify));
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
+    assert_int_equal(set.nedges + set.nfailed, 0);
+    mstar_ready_set_clear(&set);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[i].uuid), 1);
+    for (int i = 0; i < 2; i++) {
+        close(copies[i]);
+        close(callbacks[i]);
+    }
+    free_tensors(t0, 1);
+    free_tensors(ts, N);
+}
+
 /* Store output `o` for `rid`, held for one reader, stage it and return its refreshed edge (the
  * caller clears it); *info is the descriptor as stored. */
 static mstar_edge stage_output(world *w, const mstar_rid *rid, const mstar_output *o,
@@ -715,6 +770,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_route_event_behind_work, setup_async, teardown),
         cmocka_unit_test_setup_teardown(test_route_lands_without_inflight_room, setup_async,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_route_poll_finishes_in_order, setup_async, teardown),
         cmocka_unit_test_setup_teardown(test_route_passes_loans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
