@@ -595,12 +595,13 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
                                (unsigned long long)info->uuid, info->source_entity,
                                (unsigned long long)start, (unsigned long long)info->nbytes,
                                (unsigned long long)seg->size);
-    char what[MSTAR_NAME_MAX + 48];
-    snprintf(what, sizeof(what), "tensor %llu from '%s'", (unsigned long long)info->uuid,
-             info->source_entity);
-    if (ev != NULL &&
-        (st = mstar__cuda_ipc_wait_event(ev, ref->pid, it->timeout_s, what)) != MSTAR_OK)
-        return st;
+    if (ev != NULL) {
+        char what[MSTAR_NAME_MAX + 48];
+        snprintf(what, sizeof(what), "tensor %llu from '%s'", (unsigned long long)info->uuid,
+                 info->source_entity);
+        if ((st = mstar__cuda_ipc_wait_event(ev, ref->pid, it->timeout_s, what)) != MSTAR_OK)
+            return st;
+    }
     mstar__buf *buf;
     if ((st = mstar__transport_read_dest(env, into, info->nbytes, &buf)) != MSTAR_OK)
         return st;
