@@ -42,7 +42,7 @@ static int expect_scratch_removed(const char *err)
 
 static char *read_report_file(const char *dir, const char *name)
 {
-    char path[4096];
+    char path[4096 + 64]; /* a directory of up to 4096 bytes and a file name */
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     if (!demo_path_exists(path))
         fail_msg("%s was not written", path);
