@@ -214,6 +214,9 @@ static void test_device_cuda(void **state)
         assert_non_null(strstr(json, "\"transport-cuda\":{\"ok\":true"));
         assert_non_null(strstr(md, "CUDA IPC route throughput at >= 16 MiB / device-to-device"));
         assert_non_null(strstr(md, "4 KiB round trip p50 over CUDA IPC / host arena"));
+        /* The route's ceiling beside the baseline: the copy into a buffer per read. */
+        assert_non_null(strstr(md, "| D2D spread GB/s |"));
+        assert_non_null(strstr(json, "\"d2d_spread_gbps\":"));
         assert_non_null(strstr(md, "](transport_cuda_throughput.svg)"));
         /* Plotted only from a run that measured something: a failed suite has no data. */
         check_svg(dir, "transport_cuda_latency.svg");

@@ -140,7 +140,9 @@ typedef struct mstar_bench_transport_result {
      * staged; baselines per size in one process on cuda:0 instead of memcpy and ZeroMQ. */
     bool device;
     bool cuda_ipc[MSTAR_BENCH_TRANSPORT_KINDS];
-    double d2d_gbps[MSTAR_BENCH_TRANSPORT_SIZES];    /* device-to-device copy */
+    double d2d_gbps[MSTAR_BENCH_TRANSPORT_SIZES]; /* device-to-device copy */
+    /* the same into in_flight + 1 buffers in turn, as the route's reads land (its ceiling) */
+    double d2d_spread_gbps[MSTAR_BENCH_TRANSPORT_SIZES];
     double staged_gbps[MSTAR_BENCH_TRANSPORT_SIZES]; /* pinned D2H then H2D */
     double host_rt_p50_us, host_rt_p99_us; /* the arena's 4 KiB round trip of host tensors */
     /* --device cuda with --transport files or a UCX kind: kinds are that transport twice, rows[0]

@@ -828,8 +828,9 @@ static mstar_status run_device_route(const setup *s, const char *route, bool qui
 }
 
 /* GB/s of copies of `size` bytes on one stream, best of ROUNDS: device to device, or device to
- * pinned host then back (`staged`), as one process would move a tensor without the transport. */
-static double copy_gbps(mstar_backend *b, mstar_stream *st, void *src, void *dst, void *pinned,
+ * pinned host then back (`staged`), as one process would move a tensor without the transport.
+ * The copies land in dst[0..ndst-1] in turn. */
+static double copy_gbps(mstar_stream *st, void *src, void *const *dst, int ndst, void *pinned,
                         uint64_t size, bool staged)
 {
     int reps = size <= (1u << 20) ? 200 : 20;
@@ -837,38 +838,48 @@ static double copy_gbps(mstar_backend *b, mstar_stream *st, void *src, void *dst
     for (int round = 0; round < ROUNDS; round++) {
         uint64_t t0 = mstar__now_ns();
         for (int i = 0; i < reps; i++) {
+            void *to = dst[i % ndst];
             if (staged) {
                 CHECK(mstar_memcpy_async(st, pinned, src, size, MSTAR_MEMCPY_D2H));
-                CHECK(mstar_memcpy_async(st, dst, pinned, size, MSTAR_MEMCPY_H2D));
+                CHECK(mstar_memcpy_async(st, to, pinned, size, MSTAR_MEMCPY_H2D));
             } else {
-                CHECK(mstar_memcpy_async(st, dst, src, size, MSTAR_MEMCPY_D2D));
+                CHECK(mstar_memcpy_async(st, to, src, size, MSTAR_MEMCPY_D2D));
             }
         }
         CHECK(mstar_stream_synchronize(st));
         double g = (double)size * reps / ((double)(mstar__now_ns() - t0) * 1e-9) / 1e9;
         best = g > best ? g : best;
     }
-    (void)b;
     return best;
 }
 
+/* The in-process baselines per size. The d2d copy goes back and forth between two buffers, as
+ * the issue's baseline does: up to 16 MiB both stay in the GPU's L2 (50 MB on an H200), and it
+ * runs near L2 speed. The route's reads cannot: each lands in a buffer of its own (the consumer
+ * holds up to IN_FLIGHT of them, 128 MiB at 16 MiB), so every copy writes HBM. d2d_spread copies
+ * into IN_FLIGHT + 1 buffers in turn, the most the GPU gives for that pattern: the route's
+ * ceiling, shown beside the baseline. */
 static void device_baselines(int nsizes, mstar_bench_transport_result *out)
 {
+    enum { SPREAD = IN_FLIGHT + 1 };
     mstar_backend *b;
     mstar_stream *st;
     CHECK(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CUDA, 0 }, &b));
     CHECK(mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &st));
     uint64_t most = sizes[nsizes - 1];
-    void *src, *dst, *pinned;
+    void *src, *dst[SPREAD], *pinned;
     CHECK(mstar_device_alloc(b, most, &src));
-    CHECK(mstar_device_alloc(b, most, &dst));
+    for (int i = 0; i < SPREAD; i++)
+        CHECK(mstar_device_alloc(b, most, &dst[i]));
     CHECK(mstar_host_alloc_pinned(b, most, &pinned));
     for (int i = 0; i < nsizes; i++) {
-        out->d2d_gbps[i] = copy_gbps(b, st, src, dst, pinned, sizes[i], false);
-        out->staged_gbps[i] = copy_gbps(b, st, src, dst, pinned, sizes[i], true);
+        out->d2d_gbps[i] = copy_gbps(st, src, dst, 1, pinned, sizes[i], false);
+        out->d2d_spread_gbps[i] = copy_gbps(st, src, dst, SPREAD, pinned, sizes[i], false);
+        out->staged_gbps[i] = copy_gbps(st, src, dst, 1, pinned, sizes[i], true);
     }
     CHECK(mstar_host_free_pinned(b, pinned));
-    CHECK(mstar_device_free(b, dst));
+    for (int i = 0; i < SPREAD; i++)
+        CHECK(mstar_device_free(b, dst[i]));
     CHECK(mstar_device_free(b, src));
     mstar_stream_destroy(st);
     mstar_backend_destroy(b);
@@ -1037,22 +1048,26 @@ static void print_device_table(const mstar_bench_transport_result *r)
         return;
     }
     printf("transport, device tensors on cuda:0: one producer, one consumer process; %d in flight\n"
-           "baselines in one process: a device-to-device copy (d2d) and pinned D2H then H2D "
-           "(staged); the arena's 4 KiB round trip of host tensors: p50 %.1f us, p99 %.1f us\n"
+           "baselines in one process: a device-to-device copy between two buffers (d2d), the same "
+           "into %d buffers in turn as the route's reads land (spread: the route's ceiling), and "
+           "pinned D2H then H2D (staged); the arena's 4 KiB round trip of host tensors: p50 %.1f "
+           "us, p99 %.1f us\n"
            "the 4 KiB round trips of host tensors and over the CUDA IPC route took %d turns each "
            "(best p50 shown)\n\n",
-           r->in_flight, r->host_rt_p50_us, r->host_rt_p99_us, RT_TURNS);
+           r->in_flight, r->in_flight + 1, r->host_rt_p50_us, r->host_rt_p99_us, RT_TURNS);
     for (int k = 0; k < r->nkinds; k++) {
-        printf("arena, %s\n  %-8s %12s %12s %10s %10s %10s %10s\n",
+        printf("arena, %s\n  %-8s %12s %12s %10s %10s %10s %10s %10s %10s\n",
                r->cuda_ipc[k] ? "CUDA IPC route (MSTAR_CUDA_IPC=1)" : "staged (MSTAR_CUDA_IPC=0)",
-               "size", "rt p50 us", "rt p99 us", "GB/s", "d2d GB/s", "staged", "/baseline");
+               "size", "rt p50 us", "rt p99 us", "GB/s", "d2d GB/s", "spread", "staged",
+               "/baseline", "/spread");
         for (int i = 0; i < r->nsizes; i++) {
             const row *w = &r->rows[k][i];
             char h[32];
             mstar_bench_size_name(w->bytes, h, sizeof(h));
             double base = r->cuda_ipc[k] ? r->d2d_gbps[i] : r->staged_gbps[i];
-            printf("  %-8s %12.1f %12.1f %10.2f %10.2f %10.2f %9.2fx\n", h, w->rt_p50_us,
-                   w->rt_p99_us, w->gbps, r->d2d_gbps[i], r->staged_gbps[i], w->gbps / base);
+            printf("  %-8s %12.1f %12.1f %10.2f %10.2f %10.2f %10.2f %9.2fx %9.2fx\n", h,
+                   w->rt_p50_us, w->rt_p99_us, w->gbps, r->d2d_gbps[i], r->d2d_spread_gbps[i],
+                   r->staged_gbps[i], w->gbps / base, w->gbps / r->d2d_spread_gbps[i]);
         }
         printf("\n");
     }
@@ -1086,6 +1101,7 @@ void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE
             const row *w = &r->rows[k][i];
             json_row_open(out, w, i);
             mstar_bench_json_field(out, "d2d_gbps", r->d2d_gbps[i], 4);
+            mstar_bench_json_field(out, "d2d_spread_gbps", r->d2d_spread_gbps[i], 4);
             mstar_bench_json_field(out, "staged_gbps", r->staged_gbps[i], 4);
             fprintf(out, "}");
         }
