@@ -159,13 +159,13 @@ void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint
 /* Switch a wrapped transport's mode (tests: AUTO on the host stand-in, which the environment
  * turns on only when forced). */
 void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mode mode);
-/* Tests: make the next `n` reads that land in the background find no room in the list ipc_poll
- * walks, as if memory ran out, so only their stream callback finishes them. Returns how many
+/* Tests: make the next `n` reads that land in the background fail to reach the route's watcher,
+ * as if memory ran out, so they wait for their copies in the read call instead. Returns how many
  * such failures were still to come (0 for any other transport). */
-unsigned mstar__transport_cuda_ipc_fail_inflight(mstar__transport *t, unsigned n);
-/* Tests: the stream on which the callbacks of reads landing in the background wait (NULL until
- * the first such read, and for any other transport). */
-mstar_stream *mstar__transport_cuda_ipc_notify(mstar__transport *t);
+unsigned mstar__transport_cuda_ipc_fail_watch(mstar__transport *t, unsigned n);
+/* Tests: reads the route's watcher holds, their copies not yet landed (0 for any other
+ * transport). */
+size_t mstar__transport_cuda_ipc_watching(mstar__transport *t);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

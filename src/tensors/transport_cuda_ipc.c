@@ -19,8 +19,9 @@
  * producer entity and handle, so many tensors in one segment pay one open), checking the real
  * segment size against the descriptor, waiting for the producer's event, and copying device to
  * device into this process's memory. A small read then polls for its copies to land for up to
- * MSTAR_CUDA_IPC_SPIN_US (a stream callback's wake-up cost about 45 us); otherwise they land in
- * the background, found by the manager's next poll or by a callback on a stream of its own.
+ * MSTAR_CUDA_IPC_SPIN_US (waking a sleeping loop costs more than the copy); otherwise they land
+ * in the background, finished by the route's watcher thread (landing.h) when a probe event
+ * recorded behind them fires.
  * The wait polls the event from the host, bounded by the
  * producer's liveness and MSTAR_CUDA_IPC_TIMEOUT_S, before anything is queued: a stream told to
  * wait on the event of a producer killed before it fired would wait forever, and every later
@@ -37,6 +38,7 @@
 #include "core/vec.h"
 #include "device/backend.h"
 #include "tensors/completion.h"
+#include "tensors/landing.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -96,12 +98,10 @@ typedef struct ipc_transport {
     /* consumer */
     mstar__vec opened;        /* struct opened */
     mstar__vec opened_events; /* struct opened_event */
-    mstar__vec spare_probes;  /* mstar_event *: plain events to record behind a read's copies */
-    mstar__vec inflight;      /* struct inflight: reads whose copies may still run */
-    mstar_stream *notify;     /* where the callbacks of those reads wait for their copies */
+    mstar__landing *landing;  /* finishes the reads whose copies land in the background */
     double spin_us;           /* MSTAR_CUDA_IPC_SPIN_US: how long a read polls for its copies */
     uint64_t opens;           /* segments opened so far (tests: one open for many tensors) */
-    unsigned fail_inflight;   /* tests: pushes onto `inflight` still to fail as out of memory */
+    unsigned fail_watch;      /* tests: hand-overs to `landing` still to fail as out of memory */
     bool warned_export;       /* note_unrouted said so for a failed export */
     bool noted_unexported;    /* ... and for memory the route does not export */
 } ipc_transport;
@@ -621,18 +621,11 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
 }
 
 /* What finishing a read checks: the producers were alive when the copies had run, so the bytes
- * came from memory they still held. One for the callback, one for the poll (each holds a
- * reference to the completion). */
+ * came from memory they still held. It holds a reference to the read's completion. */
 struct landed {
     mstar_completion *done;
     size_t npids;
     int32_t pids[];
-};
-
-/* A read call whose copies may still run: `probe`, recorded behind them, is polled by ipc_poll. */
-struct inflight {
-    mstar_event *probe;
-    struct landed *l;
 };
 
 static struct landed *landed_new(mstar_completion *done, const mstar__read_item *items, size_t n,
@@ -671,29 +664,15 @@ static void finish_landed(const struct landed *l)
     mstar__completion_finish(l->done, MSTAR_OK, NULL);
 }
 
-static void ipc_landed(void *args)
+/* The watcher's side (landing.h): the probe behind the copies fired, or asking it failed. */
+static void ipc_landed(void *ctx, mstar_status status)
 {
-    struct landed *l;
-    memcpy(&l, args, sizeof(l));
-    finish_landed(l);
+    struct landed *l = ctx;
+    if (status == MSTAR_OK)
+        finish_landed(l);
+    else
+        mstar__completion_finish(l->done, status, mstar_last_error());
     landed_free(l);
-}
-
-/* A plain event to record behind a read call's copies: a spare one, or a new one. */
-static mstar_status probe_take(ipc_transport *it, mstar_event **out)
-{
-    if (it->spare_probes.len == 0)
-        return mstar_event_create(it->base.env->backend, out);
-    *out = *(mstar_event **)mstar__vec_at(&it->spare_probes, it->spare_probes.len - 1);
-    it->spare_probes.len--;
-    return MSTAR_OK;
-}
-
-/* A stream wait already queued on `e` keeps the record it saw, so `e` may be recorded again. */
-static void probe_give(ipc_transport *it, mstar_event *e)
-{
-    if (mstar__vec_push(&it->spare_probes, &e) != MSTAR_OK)
-        mstar_event_destroy(e);
 }
 
 /* Whether the copy stream has run everything it was given (this read call's copies last) within
@@ -711,50 +690,29 @@ static bool landed_within_spin(const ipc_transport *it)
     }
 }
 
-/* Remember a read in flight for ipc_poll; a test may make this fail as memory running out would
- * (mstar__transport_cuda_ipc_fail_inflight). */
-static mstar_status inflight_push(ipc_transport *it, const struct inflight *f)
-{
-    if (it->fail_inflight > 0) {
-        it->fail_inflight--;
-        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory (test)");
-    }
-    return mstar__vec_push(&it->inflight, f);
-}
-
-/* Let the read land in the background: ipc_poll finishes it when the manager next looks, and a
- * callback on the notify stream, queued behind the probe, finishes it and wakes the manager's
- * loop if no poll comes first. On the notify stream, not the copy stream: a callback holds its
- * stream until it has run (tens of microseconds), and the next reads' copies must not wait. */
+/* Let the read land in the background: the watcher finishes it once `probe`, recorded behind
+ * its copies, has fired. A read the watcher cannot take (memory running out; a test may make it
+ * so, mstar__transport_cuda_ipc_fail_watch) waits for its copies here instead. */
 static mstar_status land_later(ipc_transport *it, mstar_event *probe, const mstar__read_item *items,
                                size_t n, const bool *routed, mstar_completion *c)
 {
-    mstar_status st = MSTAR_OK;
-    if (it->notify == NULL)
-        st = mstar_stream_create(it->base.env->backend, MSTAR_STREAM_NON_BLOCKING, &it->notify);
-    struct landed *called = st == MSTAR_OK ? landed_new(c, items, n, routed) : NULL;
-    struct landed *polled = called != NULL ? landed_new(c, items, n, routed) : NULL;
-    if (st == MSTAR_OK && polled == NULL)
-        st = mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
-    if (st == MSTAR_OK)
-        st = mstar_stream_wait_event(it->notify, probe);
-    if (st == MSTAR_OK)
-        st = mstar_launch(it->notify, ipc_landed, &called, sizeof(called));
-    if (st != MSTAR_OK) {
-        if (called != NULL)
-            landed_free(called);
-        if (polled != NULL)
-            landed_free(polled);
-        probe_give(it, probe);
-        return mstar_error_wrap("queueing the CUDA IPC read's completion");
+    struct landed *l = landed_new(c, items, n, routed);
+    if (l == NULL) {
+        mstar__landing_probe_give(it->landing, probe);
+        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
     }
-    /* `called` is the callback's now. Without room to remember the probe, the callback alone
-     * finishes the read. */
-    struct inflight f = { probe, polled };
-    if (inflight_push(it, &f) != MSTAR_OK) {
-        landed_free(polled);
-        probe_give(it, probe);
+    mstar_status st;
+    if (it->fail_watch > 0) {
+        it->fail_watch--;
+        st = mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory (test)");
+    } else {
+        st = mstar__landing_add(it->landing, probe, ipc_landed, l);
     }
+    if (st == MSTAR_OK)
+        return MSTAR_OK;
+    mstar__landing_probe_give(it->landing, probe);
+    st = mstar_stream_synchronize(it->base.env->h2d);
+    ipc_landed(l, st);
     return MSTAR_OK;
 }
 
@@ -783,9 +741,9 @@ static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items
     } else {
         /* Recorded now, behind everything the copy stream has queued, these copies included. */
         mstar_event *probe = NULL;
-        st = probe_take(it, &probe);
+        st = mstar__landing_probe_take(it->landing, &probe);
         if (st == MSTAR_OK && (st = mstar_event_record(probe, env->h2d)) != MSTAR_OK)
-            probe_give(it, probe);
+            mstar__landing_probe_give(it->landing, probe);
         if (st == MSTAR_OK)
             st = land_later(it, probe, items, n, routed, c);
     }
@@ -797,34 +755,10 @@ static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items
     return MSTAR_OK;
 }
 
-/* Finish the reads whose copies have landed (their probe has fired), and forget those the
- * callback finished first. The probes were recorded on the copy stream in the order `inflight`
- * keeps, and a stream runs in order: once one has not fired, no later one has, so the rest are
- * not asked (asking an event costs about 1.7 us on an H200 host, and a poll with eight reads in
- * flight asked eight). */
+/* The reads of this route finish on the watcher's thread; the staged route's may need a poll. */
 static void ipc_poll(mstar__transport *t)
 {
     ipc_transport *it = ipc_of(t);
-    size_t w = 0;
-    bool pending = false; /* a probe asked here has not fired */
-    for (size_t i = 0; i < it->inflight.len; i++) {
-        struct inflight f = *(struct inflight *)mstar__vec_at(&it->inflight, i);
-        bool done = mstar__completion_done(f.l->done);
-        if (!done && !pending) {
-            pending = mstar_event_query(f.probe) != MSTAR_OK;
-            if (!pending) {
-                finish_landed(f.l);
-                done = true;
-            }
-        }
-        if (done) {
-            landed_free(f.l);
-            probe_give(it, f.probe);
-        } else {
-            *(struct inflight *)mstar__vec_at(&it->inflight, w++) = f;
-        }
-    }
-    it->inflight.len = w;
     if (it->inner->ops->poll != NULL)
         it->inner->ops->poll(it->inner);
 }
@@ -989,19 +923,8 @@ static void ipc_destroy(mstar__transport *t)
     mstar_backend *b = it->base.env->backend;
     if (it->opened.len > 0 || it->opened_events.len > 0)
         mstar_stream_synchronize(it->base.env->h2d);
-    if (it->notify != NULL) /* every callback has run */
-        mstar_stream_synchronize(it->notify);
+    mstar__landing_destroy(it->landing);         /* every read handed to it has finished */
     mstar_stream_synchronize(it->base.env->d2h); /* no record of our events is still queued */
-    for (size_t i = 0; i < it->inflight.len; i++) {
-        struct inflight *f = mstar__vec_at(&it->inflight, i);
-        landed_free(f->l);
-        mstar_event_destroy(f->probe);
-    }
-    for (size_t i = 0; i < it->spare_probes.len; i++)
-        mstar_event_destroy(*(mstar_event **)mstar__vec_at(&it->spare_probes, i));
-    mstar__vec_free(&it->inflight);
-    mstar__vec_free(&it->spare_probes);
-    mstar_stream_destroy(it->notify);
     for (size_t i = 0; i < it->opened.len; i++)
         mstar__ipc_close(b, ((struct opened *)mstar__vec_at(&it->opened, i))->base);
     for (size_t i = 0; i < it->opened_events.len; i++)
@@ -1057,6 +980,11 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
         inner->ops->destroy(inner);
         return mstar_error_wrap("MSTAR_CUDA_IPC needs the host's boot id");
     }
+    if ((st = mstar__landing_create(env->backend, &it->landing)) != MSTAR_OK) {
+        free(it);
+        inner->ops->destroy(inner);
+        return st;
+    }
     /* Host copies help only while the staged route carries device tensors too (AUTO), and
      * arena statistics exist only over the arena. */
     it->ops = ipc_ops;
@@ -1074,8 +1002,6 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
     mstar__vec_init(&it->exported, sizeof(struct exported));
     mstar__vec_init(&it->opened, sizeof(struct opened));
     mstar__vec_init(&it->opened_events, sizeof(struct opened_event));
-    mstar__vec_init(&it->inflight, sizeof(struct inflight));
-    mstar__vec_init(&it->spare_probes, sizeof(mstar_event *));
     mstar__u64map_init(&it->staged);
     mstar__u64map_init(&it->inner_staged);
     *out = &it->base;
@@ -1098,17 +1024,17 @@ void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mod
     it->ops.needs_cpu_tensor = it->inner->ops->needs_cpu_tensor && mode != MSTAR__CUDA_IPC_ON;
 }
 
-unsigned mstar__transport_cuda_ipc_fail_inflight(mstar__transport *t, unsigned n)
+unsigned mstar__transport_cuda_ipc_fail_watch(mstar__transport *t, unsigned n)
 {
     if (t->ops->destroy != ipc_destroy)
         return 0;
     ipc_transport *it = ipc_of(t);
-    unsigned left = it->fail_inflight;
-    it->fail_inflight = n;
+    unsigned left = it->fail_watch;
+    it->fail_watch = n;
     return left;
 }
 
-mstar_stream *mstar__transport_cuda_ipc_notify(mstar__transport *t)
+size_t mstar__transport_cuda_ipc_watching(mstar__transport *t)
 {
-    return t->ops->destroy == ipc_destroy ? ipc_of(t)->notify : NULL;
+    return t->ops->destroy == ipc_destroy ? mstar__landing_pending(ipc_of(t)->landing) : 0;
 }

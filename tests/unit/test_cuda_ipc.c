@@ -371,10 +371,10 @@ static void test_route_event_behind_work(void **state)
     free_tensors(t2, 1);
 }
 
-/* A read left to land in the background that finds no room in the list the poll walks (memory
- * running out, injected): the notify stream's callback alone finishes it, so it still lands, is
- * ACKed exactly once and leaves nothing behind; the next read goes the usual way. */
-static void test_route_lands_without_inflight_room(void **state)
+/* A read left to land in the background that the watcher cannot take (memory running out,
+ * injected) waits for its copies in the read call instead: it still lands, is ACKed exactly once
+ * and leaves nothing behind; the next read goes the usual way. */
+static void test_route_lands_without_watcher(void **state)
 {
     world *w = *state;
     mstar__transport *route = w->c->transport;
@@ -382,14 +382,14 @@ static void test_route_lands_without_inflight_room(void **state)
     mstar_tensor ts[2], t2[1];
     mstar_tensor_info infos[2], i2[1];
     produce_n(w, &rid, 2, 37, ts, infos);
-    assert_int_equal(mstar__transport_cuda_ipc_fail_inflight(route, 1), 0);
+    assert_int_equal(mstar__transport_cuda_ipc_fail_watch(route, 1), 0);
     assert_mstar_ok(read_infos(w, &rid, infos, 2));
-    assert_int_equal(mstar__transport_cuda_ipc_fail_inflight(route, 0), 0); /* it was used */
+    assert_int_equal(mstar__transport_cuda_ipc_fail_watch(route, 0), 0); /* it was used */
+    assert_false(mstar_comm_has_inflight_reads(w->c, &rid));             /* landed in the call */
     collect_landing(w->c, 1);
-    assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
     for (int i = 0; i < 2; i++)
         check_bytes(w->c, infos[i].uuid, &ts[i]);
-    /* The usual way: remembered for the poll, which may finish it before the callback does. */
+    /* The usual way: handed to the watcher, which finishes it once its copies have run. */
     produce_n(w, &rid2, 1, 5, t2, i2);
     assert_mstar_ok(read_infos(w, &rid2, i2, 1));
     collect_landing(w->c, 1);
@@ -408,58 +408,50 @@ static void test_route_lands_without_inflight_room(void **state)
     free_tensors(t2, 1);
 }
 
-/* Reads in flight are finished by the poll alone, in the order they were queued, when their
- * callbacks cannot run (the notify stream is held): the poll asks the probes only up to the
- * first that has not fired, and must still finish every read once the copies have run. */
-static void test_route_poll_finishes_in_order(void **state)
+/* Reads in flight finish on the route's watcher thread, in the order they were queued, with
+ * nobody polling: a caller blocked on their completions is woken once the copies run, and the
+ * manager's event fd says so. */
+static void test_route_watcher_finishes_reads(void **state)
 {
     world *w = *state;
     mstar__transport *route = w->c->transport;
-    mstar_rid rid0 = rid_str("r0");
-    mstar_tensor t0[1];
-    mstar_tensor_info i0[1];
-    produce_n(w, &rid0, 1, 5, t0, i0);
-    assert_mstar_ok(read_infos(w, &rid0, i0, 1)); /* makes the notify stream */
-    collect_landing(w->c, 1);
-    mstar_stream *notify = mstar__transport_cuda_ipc_notify(route);
-    assert_non_null(notify);
-    int copies[2], callbacks[2];
-    assert_int_equal(pipe(copies), 0);
-    assert_int_equal(pipe(callbacks), 0);
-    assert_mstar_ok(mstar_launch(notify, hold_stream, &callbacks[0], sizeof(int)));
-    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &copies[0], sizeof(int)));
+    int gate[2];
+    assert_int_equal(pipe(gate), 0);
+    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &gate[0], sizeof(int)));
     enum { N = 3 };
     mstar_rid rids[N] = { rid_str("r1"), rid_str("r2"), rid_str("r3") };
     mstar_tensor ts[N];
     mstar_tensor_info infos[N];
+    mstar_completion_list lists[N];
     for (int i = 0; i < N; i++) {
         produce_n(w, &rids[i], 1, 37 + i, &ts[i], &infos[i]);
-        assert_mstar_ok(read_infos(w, &rids[i], &infos[i], 1)); /* one read call each */
+        mstar_edge e = edge_of("sig", "node", &infos[i], 1);
+        assert_mstar_ok(mstar_comm_start_read_tensors(w->c, &rids[i], &e, 1, &lists[i]));
+        mstar_edge_clear(&e);
+        assert_int_equal(lists[i].n, 1);
     }
-    mstar_ready_set set; /* the copies are held: nothing has landed */
+    assert_int_equal(mstar__transport_cuda_ipc_watching(route), N); /* the copies are held */
+    for (int i = 0; i < N; i++)
+        assert_mstar_status(mstar_completion_poll(lists[i].items[0]), MSTAR_EAGAIN);
+    assert_int_equal(write(gate[1], "x", 1), 1);
+    for (int i = 0; i < N; i++) /* no poll, no get_ready: the watcher finishes them */
+        assert_mstar_ok(mstar_completion_wait(lists[i].items[0], 10000));
+    struct pollfd pfd = { mstar_comm_event_fd(w->c), POLLIN, 0 };
+    assert_int_equal(poll(&pfd, 1, 10000), 1);
+    mstar_comm_event_drain(w->c);
+    mstar_ready_set set;
     assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
-    assert_int_equal(set.nedges + set.nfailed, 0);
-    mstar_ready_set_clear(&set);
-    assert_int_equal(write(copies[1], "x", 1), 1);
-    assert_mstar_ok(mstar_stream_synchronize(w->c->env.h2d));
-    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set)); /* the poll, not a callback */
     assert_int_equal(set.nedges, N);
     assert_int_equal(set.nfailed, 0);
     mstar_ready_set_clear(&set);
-    for (int i = 0; i < N; i++)
+    for (int i = 0; i < N; i++) {
         check_bytes(w->c, infos[i].uuid, &ts[i]);
-    assert_int_equal(write(callbacks[1], "x", 1), 1); /* the callbacks find them finished */
-    assert_mstar_ok(mstar_stream_synchronize(notify));
-    assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
-    assert_int_equal(set.nedges + set.nfailed, 0);
-    mstar_ready_set_clear(&set);
-    for (int i = 0; i < N; i++)
         assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[i].uuid), 1);
-    for (int i = 0; i < 2; i++) {
-        close(copies[i]);
-        close(callbacks[i]);
+        mstar_completion_list_clear(&lists[i]);
     }
-    free_tensors(t0, 1);
+    assert_int_equal(mstar__transport_cuda_ipc_watching(route), 0);
+    close(gate[0]);
+    close(gate[1]);
     free_tensors(ts, N);
 }
 
@@ -768,9 +760,8 @@ int main(void)
         cmocka_unit_test(test_event_wait_backoff),
         cmocka_unit_test_setup_teardown(test_route_bytes_one_open, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_event_behind_work, setup_async, teardown),
-        cmocka_unit_test_setup_teardown(test_route_lands_without_inflight_room, setup_async,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_route_poll_finishes_in_order, setup_async, teardown),
+        cmocka_unit_test_setup_teardown(test_route_lands_without_watcher, setup_async, teardown),
+        cmocka_unit_test_setup_teardown(test_route_watcher_finishes_reads, setup_async, teardown),
         cmocka_unit_test_setup_teardown(test_route_passes_loans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
