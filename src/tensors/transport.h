@@ -166,6 +166,9 @@ unsigned mstar__transport_cuda_ipc_fail_watch(mstar__transport *t, unsigned n);
 /* Tests: reads the route's watcher holds, their copies not yet landed (0 for any other
  * transport). */
 size_t mstar__transport_cuda_ipc_watching(mstar__transport *t);
+/* Tests: read calls that polled for their copies to land (MSTAR_CUDA_IPC_SPIN_US) so far (0 for
+ * any other transport). */
+uint64_t mstar__transport_cuda_ipc_spins(mstar__transport *t);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

@@ -155,7 +155,7 @@ typedef struct world {
  * queued when a tensor is staged, and the consumer does not poll for its copies
  * (MSTAR_CUDA_IPC_SPIN_US=0): they land in the background, finished by the poll in
  * get_ready_tensors or by the notify stream's callback, whichever comes first. */
-static int setup_with(void **state, bool async)
+static int setup_with(void **state, bool async, const char *spin_us)
 {
     world *w = calloc(1, sizeof(*w));
     setenv("MSTAR_CUDA_IPC", "1", 1);
@@ -164,7 +164,7 @@ static int setup_with(void **state, bool async)
     assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &w->bc));
     mstar__host_backend_set_async(w->bp, async);
     mstar__host_backend_set_async(w->bc, async);
-    setenv("MSTAR_CUDA_IPC_SPIN_US", async ? "0" : "200", 1);
+    setenv("MSTAR_CUDA_IPC_SPIN_US", spin_us, 1);
     w->sp = (sender){ &w->b, "worker_0" };
     w->sc = (sender){ &w->b, "worker_1" };
     w->p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp, w->bp);
@@ -177,12 +177,18 @@ static int setup_with(void **state, bool async)
 
 static int setup(void **state)
 {
-    return setup_with(state, false);
+    return setup_with(state, false, "200");
 }
 
 static int setup_async(void **state)
 {
-    return setup_with(state, true);
+    return setup_with(state, true, "0");
+}
+
+/* Asynchronous streams, and small reads poll for their copies for up to 20 ms. */
+static int setup_async_spin(void **state)
+{
+    return setup_with(state, true, "20000");
 }
 
 static int teardown(void **state)
@@ -453,6 +459,44 @@ static void test_route_watcher_finishes_reads(void **state)
     close(gate[0]);
     close(gate[1]);
     free_tensors(ts, N);
+}
+
+/* A small read polls for its copies only while no earlier read is landing in the background:
+ * the poll asks the copy stream, so it would wait for those copies too. Here the first read's
+ * poll runs out (the stream is held) and leaves it to the watcher; the second is not polled for. */
+static void test_route_no_spin_behind_reads(void **state)
+{
+    world *w = *state;
+    mstar__transport *route = w->c->transport;
+    int gate[2];
+    assert_int_equal(pipe(gate), 0);
+    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &gate[0], sizeof(int)));
+    mstar_rid rids[2] = { rid_str("r1"), rid_str("r2") };
+    mstar_tensor ts[2];
+    mstar_tensor_info infos[2];
+    for (int i = 0; i < 2; i++) {
+        produce_n(w, &rids[i], 1, 37, &ts[i], &infos[i]);
+        assert_mstar_ok(read_infos(w, &rids[i], &infos[i], 1));
+        assert_int_equal(mstar__transport_cuda_ipc_spins(route), 1);
+        assert_int_equal(mstar__transport_cuda_ipc_watching(route), (size_t)i + 1);
+    }
+    assert_int_equal(write(gate[1], "x", 1), 1);
+    collect_landing(w->c, 2);
+    for (int i = 0; i < 2; i++)
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+    /* Nothing landing any more: the next small read polls, and lands in the call. */
+    mstar_rid rid3 = rid_str("r3");
+    mstar_tensor t3[1];
+    mstar_tensor_info i3[1];
+    produce_n(w, &rid3, 1, 5, t3, i3);
+    assert_mstar_ok(read_infos(w, &rid3, i3, 1));
+    assert_int_equal(mstar__transport_cuda_ipc_spins(route), 2);
+    collect_landing(w->c, 1);
+    check_bytes(w->c, i3[0].uuid, &t3[0]);
+    close(gate[0]);
+    close(gate[1]);
+    free_tensors(ts, 2);
+    free_tensors(t3, 1);
 }
 
 /* Store output `o` for `rid`, held for one reader, stage it and return its refreshed edge (the
@@ -762,6 +806,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_route_event_behind_work, setup_async, teardown),
         cmocka_unit_test_setup_teardown(test_route_lands_without_watcher, setup_async, teardown),
         cmocka_unit_test_setup_teardown(test_route_watcher_finishes_reads, setup_async, teardown),
+        cmocka_unit_test_setup_teardown(test_route_no_spin_behind_reads, setup_async_spin,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_route_passes_loans, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_refuses, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_zero_size, setup, teardown),
