@@ -79,8 +79,8 @@ typedef struct mstar__transport_ops {
     mstar_status (*read)(mstar__transport *t, mstar__read_item *items, size_t n,
                          mstar_completion **done);
     /* Finish reads whose copies have landed, found by polling; the manager calls it before it
-     * looks for landed reads (such a read is otherwise finished by its stream's callback). May
-     * be NULL. */
+     * looks for landed reads (such a read is otherwise finished from another thread: a stream
+     * callback, the CUDA IPC route's watcher, a reader). May be NULL. */
     void (*poll)(mstar__transport *t);
     /* Periodic upkeep from the manager's loop: TTL reclaim, statistics, evicting mappings of
      * peers that are gone. `reads_idle`: no read of this manager is copying. May be NULL. */
@@ -138,8 +138,8 @@ mstar_status mstar__host_id_read(const char *path, char *out);
 #define MSTAR__CUDA_IPC_NAP_FIRST_NS 10000L
 #define MSTAR__CUDA_IPC_NAP_MAX_NS   1000000L
 /* The most bytes a read call's copies may have for the reader to poll for them to land (up to
- * MSTAR_CUDA_IPC_SPIN_US): a small handoff's latency is then a copy, not a callback's wake-up.
- * Larger copies land in the background, so the copies of many reads in flight overlap. */
+ * MSTAR_CUDA_IPC_SPIN_US): a small handoff's latency is then a copy, not a wake-up of the caller's
+ * loop. Larger copies land in the background, so the copies of many reads in flight overlap. */
 #define MSTAR__CUDA_IPC_SPIN_MAX_BYTES (4u << 20)
 /* The nap before the next poll, `waited_ns` into a wait whose last nap was `last_nap_ns` (0:
  * none yet): 0 (poll again at once) within the spin, then naps doubling to the maximum. */

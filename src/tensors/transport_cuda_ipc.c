@@ -649,8 +649,7 @@ static void landed_free(struct landed *l)
     free(l);
 }
 
-/* Finish the read once its copies have landed: with MSTAR_ECLOSED if a producer has exited.
- * Only the first finish counts, so the callback and the poll may both come. */
+/* Finish the read once its copies have landed: with MSTAR_ECLOSED if a producer has exited. */
 static void finish_landed(const struct landed *l)
 {
     for (size_t i = 0; i < l->npids; i++) {

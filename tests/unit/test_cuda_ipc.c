@@ -152,9 +152,8 @@ typedef struct world {
 } world;
 
 /* `async`: both managers' streams run their work on threads of their own, so work can still be
- * queued when a tensor is staged, and the consumer does not poll for its copies
- * (MSTAR_CUDA_IPC_SPIN_US=0): they land in the background, finished by the poll in
- * get_ready_tensors or by the notify stream's callback, whichever comes first. */
+ * queued when a tensor is staged. `spin_us` is MSTAR_CUDA_IPC_SPIN_US: how long a small read
+ * polls for its copies; with 0 they land in the background, finished by the route's watcher. */
 static int setup_with(void **state, bool async, const char *spin_us)
 {
     world *w = calloc(1, sizeof(*w));
@@ -324,7 +323,7 @@ static void produce_behind_work(world *w, const mstar_rid *rid, uint32_t n, int6
 }
 
 /* Collect `want` edges whose reads land in the background: the manager's event fd wakes this
- * loop (a stream callback writes it), and get_ready_tensors finds them. */
+ * loop (the route's watcher writes it), and get_ready_tensors finds them. */
 static void collect_landing(mstar_comm *c, uint32_t want)
 {
     uint32_t got = 0;
