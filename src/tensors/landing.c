@@ -15,9 +15,7 @@
 #include "tensors/transport.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
-#include <time.h>
 
 struct watched {
     mstar_event *probe;
@@ -46,12 +44,7 @@ static mstar_status wait_fired(mstar_event *probe)
         if (st != MSTAR_EAGAIN)
             return st;
         nap_ns = mstar__cuda_ipc_nap_ns(mstar__now_ns() - start, nap_ns);
-        if (nap_ns == 0) {
-            sched_yield();
-            continue;
-        }
-        struct timespec ts = { 0, nap_ns };
-        nanosleep(&ts, NULL);
+        mstar__cuda_ipc_pause(nap_ns);
     }
 }
 

@@ -144,6 +144,8 @@ mstar_status mstar__host_id_read(const char *path, char *out);
 /* The nap before the next poll, `waited_ns` into a wait whose last nap was `last_nap_ns` (0:
  * none yet): 0 (poll again at once) within the spin, then naps doubling to the maximum. */
 long mstar__cuda_ipc_nap_ns(uint64_t waited_ns, long last_nap_ns);
+/* Pause before the next poll: yield the CPU when `nap_ns` is 0, else sleep that long. */
+void mstar__cuda_ipc_pause(long nap_ns);
 /* Wait from the host until `event` (a producer's, opened here) has fired: MSTAR_OK once it has,
  * MSTAR_ECLOSED once process `pid` has exited (or is a zombie) with it unfired, MSTAR_ETIMEDOUT
  * after `timeout_s` (0: no limit) with the producer alive; `what` names the read in the error. */

@@ -188,6 +188,16 @@ long mstar__cuda_ipc_nap_ns(uint64_t waited_ns, long last_nap_ns)
                                                         : MSTAR__CUDA_IPC_NAP_MAX_NS;
 }
 
+void mstar__cuda_ipc_pause(long nap_ns)
+{
+    if (nap_ns == 0) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = { 0, nap_ns };
+    nanosleep(&ts, NULL);
+}
+
 mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double timeout_s,
                                         const char *what)
 {
@@ -212,12 +222,7 @@ mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double 
                                    "%s: its producer (pid %d) is alive but its event has not fired "
                                    "within %g s (MSTAR_CUDA_IPC_TIMEOUT_S)",
                                    what, (int)pid, timeout_s);
-        if (nap_ns == 0) {
-            sched_yield();
-            continue;
-        }
-        struct timespec ts = { 0, nap_ns };
-        nanosleep(&ts, NULL);
+        mstar__cuda_ipc_pause(nap_ns);
     }
 }
 
