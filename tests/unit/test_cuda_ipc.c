@@ -413,16 +413,21 @@ static void test_route_lands_without_watcher(void **state)
     free_tensors(t2, 1);
 }
 
-/* Reads in flight finish on the route's watcher thread, in the order they were queued, with
- * nobody polling: a caller blocked on their completions is woken once the copies run, and the
- * manager's event fd says so. */
+/* Hold the consumer's copy stream until gate[1] is written (the caller closes both ends). */
+static void hold_copies(world *w, int gate[2])
+{
+    assert_int_equal(pipe(gate), 0);
+    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &gate[0], sizeof(int)));
+}
+
+/* Reads in flight finish on the route's watcher thread with nobody polling: a caller blocked on
+ * their completions is woken once the copies run, and the manager's event fd says so. */
 static void test_route_watcher_finishes_reads(void **state)
 {
     world *w = *state;
     mstar__transport *route = w->c->transport;
     int gate[2];
-    assert_int_equal(pipe(gate), 0);
-    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &gate[0], sizeof(int)));
+    hold_copies(w, gate);
     enum { N = 3 };
     mstar_rid rids[N] = { rid_str("r1"), rid_str("r2"), rid_str("r3") };
     mstar_tensor ts[N];
@@ -468,8 +473,7 @@ static void test_route_no_spin_behind_reads(void **state)
     world *w = *state;
     mstar__transport *route = w->c->transport;
     int gate[2];
-    assert_int_equal(pipe(gate), 0);
-    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &gate[0], sizeof(int)));
+    hold_copies(w, gate);
     mstar_rid rids[2] = { rid_str("r1"), rid_str("r2") };
     mstar_tensor ts[2];
     mstar_tensor_info infos[2];
