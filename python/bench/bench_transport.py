@@ -16,7 +16,7 @@ Python pair each, each side keeping its best figures), and the targets are Pytho
 throughput at >= 1 MiB >= 0.9x.
 
 --transport arena-views is the C suite's "arena, loans and views" beside its Python twin: the
-producer's tensor is a loan (mstar.Loan, one byte written into it as the C suite does: the
+producer's tensor is a loan (mstar_c.Loan, one byte written into it as the C suite does: the
 compute that fills a loan is the node's work, not the handoff's), the consumer reads it in place
 (start_read_tensors(msg, views=True)) and its ACK goes when the view is released.
 """
@@ -34,7 +34,7 @@ import time
 
 import torch
 
-import mstar
+import mstar_c
 
 SIZES = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 IN_FLIGHT = 8
@@ -79,10 +79,10 @@ def _kind(transport):
 def consumer(ipc_dir, shm_dir, transport):
     _like_the_c_suite()
     transport, views = _kind(transport)
-    with mstar.Mesh("worker_1", transport="ipc", ipc_dir=ipc_dir) as mesh, \
-         mstar.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
+    with mstar_c.Mesh("worker_1", transport="ipc", ipc_dir=ipc_dir) as mesh, \
+         mstar_c.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
                                     send=mesh) as mgr:
-        mesh.send("worker_0", mstar.Message("HELLO"))
+        mesh.send("worker_0", mstar_c.Message("HELLO"))
         poller, event_fd = _poller(mesh, mgr), mgr.event_fd
         # As the C suite's consumer (a worker's loop): every waiting message first, then what
         # landed, so the ACKs of handoffs that arrived together leave together.
@@ -91,7 +91,7 @@ def consumer(ipc_dir, shm_dir, transport):
                 if msg.type == "INPUT_SIGNALS":
                     mgr.start_read_tensors(msg, views=views)  # from the received struct
                 elif msg.type == "SHUTDOWN":
-                    mesh.send("worker_0", mstar.Message("SHUTDOWN"))
+                    mesh.send("worker_0", mstar_c.Message("SHUTDOWN"))
                     return
             _release_ready(mgr)
             _wait(poller, mgr, event_fd)
@@ -120,13 +120,13 @@ class Producer:
         infos = mgr.store_and_return_tensor_info(self.rid, {"x": [tensor]})["x"]
         mgr.increment_ref(infos[0].uuid)
         mgr.register_for_send(self.rid, infos)
-        msg = mstar.Message("INPUT_SIGNALS", request_id=self.rid,
-                            edges=[mstar.GraphEdge("node", "x", infos)])
+        msg = mstar_c.Message("INPUT_SIGNALS", request_id=self.rid,
+                            edges=[mstar_c.GraphEdge("node", "x", infos)])
         while True:
             try:
                 self.mesh.send("worker_1", msg)
                 break
-            except mstar.TryAgainError:
+            except mstar_c.TryAgainError:
                 pass
         mgr.cleanup_request(self.rid)  # freed by the ACK
 
@@ -203,8 +203,8 @@ class PythonPair:
                 daemon=True)
             self.cons.start()
             kind, loans = _kind(self.transport)
-            self.mesh = mstar.Mesh("worker_0", transport="ipc", ipc_dir=self.ipc_dir)
-            self.mgr = mstar.CommunicationManager("worker_0", transport=kind,
+            self.mesh = mstar_c.Mesh("worker_0", transport="ipc", ipc_dir=self.ipc_dir)
+            self.mgr = mstar_c.CommunicationManager("worker_0", transport=kind,
                                                   shm_dir=self.shm_dir, send=self.mesh)
             hello = self.mesh.recv(timeout_ms=60000)
             if hello is None or hello.type != "HELLO":
@@ -216,7 +216,7 @@ class PythonPair:
 
     def __exit__(self, *exc):
         if getattr(self, "mgr", None) is not None:
-            self.mesh.send("worker_1", mstar.Message("SHUTDOWN"))
+            self.mesh.send("worker_1", mstar_c.Message("SHUTDOWN"))
             if self.on_shutdown is not None and exc[0] is None:
                 self.on_shutdown()
             while (m := self.mesh.recv(timeout_ms=10000)) is not None and m.type != "SHUTDOWN":

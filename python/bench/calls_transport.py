@@ -4,7 +4,7 @@ one process, so no wake-up or other process is timed, only the calls themselves.
     PYTHONPATH=build/python python3 python/bench/calls_transport.py [--views] [--n 20000]
 
 Each iteration is one 4 KiB handoff over the arena and the control mesh (ipc, rings): the
-producer stores a torch tensor (--views: an mstar.Loan with one byte written), holds it for one
+producer stores a torch tensor (--views: an mstar_c.Loan with one byte written), holds it for one
 consumer, stages it, builds and sends INPUT_SIGNALS and cleans the request up; the consumer
 receives it, starts the read, collects it, makes the torch tensor, dereferences and cleans up;
 the producer receives the ACK and handles it. Printed: the median of each call over the
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-import mstar
+import mstar_c
 
 STEPS = ["p.loan", "p.store", "p.incref", "p.register", "p.Message", "p.send", "p.cleanup",
          "c.recv", "c.start_read", "c.get_ready", "c.tensor", "c.deref", "c.cleanup",
@@ -41,8 +41,8 @@ def _one(p, c, m0, m1, rid, tensor, views, mark):
     mark("p.incref")
     p.register_for_send(rid, infos)
     mark("p.register")
-    msg = mstar.Message("INPUT_SIGNALS", request_id=rid,
-                        edges=[mstar.GraphEdge("node", "x", infos)])
+    msg = mstar_c.Message("INPUT_SIGNALS", request_id=rid,
+                        edges=[mstar_c.GraphEdge("node", "x", infos)])
     mark("p.Message")
     m0.send("w1", msg)
     mark("p.send")
@@ -82,15 +82,15 @@ def run(n, views):
     tensor = torch.full((4096,), 7, dtype=torch.uint8)
     steps = {s: [] for s in STEPS}
     try:
-        with mstar.Mesh("w0", transport="ipc", ipc_dir=ipc_dir) as m0, \
-             mstar.Mesh("w1", transport="ipc", ipc_dir=ipc_dir) as m1, \
-             mstar.CommunicationManager("w0", transport="arena", shm_dir=shm_dir,
+        with mstar_c.Mesh("w0", transport="ipc", ipc_dir=ipc_dir) as m0, \
+             mstar_c.Mesh("w1", transport="ipc", ipc_dir=ipc_dir) as m1, \
+             mstar_c.CommunicationManager("w0", transport="arena", shm_dir=shm_dir,
                                         send=m0) as p, \
-             mstar.CommunicationManager("w1", transport="arena", shm_dir=shm_dir,
+             mstar_c.CommunicationManager("w1", transport="arena", shm_dir=shm_dir,
                                         send=m1) as c:
             # Each side's first message makes the ring to the other (the HELLO handshake).
-            m0.send("w1", mstar.Message("HELLO"))
-            m1.send("w0", mstar.Message("HELLO"))
+            m0.send("w1", mstar_c.Message("HELLO"))
+            m1.send("w0", mstar_c.Message("HELLO"))
             if m1.recv(timeout_ms=5000) is None or m0.recv(timeout_ms=5000) is None:
                 raise RuntimeError("the two meshes did not connect")
             now = time.perf_counter_ns

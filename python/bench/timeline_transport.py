@@ -31,7 +31,7 @@ import time
 
 import torch
 
-import mstar
+import mstar_c
 
 import bench_transport as bt
 
@@ -61,10 +61,10 @@ def consumer(ipc_dir, shm_dir, transport, out):
     bt._like_the_c_suite()
     transport, views = bt._kind(transport)
     stamps = []
-    with mstar.Mesh("worker_1", transport="ipc", ipc_dir=ipc_dir) as mesh, \
-         mstar.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
+    with mstar_c.Mesh("worker_1", transport="ipc", ipc_dir=ipc_dir) as mesh, \
+         mstar_c.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
                                     send=mesh) as mgr:
-        mesh.send("worker_0", mstar.Message("HELLO"))
+        mesh.send("worker_0", mstar_c.Message("HELLO"))
         poller, event_fd = bt._poller(mesh, mgr), mgr.event_fd
         cur = {"wake": ns()}
         while True:
@@ -75,7 +75,7 @@ def consumer(ipc_dir, shm_dir, transport, out):
                     cur["start_read"] = ns()
                 elif msg.type == "SHUTDOWN":
                     out.put(stamps)
-                    mesh.send("worker_0", mstar.Message("SHUTDOWN"))
+                    mesh.send("worker_0", mstar_c.Message("SHUTDOWN"))
                     return
             if _release_ready_timed(mgr, cur):
                 stamps.append(cur)

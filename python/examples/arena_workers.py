@@ -12,16 +12,16 @@ import tempfile
 
 import torch
 
-import mstar
+import mstar_c
 
 N = 4
 
 
 def consumer(ipc_dir, shm_dir, device):
-    with mstar.Mesh("worker_1", ipc_dir=ipc_dir) as mesh, \
-         mstar.CommunicationManager("worker_1", transport="arena", shm_dir=shm_dir,
+    with mstar_c.Mesh("worker_1", ipc_dir=ipc_dir) as mesh, \
+         mstar_c.CommunicationManager("worker_1", transport="arena", shm_dir=shm_dir,
                                     send=mesh, device=device) as mgr:
-        mesh.send("worker_0", mstar.Message("HELLO"))
+        mesh.send("worker_0", mstar_c.Message("HELLO"))
         for _ in range(N):
             msg = mesh.recv()
             for read in mgr.start_read_tensors(msg.request_id, msg.edges):
@@ -37,8 +37,8 @@ def consumer(ipc_dir, shm_dir, device):
 
 
 def producer(ipc_dir, shm_dir, device):
-    with mstar.Mesh("worker_0", ipc_dir=ipc_dir) as mesh, \
-         mstar.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir,
+    with mstar_c.Mesh("worker_0", ipc_dir=ipc_dir) as mesh, \
+         mstar_c.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir,
                                     send=mesh, device=device) as mgr:
         assert mesh.recv().type == "HELLO"
         for rid in range(1, N + 1):
@@ -48,8 +48,8 @@ def producer(ipc_dir, shm_dir, device):
             infos = mgr.store_and_return_tensor_info(rid, {"x": [x]})["x"]
             mgr.increment_ref(infos[0].uuid)  # one consumer: freed by its ACK
             mgr.register_for_send(rid, infos)  # staged: the descriptor may leave now
-            mesh.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=rid,
-                                                edges=[mstar.GraphEdge("node", "x", infos)]))
+            mesh.send("worker_1", mstar_c.Message("INPUT_SIGNALS", request_id=rid,
+                                                edges=[mstar_c.GraphEdge("node", "x", infos)]))
             mgr.cleanup_request(rid)  # what is still referenced waits for the ACK
         while mgr.num_tensors:
             mgr.handle_message(mesh.recv())  # TENSOR_RECEIVED

@@ -8,11 +8,11 @@ import sys
 
 import torch
 
-import mstar
+import mstar_c
 from arena_workers import main
 
 if __name__ == "__main__":
-    if not torch.cuda.is_available() or not mstar.built_with_cuda():
+    if not torch.cuda.is_available() or not mstar_c.built_with_cuda():
         print("cuda_workers: needs a GPU and libmstar built with CUDA")
         sys.exit(77)
     sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "cuda:0"))

@@ -1,14 +1,14 @@
 /*
- * comm.c — mstar.CommunicationManager's C core (_mstar.Comm): one entity's tensor transport
+ * comm.c — mstar_c.CommunicationManager's C core (_mstar.Comm): one entity's tensor transport
  * (mstar/tensors.h) with the reference's method names.
  *
  * Threads: the library's manager belongs to one thread at a time. Calls that wait (staging,
  * reads, collection, teardown) run with the GIL released, so a second Python thread could
  * reach the same manager meanwhile: every call marks the object busy, and a call that finds it
- * busy raises StateError instead of racing. A view (mstar.Tensor) that goes while the manager
+ * busy raises StateError instead of racing. A view (mstar_c.Tensor) that goes while the manager
  * is busy queues its dereference for the end of the running call.
  *
- * ACKs leave through the `send` given at construction: an mstar.Mesh (the library's own mesh
+ * ACKs leave through the `send` given at construction: an mstar_c.Mesh (the library's own mesh
  * sender), or any Python callable send(peer, Message) — called with the GIL taken back, and an
  * exception it raises is raised again by the manager call that sent.
  *
@@ -339,7 +339,7 @@ static int comm_init(PyObject *obj, PyObject *args, PyObject *kw)
         if (!fn || !PyCallable_Check(fn)) {
             Py_XDECREF(fn);
             PyErr_Clear();
-            mstarpy_raise_msg(MSTAR_EINVAL, "send: an mstar.Mesh, a callable send(peer, message) "
+            mstarpy_raise_msg(MSTAR_EINVAL, "send: an mstar_c.Mesh, a callable send(peer, message) "
                                             "or an object with such a send method");
             return -1;
         }
@@ -500,7 +500,7 @@ static void outputs_release(mstar_output *outs, size_t n)
             outs[i].release(outs[i].release_ctx, outs[i].tensor.data);
 }
 
-/* Take every tensor of {signal: [tensors]} into outs (appending at *n): an mstar.Loan of this
+/* Take every tensor of {signal: [tensors]} into outs (appending at *n): an mstar_c.Loan of this
  * manager as a loan when `keep` is given (the single form; the batch form refuses loans), else
  * through DLPack. `keep` (optional) receives {signal: tuple of the tensors}. */
 static int outputs_from_dict(comm_obj *self, PyObject *dict, uint32_t request, mstar_output **outs,
@@ -1484,7 +1484,7 @@ static PyObject *cleanup_call(PyObject *obj, PyObject *arg, bool force)
         PyObject *n = PyDict_GetItemWithError(self->views, arg);
         if (n)
             return mstarpy_raise_msg(MSTAR_ESTATE,
-                                     "force_cleanup_request: %ld mstar.Tensor view(s) of this "
+                                     "force_cleanup_request: %ld mstar_c.Tensor view(s) of this "
                                      "request are still alive; release them first",
                                      PyLong_AsLong(n));
         if (PyErr_Occurred())
@@ -1639,7 +1639,7 @@ static PyObject *get_live_views(PyObject *obj, void *unused)
 static PyMethodDef comm_methods[] = {
     { "close", comm_close, METH_NOARGS,
       "Destroy the manager: every tensor, staged file and segment goes (deferred until the "
-      "last mstar.Tensor view goes). Idempotent." },
+      "last mstar_c.Tensor view goes). Idempotent." },
     { "__enter__", comm_enter_ctx, METH_NOARGS, NULL },
     { "__exit__", comm_exit_ctx, METH_VARARGS, NULL },
     { "register_request", KW comm_register_request, METH_VARARGS | METH_KEYWORDS,
@@ -1650,10 +1650,10 @@ static PyMethodDef comm_methods[] = {
       "tp_size=1, tp_rank=0) -> {signal: [TensorPointerInfo]}\n"
       "Store one request's outputs {signal: [tensors]} (ref 0 each) and return their "
       "descriptors.\nThe tensors are not copied (unless not contiguous, or sharded into "
-      "canonical layout);\nan mstar.Loan of this manager is stored as the loan it is: nothing "
+      "canonical layout);\nan mstar_c.Loan of this manager is stored as the loan it is: nothing "
       "copied, even when staged." },
     { "loan_output", KW comm_loan_output, METH_VARARGS | METH_KEYWORDS,
-      "loan_output(shape, dtype='float32') -> mstar.Loan\nOutput memory to compute into in "
+      "loan_output(shape, dtype='float32') -> mstar_c.Loan\nOutput memory to compute into in "
       "place (torch.from_dlpack(loan)) and store among the outputs of\n"
       "store_and_return_tensor_info: over the arena it is a slot of this process's segments, so "
       "storing and staging copy nothing." },
@@ -1713,7 +1713,7 @@ static PyMethodDef comm_methods[] = {
       "carries one usage reference: release it with dereference(uuid). with_failures=True\n"
       "returns (ready, [ReadFailure])." },
     { "get_tensor", KW comm_get_tensor, METH_FASTCALL,
-      "get_tensor(request_id, uuid) -> mstar.Tensor, a zero-copy view (DLPack) that holds one "
+      "get_tensor(request_id, uuid) -> mstar_c.Tensor, a zero-copy view (DLPack) that holds one "
       "reference on the tensor while it lives." },
     { "has_inflight_reads", comm_has_inflight_reads, METH_O, "has_inflight_reads(request_id)" },
     { "cleanup_request", comm_cleanup_request, METH_O,
@@ -1741,7 +1741,7 @@ static PyGetSetDef comm_getset[] = {
     { "num_tensors", get_num_tensors, NULL, "Tensors held now.", NULL },
     { "event_fd", get_event_fd, NULL, "Readable when a read finishes.", NULL },
     { "closed", get_closed, NULL, "True once close() ran.", NULL },
-    { "live_views", get_live_views, NULL, "mstar.Tensor views alive.", NULL },
+    { "live_views", get_live_views, NULL, "mstar_c.Tensor views alive.", NULL },
     { NULL, NULL, NULL, NULL, NULL },
 };
 
@@ -1753,12 +1753,12 @@ static PyType_Slot comm_slots[] = {
     { Py_tp_clear, comm_clear },
     { Py_tp_methods, comm_methods },
     { Py_tp_getset, comm_getset },
-    { Py_tp_doc, "The C core of mstar.CommunicationManager." },
+    { Py_tp_doc, "The C core of mstar_c.CommunicationManager." },
     { 0, NULL },
 };
 
 static PyType_Spec comm_spec = {
-    "mstar._mstar.Comm",
+    "mstar_c._mstar.Comm",
     sizeof(comm_obj),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,

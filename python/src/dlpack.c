@@ -6,7 +6,7 @@
  * mstar_output release), so the producer's storage is neither copied nor freed early. Objects
  * with only the buffer protocol (bytes, bytearray, memoryview) go in as 1-D uint8.
  *
- * Out: mstar.Tensor, a view of a tensor the manager holds. It holds one reference on the tensor
+ * Out: mstar_c.Tensor, a view of a tensor the manager holds. It holds one reference on the tensor
  * (mstar_comm_increment_ref) and a strong reference on the manager object, so the memory stays
  * valid while Python holds the view, and __dlpack__ hands torch / NumPy a managed tensor whose
  * deleter drops the view. The view releases its tensor reference when it goes.
@@ -368,7 +368,7 @@ int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *releas
     return 0;
 }
 
-/* ---- tensors out: mstar.Tensor -------------------------------------------------------------- */
+/* ---- tensors out: mstar_c.Tensor ------------------------------------------------------------ */
 
 typedef struct tensor_obj {
     PyObject ob_base;   /* PyObject_HEAD */
@@ -415,7 +415,7 @@ static void tensor_dealloc(PyObject *obj)
 
 typedef struct export_ctx {
     DLManagedTensor managed;
-    PyObject *owner; /* what keeps the memory valid: an mstar.Tensor or an mstar.Loan */
+    PyObject *owner; /* what keeps the memory valid: an mstar_c.Tensor or an mstar_c.Loan */
     void (*done)(PyObject *owner);
     int64_t shape[MSTAR_MAX_NDIM];
     int64_t strides[MSTAR_MAX_NDIM];
@@ -526,7 +526,7 @@ static PyObject *tensor_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t 
                                PyObject *kwnames)
 {
     tensor_obj *self = (tensor_obj *)obj;
-    int bool_as_uint8 = mstarpy_dlpack_args(args, nargs, kwnames, "mstar.Tensor");
+    int bool_as_uint8 = mstarpy_dlpack_args(args, nargs, kwnames, "mstar_c.Tensor");
     if (bool_as_uint8 < 0)
         return NULL;
     if (self->released)
@@ -604,7 +604,7 @@ static PyObject *tensor_repr(PyObject *obj)
     char id[MSTAR_ID_STRLEN];
     mstar_id_format(self->uuid, id);
     PyObject *r = shape && dev
-                      ? PyUnicode_FromFormat("mstar.Tensor(uuid=%s, shape=%R, dtype=%s, "
+                      ? PyUnicode_FromFormat("mstar_c.Tensor(uuid=%s, shape=%R, dtype=%s, "
                                              "device=%U)",
                                              id, shape, mstar_dtype_name(self->t.dtype), dev)
                       : NULL;
@@ -651,7 +651,7 @@ static PyType_Slot tensor_slots[] = {
 };
 
 static PyType_Spec tensor_spec = {
-    "mstar.Tensor", sizeof(tensor_obj), 0, Py_TPFLAGS_DEFAULT, tensor_slots,
+    "mstar_c.Tensor", sizeof(tensor_obj), 0, Py_TPFLAGS_DEFAULT, tensor_slots,
 };
 
 int mstarpy_add_tensor_type(PyObject *module)

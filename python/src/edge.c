@@ -1,5 +1,5 @@
 /*
- * edge.c — _mstar._EdgeBase, the storage under mstar.GraphEdge.
+ * edge.c — mstar_c._mstar._EdgeBase, the storage under mstar_c.GraphEdge.
  *
  * Every message that carries tensors carries edges, so an edge crosses the C boundary on each
  * handoff: built in Python and sent, or made by the extension (a received message's edges, each
@@ -109,7 +109,7 @@ static int edge_init(PyObject *obj, PyObject *args, PyObject *kw)
 {
     PyObject *v[MSTARPY_EDGE_NFIELDS];
     if (!defaults[0]) {
-        PyErr_SetString(PyExc_TypeError, "_EdgeBase is built through mstar.GraphEdge");
+        PyErr_SetString(PyExc_TypeError, "_EdgeBase is built through mstar_c.GraphEdge");
         return -1;
     }
     if (mstarpy_fields_from_args(args, kw, names, MSTARPY_EDGE_NFIELDS, "GraphEdge", v) < 0)
@@ -209,13 +209,13 @@ static PyType_Slot edge_slots[] = {
     { Py_tp_traverse, edge_traverse },
     { Py_tp_clear, edge_clear },
     { Py_tp_getset, edge_getset },
-    { Py_tp_doc, "The storage of mstar.GraphEdge (internal): the library's edge struct for the "
+    { Py_tp_doc, "The storage of mstar_c.GraphEdge (internal): the library's edge struct for the "
                  "scalars, their Python values built on first read, and the tensor_info list." },
     { 0, NULL },
 };
 
 static PyType_Spec edge_spec = {
-    "mstar._mstar._EdgeBase",
+    "mstar_c.mstar_c._mstar._EdgeBase",
     sizeof(edge_obj),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,

@@ -1,5 +1,5 @@
 /*
- * info.c — _mstar._InfoBase, the storage under mstar.TensorPointerInfo.
+ * info.c — mstar_c._mstar._InfoBase, the storage under mstar_c.TensorPointerInfo.
  *
  * A descriptor crosses the C boundary several times per handoff (stored, staged and stamped,
  * sent in a message, received), and as a plain dataclass each crossing built or read its 16
@@ -227,7 +227,7 @@ static int info_init(PyObject *obj, PyObject *args, PyObject *kw)
 {
     PyObject *v[MSTARPY_INFO_NFIELDS];
     if (!defaults[0]) {
-        PyErr_SetString(PyExc_TypeError, "_InfoBase is built through mstar.TensorPointerInfo");
+        PyErr_SetString(PyExc_TypeError, "_InfoBase is built through mstar_c.TensorPointerInfo");
         return -1;
     }
     if (mstarpy_fields_from_args(args, kw, names, MSTARPY_INFO_NFIELDS, "TensorPointerInfo", v) < 0)
@@ -356,13 +356,13 @@ static PyType_Slot info_slots[] = {
     { Py_tp_traverse, info_traverse },
     { Py_tp_clear, info_clear },
     { Py_tp_getset, info_getset },
-    { Py_tp_doc, "The storage of mstar.TensorPointerInfo (internal): the library's descriptor "
+    { Py_tp_doc, "The storage of mstar_c.TensorPointerInfo (internal): the library's descriptor "
                  "struct, its fields built as Python values on first read." },
     { 0, NULL },
 };
 
 static PyType_Spec info_spec = {
-    "mstar._mstar._InfoBase",
+    "mstar_c.mstar_c._mstar._InfoBase",
     sizeof(info_obj),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,

@@ -1,5 +1,5 @@
 /*
- * loan.c — mstar.Loan: output memory a CommunicationManager lends (mstar_comm_loan_output), so
+ * loan.c — mstar_c.Loan: output memory a CommunicationManager lends (mstar_comm_loan_output), so
  * that a producer computes into it in place and storing it copies nothing.
  *
  * A loan exports its memory through DLPack (torch.from_dlpack / numpy.from_dlpack write into
@@ -108,7 +108,7 @@ static PyObject *loan_dlpack(PyObject *obj, PyObject *const *args, Py_ssize_t na
                              PyObject *kwnames)
 {
     loan_obj *self = (loan_obj *)obj;
-    int bool_as_uint8 = mstarpy_dlpack_args(args, nargs, kwnames, "mstar.Loan");
+    int bool_as_uint8 = mstarpy_dlpack_args(args, nargs, kwnames, "mstar_c.Loan");
     if (bool_as_uint8 < 0 || usable(self) < 0)
         return NULL;
     PyObject *cap = mstarpy_dl_export(obj, &self->t, bool_as_uint8, export_done);
@@ -209,7 +209,7 @@ static PyObject *loan_repr(PyObject *obj)
     loan_obj *self = (loan_obj *)obj;
     PyObject *shape = loan_get_shape(obj, NULL);
     const char *state = self->stored ? "stored" : self->id != 0 ? "open" : "given back";
-    PyObject *r = shape ? PyUnicode_FromFormat("mstar.Loan(shape=%R, dtype=%s, %s)", shape,
+    PyObject *r = shape ? PyUnicode_FromFormat("mstar_c.Loan(shape=%R, dtype=%s, %s)", shape,
                                                mstar_dtype_name(self->t.dtype), state)
                         : NULL;
     Py_XDECREF(shape);
@@ -253,7 +253,7 @@ static PyType_Slot loan_slots[] = {
 };
 
 static PyType_Spec loan_spec = {
-    "mstar.Loan", sizeof(loan_obj), 0, Py_TPFLAGS_DEFAULT, loan_slots,
+    "mstar_c.Loan", sizeof(loan_obj), 0, Py_TPFLAGS_DEFAULT, loan_slots,
 };
 
 int mstarpy_add_loan_type(PyObject *module)

@@ -1,6 +1,6 @@
 /*
- * mesh.c — mstar.Mesh (the control mesh: an entity's inbox and its sends, mstar/mesh.h) and
- * mstar.Completion (a read's completion handle, the reference's Future).
+ * mesh.c — mstar_c.Mesh (the control mesh: an entity's inbox and its sends, mstar/mesh.h) and
+ * mstar_c.Completion (a read's completion handle, the reference's Future).
  *
  * Waiting calls (recv with a timeout, Completion.wait) run with the GIL released. A Mesh, like
  * the library's handle, belongs to one thread; wake() may be called from any.
@@ -319,7 +319,7 @@ static PyType_Slot mesh_slots[] = {
 };
 
 static PyType_Spec mesh_spec = {
-    "mstar.Mesh", sizeof(mesh_obj), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, mesh_slots,
+    "mstar_c.Mesh", sizeof(mesh_obj), 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE, mesh_slots,
 };
 
 int mstarpy_add_mesh_type(PyObject *module)
@@ -401,7 +401,7 @@ static PyType_Slot completion_slots[] = {
 };
 
 static PyType_Spec completion_spec = {
-    "mstar.Completion", sizeof(completion_obj), 0, Py_TPFLAGS_DEFAULT, completion_slots,
+    "mstar_c.Completion", sizeof(completion_obj), 0, Py_TPFLAGS_DEFAULT, completion_slots,
 };
 
 int mstarpy_add_completion_type(PyObject *module)

@@ -1,5 +1,5 @@
 /*
- * message.c — _mstar._MsgBase, the storage under mstar.Message.
+ * message.c — mstar_c._mstar._MsgBase, the storage under mstar_c.Message.
  *
  * A control message crosses the C boundary at least twice per handoff (sent, received, then
  * handled or read), and as a plain dataclass each crossing read or built all of its fields as
@@ -132,7 +132,7 @@ static int msg_init(PyObject *obj, PyObject *args, PyObject *kw)
 {
     PyObject *v[MSTARPY_MSG_NFIELDS];
     if (!defaults[0]) {
-        PyErr_SetString(PyExc_TypeError, "_MsgBase is built through mstar.Message");
+        PyErr_SetString(PyExc_TypeError, "_MsgBase is built through mstar_c.Message");
         return -1;
     }
     if (mstarpy_fields_from_args(args, kw, names, MSTARPY_MSG_NFIELDS, "Message", v) < 0)
@@ -321,13 +321,13 @@ static PyType_Slot msg_slots[] = {
     { Py_tp_traverse, msg_traverse },
     { Py_tp_clear, msg_clear },
     { Py_tp_getset, msg_getset },
-    { Py_tp_doc, "The storage of mstar.Message (internal): a received message's library struct, "
+    { Py_tp_doc, "The storage of mstar_c.Message (internal): a received message's library struct, "
                  "its fields built as Python values on first read." },
     { 0, NULL },
 };
 
 static PyType_Spec msg_spec = {
-    "mstar._mstar._MsgBase",
+    "mstar_c.mstar_c._mstar._MsgBase",
     sizeof(msg_obj),
     0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,

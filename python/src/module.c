@@ -187,7 +187,7 @@ out:
 /* The exception classes, at import. */
 static int load_errors(void)
 {
-    PyObject *errors = PyImport_ImportModule("mstar._errors");
+    PyObject *errors = PyImport_ImportModule("mstar_c._errors");
     if (!errors)
         return -1;
     mstarpy.errors = PyObject_GetAttrString(errors, "BY_STATUS");
@@ -196,7 +196,7 @@ static int load_errors(void)
     return PyErr_Occurred() ? -1 : 0;
 }
 
-/* _bind_types(module): the data classes the extension builds objects of. mstar._types calls
+/* _bind_types(module): the data classes the extension builds objects of. mstar_c._types calls
  * it once it has made them: TensorPointerInfo is a subclass of this module's _InfoBase (and
  * GraphEdge of _EdgeBase, Message of _MsgBase), so
  * that module cannot be imported from here while this one is being made. */
@@ -254,7 +254,7 @@ static PyMethodDef module_methods[] = {
       "-> list[(worker, GraphEdge)]: the per-destination clones of an edge (the reference's\n"
       "fanout_graph_edges). shard_dim None: replicated." },
     { "_bind_types", py_bind_types, METH_O,
-      "_bind_types(mstar._types): the data classes objects are built of (internal)." },
+      "_bind_types(mstar_c._types): the data classes objects are built of (internal)." },
     { "_message_has_struct", mstarpy_msg_has_struct, METH_O,
       "Whether a Message keeps a received message's library struct (tests)." },
     { "_message_built", mstarpy_msg_built, METH_O,

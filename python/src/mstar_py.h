@@ -17,8 +17,8 @@
 
 /* Module state: filled once at import (module.c). */
 typedef struct mstarpy_state {
-    PyObject *errors;      /* dict status -> exception class (mstar._errors.BY_STATUS) */
-    PyObject *error_base;  /* mstar.Error */
+    PyObject *errors;      /* dict status -> exception class (mstar_c._errors.BY_STATUS) */
+    PyObject *error_base;  /* mstar_c.Error */
     PyObject *info_cls;    /* TensorPointerInfo */
     PyObject *edge_cls;    /* GraphEdge */
     PyObject *msg_cls;     /* Message */
@@ -263,7 +263,7 @@ int mstarpy_msg_struct_edges(PyObject *obj, mstar_rid *rid, mstar_edge **edges, 
 int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release,
                       void **release_ctx);
 
-/* ---- tensors out (dlpack.c): shared by mstar.Tensor and mstar.Loan -------------------------- */
+/* ---- tensors out (dlpack.c): shared by mstar_c.Tensor and mstar_c.Loan ---------------------- */
 
 /* __dlpack__'s keywords (a fastcall's) checked (`who` names the class in errors): bool_as_uint8
  * (0 or 1), or -1 with an exception. */
@@ -286,7 +286,7 @@ int mstarpy_add_loan_type(PyObject *module);
 
 /* A Comm object's manager handle (NULL with ClosedError when closed, TypeError otherwise). */
 typedef struct mstarpy_comm mstarpy_comm;
-/* A new mstar.Tensor viewing `t` (a held tensor of `comm`, of request `rid`); it holds one
+/* A new mstar_c.Tensor viewing `t` (a held tensor of `comm`, of request `rid`); it holds one
  * reference on the tensor and on `comm` until it goes. */
 PyObject *mstarpy_tensor_new(mstarpy_comm *comm, PyObject *rid, mstar_tensor_id uuid,
                              const mstar_tensor *t);
@@ -309,9 +309,9 @@ int mstarpy_comm_loan_release(mstarpy_comm *comm, mstar_loan_id id);
 int mstarpy_comm_view_take(mstarpy_comm *comm, PyObject *rid, mstar_tensor_id uuid);
 
 /* ---- loans (loan.c) ---- */
-/* A new mstar.Loan of `comm` for the lent tensor `t`; it holds a strong reference on `comm`. */
+/* A new mstar_c.Loan of `comm` for the lent tensor `t`; it holds a strong reference on `comm`. */
 PyObject *mstarpy_loan_new(mstarpy_comm *comm, const mstar_tensor *t, mstar_loan_id id);
-/* Whether obj is an mstar.Loan: 1 with *t and *id its tensor and loan when it is open and of
+/* Whether obj is an mstar_c.Loan: 1 with *t and *id its tensor and loan when it is open and of
  * `comm`; 0 when it is no loan; -1 with an exception for a loan that cannot be stored here. */
 int mstarpy_loan_take(PyObject *obj, mstarpy_comm *comm, mstar_tensor *t, mstar_loan_id *id);
 /* The store took the loan as tensor `uuid` of request `rid`: it is closed, and DLPack exports

@@ -10,7 +10,7 @@ import tracemalloc
 
 import pytest
 
-import mstar
+import mstar_c
 
 
 # No test may hang the run (a lost ACK once left a producer waiting for ever): each gets this
@@ -103,7 +103,7 @@ def make(shm_dir):
     def factory(entity, transport="files", **kw):
         rec = Recorder()
         kw.setdefault("send", rec)
-        m = mstar.CommunicationManager(entity, transport=transport, shm_dir=shm_dir, **kw)
+        m = mstar_c.CommunicationManager(entity, transport=transport, shm_dir=shm_dir, **kw)
         m.sent = rec.sent
         made.append(m)
         return m
@@ -116,8 +116,8 @@ def make(shm_dir):
 def ucx_available():
     with tempfile.TemporaryDirectory() as d:
         try:
-            m = mstar.CommunicationManager("probe_ucx", transport="ucx-tcp", shm_dir=d)
-        except mstar.Error:
+            m = mstar_c.CommunicationManager("probe_ucx", transport="ucx-tcp", shm_dir=d)
+        except mstar_c.Error:
             return False
         m.close()
         return True

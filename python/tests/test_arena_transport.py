@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-import mstar
+import mstar_c
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def _stage(mgr, rid, tensors):
 
 
 def _read(cons, rid, name, infos):
-    edge = mstar.GraphEdge(next_node="B", name=name, tensor_info=infos)
+    edge = mstar_c.GraphEdge(next_node="B", name=name, tensor_info=infos)
     cons.start_read_tensors(rid, [edge])
     ready = cons.get_ready_tensors()
     return {i.uuid: torch.from_dlpack(cons.get_tensor(rid, i.uuid)).clone()
@@ -116,9 +116,9 @@ def test_strict_mode_backpressures_then_fails(arena, monkeypatch):
     _stage(prod, "r5", {"big": [torch.zeros(300_000, dtype=torch.uint8) for _ in range(12)]})
     more = prod.store_and_return_tensor_info(
         "r5", {"more": [torch.zeros(300_000, dtype=torch.uint8) for _ in range(6)]})
-    with pytest.raises(mstar.NoSpaceError, match="arena"):
+    with pytest.raises(mstar_c.NoSpaceError, match="arena"):
         prod.register_for_send("r5", more["more"])
-    with pytest.raises(RuntimeError):  # the reference's check: every mstar.Error is one
+    with pytest.raises(RuntimeError):  # the reference's check: every mstar_c.Error is one
         prod.register_for_send("r5", more["more"])
 
 
@@ -126,8 +126,8 @@ def test_transport_mismatch_fails_loudly(arena, make):
     arena_prod = arena("mx0")
     file_cons = make("mx1", "files")
     infos = _stage(arena_prod, "rm", {"x": [torch.randn(4)]})["x"]
-    edge = mstar.GraphEdge(next_node="B", name="x", tensor_info=infos)
-    with pytest.raises(mstar.Error, match="MSTAR_SHM_ARENA"):
+    edge = mstar_c.GraphEdge(next_node="B", name="x", tensor_info=infos)
+    with pytest.raises(mstar_c.Error, match="MSTAR_SHM_ARENA"):
         file_cons.start_read_tensors("rm", [edge])
     # The reverse interoperates: a files descriptor is what a spill looks like.
     file_prod = make("mx2", "files")
@@ -141,13 +141,13 @@ def test_transport_mismatch_fails_loudly(arena, make):
 def test_factory_flag(shm_dir, monkeypatch):
     def make(value):
         monkeypatch.setenv("MSTAR_SHM_ARENA", value)
-        return mstar.create_tensor_communication_manager(
+        return mstar_c.create_tensor_communication_manager(
             protocol="shm", my_entity_id=f"f_{value}", shm_dir=shm_dir)
 
     for value, want in (("0", "files"), ("1", "arena"), ("AUTO", "arena")):
         with make(value) as m:
             assert m.transport == want
-    with pytest.raises(mstar.InvalidArgumentError, match="MSTAR_SHM_ARENA"):
+    with pytest.raises(mstar_c.InvalidArgumentError, match="MSTAR_SHM_ARENA"):
         make("yes")
     with pytest.raises(ValueError):  # InvalidArgumentError is a ValueError too
         make("yes")
@@ -214,8 +214,8 @@ def test_segments_unlinked_at_interpreter_exit(shm_dir):
 import os
 os.environ["MSTAR_SHM_ARENA_SEGMENT_MB"] = "1"
 os.environ["MSTAR_SHM_ARENA_MAX_SEGMENTS"] = "2"
-import torch, mstar
-m = mstar.CommunicationManager("exitcase", transport="arena", shm_dir={shm_dir!r})
+import torch, mstar_c
+m = mstar_c.CommunicationManager("exitcase", transport="arena", shm_dir={shm_dir!r})
 infos = m.store_and_return_tensor_info("r", {{"x": [torch.arange(64, dtype=torch.uint8)]}})
 m.increment_ref(infos["x"][0].uuid)
 m.register_for_send("r", infos["x"])

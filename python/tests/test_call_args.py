@@ -4,7 +4,7 @@ TypeError Python's own parser raises, naming the method."""
 import pytest
 import torch
 
-import mstar
+import mstar_c
 
 
 def _handoff_by_keyword(prod, cons, rid):
@@ -16,7 +16,7 @@ def _handoff_by_keyword(prod, cons, rid):
     assert infos[0].source_node_name == "n"
     prod.increment_ref(uuid=infos[0].uuid, n=1)
     prod.register_for_send(rid, infos)
-    edges = [mstar.GraphEdge("n", "x", infos)]
+    edges = [mstar_c.GraphEdge("n", "x", infos)]
     cons.start_read_tensors(request_id=rid, edges=edges, graph_walk=None, views=False, into=None)
     ready, failed = cons.get_ready_tensors(graph_walk=None, with_failures=True)
     assert failed == [] and list(ready) == [rid]
@@ -40,7 +40,7 @@ def test_keyword_and_positional_forms(make):
     prod.increment_ref(infos[0].uuid, 2)
     prod.dereference(infos[0].uuid)
     prod.register_for_send(2, infos)
-    cons.start_read_tensors(2, [mstar.GraphEdge("m", "x", infos)], None)
+    cons.start_read_tensors(2, [mstar_c.GraphEdge("m", "x", infos)], None)
     ready = cons.get_ready_tensors(None)
     uuid = ready[2][0].tensor_info[0].uuid
     cons.dereference(uuid)
@@ -160,7 +160,7 @@ def test_dlpack_keywords(make):
         with pytest.raises(TypeError, match="'stream_ptr' is an invalid keyword argument for "
                                             r"__dlpack__\(\)"):
             obj.__dlpack__(stream_ptr=0)
-    with pytest.raises(mstar.NotSupportedError, match="copy=True"):
+    with pytest.raises(mstar_c.NotSupportedError, match="copy=True"):
         view.__dlpack__(copy=True)
     assert torch.equal(torch.from_dlpack(view.__dlpack__(max_version=(1, 0))),
                        torch.full((4,), 3, dtype=torch.uint8))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-import mstar
+import mstar_c
 
 TORCH_DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
                 torch.float16, torch.bfloat16, torch.float32, torch.float64]
@@ -32,7 +32,7 @@ def _through(make, obj, transport="files", names=("worker_0", "worker_1")):
     infos = prod.store_and_return_tensor_info(1, {"x": [obj]})["x"]
     prod.increment_ref(infos[0].uuid)
     prod.register_for_send(1, infos)
-    cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)])
+    cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", infos)])
     ready = cons.get_ready_tensors()
     uuid = ready[1][0].tensor_info[0].uuid
     return cons, cons.get_tensor(1, uuid)
@@ -44,7 +44,7 @@ def test_torch_roundtrip_every_dtype(make, dtype, transport):
     t = _torch_tensor(dtype)
     _, view = _through(make, t, transport)
     assert view.dtype == str(dtype).replace("torch.", "")
-    got = mstar.to_torch(view)
+    got = mstar_c.to_torch(view)
     assert got.dtype == dtype and torch.equal(got, t)
 
 
@@ -52,7 +52,7 @@ def test_torch_roundtrip_every_dtype(make, dtype, transport):
 def test_numpy_roundtrip_every_dtype(make, dtype):
     a = (np.arange(35).reshape(5, 7) * 3).astype(dtype)
     _, view = _through(make, a)
-    got = mstar.to_numpy(view)  # numpy.from_dlpack, with NumPy 1.24's missing bool bridged
+    got = mstar_c.to_numpy(view)  # numpy.from_dlpack, with NumPy 1.24's missing bool bridged
     assert got.dtype == a.dtype and np.array_equal(got, a)
     if dtype != np.bool_:
         assert np.array_equal(np.from_dlpack(view), a)
@@ -61,10 +61,10 @@ def test_numpy_roundtrip_every_dtype(make, dtype):
 def test_bool_is_shared_between_torch_and_numpy(make):
     t = torch.tensor([[True, False, True], [False, False, True]])
     _, view = _through(make, t, "arena")
-    assert np.array_equal(mstar.to_numpy(view), t.numpy())
+    assert np.array_equal(mstar_c.to_numpy(view), t.numpy())
     a = np.array([True, True, False])
     _, view = _through(make, a)
-    assert torch.equal(mstar.to_torch(view), torch.from_numpy(a))
+    assert torch.equal(mstar_c.to_torch(view), torch.from_numpy(a))
 
 
 def test_torch_in_numpy_out_and_back(make):
@@ -171,10 +171,10 @@ def test_failed_store_leaves_the_tensor_to_the_caller(make):
     mgr = make("worker_0", "local")
     a = np.arange(10, dtype=np.float32)
     before = sys.getrefcount(a)
-    with pytest.raises(mstar.InvalidArgumentError):
+    with pytest.raises(mstar_c.InvalidArgumentError):
         mgr.store_and_return_tensor_info(1, {"bad signal name!": [a]})
     assert sys.getrefcount(a) == before and mgr.num_tensors == 0
-    with pytest.raises(mstar.InvalidArgumentError, match="__dlpack__|tensor"):
+    with pytest.raises(mstar_c.InvalidArgumentError, match="__dlpack__|tensor"):
         mgr.store_and_return_tensor_info(1, {"x": [object()]})
 
 
@@ -194,7 +194,7 @@ def test_view_outlives_cleanup_request(make):
 
 def test_force_cleanup_refused_while_views_live(make):
     cons, view = _through(make, torch.ones(8))
-    with pytest.raises(mstar.StateError, match="view"):
+    with pytest.raises(mstar_c.StateError, match="view"):
         cons.force_cleanup_request(1)
     del view
     cons.force_cleanup_request(1)
@@ -206,7 +206,7 @@ def test_close_with_live_view_defers_until_the_view_goes(make, shm_dir):
     t = torch.from_dlpack(view)
     cons.close()
     assert cons.closed
-    with pytest.raises(mstar.ClosedError):
+    with pytest.raises(mstar_c.ClosedError):
         cons.get_tensor(1, view.uuid)
     assert torch.equal(t, torch.full((16,), 3.0))  # still valid: the destroy waits
     del view, t
@@ -218,11 +218,11 @@ def test_close_with_live_view_defers_until_the_view_goes(make, shm_dir):
 def test_released_view_refuses_export(make):
     _, view = _through(make, torch.ones(3))
     view.release()
-    with pytest.raises(mstar.ClosedError):
+    with pytest.raises(mstar_c.ClosedError):
         view.__dlpack__()
 
 
-cuda = pytest.mark.skipif(not (torch.cuda.is_available() and mstar.built_with_cuda()),
+cuda = pytest.mark.skipif(not (torch.cuda.is_available() and mstar_c.built_with_cuda()),
                           reason="needs a GPU and libmstar built with CUDA")
 
 
@@ -230,9 +230,9 @@ cuda = pytest.mark.skipif(not (torch.cuda.is_available() and mstar.built_with_cu
 @pytest.mark.parametrize("transport", ["files", "arena"])
 def test_cuda_tensors_in_and_out(shm_dir, transport):
     sent = []
-    with mstar.CommunicationManager("worker_0", transport=transport, shm_dir=shm_dir,
+    with mstar_c.CommunicationManager("worker_0", transport=transport, shm_dir=shm_dir,
                                     device="cuda:0") as prod, \
-         mstar.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
+         mstar_c.CommunicationManager("worker_1", transport=transport, shm_dir=shm_dir,
                                     device="cuda:0",
                                     send=lambda p, m: sent.append(m)) as cons:
         t = torch.randn(256, 512, device="cuda:0", dtype=torch.bfloat16)
@@ -240,7 +240,7 @@ def test_cuda_tensors_in_and_out(shm_dir, transport):
         infos = prod.store_and_return_tensor_info(1, {"x": [t]})["x"]
         prod.increment_ref(infos[0].uuid)
         prod.register_for_send(1, infos)
-        for f in cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)]):
+        for f in cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", infos)]):
             f.result(timeout=30)
         ready = cons.get_ready_tensors()
         view = cons.get_tensor(1, ready[1][0].tensor_info[0].uuid)
@@ -268,14 +268,14 @@ class WithoutExporter(types.ModuleType):
             raise AttributeError(name)
         return getattr(real_c, name)
 torch._C = WithoutExporter("torch._C")
-import mstar
+import mstar_c
 calls = []
 real = torch.Tensor.__dlpack__
 def spy(self, *args, **kw):
     calls.append(1)
     return real(self, *args, **kw)
 torch.Tensor.__dlpack__ = spy
-with mstar.CommunicationManager("worker_0", transport="local", shm_dir=%r) as mgr:
+with mstar_c.CommunicationManager("worker_0", transport="local", shm_dir=%r) as mgr:
     t = torch.arange(16, dtype=torch.float32)
     info = mgr.store_and_return_tensor_info(1, {"x": [t]})["x"][0]
     assert calls, "the store did not call Tensor.__dlpack__"

@@ -15,8 +15,8 @@ import weakref
 import pytest
 import torch
 
-import mstar
-from mstar import GraphEdge, Message, TensorPointerInfo, _mstar
+import mstar_c
+from mstar_c import GraphEdge, Message, TensorPointerInfo, _mstar
 
 NAMES = ["next_node", "name", "tensor_info", "persist", "is_streaming", "persist_for_loop",
          "total_fanin", "shard_dim"]
@@ -42,8 +42,8 @@ def _full():
 
 @pytest.fixture
 def meshes(tmp_path):
-    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
-         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
+         mstar_c.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
         yield a, b
 
 
@@ -120,7 +120,7 @@ def test_shard_dim_none_is_minus_one_in_c(meshes):
     got = _through(meshes, GraphEdge(name="a"), GraphEdge(name="b", shard_dim=0),
                    GraphEdge(name="c", shard_dim=3))
     assert [e.shard_dim for e in got] == [None, 0, 3]
-    (clone,) = mstar.fanout(GraphEdge("n", "x", shard_dim=None), None)
+    (clone,) = mstar_c.fanout(GraphEdge("n", "x", shard_dim=None), None)
     assert clone[1].shard_dim is None
 
 
@@ -178,15 +178,15 @@ def test_a_bad_value_is_taken_and_refused_when_used(meshes, make, field, value, 
     edge = _full() if made == "built" else _through(meshes, _full())[0]
     setattr(edge, field, value)  # a dataclass takes anything ...
     assert getattr(edge, field) == value
-    with pytest.raises(mstar.InvalidArgumentError, match=what):  # ... refused when used
+    with pytest.raises(mstar_c.InvalidArgumentError, match=what):  # ... refused when used
         a.send("worker_1", Message("INPUT_SIGNALS", request_id=1, edges=[edge]))
     mgr = make("worker_1", "local")
-    with pytest.raises(mstar.InvalidArgumentError, match=what):
+    with pytest.raises(mstar_c.InvalidArgumentError, match=what):
         mgr.start_read_tensors(1, [edge])
-    with pytest.raises(mstar.InvalidArgumentError, match=what):
+    with pytest.raises(mstar_c.InvalidArgumentError, match=what):
         mgr.ack_unread_tensors(1, [edge])
-    with pytest.raises(mstar.InvalidArgumentError, match=what):
-        mstar.fanout(edge, None)
+    with pytest.raises(mstar_c.InvalidArgumentError, match=what):
+        mstar_c.fanout(edge, None)
     assert getattr(edge, field) == value and b.recv(timeout_ms=0) is None
     setattr(edge, field, getattr(_full(), field))  # nothing else was lost
     assert _through(meshes, edge)[0] == _full()
@@ -237,7 +237,7 @@ def test_subclasses_and_other_objects_are_read_by_attribute(meshes):
     assert [e.name for e in got] == ["x", "LOUD", "plain"]
     assert got[0].tensor_info == [_info()] and got[2].shard_dim == 0
     plain.total_fanin = "many"
-    with pytest.raises(mstar.InvalidArgumentError, match="GraphEdge.total_fanin"):
+    with pytest.raises(mstar_c.InvalidArgumentError, match="GraphEdge.total_fanin"):
         _through(meshes, plain)
 
 
@@ -287,7 +287,7 @@ def test_many_sends_and_receives_leave_nothing_behind(make, meshes, heap_growth)
             (got,) = _through(meshes, edge)
             got.tensor_info.append(_info())
             _through(meshes, got, copy.deepcopy(got))
-            with pytest.raises(mstar.InvalidArgumentError):
+            with pytest.raises(mstar_c.InvalidArgumentError):
                 mgr.start_read_tensors(1, [GraphEdge(total_fanin="bad")])
 
     grown = heap_growth(lambda: rounds(200), lambda: rounds(2000))

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-import mstar
+import mstar_c
 
 EXAMPLES = os.path.join(os.path.dirname(__file__), os.pardir, "examples")
 
@@ -25,7 +25,7 @@ def test_arena_workers_example():
     assert "dropped" not in out.stderr  # every ACK names its sender and is applied
 
 
-@pytest.mark.skipif(not (torch.cuda.is_available() and mstar.built_with_cuda()),
+@pytest.mark.skipif(not (torch.cuda.is_available() and mstar_c.built_with_cuda()),
                     reason="needs a GPU and libmstar built with CUDA")
 def test_cuda_workers_example():
     out = _run("cuda_workers.py")

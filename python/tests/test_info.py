@@ -12,8 +12,8 @@ import weakref
 import pytest
 import torch
 
-import mstar
-from mstar import TensorPointerInfo
+import mstar_c
+from mstar_c import TensorPointerInfo
 
 
 def _user_made():
@@ -81,12 +81,12 @@ def test_a_written_field_reads_back_as_written_and_is_checked_when_used(make):
     assert info.dims == (2, 3) and info.dtype == "float32" and info.shm_segment
     info.nbytes = "twenty-four"  # a dataclass takes anything ...
     assert info.nbytes == "twenty-four"
-    with pytest.raises(mstar.InvalidArgumentError, match="TensorPointerInfo.nbytes"):
+    with pytest.raises(mstar_c.InvalidArgumentError, match="TensorPointerInfo.nbytes"):
         mgr.register_for_send(1, [info])  # ... and the descriptor is refused when used
     assert info.nbytes == "twenty-four"
     info.nbytes = 24
     info.stride = (1,)
-    with pytest.raises(mstar.InvalidArgumentError, match="stride"):
+    with pytest.raises(mstar_c.InvalidArgumentError, match="stride"):
         mgr.register_for_send(1, [info])
     mgr.cleanup_request(1)
 
@@ -98,7 +98,7 @@ def test_a_descriptor_changed_after_the_store_is_used_as_changed(make):
     mgr.register_for_send(1, [info])
     assert info.source_graph_walk == "walk7"  # went through the library and came back
     info.uuid = info.uuid + 1000  # a tensor the manager does not hold
-    with pytest.raises(mstar.NotFoundError):
+    with pytest.raises(mstar_c.NotFoundError):
         mgr.register_for_send(1, [info])
     mgr.cleanup_request(1)
 
@@ -107,31 +107,31 @@ def test_a_list_changed_in_place_is_seen_on_the_next_use():
     """A descriptor converted once keeps the struct only while its values cannot change."""
     info = TensorPointerInfo(dims=[4], dtype="uint8", stride=[1], nbytes=4,
                              source_entity="worker_0")
-    edge = mstar.GraphEdge("n", "x", [info])
-    assert mstar.fanout(edge, None)[0][1].tensor_info[0].dims == (4,)
+    edge = mstar_c.GraphEdge("n", "x", [info])
+    assert mstar_c.fanout(edge, None)[0][1].tensor_info[0].dims == (4,)
     info.dims[:] = [2, 2]
     info.stride[:] = [2, 1]
-    assert mstar.fanout(edge, None)[0][1].tensor_info[0].dims == (2, 2)
+    assert mstar_c.fanout(edge, None)[0][1].tensor_info[0].dims == (2, 2)
     info.dims = (1, 4)  # tuples: kept as the struct after the next use; a write still counts
     info.stride = (4, 1)
-    assert mstar.fanout(edge, None)[0][1].tensor_info[0].dims == (1, 4)
+    assert mstar_c.fanout(edge, None)[0][1].tensor_info[0].dims == (1, 4)
     info.dims = (4, 1)
-    assert mstar.fanout(edge, None)[0][1].tensor_info[0].dims == (4, 1)
+    assert mstar_c.fanout(edge, None)[0][1].tensor_info[0].dims == (4, 1)
 
 
 def test_received_descriptors_are_whole_and_forwarded_as_changed(make, tmp_path):
-    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
-         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
+         mstar_c.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
         prod = make("worker_0", "arena")
         info = _store_made(prod)
         prod.register_for_send(1, [info])
-        a.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
-                                         edges=[mstar.GraphEdge("n", "x", [info])]))
+        a.send("worker_1", mstar_c.Message("INPUT_SIGNALS", request_id=1,
+                                         edges=[mstar_c.GraphEdge("n", "x", [info])]))
         got = b.recv(timeout_ms=5000).edges[0].tensor_info[0]
         assert type(got) is TensorPointerInfo and got == info
         got.source_node_name = "relay"
-        b.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
-                                         edges=[mstar.GraphEdge("n", "x", [got])]))
+        b.send("worker_1", mstar_c.Message("INPUT_SIGNALS", request_id=1,
+                                         edges=[mstar_c.GraphEdge("n", "x", [got])]))
         again = b.recv(timeout_ms=5000).edges[0].tensor_info[0]
         assert again.source_node_name == "relay" and again.uuid == info.uuid
         prod.cleanup_request(1)
@@ -186,5 +186,5 @@ def test_subclasses_copy_with_their_own_fields_and_attributes():
     assert copy.deepcopy(tagged).tag == "t" and copy.copy(noted).note == "kept"
     assert dataclasses.replace(tagged, tag="u").tag == "u"
     assert dataclasses.fields(tagged)[-1].name == "tag"
-    edge = mstar.GraphEdge("n", "x", [tagged])
-    assert mstar.fanout(edge, None)[0][1].tensor_info[0].dims == (4,)  # read by attribute
+    edge = mstar_c.GraphEdge("n", "x", [tagged])
+    assert mstar_c.fanout(edge, None)[0][1].tensor_info[0].dims == (4,)  # read by attribute

@@ -10,7 +10,7 @@ import numpy
 import pytest
 import torch
 
-import mstar
+import mstar_c
 
 
 def _mapping_of(ptr):
@@ -54,7 +54,7 @@ def _loan_and_stage(prod, rid, src):
 
 
 def _read_views(cons, rid, infos):
-    cons.start_read_tensors(rid, [mstar.GraphEdge("n", "x", infos)], views=True)
+    cons.start_read_tensors(rid, [mstar_c.GraphEdge("n", "x", infos)], views=True)
     ready = cons.get_ready_tensors()
     assert [i.uuid for e in ready[rid] for i in e.tensor_info] == [infos[0].uuid]
 
@@ -97,7 +97,7 @@ def test_view_ack_goes_when_python_releases_the_last_reference(pair):
     uuid = infos[0].uuid
     prod.cleanup_request(2)  # freed by the ACK
     _read_views(cons, 2, infos)
-    got = torch.from_dlpack(cons.get_tensor(2, uuid))  # the mstar.Tensor lives on inside it
+    got = torch.from_dlpack(cons.get_tensor(2, uuid))  # the mstar_c.Tensor lives on inside it
     cons.dereference(uuid)
     gc.collect()
     assert _acks(cons, uuid) == [] and prod.num_tensors == 1
@@ -151,7 +151,7 @@ def test_view_held_past_cleanup_stays_valid(pair):
     got = torch.from_dlpack(cons.get_tensor(3, uuid))
     cons.dereference(uuid)
     cons.cleanup_request(3)  # deferred: the view holds the tensor
-    with pytest.raises(mstar.StateError):
+    with pytest.raises(mstar_c.StateError):
         cons.force_cleanup_request(3)  # refused while a view of the request is alive
     assert torch.equal(got, src) and _acks(cons, uuid) == []
     del got
@@ -173,7 +173,7 @@ def test_view_whose_slot_was_freed_fails_its_check(pair):
     view = cons.get_tensor(4, uuid)
     view.check()
     prod.force_cleanup_request(4)
-    with pytest.raises(mstar.NotFoundError):
+    with pytest.raises(mstar_c.NotFoundError):
         view.check()
     torch.from_dlpack(view).sum()  # still mapped
     del view
@@ -186,7 +186,7 @@ def test_copying_read_of_a_loan_and_check_of_a_copy(pair):
     prod, cons = pair
     src = torch.arange(100, dtype=torch.int64)
     _, infos = _loan_and_stage(prod, 5, src)
-    cons.start_read_tensors(5, [mstar.GraphEdge("n", "x", infos)])  # views=False: a copy
+    cons.start_read_tensors(5, [mstar_c.GraphEdge("n", "x", infos)])  # views=False: a copy
     cons.get_ready_tensors()
     view = cons.get_tensor(5, infos[0].uuid)
     got = torch.from_dlpack(view)
@@ -213,14 +213,14 @@ def test_tensors_made_from_a_loan_outlive_the_store(pair):
     prod.increment_ref(infos[0].uuid)
     prod.register_for_send(6, infos)
     prod.cleanup_request(6)
-    cons.start_read_tensors(6, [mstar.GraphEdge("n", "x", infos)])
+    cons.start_read_tensors(6, [mstar_c.GraphEdge("n", "x", infos)])
     cons.get_ready_tensors()
     cons.dereference(infos[0].uuid)
     _deliver_acks(cons, prod)
     cons.cleanup_request(6)
     assert prod.num_tensors == 1  # held by `mine`
     assert bool((mine == 9).all()) and prod.arena_stats()["live_slots"] == 1
-    with pytest.raises(mstar.StateError):
+    with pytest.raises(mstar_c.StateError):
         loan.__dlpack__()  # stored: the bytes are the tensor's now
     del mine
     gc.collect()
@@ -232,31 +232,31 @@ def test_loan_refusals_and_give_back(pair, make):
     loan = prod.loan_output((2, 3), torch.int16)
     assert loan.shape == (2, 3) and loan.dtype == "int16" and loan.nbytes == 12 and loan.open
     t = numpy.from_dlpack(loan)
-    with pytest.raises(mstar.StateError):
+    with pytest.raises(mstar_c.StateError):
         loan.release()  # a tensor made from it is alive
     del t
     loan.release()
     assert not loan.open
     loan.release()  # idempotent
-    with pytest.raises(mstar.ClosedError):
+    with pytest.raises(mstar_c.ClosedError):
         prod.store_and_return_tensor_info(7, {"x": [loan]})
-    with pytest.raises(mstar.ClosedError):
+    with pytest.raises(mstar_c.ClosedError):
         loan.__dlpack__()
     other = cons.loan_output(4, "float32")
-    with pytest.raises(mstar.InvalidArgumentError):
+    with pytest.raises(mstar_c.InvalidArgumentError):
         prod.store_and_return_tensor_info(7, {"x": [other]})
     assert other.open  # a failed store keeps the loan open
-    with pytest.raises(mstar.NotSupportedError):
+    with pytest.raises(mstar_c.NotSupportedError):
         cons.store_and_return_tensor_info_batch([7], [{"x": [other]}], ["x"])
     assert other.open
     cons.store_and_return_tensor_info(7, {"x": [other]})
-    with pytest.raises(mstar.StateError):
+    with pytest.raises(mstar_c.StateError):
         cons.store_and_return_tensor_info(8, {"x": [other]})
     cons.cleanup_request(7)
     with prod.loan_output((8,), "float64") as scoped:
         assert scoped.open
     assert not scoped.open  # given back by `with`
-    with pytest.raises(mstar.InvalidArgumentError):
+    with pytest.raises(mstar_c.InvalidArgumentError):
         prod.loan_output((2,), "no_such_dtype")
     assert prod.arena_stats()["live_slots"] == 0
 
@@ -271,7 +271,7 @@ def test_loan_over_files(make):
     infos = prod.store_and_return_tensor_info(1, {"x": [loan]})["x"]
     prod.increment_ref(infos[0].uuid)
     prod.register_for_send(1, infos)
-    cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)], views=True)  # copied
+    cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", infos)], views=True)  # copied
     cons.get_ready_tensors()
     got = torch.from_dlpack(cons.get_tensor(1, infos[0].uuid)).clone()
     assert torch.equal(got, torch.arange(12, dtype=torch.float32).reshape(3, 4))
@@ -288,7 +288,7 @@ def test_close_waits_for_exports_of_a_loan(make, shm_dir):
     prod.close()
     assert prod.closed
     t.fill_(1)  # the memory is still there
-    with pytest.raises(mstar.ClosedError):
+    with pytest.raises(mstar_c.ClosedError):
         loan.__dlpack__()
     del t, loan
     gc.collect()  # the destroy ran: the shm fixture checks nothing is left

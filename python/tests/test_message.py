@@ -13,8 +13,8 @@ import weakref
 import pytest
 import torch
 
-import mstar
-from mstar import GraphEdge, Message, _mstar
+import mstar_c
+from mstar_c import GraphEdge, Message, _mstar
 
 NAMES = ["type", "sender", "request_id", "graph_walk", "text", "remove_source", "force",
          "is_first_tp_rank", "round", "rank", "world_size", "edges", "counts", "uuids", "names",
@@ -28,8 +28,8 @@ def _values(msg):
 
 @pytest.fixture
 def meshes(tmp_path):
-    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
-         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
+         mstar_c.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
         yield a, b
 
 
@@ -80,7 +80,7 @@ def test_fields_defaults_and_init_are_the_dataclass_ones():
         hash(blank)  # a mutable dataclass, as before
     ack = Message("TENSOR_RECEIVED", counts={1: 2}, uuids=[3])
     assert ack.successful_tensors == {1: 2} and ack.failed_tensor_ids == [3]
-    assert mstar.ReceivedMessage is Message  # the old name of a received one
+    assert mstar_c.ReceivedMessage is Message  # the old name of a received one
     with pytest.raises(AttributeError):
         del blank.text
 
@@ -175,12 +175,12 @@ def test_a_bad_value_is_taken_and_refused_when_used(meshes, make, field, value, 
     msg = Message("TENSOR_RECEIVED", request_id=1) if made == "built" else _received(meshes)
     setattr(msg, field, value)  # a dataclass takes anything ...
     assert getattr(msg, field) == value
-    with pytest.raises(mstar.InvalidArgumentError, match=what):
+    with pytest.raises(mstar_c.InvalidArgumentError, match=what):
         a.send("worker_1", msg)  # ... and the message is refused when used
     mgr = make("worker_0", "local")
-    with pytest.raises(mstar.InvalidArgumentError, match=what):
+    with pytest.raises(mstar_c.InvalidArgumentError, match=what):
         mgr.handle_message(msg)
-    with pytest.raises(mstar.InvalidArgumentError, match=what):
+    with pytest.raises(mstar_c.InvalidArgumentError, match=what):
         mgr.note_sent("worker_1", msg)
     assert getattr(msg, field) == value and b.recv(timeout_ms=0) is None
 
@@ -265,7 +265,7 @@ def test_many_sends_and_receives_leave_nothing_behind(make, meshes, heap_growth)
             again = b.recv(timeout_ms=5000)
             copy.deepcopy(again).edges
             mgr.note_sent("worker_0", again)
-            with pytest.raises(mstar.InvalidArgumentError):
+            with pytest.raises(mstar_c.InvalidArgumentError):
                 a.send("worker_1", Message(rank="bad"))
 
     grown = heap_growth(lambda: rounds(200), lambda: rounds(2000))

@@ -12,45 +12,45 @@ import threading
 import pytest
 import torch
 
-import mstar
-from mstar import _mstar
+import mstar_c
+from mstar_c import _mstar
 
 
 def test_errors_are_classes_per_status_with_the_library_message(make):
     mgr = make("worker_0")
-    with pytest.raises(mstar.NotFoundError) as e:
+    with pytest.raises(mstar_c.NotFoundError) as e:
         mgr.get_tensor(1, 12345)
-    assert isinstance(e.value, mstar.Error) and isinstance(e.value, LookupError)
+    assert isinstance(e.value, mstar_c.Error) and isinstance(e.value, LookupError)
     assert e.value.status == -4 and e.value.status_name == "MSTAR_ENOENT"
     assert "0x0000000000003039" in str(e.value)  # the library's text names the uuid
-    with pytest.raises(mstar.InvalidArgumentError, match="transport"):
-        mstar.CommunicationManager("worker_9", transport="pigeon")
-    with pytest.raises(mstar.InvalidArgumentError):
+    with pytest.raises(mstar_c.InvalidArgumentError, match="transport"):
+        mstar_c.CommunicationManager("worker_9", transport="pigeon")
+    with pytest.raises(mstar_c.InvalidArgumentError):
         mgr.increment_ref(1, -3)
-    assert mstar.error_class(-13) is mstar.ClosedError
-    assert {c.status for c in mstar._errors.BY_STATUS.values()} == set(range(-16, 0))
+    assert mstar_c.error_class(-13) is mstar_c.ClosedError
+    assert {c.status for c in mstar_c._errors.BY_STATUS.values()} == set(range(-16, 0))
 
 
 def test_bad_descriptors_raise_before_the_library(make):
     mgr = make("worker_0")
-    bad = mstar.TensorPointerInfo(dims=(2,), stride=(1,), dtype="float32", nbytes=7, uuid=1,
+    bad = mstar_c.TensorPointerInfo(dims=(2,), stride=(1,), dtype="float32", nbytes=7, uuid=1,
                                   source_entity="worker_1")
-    with pytest.raises(mstar.ProtocolError, match="nbytes"):
-        mgr.start_read_tensors(1, [mstar.GraphEdge("n", "x", [bad])])
+    with pytest.raises(mstar_c.ProtocolError, match="nbytes"):
+        mgr.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", [bad])])
     bad.nbytes, bad.dtype = 8, "complex32"
-    with pytest.raises(mstar.InvalidArgumentError):
-        mgr.start_read_tensors(1, [mstar.GraphEdge("n", "x", [bad])])
-    with pytest.raises(mstar.InvalidArgumentError, match="request id"):
+    with pytest.raises(mstar_c.InvalidArgumentError):
+        mgr.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", [bad])])
+    with pytest.raises(mstar_c.InvalidArgumentError, match="request id"):
         mgr.cleanup_request(3.5)
 
 
 def test_mesh_messages_roundtrip(tmp_path):
-    with mstar.Mesh("worker_0", transport="ipc", ipc_dir=str(tmp_path)) as a, \
-         mstar.Mesh("worker_1", transport="ipc", ipc_dir=str(tmp_path)) as b:
-        info = mstar.TensorPointerInfo(dims=(2, 3), stride=(3, 1), dtype="bfloat16", nbytes=12,
+    with mstar_c.Mesh("worker_0", transport="ipc", ipc_dir=str(tmp_path)) as a, \
+         mstar_c.Mesh("worker_1", transport="ipc", ipc_dir=str(tmp_path)) as b:
+        info = mstar_c.TensorPointerInfo(dims=(2, 3), stride=(3, 1), dtype="bfloat16", nbytes=12,
                                        uuid=7, source_entity="worker_0", shm_segment=None)
-        msg = mstar.Message("INPUT_SIGNALS", request_id="req-1", graph_walk="decode",
-                            edges=[mstar.GraphEdge("LLM", "x", [info], shard_dim=1,
+        msg = mstar_c.Message("INPUT_SIGNALS", request_id="req-1", graph_walk="decode",
+                            edges=[mstar_c.GraphEdge("LLM", "x", [info], shard_dim=1,
                                                    total_fanin=2)],
                             names=["done"], kv={"seed": 42})
         a.send("worker_1", msg)
@@ -61,7 +61,7 @@ def test_mesh_messages_roundtrip(tmp_path):
         assert got.edges[0].shard_dim == 1 and got.edges[0].total_fanin == 2
         assert got.names == ["done"] and got.kv == {"seed": 42}
         assert got.text == "default"  # INPUT_SIGNALS' partition default
-        b.send("worker_0", mstar.Message("TENSOR_RECEIVED", request_id=5, counts={7: 2},
+        b.send("worker_0", mstar_c.Message("TENSOR_RECEIVED", request_id=5, counts={7: 2},
                                          uuids=[9]))
         ack = a.recv(timeout_ms=5000)
         assert ack.successful_tensors == {7: 2} and ack.failed_tensor_ids == [9]
@@ -70,13 +70,13 @@ def test_mesh_messages_roundtrip(tmp_path):
 
 
 def test_manager_acks_through_a_mesh(make, tmp_path):
-    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as pm, \
-         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as cm:
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as pm, \
+         mstar_c.Mesh("worker_1", ipc_dir=str(tmp_path)) as cm:
         prod, cons = make("worker_0", send=pm), make("worker_1", send=cm)
         infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
         prod.increment_ref(infos[0].uuid)
         prod.register_for_send(1, infos)
-        cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)])
+        cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", infos)])
         cons.get_ready_tensors()
         ack = pm.recv(timeout_ms=5000)
         assert ack.type == "TENSOR_RECEIVED" and ack.sender == "worker_1"
@@ -89,20 +89,20 @@ def test_manager_acks_through_a_mesh(make, tmp_path):
 
 
 def _forged_ack(sender, uuid):
-    return mstar.Message("TENSOR_RECEIVED", request_id=1, counts={uuid: 1}, sender=sender)
+    return mstar_c.Message("TENSOR_RECEIVED", request_id=1, counts={uuid: 1}, sender=sender)
 
 
 def test_ack_ledger_through_a_mesh(make, tmp_path):
     """Descriptors sent through the producer's Mesh arm its ACK ledger: only the consumer's ACK,
     whose sender survives recv and handle_message, frees the tensor."""
-    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as pm, \
-         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as cm:
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as pm, \
+         mstar_c.Mesh("worker_1", ipc_dir=str(tmp_path)) as cm:
         prod, cons = make("worker_0", send=pm), make("worker_1", send=cm)
         infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
         prod.increment_ref(infos[0].uuid)
         prod.register_for_send(1, infos)
-        pm.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
-                                          edges=[mstar.GraphEdge("n", "x", infos)]))
+        pm.send("worker_1", mstar_c.Message("INPUT_SIGNALS", request_id=1,
+                                          edges=[mstar_c.GraphEdge("n", "x", infos)]))
         msg = cm.recv(timeout_ms=5000)
         prod.handle_message(_forged_ack("worker_7", infos[0].uuid))
         assert prod.num_tensors == 1  # worker_7 was not sent it
@@ -126,7 +126,7 @@ def test_ack_ledger_through_callables(make):
     infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
     prod.increment_ref(infos[0].uuid)
     prod.register_for_send(1, infos)
-    sent = mstar.Message("INPUT_SIGNALS", request_id=1, edges=[mstar.GraphEdge("n", "x", infos)])
+    sent = mstar_c.Message("INPUT_SIGNALS", request_id=1, edges=[mstar_c.GraphEdge("n", "x", infos)])
     prod.note_sent("worker_1", sent)
     prod.handle_message(_forged_ack("worker_7", infos[0].uuid))
     assert prod.num_tensors == 1
@@ -139,7 +139,7 @@ def test_ack_ledger_through_callables(make):
 
 
 def test_gil_released_while_waiting(tmp_path):
-    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as m:
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as m:
         counter = [0]
         stop = threading.Event()
 
@@ -170,8 +170,8 @@ def test_send_callback_errors_and_reentry(make):
     infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
     prod.increment_ref(infos[0].uuid)
     prod.register_for_send(1, infos)
-    cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)])
-    with pytest.raises(mstar.StateError, match="in use") as exc:
+    cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", infos)])
+    with pytest.raises(mstar_c.StateError, match="in use") as exc:
         cons.get_ready_tensors()  # the callback's exception comes out of the call that sent
     assert len(seen) == 1 and seen[0].type == "TENSOR_RECEIVED"
     assert list(exc.value.ready) == [1]  # what was read is not lost with the failed ACK
@@ -184,7 +184,7 @@ def test_send_callback_errors_and_reentry(make):
 
 def test_gc_and_context_manager_leave_nothing(shm_dir):
     def produce(entity):
-        m = mstar.CommunicationManager(entity, transport="arena", shm_dir=shm_dir)
+        m = mstar_c.CommunicationManager(entity, transport="arena", shm_dir=shm_dir)
         infos = m.store_and_return_tensor_info(1, {"x": [torch.ones(1000)]})["x"]
         m.increment_ref(infos[0].uuid)
         m.register_for_send(1, infos)
@@ -199,19 +199,19 @@ def test_gc_and_context_manager_leave_nothing(shm_dir):
         assert os.listdir(shm_dir)
     assert os.listdir(shm_dir) == [] and m.closed
     m.close()  # idempotent
-    with pytest.raises(mstar.ClosedError):
+    with pytest.raises(mstar_c.ClosedError):
         m.num_tensors
 
 
 def test_help_and_stubs():
-    text = pydoc.render_doc(mstar, renderer=pydoc.plaintext)
+    text = pydoc.render_doc(mstar_c, renderer=pydoc.plaintext)
     for name in ("CommunicationManager", "store_and_return_tensor_info", "get_ready_tensors",
                  "Mesh", "Tensor", "Error"):
         assert name in text
-    here = os.path.dirname(mstar.__file__)
+    here = os.path.dirname(mstar_c.__file__)
     assert os.path.exists(os.path.join(here, "__init__.pyi"))
     assert os.path.exists(os.path.join(here, "py.typed"))
-    assert mstar._mstar.__file__.endswith(".abi3.so")
+    assert mstar_c._mstar.__file__.endswith(".abi3.so")
 
 
 def test_batch_store_and_profiling(make):
@@ -229,15 +229,15 @@ def test_batch_store_and_profiling(make):
     mgr.set_persist(so.flat_uuids[0])
     mgr.cleanup_request(1)
     assert mgr.num_tensors == 2  # the persisted one and request 2's
-    mgr.handle_message(mstar.Message("UNPERSIST_TENSORS", request_id=1,
+    mgr.handle_message(mstar_c.Message("UNPERSIST_TENSORS", request_id=1,
                                      counts={so.flat_uuids[0]: 0}))
     assert mgr.num_tensors == 1
 
 
 def test_fanout_and_refresh(make):
-    info = mstar.TensorPointerInfo(dims=(4, 6), stride=(6, 1), dtype="float32", nbytes=96,
+    info = mstar_c.TensorPointerInfo(dims=(4, 6), stride=(6, 1), dtype="float32", nbytes=96,
                                    uuid=1, source_entity="w0")
-    out = mstar.fanout(mstar.GraphEdge("B", "x", [info]), 0, src_workers=["w0"], src_rank=0,
+    out = mstar_c.fanout(mstar_c.GraphEdge("B", "x", [info]), 0, src_workers=["w0"], src_rank=0,
                        dst_workers=["w1", "w2"])
     assert [w for w, _ in out] == ["w1", "w2"]
     assert [e.tensor_info[0].dims for _, e in out] == [(2, 6), (2, 6)]
@@ -245,7 +245,7 @@ def test_fanout_and_refresh(make):
 
 
 def test_cycle_through_the_send_callback_is_collected(shm_dir):
-    m = mstar.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir,
+    m = mstar_c.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir,
                                    send=lambda peer, msg: m.handle_message(msg))
     infos = m.store_and_return_tensor_info(1, {"x": [torch.ones(64)]})["x"]
     m.increment_ref(infos[0].uuid)
@@ -256,20 +256,20 @@ def test_cycle_through_the_send_callback_is_collected(shm_dir):
     assert os.listdir(shm_dir) == []
 
 
-@pytest.mark.skipif(mstar.built_with_cuda(), reason="libmstar has CUDA: the GPU tests cover it")
+@pytest.mark.skipif(mstar_c.built_with_cuda(), reason="libmstar has CUDA: the GPU tests cover it")
 def test_cuda_device_without_cuda_is_not_supported(shm_dir):
-    with pytest.raises(mstar.NotSupportedError):
-        mstar.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir, device="cuda:0")
-    with pytest.raises(mstar.InvalidArgumentError, match="device"):
-        mstar.CommunicationManager("worker_0", shm_dir=shm_dir, device="tpu")
-    with mstar.CommunicationManager("worker_0", shm_dir=shm_dir, device="cpu") as m:
+    with pytest.raises(mstar_c.NotSupportedError):
+        mstar_c.CommunicationManager("worker_0", transport="arena", shm_dir=shm_dir, device="cuda:0")
+    with pytest.raises(mstar_c.InvalidArgumentError, match="device"):
+        mstar_c.CommunicationManager("worker_0", shm_dir=shm_dir, device="tpu")
+    with mstar_c.CommunicationManager("worker_0", shm_dir=shm_dir, device="cpu") as m:
         assert m.num_tensors == 0
 
 
 def test_mesh_close_refused_while_a_manager_sends_through_it(make, tmp_path):
-    mesh = mstar.Mesh("worker_0", ipc_dir=str(tmp_path))
+    mesh = mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path))
     mgr = make("worker_0", send=mesh)
-    with pytest.raises(mstar.StateError, match="close them first"):
+    with pytest.raises(mstar_c.StateError, match="close them first"):
         mesh.close()
     assert not mesh.closed
     mgr.close()
@@ -305,13 +305,13 @@ def test_objects_made_in_c_are_whole_dataclasses(make, tmp_path):
     every field (a received message once read), compare, copy and replace as ones built in
     Python do, and own their lists; a
     descriptor of a subclass (whose fields may be properties) is still stamped by attribute."""
-    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
-         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
+         mstar_c.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
         prod = make("worker_0", transport="arena")
         infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(4)]})["x"]
-        assert type(infos[0]) is mstar.TensorPointerInfo and _complete(infos[0])
+        assert type(infos[0]) is mstar_c.TensorPointerInfo and _complete(infos[0])
 
-        class Stamped(mstar.TensorPointerInfo):
+        class Stamped(mstar_c.TensorPointerInfo):
             seen = []
 
             @property
@@ -327,15 +327,15 @@ def test_objects_made_in_c_are_whole_dataclasses(make, tmp_path):
         prod.register_for_send(1, [mine])
         assert Stamped.seen[-1] is not None and mine.shm_segment == Stamped.seen[-1]
         assert mine.uuid == infos[0].uuid
-        msg = mstar.Message("INPUT_SIGNALS", request_id=1,
-                            edges=[mstar.GraphEdge("n", "x", [infos[0]])])
+        msg = mstar_c.Message("INPUT_SIGNALS", request_id=1,
+                            edges=[mstar_c.GraphEdge("n", "x", [infos[0]])])
         for _ in range(2):
             a.send("worker_1", msg)
         one, two = b.recv(timeout_ms=5000), b.recv(timeout_ms=5000)
         for got in (one, two):
             # Received: a Message keeping the library's struct, whose fields are built on first
             # read, after which it is whole like any other.
-            assert type(got) is mstar.Message and mstar.ReceivedMessage is mstar.Message
+            assert type(got) is mstar_c.Message and mstar_c.ReceivedMessage is mstar_c.Message
             assert _mstar._message_has_struct(got)
             assert _complete(got.edges[0]) and _complete(got.edges[0].tensor_info[0])
             assert _complete(got)
@@ -352,16 +352,16 @@ def test_received_message_goes_back_to_c_unconverted(make, tmp_path):
     """A received INPUT_SIGNALS is read, and its TENSOR_RECEIVED handled, from the library's
     struct: no field but the one read (type) is built on the way. A scalar field (request_id)
     and a list (edges) written in Python both win over the struct's."""
-    with mstar.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
-         mstar.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as a, \
+         mstar_c.Mesh("worker_1", ipc_dir=str(tmp_path)) as b:
         prod = make("worker_0", "arena", send=a)
         cons = make("worker_1", "arena", send=b)
         src = torch.arange(10, dtype=torch.float32)
         infos = prod.store_and_return_tensor_info(1, {"x": [src]})["x"]
         prod.increment_ref(infos[0].uuid)
         prod.register_for_send(1, infos)
-        a.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
-                                         edges=[mstar.GraphEdge("n", "x", infos)]))
+        a.send("worker_1", mstar_c.Message("INPUT_SIGNALS", request_id=1,
+                                         edges=[mstar_c.GraphEdge("n", "x", infos)]))
         msg = b.recv(timeout_ms=5000)
         assert msg.type == "INPUT_SIGNALS" and _mstar._message_has_struct(msg)
         cons.start_read_tensors(msg)
@@ -376,12 +376,12 @@ def test_received_message_goes_back_to_c_unconverted(make, tmp_path):
         assert _mstar._message_built(ack) == ["type"]  # handled from the struct
         assert prod.num_tensors == 0
         twin = pickle.loads(pickle.dumps(ack))
-        assert type(twin) is mstar.Message and twin == ack and copy.deepcopy(ack) == ack
+        assert type(twin) is mstar_c.Message and twin == ack and copy.deepcopy(ack) == ack
         # Forwarded as it came, from the struct, then changed in Python before a read.
         infos = prod.store_and_return_tensor_info(2, {"x": [src]})["x"]
         prod.register_for_send(2, infos)
-        a.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=2,
-                                         edges=[mstar.GraphEdge("n", "x", infos)]))
+        a.send("worker_1", mstar_c.Message("INPUT_SIGNALS", request_id=2,
+                                         edges=[mstar_c.GraphEdge("n", "x", infos)]))
         first = b.recv(timeout_ms=5000)
         b.send("worker_1", first)  # to itself: forwarding needs no decode
         assert _mstar._message_built(first) == []
@@ -393,7 +393,7 @@ def test_received_message_goes_back_to_c_unconverted(make, tmp_path):
         assert _mstar._message_has_struct(first) and first.text == "default"
         cons.start_read_tensors(first)
         assert cons.get_ready_tensors() == {}
-        with pytest.raises(mstar.InvalidArgumentError):
+        with pytest.raises(mstar_c.InvalidArgumentError):
             cons.start_read_tensors(2)  # neither edges nor a message
         prod.force_cleanup_request(2)
         prod.close()

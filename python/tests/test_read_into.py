@@ -9,7 +9,7 @@ import numpy
 import pytest
 import torch
 
-import mstar
+import mstar_c
 
 
 @pytest.fixture(params=["files", "arena"])
@@ -37,7 +37,7 @@ def test_lands_in_the_callers_tensor(pair):
     src = [torch.arange(1000, dtype=torch.float32), torch.arange(7, dtype=torch.int64)]
     infos = _stage(prod, 1, src)
     dst = torch.full((1000,), -1.0)
-    cons.start_read_tensors(1, [mstar.GraphEdge("n", "x", infos)], into={infos[0].uuid: dst})
+    cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", infos)], into={infos[0].uuid: dst})
     ready = cons.get_ready_tensors()
     assert [i.uuid for e in ready[1] for i in e.tensor_info] == [i.uuid for i in infos]
     assert torch.equal(dst, src[0])  # the bytes are in the caller's tensor
@@ -60,7 +60,7 @@ def test_target_held_while_used(pair):
     infos = _stage(prod, 2, [src])
     dst = numpy.zeros(300, dtype=numpy.int32)
     refs = sys.getrefcount(dst)
-    cons.start_read_tensors(2, [mstar.GraphEdge("n", "x", infos)], into={infos[0].uuid: dst})
+    cons.start_read_tensors(2, [mstar_c.GraphEdge("n", "x", infos)], into={infos[0].uuid: dst})
     assert sys.getrefcount(dst) > refs
     cons.get_ready_tensors()
     assert numpy.array_equal(dst, src)
@@ -74,7 +74,7 @@ def test_bad_targets_start_nothing(pair):
     prod, cons = pair
     src = torch.arange(1000, dtype=torch.float32)
     infos = _stage(prod, 3, [src])
-    edges = [mstar.GraphEdge("n", "x", infos)]
+    edges = [mstar_c.GraphEdge("n", "x", infos)]
     small = numpy.zeros(999, dtype=numpy.float32)
     refs = sys.getrefcount(small)
     bad = [
@@ -86,10 +86,10 @@ def test_bad_targets_start_nothing(pair):
         ([torch.zeros(1000)], "dict"),
     ]
     for into, why in bad:
-        with pytest.raises(mstar.Error, match=why):
+        with pytest.raises(mstar_c.Error, match=why):
             cons.start_read_tensors(3, edges, into=into)
         assert cons.num_tensors == 0 and not cons.has_inflight_reads(3) and cons.sent == []
-    with pytest.raises(mstar.Error, match="views"):
+    with pytest.raises(mstar_c.Error, match="views"):
         cons.start_read_tensors(3, edges, views=True, into={infos[0].uuid: torch.zeros(1000)})
     del bad
     gc.collect()

@@ -1,5 +1,5 @@
 """Port of the reference's test/modular/test_shm_tensor_comm.py: the per-file shm transport
-("files") between managers, against `import mstar`.
+("files") between managers, against `import mstar_c`.
 
 The reference's serializer tests (_serialize_tensor/_deserialize_tensor are Python internals of
 its file transport) are ported as the nearest meaning: the same tensors through a files
@@ -10,11 +10,11 @@ import os
 import pytest
 import torch
 
-import mstar
+import mstar_c
 
 
 def _edge(name, infos=None, next_node="LLM"):
-    return mstar.GraphEdge(next_node=next_node, name=name, tensor_info=list(infos or []))
+    return mstar_c.GraphEdge(next_node=next_node, name=name, tensor_info=list(infos or []))
 
 
 def _roundtrip(make, t):
@@ -29,7 +29,7 @@ def _roundtrip(make, t):
     receiver.start_read_tensors("req1", edges)
     ready = receiver.get_ready_tensors()
     uuid = ready["req1"][0].tensor_info[0].uuid
-    got = mstar.to_torch(receiver.get_tensor("req1", uuid)).clone()
+    got = mstar_c.to_torch(receiver.get_tensor("req1", uuid)).clone()
     for peer, msg in receiver.sent:
         sender.handle_message(msg)
     receiver.dereference(uuid)
@@ -96,7 +96,7 @@ def test_cleanup_unlinks_file(make, shm_dir):
     assert len(os.listdir(shm_dir)) == 1
     # The reference dereferences by 0 first; here a count must be positive, and a tensor at
     # ref 0 is freed by the request's cleanup.
-    with pytest.raises(mstar.InvalidArgumentError):
+    with pytest.raises(mstar_c.InvalidArgumentError):
         mgr.dereference(info.uuid, 0)
     mgr.cleanup_request("req1")
     assert os.listdir(shm_dir) == []
@@ -174,18 +174,18 @@ def test_ack_unread_tensors_lets_producer_reclaim_buffer(make, shm_dir):
 
 def test_factory_returns_shm_manager(shm_dir, monkeypatch):
     monkeypatch.setenv("MSTAR_SHM_ARENA", "0")
-    with mstar.create_tensor_communication_manager(
+    with mstar_c.create_tensor_communication_manager(
             protocol="shm", my_entity_id="w0", shm_dir=shm_dir) as mgr:
-        assert isinstance(mgr, mstar.CommunicationManager)
+        assert isinstance(mgr, mstar_c.CommunicationManager)
         assert mgr.transport == "files"
 
 
 def test_factory_returns_mooncake_for_rdma(shm_dir):
     # The reference's remote engine is Mooncake; here protocol "tcp" is the UCX transport.
     try:
-        mgr = mstar.create_tensor_communication_manager(protocol="tcp", my_entity_id="w0",
+        mgr = mstar_c.create_tensor_communication_manager(protocol="tcp", my_entity_id="w0",
                                                         shm_dir=shm_dir)
-    except (mstar.NotSupportedError, mstar.OSCallError, mstar.RemoteError) as e:
+    except (mstar_c.NotSupportedError, mstar_c.OSCallError, mstar_c.RemoteError) as e:
         pytest.skip(f"ucx-tcp unavailable here: {e}")
     with mgr:
         assert mgr.transport == "ucx-tcp"

@@ -12,7 +12,7 @@ from copy import deepcopy
 import pytest
 import torch
 
-import mstar
+import mstar_c
 
 from conftest import ucx_available
 
@@ -30,7 +30,7 @@ def _drain_reads(manager, rid, edges):
 
 
 def _send(manager, rid, signal, dest, tensor, source_tp_rank, source_tp_size, fanin, shard_dim):
-    edge = mstar.GraphEdge(next_node=dest, name=signal, total_fanin=fanin, shard_dim=shard_dim)
+    edge = mstar_c.GraphEdge(next_node=dest, name=signal, total_fanin=fanin, shard_dim=shard_dim)
     infos = manager.store_and_return_tensor_info(rid, {signal: [tensor]}, tp_size=source_tp_size,
                                                  tp_rank=source_tp_rank)
     edge.tensor_info = infos[signal]
@@ -60,7 +60,7 @@ def _take(mgr, ready, rid="req1"):
 def test_basic_replicated_roundtrip(make, protocol):
     sender = make("w0", protocol)
     receiver = make("w1", protocol)
-    cfg = mstar.ShardingConfig(shard_dim={"x": None})
+    cfg = mstar_c.ShardingConfig(shard_dim={"x": None})
     sender.register_request("req1", cfg)
     receiver.register_request("req1", cfg)
     original = torch.randn(4, 8)
@@ -125,7 +125,7 @@ def test_sharded_with_nonzero_shard_dim_roundtrips(make, protocol):
     sender = make("w0", protocol)
     receiver = make("w1", protocol)
     for m in (sender, receiver):
-        m.register_request("req1", mstar.ShardingConfig(shard_dim={"x": 1}))
+        m.register_request("req1", mstar_c.ShardingConfig(shard_dim={"x": 1}))
     original = torch.randn(3, 5, 7)
     edge = _send(sender, "req1", "x", "B", original, 0, 1, fanin=1, shard_dim=1)
     assert edge.tensor_info[0].dims == (5, 3, 7)  # canonical layout: the shard dim first

@@ -1,4 +1,4 @@
-"""Plain data objects that cross the C boundary of the mstar package.
+"""Plain data objects that cross the C boundary of the mstar_c package.
 
 The extension (_mstar) reads and writes these by attribute name, so the field names are the
 reference system's (TensorPointerInfo, GraphEdge, ShardingConfig, StoredOutputs) and the

@@ -2,14 +2,14 @@
 
 Tensors move between the worker processes of one machine (or over UCX) without copies:
 
-    import mstar, torch
-    with mstar.Mesh("worker_0") as mesh, \\
-         mstar.CommunicationManager("worker_0", transport="arena", send=mesh) as mgr:
+    import mstar_c, torch
+    with mstar_c.Mesh("worker_0") as mesh, \\
+         mstar_c.CommunicationManager("worker_0", transport="arena", send=mesh) as mgr:
         infos = mgr.store_and_return_tensor_info(1, {"x": [torch.randn(4, 8)]})
         mgr.increment_ref(infos["x"][0].uuid)            # one consumer will ACK it
         mgr.register_for_send(1, infos["x"])             # stage; stamps the descriptors
-        mesh.send("worker_1", mstar.Message("INPUT_SIGNALS", request_id=1,
-                  edges=[mstar.GraphEdge("node", "x", infos["x"])]))
+        mesh.send("worker_1", mstar_c.Message("INPUT_SIGNALS", request_id=1,
+                  edges=[mstar_c.GraphEdge("node", "x", infos["x"])]))
 
 and in the consumer:
 
@@ -55,13 +55,13 @@ class CommunicationManager(_Comm):
 
     transport: "default" (MSTAR_SHM_ARENA picks files or arena), "local", "files", "arena",
     "ucx-tcp", "ucx-rdma" (or the protocol names "shm", "tcp", "rdma").
-    send: where ACKs go — an mstar.Mesh, a callable send(peer, Message), or an object with
+    send: where ACKs go — an mstar_c.Mesh, a callable send(peer, Message), or an object with
     such a send method (the reference's communicator); None: nothing can leave the process.
     device: None or "cpu" for host tensors; "cuda" / "cuda:N" gives the manager a CUDA backend
     (CUDA tensors in, CUDA tensors out; NotSupportedError when libmstar has no CUDA).
 
     Storing takes the producer's tensors without copying them (DLPack): each stays alive until
-    the manager lets go. get_tensor returns an mstar.Tensor view that torch.from_dlpack and
+    the manager lets go. get_tensor returns an mstar_c.Tensor view that torch.from_dlpack and
     numpy.from_dlpack read in place. close(), `with` and garbage collection all release
     everything the manager created (files, segments, mappings).
     """
@@ -87,8 +87,8 @@ class CommunicationManager(_Comm):
 
     def __repr__(self) -> str:
         if self.closed:
-            return "<mstar.CommunicationManager closed>"
-        return (f"<mstar.CommunicationManager entity={self.entity!r} "
+            return "<mstar_c.CommunicationManager closed>"
+        return (f"<mstar_c.CommunicationManager entity={self.entity!r} "
                 f"transport={self.transport!r} tensors={self.num_tensors}>")
 
 

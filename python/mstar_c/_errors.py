@@ -1,4 +1,4 @@
-"""The exceptions: mstar.Error and one subclass per library status code.
+"""The exceptions: mstar_c.Error and one subclass per library status code.
 
 Every failing call raises the subclass of its status with the library's message as text
 (mstar_last_error). Error derives from RuntimeError, and some subclasses also from the builtin
@@ -8,7 +8,7 @@ for a bounded wait that ran out, ...).
 
 
 class Error(RuntimeError):
-    """Base class of every mstar error. status: the library's code; status_name: its name."""
+    """Base class of every mstar_c error. status: the library's code; status_name: its name."""
 
     status = 0
     status_name = "MSTAR_OK"
