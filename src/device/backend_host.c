@@ -44,6 +44,11 @@ struct host_event {
     pthread_cond_t cv;
     uint64_t recorded;  /* records made */
     uint64_t completed; /* the latest record its stream has reached */
+    /* An interprocess event (host_ipc_event_create): its handle's serial number, and the events
+     * opened from that handle, which share it, counted; both under exported_lock. */
+    uint64_t serial;
+    int refs;
+    struct host_event *next_exported;
 };
 
 static uint64_t event_next(struct host_event *h)
@@ -403,31 +408,69 @@ static mstar_status host_event_create(mstar_event *e)
     return MSTAR_OK;
 }
 
-/* The stand-in's interprocess events (ipc_host.c): the host backend's work has run when a
- * synchronous stream returns, so an event opened from a handle is a fresh one, already complete;
- * the handle says which backend made it, and a serial number tells events apart as CUDA's
- * handles do. */
+/* The stand-in's interprocess events (ipc_host.c): the handle says which backend made the event,
+ * and a serial number tells events apart as CUDA's handles do. Opening a handle gives the very
+ * event its exporter records (kept alive until both have destroyed it), so a reader sees it fire
+ * when the exporter's stream reaches the record, and never if that stream is stuck, as on a GPU;
+ * a handle of no live event is MSTAR_ENOENT. */
+static pthread_mutex_t exported_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct host_event *exported_events;
+
 static mstar_status host_ipc_event_create(mstar_event *e, uint8_t *handle)
 {
-    static _Atomic uint64_t serial;
-    uint64_t n = ++serial;
+    static uint64_t serial;
+    mstar_status st = host_event_create(e);
+    if (st != MSTAR_OK)
+        return st;
+    struct host_event *h = e->host;
+    pthread_mutex_lock(&exported_lock);
+    h->serial = ++serial;
+    h->refs = 1;
+    h->next_exported = exported_events;
+    exported_events = h;
+    pthread_mutex_unlock(&exported_lock);
     memset(handle, 0, MSTAR__IPC_HANDLE_BYTES);
     memcpy(handle, "mstar-host-event", 16);
-    memcpy(handle + 16, &n, sizeof(n));
-    return host_event_create(e);
+    memcpy(handle + 16, &h->serial, sizeof(h->serial));
+    return MSTAR_OK;
 }
 
 static mstar_status host_ipc_event_open(mstar_event *e, const uint8_t *handle)
 {
-    if (memcmp(handle, "mstar-host-event", 16) != 0)
+    uint64_t n;
+    memcpy(&n, handle + 16, sizeof(n));
+    struct host_event *h = NULL;
+    pthread_mutex_lock(&exported_lock);
+    if (memcmp(handle, "mstar-host-event", 16) == 0)
+        for (h = exported_events; h != NULL && h->serial != n; h = h->next_exported) {
+        }
+    if (h != NULL)
+        h->refs++;
+    pthread_mutex_unlock(&exported_lock);
+    if (h == NULL)
         return mstar_error_set(MSTAR_ENOENT, "opening another process's event: the handle names "
-                                             "no event of the host backend");
-    return host_event_create(e);
+                                             "no live event of the host backend");
+    e->host = h;
+    return MSTAR_OK;
 }
 
 static void host_event_destroy(mstar_event *e)
 {
     struct host_event *h = e->host;
+    if (h->serial != 0) {
+        pthread_mutex_lock(&exported_lock);
+        bool last = --h->refs == 0;
+        for (struct host_event **p = &exported_events; last && *p != NULL;
+             p = &(*p)->next_exported) {
+            if (*p == h) {
+                *p = h->next_exported;
+                break;
+            }
+        }
+        pthread_mutex_unlock(&exported_lock);
+        if (!last)
+            return;
+    }
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);
     free(h);
