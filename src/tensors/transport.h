@@ -171,6 +171,10 @@ size_t mstar__transport_cuda_ipc_watching(mstar__transport *t);
 /* Tests: read calls that polled for their copies to land (MSTAR_CUDA_IPC_SPIN_US) so far (0 for
  * any other transport). */
 uint64_t mstar__transport_cuda_ipc_spins(mstar__transport *t);
+/* Tests: segments, events and producers' registries a consumer holds open (0 for any other
+ * transport), and the most it keeps of each (n > 0; the default is 256). */
+size_t mstar__transport_cuda_ipc_cached(mstar__transport *t);
+void mstar__transport_cuda_ipc_set_cache_max(mstar__transport *t, size_t n);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

@@ -38,6 +38,7 @@
 #include "core/vec.h"
 #include "device/backend.h"
 #include "tensors/completion.h"
+#include "tensors/cuda_ipc_registry.h"
 #include "tensors/landing.h"
 
 #include <errno.h>
@@ -58,6 +59,7 @@ struct exported {
 
 /* Another process's segment, open here. */
 struct opened {
+    uint64_t used; /* the tick of its last use: the least used one goes when the cache is full */
     char entity[MSTAR_NAME_MAX + 1];
     uint8_t handle[MSTAR__IPC_HANDLE_BYTES];
     void *base;
@@ -67,17 +69,31 @@ struct opened {
 
 /* Another process's event, open here. */
 struct opened_event {
+    uint64_t used;
     char entity[MSTAR_NAME_MAX + 1];
     uint8_t handle[MSTAR__IPC_HANDLE_BYTES];
     mstar_event *event;
     int32_t pid;
+    bool stuck; /* a wait for it timed out, and it has not been seen to fire since */
+};
+
+/* Another producer's registry, mapped here. */
+struct peer {
+    uint64_t used;
+    mstar__ipc_peer_reg *reg; /* the cache's reference */
 };
 
 /* Interprocess events a producer uses in turn, one per stage call. An event answers only for its
  * latest record, so with a single one a consumer polling it while the producer keeps staging
  * behind a busy stream would wait for work staged after its tensor, and might never see it
  * done; with a ring it waits at most for the stages until the slot comes round again. */
-#define EVENT_RING 16
+#define EVENT_RING MSTAR__IPC_REG_EVENTS
+
+/* How many segments, events and producers' registries a consumer keeps open; past that the least
+ * recently used goes (after the copies queued so far have run). Only what a registry vouches for
+ * is ever opened, so these hold real producers' exports: the bound is for a deployment with
+ * more of them than a consumer reads from at once. */
+#define CACHE_MAX 256
 
 typedef struct ipc_transport {
     mstar__transport base;
@@ -95,9 +111,13 @@ typedef struct ipc_transport {
     uint64_t exported_gen;      /* mstar__ipc_generation when `exported` was last emptied */
     mstar__u64map staged;       /* uuid → mstar_cuda_ipc_ref * (offset of the tensor's byte 0) */
     mstar__u64map inner_staged; /* uuid → 1 when the inner transport staged it too */
+    mstar__ipc_registry *registry; /* what this producer exported, made with its first export */
     /* consumer */
     mstar__vec opened;        /* struct opened */
     mstar__vec opened_events; /* struct opened_event */
+    mstar__vec peers;         /* struct peer */
+    size_t cache_max;         /* CACHE_MAX (tests lower it) */
+    uint64_t tick;            /* counts cache uses */
     mstar__landing *landing;  /* finishes the reads whose copies land in the background */
     double spin_us;           /* MSTAR_CUDA_IPC_SPIN_US: how long a read polls for its copies */
     uint64_t opens;           /* segments opened so far (tests: one open for many tensors) */
@@ -265,10 +285,19 @@ static mstar_status export_segment(ipc_transport *it, const mstar_tensor *tensor
     return MSTAR_OK;
 }
 
-/* Note the route of one device item: its segment exported, its reference kept by uuid, with
- * `event_handle` (NULL: the bytes are written already, nothing to wait for). */
-static mstar_status export_item(ipc_transport *it, mstar__stage_item *item,
-                                const uint8_t *event_handle)
+/* This producer's registry (cuda_ipc_registry.h), made on first use. */
+static mstar_status ensure_registry(ipc_transport *it)
+{
+    const mstar__transport_env *env = it->base.env;
+    if (it->registry != NULL)
+        return MSTAR_OK;
+    return mstar__ipc_registry_create(env->dir, env->entity, &it->registry);
+}
+
+/* Note the route of one device item: its segment exported, its reference kept by uuid and
+ * published in the registry, with event `event` of the ring (MSTAR__IPC_REG_NO_EVENT: the bytes
+ * are written already, nothing to wait for). */
+static mstar_status export_item(ipc_transport *it, mstar__stage_item *item, uint32_t event)
 {
     /* Only blocks of the caching allocator, whose segments live until the allocator is trimmed
      * or finalised: a graph pool's or a raw allocation may be freed while a consumer maps it,
@@ -280,7 +309,9 @@ static mstar_status export_item(ipc_transport *it, mstar__stage_item *item,
                                "exported",
                                (unsigned long long)item->uuid);
     const struct exported *seg;
-    mstar_status st = export_segment(it, &item->tensor, &seg);
+    mstar_status st = ensure_registry(it);
+    if (st == MSTAR_OK)
+        st = export_segment(it, &item->tensor, &seg);
     if (st != MSTAR_OK)
         return st;
     mstar_cuda_ipc_ref *ref = calloc(1, sizeof(*ref));
@@ -288,8 +319,8 @@ static mstar_status export_item(ipc_transport *it, mstar__stage_item *item,
         return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
     memcpy(ref->host_id, it->host_id, sizeof(ref->host_id));
     memcpy(ref->mem_handle, seg->handle, sizeof(ref->mem_handle));
-    if (event_handle != NULL)
-        memcpy(ref->event_handle, event_handle, sizeof(ref->event_handle));
+    if (event != MSTAR__IPC_REG_NO_EVENT)
+        memcpy(ref->event_handle, it->event_handles[event], sizeof(ref->event_handle));
     ref->segment_size = seg->size;
     ref->segment_offset =
         (uint64_t)((uintptr_t)mstar_tensor_ptr(&item->tensor) - (uintptr_t)seg->base);
@@ -299,16 +330,25 @@ static mstar_status export_item(ipc_transport *it, mstar__stage_item *item,
     if (mstar__u64map_get(&it->staged, item->uuid, &old))
         free((void *)(uintptr_t)old);
     st = mstar__u64map_put(&it->staged, item->uuid, (uint64_t)(uintptr_t)ref);
-    if (st != MSTAR_OK)
+    if (st != MSTAR_OK) {
+        free(ref);
+        return st;
+    }
+    /* Last: a reader takes the bytes only once the registry vouches for them. */
+    if ((st = mstar__ipc_registry_publish(it->registry, item->uuid, ref, event)) != MSTAR_OK &&
+        mstar__u64map_remove(&it->staged, item->uuid, &old))
         free(ref);
     return st;
 }
 
+/* Take a tensor off the route: its registry entry is cleared before its block can be reused. */
 static void forget_staged(ipc_transport *it, mstar_tensor_id uuid)
 {
     uint64_t v = 0;
-    if (mstar__u64map_remove(&it->staged, uuid, &v))
+    if (mstar__u64map_remove(&it->staged, uuid, &v)) {
         free((void *)(uintptr_t)v);
+        mstar__ipc_registry_withdraw(it->registry, uuid);
+    }
 }
 
 /* Say once per manager why a device tensor went the staged way (MSTAR_LOG=info for memory the
@@ -353,17 +393,17 @@ static bool staging_idle(ipc_transport *it, const mstar__stage_item *items, size
  * staged route carries it. Any other failed export does the same in AUTO and is an error with
  * the route forced. */
 static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, size_t n,
-                                 const uint8_t *event_handle, bool *routed)
+                                 uint32_t event, bool *routed)
 {
     const mstar__transport_env *env = it->base.env;
     for (size_t i = 0; i < n; i++) {
         routed[i] = false;
         if (!routable(env, &items[i]))
             continue;
-        mstar_status st = export_item(it, &items[i], event_handle);
+        mstar_status st = export_item(it, &items[i], event);
         if (st == MSTAR_OK) {
             routed[i] = true;
-        } else if (it->mode != MSTAR__CUDA_IPC_ON || st == MSTAR_ENOENT) {
+        } else if (it->mode != MSTAR__CUDA_IPC_ON || st == MSTAR_ENOENT || st == MSTAR_ENOSPC) {
             note_unrouted(it, st);
         } else {
             for (size_t j = 0; j < i; j++)
@@ -377,13 +417,18 @@ static mstar_status export_items(ipc_transport *it, mstar__stage_item *items, si
 }
 
 /* The interprocess event of this stage call, made on first use: its handle goes into the
- * references the call makes. */
+ * references the call makes, and into the registry before that. */
 static mstar_status ensure_event(ipc_transport *it)
 {
     size_t k = it->event_next;
     if (it->events[k] != NULL)
         return MSTAR_OK;
-    return mstar__ipc_event_create(it->base.env->backend, &it->events[k], it->event_handles[k]);
+    mstar_status st = ensure_registry(it);
+    if (st == MSTAR_OK)
+        st = mstar__ipc_event_create(it->base.env->backend, &it->events[k], it->event_handles[k]);
+    if (st == MSTAR_OK)
+        mstar__ipc_registry_set_event(it->registry, (uint32_t)k, it->event_handles[k]);
+    return st;
 }
 
 /* Stage on the inner transport the items it must carry (all in AUTO, the unrouted ones with the
@@ -421,7 +466,8 @@ static mstar_status ipc_stage(mstar__transport *t, mstar__stage_item *items, siz
     bool idle = staging_idle(it, items, n);
     mstar_status st = idle ? MSTAR_OK : ensure_event(it);
     if (st == MSTAR_OK)
-        st = export_items(it, items, n, idle ? NULL : it->event_handles[it->event_next], routed);
+        st = export_items(it, items, n, idle ? MSTAR__IPC_REG_NO_EVENT : (uint32_t)it->event_next,
+                          routed);
     bool any = false;
     for (size_t i = 0; i < n; i++)
         any |= routed[i];
@@ -504,6 +550,96 @@ static mstar_status check_size(const mstar_tensor_info *info, uint64_t size)
                            (unsigned long long)size);
 }
 
+/* The least recently used element of a cache whose elements start with their last use. */
+static size_t least_used(const mstar__vec *v)
+{
+    size_t best = 0;
+    uint64_t min = UINT64_MAX;
+    for (size_t i = 0; i < v->len; i++) {
+        uint64_t used = *(const uint64_t *)mstar__vec_at(v, i);
+        if (used < min) {
+            min = used;
+            best = i;
+        }
+    }
+    return best;
+}
+
+/* Make room in a full cache of segments or events: the least used one goes, once no copy queued
+ * so far can still be using it. */
+static void evict_device(ipc_transport *it, mstar__vec *v, bool events)
+{
+    if (v->len < it->cache_max)
+        return;
+    size_t i = least_used(v);
+    mstar_stream_synchronize(it->base.env->h2d);
+    if (events)
+        mstar_event_destroy(((struct opened_event *)mstar__vec_at(v, i))->event);
+    else
+        mstar__ipc_close(it->base.env->backend, ((struct opened *)mstar__vec_at(v, i))->base);
+    mstar__vec_remove(v, i);
+}
+
+/* The registry of the producer a descriptor names (entity and pid), from the cache (*cached) or
+ * mapped now. */
+static mstar_status open_peer(ipc_transport *it, const mstar_tensor_info *info,
+                              mstar__ipc_peer_reg **out, bool *cached)
+{
+    *cached = true;
+    for (size_t i = 0; i < it->peers.len; i++) {
+        struct peer *p = mstar__vec_at(&it->peers, i);
+        if (p->reg->pid == info->cuda_ipc.pid && strcmp(p->reg->entity, info->source_entity) == 0) {
+            p->used = ++it->tick;
+            *out = p->reg;
+            return MSTAR_OK;
+        }
+    }
+    *cached = false;
+    struct peer p = { ++it->tick, NULL };
+    mstar_status st = mstar__ipc_peer_reg_open(it->base.env->dir, info->source_entity,
+                                               info->cuda_ipc.pid, &p.reg);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("tensor %llu from '%s'", (unsigned long long)info->uuid,
+                                info->source_entity);
+    if (it->peers.len >= it->cache_max) { /* reads in flight hold references of their own */
+        size_t i = least_used(&it->peers);
+        mstar__ipc_peer_reg_release(((struct peer *)mstar__vec_at(&it->peers, i))->reg);
+        mstar__vec_remove(&it->peers, i);
+    }
+    if ((st = mstar__vec_push(&it->peers, &p)) != MSTAR_OK) {
+        mstar__ipc_peer_reg_release(p.reg);
+        return st;
+    }
+    *out = p.reg;
+    return MSTAR_OK;
+}
+
+/* The entry of a descriptor's tensor in its producer's registry (entity and pid), mapped from the
+ * cache or now: a descriptor whose entity exported nothing as that pid, or not this tensor, goes
+ * no further. A cached registry that lacks the tensor is mapped again if its name now holds
+ * another file (a manager of that entity restarted in the same process). */
+static mstar_status find_entry(ipc_transport *it, const mstar_tensor_info *info,
+                               mstar__ipc_peer_reg **reg, uint32_t *slot)
+{
+    bool cached = true;
+    mstar_status st = open_peer(it, info, reg, &cached);
+    if (st == MSTAR_OK)
+        st = mstar__ipc_peer_reg_find(*reg, info, slot);
+    if (st != MSTAR_ENOENT || !cached || mstar__ipc_peer_reg_current(it->base.env->dir, *reg))
+        return st;
+    for (size_t i = 0; i < it->peers.len; i++) {
+        struct peer *p = mstar__vec_at(&it->peers, i);
+        if (p->reg == *reg) {
+            mstar__ipc_peer_reg_release(p->reg);
+            mstar__vec_remove(&it->peers, i);
+            break;
+        }
+    }
+    if ((st = open_peer(it, info, reg, &cached)) == MSTAR_OK)
+        st = mstar__ipc_peer_reg_find(*reg, info, slot);
+    return st;
+}
+
 /* The producer's segment, open here: from the cache, or opened now; either way checked against
  * the descriptor's size (a handle that names another, smaller segment is refused, and a mapping
  * opened for it closed again). */
@@ -512,15 +648,16 @@ static mstar_status open_segment(ipc_transport *it, const mstar_tensor_info *inf
 {
     const mstar_cuda_ipc_ref *ref = &info->cuda_ipc;
     for (size_t i = 0; i < it->opened.len; i++) {
-        const struct opened *o = mstar__vec_at(&it->opened, i);
+        struct opened *o = mstar__vec_at(&it->opened, i);
         if (strcmp(o->entity, info->source_entity) == 0 &&
             memcmp(o->handle, ref->mem_handle, sizeof(o->handle)) == 0) {
+            o->used = ++it->tick;
             *out = o;
             return check_size(info, o->size);
         }
     }
     mstar_backend *b = it->base.env->backend;
-    struct opened o = { .pid = ref->pid };
+    struct opened o = { .used = ++it->tick, .pid = ref->pid };
     memcpy(o.entity, info->source_entity, sizeof(o.entity));
     memcpy(o.handle, ref->mem_handle, sizeof(o.handle));
     mstar_status st = mstar__ipc_open(b, ref->mem_handle, &o.base, &o.size);
@@ -528,8 +665,10 @@ static mstar_status open_segment(ipc_transport *it, const mstar_tensor_info *inf
         return mstar_error_wrap("tensor %llu from '%s': opening its segment",
                                 (unsigned long long)info->uuid, info->source_entity);
     st = check_size(info, o.size);
-    if (st == MSTAR_OK)
+    if (st == MSTAR_OK) {
+        evict_device(it, &it->opened, false);
         st = mstar__vec_push(&it->opened, &o);
+    }
     if (st != MSTAR_OK) {
         mstar__ipc_close(b, o.base);
         return st;
@@ -539,43 +678,86 @@ static mstar_status open_segment(ipc_transport *it, const mstar_tensor_info *inf
     return MSTAR_OK;
 }
 
-static mstar_status open_event(ipc_transport *it, const mstar_tensor_info *info, mstar_event **out)
+static mstar_status open_event(ipc_transport *it, const mstar_tensor_info *info,
+                               struct opened_event **out)
 {
     const uint8_t *h = info->cuda_ipc.event_handle;
     for (size_t i = 0; i < it->opened_events.len; i++) {
-        const struct opened_event *o = mstar__vec_at(&it->opened_events, i);
+        struct opened_event *o = mstar__vec_at(&it->opened_events, i);
         if (strcmp(o->entity, info->source_entity) == 0 &&
             memcmp(o->handle, h, sizeof(o->handle)) == 0) {
-            *out = o->event;
+            o->used = ++it->tick;
+            *out = o;
             return MSTAR_OK;
         }
     }
-    struct opened_event o = { .pid = info->cuda_ipc.pid };
+    struct opened_event o = { .used = ++it->tick, .pid = info->cuda_ipc.pid };
     memcpy(o.entity, info->source_entity, sizeof(o.entity));
     memcpy(o.handle, h, sizeof(o.handle));
     mstar_status st = mstar__ipc_event_open(it->base.env->backend, h, &o.event);
     if (st != MSTAR_OK)
         return mstar_error_wrap("tensor %llu from '%s': opening its event",
                                 (unsigned long long)info->uuid, info->source_entity);
+    evict_device(it, &it->opened_events, true);
     if ((st = mstar__vec_push(&it->opened_events, &o)) != MSTAR_OK) {
         mstar_event_destroy(o.event);
         return st;
     }
-    *out = o.event;
+    *out = mstar__vec_at(&it->opened_events, it->opened_events.len - 1);
     return MSTAR_OK;
 }
 
-/* A descriptor whose event handle is all zero was staged with its bytes written already. */
+/* Wait for the producer's event within what is left of the read call's time (`deadline`, 0: no
+ * limit). An event that has timed out once is only asked after that until it is seen to fire, so
+ * a producer whose work never finishes costs the reading thread one timeout, not one per
+ * message. */
+static mstar_status wait_producer(ipc_transport *it, const mstar_tensor_info *info,
+                                  struct opened_event *ev, uint64_t deadline)
+{
+    char what[MSTAR_NAME_MAX + 48];
+    snprintf(what, sizeof(what), "tensor %llu from '%s'", (unsigned long long)info->uuid,
+             info->source_entity);
+    if (ev->stuck) {
+        mstar_status st = mstar_event_query(ev->event);
+        if (st == MSTAR_EAGAIN)
+            return mstar_error_set(MSTAR_ETIMEDOUT,
+                                   "%s: its producer's event (pid %d) has still not fired since a "
+                                   "wait for it timed out (MSTAR_CUDA_IPC_TIMEOUT_S)",
+                                   what, (int)info->cuda_ipc.pid);
+        if (st != MSTAR_OK)
+            return mstar_error_wrap("%s: waiting for its producer's event", what);
+        ev->stuck = false;
+        return MSTAR_OK;
+    }
+    uint64_t now = mstar__now_ns();
+    double left = deadline == 0 ? 0 : deadline > now ? (double)(deadline - now) * 1e-9 : 1e-9;
+    mstar_status st = mstar__cuda_ipc_wait_event(ev->event, info->cuda_ipc.pid, left, what);
+    ev->stuck = st == MSTAR_ETIMEDOUT;
+    return st;
+}
+
+/* A descriptor whose event handle is all zero was staged with its bytes written already (its
+ * producer's registry says so too: mstar__ipc_peer_reg_find refuses it otherwise). */
 static bool written_at_stage(const mstar_cuda_ipc_ref *ref)
 {
     static const uint8_t none[MSTAR_IPC_HANDLE_BYTES];
     return memcmp(ref->event_handle, none, sizeof(none)) == 0;
 }
 
-/* Queue one routed read: wait for the producer's event, copy its bytes into `into` or a new
- * buffer. */
+/* What a routed read checks once its copy has landed: its producer is alive, and its registry
+ * entry still holds the tensor (so the block held it throughout). */
+struct route_check {
+    mstar__ipc_peer_reg *reg; /* a reference */
+    uint32_t slot;
+    uint64_t uuid;
+    int32_t pid;
+};
+
+/* Queue one routed read: check the descriptor against its producer's registry, wait for the
+ * producer's event, copy its bytes into `into` or a new buffer. `deadline` bounds the waits of
+ * the whole read call. On success *check holds what to check once the copy has landed. */
 static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, mstar__buf *into,
-                             mstar__buf **out)
+                             uint64_t deadline, mstar__buf **out, struct route_check *check)
 {
     const mstar__transport_env *env = it->base.env;
     const mstar_cuda_ipc_ref *ref = &info->cuda_ipc;
@@ -583,9 +765,14 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
         return mstar_error_set(MSTAR_ECLOSED,
                                "tensor %llu from '%s': its producer (pid %d) has exited",
                                (unsigned long long)info->uuid, info->source_entity, (int)ref->pid);
+    /* Only what the named producer exported, and still holds, is opened (I-26 on this route). */
+    mstar__ipc_peer_reg *reg = NULL;
+    uint32_t slot = 0;
+    mstar_status st = find_entry(it, info, &reg, &slot);
     const struct opened *seg = NULL;
-    mstar_event *ev = NULL;
-    mstar_status st = open_segment(it, info, &seg);
+    struct opened_event *ev = NULL;
+    if (st == MSTAR_OK)
+        st = open_segment(it, info, &seg);
     if (st == MSTAR_OK && !written_at_stage(ref))
         st = open_event(it, info, &ev);
     if (st != MSTAR_OK)
@@ -601,68 +788,87 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
                                (unsigned long long)info->uuid, info->source_entity,
                                (unsigned long long)start, (unsigned long long)info->nbytes,
                                (unsigned long long)seg->size);
-    if (ev != NULL) {
-        char what[MSTAR_NAME_MAX + 48];
-        snprintf(what, sizeof(what), "tensor %llu from '%s'", (unsigned long long)info->uuid,
-                 info->source_entity);
-        if ((st = mstar__cuda_ipc_wait_event(ev, ref->pid, it->timeout_s, what)) != MSTAR_OK)
-            return st;
-    }
+    void *src = (char *)seg->base + start;
+    if (ev != NULL && (st = wait_producer(it, info, ev, deadline)) != MSTAR_OK)
+        return st;
     mstar__buf *buf;
     if ((st = mstar__transport_read_dest(env, into, info->nbytes, &buf)) != MSTAR_OK)
         return st;
     /* Already fired; queued too so the copy is ordered after it on every backend. */
-    st = ev != NULL ? mstar_stream_wait_event(env->h2d, ev) : MSTAR_OK;
+    st = ev != NULL ? mstar_stream_wait_event(env->h2d, ev->event) : MSTAR_OK;
     if (st == MSTAR_OK && info->nbytes > 0)
-        st = mstar_memcpy_async(env->h2d, buf->data, (const char *)seg->base + start,
-                                (size_t)info->nbytes, MSTAR_MEMCPY_D2D);
+        st = mstar_memcpy_async(env->h2d, buf->data, src, (size_t)info->nbytes, MSTAR_MEMCPY_D2D);
     if (st != MSTAR_OK) {
         mstar_stream_synchronize(env->h2d); /* the copy must not land in a freed buffer */
         mstar__buf_release(buf);
         return mstar_error_wrap("tensor %llu from '%s': device-to-device copy",
                                 (unsigned long long)info->uuid, info->source_entity);
     }
+    *check = (struct route_check){ mstar__ipc_peer_reg_retain(reg), slot, info->uuid, ref->pid };
     *out = buf;
     return MSTAR_OK;
 }
 
-/* What finishing a read checks: the producers were alive when the copies had run, so the bytes
- * came from memory they still held. It holds a reference to the read's completion. */
+static void checks_release(struct route_check *checks, size_t n)
+{
+    for (size_t i = 0; checks != NULL && i < n; i++) {
+        mstar__ipc_peer_reg_release(checks[i].reg);
+        checks[i].reg = NULL;
+    }
+}
+
+/* What finishing a read checks: the producers were alive when the copies had run, and still held
+ * the tensors, so the bytes came from memory that held them throughout. It holds a reference to
+ * the read's completion, and its checks' references to the registries. */
 struct landed {
     mstar_completion *done;
-    size_t npids;
-    int32_t pids[];
+    size_t n;
+    struct route_check checks[];
 };
 
-static struct landed *landed_new(mstar_completion *done, const mstar__read_item *items, size_t n,
+static struct landed *landed_new(mstar_completion *done, const struct route_check *checks, size_t n,
                                  const bool *routed)
 {
-    struct landed *l = malloc(sizeof(*l) + n * sizeof(int32_t));
+    struct landed *l = malloc(sizeof(*l) + n * sizeof(struct route_check));
     if (l == NULL)
         return NULL;
-    l->npids = 0;
-    for (size_t i = 0; i < n; i++)
-        if (routed[i])
-            l->pids[l->npids++] = items[i].info->cuda_ipc.pid;
+    l->n = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!routed[i])
+            continue;
+        l->checks[l->n] = checks[i];
+        mstar__ipc_peer_reg_retain(checks[i].reg);
+        l->n++;
+    }
     l->done = mstar__completion_retain(done);
     return l;
 }
 
 static void landed_free(struct landed *l)
 {
+    checks_release(l->checks, l->n);
     mstar_completion_release(l->done);
     free(l);
 }
 
-/* Finish the read once its copies have landed: with MSTAR_ECLOSED if a producer has exited. */
+/* Finish the read once its copies have landed: with MSTAR_ECLOSED if a producer has exited,
+ * MSTAR_ENOENT if one released a tensor while it was copied (its bytes may be another's). */
 static void finish_landed(const struct landed *l)
 {
-    for (size_t i = 0; i < l->npids; i++) {
-        if (!process_alive(l->pids[i])) {
+    for (size_t i = 0; i < l->n; i++) {
+        if (!process_alive(l->checks[i].pid)) {
             char msg[128];
             snprintf(msg, sizeof(msg), "the producer (pid %d) exited while its tensor was read",
-                     (int)l->pids[i]);
+                     (int)l->checks[i].pid);
             mstar__completion_finish(l->done, MSTAR_ECLOSED, msg);
+            return;
+        }
+    }
+    for (size_t i = 0; i < l->n; i++) {
+        const struct route_check *c = &l->checks[i];
+        mstar_status st = mstar__ipc_peer_reg_check(c->reg, c->slot, c->uuid);
+        if (st != MSTAR_OK) {
+            mstar__completion_finish(l->done, st, mstar_last_error());
             return;
         }
     }
@@ -699,10 +905,11 @@ static bool landed_within_spin(ipc_transport *it)
 /* Let the read land in the background: the watcher finishes it once `probe`, recorded behind
  * its copies, has fired. A read the watcher cannot take (memory running out; a test may make it
  * so, mstar__transport_cuda_ipc_fail_watch) waits for its copies here instead. */
-static mstar_status land_later(ipc_transport *it, mstar_event *probe, const mstar__read_item *items,
-                               size_t n, const bool *routed, mstar_completion *c)
+static mstar_status land_later(ipc_transport *it, mstar_event *probe,
+                               const struct route_check *checks, size_t n, const bool *routed,
+                               mstar_completion *c)
 {
-    struct landed *l = landed_new(c, items, n, routed);
+    struct landed *l = landed_new(c, checks, n, routed);
     if (l == NULL) {
         mstar__landing_probe_give(it->landing, probe);
         return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
@@ -727,7 +934,8 @@ static mstar_status land_later(ipc_transport *it, mstar_event *probe, const msta
  * in flight overlap). Not spun for while earlier reads are still landing: the spin asks the copy
  * stream, so it would wait for their copies too, and with reads in flight the caller has other
  * work (a stream of 4 KiB reads with eight in flight ran at a tenth of a copy's speed). */
-static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items, size_t n,
+static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items,
+                                      const struct route_check *checks, size_t n,
                                       const bool *routed, mstar_completion **out)
 {
     const mstar__transport_env *env = it->base.env;
@@ -740,7 +948,7 @@ static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items
         return st;
     if (it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES &&
         mstar__landing_pending(it->landing) == 0 && landed_within_spin(it)) {
-        struct landed *l = landed_new(c, items, n, routed);
+        struct landed *l = landed_new(c, checks, n, routed);
         if (l == NULL) {
             st = mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
         } else {
@@ -754,7 +962,7 @@ static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items
         if (st == MSTAR_OK && (st = mstar_event_record(probe, env->h2d)) != MSTAR_OK)
             mstar__landing_probe_give(it->landing, probe);
         if (st == MSTAR_OK)
-            st = land_later(it, probe, items, n, routed, c);
+            st = land_later(it, probe, checks, n, routed, c);
     }
     if (st != MSTAR_OK) {
         mstar_completion_release(c);
@@ -782,8 +990,11 @@ static void drop_bufs(mstar__read_item *items, size_t n)
 
 /* Whether to read this descriptor over the route: it comes from this host with one, and in
  * AUTO its staged copy is the fallback if opening fails (read_routed says so). */
-static mstar_status read_routed(ipc_transport *it, mstar__read_item *items, size_t n, bool *routed)
+static mstar_status read_routed(ipc_transport *it, mstar__read_item *items, size_t n, bool *routed,
+                                struct route_check *checks)
 {
+    /* One bound for the waits of the whole call (MSTAR_CUDA_IPC_TIMEOUT_S), not one per item. */
+    uint64_t deadline = it->timeout_s > 0 ? mstar__now_ns() + (uint64_t)(it->timeout_s * 1e9) : 0;
     for (size_t i = 0; i < n; i++) {
         items[i].buf = NULL;
         items[i].registered = false;
@@ -791,7 +1002,8 @@ static mstar_status read_routed(ipc_transport *it, mstar__read_item *items, size
         routed[i] = false;
         if (!routed_here(it, items[i].info))
             continue;
-        mstar_status st = read_one(it, items[i].info, items[i].into, &items[i].buf);
+        mstar_status st =
+            read_one(it, items[i].info, items[i].into, deadline, &items[i].buf, &checks[i]);
         if (st == MSTAR_OK) {
             routed[i] = true;
             continue;
@@ -819,8 +1031,9 @@ static mstar_status ipc_read(mstar__transport *t, mstar__read_item *items, size_
     *done = NULL;
     bool *routed = calloc(n == 0 ? 1 : n, sizeof(*routed));
     mstar__read_item *rest = malloc((n == 0 ? 1 : n) * sizeof(*rest));
-    mstar_status st = routed != NULL && rest != NULL
-                          ? read_routed(it, items, n, routed)
+    struct route_check *checks = calloc(n == 0 ? 1 : n, sizeof(*checks));
+    mstar_status st = routed != NULL && rest != NULL && checks != NULL
+                          ? read_routed(it, items, n, routed, checks)
                           : mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
     size_t k = 0, nrouted = 0;
     for (size_t i = 0; st == MSTAR_OK && i < n; i++) {
@@ -845,7 +1058,7 @@ static mstar_status ipc_read(mstar__transport *t, mstar__read_item *items, size_
             inner_done = NULL;
         }
         if (st == MSTAR_OK)
-            st = landed_completion(it, items, n, routed, done);
+            st = landed_completion(it, items, checks, n, routed, done);
         if (st != MSTAR_OK) {
             mstar_stream_synchronize(it->base.env->h2d);
             drop_bufs(items, n);
@@ -860,6 +1073,8 @@ static mstar_status ipc_read(mstar__transport *t, mstar__read_item *items, size_
                 items[i].buf = NULL;
             }
     }
+    checks_release(checks, n); /* a read left to land holds references of its own */
+    free(checks);
     free(routed);
     free(rest);
     return st;
@@ -884,6 +1099,13 @@ static void close_dead(ipc_transport *it)
             continue;
         mstar_event_destroy(o->event);
         mstar__vec_remove(&it->opened_events, i);
+    }
+    for (size_t i = it->peers.len; i-- > 0;) {
+        struct peer *p = mstar__vec_at(&it->peers, i);
+        if (process_alive(p->reg->pid))
+            continue;
+        mstar__ipc_peer_reg_release(p->reg);
+        mstar__vec_remove(&it->peers, i);
     }
 }
 
@@ -938,14 +1160,18 @@ static void ipc_destroy(mstar__transport *t)
         mstar__ipc_close(b, ((struct opened *)mstar__vec_at(&it->opened, i))->base);
     for (size_t i = 0; i < it->opened_events.len; i++)
         mstar_event_destroy(((struct opened_event *)mstar__vec_at(&it->opened_events, i))->event);
+    for (size_t i = 0; i < it->peers.len; i++)
+        mstar__ipc_peer_reg_release(((struct peer *)mstar__vec_at(&it->peers, i))->reg);
     mstar__vec_free(&it->opened);
     mstar__vec_free(&it->opened_events);
+    mstar__vec_free(&it->peers);
     mstar__vec_free(&it->exported);
     free_staged(&it->staged);
     mstar__u64map_free(&it->inner_staged);
     for (size_t i = 0; i < EVENT_RING; i++)
         mstar_event_destroy(it->events[i]);
     mstar_event_destroy(it->idle_probe);
+    mstar__ipc_registry_destroy(it->registry);
     it->inner->ops->destroy(it->inner);
     free(it);
 }
@@ -1011,6 +1237,8 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
     mstar__vec_init(&it->exported, sizeof(struct exported));
     mstar__vec_init(&it->opened, sizeof(struct opened));
     mstar__vec_init(&it->opened_events, sizeof(struct opened_event));
+    mstar__vec_init(&it->peers, sizeof(struct peer));
+    it->cache_max = CACHE_MAX;
     mstar__u64map_init(&it->staged);
     mstar__u64map_init(&it->inner_staged);
     *out = &it->base;
@@ -1051,4 +1279,18 @@ size_t mstar__transport_cuda_ipc_watching(mstar__transport *t)
 uint64_t mstar__transport_cuda_ipc_spins(mstar__transport *t)
 {
     return t->ops->destroy == ipc_destroy ? ipc_of(t)->spins : 0;
+}
+
+size_t mstar__transport_cuda_ipc_cached(mstar__transport *t)
+{
+    if (t->ops->destroy != ipc_destroy)
+        return 0;
+    ipc_transport *it = ipc_of(t);
+    return it->opened.len + it->opened_events.len + it->peers.len;
+}
+
+void mstar__transport_cuda_ipc_set_cache_max(mstar__transport *t, size_t n)
+{
+    if (t->ops->destroy == ipc_destroy && n > 0)
+        ipc_of(t)->cache_max = n;
 }
