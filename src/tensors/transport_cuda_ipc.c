@@ -11,17 +11,22 @@
  * interprocess event's record runs on the compute engine, and each switch of that engine between
  * two processes' contexts cost about 130 us on an H200 (a handoff paid two). `stamp` puts
  * the segment handle, the event handle, where the bytes sit in the segment, this host's boot id and
- * the producer's pid into the descriptor's cuda_ipc map. With MSTAR_CUDA_IPC=AUTO the staged copy
+ * the producer's pid into the descriptor's cuda_ipc map, and stage publishes all of it, the uuid
+ * last, in the producer's registry (cuda_ipc_registry.h), whose entry release clears before the
+ * block can be reused. With MSTAR_CUDA_IPC=AUTO the staged copy
  * is made as well, so a consumer that cannot use the route (no GPU, route off, a failed open) reads
  * that instead; with MSTAR_CUDA_IPC=1 only the route is offered and such a consumer fails clearly.
  *
- * Consumer: a descriptor with a route from this host is read by opening the segment (cached per
+ * Consumer: a descriptor with a route from this host is read only if the registry of the entity
+ * and pid it names holds its uuid with the same route (so a handle is bound to its exporter, and
+ * a tensor released since is not read), by opening the segment (cached per
  * producer entity and handle, so many tensors in one segment pay one open), checking the real
  * segment size against the descriptor, waiting for the producer's event, and copying device to
  * device into this process's memory. A small read then polls for its copies to land for up to
  * MSTAR_CUDA_IPC_SPIN_US (waking a sleeping loop costs more than the copy); otherwise they land
  * in the background, finished by the route's watcher thread (landing.h) when a probe event
- * recorded behind them fires.
+ * recorded behind them fires; either way the registry must still hold the uuid once they have
+ * landed.
  * The wait polls the event from the host, bounded by the
  * producer's liveness and MSTAR_CUDA_IPC_TIMEOUT_S, before anything is queued: a stream told to
  * wait on the event of a producer killed before it fired would wait forever, and every later
