@@ -220,8 +220,8 @@ static inline mstar_device mstar_device_cpu(void)
     return d;
 }
 
-/* Fill `t` as a contiguous C-order view. MSTAR_EINVAL on ndim out of range, a negative dim, an
- * invalid dtype, or a shape whose byte size overflows. */
+/* Fill `t` as a contiguous C-order view. MSTAR_EINVAL on a NULL `t`, ndim out of range, a NULL
+ * shape with ndim > 0, a negative dim, an invalid dtype, or a shape whose byte size overflows. */
 MSTAR_API mstar_status mstar_tensor_init(mstar_tensor *t, void *data, mstar_device device,
                                          mstar_dtype dtype, int32_t ndim, const int64_t *shape);
 /* Product of the shape (1 for ndim 0). Assumes a validated shape. */

