@@ -432,7 +432,9 @@ typedef struct mstar_read_target {
  *
  * MSTAR_EINVAL, naming the target, and nothing started when a target names a uuid no edge
  * carries, names one twice, has data NULL with capacity > 0, has a capacity below the
- * descriptor's nbytes, has a stream of another backend, or names a descriptor that is not read
+ * descriptor's nbytes, has a stream of another backend, would be written in bytes another
+ * target's read writes too (only the nbytes a read writes count, not the capacity), or names
+ * a descriptor that is not read
  * into anything: this entity's own tensor (or a slice of it), a tensor it already holds, or a
  * shard of a sharded input (fan-in gathers shards into a buffer of its own). */
 MSTAR_API mstar_status mstar_comm_start_read_into(mstar_comm *comm, const mstar_rid *rid,

@@ -60,6 +60,7 @@ typedef struct target_set {
     uint32_t n;
     mstar__u64map at; /* uuid -> index in t */
     bool *used;       /* t[i] matched a descriptor */
+    uint64_t *len;    /* the bytes the read writes at t[i].data (its descriptor's nbytes) */
 } target_set;
 
 /* Self-delivery: whole tensor, or a row range of it (design.md "Sharding"). */
@@ -137,6 +138,7 @@ static void targets_free(target_set *tg)
 {
     mstar__u64map_free(&tg->at);
     free(tg->used);
+    free(tg->len);
 }
 
 /* Check each target on its own and index them; nothing is kept on failure. */
@@ -147,7 +149,8 @@ static mstar_status targets_init(const mstar_comm *comm, const mstar_read_target
     tg->n = n;
     mstar__u64map_init(&tg->at);
     tg->used = calloc(n + 1, sizeof(*tg->used));
-    mstar_status st = tg->used != NULL || n == 0
+    tg->len = calloc(n + 1, sizeof(*tg->len));
+    mstar_status st = (tg->used != NULL && tg->len != NULL) || n == 0
                           ? MSTAR_OK
                           : mstar_error_set(MSTAR_ENOMEM, "start_read_into of %u targets", n);
     if (n > 0 && t == NULL)
@@ -203,10 +206,55 @@ static mstar_status plan_target(const mstar_comm *comm, target_set *tg, const ms
     /* The caller's release is set only once the call succeeds (commit_fresh): a failed call
      * leaves everything to the caller. */
     p->target = t;
+    tg->len[*at] = info->nbytes;
     return mstar__buf_wrap(t->data, info->nbytes, dev, NULL, NULL, &p->into);
 }
 
-/* Every target must have matched a descriptor of this call. */
+/* A target's written bytes, for sorting by address. */
+typedef struct span {
+    uintptr_t lo, hi; /* [lo, hi) */
+    uint32_t i;
+} span;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+/* No two targets' written bytes overlap: two reads landing in one byte would hand one tensor
+ * the other's bytes as if they were its own (docs/security.md "Read-into targets"). Only the
+ * bytes a read writes count, so targets cut from one batch buffer may name its whole rest as
+ * their capacity. */
+static mstar_status targets_disjoint(const target_set *tg)
+{
+    span *s = tg->n > 1 ? malloc(tg->n * sizeof(*s)) : NULL;
+    if (tg->n > 1 && s == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "start_read_into of %u targets", tg->n);
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < tg->n && tg->n > 1; i++) {
+        if (tg->len[i] == 0)
+            continue; /* writes nothing */
+        uintptr_t lo = (uintptr_t)tg->t[i].data;
+        s[k++] = (span){ lo, lo + (uintptr_t)tg->len[i], i };
+    }
+    if (k > 1)
+        qsort(s, k, sizeof(*s), span_cmp);
+    mstar_status st = MSTAR_OK;
+    for (uint32_t j = 1; j < k && st == MSTAR_OK; j++) {
+        if (s[j].lo < s[j - 1].hi)
+            st = mstar_error_set(MSTAR_EINVAL,
+                                 "targets[%u] and targets[%u] overlap (tensors 0x%016llx and "
+                                 "0x%016llx would be written to the same bytes): each target "
+                                 "needs memory of its own",
+                                 s[j - 1].i, s[j].i, (unsigned long long)tg->t[s[j - 1].i].uuid,
+                                 (unsigned long long)tg->t[s[j].i].uuid);
+    }
+    free(s);
+    return st;
+}
+
+/* Every target must have matched a descriptor of this call, and no two may overlap. */
 static mstar_status targets_all_used(const target_set *tg)
 {
     for (uint32_t i = 0; i < tg->n; i++)
@@ -215,7 +263,7 @@ static mstar_status targets_all_used(const target_set *tg)
                                    "targets[%u] names tensor 0x%016llx, which no edge of the "
                                    "call carries",
                                    i, (unsigned long long)tg->t[i].uuid);
-    return MSTAR_OK;
+    return targets_disjoint(tg);
 }
 
 /* Phase 1: decide how each descriptor is served, checking everything; nothing changes. */

@@ -57,10 +57,52 @@ static void test_loan_without_shape(void **state)
     assert_mstar_status(mstar_comm_tensor_info(w->p, 1, &info), MSTAR_ENOENT);
 }
 
+/* Two targets whose written bytes overlap are refused, whichever comes first; the corrected
+ * call (touching, not overlapping) lands both tensors exactly. */
+static void test_overlapping_targets(void **state)
+{
+    comm_pair *w = *state;
+    mstar_rid rid = mstar_rid_from_int(9);
+    mstar_tensor ts[2];
+    mstar_tensor_info infos[2];
+    mstar_edge e = produce_two_vectors(w->p, &rid, MSTAR_DTYPE_FLOAT32, 1000, MSTAR_DTYPE_UINT8,
+                                       1200, 21, ts, infos);
+    uint8_t *buf = malloc(4000 + 1200);
+    mstar_read_target tg[2] = { { .uuid = infos[0].uuid, .data = buf, .capacity = 4000 + 1200 },
+                                { .uuid = infos[1].uuid, .data = buf + 2000, .capacity = 1200 } };
+    assert_mstar_status(mstar_comm_start_read_into(w->c, &rid, &e, 1, tg, 2, NULL), MSTAR_EINVAL);
+    expect_message("overlap");
+    /* The same the other way round, and a target inside the other. */
+    mstar_read_target swapped[2] = { tg[1], tg[0] };
+    swapped[0].data = buf + 3999;
+    assert_mstar_status(mstar_comm_start_read_into(w->c, &rid, &e, 1, swapped, 2, NULL),
+                        MSTAR_EINVAL);
+    expect_message("overlap");
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    /* Touching is fine, even where the first target's capacity runs on: only the bytes written
+     * count. */
+    tg[1].data = buf + 4000;
+    assert_mstar_ok(mstar_comm_start_read_into(w->c, &rid, &e, 1, tg, 2, NULL));
+    collect_ready(w->c, 1);
+    assert_memory_equal(buf, ts[0].data, 4000);
+    assert_memory_equal(buf + 4000, ts[1].data, 1200);
+    check_bytes(w->c, infos[0].uuid, &ts[0]);
+    check_bytes(w->c, infos[1].uuid, &ts[1]);
+    for (int i = 0; i < 2; i++)
+        assert_mstar_ok(mstar_comm_dereference(w->c, infos[i].uuid, 1));
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    mstar_edge_clear(&e);
+    free(buf);
+    free(ts[0].data);
+    free(ts[1].data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_loan_without_shape, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_overlapping_targets, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
