@@ -112,29 +112,32 @@ static void unprepare(prepared *p)
 }
 
 /* A strided device view copied contiguous into a device buffer, through host memory: D2H of the
- * view's whole extent, the layout copy on the host, H2D. Only for the rare sharded or strided
- * device output; contiguous device outputs are copied device to device. */
+ * bytes the view touches (from the lowest to the highest, which negative strides put before its
+ * first byte), the layout copy on the host, H2D. Only for the rare sharded or strided device
+ * output; contiguous device outputs are copied device to device. */
 static mstar_status copy_device_strided(mstar_comm *comm, const mstar_tensor *v, mstar__buf *dst)
 {
-    size_t es = mstar_dtype_size(v->dtype);
-    uint64_t extent = 1;
-    for (int32_t i = 0; i < v->ndim; i++)
-        extent += (uint64_t)(v->shape[i] - 1) * (uint64_t)v->strides[i];
+    int64_t lo, hi;
+    mstar_status st = mstar__layout_extent(v, &lo, &hi);
+    if (st != MSTAR_OK)
+        return mstar_error_wrap("strided output");
+    uint64_t span = (uint64_t)(hi - lo);
     uint64_t n = mstar_tensor_nbytes(v);
-    void *raw = malloc((size_t)(extent * es));
+    void *raw = malloc((size_t)span);
     void *packed = malloc((size_t)n);
-    mstar_status st = (raw == NULL || packed == NULL)
-                          ? mstar_error_set(MSTAR_ENOMEM, "host staging for a strided output")
-                          : MSTAR_OK;
+    if (raw == NULL || packed == NULL)
+        st = mstar_error_set(MSTAR_ENOMEM,
+                             "host staging of %llu bytes for a strided output of %llu bytes",
+                             (unsigned long long)span, (unsigned long long)n);
     if (st == MSTAR_OK)
-        st = mstar_memcpy_async(comm->d2h, raw, mstar_tensor_ptr(v), (size_t)(extent * es),
+        st = mstar_memcpy_async(comm->d2h, raw, (char *)mstar_tensor_ptr(v) + lo, (size_t)span,
                                 MSTAR_MEMCPY_D2H);
     if (st == MSTAR_OK)
         st = mstar_stream_synchronize(comm->d2h);
     if (st == MSTAR_OK) {
         mstar_tensor host = *v;
         host.data = raw;
-        host.byte_offset = 0;
+        host.byte_offset = (uint64_t)-lo; /* the view's first byte, inside the staged span */
         mstar__layout_copy_contiguous(&host, packed);
         st = mstar_memcpy_async(comm->d2h, dst->data, packed, (size_t)n, MSTAR_MEMCPY_H2D);
     }

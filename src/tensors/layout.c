@@ -99,6 +99,31 @@ void mstar__layout_copy_contiguous(const mstar_tensor *src, void *dst)
     mstar__layout_copy(src, &view);
 }
 
+mstar_status mstar__layout_extent(const mstar_tensor *t, int64_t *lo, int64_t *hi)
+{
+    *lo = *hi = 0;
+    if (mstar_tensor_numel(t) == 0)
+        return MSTAR_OK;
+    int64_t es = (int64_t)mstar_dtype_size(t->dtype);
+    int64_t first = 0, last = 0; /* elements, relative to the first byte */
+    for (int32_t i = 0; i < t->ndim; i++) {
+        int64_t reach;
+        bool over =
+            __builtin_mul_overflow(t->shape[i] - 1, t->strides[i], &reach) ||
+            __builtin_add_overflow(reach < 0 ? first : last, reach, reach < 0 ? &first : &last);
+        if (over)
+            return mstar_error_set(MSTAR_EINVAL,
+                                   "a view of %lld elements with stride %lld at dim %d spans "
+                                   "more than 64 bits of memory",
+                                   (long long)t->shape[i], (long long)t->strides[i], (int)i);
+    }
+    if (__builtin_mul_overflow(first, es, lo) || __builtin_add_overflow(last, 1, &last) ||
+        __builtin_mul_overflow(last, es, hi) || __builtin_sub_overflow(*hi, *lo, &last))
+        return mstar_error_set(MSTAR_EINVAL, "a view whose strides span more than 64 bits of "
+                                             "memory");
+    return MSTAR_OK;
+}
+
 uint64_t mstar__layout_row_bytes(mstar_dtype dtype, int32_t ndim, const int64_t *dims)
 {
     if (ndim == 0)

@@ -98,11 +98,73 @@ static void test_overlapping_targets(void **state)
     free(ts[1].data);
 }
 
+/* A 4x4 int32 view of `base` with strides `s` whose element (i, j) is base[want(i, j)]. */
+static mstar_tensor strided_view(int32_t *base, int64_t s0, int64_t s1)
+{
+    int64_t shape[2] = { 4, 4 };
+    mstar_tensor t;
+    assert_mstar_ok(mstar_tensor_init(&t, base, mstar_device_cpu(), MSTAR_DTYPE_INT32, 2, shape));
+    t.strides[0] = s0;
+    t.strides[1] = s1;
+    /* The origin is the element the negative strides count back from. */
+    t.byte_offset = (uint64_t)((s0 < 0 ? 3 * -s0 : 0) + (s1 < 0 ? 3 * -s1 : 0)) * sizeof(int32_t);
+    return t;
+}
+
+/* Store a negatively strided 4x4 view through a manager whose backend (the host one) makes the
+ * output a device tensor: its stored bytes are the view's elements in C order, exactly. The
+ * source is a heap block of exactly 16 values, so a read outside it is an ASan error. */
+static void store_strided(mstar_comm *p, int64_t s0, int64_t s1, const mstar_rid *rid)
+{
+    int32_t *base = malloc(16 * sizeof(int32_t));
+    for (int k = 0; k < 16; k++)
+        base[k] = 100 + k;
+    mstar_tensor v = strided_view(base, s0, s1);
+    mstar_output o = output_of("x", v);
+    mstar_tensor_info info;
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(p, rid, &o, 1, NULL, &info));
+    int32_t got[16];
+    mstar_tensor cp;
+    assert_mstar_ok(mstar_comm_get_tensor_copy(p, info.uuid, got, sizeof(got), &cp));
+    const int32_t *origin = (const int32_t *)mstar_tensor_ptr(&v);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            assert_int_equal(got[i * 4 + j], origin[i * s0 + j * s1]);
+    free(base);
+}
+
+static void test_negative_strides_device_path(void **state)
+{
+    comm_pair *w = *state;
+    mstar_backend *be;
+    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &be));
+    mstar_comm *p = make_comm_with("worker_2", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp, be);
+    mstar_rid rid = mstar_rid_from_int(13);
+    store_strided(p, 4, -1, &rid);
+    store_strided(p, -4, 1, &rid);
+    store_strided(p, -4, -1, &rid);
+    store_strided(p, -1, -4, &rid);
+    store_strided(p, 1, 4, &rid); /* a transpose, for comparison */
+    /* A view whose extent cannot be addressed is refused, not copied. */
+    int32_t one = 7;
+    mstar_tensor v = strided_view(&one, INT64_MAX / 2, 1);
+    mstar_output o = output_of("x", v);
+    mstar_tensor_info info;
+    assert_mstar_status(mstar_comm_store_and_return_tensor_info(p, &rid, &o, 1, NULL, &info),
+                        MSTAR_EINVAL);
+    expect_message("stride");
+    assert_mstar_ok(mstar_comm_force_cleanup_request(p, &rid));
+    assert_int_equal(mstar_comm_num_tensors(p), 0);
+    mstar_comm_destroy(p);
+    mstar_backend_destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_loan_without_shape, setup, teardown),
         cmocka_unit_test_setup_teardown(test_overlapping_targets, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_negative_strides_device_path, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
