@@ -39,7 +39,9 @@ typedef struct mstar_mesh_options {
  * invalid entity name or a bind failure is an error naming the endpoint. */
 MSTAR_API mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opts,
                                          mstar_mesh **out);
-/* Close every socket (linger 0), the eventfd, and remove the ipc file this entity bound. */
+/* Close every socket (linger 0), the eventfd, and remove the ipc file this entity bound. In a
+ * forked child (any process but the one that created it) only the child's own fds and memory go:
+ * the files, rings and sockets stay the parent's (docs/security.md "Forked children"). */
 MSTAR_API void mstar_mesh_destroy(mstar_mesh *mesh);
 
 /* The entity this mesh's inbox belongs to ("" for NULL). */

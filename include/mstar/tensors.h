@@ -124,7 +124,9 @@ MSTAR_API void mstar_comm_options_init(mstar_comm_options *opts);
  * sweep what dead processes left there (design.md "Transports"), create the arena's first
  * segment. */
 MSTAR_API mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out);
-/* Release every tensor, staged file, segment and mapping. Waits for reads in flight. */
+/* Release every tensor, staged file, segment and mapping. Waits for reads in flight. In a forked
+ * child (any process but the one that created it) it closes the manager's own fds only and
+ * touches nothing the parent still uses (docs/security.md "Forked children"). */
 MSTAR_API void mstar_comm_destroy(mstar_comm *comm);
 
 MSTAR_API const char *mstar_comm_entity(const mstar_comm *comm);

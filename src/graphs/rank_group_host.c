@@ -16,6 +16,7 @@
  */
 #include "graphs/rank_group.h"
 
+#include "core/owner.h"
 #include "core/vec.h"
 
 #include <inttypes.h>
@@ -42,9 +43,10 @@ typedef struct host_group {
     char (*peers)[MSTAR_NAME_MAX + 1]; /* entity of each rank */
     int64_t round;                     /* the last round started */
     int64_t timeout_ms;
-    pending *next; /* per rank: values for round + 1 */
-    bool *have;    /* per rank: values of the current round received */
-    bool *left;    /* per rank: said it left */
+    pending *next;      /* per rank: values for round + 1 */
+    bool *have;         /* per rank: values of the current round received */
+    bool *left;         /* per rank: said it left */
+    mstar__owner owner; /* only the creator says it left (a forked child is not this rank) */
 } host_group;
 
 /* The state of the round being collected. */
@@ -328,7 +330,8 @@ static void host_destroy(mstar_rank_group *base)
 {
     host_group *g = (host_group *)base;
     if (g->mesh != NULL) {
-        leave(g);
+        if (mstar__owner_here(&g->owner))
+            leave(g);
         mstar_mesh_destroy(g->mesh);
     }
     if (g->next != NULL) {
@@ -368,6 +371,7 @@ mstar_status mstar_rank_group_create_host(const char *name, int32_t rank, int32_
     if (g == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "rank group %s: out of memory", name);
     g->base = (mstar_rank_group){ &host_ops, rank, world_size };
+    mstar__owner_init(&g->owner);
     snprintf(g->name, sizeof(g->name), "%s", name);
     g->timeout_ms = timeout_ms;
     g->peers = calloc((size_t)world_size, sizeof(*g->peers));

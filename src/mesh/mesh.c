@@ -4,7 +4,8 @@
  * A mesh owns one ZeroMQ context (so that meshes created in one process, as the tests do, are
  * independent, and a forked child never shares its parent's), the bound inbox, the peer sockets
  * and the wake-up eventfd. Destroy releases all of them on every path, including a create that
- * failed half way. A second live entity with the index of one already bound is refused here.
+ * failed half way; in a forked child it releases only the child's own (forget). A second live
+ * entity with the index of one already bound is refused here.
  */
 #include "mesh_internal.h"
 
@@ -17,10 +18,45 @@
 #include <unistd.h>
 #include <zmq.h>
 
+/* The destroy of a mesh inherited through fork (core/owner.h): its rings are unmapped without
+ * being marked closed, its bell and inbox files stay (they are the parent's), and ZeroMQ is not
+ * called at all. ZeroMQ is not fork-safe: zmq_close takes locks a parent thread may have held at
+ * the fork, and zmq_ctx_term in a child returns EINTR for ever, as the context's reaper and I/O
+ * threads exist only in the parent. The context, with the sockets it holds, is kept until the
+ * child exits. */
+static void forget(mstar_mesh *mesh)
+{
+    for (size_t i = 0; i < mesh->inrings.n; i++)
+        mstar__ring_forget(&mesh->inrings.rings[i].ring);
+    mstar__inrings_close(&mesh->inrings);
+    uint32_t it = 0;
+    const char *key;
+    size_t len;
+    uint64_t val;
+    while (mstar__strmap_next(&mesh->peers, &it, &key, &len, &val)) {
+        mstar__peer *p = (mstar__peer *)(uintptr_t)val;
+        p->sock = NULL; /* the context's */
+        mstar__ring_forget(&p->ring);
+    }
+    mstar__peers_close(&mesh->peers);
+    if (mesh->poll_fd >= 0)
+        close(mesh->poll_fd);
+    if (mesh->bell_fd >= 0)
+        close(mesh->bell_fd);
+    if (mesh->wake_fd >= 0)
+        close(mesh->wake_fd);
+    mstar__owner_keep(mesh->ctx);
+    free(mesh);
+}
+
 void mstar_mesh_destroy(mstar_mesh *mesh)
 {
     if (mesh == NULL)
         return;
+    if (!mstar__owner_here(&mesh->owner)) {
+        forget(mesh);
+        return;
+    }
     mstar__inrings_close(&mesh->inrings);
     mstar__peers_close(&mesh->peers);
     mstar__inbox_close(&mesh->inbox);
@@ -124,6 +160,7 @@ mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opt
     if (mesh == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "mesh %s: out of memory", entity);
     snprintf(mesh->entity, sizeof(mesh->entity), "%s", entity);
+    mstar__owner_init(&mesh->owner);
     mstar__inbox_init(&mesh->inbox);
     mstar__strmap_init(&mesh->peers);
     mesh->wake_fd = -1;

@@ -18,6 +18,7 @@
 
 #include "mstar/mesh.h"
 
+#include "core/owner.h"
 #include "core/strmap.h"
 #include "ring.h"
 
@@ -221,6 +222,7 @@ struct mstar_mesh {
     bool zmq_ready;   /* the ZeroMQ inbox may hold a message (false: it said EAGAIN since) */
     mstar_mesh_sent_fn sent_hook;
     void *sent_ctx;
+    mstar__owner owner; /* a forked child's destroy touches nothing shared (mesh.c) */
 };
 
 #endif

@@ -206,11 +206,16 @@ mstar_status mstar__ring_attach(int fd, const char *sender, const char *receiver
 
 void mstar__ring_close(mstar__ring *r, bool receiver)
 {
-    if (r->map != NULL) {
+    if (r->map != NULL)
         atomic_store_explicit(receiver ? &r->hdr->rx_closed : &r->hdr->tx_closed, 1,
                               memory_order_release);
+    mstar__ring_forget(r);
+}
+
+void mstar__ring_forget(mstar__ring *r)
+{
+    if (r->map != NULL)
         munmap(r->map, r->map_len);
-    }
     if (r->fd >= 0)
         close(r->fd);
     mstar__ring_init(r);

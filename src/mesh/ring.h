@@ -85,6 +85,9 @@ mstar_status mstar__ring_attach(int fd, const char *sender, const char *receiver
 /* Unmap and close; marks the ring closed for the other side first (`receiver`: which side we
  * are). Safe on an initialised or closed ring. */
 void mstar__ring_close(mstar__ring *r, bool receiver);
+/* Unmap and close without marking anything: a forked child's copy of a ring its parent still
+ * uses (core/owner.h). Safe on an initialised or closed ring. */
+void mstar__ring_forget(mstar__ring *r);
 
 /* Sender: append one frame. MSTAR_EAGAIN when it does not fit now, MSTAR_ERANGE when it never
  * can (larger than the ring), MSTAR_EPROTO when the receiver's position is impossible. On

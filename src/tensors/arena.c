@@ -4,6 +4,7 @@
 #include "tensors/arena.h"
 
 #include "core/assert.h"
+#include "core/owner.h"
 #include "tensors/arena_alloc.h"
 
 #include <errno.h>
@@ -36,7 +37,8 @@ struct mstar__arena {
     uint32_t nsegs;
     pid_t pid; /* the name's pid and token */
     uint32_t token;
-    segment *segs; /* max_segments entries, allocated once so they never move */
+    mstar__owner owner; /* only the creator unlinks the segments (a forked child unmaps them) */
+    segment *segs;      /* max_segments entries, allocated once so they never move */
 };
 
 /* ---- exit-time unlinker ------------------------------------------------------------------- */
@@ -222,6 +224,7 @@ mstar_status mstar__arena_create(const mstar__shm_dir *dir, const char *entity,
     a->segs = segs;
     a->segment_size = segment_size;
     a->max_segments = max_segments;
+    mstar__owner_init(&a->owner);
     pthread_mutex_init(&a->lock, NULL);
     bool fits;
     check_capacity(a, &fits);
@@ -265,10 +268,11 @@ void mstar__arena_destroy(mstar__arena *a)
 {
     if (a == NULL)
         return;
+    bool creator = mstar__owner_here(&a->owner);
     for (uint32_t i = 0; i < a->nsegs; i++) {
         segment *s = &a->segs[i];
         munmap(s->base, (size_t)file_len(s->size));
-        if (unlinkat(a->dir->fd, s->name, 0) != 0 && errno != ENOENT)
+        if (creator && unlinkat(a->dir->fd, s->name, 0) != 0 && errno != ENOENT)
             mstar_log(MSTAR_LOG_WARN, "unlink arena segment %s: %s", s->name, strerror(errno));
         exit_untrack(a->dir->path, s->name);
         mstar__arena_alloc_free(&s->alloc);

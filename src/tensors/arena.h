@@ -73,7 +73,8 @@ typedef struct mstar__arena_stats {
  * if its free space cannot), then create segment 0. */
 mstar_status mstar__arena_create(const mstar__shm_dir *dir, const char *entity,
                                  uint64_t segment_size, uint32_t max_segments, mstar__arena **out);
-/* Unmap and unlink every segment. */
+/* Unmap every segment, and unlink them in the process that created the arena only: in a forked
+ * child they are still the parent's (core/owner.h). */
 void mstar__arena_destroy(mstar__arena *arena);
 
 /* Reserve n bytes (a zero-byte request takes one 256-byte slot). MSTAR_ENOSPC with a message

@@ -196,6 +196,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     comm->send = opts->send;
     comm->send_ctx = opts->send_ctx;
     comm->event_fd = -1;
+    mstar__owner_init(&comm->owner);
     mstar__bk_init(&comm->bk);
     mstar__names_init(&comm->names);
     mstar__vec_init(&comm->reqs, sizeof(mstar__req));
@@ -278,10 +279,28 @@ static void req_free_state(mstar__req *r)
     mstar__strmap_free(&r->seen);
 }
 
+/* The destroy of a manager inherited through fork (core/owner.h): everything it holds is the
+ * parent's — records whose release frees arena slots (their stamps are shared memory), unlinks
+ * files or sends ACKs, copies and engines whose threads run only in the parent, device streams —
+ * so the child closes its own fds and keeps the rest until it exits. */
+static void forget(mstar_comm *comm)
+{
+    if (comm->event_fd >= 0)
+        close(comm->event_fd);
+    comm->event_fd = -1;
+    if (comm->has_dir)
+        mstar__shm_dir_close(&comm->dir);
+    mstar__owner_keep(comm);
+}
+
 void mstar_comm_destroy(mstar_comm *comm)
 {
     if (comm == NULL)
         return;
+    if (!mstar__owner_here(&comm->owner)) {
+        forget(comm);
+        return;
+    }
     comm->destroying = true;
     if (comm->hooked_mesh != NULL)
         mstar_mesh_set_sent_hook(comm->hooked_mesh, NULL, NULL);

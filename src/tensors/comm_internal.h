@@ -10,6 +10,7 @@
 
 #include "mstar/tensors.h"
 
+#include "core/owner.h"
 #include "core/strmap.h"
 #include "core/u64map.h"
 #include "core/vec.h"
@@ -69,6 +70,7 @@ struct mstar_comm {
     bool enable_prof;
     mstar_comm_send_fn send;
     void *send_ctx;
+    mstar__owner owner; /* a forked child's destroy releases only its own fds (comm.c) */
 
     mstar__bk bk;
     mstar__names names;
