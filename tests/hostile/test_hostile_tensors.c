@@ -1,9 +1,10 @@
 /*
  * test_hostile_tensors.c — what a careless or hostile caller of the communication manager's C API
- * can hand it (docs/security.md "Read-into targets" and "Output views"): a loan with no shape,
- * read-into targets whose bytes overlap, and strided outputs with negative strides on the device
- * path (the host backend stands in for a device). Each is refused with MSTAR_EINVAL and a clear
- * message, or served with exact bytes; a refusal loses nothing (the same call, corrected, works).
+ * can hand it (docs/security.md "Reads into the caller's buffer" and "Sizes and ranges"): a loan
+ * with no shape, read-into targets whose bytes overlap, and strided outputs with negative strides
+ * on the device path (the host backend stands in for a device). Each is refused with MSTAR_EINVAL
+ * and a clear message, or served with exact bytes; a refusal loses nothing (the same call,
+ * corrected, works).
  */
 #include "comm_harness.h"
 
