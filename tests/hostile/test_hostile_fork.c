@@ -6,10 +6,13 @@
  * exits normally. The child must finish (a generous 10 s bound: zmq_ctx_term in a child used to
  * spin for ever), and the parent must find every segment, bell and inbox file still there and
  * everything still working: the staged tensor reads with its bytes, the meshes talk both ways,
- * the ranks agree again (no rank was told the other left).
+ * the ranks agree again (no rank was told the other left). An arena destroyed directly in a child
+ * (its own destroy, not through a manager) likewise leaves its segments to the parent.
  */
 #include "comm_harness.h"
 #include "mesh_harness.h"
+
+#include "tensors/arena.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -177,10 +180,50 @@ static void test_child_destroys_inherited(void **state)
     assert_int_equal(mstar_test_count_dir(ipc), 0);
 }
 
+/* An arena destroyed in a child unmaps its segments and unlinks none: the parent's bytes and
+ * names stay, and its own destroy removes them. */
+static void test_child_destroys_inherited_arena(void **state)
+{
+    (void)state;
+    mstar__shm_dir dir;
+    assert_mstar_ok(mstar__shm_dir_open(mstar_test_tmpdir("fork_arena"), NULL, &dir));
+    mstar__arena *a;
+    assert_mstar_ok(mstar__arena_create(&dir, "worker_9", 1 << 20, 2, &a));
+    uint32_t seg;
+    uint64_t off;
+    assert_mstar_ok(mstar__arena_reserve(a, 4096, &seg, &off));
+    memset(mstar__arena_ptr(a, seg, off), 0x5A, 4096);
+    mstar__arena_publish(a, seg, off, 77);
+    char *before = listing(dir.path);
+    assert_non_null(strstr(before, "mstar_arena_worker_9_"));
+
+    fflush(NULL);
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0) {
+        mstar__arena_destroy(a);
+        mstar__shm_dir_close(&dir);
+        exit(0);
+    }
+    assert_int_equal(wait_child(child), 0);
+    char *after = listing(dir.path);
+    assert_string_equal(after, before);
+    const uint8_t *p = mstar__arena_ptr(a, seg, off);
+    for (int i = 0; i < 4096; i++)
+        assert_int_equal(p[i], 0x5A);
+    assert_true(mstar__arena_release(a, seg, off));
+    mstar__arena_destroy(a);
+    assert_int_equal(mstar_test_count_dir(dir.path), 0);
+    mstar__shm_dir_close(&dir);
+    free(before);
+    free(after);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_child_destroys_inherited),
+        cmocka_unit_test(test_child_destroys_inherited_arena),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
