@@ -61,7 +61,16 @@ mstar_status mstar__mkdir_private(const char *what, const char *path)
     struct stat sb;
     if (stat(path, &sb) != 0)
         return mstar_error_set(MSTAR_EIO, "%s: stat %s: %s", what, path, strerror(errno));
-    return mstar__dir_check_owner(what, path, &sb);
+    if (sb.st_uid == geteuid() && (sb.st_mode & (S_IWGRP | S_IWOTH)) == 0)
+        return MSTAR_OK;
+    /* No system-directory exception here: in a sticky one anyone may bind a socket under a
+     * name of ours before we do. */
+    return mstar_error_set(MSTAR_EINVAL,
+                           "%s: directory %s is owned by uid %u with mode %04o: it must be owned "
+                           "by uid %u and not writable by group or others; another local user "
+                           "could bind or replace sockets there",
+                           what, path, (unsigned)sb.st_uid, (unsigned)(sb.st_mode & 07777),
+                           (unsigned)geteuid());
 }
 
 mstar_status mstar__file_check_owner(const char *what, const char *dir, const char *name,

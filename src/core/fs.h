@@ -23,7 +23,10 @@ mstar_status mstar__mkdir_p(const char *what, const char *path, mode_t mode);
  * directory) naming the path, its owner and its mode otherwise. */
 mstar_status mstar__dir_check_owner(const char *what, const char *path, const struct stat *sb);
 
-/* mstar__mkdir_p with mode 0700, then mstar__dir_check_owner on the result. */
+/* mstar__mkdir_p with mode 0700, then a stricter rule than mstar__dir_check_owner, for directories
+ * of sockets (the ipc directory): owned by the effective uid and not writable by group or
+ * others, with no exception for root-owned sticky ones. MSTAR_EINVAL naming the path, its owner
+ * and its mode otherwise. */
 mstar_status mstar__mkdir_private(const char *what, const char *path);
 
 /* A file another process handed us by name must be owned by the effective uid: MSTAR_EPROTO

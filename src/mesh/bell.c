@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -48,13 +47,14 @@ static int dgram_socket(void)
     return socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 }
 
-/* What sits at a bell's path: 0 nothing, 1 a socket of ours, -1 anything else. */
-static int bell_kind(const char *path)
+/* What sits at `entity`'s bell path: 0 nothing, 1 a socket of ours, -1 anything else. */
+static int bell_kind(const mstar__mesh_config *cfg, const char *entity)
 {
-    struct stat sb;
-    if (lstat(path, &sb) != 0)
-        return 0;
-    return S_ISSOCK(sb.st_mode) && sb.st_uid == geteuid() ? 1 : -1;
+    char name[MSTAR_NAME_MAX + sizeof(".bell")];
+    snprintf(name, sizeof(name), "%s.bell", entity);
+    mstar_status st = mstar__ipc_socket_check(cfg->ipc_dir, name, "ring bell");
+    mstar_error_clear();
+    return st == MSTAR_OK ? 1 : st == MSTAR_ENOENT ? 0 : -1;
 }
 
 static int connect_to(int fd, const struct sockaddr_un *addr)
@@ -73,7 +73,7 @@ mstar_status mstar__bell_bind(const mstar__mesh_config *cfg, const char *entity,
     mstar_status st = bell_addr(cfg, entity, &addr);
     if (st != MSTAR_OK)
         return st;
-    int kind = bell_kind(addr.sun_path);
+    int kind = bell_kind(cfg, entity);
     if (kind < 0)
         return mstar_error_set(MSTAR_EEXIST,
                                "mesh %s: %s is not a socket of this user; remove it to use rings",
@@ -107,7 +107,7 @@ mstar_status mstar__bell_connect(const mstar__mesh_config *cfg, const char *self
     mstar_status st = bell_addr(cfg, peer, &addr);
     if (st != MSTAR_OK)
         return st;
-    if (bell_kind(addr.sun_path) != 1)
+    if (bell_kind(cfg, peer) != 1)
         return mstar_error_set(MSTAR_ENOENT,
                                "mesh %s: no ring bell of '%s' at %s (not running, not on this "
                                "host's ipc directory, or not ring-capable)",

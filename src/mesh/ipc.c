@@ -57,6 +57,22 @@ mstar_status mstar__ipc_check_unbound(const char *path, const char *endpoint)
     return MSTAR_OK;
 }
 
+mstar_status mstar__ipc_socket_check(const char *dir, const char *name, const char *what)
+{
+    char path[MSTAR__IPC_PATH_MAX + 2];
+    int n = snprintf(path, sizeof(path), "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= sizeof(path))
+        return mstar_error_set(MSTAR_EINVAL, "%s: the socket path %s/%s is too long", what, dir,
+                               name);
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return mstar_error_set(MSTAR_ENOENT, "%s: nothing at %s", what, path);
+    if (!S_ISSOCK(sb.st_mode))
+        return mstar_error_set(MSTAR_EPROTO, "%s %s is not a socket (mode %06o): planted, refused",
+                               what, path, (unsigned)sb.st_mode);
+    return mstar__file_check_owner(what, dir, name, &sb);
+}
+
 mstar_status mstar__ipc_file_record(mstar__ipc_file *file, const char *path, const char *endpoint)
 {
     struct stat sb;

@@ -77,6 +77,11 @@ mstar_status mstar__ipc_dir_ensure(const char *dir, const char *endpoint);
  * it and steal the name); a stale file of a dead process is fine. */
 mstar_status mstar__ipc_check_unbound(const char *path, const char *endpoint);
 
+/* What sits at the socket path <dir>/<name> before we connect to it or replace it: MSTAR_OK for a
+ * socket of this user, MSTAR_ENOENT for nothing, MSTAR_EPROTO naming the path for anything else
+ * (a socket of another user, a file, a FIFO, a link), which is never a route to one of ours. */
+mstar_status mstar__ipc_socket_check(const char *dir, const char *name, const char *what);
+
 /* The socket file an inbox bound, remembered so destroy removes that file and no other. */
 typedef struct mstar__ipc_file {
     bool bound;

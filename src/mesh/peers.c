@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -123,6 +124,17 @@ static mstar_status open_route(mstar_mesh *mesh, const char *peer, const char *e
         if (!absent)
             return st;
         mstar_error_clear();
+    }
+    if (mesh->cfg.transport == MSTAR_MESH_IPC) {
+        /* Nothing there yet is fine (ZeroMQ connects once the peer binds, and only we can
+         * create names in our directory); something that is not our socket is no route. */
+        char name[MSTAR_NAME_MAX + sizeof(".ipc")];
+        snprintf(name, sizeof(name), "%s.ipc", peer);
+        mstar_status st = mstar__ipc_socket_check(mesh->cfg.ipc_dir, name, "mesh inbox");
+        if (st == MSTAR_ENOENT)
+            mstar_error_clear();
+        else if (st != MSTAR_OK)
+            return mstar_error_wrap("mesh %s: send to '%s'", mesh->entity, peer);
     }
     return open_socket(mesh, endpoint, &p->sock);
 }
