@@ -166,6 +166,20 @@ mstar_status mstar__bell_ring(int fd, const char *peer)
     return st == MSTAR_EAGAIN ? MSTAR_OK : st;
 }
 
+void mstar__bell_ring_self(int fd, const char *path)
+{
+    struct sockaddr_un addr = { .sun_family = AF_UNIX };
+    size_t len = strlen(path);
+    if (len >= sizeof(addr.sun_path))
+        return;
+    memcpy(addr.sun_path, path, len + 1);
+    /* A full bell is readable already; nothing else can fail that matters here. */
+    while (sendto(fd, "", 0, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)&addr,
+                  sizeof(addr)) != 0 &&
+           errno == EINTR)
+        continue;
+}
+
 mstar_status mstar__bell_hello(int fd, const char *self, const char *peer, int ring_fd)
 {
     char data[BELL_DATA_SIZE];
@@ -239,7 +253,7 @@ static const char *parse(const char *data, size_t len, char *name, bool *is_blob
 /* One datagram: a wake (empty, no fd), a hello or blob with its one fd (handed to fn), or
  * garbage (its fds closed, counted). */
 static void handle(const char *self, const char *data, size_t len, int *fds, size_t nfds,
-                   mstar__bell_hello_fn fn, void *ctx, uint64_t *dropped)
+                   mstar__bell_hello_fn fn, void *ctx, mstar__inbox *in)
 {
     if (len == 0 && nfds == 0)
         return;
@@ -253,9 +267,11 @@ static void handle(const char *self, const char *data, size_t len, int *fds, siz
     }
     for (size_t i = 0; i < nfds; i++)
         close(fds[i]);
-    (*dropped)++;
-    mstar_log(MSTAR_LOG_WARN, "mesh %s: dropped a bell datagram of %zu bytes with %zu fds: %s",
-              self, len, nfds, why);
+    if (mstar__inbox_drop(in))
+        mstar_log(MSTAR_LOG_WARN,
+                  "mesh %s: dropped a bell datagram of %zu bytes with %zu fds (%llu drops so "
+                  "far): %s",
+                  self, len, nfds, (unsigned long long)in->dropped, why);
 }
 
 /* Datagrams taken per system call: a sleeping receiver is woken by one per ring at most, so one
@@ -264,7 +280,7 @@ static void handle(const char *self, const char *data, size_t len, int *fds, siz
 #define BELL_BATCH 8
 
 bool mstar__bell_drain(int fd, const char *self, mstar__bell_hello_fn fn, void *ctx,
-                       uint64_t *dropped)
+                       mstar__inbox *in)
 {
     bool any = false;
     for (;;) {
@@ -297,7 +313,7 @@ bool mstar__bell_drain(int fd, const char *self, mstar__bell_hello_fn fn, void *
             size_t n = mm[i].msg_len;
             if (mh->msg_flags & (MSG_TRUNC | MSG_CTRUNC))
                 n = sizeof(data[i]) + 1; /* too long to be a hello: refused below */
-            handle(self, data[i], n, fds, nfds, fn, ctx, dropped);
+            handle(self, data[i], n, fds, nfds, fn, ctx, in);
         }
         if (got < BELL_BATCH) /* it stopped where it would have waited: drained */
             return any;

@@ -8,9 +8,22 @@
  */
 #include "mesh_internal.h"
 
+#include "core/vec.h"
+
 #include <errno.h>
 #include <string.h>
 #include <zmq.h>
+
+bool mstar__inbox_drop(mstar__inbox *in)
+{
+    in->dropped++;
+    uint64_t now = mstar__now_ns();
+    if (now - in->log_since >= UINT64_C(1000000000)) {
+        in->log_since = now;
+        in->log_lines = 0;
+    }
+    return in->log_lines++ < MSTAR__MESH_DROP_LOGS;
+}
 
 void mstar__inbox_init(mstar__inbox *in)
 {

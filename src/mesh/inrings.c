@@ -23,8 +23,7 @@
 static void drop_ring(mstar_mesh *mesh, size_t i, const char *why)
 {
     mstar__inrings *in = &mesh->inrings;
-    if (why != NULL) {
-        mesh->inbox.dropped++;
+    if (why != NULL && mstar__inbox_drop(&mesh->inbox)) {
         mstar_log(MSTAR_LOG_WARN, "mesh %s: dropped the ring from '%s' (%llu drops so far): %s",
                   mesh->entity, in->rings[i].ring.peer, (unsigned long long)mesh->inbox.dropped,
                   why);
@@ -62,9 +61,11 @@ static void keep_blob(mstar_mesh *mesh, const char *sender, uint64_t seq, int fd
 {
     mstar__inrings *in = &mesh->inrings;
     if (in->nblobs == MSTAR__MESH_MAX_BLOBS) {
-        mesh->inbox.dropped++;
-        mstar_log(MSTAR_LOG_WARN, "mesh %s: dropped a blob from '%s' that no frame named",
-                  mesh->entity, in->blobs[0].sender);
+        if (mstar__inbox_drop(&mesh->inbox))
+            mstar_log(MSTAR_LOG_WARN,
+                      "mesh %s: dropped a blob from '%s' that no frame named (%llu drops so "
+                      "far)",
+                      mesh->entity, in->blobs[0].sender, (unsigned long long)mesh->inbox.dropped);
         close(in->blobs[0].fd);
         memmove(&in->blobs[0], &in->blobs[1], (in->nblobs - 1) * sizeof(in->blobs[0]));
         in->nblobs--;
@@ -93,9 +94,9 @@ static void on_hello(void *ctx, const char *sender, const uint64_t *blob_seq, in
         st = mstar__ring_attach(fd, sender, mesh->entity, &in->rings[in->n].ring);
     }
     if (st != MSTAR_OK) {
-        mesh->inbox.dropped++;
-        mstar_log(MSTAR_LOG_WARN, "mesh %s: refused a ring from '%s': %s", mesh->entity, sender,
-                  mstar_last_error());
+        if (mstar__inbox_drop(&mesh->inbox))
+            mstar_log(MSTAR_LOG_WARN, "mesh %s: refused a ring from '%s': %s", mesh->entity, sender,
+                      mstar_last_error());
         return;
     }
     mstar__inring *new = &in->rings[in->n++];
@@ -151,7 +152,7 @@ static mstar_status fetch_blob(mstar_mesh *mesh, const char *sender, size_t *len
     memcpy(ref, in->buf, sizeof(ref));
     int fd = take_blob(in, sender, ref[0]);
     if (fd < 0) {
-        mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox.dropped);
+        mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox);
         fd = take_blob(in, sender, ref[0]);
     }
     if (fd < 0)
@@ -186,18 +187,25 @@ static mstar_status take_from(mstar_mesh *mesh, size_t *i, mstar_msg *out)
             st = mstar_msg_decode(in->buf, len, out);
         if (st == MSTAR_OK)
             return MSTAR_OK;
-        mesh->inbox.dropped++;
-        mstar_log(MSTAR_LOG_WARN,
-                  "mesh %s: dropped a frame of %zu bytes from the ring of '%s' (%llu so far): %s",
-                  mesh->entity, len, in->rings[*i].ring.peer,
-                  (unsigned long long)mesh->inbox.dropped, mstar_last_error());
+        if (mstar__inbox_drop(&mesh->inbox))
+            mstar_log(MSTAR_LOG_WARN,
+                      "mesh %s: dropped a frame of %zu bytes from the ring of '%s' (%llu so "
+                      "far): %s",
+                      mesh->entity, len, in->rings[*i].ring.peer,
+                      (unsigned long long)mesh->inbox.dropped, mstar_last_error());
+        if (--in->drops_left == 0) {
+            in->busy = true;
+            return MSTAR_EAGAIN;
+        }
     }
 }
 
 mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out)
 {
     mstar__inrings *in = &mesh->inrings;
-    for (size_t tried = 0; tried < in->n;) {
+    in->drops_left = MSTAR__MESH_DROP_BUDGET;
+    in->busy = false;
+    for (size_t tried = 0; tried < in->n && !in->busy;) {
         size_t i = in->next < in->n ? in->next : 0;
         if (!readable(mesh, &i)) {
             in->next = i + 1;
@@ -222,7 +230,7 @@ mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out)
 void mstar__inrings_drain(mstar_mesh *mesh)
 {
     if (mesh->bell_fd >= 0)
-        mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox.dropped);
+        mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox);
 }
 
 bool mstar__inrings_arm(mstar_mesh *mesh)

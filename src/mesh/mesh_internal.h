@@ -102,8 +102,18 @@ typedef struct mstar__inbox {
     int fd;     /* ZMQ_FD of sock; -1 when not open */
     mstar__ipc_file file;
     uint64_t dropped;
-    bool in_multipart; /* the previous frame said more parts follow */
+    uint64_t log_since; /* when the current second of drop log lines began (mstar__now_ns) */
+    unsigned log_lines; /* lines logged about drops in it */
+    bool in_multipart;  /* the previous frame said more parts follow */
 } mstar__inbox;
+
+/* Log lines about dropped input per second: a peer flooding garbage must not flood the log as
+ * well (the drops are all counted, mstar_mesh_dropped). */
+#define MSTAR__MESH_DROP_LOGS 10
+
+/* Count one dropped frame, datagram or ring; true when it may be logged (the line should give
+ * the count so far, which says how many went unlogged). */
+bool mstar__inbox_drop(mstar__inbox *in);
 
 void mstar__inbox_init(mstar__inbox *in);
 /* Bind a PULL socket at `endpoint` (for ipc: create the directory, refuse a live binding). */
@@ -151,6 +161,9 @@ mstar_status mstar__bell_connect(const mstar__mesh_config *cfg, const char *self
                                  int *fd);
 /* Wake the receiver. MSTAR_ECLOSED when it is gone. */
 mstar_status mstar__bell_ring(int fd, const char *peer);
+/* Ring our own bell (bound at `path`), so that an event loop polling it comes back for what a
+ * receive left waiting. */
+void mstar__bell_ring_self(int fd, const char *path);
 /* Hand the ring's fd to the receiver. MSTAR_EAGAIN when its bell is full, MSTAR_ECLOSED when
  * it is gone. */
 mstar_status mstar__bell_hello(int fd, const char *self, const char *peer, int ring_fd);
@@ -159,12 +172,12 @@ mstar_status mstar__bell_hello(int fd, const char *self, const char *peer, int r
 mstar_status mstar__bell_blob(int fd, const char *self, const char *peer, uint64_t seq,
                               int blob_fd);
 /* Read every datagram waiting: hellos (blob_seq NULL) and blobs go to fn, which takes the fd;
- * wakes are consumed; anything else is closed and counted in *dropped. True when any datagram
- * was read. */
+ * wakes are consumed; anything else is closed and counted in `in` (mstar__inbox_drop). True
+ * when any datagram was read. */
 typedef void (*mstar__bell_hello_fn)(void *ctx, const char *sender, const uint64_t *blob_seq,
                                      int fd);
 bool mstar__bell_drain(int fd, const char *self, mstar__bell_hello_fn fn, void *ctx,
-                       uint64_t *dropped);
+                       mstar__inbox *in);
 
 /* ---- inrings.c ------------------------------------------------------------------------------ */
 
@@ -190,13 +203,20 @@ typedef struct mstar__inrings {
     mstar__blob *blobs;   /* MSTAR__MESH_MAX_BLOBS */
     size_t nblobs;
     size_t n;
-    size_t next; /* where the next read starts, so that no sender starves the others */
+    size_t next;         /* where the next read starts, so that no sender starves the others */
+    unsigned drops_left; /* undecodable frames the current take may still drop */
+    bool busy;           /* the last take stopped there, with more frames waiting */
     uint8_t *buf;
     size_t buf_cap;
 } mstar__inrings;
 
+/* Undecodable frames one take drops at most: a ring flooding garbage costs each receive a
+ * bounded amount of work, and the receive can keep its deadline. */
+#define MSTAR__MESH_DROP_BUDGET 64
+
 /* Take the next decodable message from any ring: MSTAR_OK, or MSTAR_EAGAIN when they are all
- * empty. Garbage frames and broken rings are dropped and counted. */
+ * empty or MSTAR__MESH_DROP_BUDGET frames were dropped (inrings.busy then set). Garbage frames
+ * and broken rings are dropped and counted. */
 mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out);
 /* Read the bell: attach the rings handed over, keep the blobs, consume the wakes. */
 void mstar__inrings_drain(mstar_mesh *mesh);

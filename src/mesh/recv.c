@@ -22,9 +22,9 @@
 
 static void drop_frame(mstar_mesh *mesh, size_t len, const char *reason)
 {
-    mesh->inbox.dropped++;
-    mstar_log(MSTAR_LOG_WARN, "mesh %s: dropped a frame of %zu bytes (%llu so far): %s",
-              mesh->entity, len, (unsigned long long)mesh->inbox.dropped, reason);
+    if (mstar__inbox_drop(&mesh->inbox))
+        mstar_log(MSTAR_LOG_WARN, "mesh %s: dropped a frame of %zu bytes (%llu so far): %s",
+                  mesh->entity, len, (unsigned long long)mesh->inbox.dropped, reason);
 }
 
 /* Receive frames without waiting until one decodes: MSTAR_OK with *out filled, MSTAR_EAGAIN
@@ -144,6 +144,24 @@ static bool note_ready_sources(mstar_mesh *mesh)
     return p[1].revents != 0;
 }
 
+/* Whether a receive must give up now, after its first pass: a poll (timeout 0) at once, a wait
+ * once its deadline has passed. This bounds a receive that keeps finding frames to take and
+ * only garbage among them (a ring flooded by a hostile peer). */
+static bool expired(int timeout_ms, uint64_t deadline)
+{
+    return timeout_ms == 0 || (timeout_ms > 0 && mstar__now_ns() >= deadline);
+}
+
+/* Give up for now. When frames are still waiting in a ring, ring our own bell: a caller that
+ * polls the mesh's fd next is woken to come back for them. */
+static mstar_status give_up(mstar_mesh *mesh, int timeout_ms)
+{
+    if (mesh->bell_fd >= 0 && (mesh->inrings.busy || mstar__inrings_arm(mesh)))
+        mstar__bell_ring_self(mesh->bell_fd, mesh->bell_file.path);
+    return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message within %d ms", mesh->entity,
+                           timeout_ms);
+}
+
 mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
 {
     if (mesh == NULL || out == NULL)
@@ -157,13 +175,17 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
      * anything arriving after that makes ZMQ_FD readable). */
     bool bell = timeout_ms != 0 || note_ready_sources(mesh);
     bool woken = false;
-    for (;;) {
+    for (int pass = 0;; pass++) {
         mstar_status st = take_one(mesh, out);
         if (st != MSTAR_EAGAIN)
             return st;
         if (woken)
             return mstar_error_set(MSTAR_EAGAIN, "mesh %s: woken before a message arrived",
                                    mesh->entity);
+        if (pass > 0 && expired(timeout_ms, deadline))
+            return give_up(mesh, timeout_ms);
+        if (mesh->inrings.busy)
+            continue; /* more garbage waits: taken in bounded steps, the deadline checked */
         if (timeout_ms != 0 && mstar__inrings_spin(mesh))
             continue;
         /* A caller polling the inbox fd sleeps on the bell too: leave it drained. (A datagram

@@ -7,7 +7,7 @@
  * Every message is checked on arrival: its sender, its sequence number (order is kept per sender
  * and none is lost) and its payload. The garbage sender ends with a valid marker carrying how many
  * bad frames it sent; since order is kept per sender, each receiver has dropped exactly that many
- * by the time the marker arrives, and logged each one.
+ * by the time the marker arrives, and logged some (the log lines are rate-limited).
  *
  * The parent only coordinates, through pipes: the children create their ZeroMQ contexts after the
  * fork, report that they bound (or that a TCP port was taken, and the parent retries on another
@@ -498,7 +498,8 @@ static bool exchange(const mstar_mesh_options *opts, const char *label)
         assert_int_equal(reps[i].kind, 'D');
         assert_int_equal(reps[i].received, (uint64_t)nmessages * (NPEERS - 1));
         assert_int_equal(reps[i].dropped, GARBAGE_PER_TARGET);
-        assert_int_equal(reps[i].logged, GARBAGE_PER_TARGET);
+        /* The log lines about drops are rate-limited (a flood must not flood the log). */
+        assert_in_range(reps[i].logged, 1, GARBAGE_PER_TARGET);
     }
     assert_int_equal(reps[NPEERS].garbage, (uint64_t)GARBAGE_PER_TARGET * NPEERS);
     uint64_t total = (uint64_t)nmessages * NPEERS * (NPEERS - 1);
