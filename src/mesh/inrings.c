@@ -76,6 +76,17 @@ static void keep_blob(mstar_mesh *mesh, const char *sender, uint64_t seq, int fd
     b->fd = fd;
 }
 
+/* Wake a refused sender that may be asleep in its own receive (with rings, it has a bell). */
+static void tell_refused(mstar_mesh *mesh, const char *sender)
+{
+    int fd;
+    if (mstar__bell_connect(&mesh->cfg, mesh->entity, sender, &fd) == MSTAR_OK) {
+        mstar__bell_ring(fd, sender);
+        close(fd);
+    }
+    mstar_error_clear();
+}
+
 static void on_hello(void *ctx, const char *sender, const uint64_t *blob_seq, int fd)
 {
     mstar_mesh *mesh = ctx;
@@ -86,12 +97,16 @@ static void on_hello(void *ctx, const char *sender, const uint64_t *blob_seq, in
     }
     if (in->n == MSTAR__MESH_MAX_RINGS)
         sweep(mesh);
-    mstar_status st = MSTAR_OK;
-    if (in->n == MSTAR__MESH_MAX_RINGS) {
-        close(fd);
+    mstar__ring ring;
+    mstar_status st = mstar__ring_attach(fd, sender, mesh->entity, &ring);
+    if (st == MSTAR_OK && in->n == MSTAR__MESH_MAX_RINGS) {
+        /* Say so in the ring, so that its sender sends what it wrote there another way. */
+        mstar__ring_refuse(&ring);
+        tell_refused(mesh, sender);
         st = mstar_error_set(MSTAR_ENOSPC, "%d rings are held already", MSTAR__MESH_MAX_RINGS);
-    } else {
-        st = mstar__ring_attach(fd, sender, mesh->entity, &in->rings[in->n].ring);
+    } else if (st == MSTAR_OK && !mstar__ring_accept(&ring)) {
+        mstar__ring_close(&ring, true); /* withdrawn: its sender took another way meanwhile */
+        return;
     }
     if (st != MSTAR_OK) {
         if (mstar__inbox_drop(&mesh->inbox))
@@ -100,6 +115,7 @@ static void on_hello(void *ctx, const char *sender, const uint64_t *blob_seq, in
         return;
     }
     mstar__inring *new = &in->rings[in->n++];
+    new->ring = ring;
     new->behind = false;
     for (size_t i = 0; i + 1 < in->n; i++)
         if (strcmp(in->rings[i].ring.peer, sender) == 0)

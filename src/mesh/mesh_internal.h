@@ -136,19 +136,37 @@ bool mstar__wake_pending(int fd);
  * recently used peer is closed (a later send reconnects it). */
 #define MSTAR__MESH_MAX_PEERS 256
 
+/* Blobs received but not yet named by a ring frame; past this many the oldest is dropped. A
+ * sender keeps as many while its ring has no answer (peers.c). */
+#define MSTAR__MESH_MAX_BLOBS 64
+
+/* How long a sender waits for the receiver to answer a ring (ring.h) before it withdraws it. */
+#define MSTAR__RING_ANSWER_NS UINT64_C(1000000000)
+
 /* One peer: its connected PUSH socket, or (on one host) a ring and the peer's bell, and when it
  * was last used (mesh->peer_clock). A peer's route is chosen once, when it is first used, so
- * that its messages never take two paths at once (which could reorder them). */
+ * that its messages never take two paths at once (which could reorder them); the one change is
+ * a ring the receiver refused or never answered: what was written to it goes over ZeroMQ first
+ * (`reclaim`), then everything after. */
 typedef struct mstar__peer {
     void *sock;       /* NULL when the ring carries this peer */
-    mstar__ring ring; /* ring.fd < 0 when ZeroMQ does */
+    mstar__ring ring; /* ring.fd < 0 when ZeroMQ does (or a refused ring not yet emptied) */
     int bell_fd;
-    uint64_t blob_seq; /* numbers the messages sent beside the ring (bell.c) */
+    uint64_t blob_seq;               /* numbers the messages sent beside the ring (bell.c) */
+    bool accepted;                   /* the receiver took the ring: no more answers to look for */
+    uint64_t offered_at;             /* when the ring was handed over (mstar__now_ns) */
+    uint64_t reclaim;                /* a refused ring: its frames before this went over ZeroMQ */
+    int kept[MSTAR__MESH_MAX_BLOBS]; /* the blobs sent while no answer came, by number */
+    size_t nkept;
     uint64_t used;
 } mstar__peer;
 
 /* Close every peer socket and free the table. */
 void mstar__peers_close(mstar__strmap *peers);
+/* Look for the answers to the rings this mesh handed over (mesh->offers of them): a refused one
+ * sends what it holds over ZeroMQ. Called by a receive, so that a sender that is waiting for a
+ * reply learns too. */
+void mstar__peers_settle(mstar_mesh *mesh);
 
 /* ---- bell.c --------------------------------------------------------------------------------- */
 
@@ -188,9 +206,6 @@ typedef struct mstar__inring {
     mstar__ring ring;
     bool behind; /* an older ring of the same sender may still hold earlier messages */
 } mstar__inring;
-
-/* Blobs received but not yet named by a ring frame; past this many the oldest is dropped. */
-#define MSTAR__MESH_MAX_BLOBS 64
 
 typedef struct mstar__blob {
     char sender[MSTAR_NAME_MAX + 1];
@@ -238,6 +253,7 @@ struct mstar_mesh {
     mstar__inbox inbox;
     mstar__strmap peers; /* peer entity → (uintptr_t) its mstar__peer */
     uint64_t peer_clock; /* counts peer uses, for least-recently-used eviction */
+    size_t offers;       /* rings handed over that may have no answer yet (peers.c) */
     int wake_fd;         /* -1 when not open */
     int bell_fd;         /* -1 when rings are off */
     int poll_fd;         /* epoll over the inbox and the bell; -1 when rings are off */

@@ -11,6 +11,8 @@
  */
 #include "mesh_internal.h"
 
+#include "core/vec.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +39,9 @@ static void peer_free(mstar__peer *p)
     mstar__ring_close(&p->ring, false);
     if (p->bell_fd >= 0)
         close(p->bell_fd);
+    for (size_t i = 0; i < p->nkept; i++)
+        if (p->kept[i] >= 0)
+            close(p->kept[i]);
     free(p);
 }
 
@@ -104,8 +109,28 @@ static mstar_status open_ring(mstar_mesh *mesh, const char *peer, mstar__peer *p
         if (p->bell_fd >= 0)
             close(p->bell_fd);
         p->bell_fd = -1;
+        return st;
     }
-    return st;
+    p->offered_at = mstar__now_ns();
+    mesh->offers++;
+    return MSTAR_OK;
+}
+
+/* Over ipc, what sits at the peer's inbox name before ZeroMQ connects to it: nothing yet is fine
+ * (ZeroMQ connects once the peer binds, and only we can create names in our directory);
+ * something that is not our socket is no route. */
+static mstar_status check_inbox(mstar_mesh *mesh, const char *peer)
+{
+    if (mesh->cfg.transport != MSTAR_MESH_IPC)
+        return MSTAR_OK;
+    char name[MSTAR_NAME_MAX + sizeof(".ipc")];
+    snprintf(name, sizeof(name), "%s.ipc", peer);
+    mstar_status st = mstar__ipc_socket_check(mesh->cfg.ipc_dir, name, "mesh inbox");
+    if (st == MSTAR_ENOENT) {
+        mstar_error_clear();
+        return MSTAR_OK;
+    }
+    return st == MSTAR_OK ? st : mstar_error_wrap("mesh %s: send to '%s'", mesh->entity, peer);
 }
 
 /* The route to a new peer: a ring when this mesh may use one and the peer is a ring-capable
@@ -125,18 +150,8 @@ static mstar_status open_route(mstar_mesh *mesh, const char *peer, const char *e
             return st;
         mstar_error_clear();
     }
-    if (mesh->cfg.transport == MSTAR_MESH_IPC) {
-        /* Nothing there yet is fine (ZeroMQ connects once the peer binds, and only we can
-         * create names in our directory); something that is not our socket is no route. */
-        char name[MSTAR_NAME_MAX + sizeof(".ipc")];
-        snprintf(name, sizeof(name), "%s.ipc", peer);
-        mstar_status st = mstar__ipc_socket_check(mesh->cfg.ipc_dir, name, "mesh inbox");
-        if (st == MSTAR_ENOENT)
-            mstar_error_clear();
-        else if (st != MSTAR_OK)
-            return mstar_error_wrap("mesh %s: send to '%s'", mesh->entity, peer);
-    }
-    return open_socket(mesh, endpoint, &p->sock);
+    mstar_status st = check_inbox(mesh, peer);
+    return st == MSTAR_OK ? open_socket(mesh, endpoint, &p->sock) : st;
 }
 
 /* The peer entry for `peer`, opening its route on first use. */
@@ -247,15 +262,28 @@ static mstar_status put_blob(mstar_mesh *mesh, const char *peer, mstar__peer *p,
                                mesh->entity, len, peer, (unsigned)MSTAR_WIRE_MAX_MESSAGE);
     if (!mstar__ring_has_room(&p->ring, 2 * sizeof(uint64_t)))
         return mstar__ring_write_blob(&p->ring, 0, 0, wake); /* says why: full, or broken */
+    if (!p->accepted && p->blob_seq >= MSTAR__MESH_MAX_BLOBS)
+        return mstar_error_set(MSTAR_EAGAIN,
+                               "mesh %s: '%s' has not taken its ring yet (%d large messages "
+                               "wait); receive and retry",
+                               mesh->entity, peer, MSTAR__MESH_MAX_BLOBS);
     int fd;
     mstar_status st = mstar__blob_create(data, len, &fd);
     if (st != MSTAR_OK)
         return st;
     uint64_t seq = p->blob_seq++;
     st = mstar__bell_blob(p->bell_fd, mesh->entity, peer, seq, fd);
-    close(fd);
     if (st == MSTAR_OK)
         st = mstar__ring_write_blob(&p->ring, seq, len, wake);
+    if (p->accepted) {
+        close(fd);
+        return st;
+    }
+    /* Until the receiver answers, keep the blob: if it refuses the ring, it goes again. */
+    p->kept[seq] = st == MSTAR_OK ? fd : -1;
+    p->nkept = (size_t)seq + 1;
+    if (st != MSTAR_OK)
+        close(fd);
     return st;
 }
 
@@ -295,6 +323,124 @@ static mstar_status ring_send(mstar_mesh *mesh, const char *peer, mstar__peer *p
     return st;
 }
 
+/* Close the blobs kept for a ring that has an answer now. */
+static void drop_kept(mstar__peer *p)
+{
+    for (size_t i = 0; i < p->nkept; i++)
+        if (p->kept[i] >= 0)
+            close(p->kept[i]);
+    p->nkept = 0;
+}
+
+/* Look for the receiver's answer to a peer's ring, and withdraw the ring once it has waited too
+ * long for one (the hello, or its fd, was lost on the way). Accepted: the ring carries the peer
+ * for good. Refused or withdrawn: the peer moves to ZeroMQ, the ring staying open until
+ * flush_refused has sent what it holds. */
+static mstar_status settle(mstar_mesh *mesh, const char *peer, mstar__peer *p)
+{
+    uint32_t a = mstar__ring_answer(&p->ring);
+    if (a == MSTAR__RING_OFFERED) {
+        if (mstar__now_ns() - p->offered_at < MSTAR__RING_ANSWER_NS)
+            return MSTAR_OK;
+        a = mstar__ring_withdraw(&p->ring) ? MSTAR__RING_WITHDRAWN : mstar__ring_answer(&p->ring);
+    }
+    p->accepted = a == MSTAR__RING_ACCEPTED;
+    if (p->accepted) {
+        drop_kept(p);
+        return MSTAR_OK;
+    }
+    char endpoint[MSTAR__MESH_ENDPOINT_MAX];
+    mstar_status st = mstar__mesh_endpoint_format(&mesh->cfg, peer, endpoint, sizeof(endpoint));
+    if (st == MSTAR_OK)
+        st = check_inbox(mesh, peer);
+    if (st == MSTAR_OK)
+        st = open_socket(mesh, endpoint, &p->sock);
+    if (st != MSTAR_OK) {
+        p->accepted = false; /* looked at again on the next send */
+        return st;
+    }
+    mstar_log(MSTAR_LOG_WARN,
+              "mesh %s: '%s' %s the ring; its messages go over ZeroMQ, those written to the "
+              "ring first",
+              mesh->entity, peer,
+              a == MSTAR__RING_WITHDRAWN ? "did not answer for a second about" : "refused");
+    return MSTAR_OK;
+}
+
+/* A refused ring's frames (never read by the receiver) go over ZeroMQ in order, then the ring
+ * goes. MSTAR_EAGAIN when ZeroMQ's queue fills first: the rest goes on the next send. */
+static mstar_status flush_refused(mstar_mesh *mesh, const char *peer, mstar__peer *p)
+{
+    mstar__ring view = p->ring; /* read as its receiver would have, from `reclaim` */
+    view.pos = p->reclaim;
+    uint8_t *buf = NULL;
+    size_t cap = 0;
+    mstar_status st;
+    for (;;) {
+        size_t len;
+        bool blob;
+        st = mstar__ring_read(&view, &buf, &cap, &len, &blob);
+        if (st == MSTAR_OK && blob) {
+            uint64_t ref[2];
+            memcpy(ref, buf, sizeof(ref));
+            int fd = ref[0] < p->nkept ? p->kept[ref[0]] : -1;
+            st = fd >= 0 ? mstar__blob_read(fd, ref[1], &buf, &cap)
+                         : mstar_error_set(MSTAR_EPROTO, "blob %llu was not kept",
+                                           (unsigned long long)ref[0]);
+            len = (size_t)ref[1];
+        }
+        zmq_msg_t frame;
+        if (st == MSTAR_OK)
+            st = make_frame(mesh, peer, buf, len, NULL, &frame);
+        if (st == MSTAR_OK)
+            st = send_frame(mesh, peer, p->sock, &frame);
+        if (st != MSTAR_OK)
+            break;
+        p->reclaim = view.pos;
+    }
+    free(buf);
+    if (st == MSTAR_EAGAIN && view.pos == p->reclaim && !mstar__ring_pending(&view))
+        st = MSTAR_OK; /* all sent */
+    else if (st != MSTAR_EAGAIN)
+        mstar_log(MSTAR_LOG_ERROR, "mesh %s: the rest of the ring refused by '%s' is lost: %s",
+                  mesh->entity, peer, mstar_last_error());
+    if (st == MSTAR_EAGAIN)
+        return st;
+    mstar_error_clear();
+    mstar__ring_close(&p->ring, false);
+    if (p->bell_fd >= 0)
+        close(p->bell_fd);
+    p->bell_fd = -1;
+    drop_kept(p);
+    return MSTAR_OK;
+}
+
+void mstar__peers_settle(mstar_mesh *mesh)
+{
+    uint32_t it = 0;
+    const char *key;
+    size_t len;
+    uint64_t val;
+    size_t offers = 0;
+    while (mstar__strmap_next(&mesh->peers, &it, &key, &len, &val)) {
+        mstar__peer *p = (mstar__peer *)(uintptr_t)val;
+        char peer[MSTAR_NAME_MAX + 1];
+        if (p->ring.fd < 0 || len >= sizeof(peer))
+            continue;
+        memcpy(peer, key, len);
+        peer[len] = '\0';
+        mstar_status st = MSTAR_OK;
+        if (p->sock == NULL && !p->accepted)
+            st = settle(mesh, peer, p);
+        if (st == MSTAR_OK && p->sock != NULL)
+            st = flush_refused(mesh, peer, p);
+        if (st != MSTAR_OK)
+            mstar_error_clear(); /* the next send to the peer says it */
+        offers += p->ring.fd >= 0 && (!p->accepted || p->sock != NULL);
+    }
+    mesh->offers = offers;
+}
+
 /* Send `len` bytes to `peer` on its route; `owned` (NULL or a malloc'd copy of data) is always
  * consumed. A receiver that went away since its ring was made costs the ring, and the message
  * is sent again on a fresh route (which reaches its next incarnation, if any). */
@@ -304,11 +450,19 @@ static mstar_status deliver(mstar_mesh *mesh, const char *peer, const void *data
     mstar__peer *p;
     mstar_status st = peer_get(mesh, peer, &p);
     for (int attempt = 0; st == MSTAR_OK && p->sock == NULL; attempt++) {
+        if (!p->accepted && (st = settle(mesh, peer, p)) != MSTAR_OK)
+            break;
+        if (p->sock != NULL)
+            break; /* the ring was refused */
         bool gone;
         st = ring_send(mesh, peer, p, data, len, &gone);
         if (!gone) {
             free(owned);
             return st;
+        }
+        if (!p->accepted && attempt == 0 && st != MSTAR_OK) {
+            st = MSTAR_OK; /* closed without an answer yet: refused meanwhile? settle says */
+            continue;
         }
         mstar_log(MSTAR_LOG_WARN, "mesh %s: the receiver '%s' is gone; its ring is dropped",
                   mesh->entity, peer);
@@ -319,6 +473,8 @@ static mstar_status deliver(mstar_mesh *mesh, const char *peer, const void *data
         }
         st = peer_get(mesh, peer, &p);
     }
+    if (st == MSTAR_OK && p->ring.fd >= 0)
+        st = flush_refused(mesh, peer, p); /* what the refused ring holds goes first */
     zmq_msg_t frame;
     if (st == MSTAR_OK)
         st = make_frame(mesh, peer, data, len, owned, &frame);

@@ -167,6 +167,8 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
     if (mesh == NULL || out == NULL)
         return mstar_error_set(MSTAR_EINVAL, "mstar_mesh_recv: %s is NULL",
                                mesh == NULL ? "mesh" : "out");
+    if (mesh->offers > 0)
+        mstar__peers_settle(mesh); /* a refused ring's messages must not wait for our next send */
     uint64_t deadline = 0;
     if (timeout_ms > 0)
         deadline = mstar__now_ns() + (uint64_t)timeout_ms * UINT64_C(1000000);
@@ -205,9 +207,15 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
                                        mesh->entity, timeout_ms);
             wait_ms = (long)((deadline - now + 999999) / 1000000);
         }
+        /* A receiver that lost a ring's hello cannot say so: look again when it is overdue. */
+        long answer_ms = (long)(MSTAR__RING_ANSWER_NS / 1000000);
+        if (mesh->offers > 0 && (wait_ms < 0 || wait_ms > answer_ms))
+            wait_ms = answer_ms;
         st = wait_inputs(mesh, wait_ms, &woken);
         if (st != MSTAR_OK)
             return st;
+        if (mesh->offers > 0)
+            mstar__peers_settle(mesh); /* a refused receiver rang our bell */
         /* Loop: what arrived is taken, a wake or the deadline is reported above. */
     }
 }

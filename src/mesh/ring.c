@@ -221,6 +221,35 @@ void mstar__ring_forget(mstar__ring *r)
     mstar__ring_init(r);
 }
 
+/* Move the answer word from OFFERED to `to`; false when the other side moved it first. */
+static bool answer(mstar__ring *r, uint32_t to)
+{
+    uint32_t offered = MSTAR__RING_OFFERED;
+    return atomic_compare_exchange_strong_explicit(&r->hdr->answer, &offered, to,
+                                                   memory_order_acq_rel, memory_order_acquire);
+}
+
+bool mstar__ring_accept(mstar__ring *r)
+{
+    return answer(r, MSTAR__RING_ACCEPTED);
+}
+
+void mstar__ring_refuse(mstar__ring *r)
+{
+    answer(r, MSTAR__RING_REFUSED);
+    mstar__ring_close(r, true);
+}
+
+uint32_t mstar__ring_answer(const mstar__ring *r)
+{
+    return atomic_load_explicit(&r->hdr->answer, memory_order_acquire);
+}
+
+bool mstar__ring_withdraw(mstar__ring *r)
+{
+    return answer(r, MSTAR__RING_WITHDRAWN);
+}
+
 /* Copy n bytes into the data area at position `pos`, wrapping at the end. */
 static void put_bytes(mstar__ring *r, uint64_t pos, const void *src, size_t n)
 {

@@ -19,6 +19,13 @@
  * when a position or frame length cannot be right. Frames are copied out before decoding, so the
  * sender changing them afterwards changes nothing.
  *
+ * Hand-over: the receiver may refuse a ring (its table is full), or never get it (the fd was
+ * lost on the way). So the sender counts a ring as taken only once the receiver has answered in
+ * the header's `answer` word: ACCEPTED before it reads anything, or REFUSED. A sender that has no
+ * answer after a while WITHDRAWS the ring instead; both sides move the word with a compare-and-
+ * swap from OFFERED, so exactly one of them decides. The frames of a ring that was refused or
+ * withdrawn were never read, and the sender sends them again another way (peers.c).
+ *
  * Waking: before sleeping the receiver sets `rx_waiting`; the sender, after publishing a frame,
  * swaps it back to 0 and rings the receiver's bell when it was set. Both sides use sequentially
  * consistent operations, so either the receiver sees the frame or the sender sees the flag.
@@ -33,7 +40,7 @@
 #include <sys/types.h>
 
 #define MSTAR__RING_MAGIC   UINT64_C(0x31474e4952535453) /* "STSRING1" little-endian */
-#define MSTAR__RING_VERSION 1u
+#define MSTAR__RING_VERSION 2u
 #define MSTAR__RING_HEADER  4096u /* bytes before the data area */
 #define MSTAR__RING_MIN_CAP (UINT64_C(1) << 12)
 #define MSTAR__RING_MAX_CAP (UINT64_C(1) << 30)
@@ -54,7 +61,15 @@ typedef struct mstar__ring_hdr {
     _Alignas(64) _Atomic uint64_t head;
     _Atomic uint32_t rx_waiting; /* the receiver sleeps until rung */
     _Atomic uint32_t rx_closed;  /* the receiver let go of the ring */
+    _Atomic uint32_t answer;     /* MSTAR__RING_OFFERED, _ACCEPTED, _REFUSED or _WITHDRAWN */
 } mstar__ring_hdr;
+
+enum {
+    MSTAR__RING_OFFERED = 0,
+    MSTAR__RING_ACCEPTED = 1,
+    MSTAR__RING_REFUSED = 2,
+    MSTAR__RING_WITHDRAWN = 3,
+};
 
 /* One side's view of a ring. Everything but `hdr` and `data` is private to this process. */
 typedef struct mstar__ring {
@@ -81,6 +96,16 @@ mstar_status mstar__ring_create(const char *sender, const char *receiver, uint64
  * it made for `receiver`. MSTAR_EPROTO naming what is wrong when the fd is not a sealed memfd of
  * the right size, or its header does not match. */
 mstar_status mstar__ring_attach(int fd, const char *sender, const char *receiver, mstar__ring *out);
+
+/* Receiver: take the ring before reading it; false when its sender withdrew it (drop it
+ * unread). */
+bool mstar__ring_accept(mstar__ring *r);
+/* Receiver: refuse the ring (its sender sends what it wrote another way), then close it. */
+void mstar__ring_refuse(mstar__ring *r);
+/* Sender: the receiver's answer so far (anything but OFFERED or ACCEPTED counts as refused). */
+uint32_t mstar__ring_answer(const mstar__ring *r);
+/* Sender: withdraw a ring the receiver has not answered; false when it answered meanwhile. */
+bool mstar__ring_withdraw(mstar__ring *r);
 
 /* Unmap and close; marks the ring closed for the other side first (`receiver`: which side we
  * are). Safe on an initialised or closed ring. */
