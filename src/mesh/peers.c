@@ -460,9 +460,13 @@ static mstar_status deliver(mstar_mesh *mesh, const char *peer, const void *data
             free(owned);
             return st;
         }
-        if (!p->accepted && attempt == 0 && st != MSTAR_OK) {
-            st = MSTAR_OK; /* closed without an answer yet: refused meanwhile? settle says */
-            continue;
+        if (!p->accepted && st != MSTAR_OK) {
+            /* Closed before we saw an answer: if it was refused meanwhile, ZeroMQ takes over. */
+            mstar_status settled = settle(mesh, peer, p);
+            if (settled != MSTAR_OK || p->sock != NULL) {
+                st = settled;
+                break;
+            }
         }
         mstar_log(MSTAR_LOG_WARN, "mesh %s: the receiver '%s' is gone; its ring is dropped",
                   mesh->entity, peer);
