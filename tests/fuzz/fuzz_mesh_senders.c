@@ -55,6 +55,8 @@ static void die(const char *what)
     abort();
 }
 
+static void poll_once(int timeout_ms);
+
 /* A fresh ring for sender s, handed to the receiver's bell (the old one is closed: finished);
  * `reset` at the start of an input. */
 static void new_ring(ring_sender *s, bool reset)
@@ -63,8 +65,15 @@ static void new_ring(ring_sender *s, bool reset)
     if (mstar__ring_create(s->name, "worker_0", MSTAR__RING_MIN_CAP, &s->ring) != MSTAR_OK)
         die("ring create");
     int bell;
-    if (mstar__bell_connect(&cfg, s->name, "worker_0", &bell) != MSTAR_OK ||
-        mstar__bell_hello(bell, s->name, "worker_0", s->ring.fd) != MSTAR_OK)
+    if (mstar__bell_connect(&cfg, s->name, "worker_0", &bell) != MSTAR_OK)
+        die("bell");
+    mstar_status st;
+    for (int i = 0;
+         (st = mstar__bell_hello(bell, s->name, "worker_0", s->ring.fd)) == MSTAR_EAGAIN &&
+         i < 1000;
+         i++)
+        poll_once(0); /* the bell is full of hellos: the receiver reads them */
+    if (st != MSTAR_OK)
         die("hello");
     close(bell);
     if (reset) {
@@ -212,6 +221,16 @@ static void zmq_step(int op, const uint8_t *bytes, size_t n)
         mstar_error_clear(); /* a full queue */
 }
 
+/* Whether a ring holds frames, once every ring handed over is attached. */
+static bool rings_pending(void)
+{
+    mstar__inrings_drain(rx);
+    for (size_t i = 0; i < rx->inrings.n; i++)
+        if (mstar__ring_pending(&rx->inrings.rings[i].ring))
+            return true;
+    return false;
+}
+
 /* Take everything: the rings are read in place, ZeroMQ's messages may still be on their way. */
 static void drain(void)
 {
@@ -222,9 +241,12 @@ static void drain(void)
             rings_done =
                 rings_done && (senders[k].garbled || senders[k].received == senders[k].sent);
         if (rings_done && z_received == z_sent) {
-            /* What is left is garbage: one more poll may drop it (or a garbled ring's rest). */
-            for (int i = 0; i < 64; i++)
+            /* What the rings still hold (junk, what a moved tail left) must not spill into the
+             * next input. */
+            for (int i = 0; i < 10000 && rings_pending(); i++)
                 poll_once(0);
+            if (rings_pending())
+                die("a ring is never emptied");
             return;
         }
         if (mstar__now_ns() > end)
