@@ -502,17 +502,26 @@ static void outputs_release(mstar_output *outs, size_t n)
 
 /* Take every tensor of {signal: [tensors]} into outs (appending at *n): an mstar_c.Loan of this
  * manager as a loan when `keep` is given (the single form; the batch form refuses loans), else
- * through DLPack. `keep` (optional) receives {signal: tuple of the tensors}. */
+ * through DLPack. `keep` (optional) receives {signal: tuple of the tensors}.
+ *
+ * The walk is over a snapshot of the dict's items, appended to `hold`: a __dlpack__ runs Python
+ * code that may change or clear the dict, and each output's signal name points into a key,
+ * which `hold` keeps alive until the caller lets go of it after the store. */
 static int outputs_from_dict(comm_obj *self, PyObject *dict, uint32_t request, mstar_output **outs,
-                             size_t *n, size_t *cap, PyObject *keep)
+                             size_t *n, size_t *cap, PyObject *keep, PyObject *hold)
 {
     if (!PyDict_Check(dict)) {
         mstarpy_raise_msg(MSTAR_EINVAL, "outputs: a dict {signal: [tensors]} is required");
         return -1;
     }
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(dict, &pos, &k, &v)) {
+    PyObject *items = PyDict_Items(dict);
+    int held = items ? PyList_Append(hold, items) : -1;
+    Py_XDECREF(items);
+    if (held < 0)
+        return -1;
+    for (Py_ssize_t at = 0; at < PyList_Size(items); at++) {
+        PyObject *kv = PyList_GetItem(items, at);
+        PyObject *k = PyTuple_GetItem(kv, 0), *v = PyTuple_GetItem(kv, 1);
         const char *sig = PyUnicode_Check(k) ? PyUnicode_AsUTF8AndSize(k, NULL) : NULL;
         PyObject *fast = sig ? PySequence_Tuple(v) : NULL;
         if (!fast) {
@@ -536,7 +545,7 @@ static int outputs_from_dict(comm_obj *self, PyObject *dict, uint32_t request, m
             mstar_output *o = &(*outs)[*n];
             memset(o, 0, sizeof(*o));
             o->request = request;
-            o->signal = sig; /* lives as long as the dict's key */
+            o->signal = sig; /* lives as long as the key, which `hold` keeps */
             PyObject *item = PyTuple_GetItem(fast, i);
             int lent = mstarpy_loan_take(item, self, &o->tensor, &o->loan);
             if (lent > 0 && !keep)
@@ -627,8 +636,8 @@ static PyObject *comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t nar
     mstar_output *outs = NULL;
     size_t n = 0, cap = 0;
     mstar_tensor_info *infos = NULL;
-    PyObject *result = NULL, *kept = PyDict_New();
-    if (!kept || outputs_from_dict(self, outputs, 0, &outs, &n, &cap, kept) < 0)
+    PyObject *result = NULL, *kept = PyDict_New(), *hold = PyList_New(0);
+    if (!kept || !hold || outputs_from_dict(self, outputs, 0, &outs, &n, &cap, kept, hold) < 0)
         goto fail_release;
     infos = calloc(n ? n : 1, sizeof(*infos));
     if (!infos) {
@@ -675,12 +684,14 @@ static PyObject *comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t nar
         Py_CLEAR(result);
     free(infos);
     Py_DECREF(kept);
+    Py_DECREF(hold);
     return leave(self, result);
 fail_release:
     outputs_release(outs, n);
     free(outs);
     free(infos);
     Py_XDECREF(kept);
+    Py_XDECREF(hold);
     return leave(self, NULL);
 }
 
@@ -735,8 +746,8 @@ static PyObject *comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     const char **sigs = NULL;
     mstar_output *outs = NULL;
     size_t n = 0, cap = 0;
-    PyObject *result = NULL;
-    if (!rids_t || !outs_t || !sigs_t)
+    PyObject *result = NULL, *hold = PyList_New(0);
+    if (!rids_t || !outs_t || !sigs_t || !hold)
         goto out;
     Py_ssize_t nreq = PyTuple_Size(rids_t), nsig = PyTuple_Size(sigs_t);
     if (PyTuple_Size(outs_t) != nreq || nreq > 65536 || nsig > 65536) {
@@ -761,8 +772,8 @@ static PyObject *comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     if (enter(self) < 0)
         goto out;
     for (Py_ssize_t r = 0; r < nreq; r++) {
-        if (outputs_from_dict(self, PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n, &cap,
-                              NULL) < 0) {
+        if (outputs_from_dict(self, PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n, &cap, NULL,
+                              hold) < 0) {
             outputs_release(outs, n);
             leave(self, NULL);
             goto out;
@@ -788,6 +799,7 @@ out:
     Py_XDECREF(rids_t);
     Py_XDECREF(outs_t);
     Py_XDECREF(sigs_t);
+    Py_XDECREF(hold);
     return result;
 }
 
@@ -1218,15 +1230,22 @@ static int targets_from_dict(comm_obj *self, PyObject *into, mstar_read_target *
         mstarpy_raise_msg(MSTAR_EINVAL, "into: a dict {uuid: tensor} is required");
         return -1;
     }
-    mstar_read_target *t = calloc((size_t)PyDict_Size(into) + 1, sizeof(*t));
+    /* A snapshot: each __dlpack__ runs Python code, which may change the dict under the walk
+     * (the targets are sized from it). The items hold the keys and tensors meanwhile. */
+    PyObject *items = PyDict_Items(into);
+    if (!items)
+        return -1;
+    Py_ssize_t count = PyList_Size(items);
+    mstar_read_target *t = calloc((size_t)count + 1, sizeof(*t));
     if (!t) {
+        Py_DECREF(items);
         PyErr_NoMemory();
         return -1;
     }
     mstar_device want = self->backend ? mstar_backend_device(self->backend) : mstar_device_cpu();
-    PyObject *k, *v;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(into, &pos, &k, &v)) {
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GetItem(items, i);
+        PyObject *k = PyTuple_GetItem(item, 0), *v = PyTuple_GetItem(item, 1);
         mstar_read_target *r = &t[*n];
         r->uuid = PyLong_Check(k) ? PyLong_AsUnsignedLongLong(k) : (unsigned long long)-1;
         if (PyErr_Occurred() || !PyLong_Check(k) || !PyObject_HasAttrString(v, "__dlpack__")) {
@@ -1249,6 +1268,7 @@ static int targets_from_dict(comm_obj *self, PyObject *into, mstar_read_target *
             break;
         }
     }
+    Py_DECREF(items);
     if (PyErr_Occurred()) {
         targets_release(t, *n);
         *n = 0;

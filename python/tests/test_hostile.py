@@ -1,0 +1,78 @@
+"""Hostile callers of the package (issue 29): Python code run by a call (a __dlpack__) that
+rewrites the containers the call is walking, an exception pending while a view goes, and
+read-into targets that cannot be written. Each case failed before its fix; the use-after-free
+and overflow cases are also seen by ASan with PYTHONMALLOC=malloc."""
+import gc
+
+import numpy
+import pytest
+import torch
+
+import mstar_c
+
+
+@pytest.fixture(params=["files", "arena"])
+def pair(make, request):
+    return make("worker_0", request.param), make("worker_1", request.param)
+
+
+def _stage(prod, rid, tensors):
+    infos = prod.store_and_return_tensor_info(rid, {"x": tensors})["x"]
+    for i in infos:
+        prod.increment_ref(i.uuid)  # one consumer
+    prod.register_for_send(rid, infos)
+    return infos
+
+
+class Sly:
+    """A DLPack tensor over `arr` whose __dlpack__ first runs `then()`."""
+
+    def __init__(self, arr, then):
+        self.arr, self.then = arr, then
+
+    def __dlpack__(self, **kw):
+        self.then()
+        return self.arr.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.arr.__dlpack_device__()
+
+
+def test_into_grown_by_a_dlpack_export_reads_what_it_held(pair):
+    """Fault 6: the targets were sized before the walk and the walk went on into entries a
+    __dlpack__ added (a heap overflow). The call reads into the entries the dict held when it
+    began; what was added meanwhile is not a target."""
+    prod, cons = pair
+    src = torch.arange(64, dtype=torch.float32)
+    infos = _stage(prod, 1, [src])
+    dst = numpy.zeros(64, dtype=numpy.float32)
+    into = {}
+
+    def grow():
+        into.update({10**6 + k: b"not a tensor" for k in range(64)})
+
+    into[infos[0].uuid] = Sly(dst, grow)
+    cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", infos)], into=into)
+    assert len(into) == 65
+    cons.get_ready_tensors()
+    assert numpy.array_equal(dst, src.numpy())
+    cons.dereference(infos[0].uuid)
+    cons.cleanup_request(1)
+    prod.force_cleanup_request(1)
+
+
+def test_outputs_cleared_by_a_dlpack_export_store_what_they_held(make):
+    """Fault 7: a signal name was borrowed from the dict's key, and the walk followed the dict
+    as __dlpack__ cleared it (a use after free, and the second signal lost). Every signal the
+    dict held when the call began is stored, under its own name."""
+    prod = make("worker_0")
+    first = "".join(["sig", "nal_a"])  # a key only the dict holds
+    outputs = {first: [Sly(numpy.arange(8, dtype=numpy.int32), lambda: outputs.clear())]}
+    outputs["signal_b"] = [torch.ones(4)]
+    del first
+    got = prod.store_and_return_tensor_info(1, outputs)
+    assert outputs == {}
+    assert sorted(got) == ["signal_a", "signal_b"]
+    assert [(i.dims, i.dtype) for i in got["signal_a"]] == [((8,), "int32")]
+    assert prod.num_tensors == 2
+    prod.cleanup_request(1)
