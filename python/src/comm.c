@@ -138,8 +138,13 @@ int mstarpy_comm_view_added(comm_obj *self, PyObject *rid)
     return r;
 }
 
+/* Called from deallocs and DLPack deleters, which may run while an exception is being raised
+ * (a temporary view going as its check() fails): that exception is kept, and nothing this
+ * work raises is reported. */
 void mstarpy_comm_view_dropped(comm_obj *self, PyObject *rid, mstar_tensor_id uuid)
 {
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
     if (self->comm) {
         if (!self->busy) {
             mstar_comm_dereference(self->comm, uuid, 1);
@@ -162,6 +167,7 @@ void mstarpy_comm_view_dropped(comm_obj *self, PyObject *rid, mstar_tensor_id uu
     }
     PyErr_Clear();
     mstarpy_comm_unhold(self);
+    PyErr_Restore(et, ev, tb);
 }
 
 void mstarpy_comm_hold(comm_obj *self)
@@ -375,6 +381,8 @@ static void comm_dealloc(PyObject *obj)
 {
     comm_obj *self = (comm_obj *)obj;
     PyTypeObject *tp = Py_TYPE(obj);
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb); /* an exception being raised survives the teardown */
     PyObject_GC_UnTrack(obj);
     destroy_now(self); /* no view can be alive: each holds a reference on this object */
     Py_CLEAR(self->send_obj);
@@ -385,6 +393,7 @@ static void comm_dealloc(PyObject *obj)
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(obj);
     Py_DECREF(tp);
+    PyErr_Restore(et, ev, tb);
 }
 
 static int comm_traverse(PyObject *obj, visitproc visit, void *arg)

@@ -161,7 +161,10 @@ static void loan_dealloc(PyObject *obj)
     loan_obj *self = (loan_obj *)obj;
     PyTypeObject *tp = Py_TYPE(obj);
     /* No export is alive (each holds a reference on this object). A manager in use by another
-     * thread cannot take the loan back now: its destroy does. */
+     * thread cannot take the loan back now: its destroy does. An exception being raised while
+     * the loan goes is kept. */
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
     if (give_back(self) < 0)
         PyErr_Clear();
     Py_CLEAR(self->held_rid);
@@ -169,6 +172,7 @@ static void loan_dealloc(PyObject *obj)
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(obj);
     Py_DECREF(tp);
+    PyErr_Restore(et, ev, tb);
 }
 
 static PyObject *loan_get_shape(PyObject *obj, void *unused)

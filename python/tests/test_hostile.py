@@ -76,3 +76,26 @@ def test_outputs_cleared_by_a_dlpack_export_store_what_they_held(make):
     assert [(i.dims, i.dtype) for i in got["signal_a"]] == [((8,), "int32")]
     assert prod.num_tensors == 2
     prod.cleanup_request(1)
+
+
+def test_a_view_going_while_an_error_is_raised_keeps_the_error(make, monkeypatch):
+    """Fault 8: a view's dealloc cleared the pending exception, so a failing check() of a
+    temporary view raised SystemError instead of NotFoundError."""
+    monkeypatch.setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "1")
+    prod, cons = make("worker_0", "arena"), make("worker_1", "arena")
+    loan = prod.loan_output((256,), torch.float32)
+    torch.from_dlpack(loan).fill_(1)
+    infos = prod.store_and_return_tensor_info(4, {"x": [loan]})["x"]
+    prod.increment_ref(infos[0].uuid)
+    prod.register_for_send(4, infos)
+    cons.start_read_tensors(4, [mstar_c.GraphEdge("n", "x", infos)], views=True)
+    cons.get_ready_tensors()
+    uuid = infos[0].uuid
+    cons.get_tensor(4, uuid).check()
+    prod.force_cleanup_request(4)
+    with pytest.raises(mstar_c.NotFoundError):
+        cons.get_tensor(4, uuid).check()  # the temporary view goes while the error is set
+    cons.dereference(uuid)
+    cons.cleanup_request(4)
+    gc.collect()
+    assert cons.num_tensors == 0
