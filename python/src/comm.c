@@ -19,9 +19,11 @@
 #include "args.h"
 #include "mstar_py.h"
 
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct mstarpy_comm {
     PyObject ob_base; /* PyObject_HEAD */
@@ -1226,6 +1228,48 @@ static void targets_release(mstar_read_target *t, uint32_t n)
     free(t);
 }
 
+/* Whether the host bytes at p and p + n - 1 may be written. DLPack (before 1.0) carries no
+ * read-only flag, so a tensor made from a read-only view exports as any other: each end is
+ * asked of the kernel, which reads the byte into a pipe and back in place (EFAULT where the
+ * page cannot be written). The byte keeps its value. */
+static bool host_writable(void *p, size_t n)
+{
+    int fds[2];
+    if (n == 0 || pipe2(fds, O_CLOEXEC) < 0)
+        return true; /* nothing to write, or no pipe to ask with: the read finds out */
+    bool ok = true;
+    unsigned char *ends[2] = { p, (unsigned char *)p + n - 1 };
+    for (int i = 0; ok && i < 2; i++)
+        ok = write(fds[1], ends[i], 1) == 1 && read(fds[0], ends[i], 1) == 1;
+    close(fds[0]);
+    close(fds[1]);
+    return ok;
+}
+
+/* Refuse a target the read must not write: an mstar_c.Tensor (the manager's own memory; a
+ * view's mapping is read-only), an object whose buffer is read-only (NumPy's refusal through
+ * DLPack names no reason), and host memory that cannot be written. -1 with InvalidArgumentError. */
+static int target_refused(PyObject *v, unsigned long long uuid)
+{
+    if (PyObject_TypeCheck(v, mstarpy.tensor_type)) {
+        mstarpy_raise_msg(MSTAR_EINVAL,
+                          "into: the target for uuid %llu is an mstar_c.Tensor, the manager's own "
+                          "memory (read-only for a view): read into a tensor you own",
+                          uuid);
+        return -1;
+    }
+    if (PyObject_CheckBuffer(v)) {
+        Py_buffer b;
+        if (PyObject_GetBuffer(v, &b, PyBUF_WRITABLE) < 0) {
+            PyErr_Clear();
+            mstarpy_raise_msg(MSTAR_EINVAL, "into: the target for uuid %llu is not writable", uuid);
+            return -1;
+        }
+        PyBuffer_Release(&b);
+    }
+    return 0;
+}
+
 /* start_read_tensors(into={uuid: tensor}): each tensor, a writable contiguous DLPack tensor on
  * the manager's device, becomes a read target whose release lets go of it once the manager is
  * done with its memory (mstar_read_target). */
@@ -1263,7 +1307,8 @@ static int targets_from_dict(comm_obj *self, PyObject *into, mstar_read_target *
             break;
         }
         mstar_tensor x;
-        if (mstarpy_tensor_in(v, &x, &r->release, &r->release_ctx) < 0)
+        if (target_refused(v, r->uuid) < 0 ||
+            mstarpy_tensor_in(v, &x, &r->release, &r->release_ctx) < 0)
             break;
         r->data = mstar_tensor_ptr(&x);
         r->capacity = mstar_tensor_nbytes(&x);
@@ -1273,6 +1318,13 @@ static int targets_from_dict(comm_obj *self, PyObject *into, mstar_read_target *
             mstarpy_raise_msg(MSTAR_EINVAL,
                               "into: the tensor for uuid %llu must be contiguous and on the "
                               "manager's device",
+                              (unsigned long long)r->uuid);
+            break;
+        }
+        if (x.device.type != MSTAR_DEVICE_CUDA && !host_writable(r->data, r->capacity)) {
+            mstarpy_raise_msg(MSTAR_EINVAL,
+                              "into: the tensor for uuid %llu is not writable (read-only "
+                              "memory, such as a view's mapping)",
                               (unsigned long long)r->uuid);
             break;
         }

@@ -99,3 +99,34 @@ def test_a_view_going_while_an_error_is_raised_keeps_the_error(make, monkeypatch
     cons.cleanup_request(4)
     gc.collect()
     assert cons.num_tensors == 0
+
+
+def test_unwritable_read_into_targets_are_refused(make, monkeypatch):
+    """Fault 9 (from Python): a read lands only in memory the caller may write. An mstar_c.Tensor
+    (the manager's own memory), a tensor made from a read-only view, and a read-only array are
+    refused with InvalidArgumentError, and the call starts nothing."""
+    monkeypatch.setenv("MSTAR_SHM_ARENA_SEGMENT_MB", "1")
+    prod, cons = make("worker_0", "arena"), make("worker_1", "arena")
+    a = _stage(prod, 1, [torch.arange(256, dtype=torch.float32)])
+    cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", a)], views=True)
+    cons.get_ready_tensors()
+    view = cons.get_tensor(1, a[0].uuid)
+    b = _stage(prod, 2, [torch.arange(256, dtype=torch.float32)])
+    edges = [mstar_c.GraphEdge("n", "x", b)]
+    readonly = numpy.zeros(256, dtype=numpy.float32)
+    readonly.flags.writeable = False
+    for target, why in [(view, "mstar_c.Tensor"), (torch.from_dlpack(view), "writable"),
+                        (readonly, "writable")]:
+        with pytest.raises(mstar_c.InvalidArgumentError, match=why):
+            cons.start_read_tensors(2, edges, into={b[0].uuid: target})
+        assert not cons.has_inflight_reads(2)
+    assert torch.equal(torch.from_dlpack(view), torch.arange(256, dtype=torch.float32))
+    dst = torch.zeros(256)  # the request is still readable
+    cons.start_read_tensors(2, edges, into={b[0].uuid: dst})
+    cons.get_ready_tensors()
+    assert torch.equal(dst, torch.arange(256, dtype=torch.float32))
+    del view
+    for i in (a[0].uuid, b[0].uuid):
+        cons.dereference(i)
+    cons.cleanup_request(1)
+    cons.cleanup_request(2)
