@@ -7,8 +7,9 @@
 #                 hostile again under ASan+UBSan, then each fuzz target, then unit + integration +
 #                 hostile once more under TSan (check-tsan); every build of make check turns
 #                 warnings into errors
-#   make install  build libmstar and the mstar command (not the tests), then install headers,
-#                 libraries, the command, pkg-config and CMake files under PREFIX
+#   make install  build libmstar, the mstar command and the Python package (not the tests), then
+#                 install headers, libraries, the command, pkg-config and CMake files and the
+#                 package under PREFIX
 #   make bench    run every benchmark suite: report in bench-report/ (docs/bench/: the latest)
 #   make format   clang-format every C source
 #
@@ -76,10 +77,14 @@ check-tsan: deps
 
 check: check-format check-main check-asan check-tsan
 
-# Only what is installed: the libraries and the command (the command needs the demo model and
-# the benchmark library); headers, pkg-config and CMake files need no build.
+# Only what is installed: the libraries, the command (it needs the demo model and the benchmark
+# library) and the Python package where it is configured (python3-dev found; not with
+# -DMSTAR_PYTHON=OFF); headers, pkg-config and CMake files need no build.
+# tests/install/fresh_clone.sh (.ci/run) runs it on a fresh clone, with and without the package.
 install: configure
-	@cmake --build $(BUILD) -j $(JOBS) --target mstar mstar_static mstar_cli -- --no-print-directory
+	@cmake --build $(BUILD) -j $(JOBS) --target mstar mstar_static mstar_cli \
+	    $$(cmake --build $(BUILD) --target help | grep -qw mstar_python && echo mstar_python) \
+	    -- --no-print-directory
 	cmake --install $(BUILD) --prefix $(PREFIX)
 
 bench: build
