@@ -1719,14 +1719,18 @@ static PyObject *get_live_views(PyObject *obj, void *unused)
 #define KW (PyCFunction)(void (*)(void))
 static PyMethodDef comm_methods[] = {
     { "close", comm_close, METH_NOARGS,
+      "close($self, /)\n--\n\n"
       "Destroy the manager: every tensor, staged file and segment goes (deferred until the "
       "last mstar_c.Tensor view goes). Idempotent." },
-    { "__enter__", comm_enter_ctx, METH_NOARGS, NULL },
-    { "__exit__", comm_exit_ctx, METH_VARARGS, NULL },
+    { "__enter__", comm_enter_ctx, METH_NOARGS, "__enter__($self, /)\n--\n\n" },
+    { "__exit__", comm_exit_ctx, METH_VARARGS, "__exit__($self, *exc)\n--\n\n" },
     { "register_request", KW comm_register_request, METH_VARARGS | METH_KEYWORDS,
-      "register_request(request_id, sharding_config=None)\nRemember the request's shard dims "
+      "register_request($self, request_id, sharding_config=None)\n--\n\n"
+      "Remember the request's shard dims "
       "(a ShardingConfig or {signal: dim or None})." },
     { "store_and_return_tensor_info", KW comm_store, METH_FASTCALL | METH_KEYWORDS,
+      "store_and_return_tensor_info($self, request_id, outputs, node_name=None, graph_walk=None, "
+      "tp_size=1, tp_rank=0)\n--\n\n"
       "store_and_return_tensor_info(request_id, outputs, *, node_name=None, graph_walk=None,\n"
       "tp_size=1, tp_rank=0) -> {signal: [TensorPointerInfo]}\n"
       "Store one request's outputs {signal: [tensors]} (ref 0 each) and return their "
@@ -1734,45 +1738,62 @@ static PyMethodDef comm_methods[] = {
       "canonical layout);\nan mstar_c.Loan of this manager is stored as the loan it is: nothing "
       "copied, even when staged." },
     { "loan_output", KW comm_loan_output, METH_VARARGS | METH_KEYWORDS,
-      "loan_output(shape, dtype='float32') -> mstar_c.Loan\nOutput memory to compute into in "
+      "loan_output($self, shape, dtype='float32')\n--\n\n"
+      "Output memory to compute into in "
       "place (torch.from_dlpack(loan)) and store among the outputs of\n"
       "store_and_return_tensor_info: over the arena it is a slot of this process's segments, so "
       "storing and staging copy nothing." },
     { "store_and_return_tensor_info_batch", KW comm_store_batch, METH_VARARGS | METH_KEYWORDS,
+      "store_and_return_tensor_info_batch($self, request_ids, outputs, signals, *, node_name=None, "
+      "graph_walk=None, tp_size=1, tp_rank=0)\n--\n\n"
       "store_and_return_tensor_info_batch(request_ids, outputs, signals, *, node_name=None,\n"
       "graph_walk=None, tp_size=1, tp_rank=0) -> StoredOutputs\noutputs[i] is request i's "
       "{signal: [tensors]}; signals not in `signals` are not stored." },
     { "tensor_info", comm_tensor_info, METH_O,
+      "tensor_info($self, uuid, /)\n--\n\n"
       "tensor_info(uuid) -> TensorPointerInfo of a held tensor." },
     { "increment_ref", KW comm_increment_ref, METH_FASTCALL | METH_KEYWORDS,
+      "increment_ref($self, uuid, n=1)\n--\n\n"
       "increment_ref(uuid, n=1)" },
     { "dereference", KW comm_dereference, METH_FASTCALL | METH_KEYWORDS,
-      "dereference(uuid, n=1): frees the tensor when its count reaches 0 (unless persisted)." },
+      "dereference($self, uuid, n=1)\n--\n\n"
+      "frees the tensor when its count reaches 0 (unless persisted)." },
     { "set_persist", KW comm_set_persist, METH_VARARGS | METH_KEYWORDS,
+      "set_persist($self, uuid, persist=True)\n--\n\n"
       "set_persist(uuid, persist=True)" },
     { "increment_ref_batch", comm_increment_ref_batch, METH_VARARGS,
+      "increment_ref_batch($self, uuids, n=1, /)\n--\n\n"
       "increment_ref_batch(uuids, n=1)" },
     { "dereference_batch", comm_dereference_batch, METH_VARARGS,
-      "dereference_batch(uuids, counts=1): counts is one int or one per uuid." },
+      "dereference_batch($self, uuids, counts=1, /)\n--\n\n"
+      "counts is one int or one per uuid." },
     { "set_output_ref_counts", comm_set_output_ref_counts, METH_VARARGS,
+      "set_output_ref_counts($self, held_uuids, routed_edges, /)\n--\n\n"
       "set_output_ref_counts(held_uuids, routed_edges)" },
     { "register_for_send", KW comm_register_for_send, METH_FASTCALL,
-      "register_for_send(request_id, infos)\nStage each descriptor's tensor for other "
+      "register_for_send($self, request_id, infos, /)\n--\n\n"
+      "Stage each descriptor's tensor for other "
       "processes (file written, arena copy made, memory\nregistered) and stamp the transport's "
       "fields onto the descriptors in place. A message\ncarrying them may be sent once this "
       "returns." },
     { "register_for_send_uuids", comm_register_for_send_uuids, METH_VARARGS,
+      "register_for_send_uuids($self, request_ids, counts, uuids, /)\n--\n\n"
       "register_for_send_uuids(request_ids, counts, uuids)" },
     { "refresh_shm_placement", comm_refresh_shm_placement, METH_O,
-      "refresh_shm_placement(edges): copy the transport's fields of staged tensors onto the "
+      "refresh_shm_placement($self, edges, /)\n--\n\n"
+      "copy the transport's fields of staged tensors onto the "
       "edges' descriptors (in place)." },
     { "note_sent", comm_note_sent, METH_VARARGS,
-      "note_sent(peer, msg): msg, holding this manager's descriptors, was sent to peer by\n"
+      "note_sent($self, peer, msg, /)\n--\n\n"
+      "msg, holding this manager's descriptors, was sent to peer by\n"
       "other means than its Mesh; only peer's ACKs may then release them." },
     { "handle_message", comm_handle_message, METH_O,
-      "handle_message(msg): apply TENSOR_RECEIVED or UNPERSIST_TENSORS." },
+      "handle_message($self, msg, /)\n--\n\n"
+      "apply TENSOR_RECEIVED or UNPERSIST_TENSORS." },
     { "start_read_tensors", KW comm_start_read_tensors, METH_FASTCALL | METH_KEYWORDS,
-      "start_read_tensors(request_id, edges, graph_walk=None, *, views=False, into=None)\n"
+      "start_read_tensors($self, request_id, edges=None, graph_walk=None, views=False, "
+      "into=None)\n--\n\n"
+      ""
       "-> [Completion], or start_read_tensors(msg, *, views=False, into=None)\n"
       "Begin reading the edges' descriptors (validated first; nothing kept if any is bad);\n"
       "returns the reads still in flight, whose results land in get_ready_tensors. A message\n"
@@ -1785,28 +1806,42 @@ static PyMethodDef comm_methods[] = {
       "views that memory), held until the manager is done with them. graph_walk is the\n"
       "reference's, not needed." },
     { "ack_unread_tensors", comm_ack_unread_tensors, METH_VARARGS,
-      "ack_unread_tensors(request_id, edges) or ack_unread_tensors(msg): ACK without reading\n"
+      "ack_unread_tensors($self, request_id, edges=None, /)\n--\n\n"
+      "ACK without reading\n"
       "(a request already gone)." },
     { "get_ready_tensors", KW comm_get_ready_tensors, METH_FASTCALL | METH_KEYWORDS,
-      "get_ready_tensors(graph_walk=None, *, with_failures=False) -> {request_id: [GraphEdge]}\n"
+      "get_ready_tensors($self, graph_walk=None, with_failures=False)\n--\n\n"
+      "[GraphEdge]}\n"
       "Collect every read whose bytes landed: ACK them (through `send`; a view's ACK waits\n"
       "for its release), gather sharded inputs, and return them. Each delivered descriptor\n"
       "carries one usage reference: release it with dereference(uuid). with_failures=True\n"
       "returns (ready, [ReadFailure])." },
     { "get_tensor", KW comm_get_tensor, METH_FASTCALL,
+      "get_tensor($self, request_id, uuid, /)\n--\n\n"
       "get_tensor(request_id, uuid) -> mstar_c.Tensor, a zero-copy view (DLPack) that holds one "
       "reference on the tensor while it lives." },
-    { "has_inflight_reads", comm_has_inflight_reads, METH_O, "has_inflight_reads(request_id)" },
+    { "has_inflight_reads", comm_has_inflight_reads, METH_O,
+      "has_inflight_reads($self, request_id, /)\n--\n\n"
+      "has_inflight_reads(request_id)" },
     { "cleanup_request", comm_cleanup_request, METH_O,
-      "cleanup_request(request_id): soft teardown (referenced tensors are deferred)." },
+      "cleanup_request($self, request_id, /)\n--\n\n"
+      "soft teardown (referenced tensors are deferred)." },
     { "force_cleanup_request", comm_force_cleanup_request, METH_O,
-      "force_cleanup_request(request_id): drop every tensor of the request. StateError while "
+      "force_cleanup_request($self, request_id, /)\n--\n\n"
+      "drop every tensor of the request. StateError while "
       "views of it are alive or reads of it are in flight." },
-    { "get_tx_info", comm_get_tx_info, METH_O, "get_tx_info(request_id) -> [TxInfo]" },
-    { "get_rx_info", comm_get_rx_info, METH_O, "get_rx_info(request_id) -> [RxInfo]" },
+    { "get_tx_info", comm_get_tx_info, METH_O,
+      "get_tx_info($self, request_id, /)\n--\n\n"
+      "get_tx_info(request_id) -> [TxInfo]" },
+    { "get_rx_info", comm_get_rx_info, METH_O,
+      "get_rx_info($self, request_id, /)\n--\n\n"
+      "get_rx_info(request_id) -> [RxInfo]" },
     { "arena_stats", comm_arena_stats, METH_NOARGS,
+      "arena_stats($self, /)\n--\n\n"
       "arena_stats() -> dict (NotSupportedError unless the transport is the arena)." },
-    { "event_drain", comm_event_drain, METH_NOARGS, "Drain the event fd." },
+    { "event_drain", comm_event_drain, METH_NOARGS,
+      "event_drain($self, /)\n--\n\n"
+      "Drain the event fd." },
     { NULL, NULL, 0, NULL },
 };
 

@@ -615,15 +615,20 @@ static PyObject *tensor_repr(PyObject *obj)
 
 static PyMethodDef tensor_methods[] = {
     { "__dlpack__", (PyCFunction)(void (*)(void))tensor_dlpack, METH_FASTCALL | METH_KEYWORDS,
-      "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n"
+      "__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None, "
+      "bool_as_uint8=False)\n--\n\n"
+      ""
       "A DLPack capsule viewing the manager's memory (no copy)." },
     { "__dlpack_device__", tensor_dlpack_device, METH_NOARGS,
+      "__dlpack_device__($self, /)\n--\n\n"
       "(device_type, device_id) as DLPack numbers them: (1, 0) CPU, (2, n) CUDA." },
     { "check", tensor_check, METH_NOARGS,
+      "check($self, /)\n--\n\n"
       "Raise NotFoundError when the tensor is a view (start_read_tensors(..., views=True))\n"
       "whose producer has freed its slot (past MSTAR_SHM_ARENA_SLOT_TTL_S, or a forced\n"
       "cleanup): its bytes may then be another tensor's. None otherwise." },
     { "release", tensor_release_m, METH_NOARGS,
+      "release($self, /)\n--\n\n"
       "Drop this view's reference on the tensor now (consumers made from it must be gone)." },
     { NULL, NULL, 0, NULL },
 };

@@ -222,15 +222,19 @@ static PyObject *loan_repr(PyObject *obj)
 
 static PyMethodDef loan_methods[] = {
     { "__dlpack__", (PyCFunction)(void (*)(void))loan_dlpack, METH_FASTCALL | METH_KEYWORDS,
-      "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n"
+      "__dlpack__($self, *, stream=None, max_version=None, dl_device=None, copy=None, "
+      "bool_as_uint8=False)\n--\n\n"
+      ""
       "A DLPack capsule of the lent memory, writable: compute into it in place." },
     { "__dlpack_device__", loan_dlpack_device, METH_NOARGS,
+      "__dlpack_device__($self, /)\n--\n\n"
       "(device_type, device_id) as DLPack numbers them: (1, 0) for host memory." },
     { "release", loan_release, METH_NOARGS,
+      "release($self, /)\n--\n\n"
       "Give the loan back unstored (nothing once stored or given back). StateError while "
       "tensors made from it are alive." },
-    { "__enter__", loan_enter, METH_NOARGS, NULL },
-    { "__exit__", loan_exit, METH_VARARGS, NULL },
+    { "__enter__", loan_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n" },
+    { "__exit__", loan_exit, METH_VARARGS, "__exit__($self, *exc)\n--\n\n" },
     { NULL, NULL, 0, NULL },
 };
 

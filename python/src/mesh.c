@@ -282,17 +282,27 @@ static PyObject *mesh_get_closed(PyObject *obj, void *unused)
 
 static PyMethodDef mesh_methods[] = {
     { "send", mesh_send, METH_VARARGS,
-      "send(peer, msg): encode and send a Message (connects on first use). TryAgainError when "
+      "send($self, peer, msg, /)\n--\n\n"
+      "encode and send a Message (connects on first use). TryAgainError when "
       "the peer's queue is full." },
-    { "send_raw", mesh_send_raw, METH_VARARGS, "send_raw(peer, data: bytes)" },
+    { "send_raw", mesh_send_raw, METH_VARARGS,
+      "send_raw($self, peer, data, /)\n--\n\n"
+      "send_raw(peer, data: bytes)" },
     { "recv", (PyCFunction)(void (*)(void))mesh_recv, METH_FASTCALL | METH_KEYWORDS,
-      "recv(timeout_ms=-1) -> Message or None (none arrived in time, or a wake-up).\n"
+      "recv($self, timeout_ms=-1)\n--\n\n"
+      ""
       "The message keeps the library's struct: each field is built when first read." },
-    { "wake", mesh_wake, METH_NOARGS, "Wake a recv (any thread)." },
-    { "wake_drain", mesh_wake_drain, METH_NOARGS, "Drain the wake-ups; returns how many." },
-    { "close", mesh_close, METH_NOARGS, "Close every socket and remove the bound ipc file." },
-    { "__enter__", mesh_enter, METH_NOARGS, NULL },
-    { "__exit__", mesh_exit, METH_VARARGS, NULL },
+    { "wake", mesh_wake, METH_NOARGS,
+      "wake($self, /)\n--\n\n"
+      "Wake a recv (any thread)." },
+    { "wake_drain", mesh_wake_drain, METH_NOARGS,
+      "wake_drain($self, /)\n--\n\n"
+      "Drain the wake-ups; returns how many." },
+    { "close", mesh_close, METH_NOARGS,
+      "close($self, /)\n--\n\n"
+      "Close every socket and remove the bound ipc file." },
+    { "__enter__", mesh_enter, METH_NOARGS, "__enter__($self, /)\n--\n\n" },
+    { "__exit__", mesh_exit, METH_VARARGS, "__exit__($self, *exc)\n--\n\n" },
     { NULL, NULL, 0, NULL },
 };
 
@@ -384,11 +394,15 @@ static PyObject *completion_result(PyObject *obj, PyObject *args, PyObject *kw)
 }
 
 static PyMethodDef completion_methods[] = {
-    { "done", completion_done, METH_NOARGS, "True once the read finished (well or not)." },
+    { "done", completion_done, METH_NOARGS,
+      "done($self, /)\n--\n\n"
+      "True once the read finished (well or not)." },
     { "result", (PyCFunction)(void (*)(void))completion_result, METH_VARARGS | METH_KEYWORDS,
-      "result(timeout=None): wait (seconds; None: forever); raise the read's error, or "
+      "result($self, timeout=None)\n--\n\n"
+      "wait (seconds; None: forever); raise the read's error, or "
       "TimedOutError." },
     { "wait", (PyCFunction)(void (*)(void))completion_result, METH_VARARGS | METH_KEYWORDS,
+      "wait($self, timeout=None)\n--\n\n"
       "The same as result()." },
     { NULL, NULL, 0, NULL },
 };

@@ -239,18 +239,27 @@ static PyObject *py_bind_types(PyObject *mod, PyObject *types)
 }
 
 static PyMethodDef module_methods[] = {
-    { "version", py_version, METH_NOARGS, "version() -> str: libmstar's version." },
+    { "version", py_version, METH_NOARGS,
+      "version($module, /)\n--\n\n"
+      "libmstar's version." },
     { "built_with_cuda", py_built_with_cuda, METH_NOARGS,
-      "built_with_cuda() -> bool: whether libmstar has the CUDA backend." },
+      "built_with_cuda($module, /)\n--\n\n"
+      "whether libmstar has the CUDA backend." },
     { "entity_index", py_entity_index, METH_O,
-      "entity_index(name) -> int: the fixed tensor-id index of a well-known entity name." },
+      "entity_index($module, name, /)\n--\n\n"
+      "the fixed tensor-id index of a well-known entity name." },
     { "dtype_size", py_dtype_size, METH_O,
-      "dtype_size(dtype) -> int: bytes per element of a torch dtype name." },
-    { "status_name", py_status_name, METH_O, "status_name(code) -> str, e.g. 'MSTAR_EINVAL'." },
+      "dtype_size($module, dtype, /)\n--\n\n"
+      "bytes per element of a torch dtype name." },
+    { "status_name", py_status_name, METH_O,
+      "status_name($module, code, /)\n--\n\n"
+      "The status name of a code, e.g. 'MSTAR_EINVAL'." },
     { "set_log_level", py_set_log_level, METH_O,
-      "set_log_level(level): 0 error, 1 warn, 2 info, 3 debug, 4 trace (overrides MSTAR_LOG)." },
+      "set_log_level($module, level, /)\n--\n\n"
+      "0 error, 1 warn, 2 info, 3 debug, 4 trace (overrides MSTAR_LOG)." },
     { "fanout", (PyCFunction)(void (*)(void))py_fanout, METH_VARARGS | METH_KEYWORDS,
-      "fanout(edge, shard_dim, src_workers=None, src_rank=0, dst_workers=None)\n"
+      "fanout($module, edge, shard_dim, src_workers=None, src_rank=0, dst_workers=None)\n--\n\n"
+      ""
       "-> list[(worker, GraphEdge)]: the per-destination clones of an edge (the reference's\n"
       "fanout_graph_edges). shard_dim None: replicated." },
     { "_bind_types", py_bind_types, METH_O,
