@@ -16,7 +16,7 @@ class Error(RuntimeError):
 
 def _make(name, status, status_name, doc, *bases):
     cls = type(name, (Error,) + bases, {"status": status, "status_name": status_name,
-                                        "__doc__": doc, "__module__": "mstar"})
+                                        "__doc__": doc, "__module__": "mstar_c"})
     return cls
 
 

@@ -276,7 +276,7 @@ static PyMethodDef module_methods[] = {
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     "_mstar",
-    "The C core of the mstar package (see the mstar package for the documented API).",
+    "The C core of the mstar_c package (see the mstar_c package for the documented API).",
     -1,
     module_methods,
     NULL,
