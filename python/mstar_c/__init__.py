@@ -146,14 +146,39 @@ def to_numpy(t: Tensor):
     return numpy.from_dlpack(t)
 
 
-def create_tensor_communication_manager(protocol: str = "shm", **kw) -> CommunicationManager:
-    """The reference's factory: protocol "shm" (MSTAR_SHM_ARENA: files or arena), "tcp"
-    (ucx-tcp) or "rdma" (ucx-rdma); keywords as CommunicationManager's
-    (my_entity_id is accepted for entity)."""
-    if "my_entity_id" in kw:
-        kw["entity"] = kw.pop("my_entity_id")
-    entity = kw.pop("entity")
-    return CommunicationManager(entity, transport=protocol, **kw)
+def create_tensor_communication_manager(protocol="shm", my_entity_id=None, hostname=None,
+                                        device=None, communicator=None,
+                                        metadata_server="P2PHANDSHAKE", tcp_transfer_device="",
+                                        shm_dir=None, enable_prof=False,
+                                        **kw) -> CommunicationManager:
+    """The reference's factory, with its parameters: protocol "shm" (MSTAR_SHM_ARENA: files or
+    arena), "tcp" (ucx-tcp) or "rdma" (ucx-rdma), or an enum whose value or name is one;
+    communicator is the manager's send (a Mesh, a callable, or an object with send(peer, msg));
+    device None, "cpu" or "cuda:N". hostname is accepted and not needed (UCX finds the host's
+    addresses itself). metadata_server: only the reference's default "P2PHANDSHAKE" (UCX
+    exchanges its worker addresses in band, in the descriptors); tcp_transfer_device: only ""
+    (UCX picks its interfaces from UCX_NET_DEVICES). Other keywords are CommunicationManager's
+    (entity for my_entity_id, send for communicator, transport for protocol)."""
+    if not isinstance(protocol, str):  # the reference's CommProtocol
+        value = getattr(protocol, "value", None)
+        protocol = value if isinstance(value, str) else getattr(protocol, "name", "").lower()
+    entity = kw.pop("entity", my_entity_id)
+    if entity is None:
+        raise TypeError("create_tensor_communication_manager() missing required argument "
+                        "'my_entity_id'")
+    if communicator is not None:
+        kw["send"] = communicator
+    if metadata_server not in (None, "", "P2PHANDSHAKE"):
+        raise NotSupportedError(  # noqa: F405
+            f"metadata_server={metadata_server!r}: UCX exchanges its worker addresses in the "
+            "descriptors (the P2P handshake); there is no metadata server to name")
+    if tcp_transfer_device:
+        raise NotSupportedError(  # noqa: F405
+            f"tcp_transfer_device={tcp_transfer_device!r}: UCX picks its network interfaces "
+            "from the environment; set UCX_NET_DEVICES instead")
+    del hostname  # accepted: the transport finds the host's own addresses
+    return CommunicationManager(entity, transport=kw.pop("transport", protocol), device=device,
+                                shm_dir=shm_dir, enable_prof=enable_prof, **kw)
 
 
 def error_class(status: int) -> type:

@@ -13,7 +13,7 @@ import inspect
 import sys
 
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, NamedTuple, Optional, Union
 
 from . import _mstar
 from ._mstar import _EdgeBase, _InfoBase, _MsgBase
@@ -136,14 +136,15 @@ class ShardGroup:
         return len(self.workers)
 
 
-@dataclass
-class StoredOutputs:
-    """The batch store's index-parallel columns, one entry per stored tensor."""
+class StoredOutputs(NamedTuple):
+    """The batch store's columns, as the reference's named tuple: flat_uuids, flat_rids (the
+    index of each tensor's request in request_ids) and signal_idxs, one entry per stored
+    tensor; num_tensors, one entry per (request, signal), request-major."""
 
-    flat_uuids: List[int] = field(default_factory=list)
-    flat_rids: List[int] = field(default_factory=list)
-    signal_idxs: List[int] = field(default_factory=list)
-    num_tensors: List[List[int]] = field(default_factory=list)
+    flat_uuids: List[int]
+    flat_rids: List[int]
+    signal_idxs: List[int]
+    num_tensors: List[int]
 
 
 @dataclass

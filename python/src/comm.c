@@ -582,6 +582,20 @@ static int outputs_from_dict(comm_obj *self, PyObject *dict, uint32_t request, m
     return 0;
 }
 
+/* The reference's skip_cuda_sync and cpu_tensors, accepted for its callers. Neither changes what
+ * the library does: it orders its own copies after the producer's stream (CUDA events) so there
+ * is no default-stream sync to skip, and it makes the host copy a transport needs itself, so a
+ * caller's host copies (a dict, or None) are not used. -1 with an exception for a wrong type. */
+static int reference_kw(PyObject *skip_cuda_sync, PyObject *cpu_tensors)
+{
+    int skip;
+    if (skip_cuda_sync && mstarpy_arg_bool(skip_cuda_sync, &skip) < 0)
+        return -1;
+    if (cpu_tensors && cpu_tensors != Py_None && !PyDict_Check(cpu_tensors))
+        return mstarpy_raise_msg(MSTAR_EINVAL, "cpu_tensors: a dict of host copies, or None"), -1;
+    return 0;
+}
+
 static int params_from_kw(PyObject *node, PyObject *walk, int tp_size, int tp_rank,
                           mstar_store_params *p)
 {
@@ -626,14 +640,17 @@ static PyObject *comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t nar
                             PyObject *kwnames)
 {
     comm_obj *self = (comm_obj *)obj;
-    static const char *const names[] = { "request_id", "outputs", "node_name", "graph_walk",
-                                         "tp_size",    "tp_rank", NULL };
-    static const mstarpy_params p = { "store_and_return_tensor_info", names, 2, 2 };
-    PyObject *a[6];
+    /* The reference's order by position (its skip_cuda_sync and cpu_tensors: reference_kw),
+     * then this package's tp_size and tp_rank by keyword. */
+    static const char *const names[] = { "request_id", "outputs",        "node_name",
+                                         "graph_walk", "skip_cuda_sync", "cpu_tensors",
+                                         "tp_size",    "tp_rank",        NULL };
+    static const mstarpy_params p = { "store_and_return_tensor_info", names, 6, 2 };
+    PyObject *a[8];
     long long tp_size = 1, tp_rank = 0;
-    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 ||
-        (a[4] && mstarpy_arg_ll(&p, a[4], INT_MIN, INT_MAX, &tp_size) < 0) ||
-        (a[5] && mstarpy_arg_ll(&p, a[5], INT_MIN, INT_MAX, &tp_rank) < 0))
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 || reference_kw(a[4], a[5]) < 0 ||
+        (a[6] && mstarpy_arg_ll(&p, a[6], INT_MIN, INT_MAX, &tp_size) < 0) ||
+        (a[7] && mstarpy_arg_ll(&p, a[7], INT_MIN, INT_MAX, &tp_rank) < 0))
         return NULL;
     PyObject *rid_obj = a[0], *outputs = a[1];
     PyObject *node = a[2] ? a[2] : Py_None, *walk = a[3] ? a[3] : Py_None;
@@ -714,23 +731,18 @@ static PyObject *list_u32(const uint32_t *v, size_t n)
     return l;
 }
 
+/* The reference's StoredOutputs, a named tuple of four index-parallel lists: num_tensors has
+ * one entry per (request, signal), request-major. */
 static PyObject *stored_to_py(const mstar_stored_outputs *s, uint32_t nreq, uint32_t nsig)
 {
-    PyObject *o = PyObject_CallNoArgs(mstarpy.stored_cls);
-    if (!o)
-        return NULL;
     PyObject *uu = PyList_New((Py_ssize_t)s->n);
     for (uint32_t i = 0; uu && i < s->n; i++)
         PyList_SetItem(uu, (Py_ssize_t)i, PyLong_FromUnsignedLongLong(s->flat_uuids[i]));
-    PyObject *nt = PyList_New((Py_ssize_t)nreq);
-    for (uint32_t r = 0; nt && r < nreq; r++)
-        PyList_SetItem(nt, (Py_ssize_t)r, list_u32(s->num_tensors + (size_t)r * nsig, nsig));
+    PyObject *nt = list_u32(s->num_tensors, (size_t)nreq * nsig);
     PyObject *fr = list_u32(s->flat_rids, s->n), *si = list_u32(s->signal_idxs, s->n);
-    if (!uu || !nt || !fr || !si || PyObject_SetAttrString(o, "flat_uuids", uu) < 0 ||
-        PyObject_SetAttrString(o, "flat_rids", fr) < 0 ||
-        PyObject_SetAttrString(o, "signal_idxs", si) < 0 ||
-        PyObject_SetAttrString(o, "num_tensors", nt) < 0)
-        Py_CLEAR(o);
+    PyObject *o = uu && nt && fr && si
+                      ? PyObject_CallFunctionObjArgs(mstarpy.stored_cls, uu, fr, si, nt, NULL)
+                      : NULL;
     Py_XDECREF(uu);
     Py_XDECREF(nt);
     Py_XDECREF(fr);
@@ -741,12 +753,14 @@ static PyObject *stored_to_py(const mstar_stored_outputs *s, uint32_t nreq, uint
 static PyObject *comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
 {
     comm_obj *self = (comm_obj *)obj;
-    static char *kwlist[] = { "request_ids", "outputs", "signals", "node_name",
-                              "graph_walk",  "tp_size", "tp_rank", NULL };
+    static char *kwlist[] = { "request_ids",    "outputs",     "signals", "node_name", "graph_walk",
+                              "skip_cuda_sync", "cpu_tensors", "tp_size", "tp_rank",   NULL };
     PyObject *rids_obj, *outputs, *signals_obj, *node = Py_None, *walk = Py_None;
+    PyObject *skip = NULL, *cpu = NULL;
     int tp_size = 1, tp_rank = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|$OOii", kwlist, &rids_obj, &outputs,
-                                     &signals_obj, &node, &walk, &tp_size, &tp_rank))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OOO|OOOO$ii", kwlist, &rids_obj, &outputs,
+                                     &signals_obj, &node, &walk, &skip, &cpu, &tp_size, &tp_rank) ||
+        reference_kw(skip, cpu) < 0)
         return NULL;
     mstar_store_params params = { 0 };
     if (params_from_kw(node, walk, tp_size, tp_rank, &params) < 0)
@@ -936,12 +950,9 @@ static int uuids_from_py(PyObject *seq, mstar_tensor_id **out, uint32_t *n)
     return 0;
 }
 
-static PyObject *batch_ref(PyObject *obj, PyObject *args, bool increment)
+static PyObject *batch_ref(PyObject *obj, PyObject *seq, PyObject *count_obj, bool increment)
 {
     comm_obj *self = (comm_obj *)obj;
-    PyObject *seq, *count_obj = NULL;
-    if (!PyArg_ParseTuple(args, "O|O", &seq, &count_obj))
-        return NULL;
     mstar_tensor_id *uuids;
     uint32_t n;
     if (uuids_from_py(seq, &uuids, &n) < 0)
@@ -990,14 +1001,35 @@ out:
     return r;
 }
 
-static PyObject *comm_increment_ref_batch(PyObject *obj, PyObject *args)
+/* increment_ref_batch(uuids, n=1), also under the reference's name increment_ref_batch_uniform;
+ * dereference_batch_uniform(uuids, n=1) is dereference_batch(uuids, counts) with one count. */
+static PyObject *comm_increment_ref_batch(PyObject *obj, PyObject *args, PyObject *kw)
 {
-    return batch_ref(obj, args, true);
+    static char *kwlist[] = { "uuids", "n", NULL };
+    PyObject *seq, *count_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &seq, &count_obj))
+        return NULL;
+    return batch_ref(obj, seq, count_obj, true);
 }
 
-static PyObject *comm_dereference_batch(PyObject *obj, PyObject *args)
+static PyObject *comm_dereference_batch(PyObject *obj, PyObject *args, PyObject *kw)
 {
-    return batch_ref(obj, args, false);
+    static char *kwlist[] = { "uuids", "counts", NULL };
+    PyObject *seq, *count_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &seq, &count_obj))
+        return NULL;
+    return batch_ref(obj, seq, count_obj, false);
+}
+
+static PyObject *comm_dereference_batch_uniform(PyObject *obj, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "uuids", "n", NULL };
+    PyObject *seq, *count_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|O", kwlist, &seq, &count_obj))
+        return NULL;
+    if (count_obj && !PyLong_Check(count_obj))
+        return mstarpy_raise_msg(MSTAR_EINVAL, "dereference_batch_uniform: n is one int");
+    return batch_ref(obj, seq, count_obj, false);
 }
 
 static PyObject *comm_set_output_ref_counts(PyObject *obj, PyObject *args)
@@ -1028,13 +1060,14 @@ static PyObject *comm_set_output_ref_counts(PyObject *obj, PyObject *args)
 
 /* ---- staging -------------------------------------------------------------------------------- */
 
-static PyObject *comm_register_for_send(PyObject *obj, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *comm_register_for_send(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames)
 {
     comm_obj *self = (comm_obj *)obj;
-    static const char *const names[] = { "request_id", "infos", NULL };
-    static const mstarpy_params p = { "register_for_send", names, 2, 2 };
-    PyObject *a[2];
-    if (mstarpy_parse(&p, args, nargs, NULL, a) < 0)
+    static const char *const names[] = { "request_id", "tensor_infos", "skip_cuda_sync", NULL };
+    static const mstarpy_params p = { "register_for_send", names, 3, 2 };
+    PyObject *a[3];
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 || reference_kw(a[2], NULL) < 0)
         return NULL;
     PyObject *rid_obj = a[0], *infos_obj = a[1];
     mstar_rid rid;
@@ -1516,18 +1549,39 @@ static PyObject *comm_get_ready_tensors(PyObject *obj, PyObject *const *args, Py
     return NULL;
 }
 
+/* get_tensor(uuid), the reference's form: a torch.Tensor over the view where torch is in use
+ * (imported), as the reference returns; the view otherwise. The view is counted under the
+ * request None, so force_cleanup_request of any request waits for it. */
+static PyObject *reference_tensor(PyObject *view)
+{
+    PyObject *name = view ? PyUnicode_FromString("torch") : NULL;
+    PyObject *torch = name ? PyImport_GetModule(name) : NULL;
+    Py_XDECREF(name);
+    if (!torch)
+        return PyErr_Occurred() ? (Py_XDECREF(view), NULL) : view;
+    Py_DECREF(torch);
+    PyObject *mod = PyImport_ImportModule("mstar_c"); /* to_torch: also bool on torch < 2 */
+    PyObject *t = mod ? PyObject_CallMethod(mod, "to_torch", "O", view) : NULL;
+    Py_XDECREF(mod);
+    Py_DECREF(view);
+    return t;
+}
+
 static PyObject *comm_get_tensor(PyObject *obj, PyObject *const *args, Py_ssize_t nargs)
 {
     comm_obj *self = (comm_obj *)obj;
     static const char *const names[] = { "request_id", "uuid", NULL };
-    static const mstarpy_params p = { "get_tensor", names, 2, 2 };
+    static const mstarpy_params p = { "get_tensor", names, 2, 1 };
     PyObject *a[2];
     if (mstarpy_parse(&p, args, nargs, NULL, a) < 0)
         return NULL;
+    if (!a[1])
+        return reference_tensor(comm_get_tensor(obj, (PyObject *const[]){ Py_None, a[0] }, 2));
     PyObject *rid_obj = a[0], *u = a[1];
     mstar_rid rid;
     mstar_tensor_id uuid;
-    if (rid_arg(rid_obj, &rid) < 0 || uuid_arg(u, &uuid) < 0 || enter(self) < 0)
+    if ((rid_obj != Py_None && rid_arg(rid_obj, &rid) < 0) || uuid_arg(u, &uuid) < 0 ||
+        enter(self) < 0)
         return NULL;
     mstar_tensor t;
     mstar_status st = mstar_comm_get_tensor(self->comm, uuid, &t);
@@ -1563,6 +1617,8 @@ static PyObject *cleanup_call(PyObject *obj, PyObject *arg, bool force)
         return NULL;
     if (force) {
         PyObject *n = PyDict_GetItemWithError(self->views, arg);
+        if (!n && !PyErr_Occurred()) /* views of get_tensor(uuid), of any request */
+            n = PyDict_GetItemWithError(self->views, Py_None);
         if (n)
             return mstarpy_raise_msg(MSTAR_ESTATE,
                                      "force_cleanup_request: %ld mstar_c.Tensor view(s) of this "
@@ -1581,9 +1637,17 @@ static PyObject *cleanup_call(PyObject *obj, PyObject *arg, bool force)
     return st == MSTAR_OK ? leave(self, Py_NewRef(Py_None)) : fail(self, st);
 }
 
-static PyObject *comm_cleanup_request(PyObject *obj, PyObject *arg)
+static PyObject *comm_cleanup_request(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                                      PyObject *kwnames)
 {
-    return cleanup_call(obj, arg, false);
+    static const char *const names[] = { "request_id", "force", NULL };
+    static const mstarpy_params p = { "cleanup_request", names, 2, 1 };
+    PyObject *a[2];
+    int force = 0;
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 ||
+        (a[1] && mstarpy_arg_bool(a[1], &force) < 0))
+        return NULL;
+    return cleanup_call(obj, a[0], force != 0);
 }
 
 static PyObject *comm_force_cleanup_request(PyObject *obj, PyObject *arg)
@@ -1730,7 +1794,7 @@ static PyMethodDef comm_methods[] = {
       "(a ShardingConfig or {signal: dim or None})." },
     { "store_and_return_tensor_info", KW comm_store, METH_FASTCALL | METH_KEYWORDS,
       "store_and_return_tensor_info($self, request_id, outputs, node_name=None, graph_walk=None, "
-      "tp_size=1, tp_rank=0)\n--\n\n"
+      "skip_cuda_sync=False, cpu_tensors=None, *, tp_size=1, tp_rank=0)\n--\n\n"
       "store_and_return_tensor_info(request_id, outputs, *, node_name=None, graph_walk=None,\n"
       "tp_size=1, tp_rank=0) -> {signal: [TensorPointerInfo]}\n"
       "Store one request's outputs {signal: [tensors]} (ref 0 each) and return their "
@@ -1744,8 +1808,8 @@ static PyMethodDef comm_methods[] = {
       "store_and_return_tensor_info: over the arena it is a slot of this process's segments, so "
       "storing and staging copy nothing." },
     { "store_and_return_tensor_info_batch", KW comm_store_batch, METH_VARARGS | METH_KEYWORDS,
-      "store_and_return_tensor_info_batch($self, request_ids, outputs, signals, *, node_name=None, "
-      "graph_walk=None, tp_size=1, tp_rank=0)\n--\n\n"
+      "store_and_return_tensor_info_batch($self, request_ids, outputs, signals, node_name=None, "
+      "graph_walk=None, skip_cuda_sync=False, cpu_tensors=None, *, tp_size=1, tp_rank=0)\n--\n\n"
       "store_and_return_tensor_info_batch(request_ids, outputs, signals, *, node_name=None,\n"
       "graph_walk=None, tp_size=1, tp_rank=0) -> StoredOutputs\noutputs[i] is request i's "
       "{signal: [tensors]}; signals not in `signals` are not stored." },
@@ -1761,17 +1825,21 @@ static PyMethodDef comm_methods[] = {
     { "set_persist", KW comm_set_persist, METH_VARARGS | METH_KEYWORDS,
       "set_persist($self, uuid, persist=True)\n--\n\n"
       "set_persist(uuid, persist=True)" },
-    { "increment_ref_batch", comm_increment_ref_batch, METH_VARARGS,
-      "increment_ref_batch($self, uuids, n=1, /)\n--\n\n"
-      "increment_ref_batch(uuids, n=1)" },
-    { "dereference_batch", comm_dereference_batch, METH_VARARGS,
-      "dereference_batch($self, uuids, counts=1, /)\n--\n\n"
-      "counts is one int or one per uuid." },
+    { "increment_ref_batch", KW comm_increment_ref_batch, METH_VARARGS | METH_KEYWORDS,
+      "increment_ref_batch($self, uuids, n=1)\n--\n\nn more references on each uuid." },
+    { "increment_ref_batch_uniform", KW comm_increment_ref_batch, METH_VARARGS | METH_KEYWORDS,
+      "increment_ref_batch_uniform($self, uuids, n=1)\n--\n\n"
+      "The reference's name of increment_ref_batch." },
+    { "dereference_batch", KW comm_dereference_batch, METH_VARARGS | METH_KEYWORDS,
+      "dereference_batch($self, uuids, counts=1)\n--\n\ncounts is one int or one per uuid." },
+    { "dereference_batch_uniform", KW comm_dereference_batch_uniform, METH_VARARGS | METH_KEYWORDS,
+      "dereference_batch_uniform($self, uuids, n=1)\n--\n\n"
+      "dereference_batch with one count for every uuid (the reference's name)." },
     { "set_output_ref_counts", comm_set_output_ref_counts, METH_VARARGS,
       "set_output_ref_counts($self, held_uuids, routed_edges, /)\n--\n\n"
       "set_output_ref_counts(held_uuids, routed_edges)" },
-    { "register_for_send", KW comm_register_for_send, METH_FASTCALL,
-      "register_for_send($self, request_id, infos, /)\n--\n\n"
+    { "register_for_send", KW comm_register_for_send, METH_FASTCALL | METH_KEYWORDS,
+      "register_for_send($self, request_id, tensor_infos, skip_cuda_sync=False)\n--\n\n"
       "Stage each descriptor's tensor for other "
       "processes (file written, arena copy made, memory\nregistered) and stamp the transport's "
       "fields onto the descriptors in place. A message\ncarrying them may be sent once this "
@@ -1817,15 +1885,16 @@ static PyMethodDef comm_methods[] = {
       "carries one usage reference: release it with dereference(uuid). with_failures=True\n"
       "returns (ready, [ReadFailure])." },
     { "get_tensor", KW comm_get_tensor, METH_FASTCALL,
-      "get_tensor($self, request_id, uuid, /)\n--\n\n"
+      "get_tensor($self, request_id, uuid=None, /)\n--\n\n"
       "get_tensor(request_id, uuid) -> mstar_c.Tensor, a zero-copy view (DLPack) that holds one "
-      "reference on the tensor while it lives." },
+      "reference on the tensor while it lives. get_tensor(uuid), the reference's form: a "
+      "torch.Tensor over such a view where torch is imported, else the view." },
     { "has_inflight_reads", comm_has_inflight_reads, METH_O,
       "has_inflight_reads($self, request_id, /)\n--\n\n"
       "has_inflight_reads(request_id)" },
-    { "cleanup_request", comm_cleanup_request, METH_O,
-      "cleanup_request($self, request_id, /)\n--\n\n"
-      "soft teardown (referenced tensors are deferred)." },
+    { "cleanup_request", KW comm_cleanup_request, METH_FASTCALL | METH_KEYWORDS,
+      "cleanup_request($self, request_id, force=False)\n--\n\n"
+      "soft teardown (referenced tensors are deferred); force=True is force_cleanup_request." },
     { "force_cleanup_request", comm_force_cleanup_request, METH_O,
       "force_cleanup_request($self, request_id, /)\n--\n\n"
       "drop every tensor of the request. StateError while "

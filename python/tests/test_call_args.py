@@ -75,8 +75,8 @@ BAD_CALLS = [
     (lambda m: m.dereference(1, n="2"), "'str' object cannot be interpreted as an integer"),
     (lambda m: m.store_and_return_tensor_info(1),
      "store_and_return_tensor_info() missing required argument 'outputs' (pos 2)"),
-    (lambda m: m.store_and_return_tensor_info(1, {}, "n"),
-     "store_and_return_tensor_info() takes exactly 2 positional arguments (3 given)"),
+    (lambda m: m.store_and_return_tensor_info(1, {}, "n", None, False, None, 2),
+     "store_and_return_tensor_info() takes at most 6 positional arguments (7 given)"),
     (lambda m: m.store_and_return_tensor_info(1, {}, tp_size=1.0),
      "'float' object cannot be interpreted as an integer"),
     (lambda m: m.store_and_return_tensor_info(1, {}, rank=0),
@@ -94,13 +94,15 @@ BAD_CALLS = [
     (lambda m: m.get_ready_tensors(None, graph_walk=None), "argument for get_ready_tensors() "
                                                           "given by name ('graph_walk') and "
                                                           "position (1)"),
-    (lambda m: m.register_for_send(1), "register_for_send() missing required argument 'infos' "
-                                       "(pos 2)"),
-    (lambda m: m.register_for_send(1, [], 3), "register_for_send() takes exactly 2 positional "
-                                              "arguments (3 given)"),
-    (lambda m: m.register_for_send(1, infos=[]), "takes no keyword arguments"),
-    (lambda m: m.get_tensor(1), "get_tensor() missing required argument 'uuid' (pos 2)"),
+    (lambda m: m.register_for_send(1), "register_for_send() missing required argument "
+                                       "'tensor_infos' (pos 2)"),
+    (lambda m: m.register_for_send(1, [], False, 3), "register_for_send() takes at most 3 "
+                                                     "positional arguments (4 given)"),
+    (lambda m: m.register_for_send(1, infos=[]), "'infos' is an invalid keyword argument"),
+    (lambda m: m.get_tensor(), "get_tensor() missing required argument 'request_id' (pos 1)"),
     (lambda m: m.get_tensor(1, uuid=2), "takes no keyword arguments"),
+    (lambda m: m.cleanup_request(1, False, 3), "cleanup_request() takes at most 2 positional "
+                                               "arguments (3 given)"),
 ]
 
 

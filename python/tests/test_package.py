@@ -222,7 +222,9 @@ def test_batch_store_and_profiling(make):
     assert len(so.flat_uuids) == 4
     assert so.flat_rids == [0, 0, 0, 1]
     assert so.signal_idxs == [0, 1, 1, 0]
-    assert so.num_tensors == [[1, 2], [1, 0]]
+    assert so.num_tensors == [1, 2, 1, 0]  # per (request, signal), request-major
+    assert isinstance(so, tuple) and so._fields == (
+        "flat_uuids", "flat_rids", "signal_idxs", "num_tensors")  # the reference's named tuple
     mgr.register_for_send_uuids([1, 2], [3, 1], so.flat_uuids)
     assert mgr.get_tx_info(1) == [] or all(t.count >= 0 for t in mgr.get_tx_info(1))
     assert isinstance(mgr.get_rx_info(1), list)
