@@ -40,6 +40,7 @@ from ._mstar import (Completion, Loan, Mesh, Tensor, built_with_cuda, dtype_size
                      fanout, set_log_level, status_name, version)
 from ._mstar import Comm as _Comm
 from ._types import ReceivedMessage  # noqa: F401  (an alias of Message, kept for old code)
+from ._types import RequestProfile
 
 __version__ = version()
 
@@ -84,6 +85,16 @@ class CommunicationManager(_Comm):
         for edge in edges:
             if edge.name in infos:
                 edge.tensor_info = [copy.copy(i) for i in infos[edge.name]]
+
+    @property
+    def req_tx_info(self) -> RequestProfile:
+        """The reference's req_tx_info: req_tx_info[rid] is {edge_name: TxInfo}."""
+        return RequestProfile(self.get_tx_info, lambda i: i.edge_name)
+
+    @property
+    def req_rx_info(self) -> RequestProfile:
+        """The reference's req_rx_info: req_rx_info[rid] is {(source_entity, edge_name): RxInfo}."""
+        return RequestProfile(self.get_rx_info, lambda i: (i.source_entity, i.edge_name))
 
     def __repr__(self) -> str:
         if self.closed:

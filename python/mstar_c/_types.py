@@ -166,6 +166,29 @@ class RxInfo:
     time_s: float = 0.0
 
 
+class RequestProfile:
+    """req_tx_info / req_rx_info of a manager with enable_prof (the reference's dicts by
+    request id): prof[rid] is {edge_name: TxInfo} for tx, {(source_entity, edge_name): RxInfo}
+    for rx, read from the library when indexed. libmstar keeps the figures per request and
+    lists no requests, so this is indexed, not iterated."""
+
+    def __init__(self, get, key):
+        self._get, self._key = get, key
+
+    def __getitem__(self, request_id):
+        return {self._key(i): i for i in self._get(request_id)}
+
+    def get(self, request_id, default=None):
+        got = self[request_id]
+        return got if got else default
+
+    def __contains__(self, request_id):
+        return bool(self._get(request_id))
+
+    def __iter__(self):
+        raise TypeError("req_tx_info / req_rx_info are indexed by request id, not iterated")
+
+
 @dataclass
 class ReadFailure:
     """A read that failed: its edge was dropped and the failure acknowledged to the producer."""

@@ -111,3 +111,24 @@ def test_errors_belong_to_mstar_c():
     assert mstar_c.NotFoundError.__module__ == "mstar_c"
     e = pickle.loads(pickle.dumps(mstar_c.NotFoundError("gone")))
     assert type(e) is mstar_c.NotFoundError and str(e) == "gone"
+
+
+def test_req_tx_info_and_req_rx_info(make):
+    """The reference's profiling dicts by request id, read from the library when indexed."""
+    prod, cons = make("worker_0", enable_prof=True), make("worker_1", enable_prof=True)
+    infos = prod.store_and_return_tensor_info(1, {"x": [torch.ones(256)]})["x"]
+    prod.increment_ref(infos[0].uuid)
+    prod.register_for_send(1, infos)
+    cons.start_read_tensors(1, [mstar_c.GraphEdge("n", "x", infos)])
+    cons.get_ready_tensors()
+    tx, rx = prod.req_tx_info[1], cons.req_rx_info[1]
+    assert tx == {i.edge_name: i for i in prod.get_tx_info(1)}
+    assert rx == {(i.source_entity, i.edge_name): i for i in cons.get_rx_info(1)}
+    assert rx and all(i.num_bytes > 0 for i in rx.values())
+    assert 1 in cons.req_rx_info and 2 not in cons.req_rx_info
+    assert cons.req_rx_info.get(2) is None
+    with pytest.raises(TypeError):
+        iter(cons.req_rx_info)
+    cons.dereference(infos[0].uuid)
+    cons.cleanup_request(1)
+    prod.force_cleanup_request(1)
