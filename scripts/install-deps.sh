@@ -4,7 +4,8 @@
 set -eu
 packages="cmake make gcc pkg-config libzmq3-dev libmsgpuck-dev libucx-dev libcmocka-dev \
 libyaml-dev clang clang-format libclang-rt-14-dev iproute2 procps \
-python3-dev python3-pytest python3-numpy python3-torch libdlpack-dev"
+python3-dev python3-pytest python3-numpy python3-torch libdlpack-dev \
+python3-pip python3-venv python3-setuptools python3-wheel python3-build git"
 missing=""
 for p in $packages; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
