@@ -84,6 +84,13 @@ MSTAR_API uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);
  * mstar_mesh_recv with timeout 0 until MSTAR_EAGAIN") and the wake-up eventfd. */
 MSTAR_API int mstar_mesh_inbox_fd(const mstar_mesh *mesh);
 MSTAR_API int mstar_mesh_wake_fd(const mstar_mesh *mesh);
+/* Before a loop that polls the inbox fd sleeps: wait up to MSTAR_RING_SPIN_US for a message in
+ * one of the rings from peers on this host, polling shared memory with no system call, and
+ * without asking their senders to ring (docs/environment.md). True as soon as one waits (take
+ * it with mstar_mesh_recv, timeout 0); false when none came, spinning is off or there are no
+ * rings: the rings then ask to be rung again, so the loop may sleep. Nothing else ends the
+ * spin early (a wake, a ZeroMQ message, the loop's own fds wait for it). */
+MSTAR_API bool mstar_mesh_spin(mstar_mesh *mesh);
 /* Wake the loop (any thread). */
 MSTAR_API mstar_status mstar_mesh_wake(mstar_mesh *mesh);
 /* Drain the eventfd; returns how many wakes were pending. */

@@ -260,16 +260,41 @@ bool mstar__inrings_arm(mstar_mesh *mesh)
     return pending;
 }
 
+bool mstar__inrings_pending(const mstar_mesh *mesh)
+{
+    for (size_t i = 0; i < mesh->inrings.n; i++)
+        if (mstar__ring_pending(&mesh->inrings.rings[i].ring))
+            return true;
+    return false;
+}
+
+/* Spinning pays while the peers answer within the bound: the two sides are running and a
+ * frame comes before a sleep and a wake-up would have been over. When they do not (the peer is
+ * idle, or waits for a core on a busy machine, where a spinning receiver takes the core its
+ * peer needs), a spin is CPU time lost and a later wake-up: after SPIN_GIVE_UP spins in a row
+ * that found nothing, only one wait in SPIN_PROBE spins, until one finds a frame again. */
+#define SPIN_GIVE_UP 2
+#define SPIN_PROBE   16
+
 bool mstar__inrings_spin(mstar_mesh *mesh)
 {
-    if (mesh->cfg.spin_us <= 0 || mesh->inrings.n == 0)
+    mstar__inrings *in = &mesh->inrings;
+    if (mesh->cfg.spin_us <= 0 || in->n == 0)
         return false;
+    if (in->spin_misses >= SPIN_GIVE_UP && ++in->spin_skips % SPIN_PROBE != 0)
+        return false;
+    /* Awake while it spins: a sender need not ring the bell (a system call on each side). */
+    for (size_t i = 0; i < in->n; i++)
+        mstar__ring_disarm(&in->rings[i].ring);
     uint64_t end = mstar__now_ns() + (uint64_t)mesh->cfg.spin_us * 1000;
     do {
-        for (size_t i = 0; i < mesh->inrings.n; i++)
-            if (mstar__ring_pending(&mesh->inrings.rings[i].ring))
-                return true;
+        if (mstar__inrings_pending(mesh)) {
+            in->spin_misses = in->spin_skips = 0;
+            return true;
+        }
+        mstar__cpu_relax();
     } while (mstar__now_ns() < end);
+    in->spin_misses += in->spin_misses < SPIN_GIVE_UP;
     return false;
 }
 

@@ -218,9 +218,12 @@ typedef struct mstar__inrings {
     mstar__blob *blobs;   /* MSTAR__MESH_MAX_BLOBS */
     size_t nblobs;
     size_t n;
-    size_t next;         /* where the next read starts, so that no sender starves the others */
-    unsigned drops_left; /* undecodable frames the current take may still drop */
-    bool busy;           /* the last take stopped there, with more frames waiting */
+    size_t next;          /* where the next read starts, so that no sender starves the others */
+    unsigned drops_left;  /* undecodable frames the current take may still drop */
+    bool busy;            /* the last take stopped there, with more frames waiting */
+    uint32_t spin_misses; /* spins in a row that ended with no frame (mstar__inrings_spin) */
+    uint32_t spin_skips;  /* waits that did not spin since spinning last paid */
+    uint32_t unpolled;    /* receives since the inbox and bell were last polled */
     uint8_t *buf;
     size_t buf_cap;
 } mstar__inrings;
@@ -238,7 +241,12 @@ void mstar__inrings_drain(mstar_mesh *mesh);
 /* Before sleeping: ask every ring to ring the bell. True when a ring holds something after all
  * (then do not sleep). */
 bool mstar__inrings_arm(mstar_mesh *mesh);
-/* Spin up to cfg.spin_us for a ring to fill; true when one did. */
+/* Whether a frame (or garbage) waits in any ring: shared memory only, no system call. */
+bool mstar__inrings_pending(const mstar_mesh *mesh);
+/* Receives that may take ring frames without polling the inbox and the bell first. */
+#define MSTAR__MESH_UNPOLLED_MAX 8
+/* Spin up to cfg.spin_us for a ring to fill, the rings disarmed meanwhile (a sender does not
+ * ring the bell of a receiver that is awake); true when one did. */
 bool mstar__inrings_spin(mstar_mesh *mesh);
 void mstar__inrings_close(mstar__inrings *in);
 

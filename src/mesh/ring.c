@@ -436,3 +436,17 @@ void mstar__ring_arm(mstar__ring *r)
 {
     atomic_store_explicit(&r->hdr->rx_waiting, 1, memory_order_seq_cst);
 }
+
+void mstar__ring_disarm(mstar__ring *r)
+{
+    atomic_store_explicit(&r->hdr->rx_waiting, 0, memory_order_seq_cst);
+}
+
+void mstar__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}

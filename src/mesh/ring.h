@@ -46,6 +46,9 @@
 #define MSTAR__RING_MAX_CAP (UINT64_C(1) << 30)
 #define MSTAR__RING_FRAME   8u          /* the length words before each payload */
 #define MSTAR__RING_BLOB    0x424f4c42u /* "BLOB": the check word's mark of a blob frame */
+/* MSTAR_RING_SPIN_US when unset: how long a waiting receiver polls its rings before it sleeps
+ * (docs/environment.md says how it was chosen). */
+#define MSTAR__RING_SPIN_US_DEFAULT 50
 
 /* The shared header. Positions sit on cache lines of their own so that the two sides do not
  * fight over one line on every frame. */
@@ -141,5 +144,9 @@ mstar_status mstar__ring_read(mstar__ring *r, uint8_t **buf, size_t *cap, size_t
 bool mstar__ring_pending(const mstar__ring *r);
 /* Receiver: ask to be rung for the next frame; check mstar__ring_pending afterwards. */
 void mstar__ring_arm(mstar__ring *r);
+/* Receiver: no need to ring, it is awake (spinning); a frame may still come with a ring. */
+void mstar__ring_disarm(mstar__ring *r);
+/* A pause inside a spin loop: the core's hint that this thread waits on memory. */
+void mstar__cpu_relax(void);
 
 #endif

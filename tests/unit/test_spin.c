@@ -1,0 +1,211 @@
+/*
+ * test_spin.c — spin, then sleep: MSTAR_RING_SPIN_US and the waits that poll before they sleep
+ * (docs/environment.md). The knob refuses what does not parse or is out of range, at mesh
+ * creation and at a completion wait; mstar_mesh_spin finds a message waiting in a ring, and when
+ * it finds none leaves the rings asking to be rung, so a loop that sleeps next is woken; a
+ * receiver that spins is not rung (its sender makes no system call); a spin that keeps finding
+ * nothing stops spinning until one finds a frame again; a completion wait ends as soon as its
+ * read lands.
+ */
+#include "mesh_harness.h"
+
+#include "mesh/mesh_internal.h"
+#include "tensors/completion.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *ipc_dir;
+
+static int setup(void **state)
+{
+    (void)state;
+    unsetenv("MSTAR_ZMQ_TRANSPORT");
+    unsetenv("MSTAR_IPC_DIR");
+    unsetenv("MSTAR_RING_BYTES");
+    unsetenv("MSTAR_RING_SPIN_US");
+    setenv("MSTAR_MESH_RING", "1", 1);
+    return 0;
+}
+
+static const char *const garbage[] = { "abc", "-1",   "1000001", "12us",
+                                       "1e3", "0x10", "50 ",     "99999999999999999999" };
+
+static void test_garbage_knob_is_refused_by_the_mesh(void **state)
+{
+    (void)state;
+    mstar_mesh_options opts = { .transport = MSTAR_MESH_IPC, .ipc_dir = ipc_dir };
+    mstar_mesh *m;
+    for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
+        setenv("MSTAR_RING_SPIN_US", garbage[i], 1);
+        assert_mstar_status(mstar_mesh_create("conductor", &opts, &m), MSTAR_EINVAL);
+        assert_non_null(strstr(mstar_last_error(), "MSTAR_RING_SPIN_US"));
+    }
+    /* The bounds themselves are values, and "" is unset (the default). */
+    static const char *const good[] = { "0", "1000000", "" };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        setenv("MSTAR_RING_SPIN_US", good[i], 1);
+        assert_mstar_ok(mstar_mesh_create("conductor", &opts, &m));
+        assert_int_equal(m->cfg.spin_us, i == 0   ? 0
+                                         : i == 1 ? 1000000
+                                                  : MSTAR__RING_SPIN_US_DEFAULT);
+        mstar_mesh_destroy(m);
+    }
+    assert_int_equal(mstar_test_count_dir(ipc_dir), 0);
+}
+
+static void test_garbage_knob_is_refused_by_a_completion_wait(void **state)
+{
+    (void)state;
+    mstar_completion *c;
+    assert_mstar_ok(mstar__completion_create(-1, &c));
+    for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
+        setenv("MSTAR_RING_SPIN_US", garbage[i], 1);
+        assert_mstar_status(mstar_completion_wait(c, 10), MSTAR_EINVAL);
+        assert_non_null(strstr(mstar_last_error(), "MSTAR_RING_SPIN_US"));
+        /* A poll (timeout 0) does not wait, so it reads no knob. */
+        assert_mstar_status(mstar_completion_wait(c, 0), MSTAR_ETIMEDOUT);
+    }
+    /* A handle already finished waits for nothing either. */
+    mstar__completion_finish(c, MSTAR_OK, NULL);
+    assert_mstar_ok(mstar_completion_wait(c, -1));
+    mstar_completion_release(c);
+}
+
+/* A disarmed receiver is awake: the next frame asks for no ring of its bell. */
+static void test_disarmed_ring_is_not_rung(void **state)
+{
+    (void)state;
+    mstar__ring tx, rx;
+    assert_mstar_ok(mstar__ring_create("conductor", "worker_0", MSTAR__RING_MIN_CAP, &tx));
+    int fd = dup(tx.fd);
+    assert_true(fd >= 0);
+    assert_mstar_ok(mstar__ring_attach(fd, "conductor", "worker_0", &rx));
+    mstar__ring_arm(&rx);
+    mstar__ring_disarm(&rx);
+    bool wake = true;
+    assert_mstar_ok(mstar__ring_write(&tx, "x", 1, &wake));
+    assert_false(wake);
+    mstar__ring_close(&rx, true);
+    mstar__ring_close(&tx, false);
+}
+
+static void test_spin_finds_a_waiting_message(void **state)
+{
+    (void)state;
+    setenv("MSTAR_RING_SPIN_US", "1000000", 1); /* ends as soon as the frame is seen */
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    assert_false(mstar_mesh_spin(m.rx)); /* no ring yet: nothing to spin on */
+    assert_false(mstar_mesh_spin(NULL));
+    mesh_harness_send(m.tx, "worker_0", 0);
+    mesh_harness_recv(m.rx, "conductor", 0);
+    mesh_harness_send(m.tx, "worker_0", 1);
+    assert_true(mstar_mesh_spin(m.rx));
+    mstar_msg got;
+    assert_mstar_ok(mstar_mesh_recv(m.rx, 0, &got));
+    assert_int_equal(got.request_id.num, 1);
+    mstar_msg_clear(&got);
+    assert_int_equal(m.rx->inrings.spin_misses, 0);
+    mesh_pair_close(&m);
+}
+
+/* A spin that finds nothing leaves the rings armed: the loop sleeps in poll() on the inbox fd and
+ * the next message wakes it. Spinning stops after two such spins, then one wait in 16 spins. */
+static void test_empty_spin_arms_and_then_stops(void **state)
+{
+    (void)state;
+    setenv("MSTAR_RING_SPIN_US", "200", 1);
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mesh_harness_send(m.tx, "worker_0", 0);
+    mesh_harness_recv(m.rx, "conductor", 0);
+    mstar_msg got;
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_false(mstar_mesh_spin(m.rx));
+    struct pollfd p = { .fd = mstar_mesh_inbox_fd(m.rx), .events = POLLIN };
+    assert_int_equal(poll(&p, 1, 0), 0);
+    mesh_harness_send(m.tx, "worker_0", 1);
+    assert_int_equal(poll(&p, 1, 10000), 1);
+    mesh_harness_recv(m.rx, "conductor", 1);
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(poll(&p, 1, 0), 0);
+
+    mstar__inrings *in = &m.rx->inrings;
+    assert_int_equal(in->spin_misses, 1);
+    assert_false(mstar_mesh_spin(m.rx));
+    assert_int_equal(in->spin_misses, 2);
+    for (int i = 1; i < 16; i++)
+        assert_false(mstar_mesh_spin(m.rx)); /* skipped */
+    assert_int_equal(in->spin_skips, 15);
+    assert_false(mstar_mesh_spin(m.rx)); /* the probe spins, and finds nothing */
+    assert_int_equal(in->spin_skips, 16);
+    /* A message while spinning is off is still found (the rings are checked before a sleep),
+     * and the next spin that finds one turns spinning back on. */
+    mesh_harness_send(m.tx, "worker_0", 2);
+    assert_true(mstar_mesh_spin(m.rx));
+    mesh_harness_recv(m.rx, "conductor", 2);
+    for (int i = 0; i < 16 && in->spin_misses != 0; i++) {
+        mesh_harness_send(m.tx, "worker_0", 3 + i);
+        assert_true(mstar_mesh_spin(m.rx));
+        mesh_harness_recv(m.rx, "conductor", 3 + i);
+    }
+    assert_int_equal(in->spin_misses, 0);
+    mesh_pair_close(&m);
+}
+
+static void test_spin_off_only_checks(void **state)
+{
+    (void)state;
+    setenv("MSTAR_RING_SPIN_US", "0", 1);
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mesh_harness_send(m.tx, "worker_0", 0);
+    mesh_harness_recv(m.rx, "conductor", 0);
+    assert_false(mstar_mesh_spin(m.rx));
+    mesh_harness_send(m.tx, "worker_0", 1);
+    assert_true(mstar_mesh_spin(m.rx)); /* waiting already: found without spinning */
+    mesh_harness_recv(m.rx, "conductor", 1);
+    assert_int_equal(m.rx->inrings.spin_misses, 0);
+    mesh_pair_close(&m);
+}
+
+static void *finish_later(void *arg)
+{
+    usleep(2000);
+    mstar__completion_finish(arg, MSTAR_OK, NULL);
+    return NULL;
+}
+
+/* Spinning or asleep, a wait returns once its read lands, with its status. */
+static void test_completion_wait_ends_when_the_read_lands(void **state)
+{
+    (void)state;
+    static const char *const spins[] = { "0", "1000000" };
+    for (size_t i = 0; i < 2; i++) {
+        setenv("MSTAR_RING_SPIN_US", spins[i], 1);
+        mstar_completion *c;
+        assert_mstar_ok(mstar__completion_create(-1, &c));
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, finish_later, c), 0);
+        assert_mstar_ok(mstar_completion_wait(c, -1));
+        assert_true(mstar__completion_done(c));
+        pthread_join(t, NULL);
+        mstar_completion_release(c);
+    }
+}
+
+int main(void)
+{
+    ipc_dir = mstar_test_tmpdir("spin");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup(test_garbage_knob_is_refused_by_the_mesh, setup),
+        cmocka_unit_test_setup(test_garbage_knob_is_refused_by_a_completion_wait, setup),
+        cmocka_unit_test_setup(test_disarmed_ring_is_not_rung, setup),
+        cmocka_unit_test_setup(test_spin_finds_a_waiting_message, setup),
+        cmocka_unit_test_setup(test_empty_spin_arms_and_then_stops, setup),
+        cmocka_unit_test_setup(test_spin_off_only_checks, setup),
+        cmocka_unit_test_setup(test_completion_wait_ends_when_the_read_lands, setup),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
