@@ -11,6 +11,7 @@
 #include "mstar/mstar.h"
 
 #include <stdio.h>
+#include <sys/types.h>
 
 /* The command of each suite: the arguments after `bench`, a main()-style exit code. */
 int mstar_bench_wire(int argc, char **argv);
@@ -105,16 +106,57 @@ void mstar_bench_bookkeeper_json(const mstar_bench_bookkeeper_result *r, FILE *o
 size_t mstar_bench_bookkeeper_targets(const mstar_bench_bookkeeper_result *r,
                                       mstar_bench_target *out);
 
+/* ---- floor (bench_floor.c) ------------------------------------------------------------------ */
+
+/* What a process used: CPU time (user + system) and context switches, voluntary (it slept) and
+ * involuntary (it was preempted), over all its threads; or the same per round trip. */
+typedef struct mstar_bench_usage {
+    double cpu_us;
+    double vol_csw, invol_csw;
+} mstar_bench_usage;
+
+/* What the round trips of a measured loop cost each side, per round trip. */
+typedef struct mstar_bench_cost {
+    mstar_bench_usage self; /* the measuring process (the producer) */
+    mstar_bench_usage peer; /* the other one (the consumer) */
+} mstar_bench_cost;
+
+/* The counters of both sides at the start of a loop. */
+typedef struct mstar_bench_cost_clock {
+    pid_t peer;
+    mstar_bench_usage self, other;
+} mstar_bench_cost_clock;
+
+/* Any process of this user: its CPU-time clock and /proc/<pid>/task/x/status. */
+void mstar_bench_usage_sample(pid_t pid, mstar_bench_usage *out);
+/* (after - before) / n. */
+void mstar_bench_usage_per(const mstar_bench_usage *before, const mstar_bench_usage *after,
+                           double n, mstar_bench_usage *out);
+void mstar_bench_cost_begin(mstar_bench_cost_clock *c, pid_t peer);
+/* What both sides used since begin, per each of n round trips. */
+void mstar_bench_cost_end(const mstar_bench_cost_clock *c, double n, mstar_bench_cost *out);
+
+/* A ping-pong of 4 bytes through shared memory between this process and a forked one. */
+typedef struct mstar_bench_floor {
+    double p50_us, p99_us; /* round trip */
+    mstar_bench_cost cost;
+} mstar_bench_floor;
+
+/* `busy`: both sides poll the page; else the waiting side sleeps on a futex until woken. */
+mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out);
+
 /* ---- transport ------------------------------------------------------------------------------ */
 
 #define MSTAR_BENCH_TRANSPORT_SIZES 7 /* 4 KiB .. 256 MiB; host runs stop at 64 MiB */
 #define MSTAR_BENCH_TRANSPORT_KINDS 2
+#define MSTAR_BENCH_TRANSPORT_SPINS 2
 
 typedef struct mstar_bench_transport_row {
     uint64_t bytes;
     double rt_p50_us, rt_p99_us; /* one handoff's round trip */
     double gbps;                 /* sustained, in_flight handoffs in flight */
     double tcp_gbps;             /* baseline of a UCX transport: a raw loopback TCP stream; 0 */
+    mstar_bench_cost cost;       /* of one handoff of the round trips, producer and consumer */
 } mstar_bench_transport_row;
 
 typedef struct mstar_bench_transport_result {
@@ -123,6 +165,9 @@ typedef struct mstar_bench_transport_result {
     double zmq_p50_us, zmq_p99_us;   /* baseline: raw ZeroMQ ipc ping-pong of 64 bytes */
     double ring_p50_us, ring_p99_us; /* the mesh's 4 KiB message round trip over rings */
     double mesh_zmq_p50_us, mesh_zmq_p99_us; /* the same over ZeroMQ (MSTAR_MESH_RING=0) */
+    /* The floor: 4 bytes between two processes through shared memory, the waiting side asleep
+     * on a futex (futex) or polling (busy). */
+    mstar_bench_floor futex, busy;
     int in_flight;
     int nsizes; /* 4 KiB to 64 MiB (--device cuda: 256 MiB); --quick: to 16 MiB */
     int nkinds;
@@ -136,6 +181,12 @@ typedef struct mstar_bench_transport_result {
      * rings (every other row goes over the rings, MSTAR_MESH_RING=1). */
     bool has_arena_zmq;
     mstar_bench_transport_row arena_zmq;
+    /* With the arena: its 4 KiB handoff with each side spinning on its rings before it sleeps
+     * for spin_us[i] (MSTAR_RING_SPIN_US; the producer in mstar_mesh_recv, the consumer's loop in
+     * mstar_mesh_spin): spins[0] the library's default, spins[1] no spinning. */
+    int nspins;
+    int spin_us[MSTAR_BENCH_TRANSPORT_SPINS];
+    mstar_bench_transport_row spins[MSTAR_BENCH_TRANSPORT_SPINS];
     /* --device cuda: kinds are the arena twice, over the CUDA IPC route (cuda_ipc[k]) and
      * staged; baselines per size in one process on cuda:0 instead of memcpy and ZeroMQ. */
     bool device;
@@ -171,7 +222,8 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
                                                    bool quick, mstar_bench_transport_result *out);
 void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE *out);
 /* With the arena measured: its throughput at >= 1 MiB >= 0.45x memcpy, its 4 KiB round trip
- * <= 3x the ZeroMQ ping-pong, and with loans and views its throughput at >= 1 MiB >= 3x memcpy.
+ * <= 3x the ZeroMQ ping-pong, and with loans and views its throughput at >= 1 MiB >= 3x memcpy;
+ * its 4 KiB round trip with the default spin <= 1.1x the futex ping-pong, and spinning <= 5 µs.
  * With UCX: its throughput at >= 1 MiB >= 0.6x the TCP stream.
  * Device runs: the CUDA IPC route at >= 16 MiB >= 0.8x the device-to-device copy, the staged
  * route at >= 16 MiB >= 0.8x pinned D2H + H2D, and the 4 KiB round trip over CUDA IPC <= 1.5x
@@ -291,6 +343,6 @@ void mstar_bench_graphs_json(const mstar_bench_graphs_result *r, FILE *out);
 size_t mstar_bench_graphs_targets(const mstar_bench_graphs_result *r, mstar_bench_target *out);
 
 /* The most targets one suite reports. */
-#define MSTAR_BENCH_MAX_TARGETS 4
+#define MSTAR_BENCH_MAX_TARGETS 6
 
 #endif

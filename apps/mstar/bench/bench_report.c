@@ -210,6 +210,8 @@ static mstar_status transport_plot(const mstar_bench_run *run, bool latency, con
             }
             if (t->has_arena_zmq)
                 add_level(d, "arena 4 KiB via ZeroMQ", lo, hi, t->arena_zmq.rt_p50_us);
+            if (t->futex.p50_us > 0)
+                add_level(d, "futex ping-pong 4 B (floor)", lo, hi, t->futex.p50_us);
         } else
             add_level(d, "memcpy (base)", lo, hi, t->memcpy_gbps);
     }
@@ -365,6 +367,35 @@ static void md_transport_tables(FILE *f, const mstar_bench_transport_result *t)
         md_transport_table(f, t, "arena, loans and views (no byte copied)", t->views, false);
 }
 
+/* The floor, and the arena's 4 KiB handoff per spin setting against it, with what it costs. */
+static void md_floor(FILE *f, const mstar_bench_transport_result *t)
+{
+    const mstar_bench_floor *fx = &t->futex, *b = &t->busy;
+    fprintf(f,
+            "The floor under a handoff, in the same run: two processes ping-pong 4 bytes through "
+            "shared memory. Woken by a futex: p50 **%.1f µs** (p99 %.1f µs), CPU time %.1f + %.1f "
+            "µs and %.2f + %.2f context switches per round trip (one side + the other). Both "
+            "sides busy-polling: p50 **%.2f µs** (p99 %.2f µs).\n\n",
+            fx->p50_us, fx->p99_us, fx->cost.self.cpu_us, fx->cost.peer.cpu_us,
+            fx->cost.self.vol_csw + fx->cost.self.invol_csw,
+            fx->cost.peer.vol_csw + fx->cost.peer.invol_csw, b->p50_us, b->p99_us);
+    if (t->nspins == 0)
+        return;
+    fprintf(f, "The arena's 4 KiB handoff with each side spinning on its rings before it sleeps "
+               "(`MSTAR_RING_SPIN_US`), against the floor; CPU time and context switches per "
+               "handoff, producer + consumer:\n\n| spin µs | p50 µs | p99 µs | p50 / futex | "
+               "CPU µs | switches |\n|--:|--:|--:|--:|--:|--:|\n");
+    for (int i = 0; i < t->nspins; i++) {
+        const mstar_bench_transport_row *w = &t->spins[i];
+        fprintf(f, "| %d%s | %.1f | %.1f | %.2fx | %.1f + %.1f | %.2f + %.2f |\n", t->spin_us[i],
+                i == 0 ? " (default)" : "", w->rt_p50_us, w->rt_p99_us, w->rt_p50_us / fx->p50_us,
+                w->cost.self.cpu_us, w->cost.peer.cpu_us,
+                w->cost.self.vol_csw + w->cost.self.invol_csw,
+                w->cost.peer.vol_csw + w->cost.peer.invol_csw);
+    }
+    fprintf(f, "\n");
+}
+
 static void md_transport(FILE *f, const mstar_bench_run *run)
 {
     const mstar_bench_transport_result *t = &run->transport;
@@ -393,6 +424,7 @@ static void md_transport(FILE *f, const mstar_bench_run *run)
                 "%.1f µs (p99 %.1f µs, %.2fx the ZeroMQ ping-pong).\n\n",
                 t->arena_zmq.rt_p50_us, t->arena_zmq.rt_p99_us,
                 t->arena_zmq.rt_p50_us / t->zmq_p50_us);
+    md_floor(f, t);
     md_transport_tables(f, t);
     fprintf(f, "The plots carry the transport over UCX and the bare UCX reads of the next "
                "sections too, with their TCP baseline.\n\n![latency by size](transport_latency.svg)"

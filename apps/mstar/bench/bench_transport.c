@@ -27,6 +27,13 @@
  * decode, and back) between two processes over its shared-memory rings and, for comparison,
  * over ZeroMQ (docs/architecture.md, "The ring"); the issue's target is the ring at most 0.5x
  * the raw ping-pong.
+ * The floor under a handoff, in the same run (bench_floor.c): two processes ping-ponging 4 bytes
+ * through shared memory, the waiting side asleep on a futex, and the same busy-polling; the
+ * 4 KiB handoff is reported as a ratio to the futex round trip. Every round trip's CPU time and
+ * context switches per handoff are measured on both sides, and the arena's 4 KiB handoff runs
+ * once more with the default MSTAR_RING_SPIN_US and with no spinning (each side spins on its
+ * rings before it sleeps: the producer in mstar_mesh_recv, the consumer's loop in
+ * mstar_mesh_spin).
  * A UCX transport (not run by default: --transport ucx-tcp) is also judged against a raw
  * loopback TCP stream of the same size (bench_tcp.c), one round of it before each round of the
  * transport so that both see the same conditions: the issue's target is at least 0.6x its
@@ -46,6 +53,7 @@
 
 #include "core/json.h"
 #include "core/vec.h"
+#include "mesh/ring.h"
 #include "mstar/mstar.h"
 
 #include <errno.h>
@@ -89,6 +97,17 @@ static double percentile(double *v, size_t n, double q)
     qsort(v, n, sizeof(double), cmp_double);
     size_t i = (size_t)(q * (double)(n - 1) + 0.5);
     return v[i < n ? i : n - 1];
+}
+
+/* CPU time and context switches of both sides, per handoff. */
+static double cost_cpu_us(const mstar_bench_cost *c)
+{
+    return c->self.cpu_us + c->peer.cpu_us;
+}
+
+static double cost_switches(const mstar_bench_cost *c)
+{
+    return c->self.vol_csw + c->self.invol_csw + c->peer.vol_csw + c->peer.invol_csw;
 }
 
 static void fail(const char *what)
@@ -403,10 +422,13 @@ static void release_ready(mstar_comm *c)
     mstar_ready_set_clear(&set);
 }
 
-/* Sleep until a message arrives or a read lands (bounded: a guard against a missed edge of the
- * mesh's edge-triggered fd). */
+/* Spin on the rings for MSTAR_RING_SPIN_US, then sleep until a message arrives or a read lands
+ * (bounded: a guard against a missed edge of the mesh's edge-triggered fd). A read that lands
+ * while it spins is seen when the spin is over (the one-host transports' reads land at once). */
 static void wait_for_work(mstar_mesh *mesh, mstar_comm *c)
 {
+    if (mstar_mesh_spin(mesh))
+        return; /* a message came within MSTAR_RING_SPIN_US: no sleep, no wake-up */
     struct pollfd fds[2] = { { mstar_mesh_inbox_fd(mesh), POLLIN, 0 },
                              { mstar_comm_event_fd(c), POLLIN, 0 } };
     poll(fds, 2, 100);
@@ -468,6 +490,7 @@ typedef struct producer {
     mstar_mesh *mesh;
     mstar_comm *comm;
     mstar_backend *backend; /* device runs: the source tensors live there */
+    pid_t consumer;
     int64_t next_rid;
     bool zero_copy;   /* outputs are loans: computed in place, staged without a copy */
     int tcp_fd;       /* the TCP stream baseline's connection (UCX transports), or -1 */
@@ -577,13 +600,17 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     if (size >= (64u << 20))
         iters = 20; /* --quick stops at 16 MiB */
     double *rt = calloc((size_t)iters, sizeof(double));
+    mstar_bench_cost_clock clock;
     for (int i = 0; i < iters + 3; i++) {
+        if (i == 3) /* warm-up: mappings, first faults */
+            mstar_bench_cost_begin(&clock, p->consumer);
         uint64_t t0 = mstar__now_ns();
         send_one(p, bytes, size);
         wait_held(p, 0);
-        if (i >= 3) /* warm-up: mappings, first faults */
+        if (i >= 3)
             rt[i - 3] = (double)(mstar__now_ns() - t0) * 1e-3;
     }
+    mstar_bench_cost_end(&clock, iters, &out->cost);
     out->bytes = size;
     out->rt_p50_us = percentile(rt, (size_t)iters, 0.5);
     out->rt_p99_us = percentile(rt, (size_t)iters, 0.99);
@@ -632,7 +659,7 @@ static void run_transport(const setup *s, bool quick, const uint64_t *sz, int ns
         fail("fork");
     if (pid == 0)
         consumer(s);
-    producer p = { NULL, NULL, NULL, 1, s->zero_copy, -1, NULL };
+    producer p = { NULL, NULL, NULL, pid, 1, s->zero_copy, -1, NULL };
     pid_t tcp_pid = -1;
     if (is_ucx(s->kind)) {
         p.tcp_fd = mstar_bench_tcp_start(&tcp_pid, sz[nsizes - 1]);
@@ -708,6 +735,29 @@ static void scratch_remove(const scratch *sc)
     remove_tree(sc->shm_dir);
 }
 
+/* The arena's 4 KiB handoff with the library's default spin and with none (bench.h). */
+static void run_spins(const setup *s, bool quick, mstar_bench_transport_result *out)
+{
+    const char *saved = getenv("MSTAR_RING_SPIN_US");
+    char *restore = saved ? strdup(saved) : NULL;
+    out->nspins = MSTAR_BENCH_TRANSPORT_SPINS;
+    out->spin_us[0] = MSTAR__RING_SPIN_US_DEFAULT;
+    out->spin_us[1] = 0;
+    for (int i = 0; i < out->nspins; i++) {
+        mstar_bench_progress("transport", "arena, 4 KiB, spinning %d us before sleeping",
+                             out->spin_us[i]);
+        char v[16];
+        snprintf(v, sizeof(v), "%d", out->spin_us[i]);
+        setenv("MSTAR_RING_SPIN_US", v, 1);
+        run_transport(s, quick, sizes, 1, &out->spins[i]);
+    }
+    if (restore != NULL)
+        setenv("MSTAR_RING_SPIN_US", restore, 1);
+    else
+        unsetenv("MSTAR_RING_SPIN_US");
+    free(restore);
+}
+
 mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
                                        mstar_bench_transport_result *out)
 {
@@ -729,6 +779,14 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     out->has_baselines = true;
     out->memcpy_gbps = memcpy_gbps();
     out->zmq_p50_us = zmq_pingpong_us(sc.ipc_dir, quick ? 500 : 3000, &out->zmq_p99_us);
+    mstar_bench_progress("transport", "the floor: futex and busy-poll ping-pongs of 4 bytes");
+    st = mstar_bench_floor_run(false, quick ? 2000 : 10000, &out->futex);
+    if (st == MSTAR_OK)
+        st = mstar_bench_floor_run(true, quick ? 2000 : 10000, &out->busy);
+    if (st != MSTAR_OK) {
+        scratch_remove(&sc);
+        return st;
+    }
     mstar_bench_progress("transport", "the mesh's 4 KiB ping-pong over rings and over ZeroMQ");
     out->ring_p50_us = mesh_pingpong_us(sc.ipc_dir, quick ? 500 : 3000, true, &out->ring_p99_us);
     out->mesh_zmq_p50_us =
@@ -754,6 +812,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
         run_transport(&s, quick, sizes, 1, &out->arena_zmq);
         out->has_arena_zmq = true;
         setenv("MSTAR_MESH_RING", "1", 1);
+        run_spins(&s, quick, out);
     }
     mesh_ring_restore(restore);
     scratch_remove(&sc);
@@ -1079,6 +1138,15 @@ static void print_device_table(const mstar_bench_transport_result *r)
     mstar_bench_targets_print(t, mstar_bench_transport_targets(r, t), stdout);
 }
 
+/* CPU time and context switches per round trip, of each side. */
+static void cost_json(FILE *out, const mstar_bench_cost *c)
+{
+    mstar_bench_json_field(out, "cpu_us_producer", c->self.cpu_us, 4);
+    mstar_bench_json_field(out, "cpu_us_consumer", c->peer.cpu_us, 4);
+    mstar_bench_json_field(out, "switches_producer", c->self.vol_csw + c->self.invol_csw, 4);
+    mstar_bench_json_field(out, "switches_consumer", c->peer.vol_csw + c->peer.invol_csw, 4);
+}
+
 /* The start of one size's JSON object: the fields every run measures (the caller closes it). */
 static void json_row_open(FILE *out, const row *w, int i)
 {
@@ -1086,6 +1154,7 @@ static void json_row_open(FILE *out, const row *w, int i)
     mstar_bench_json_field(out, "rt_p50_us", w->rt_p50_us, 4);
     mstar_bench_json_field(out, "rt_p99_us", w->rt_p99_us, 4);
     mstar_bench_json_field(out, "gbps", w->gbps, 4);
+    cost_json(out, &w->cost);
 }
 
 void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE *out)
@@ -1220,6 +1289,31 @@ static size_t views_target(const mstar_bench_transport_result *r, mstar_bench_ta
     return 1;
 }
 
+/* The floor: the 4 KiB handoff with the default settings within 1.1x a futex ping-pong, and
+ * at most 5 µs with both sides spinning (the default spin, when it is not 0). */
+static size_t spin_targets(const mstar_bench_transport_result *r, mstar_bench_target *out)
+{
+    if (r->nspins == 0)
+        return 0;
+    const row *def = &r->spins[0];
+    double v = def->rt_p50_us / r->futex.p50_us;
+    mstar_bench_target t[2] = {
+        { "4 KiB arena round trip p50, default settings / futex ping-pong p50", "<= 1.1x", v, "",
+          v <= 1.1 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
+        { "4 KiB arena round trip p50, both sides spinning (MSTAR_RING_SPIN_US default)", "<= 5 us",
+          def->rt_p50_us, "",
+          r->spin_us[0] == 0      ? MSTAR_BENCH_NOT_APPLICABLE
+          : def->rt_p50_us <= 5.0 ? MSTAR_BENCH_MET
+                                  : MSTAR_BENCH_NOT_MET },
+    };
+    snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (%.1f / %.1f us)", v, def->rt_p50_us,
+             r->futex.p50_us);
+    snprintf(t[1].shown, sizeof(t[1].shown), "%.1f us (%d us spin, CPU %.1f us)", def->rt_p50_us,
+             r->spin_us[0], cost_cpu_us(&def->cost));
+    memcpy(out, t, sizeof(t));
+    return 2;
+}
+
 size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, mstar_bench_target *out)
 {
     if (r->device)
@@ -1248,7 +1342,8 @@ size_t mstar_bench_transport_targets(const mstar_bench_transport_result *r, msta
         snprintf(t[1].shown, sizeof(t[1].shown), "%.2fx", rt);
         out[0] = t[0];
         out[1] = t[1];
-        return r->has_views ? 2 + views_target(r, out + 2) : 2;
+        size_t n = r->has_views ? 2 + views_target(r, out + 2) : 2;
+        return n + spin_targets(r, out + n);
     }
     return 0;
 }
@@ -1267,6 +1362,7 @@ static void transports_json(const mstar_bench_transport_result *r, FILE *out)
             if (r->has_baselines) {
                 mstar_bench_json_field(out, "vs_memcpy", w->gbps / r->memcpy_gbps, 3);
                 mstar_bench_json_field(out, "rt_vs_zmq", w->rt_p50_us / r->zmq_p50_us, 3);
+                mstar_bench_json_field(out, "rt_vs_futex", w->rt_p50_us / r->futex.p50_us, 3);
             }
             if (!views && is_ucx(r->kinds[k])) {
                 mstar_bench_json_field(out, "tcp_stream_gbps", w->tcp_gbps, 4);
@@ -1277,6 +1373,17 @@ static void transports_json(const mstar_bench_transport_result *r, FILE *out)
         fprintf(out, "]}");
     }
     fprintf(out, "]}\n");
+}
+
+/* `,"name":{p50, p99, costs}` of one ping-pong floor. */
+static void floor_json(FILE *out, const char *name, const mstar_bench_floor *f)
+{
+    fprintf(out, ",\"%s\":{", name);
+    fprintf(out, "\"p50_us\":");
+    mstar__json_number(out, f->p50_us, 4);
+    mstar_bench_json_field(out, "p99_us", f->p99_us, 4);
+    cost_json(out, &f->cost);
+    fprintf(out, "}");
 }
 
 void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out)
@@ -1290,10 +1397,25 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
         mstar_bench_json_field(out, "ring_4k_p99_us", r->ring_p99_us, 4);
         mstar_bench_json_field(out, "mesh_zmq_4k_p50_us", r->mesh_zmq_p50_us, 4);
         mstar_bench_json_field(out, "mesh_zmq_4k_p99_us", r->mesh_zmq_p99_us, 4);
+        floor_json(out, "futex_pingpong", &r->futex);
+        floor_json(out, "busy_pingpong", &r->busy);
     }
     if (r->has_arena_zmq) {
         mstar_bench_json_field(out, "arena_zmq_4k_rt_p50_us", r->arena_zmq.rt_p50_us, 4);
         mstar_bench_json_field(out, "arena_zmq_4k_rt_p99_us", r->arena_zmq.rt_p99_us, 4);
+    }
+    if (r->nspins > 0) {
+        fprintf(out, ",\"spins\":[");
+        for (int i = 0; i < r->nspins; i++) {
+            const row *w = &r->spins[i];
+            fprintf(out, "%s{\"spin_us\":%d", i ? "," : "", r->spin_us[i]);
+            mstar_bench_json_field(out, "rt_p50_us", w->rt_p50_us, 4);
+            mstar_bench_json_field(out, "rt_p99_us", w->rt_p99_us, 4);
+            cost_json(out, &w->cost);
+            mstar_bench_json_field(out, "rt_vs_futex", w->rt_p50_us / r->futex.p50_us, 3);
+            fprintf(out, "}");
+        }
+        fprintf(out, "]");
     }
     transports_json(r, out);
 }
@@ -1322,6 +1444,29 @@ static void print_rows(const mstar_bench_transport_result *r)
     }
 }
 
+/* The arena's 4 KiB round trip per spin setting, against both floors, with its CPU time. */
+static void print_spins(const mstar_bench_transport_result *r)
+{
+    if (r->nspins == 0)
+        return;
+    printf("spin, then sleep (MSTAR_RING_SPIN_US): the arena's 4 KiB handoff round trip; CPU time "
+           "and context switches per handoff, producer + consumer\n  %-9s %10s %10s %10s %10s "
+           "%16s %16s\n",
+           "spin us", "p50 us", "p99 us", "/futex", "/busy", "cpu us", "switches");
+    for (int i = 0; i < r->nspins; i++) {
+        const row *w = &r->spins[i];
+        char name[32];
+        snprintf(name, sizeof(name), "%d%s", r->spin_us[i],
+                 r->spin_us[i] == MSTAR__RING_SPIN_US_DEFAULT ? " (def)" : "");
+        printf("  %-9s %10.1f %10.1f %9.2fx %9.1fx %7.1f + %-6.1f %7.2f + %-6.2f\n", name,
+               w->rt_p50_us, w->rt_p99_us, w->rt_p50_us / r->futex.p50_us,
+               w->rt_p50_us / r->busy.p50_us, w->cost.self.cpu_us, w->cost.peer.cpu_us,
+               w->cost.self.vol_csw + w->cost.self.invol_csw,
+               w->cost.peer.vol_csw + w->cost.peer.invol_csw);
+    }
+    printf("\n");
+}
+
 static void print_table(const mstar_bench_transport_result *r)
 {
     printf("transport: one producer, one consumer, ipc control mesh; %d in flight\n", r->in_flight);
@@ -1334,6 +1479,13 @@ static void print_table(const mstar_bench_transport_result *r)
            "p50 %.1f us, p99 %.1f us%s\n\n",
            r->memcpy_gbps, r->zmq_p50_us, r->zmq_p99_us,
            remote ? "; a raw loopback TCP stream of each size (tcp GB/s)" : "");
+    printf("floor: 4 B ping-pong through shared memory, woken by a futex p50 %.1f us, p99 %.1f "
+           "us, CPU %.1f + %.1f us and %.2f + %.2f context switches per round trip (this side + "
+           "the other); busy-polling p50 %.2f us, p99 %.2f us, CPU %.1f + %.1f us\n\n",
+           r->futex.p50_us, r->futex.p99_us, r->futex.cost.self.cpu_us, r->futex.cost.peer.cpu_us,
+           r->futex.cost.self.vol_csw + r->futex.cost.self.invol_csw,
+           r->futex.cost.peer.vol_csw + r->futex.cost.peer.invol_csw, r->busy.p50_us,
+           r->busy.p99_us, r->busy.cost.self.cpu_us, r->busy.cost.peer.cpu_us);
     printf("mesh 4 KiB round trip: over the ring p50 %.1f us, p99 %.1f us (%.2fx ZeroMQ "
            "ping-pong); over ZeroMQ p50 %.1f us, p99 %.1f us\n\n",
            r->ring_p50_us, r->ring_p99_us, r->ring_p50_us / r->zmq_p50_us, r->mesh_zmq_p50_us,
@@ -1346,18 +1498,21 @@ static void print_table(const mstar_bench_transport_result *r)
                r->rows[a][0].rt_p50_us, r->rows[a][0].rt_p50_us / r->zmq_p50_us,
                r->arena_zmq.rt_p50_us, r->arena_zmq.rt_p99_us,
                r->arena_zmq.rt_p50_us / r->zmq_p50_us);
+    print_spins(r);
     for (int k = 0; k < r->nkinds + r->has_views; k++) {
         bool views = k == r->nkinds;
-        printf("%s\n  %-8s %12s %12s %10s %10s %10s",
+        printf("%s\n  %-8s %12s %12s %10s %10s %10s %10s %10s %10s",
                views ? VIEWS_NAME : mstar_transport_kind_name(r->kinds[k]), "size", "rt p50 us",
-               "rt p99 us", "rt/zmq", "GB/s", "/memcpy");
+               "rt p99 us", "rt/zmq", "rt/futex", "cpu us", "switches", "GB/s", "/memcpy");
         printf(remote ? " %10s %10s\n" : "\n", "tcp GB/s", "/tcp");
         for (int i = 0; i < r->nsizes; i++) {
             const row *w = views ? &r->views[i] : &r->rows[k][i];
             char h[32];
             mstar_bench_size_name(w->bytes, h, sizeof(h));
-            printf("  %-8s %12.1f %12.1f %9.2fx %10.2f %9.2fx", h, w->rt_p50_us, w->rt_p99_us,
-                   w->rt_p50_us / r->zmq_p50_us, w->gbps, w->gbps / r->memcpy_gbps);
+            printf("  %-8s %12.1f %12.1f %9.2fx %9.2fx %10.1f %10.2f %10.2f %9.2fx", h,
+                   w->rt_p50_us, w->rt_p99_us, w->rt_p50_us / r->zmq_p50_us,
+                   w->rt_p50_us / r->futex.p50_us, cost_cpu_us(&w->cost), cost_switches(&w->cost),
+                   w->gbps, w->gbps / r->memcpy_gbps);
             if (remote)
                 printf(" %10.2f %9.2fx", w->tcp_gbps, w->gbps / w->tcp_gbps);
             printf("\n");

@@ -1,0 +1,213 @@
+/*
+ * bench_floor.c — the floor under a handoff between two processes, and what a handoff costs
+ * besides its latency (bench.h, "floor").
+ *
+ * The floor: two processes ping-pong 4 bytes through a page of shared memory. With the waiting
+ * side asleep on a futex until the other wakes it, a round trip is two wake-ups and four
+ * system calls: what any handoff that sleeps between its messages pays at least. With both
+ * sides busy-polling the page, it is two cache-line transfers: the floor of a handoff whose two
+ * sides are both running. `mstar bench transport` measures both beside the handoffs and reports
+ * the 4 KiB handoff as a ratio to the futex round trip.
+ *
+ * The costs: CPU time (user and system) and context switches of a process, read for this
+ * process and for its peer alike: the CPU time from the process's CPU-time clock
+ * (clock_getcpuclockid), the switches (voluntary: it slept; involuntary: it was preempted)
+ * summed over its threads from /proc/<pid>/task/<tid>/status, the counters getrusage keeps.
+ * Taken before and after a measured loop, their difference divided by the round trips is what
+ * one round trip cost both sides.
+ */
+#include "bench.h"
+
+#include "core/vec.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- what a process has used ---------------------------------------------------------------- */
+
+/* The voluntary and involuntary switches of one thread, added to *vol and *invol. */
+static void add_switches(const char *path, double *vol, double *invol)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return; /* the thread ended meanwhile: its switches are lost to both samples alike */
+    char line[256];
+    unsigned long long v;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "voluntary_ctxt_switches: %llu", &v) == 1)
+            *vol += (double)v;
+        else if (sscanf(line, "nonvoluntary_ctxt_switches: %llu", &v) == 1)
+            *invol += (double)v;
+    }
+    fclose(f);
+}
+
+void mstar_bench_usage_sample(pid_t pid, mstar_bench_usage *out)
+{
+    memset(out, 0, sizeof(*out));
+    clockid_t clock;
+    struct timespec ts;
+    if (clock_getcpuclockid(pid, &clock) == 0 && clock_gettime(clock, &ts) == 0)
+        out->cpu_us = (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (d == NULL)
+        return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[128];
+        snprintf(path, sizeof(path), "%s/%.16s/status", dir, e->d_name);
+        add_switches(path, &out->vol_csw, &out->invol_csw);
+    }
+    closedir(d);
+}
+
+void mstar_bench_usage_per(const mstar_bench_usage *before, const mstar_bench_usage *after,
+                           double n, mstar_bench_usage *out)
+{
+    out->cpu_us = (after->cpu_us - before->cpu_us) / n;
+    out->vol_csw = (after->vol_csw - before->vol_csw) / n;
+    out->invol_csw = (after->invol_csw - before->invol_csw) / n;
+}
+
+void mstar_bench_cost_begin(mstar_bench_cost_clock *c, pid_t peer)
+{
+    c->peer = peer;
+    mstar_bench_usage_sample(getpid(), &c->self);
+    mstar_bench_usage_sample(peer, &c->other);
+}
+
+void mstar_bench_cost_end(const mstar_bench_cost_clock *c, double n, mstar_bench_cost *out)
+{
+    mstar_bench_usage self, other;
+    mstar_bench_usage_sample(getpid(), &self);
+    mstar_bench_usage_sample(c->peer, &other);
+    mstar_bench_usage_per(&c->self, &self, n, &out->self);
+    mstar_bench_usage_per(&c->other, &other, n, &out->peer);
+}
+
+/* ---- the ping-pong -------------------------------------------------------------------------- */
+
+/* The shared page: each side's sequence number on a cache line of its own, and the payload. */
+typedef struct pingpong_page {
+    _Alignas(64) _Atomic uint32_t ping; /* written by this process */
+    uint32_t payload;
+    _Alignas(64) _Atomic uint32_t pong; /* written by the peer */
+    _Atomic uint32_t ready;
+    uint32_t wrong; /* payloads the peer read wrong */
+} pingpong_page;
+
+static long futex(_Atomic uint32_t *word, int op, uint32_t val)
+{
+    /* Shared between processes: no FUTEX_PRIVATE_FLAG. */
+    return syscall(SYS_futex, (uint32_t *)word, op, val, NULL, NULL, 0);
+}
+
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+/* Wait until *word holds `want`: sleeping on the futex, or polling. */
+static void await(_Atomic uint32_t *word, uint32_t want, bool busy)
+{
+    for (;;) {
+        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+        if (v == want)
+            return;
+        if (busy)
+            cpu_relax();
+        else
+            futex(word, FUTEX_WAIT, v); /* returns at once if *word changed since */
+    }
+}
+
+static void post(_Atomic uint32_t *word, uint32_t v, bool busy)
+{
+    atomic_store_explicit(word, v, memory_order_release);
+    if (!busy)
+        futex(word, FUTEX_WAKE, 1);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out)
+{
+    memset(out, 0, sizeof(*out));
+    enum { WARMUP = 100 };
+    pingpong_page *pg =
+        mmap(NULL, sizeof(*pg), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (pg == MAP_FAILED)
+        return mstar_error_set(MSTAR_ENOMEM, "the ping-pong page: %s", strerror(errno));
+    double *rt = calloc((size_t)iters, sizeof(double));
+    if (rt == NULL) {
+        munmap(pg, sizeof(*pg));
+        return mstar_error_set(MSTAR_ENOMEM, "%d round trips", iters);
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        free(rt);
+        munmap(pg, sizeof(*pg));
+        return mstar_error_set(MSTAR_EIO, "fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        post(&pg->ready, 1, false); /* the parent sleeps on it in either mode */
+        /* The peer: wait for each ping, read its 4 bytes, answer with them. */
+        for (uint32_t i = 1; i <= (uint32_t)(iters + WARMUP); i++) {
+            await(&pg->ping, i, busy);
+            pg->wrong += pg->payload != i;
+            post(&pg->pong, i, busy);
+        }
+        _exit(0);
+    }
+    await(&pg->ready, 1, false);
+    mstar_bench_cost_clock clock;
+    for (uint32_t i = 1; i <= (uint32_t)(iters + WARMUP); i++) {
+        if (i == WARMUP + 1)
+            mstar_bench_cost_begin(&clock, pid);
+        uint64_t t0 = mstar__now_ns();
+        pg->payload = i;
+        post(&pg->ping, i, busy);
+        await(&pg->pong, i, busy);
+        if (i > WARMUP)
+            rt[i - WARMUP - 1] = (double)(mstar__now_ns() - t0) * 1e-3;
+    }
+    mstar_bench_cost_end(&clock, iters, &out->cost);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    bool ok = pg->wrong == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    munmap(pg, sizeof(*pg));
+    if (!ok) {
+        free(rt);
+        return mstar_error_set(MSTAR_EIO, "the %s ping-pong's peer answered wrong or died",
+                               busy ? "busy-poll" : "futex");
+    }
+    qsort(rt, (size_t)iters, sizeof(double), cmp_double);
+    out->p50_us = rt[(size_t)iters / 2];
+    out->p99_us = rt[(size_t)((double)(iters - 1) * 0.99 + 0.5)];
+    free(rt);
+    return MSTAR_OK;
+}
