@@ -272,9 +272,11 @@ bool mstar__inrings_pending(const mstar_mesh *mesh)
  * frame comes before a sleep and a wake-up would have been over. When they do not (the peer is
  * idle, or waits for a core on a busy machine, where a spinning receiver takes the core its
  * peer needs), a spin is CPU time lost and a later wake-up: after SPIN_GIVE_UP spins in a row
- * that found nothing, only one wait in SPIN_PROBE spins, until one finds a frame again. */
-#define SPIN_GIVE_UP 2
-#define SPIN_PROBE   16
+ * that found nothing, only one wait in SPIN_PROBE spins, until one finds a frame again. On the
+ * 2-core VM, 8 and 4 kept a spinning 4 KiB handoff at 10-12 µs p50 where 2 and 16 had given
+ * up on it for good after the misses of a burst (docs/architecture.md). */
+#define SPIN_GIVE_UP 8
+#define SPIN_PROBE   4
 
 bool mstar__inrings_spin(mstar_mesh *mesh)
 {

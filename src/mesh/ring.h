@@ -46,9 +46,10 @@
 #define MSTAR__RING_MAX_CAP (UINT64_C(1) << 30)
 #define MSTAR__RING_FRAME   8u          /* the length words before each payload */
 #define MSTAR__RING_BLOB    0x424f4c42u /* "BLOB": the check word's mark of a blob frame */
-/* MSTAR_RING_SPIN_US when unset: how long a waiting receiver polls its rings before it sleeps
- * (docs/environment.md says how it was chosen). */
-#define MSTAR__RING_SPIN_US_DEFAULT 50
+/* MSTAR_RING_SPIN_US when unset: how long a waiting receiver polls its rings before it sleeps.
+ * 0 (sleep at once): on the shared 2-core VM a spinning receiver took the core its peer needed
+ * (docs/environment.md has the figures). */
+#define MSTAR__RING_SPIN_US_DEFAULT 0
 
 /* The shared header. Positions sit on cache lines of their own so that the two sides do not
  * fight over one line on every frame. */

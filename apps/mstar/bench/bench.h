@@ -183,7 +183,8 @@ typedef struct mstar_bench_transport_result {
     mstar_bench_transport_row arena_zmq;
     /* With the arena: its 4 KiB handoff with each side spinning on its rings before it sleeps
      * for spin_us[i] (MSTAR_RING_SPIN_US; the producer in mstar_mesh_recv, the consumer's loop in
-     * mstar_mesh_spin): spins[0] the library's default, spins[1] no spinning. */
+     * mstar_mesh_spin): spins[0] the library's default, spins[1] no spinning, or with a
+     * default of 0 a spin of 1000 µs. */
     int nspins;
     int spin_us[MSTAR_BENCH_TRANSPORT_SPINS];
     mstar_bench_transport_row spins[MSTAR_BENCH_TRANSPORT_SPINS];

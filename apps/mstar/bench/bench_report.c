@@ -388,8 +388,8 @@ static void md_floor(FILE *f, const mstar_bench_transport_result *t)
     for (int i = 0; i < t->nspins; i++) {
         const mstar_bench_transport_row *w = &t->spins[i];
         fprintf(f, "| %d%s | %.1f | %.1f | %.2fx | %.1f + %.1f | %.2f + %.2f |\n", t->spin_us[i],
-                i == 0 ? " (default)" : "", w->rt_p50_us, w->rt_p99_us, w->rt_p50_us / fx->p50_us,
-                w->cost.self.cpu_us, w->cost.peer.cpu_us,
+                i == 0 ? " (the default)" : "", w->rt_p50_us, w->rt_p99_us,
+                w->rt_p50_us / fx->p50_us, w->cost.self.cpu_us, w->cost.peer.cpu_us,
                 w->cost.self.vol_csw + w->cost.self.invol_csw,
                 w->cost.peer.vol_csw + w->cost.peer.invol_csw);
     }

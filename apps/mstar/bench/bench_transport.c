@@ -735,14 +735,19 @@ static void scratch_remove(const scratch *sc)
     remove_tree(sc->shm_dir);
 }
 
-/* The arena's 4 KiB handoff with the library's default spin and with none (bench.h). */
+/* The spin the bench sets beside a default of 0: long enough that two processes handing off
+ * to each other both stay awake on a 2-core machine (a 50 µs spin lost to the scheduler placing
+ * a woken peer on the spinner's core, docs/environment.md). */
+#define SPIN_LONG_US 1000
+
+/* The arena's 4 KiB handoff with the library's default spin and with another (bench.h). */
 static void run_spins(const setup *s, bool quick, mstar_bench_transport_result *out)
 {
     const char *saved = getenv("MSTAR_RING_SPIN_US");
     char *restore = saved ? strdup(saved) : NULL;
     out->nspins = MSTAR_BENCH_TRANSPORT_SPINS;
     out->spin_us[0] = MSTAR__RING_SPIN_US_DEFAULT;
-    out->spin_us[1] = 0;
+    out->spin_us[1] = MSTAR__RING_SPIN_US_DEFAULT != 0 ? 0 : SPIN_LONG_US;
     for (int i = 0; i < out->nspins; i++) {
         mstar_bench_progress("transport", "arena, 4 KiB, spinning %d us before sleeping",
                              out->spin_us[i]);
@@ -1290,26 +1295,24 @@ static size_t views_target(const mstar_bench_transport_result *r, mstar_bench_ta
 }
 
 /* The floor: the 4 KiB handoff with the default settings within 1.1x a futex ping-pong, and
- * at most 5 µs with both sides spinning (the default spin, when it is not 0). */
+ * at most 5 µs with both sides spinning (the spin row that is not 0). */
 static size_t spin_targets(const mstar_bench_transport_result *r, mstar_bench_target *out)
 {
     if (r->nspins == 0)
         return 0;
-    const row *def = &r->spins[0];
+    const row *def = &r->spins[0], *spin = &r->spins[r->spin_us[0] != 0 ? 0 : 1];
+    int spin_us = r->spin_us[r->spin_us[0] != 0 ? 0 : 1];
     double v = def->rt_p50_us / r->futex.p50_us;
     mstar_bench_target t[2] = {
         { "4 KiB arena round trip p50, default settings / futex ping-pong p50", "<= 1.1x", v, "",
           v <= 1.1 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
-        { "4 KiB arena round trip p50, both sides spinning (MSTAR_RING_SPIN_US default)", "<= 5 us",
-          def->rt_p50_us, "",
-          r->spin_us[0] == 0      ? MSTAR_BENCH_NOT_APPLICABLE
-          : def->rt_p50_us <= 5.0 ? MSTAR_BENCH_MET
-                                  : MSTAR_BENCH_NOT_MET },
+        { "4 KiB arena round trip p50, both sides spinning (MSTAR_RING_SPIN_US)", "<= 5 us",
+          spin->rt_p50_us, "", spin->rt_p50_us <= 5.0 ? MSTAR_BENCH_MET : MSTAR_BENCH_NOT_MET },
     };
     snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (%.1f / %.1f us)", v, def->rt_p50_us,
              r->futex.p50_us);
-    snprintf(t[1].shown, sizeof(t[1].shown), "%.1f us (%d us spin, CPU %.1f us)", def->rt_p50_us,
-             r->spin_us[0], cost_cpu_us(&def->cost));
+    snprintf(t[1].shown, sizeof(t[1].shown), "%.1f us (spin %d us, CPU %.1f us)", spin->rt_p50_us,
+             spin_us, cost_cpu_us(&spin->cost));
     memcpy(out, t, sizeof(t));
     return 2;
 }
@@ -1456,8 +1459,7 @@ static void print_spins(const mstar_bench_transport_result *r)
     for (int i = 0; i < r->nspins; i++) {
         const row *w = &r->spins[i];
         char name[32];
-        snprintf(name, sizeof(name), "%d%s", r->spin_us[i],
-                 r->spin_us[i] == MSTAR__RING_SPIN_US_DEFAULT ? " (def)" : "");
+        snprintf(name, sizeof(name), "%d%s", r->spin_us[i], i == 0 ? " (def)" : "");
         printf("  %-9s %10.1f %10.1f %9.2fx %9.1fx %7.1f + %-6.1f %7.2f + %-6.2f\n", name,
                w->rt_p50_us, w->rt_p99_us, w->rt_p50_us / r->futex.p50_us,
                w->rt_p50_us / r->busy.p50_us, w->cost.self.cpu_us, w->cost.peer.cpu_us,
