@@ -1,12 +1,11 @@
 /*
  * mstar/graphs.h — the accelerator graph runner: graph pools and capture.
  *
- * Graph pools are this project's own allocator over backend memory with the reference semantics
- * (docs/architecture.md, docs/design.md "Pools"): while a stream captures into a pool, the
- * stream's mstar_alloc calls are served from the pool; blocks freed during a capture return to the
- * pool for later captures; blocks live when the capture ends belong to the graph until it is
- * destroyed. One pool per node, shared by the node's whole-forward runner and its piecewise
- * regions.
+ * Graph pools are this project's own allocator over backend memory (docs/architecture.md,
+ * docs/design.md "Pools"): while a stream captures into a pool, the stream's mstar_alloc calls are
+ * served from the pool; blocks freed during a capture return to the pool for later captures; blocks
+ * live when the capture ends belong to the graph until it is destroyed. One pool per node, shared
+ * by the node's whole-forward runner and its piecewise regions.
  */
 #ifndef MSTAR_GRAPHS_H
 #define MSTAR_GRAPHS_H
@@ -42,7 +41,7 @@ MSTAR_API void mstar_graph_pool_stats(mstar_graph_pool *pool, mstar_alloc_stats 
 MSTAR_API mstar_status mstar_graph_pool_trim(mstar_graph_pool *pool, uint64_t *released);
 
 /* ---------------------------------------------------------------------------------------------
- * Capture (reference capture_into_graph, capture_with_static_outputs)
+ * Capture
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_capture_stats {
@@ -93,7 +92,7 @@ MSTAR_API mstar_status mstar_capture_with_static_outputs(
     mstar_tensor_map *static_outputs, mstar_capture_stats *stats);
 
 /* ---------------------------------------------------------------------------------------------
- * Padding rows (reference DummyRowPool, dummy_rid_handle, dummy_rid_name)
+ * Padding rows
  * ------------------------------------------------------------------------------------------- */
 
 /* The handle minted for a padding-row name: a process-wide registry hands out -1, -2, … in
@@ -127,7 +126,7 @@ MSTAR_API mstar_status mstar_dummy_rows_reset(mstar_dummy_rows *rows, const int6
 /* Give back every row's storage once capture is done: replays pad with zero-length rows. */
 MSTAR_API mstar_status mstar_dummy_rows_release_all(mstar_dummy_rows *rows);
 
-/* Stand-in request info for padding rows (reference dummy_metadata / CurrentForwardPassInfo). */
+/* Stand-in request info for padding rows: what a padded step's forward reads for them. */
 typedef struct mstar_forward_info {
     const char *graph_walk;
     bool requires_cfg;
@@ -140,7 +139,7 @@ typedef struct mstar_forward_info {
 MSTAR_API mstar_forward_info mstar_dummy_metadata(const char *graph_walk);
 
 /* ---------------------------------------------------------------------------------------------
- * Configs (reference AcceleratorGraphConfig)
+ * Graph configs (design.md "Graph configs")
  * ------------------------------------------------------------------------------------------- */
 
 typedef enum mstar_graph_config_kind {
@@ -156,7 +155,7 @@ typedef enum mstar_compile_mode {
     MSTAR_COMPILE_MAX_AUTOTUNE_NO_GRAPHS = 2, /* never a mode that builds graphs itself */
 } mstar_compile_mode;
 
-/* One request's inputs to a node for one step (reference NodeInputs). */
+/* One request's inputs to a node for one step (a row of the batch). */
 typedef struct mstar_node_input {
     int64_t seq_len;                 /* input tokens this step; 0 for a padding row */
     const mstar_tensor_map *tensors; /* per-request tensors (may be NULL) */
@@ -168,9 +167,9 @@ typedef struct mstar_seq_dim {
     int32_t dim;
 } mstar_seq_dim;
 
-/* Fill `out` with one template row of `len` tokens (reference make_node_input /
- * single_request_inputs): entries set borrowed or owned (mstar_tensor_map_set_owned with `stream`,
- * whose allocations then come from the caching allocator). */
+/* Fill `out` with one template row of `len` tokens (a padding row's inputs): entries set borrowed
+ * or owned (mstar_tensor_map_set_owned with `stream`, whose allocations then come from the caching
+ * allocator). */
 typedef mstar_status (*mstar_template_fn)(void *user, mstar_stream *stream, int64_t len,
                                           mstar_tensor_map *out);
 
@@ -225,7 +224,7 @@ typedef struct mstar_submodule_ops {
     mstar_status (*declare_step)(void *self, const char *graph_walk, const int64_t *ids,
                                  const mstar_node_input *inputs, size_t n, mstar_step *step,
                                  bool *declared);
-    /* The batched tensors the forward reads (reference preprocess), as owned or borrowed
+    /* The batched tensors the forward reads, as owned or borrowed
      * entries of `out`, allocated with mstar_alloc(ctx->stream). */
     mstar_status (*preprocess)(void *self, mstar_step *step, const mstar_node_input *inputs,
                                size_t n, mstar_tensor_map *out);
@@ -233,7 +232,7 @@ typedef struct mstar_submodule_ops {
 } mstar_submodule_ops;
 
 /* ---------------------------------------------------------------------------------------------
- * The whole-forward runner (reference AcceleratorGraphRunner)
+ * The graph runner: a whole forward captured per bucket
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_graph_runner mstar_graph_runner;
@@ -260,8 +259,8 @@ MSTAR_API mstar_dummy_rows *mstar_graph_runner_dummy_rows(mstar_graph_runner *ru
 /* Every configured bucket, in capture order: descending (bs, num_tokens) (I-21). Borrowed. */
 MSTAR_API const mstar_bucket_key *mstar_graph_runner_buckets(const mstar_graph_runner *runner,
                                                              size_t *n);
-/* Claim this runner's capture jobs with the step runner (reference prepare_for_capture); call on
- * every runner of the device, then mstar_step_runner_build_graph_buffers once. */
+/* Claim this runner's capture jobs with the step runner; call on every runner of the device, then
+ * mstar_step_runner_build_graph_buffers once. */
 MSTAR_API mstar_status mstar_graph_runner_prepare_for_capture(mstar_graph_runner *runner,
                                                               const mstar_cg_slot_spec **specs,
                                                               size_t *n);
@@ -320,8 +319,7 @@ MSTAR_API const mstar_graph_config *mstar_graph_runner_config_for(const mstar_gr
                                                                   const mstar_slot_lease *lease,
                                                                   uint32_t *config_idx);
 
-/* One captured graph and the buffers its replay reads and writes (reference AcceleratorGraphSlot).
- */
+/* One captured graph and the buffers its replay reads and writes (a slot of a bucket). */
 typedef struct mstar_graph_slot mstar_graph_slot;
 MSTAR_API const mstar_graph_slot *mstar_graph_runner_slot_for(const mstar_graph_runner *runner,
                                                               const mstar_slot_lease *lease);

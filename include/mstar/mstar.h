@@ -9,7 +9,7 @@
  *   graphs.h   the accelerator graph runner: graph pools, capture, buckets, slots, padding rows
  *   piecewise.h  the piecewise runner: regions inside a step captured into the node's pool
  *   planner.h  capture memory planning and agreement across ranks
- *   resources.h  the reference step resources: paged KV cache (sink page 0), positions
+ *   resources.h  the step resources of the reference model: paged KV cache (sink page 0), positions
  *   tensors.h  tensor transport between workers: bookkeeping, staging, reading, fan-in
  */
 #ifndef MSTAR_MSTAR_H

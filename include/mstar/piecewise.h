@@ -1,5 +1,5 @@
 /*
- * mstar/piecewise.h — the piecewise runner (reference PiecewiseAcceleratorGraphRunner): one inner
+ * mstar/piecewise.h — the piecewise runner: one inner
  * region of a submodule's forward (a transformer block loop, say) captured as a graph per shape
  * and slot, while the preamble around it stays eager and calls the region itself
  * (design.md "Piecewise regions").
@@ -41,18 +41,18 @@
 extern "C" {
 #endif
 
-/* The graph walk of every piecewise bucket key (reference "__piecewise__"). */
+/* The graph walk of every piecewise bucket key. */
 #define MSTAR_PIECEWISE_WALK "__piecewise__"
 
-/* One captured shape (reference PiecewiseCaptureShape). */
+/* One captured shape of the region. */
 typedef struct mstar_piecewise_shape {
     int64_t bs;
     const int64_t *seq_lens; /* bs rows */
     int64_t total_tokens;
 } mstar_piecewise_shape;
 
-/* What the region's capture function reads (reference PiecewiseCallInputs), built once per
- * capture: the same call serves both warm-ups and the capture. */
+/* What the region's capture function reads, built once per capture: the same call serves both
+ * warm-ups and the capture. */
 typedef struct mstar_piecewise_call {
     const mstar_tensor_map *static_inputs; /* the shape's static buffers */
     const int64_t *request_ids;            /* the shape's padding rows, bs of them */
@@ -72,7 +72,7 @@ typedef struct mstar_piecewise_call {
  * Outputs are contiguous and lead with the row dim (BATCHED: bs rows; PACKED: total_tokens). */
 typedef mstar_status (*mstar_piecewise_capture_fn)(void *user, const mstar_piecewise_call *call,
                                                    mstar_tensor_map *outputs);
-/* The static input buffers of one capture (reference make_static_inputs): contiguous, leading
+/* The static input buffers of one capture: contiguous, leading
  * with the row dim, allocated with mstar_alloc(stream) (not capturing: the caching allocator) and
  * set owned, or borrowed views of buffers that outlive the runner. */
 typedef mstar_status (*mstar_piecewise_static_fn)(void *user, const mstar_piecewise_shape *shape,
@@ -83,11 +83,11 @@ typedef mstar_status (*mstar_piecewise_static_fn)(void *user, const mstar_piecew
 typedef mstar_status (*mstar_piecewise_declare_fn)(void *user, const int64_t *request_ids,
                                                    const int64_t *seq_lens, size_t n,
                                                    mstar_step *step, bool *declared);
-/* Whether this batch may lease the region ahead of its step (reference can_lease). */
+/* Whether this batch may lease the region ahead of its step. */
 typedef bool (*mstar_piecewise_can_lease_fn)(void *user, const mstar_node_input *inputs, size_t n);
 
-/* Reference PiecewiseBatchedConfig (kind BATCHED, seq_len) and PiecewisePackedConfig (kind
- * PACKED, total_tokens). Arrays are copied by the runner. */
+/* The two region kinds: BATCHED (rows of seq_len tokens each) and PACKED (tokens of all rows
+ * packed together, total_tokens). Arrays are copied by the runner. */
 typedef struct mstar_piecewise_config {
     mstar_graph_config_kind kind;
     mstar_piecewise_capture_fn capture_fn;        /* required */
@@ -100,8 +100,8 @@ typedef struct mstar_piecewise_config {
     size_t n_capture_batch_sizes;
     mstar_compile_mode compile_mode;
     /* The outer step plans this region's resources against the lease (mstar_piecewise_runner_
-     * lease_slot): a run only stages and replays (reference lease_before_step; B's
-     * reuses_outer_plan). Set wrongly, the region reads whatever plan is live — the runner cannot
+     * lease_slot): a run only stages and replays (the region reuses the
+     * outer step's plan). Set wrongly, the region reads whatever plan is live — the runner cannot
      * check the outer lease. */
     bool lease_before_step;
     int64_t seq_len;             /* BATCHED: tokens per row, >= 1 */
@@ -128,7 +128,7 @@ MSTAR_API mstar_status mstar_piecewise_replay_seq_lens(const mstar_piecewise_con
                                                        int64_t *out);
 
 /* ---------------------------------------------------------------------------------------------
- * Outputs (reference PiecewiseOutput)
+ * Outputs of a replay
  * ------------------------------------------------------------------------------------------- */
 
 /* What a run returns: the region's static output buffers (padded) and how many leading rows are
@@ -184,12 +184,12 @@ MSTAR_API mstar_dummy_rows *mstar_piecewise_runner_dummy_rows(mstar_piecewise_ru
  * Borrowed. */
 MSTAR_API const mstar_bucket_key *
 mstar_piecewise_runner_buckets(const mstar_piecewise_runner *runner, size_t *n);
-/* Claim every (shape, slot) with the step runner (reference prepare_for_capture); call on every
- * runner of the device, then mstar_step_runner_build_graph_buffers once. */
+/* Claim every (shape, slot) with the step runner; call on every runner of the device, then
+ * mstar_step_runner_build_graph_buffers once. */
 MSTAR_API mstar_status mstar_piecewise_runner_prepare_for_capture(mstar_piecewise_runner *runner,
                                                                   const mstar_cg_slot_spec **specs,
                                                                   size_t *n);
-/* Sizing hooks (reference size_captures, WarmedRegion): warm every slot of a shape (declare,
+/* Sizing hooks (design.md "Planning"): warm every slot of a shape (declare,
  * admit, plan, 2 eager runs each followed by a reset and re-plan) without capturing; *peak = the
  * largest caching-allocator peak above the pre-warm baseline. */
 MSTAR_API mstar_status mstar_piecewise_runner_warm_bucket(mstar_piecewise_runner *runner,
@@ -208,7 +208,7 @@ MSTAR_API mstar_status mstar_piecewise_runner_capture_throwaway(mstar_piecewise_
 MSTAR_API mstar_status mstar_piecewise_runner_warmup_and_capture(mstar_piecewise_runner *runner,
                                                                  const mstar_bucket_key *planned,
                                                                  size_t n);
-/* Shapes not captured: planned out, failed or blocked (reference dropped_shapes; borrowed). */
+/* Shapes not captured: planned out, failed or blocked (borrowed). */
 MSTAR_API const mstar_bucket_key *
 mstar_piecewise_runner_dropped_shapes(const mstar_piecewise_runner *runner, size_t *n);
 /* Forget a captured shape (another rank dropped it, design.md "Rank agreement"): lookups then miss
@@ -237,14 +237,14 @@ MSTAR_API bool mstar_piecewise_runner_can_lease(const mstar_piecewise_runner *ru
  * the outer pre-plan). MSTAR_EINVAL outside 0..num_slots-1. The initial slot is 0. */
 MSTAR_API mstar_status mstar_piecewise_runner_set_slot(mstar_piecewise_runner *runner,
                                                        int32_t slot);
-/* The captured graph of a lease (reference PiecewiseGraphData): graph, static inputs, static
+/* The captured graph of a lease: graph, static inputs, static
  * outputs and padding rows through the mstar_graph_slot accessors; NULL for an unknown lease. */
 MSTAR_API const mstar_graph_slot *
 mstar_piecewise_runner_slot_for(const mstar_piecewise_runner *runner,
                                 const mstar_slot_lease *lease);
 
 /*
- * Replay the region for a batch (reference run):
+ * Replay the region for a batch:
  *   1. real_bs: `real_bs` if >= 0, else n (request_ids or seq_lens must then be given); n must
  *      equal real_bs when an array is given. total = Σ seq_lens (PACKED needs seq_lens).
  *   2. The shape, as lease_slot finds it; MSTAR_ENOENT when there is none (check can_run).

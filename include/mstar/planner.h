@@ -35,10 +35,10 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Capture costs and the plan (reference CaptureCost, CapturePlan, GraphMemory, plan_captures)
+ * Capture costs and the capture plan (design.md "Planning")
  * ------------------------------------------------------------------------------------------- */
 
-/* What one bucket costs (reference CaptureCost; bytes unless noted). */
+/* What capturing one bucket costs (bytes unless noted). */
 typedef struct mstar_capture_cost {
     uint64_t peak;    /* eager warm-up peak above baseline, max over the bucket's slots */
     bool has_graph;   /* false: no throwaway capture succeeded; the bucket cannot be planned */
@@ -78,7 +78,7 @@ typedef struct mstar_pool_plan {
     bool *planned;
 } mstar_pool_plan;
 
-/* Reference CapturePlan: which buckets each pool captures, chosen before any is. Owns `pools`
+/* The capture plan: which buckets each pool captures, chosen before any is. Owns `pools`
  * (one per input pool, same order) and each pool's `planned`; release with
  * mstar_capture_plan_clear. */
 typedef struct mstar_capture_plan {
@@ -87,13 +87,13 @@ typedef struct mstar_capture_plan {
     mstar_pool_plan *pools;
 } mstar_capture_plan;
 
-/* Reference GraphMemory: what one captured graph holds, in its pool and outside the allocator. */
+/* Graph memory: what one captured graph holds, in its pool and outside the allocator. */
 typedef struct mstar_graph_memory {
     uint64_t pool;
     uint64_t outside;
 } mstar_graph_memory;
 
-/* No bound on executable reuse (the reference's reusable=None). */
+/* No bound on executable reuse. */
 #define MSTAR_PLAN_REUSE_UNBOUNDED UINT64_MAX
 
 /*
@@ -106,12 +106,11 @@ typedef struct mstar_graph_memory {
  *   Δ = pool_add + exec_need − reuse. Stop at the first candidate with total + Δ + floor > free
  *   (later ones are not tried); otherwise plan it.
  *
- * `credits[i]` is the held bytes of measurement i's copies (ExecutableMemory held); `reusable`
- * bounds the reuse summed over all buckets, MSTAR_PLAN_REUSE_UNBOUNDED for none (0 means no
- * reuse at all, unlike the reference, where 0 read as None). On success *out is filled (any
- * previous content is not freed). MSTAR_EINVAL names the pool or bucket on bad input (an
- * invalid or duplicate name or key, slots 0, kept > graph, an executable index out of range);
- * MSTAR_ERANGE if a cost overflows 64 bits.
+ * `credits[i]` is the held bytes of measurement i's copies (the executable measurement's held
+ * bytes); `reusable` bounds the reuse summed over all buckets, MSTAR_PLAN_REUSE_UNBOUNDED for none
+ * (0 means no reuse at all). On success *out is filled (any previous content is not freed).
+ * MSTAR_EINVAL names the pool or bucket on bad input (an invalid or duplicate name or key, slots 0,
+ * kept > graph, an executable index out of range); MSTAR_ERANGE if a cost overflows 64 bits.
  */
 MSTAR_API mstar_status mstar_plan_captures(const mstar_pool_costs *pools, size_t npools,
                                            uint64_t free_bytes, const uint64_t *credits,
@@ -122,7 +121,7 @@ MSTAR_API mstar_status mstar_plan_captures(const mstar_pool_costs *pools, size_t
 MSTAR_API void mstar_capture_plan_clear(mstar_capture_plan *plan);
 
 /* ---------------------------------------------------------------------------------------------
- * Executable memory (reference ExecutableMemory.measure's arithmetic)
+ * Executable memory (design.md "Executable memory")
  * ------------------------------------------------------------------------------------------- */
 
 #define MSTAR_EXEC_PIECE_BYTES                                                      \
@@ -132,7 +131,7 @@ MSTAR_API void mstar_capture_plan_clear(mstar_capture_plan *plan);
 #define MSTAR_EXEC_COPIES_PER_COUNT 8 /* copies instantiated per count */
 
 typedef struct mstar_exec_estimate {
-    bool has_per_node;    /* false: no copy could be counted (the reference's per_node None) */
+    bool has_per_node;    /* false: no copy could be counted (no rate) */
     double per_node;      /* bytes per graph node */
     uint64_t held;        /* bytes the held copies took: the walk's reuse credit */
     uint32_t kept_counts; /* counts that passed both noise checks */
@@ -160,7 +159,7 @@ MSTAR_API mstar_status mstar_exec_memory_estimate(const uint64_t *readings, size
                                                   mstar_exec_estimate *out);
 
 /*
- * Reference ExecutableMemory: one walk's measurement, made on its first throwaway graph, whose
+ * The executable measurement: one walk's measurement, made on its first throwaway graph, whose
  * copies stay instantiated (held) until the runner captures for real. The driver keeps a
  * destroyed executable's memory for reuse, so the held copies are what the walk's real graphs'
  * executables will land in: the walk's reuse credit in mstar_plan_captures.
@@ -191,7 +190,7 @@ MSTAR_API size_t mstar_exec_memory_copies(const mstar_exec_memory *em);
 MSTAR_API void mstar_exec_memory_release(mstar_exec_memory *em);
 
 /* ---------------------------------------------------------------------------------------------
- * Sizing (reference size_captures, size_lent_captures)
+ * Sizing: measuring what each bucket's capture costs
  * ------------------------------------------------------------------------------------------- */
 
 /* What sizing learned about one runner: a cost per bucket and one executable-memory measurement
@@ -207,7 +206,7 @@ typedef struct mstar_rank_group mstar_rank_group; /* below */
  * `graph` is kept plus what the capture needed beyond it — the pool's shared segments it grew
  * (its scratch) and one more segment for the partly empty last one of the small blocks graphs
  * keep — so that the planner's pool model (design.md "Planning") errs high rather than low;
- * `outside` is per_node × its nodes when the walk's ExecutableMemory measured on it gives a rate,
+ * `outside` is per_node × its nodes when the walk's executable measurement on it gives a rate,
  * else the free-memory drop the capture caused beyond its pool bytes. The walk's other buckets get
  * the largest's graph, kept and outside. The pool is trimmed after each throwaway. A bucket whose
  * warm-up fails, or whose walk's throwaway capture fails, is unplannable (has_graph false), logged.
@@ -216,9 +215,8 @@ typedef struct mstar_rank_group mstar_rank_group; /* below */
  */
 MSTAR_API mstar_status mstar_size_captures(mstar_graph_runner *runner, mstar_rank_group *barrier,
                                            mstar_capture_sizing **out);
-/* The same for a piecewise region (reference PiecewiseAcceleratorGraphRunner.size_captures):
- * its shapes are buckets of walk MSTAR_PIECEWISE_WALK, one executable measurement for the
- * region. */
+/* The same for a piecewise region: its shapes are buckets of walk MSTAR_PIECEWISE_WALK, one
+ * executable measurement for the region. */
 MSTAR_API mstar_status mstar_size_piecewise_captures(mstar_piecewise_runner *runner,
                                                      mstar_rank_group *barrier,
                                                      mstar_capture_sizing **out);
@@ -238,7 +236,7 @@ MSTAR_API void mstar_capture_sizing_release(mstar_capture_sizing *sizing);
 MSTAR_API void mstar_capture_sizing_destroy(mstar_capture_sizing *sizing);
 
 /* ---------------------------------------------------------------------------------------------
- * The startup order of one device (design.md "Startup"; the reference engine's warmup)
+ * The startup order of one device (design.md "Startup")
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_capture_startup {
@@ -287,7 +285,7 @@ MSTAR_API mstar_status mstar_capture_startup_run(const mstar_capture_startup *op
                                                  mstar_capture_report *report);
 
 /* ---------------------------------------------------------------------------------------------
- * Required graphs (reference fail_if_graphs_required)
+ * Required graphs (MSTAR_REQUIRE_CUDA_GRAPHS)
  * ------------------------------------------------------------------------------------------- */
 
 /*
@@ -298,7 +296,7 @@ MSTAR_API mstar_status mstar_capture_startup_run(const mstar_capture_startup *op
 MSTAR_API mstar_status mstar_fail_if_graphs_required(const char *const *missing, size_t n);
 
 /* ---------------------------------------------------------------------------------------------
- * Rank groups and agreement (reference agree_across_ranks)
+ * Rank groups and agreement (design.md "Rank agreement")
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_rank_group mstar_rank_group;

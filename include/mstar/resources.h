@@ -1,5 +1,6 @@
 /*
- * mstar/resources.h — the two reference step resources: a paged KV cache and positions.
+ * mstar/resources.h — the two step resources the reference model uses: a paged KV cache
+ * and positions.
  *
  * A step resource holds per-request state that a model's forward reads and extends: the KV
  * cache keeps each request's cache streams (one per label, e.g. cond and uncond) as lists of
@@ -59,7 +60,7 @@ typedef struct mstar_resource_step {
     bool commit;
 } mstar_resource_step;
 
-/* What a step carries for either reference resource under its key
+/* What a step carries for either resource under its key
  * (mstar_step_set_resource(step, key, &payload, sizeof payload)): the resource takes part in the
  * step, and `commit` says whether commit advances its streams. */
 typedef struct mstar_resource_payload {
@@ -171,7 +172,7 @@ typedef struct mstar_rank_group mstar_rank_group; /* mstar/planner.h */
 /* The TP group whose ranks hold this cache's twins (NULL, the default: this rank alone). Kept,
  * not owned: it must outlive the cache's last validation. */
 MSTAR_API void mstar_kv_cache_set_tp_group(mstar_kv_cache *kv, mstar_rank_group *group);
-/* The reference's post-warm-up TP-symmetry check, which a registered cache also runs from
+/* The post-warm-up TP-symmetry check, which a registered cache also runs from
  * mstar_step_runner_post_warmup_validate: one agreement across the TP group (collective: every
  * rank calls it); MSTAR_ESTATE on every rank when their free page counts differ, naming the
  * fewest and the most. With no group it checks nothing. */

@@ -27,7 +27,7 @@ extern "C" {
 #endif
 
 /* ---------------------------------------------------------------------------------------------
- * Tensor maps: named tensors (the reference's dict[str, Tensor])
+ * Tensor maps: tensors by name
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_tensor_map mstar_tensor_map;
@@ -52,7 +52,7 @@ MSTAR_API const mstar_tensor *mstar_tensor_map_at(const mstar_tensor_map *map, s
 MSTAR_API void mstar_tensor_map_clear(mstar_tensor_map *map);
 
 /* ---------------------------------------------------------------------------------------------
- * Buckets, leases and capture jobs (reference BucketKey, SlotLease, CGSlotSpec)
+ * Buckets, leases and capture jobs (design.md "Buckets", "Slots")
  * ------------------------------------------------------------------------------------------- */
 
 /* One captured shape. Strings are owned by the runner that produced the key. Printed as
@@ -86,7 +86,7 @@ typedef struct mstar_cg_slot_spec {
 } mstar_cg_slot_spec;
 
 /* ---------------------------------------------------------------------------------------------
- * Step declarations (reference SubmoduleStep, Segment, StepContext)
+ * Step declarations (design.md "Steps")
  * ------------------------------------------------------------------------------------------- */
 
 /* One request's addition to one labelled stream this step. Span 0 reads without extending:
@@ -187,7 +187,7 @@ MSTAR_API mstar_status mstar_step_runner_create(mstar_backend *backend, mstar_st
 MSTAR_API void mstar_step_runner_destroy(mstar_step_runner *sr);
 MSTAR_API mstar_backend *mstar_step_runner_backend(const mstar_step_runner *sr);
 MSTAR_API mstar_stream *mstar_step_runner_compute_stream(const mstar_step_runner *sr);
-/* The dedicated pre-plan stream (reference plan_stream): never the compute stream. */
+/* The dedicated pre-plan stream: never the compute stream. */
 MSTAR_API mstar_stream *mstar_step_runner_plan_stream(const mstar_step_runner *sr);
 
 /* Register a resource under `key` (copied). Its dependencies must be registered already, so
@@ -196,7 +196,7 @@ MSTAR_API mstar_stream *mstar_step_runner_plan_stream(const mstar_step_runner *s
 MSTAR_API mstar_status mstar_step_runner_add_resource(mstar_step_runner *sr, const char *key,
                                                       const mstar_resource_ops *ops, void *self,
                                                       const char *const *deps, size_t ndeps);
-/* Whether any resource pre-plans (reference supports_preplan). */
+/* Whether any resource pre-plans. */
 MSTAR_API bool mstar_step_runner_supports_preplan(const mstar_step_runner *sr);
 /* MSTAR_NUM_SLOTS (default 2) when some resource pre-plans, else 1. */
 MSTAR_API mstar_status mstar_step_runner_default_num_slots(const mstar_step_runner *sr,
@@ -225,7 +225,7 @@ MSTAR_API mstar_status mstar_step_runner_reset_request(mstar_step_runner *sr, in
                                                        bool free_storage);
 MSTAR_API void mstar_step_runner_remove_request(mstar_step_runner *sr, int64_t request);
 
-/* Capture jobs claimed by runners (reference prepare_for_capture's result), accumulated until
+/* Capture jobs claimed by runners (their prepare_for_capture), accumulated until
  * the one build. MSTAR_ESTATE after the build: a later claim would move buffers that captured
  * graphs already hold (G-26). */
 MSTAR_API mstar_status mstar_step_runner_claim(mstar_step_runner *sr,

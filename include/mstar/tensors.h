@@ -1,7 +1,6 @@
 /*
- * mstar/tensors.h — tensor transport between the workers of one machine (reference module
- * mstar.communication.tensors; design.md "Descriptors and edges", "Transports", "Sharding",
- * "Transfer statistics").
+ * mstar/tensors.h — tensor transport between the workers of one machine (design.md "Descriptors and
+ * edges", "Transports", "Sharding", "Transfer statistics").
  *
  * A communication manager (mstar_comm) is one entity's view of every tensor it holds:
  *   - as a producer it stores a step's outputs under fresh tensor ids, counts references to them
@@ -50,7 +49,7 @@ typedef struct mstar_comm mstar_comm;
 typedef struct mstar_completion mstar_completion;
 
 /* ---------------------------------------------------------------------------------------------
- * Completion handles (the reference's Future)
+ * Completion handles: a result to poll or wait on
  * ------------------------------------------------------------------------------------------- */
 
 /* MSTAR_OK once the work finished, MSTAR_EAGAIN while it runs, or the error it failed with
@@ -134,7 +133,7 @@ MSTAR_API mstar_transport_kind mstar_comm_transport(const mstar_comm *comm);
 /* The transfer-engine session placed in descriptors (the host name for shared memory). */
 MSTAR_API const char *mstar_comm_session_id(const mstar_comm *comm);
 /* True for transports that send from host memory, so host copies the caller already has
- * (mstar_output.host_copy) are kept for the send (reference needs_cpu_tensor). */
+ * (mstar_output.host_copy) are kept for the send. */
 MSTAR_API bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm);
 /* True when registration writes fields onto descriptors that a copy made before it (a sharded
  * clone) lacks, so mstar_comm_refresh_shm_placement must run on every edge leaving the process:
@@ -148,7 +147,7 @@ MSTAR_API size_t mstar_comm_num_tensors(const mstar_comm *comm);
  * Requests and sharding
  * ------------------------------------------------------------------------------------------- */
 
-/* The shard dim of each signal of a request (reference ShardingConfig.shard_dim): signals absent
+/* The shard dim of each signal of a request: signals absent
  * or with dim -1 are replicated. */
 typedef struct mstar_sharding_config {
     uint32_t nsignals;
@@ -161,13 +160,13 @@ typedef struct mstar_sharding_config {
 MSTAR_API mstar_status mstar_comm_register_request(mstar_comm *comm, const mstar_rid *rid,
                                                    const mstar_sharding_config *config);
 
-/* A tensor-parallel group as fan-out sees it (reference ShardingGroup after register_workers). */
+/* A tensor-parallel group as fan-out sees it (its size and its workers). */
 typedef struct mstar_shard_group {
     int32_t tp_size;
     const char *const *workers; /* tp_size entity names, by rank */
 } mstar_shard_group;
 
-/* The per-destination clones of an edge (reference fanout_graph_edges). */
+/* The per-destination clones of an edge (fan-out). */
 typedef struct mstar_fanout {
     uint32_t n;
     char (
@@ -228,7 +227,7 @@ typedef struct mstar_store_params {
 
 /* Device work: the manager's staging copies run on a stream ordered after the runtime's default
  * stream; work the caller queued on other streams must be waited for (the step's completion
- * event) before storing — the reference's skip_cuda_sync is that contract. */
+ * event) before storing: storing never synchronises a stream. */
 
 /* Store one request's outputs (ref 0 each, no safety hold) and write their descriptors into
  * infos[0..n). Sharded signals (register_request) are stored in canonical layout; non-contiguous
@@ -262,7 +261,7 @@ MSTAR_API mstar_status mstar_comm_output_loan(void *comm, mstar_dtype dtype, con
                                               int32_t ndim, mstar_tensor *tensor, uint64_t *id);
 MSTAR_API void mstar_comm_output_loan_release(void *comm, uint64_t id);
 
-/* StoredOutputs: index-parallel columns, one entry per stored tensor, in mint order (request-
+/* Stored outputs: index-parallel columns, one entry per stored tensor, in mint order (request-
  * major, then signal order, then the order of the outputs). */
 typedef struct mstar_stored_outputs {
     uint32_t n;

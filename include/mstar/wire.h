@@ -3,7 +3,7 @@
  * and the control messages of the mesh, and their msgpack encoding.
  *
  * One ZeroMQ message is one msgpack map {"v": 1, "type": "<TYPE>", "from": "<entity>",
- * "body": {...}}; descriptor and edge maps use the reference system's field names
+ * "body": {...}}; descriptor and edge maps use fixed field names
  * (docs/wire-format.md lists every field). Decoding is strict: every type, length and range is
  * checked, nothing is allocated before a count has been checked against the bytes actually
  * present, and any violation is MSTAR_EPROTO with a message naming the field.
@@ -53,12 +53,12 @@ MSTAR_API mstar_status mstar_rid_from_str(const char *str, mstar_rid *out);
 MSTAR_API bool mstar_rid_equal(const mstar_rid *a, const mstar_rid *b);
 /* A hash consistent with mstar_rid_equal, for keyed stores. */
 MSTAR_API uint64_t mstar_rid_hash(const mstar_rid *rid);
-/* The reference's rid_to_str: the decimal number or the string itself. Returns `buf`. */
+/* A request id as text: the decimal number or the string itself. Returns `buf`. */
 #define MSTAR_RID_STRLEN (MSTAR_NAME_MAX + 1)
 MSTAR_API const char *mstar_rid_format(const mstar_rid *rid, char buf[MSTAR_RID_STRLEN]);
 
 /* ---------------------------------------------------------------------------------------------
- * Tensor descriptor (reference TensorPointerInfo; design.md "Descriptors and edges")
+ * Tensor descriptor (design.md "Descriptors and edges")
  * ------------------------------------------------------------------------------------------- */
 
 /* Where a device tensor's bytes can be reached on the producer's host without leaving the GPUs
@@ -105,7 +105,7 @@ MSTAR_API void mstar_tensor_info_init(mstar_tensor_info *info);
 MSTAR_API mstar_status mstar_tensor_info_validate(const mstar_tensor_info *info);
 
 /* ---------------------------------------------------------------------------------------------
- * Graph edge (reference GraphEdge; the fields transport touches, design.md "Descriptors and edges")
+ * Graph edge (the fields transport touches, design.md "Descriptors and edges")
  * ------------------------------------------------------------------------------------------- */
 
 typedef struct mstar_edge {
@@ -184,7 +184,7 @@ typedef enum mstar_msg_type {
 /* "INPUT_SIGNALS"; NULL for an invalid type. */
 MSTAR_API const char *mstar_msg_type_name(mstar_msg_type type);
 
-/* REMOVE_REQUEST sources (reference RemoveRequest.source). */
+/* REMOVE_REQUEST sources: who asked for the removal. */
 typedef enum mstar_remove_source {
     MSTAR_REMOVE_FROM_CONDUCTOR = 0,
     MSTAR_REMOVE_FROM_TP_RANK_0 = 1,
