@@ -130,7 +130,7 @@ MSTAR_API void mstar_comm_destroy(mstar_comm *comm);
 
 MSTAR_API const char *mstar_comm_entity(const mstar_comm *comm);
 MSTAR_API mstar_transport_kind mstar_comm_transport(const mstar_comm *comm);
-/* The transfer-engine session placed in descriptors (the host name for shared memory). */
+/* The session placed in descriptors: the UCX listener's ip:port, else the host name. */
 MSTAR_API const char *mstar_comm_session_id(const mstar_comm *comm);
 /* True for transports that send from host memory, so host copies the caller already has
  * (mstar_output.host_copy) are kept for the send. */

@@ -87,7 +87,7 @@ typedef struct mstar_tensor_info {
     int32_t source_tp_size;         /* >= 1 */
     int32_t source_tp_rank;         /* 0 <= rank < size */
     uint64_t shm_offset;            /* arena: byte offset in shm_segment */
-    char source_session_id[MSTAR_NAME_MAX + 1]; /* transfer-engine session ("host:port") */
+    char source_session_id[MSTAR_NAME_MAX + 1]; /* the producer's session ("host:port") */
     char source_entity[MSTAR_NAME_MAX + 1];     /* producer entity; ACK target */
     char shm_segment[MSTAR_NAME_MAX + 1];       /* "" = none (per-uuid file) */
     char source_node_name[MSTAR_NAME_MAX + 1];  /* "" = None */

@@ -7,6 +7,7 @@
 
 #include "core/assert.h"
 #include "tensors/completion.h"
+#include "tensors/ucx/ucx_engine.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -119,6 +120,23 @@ static mstar_status check_options(const mstar_comm_options *o, uint16_t *index)
     return st;
 }
 
+/* The session id of the shared-memory transports: the one given, else the host name. Their
+ * readers never connect to it; it names the producer's host in descriptors and logs. */
+static mstar_status host_session(mstar_comm *comm, const char *given)
+{
+    char host[MSTAR_NAME_MAX + 1] = "localhost";
+    if (given == NULL) {
+        if (gethostname(host, sizeof(host) - 1) != 0)
+            snprintf(host, sizeof(host), "localhost");
+        host[sizeof(host) - 1] = '\0';
+        given = host;
+    }
+    mstar_status st = mstar_name_validate(given, strnlen(given, MSTAR_NAME_MAX + 1), "session_id");
+    if (st == MSTAR_OK)
+        snprintf(comm->session_id, sizeof(comm->session_id), "%s", given);
+    return st;
+}
+
 static mstar_status open_shm(mstar_comm *comm, const mstar_comm_options *o)
 {
     mstar_status st = mstar__shm_dir_open(o->shm_dir, o->shm_namespace, &comm->dir);
@@ -226,15 +244,14 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
         goto fail;
     }
     st = kind_is_ucx(kind)
-             ? mstar__ucx_transfer_engine_create(kind == MSTAR_TRANSPORT_UCX_RDMA, &comm->engine)
-             : mstar__local_engine_create(opts->session_id, &comm->engine);
+             ? mstar__ucx_engine_create_from_env(kind == MSTAR_TRANSPORT_UCX_RDMA, &comm->env.ucx)
+             : host_session(comm, opts->session_id);
     if (st != MSTAR_OK)
         goto fail;
     if (kind != MSTAR_TRANSPORT_LOCAL && !kind_is_ucx(kind) &&
         (st = open_shm(comm, opts)) != MSTAR_OK)
         goto fail;
     comm->env.entity = comm->entity;
-    comm->env.engine = comm->engine;
     comm->env.dir = comm->has_dir ? &comm->dir : NULL;
     comm->env.backend = opts->backend;
     comm->env.wake_fd = comm->event_fd;
@@ -338,8 +355,7 @@ void mstar_comm_destroy(mstar_comm *comm)
         mstar_event_destroy(*(mstar_event **)mstar__vec_at(&comm->spare_events, i));
     mstar__vec_free(&comm->spare_events);
     mstar_stream_destroy(comm->d2h);
-    if (comm->engine != NULL)
-        comm->engine->ops->destroy(comm->engine);
+    mstar__ucx_engine_destroy(comm->env.ucx);
     mstar__pinned_pool_destroy(comm->env.pinned); /* after the engine's reader returned its own */
     if (comm->has_dir)
         mstar__shm_dir_close(&comm->dir);
@@ -369,7 +385,7 @@ mstar_transport_kind mstar_comm_transport(const mstar_comm *comm)
 
 const char *mstar_comm_session_id(const mstar_comm *comm)
 {
-    return comm->engine->ops->get_session_id(comm->engine);
+    return comm->env.ucx != NULL ? mstar__ucx_engine_session_id(comm->env.ucx) : comm->session_id;
 }
 
 bool mstar_comm_needs_cpu_tensor(const mstar_comm *comm)

@@ -15,7 +15,6 @@
 #include "core/u64map.h"
 #include "core/vec.h"
 #include "tensors/bookkeeper.h"
-#include "tensors/engine.h"
 #include "tensors/fanin.h"
 #include "tensors/names.h"
 #include "tensors/shm.h"
@@ -83,7 +82,7 @@ struct mstar_comm {
 
     mstar__shm_dir dir;
     bool has_dir;
-    mstar__transfer_engine *engine;
+    char session_id[MSTAR_NAME_MAX + 1]; /* the shared-memory transports' session: the host name */
     mstar_stream *d2h;
     mstar_stream *h2d;
     int event_fd;

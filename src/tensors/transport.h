@@ -15,15 +15,16 @@
 #include "device/pinned_pool.h"
 #include "mstar/tensors.h"
 #include "tensors/buf.h"
-#include "tensors/engine.h"
 #include "tensors/shm.h"
 
 typedef struct mstar__transport mstar__transport;
+struct mstar__ucx_engine;
 
 /* What every transport may use, owned by the manager and valid for the transport's life. */
 typedef struct mstar__transport_env {
     const char *entity;
-    mstar__transfer_engine *engine;
+    /* The UCX transports' engine (NULL for the others). */
+    struct mstar__ucx_engine *ucx;
     const mstar__shm_dir *dir;  /* NULL for the local transport */
     mstar_backend *backend;     /* NULL: host tensors only */
     mstar_stream *d2h;          /* staging copies (NULL without a backend) */
@@ -105,7 +106,7 @@ struct mstar__transport {
 mstar_status mstar__transport_local_create(const mstar__transport_env *env, mstar__transport **out);
 mstar_status mstar__transport_files_create(const mstar__transport_env *env, mstar__transport **out);
 mstar_status mstar__transport_arena_create(const mstar__transport_env *env, mstar__transport **out);
-/* src/tensors/ucx/ucx_transport.c; env->engine must be the UCX engine. */
+/* src/tensors/ucx/ucx_transport.c; env->ucx must be set. */
 mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar__transport **out);
 /* Pinned host bytes a UCX transport holds (staged copies of device tensors, reads into device
  * memory in flight); 0 for any other transport. Any thread. */

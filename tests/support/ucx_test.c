@@ -303,7 +303,7 @@ void ucx_test_producer_kill(ucx_test_producer *p, int sig)
 
 size_t regions_of(mstar_comm *c)
 {
-    mstar__ucx_engine *ue = mstar__ucx_transfer_engine_ucx(c->engine);
+    mstar__ucx_engine *ue = c->env.ucx;
     if (ue == NULL)
         return 0;
     mstar__ucx_engine_stats st;

@@ -7,7 +7,8 @@
  * keeps the id inside the name alphabet (no brackets).
  *
  * UCX reads its own UCX_* variables; the only one set here is UCX_TLS, chosen by the transport,
- * and only when the user has not set it.
+ * and only when the user has not set it. mstar__ucx_engine_create_from_env, at the end, makes the
+ * communication manager's engine from these knobs.
  */
 #include "tensors/ucx/ucx_internal.h"
 
@@ -238,4 +239,15 @@ mstar_status mstar__ucx_rdma_available(void)
                                "(%s is empty or missing); use tcp",
                                dir_path);
     return MSTAR_OK;
+}
+
+mstar_status mstar__ucx_engine_create_from_env(bool rdma, mstar__ucx_engine **out)
+{
+    mstar__ucx_config cfg;
+    mstar__ucx_config_init(&cfg);
+    mstar_status st = mstar__ucx_config_from_env(&cfg);
+    if (st != MSTAR_OK)
+        return st;
+    cfg.transport = rdma ? MSTAR__UCX_RDMA : MSTAR__UCX_TCP;
+    return mstar__ucx_engine_create(&cfg, out);
 }

@@ -1,10 +1,11 @@
 /*
  * ucx_engine.h — remote tensor reads over UCX (internal API).
  *
- * The UCX engine takes the place of the reference system's Mooncake engine
- * (MooncakeTransferEngine): a producer registers memory and hands out a session id and a remote
- * key per region; a consumer reads byte ranges of that memory into its own buffers. The async
- * reader (AsyncMooncakeReader) runs those reads on a pool of threads and gives completion handles.
+ * The UCX engine is the network route of the communication manager: a producer registers memory
+ * and hands out a session id and a remote key per region; a consumer reads byte ranges of that
+ * memory into its own buffers. The async reader runs those reads on a pool of threads and gives
+ * completion handles. The manager owns one engine (mstar__ucx_engine_create_from_env) and hands
+ * it to the UCX transport (ucx_transport.c) in its environment; no other transport has one.
  *
  * How the module fits together: the configuration (environment knobs, "ip:port" session ids)
  * and the remote-key envelope are plain data that travel in descriptors. The engine owns the UCP
@@ -93,6 +94,10 @@ typedef struct mstar__ucx_engine mstar__ucx_engine;
  * cannot be resolved or bound. Nothing is left behind on failure. */
 mstar_status mstar__ucx_engine_create(const mstar__ucx_config *cfg, mstar__ucx_engine **out);
 
+/* The communication manager's engine: the defaults overlaid with the MSTAR_UCX_* knobs
+ * (mstar__ucx_config_from_env), over TCP or over RDMA verbs (ucx_config.c). */
+mstar_status mstar__ucx_engine_create_from_env(bool rdma, mstar__ucx_engine **out);
+
 /* Stop taking reads, fail those still queued or in flight with MSTAR_ECANCELED (their waiters
  * return; so do the submissions of the engine's reader, which is then destroyed), close every
  * endpoint and the listener, unmap regions still registered (with a warning) and release the
@@ -143,11 +148,6 @@ typedef struct mstar__ucx_engine_stats {
 
 /* A consistent snapshot (taken on the progress thread). */
 void mstar__ucx_engine_get_stats(mstar__ucx_engine *e, mstar__ucx_engine_stats *out);
-
-/* The engine behind a transfer engine made by mstar__ucx_transfer_engine_create (tensors/engine.h);
- * NULL for any other engine. */
-struct mstar__transfer_engine;
-mstar__ucx_engine *mstar__ucx_transfer_engine_ucx(struct mstar__transfer_engine *e);
 
 /* ---------------------------------------------------------------------------------------------
  * Reads (reference TransferReadInfo)

@@ -380,9 +380,9 @@ static const mstar__transport_ops ucx_ops = {
 
 mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar__transport **out)
 {
-    mstar__ucx_engine *ue = mstar__ucx_transfer_engine_ucx(env->engine);
+    mstar__ucx_engine *ue = env->ucx;
     if (ue == NULL)
-        return mstar_error_set(MSTAR_EINVAL, "ucx transport: the manager's engine is not UCX");
+        return mstar_error_set(MSTAR_EINVAL, "ucx transport: the manager has no UCX engine");
     ucx_transport *u = calloc(1, sizeof(*u));
     if (u == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "ucx transport");
