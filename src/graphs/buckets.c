@@ -11,7 +11,7 @@
  */
 #include "graphs/buckets.h"
 
-#include "graphs/step_runner.h"
+#include "step/step_runner.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,7 @@
 
 #include "graphs/config.h"
 #include "graphs/stage.h"
-#include "graphs/step_runner.h"
+#include "step/step_runner.h"
 
 #include <stdio.h>
 #include <stdlib.h>

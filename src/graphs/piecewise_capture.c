@@ -16,7 +16,7 @@
 #include "graphs/piecewise.h"
 
 #include "device/backend.h"
-#include "graphs/step_runner.h"
+#include "step/step_runner.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -16,8 +16,8 @@
 #include "graphs/config.h"
 #include "device/lifetimes.h"
 #include "graphs/stage.h"
-#include "graphs/step_runner.h"
-#include "graphs/tensor_map.h"
+#include "step/step_runner.h"
+#include "step/tensor_map.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -13,7 +13,7 @@
 
 #include "graphs/buckets.h"
 #include "graphs/pool.h"
-#include "graphs/rank_group.h"
+#include "ranks/rank_group.h"
 
 #include <math.h>
 #include <stdlib.h>

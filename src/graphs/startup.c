@@ -14,7 +14,7 @@
 
 #include "core/vec.h"
 #include "device/alloc.h"
-#include "graphs/rank_group.h"
+#include "ranks/rank_group.h"
 
 #include <inttypes.h>
 #include <stdio.h>

@@ -5,7 +5,7 @@
  */
 #include "mstar_test.h"
 
-#include "graphs/rank_group.h"
+#include "ranks/rank_group.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -6,7 +6,7 @@
 #include "mstar_test.h"
 
 #include "device/backend.h"
-#include "graphs/step_runner.h"
+#include "step/step_runner.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

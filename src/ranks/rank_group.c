@@ -8,7 +8,7 @@
  * the joint group; the callers order their values by the configs, which are identical on every
  * rank.
  */
-#include "graphs/rank_group.h"
+#include "ranks/rank_group.h"
 
 #include <stdlib.h>
 

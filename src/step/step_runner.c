@@ -9,7 +9,7 @@
  * a replay still reads. The counter is behind a mutex because pre-plan may reserve from the plan
  * thread while the main thread reserves for fallthrough steps.
  */
-#include "graphs/step_runner.h"
+#include "step/step_runner.h"
 
 #include "core/vec.h"
 #include "device/backend.h"

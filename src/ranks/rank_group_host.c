@@ -14,7 +14,7 @@
  * size, the rank, that the sender's entity is that rank's, the value count. A message that
  * fails a check is logged and dropped; a rank that never answers is a timeout naming it.
  */
-#include "graphs/rank_group.h"
+#include "ranks/rank_group.h"
 
 #include "core/owner.h"
 #include "core/vec.h"

@@ -3,8 +3,8 @@
  * kind of group provides. rank_group.c holds the public entry points and the single-rank group;
  * rank_group_host.c the group over the control mesh; cuda/rank_group_nccl.c the NCCL group.
  */
-#ifndef MSTAR_GRAPHS_RANK_GROUP_H
-#define MSTAR_GRAPHS_RANK_GROUP_H
+#ifndef MSTAR_RANKS_RANK_GROUP_H
+#define MSTAR_RANKS_RANK_GROUP_H
 
 #include "mstar/planner.h"
 

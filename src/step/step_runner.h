@@ -2,8 +2,8 @@
  * step_runner.h — what the graph runners need from the step runner beyond the public cycle: the
  * one lease counter per device, and the per-slot "last replay" events that pre-plan waits on.
  */
-#ifndef MSTAR_GRAPHS_STEP_RUNNER_H
-#define MSTAR_GRAPHS_STEP_RUNNER_H
+#ifndef MSTAR_STEP_STEP_RUNNER_H
+#define MSTAR_STEP_STEP_RUNNER_H
 
 #include "mstar/step.h"
 

@@ -1,12 +1,12 @@
 /*
- * tensor_map.c — named tensors in insertion order (the reference's dict[str, Tensor]).
+ * tensor_map.c — tensors by name, in insertion order.
  *
  * Maps are small (a step's inputs or outputs: a handful of names), so lookups scan. An entry is
  * either a borrowed view or owned: an owned entry's bytes go back through mstar_free on the
  * stream it was set with, which is what lets a step's outputs come from the current allocator
  * in both eager and captured runs.
  */
-#include "graphs/tensor_map.h"
+#include "step/tensor_map.h"
 
 #include "core/vec.h"
 

@@ -12,7 +12,7 @@
  * with the communicator's asynchronous error checked on the way; past the timeout the
  * communicator is aborted and the group answers MSTAR_ECLOSED from then on.
  */
-#include "graphs/rank_group.h"
+#include "ranks/rank_group.h"
 
 #include <cuda_runtime_api.h>
 #include <nccl.h>

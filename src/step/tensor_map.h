@@ -1,8 +1,8 @@
 /*
  * tensor_map.h — what the graph runner needs of a tensor map beyond the public step.h calls.
  */
-#ifndef MSTAR_GRAPHS_TENSOR_MAP_H
-#define MSTAR_GRAPHS_TENSOR_MAP_H
+#ifndef MSTAR_STEP_TENSOR_MAP_H
+#define MSTAR_STEP_TENSOR_MAP_H
 
 #include "mstar/step.h"
 
@@ -10,4 +10,4 @@
  * the graph, so clearing the map must not hand them back to the allocator. */
 void mstar__tensor_map_disown(mstar_tensor_map *m);
 
-#endif /* MSTAR_GRAPHS_TENSOR_MAP_H */
+#endif /* MSTAR_STEP_TENSOR_MAP_H */
