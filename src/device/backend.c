@@ -784,6 +784,22 @@ mstar_status mstar_graph_launch(mstar_graph *g, mstar_stream *s)
     return g->backend->ops->graph_launch(g, s);
 }
 
+mstar_status mstar__graph_exec_copy(mstar_graph *g, void **copy)
+{
+    if (g == NULL || g->native == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "executable copy: the graph was not kept "
+                                             "(instantiate it with keep_graph)");
+    if (g->backend->ops->graph_exec_copy == NULL)
+        return mstar_error_set(MSTAR_ENOTSUP, "executable copy: this backend has no executables");
+    return g->backend->ops->graph_exec_copy(g, copy);
+}
+
+void mstar__graph_exec_copy_destroy(mstar_graph *g, void *copy)
+{
+    if (copy != NULL && g->backend->ops->graph_exec_copy_destroy != NULL)
+        g->backend->ops->graph_exec_copy_destroy(g, copy);
+}
+
 size_t mstar_graph_node_count(const mstar_graph *g)
 {
     return g == NULL ? 0 : g->nodes;

@@ -81,6 +81,9 @@ typedef struct mstar__backend_ops {
     mstar_status (*graph_instantiate)(mstar_graph *g, bool keep_graph);
     mstar_status (*graph_launch)(mstar_graph *g, mstar_stream *s);
     void (*graph_release)(mstar_graph *g); /* the native parts only */
+    /* One more executable of a kept graph, and its release (NULL: MSTAR_ENOTSUP). */
+    mstar_status (*graph_exec_copy)(mstar_graph *g, void **copy);
+    void (*graph_exec_copy_destroy)(mstar_graph *g, void *copy);
 
     /* Sharing device memory and events with other processes on the host (ipc.c has the entry
      * points and their contracts). NULL where the backend cannot: MSTAR_ENOTSUP. */
@@ -184,6 +187,12 @@ void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool);
  * event-record node; host: nothing, a host replay has run all its work when it returns).
  * MSTAR_ESTATE when `s` does not capture. */
 mstar_status mstar__event_record_in_capture(mstar_event *e, mstar_stream *s);
+
+/* Instantiate one more executable of a graph instantiated with keep_graph, and destroy it: what
+ * the planner's executable-memory measurement (graphs/exec_memory.c) counts device memory with.
+ * MSTAR_EINVAL when the graph was not kept, MSTAR_ENOTSUP on a backend without executables. */
+mstar_status mstar__graph_exec_copy(mstar_graph *g, void **copy);
+void mstar__graph_exec_copy_destroy(mstar_graph *g, void *copy);
 
 /* ---- CUDA IPC (ipc.c) ---------------------------------------------------------------------
  *

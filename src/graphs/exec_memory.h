@@ -1,6 +1,6 @@
 /*
- * exec_memory.h — how ExecutableMemory reaches the device: a probe that instantiates one copy
- * of a graph, destroys one, and reads device free memory. The CUDA backend supplies one
+ * exec_memory.h — how the executable measurement reaches the device: a probe that instantiates one
+ * copy of a graph, destroys one, and reads device free memory. The CUDA backend supplies one
  * (cuda/exec_probe_cuda.c); tests supply a simulated driver, so the measuring loop, the holding
  * of copies and the cleanup on failure run in CI.
  */
@@ -18,7 +18,7 @@ struct mstar__exec_probe {
     void (*destroy)(mstar__exec_probe *probe, void *copy);
     /* Device free memory now, in bytes. */
     mstar_status (*free_bytes)(mstar__exec_probe *probe, uint64_t *out);
-    void *graph;            /* what copies are made of (cudaGraph_t) */
+    void *graph;            /* what copies are made of (the CUDA probe: a kept mstar_graph) */
     mstar_backend *backend; /* for free_bytes */
     void *user;             /* a simulated driver's state */
 };

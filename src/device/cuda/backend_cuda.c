@@ -384,6 +384,23 @@ static void cuda_graph_release(mstar_graph *g)
     g->host_calls.len = 0;
 }
 
+static mstar_status cuda_graph_exec_copy(mstar_graph *g, void **copy)
+{
+    mstar_status st = pin(g->backend);
+    if (st != MSTAR_OK)
+        return st;
+    cudaGraphExec_t exec;
+    CUDA_TRY(g->backend, cudaGraphInstantiate(&exec, g->native, 0));
+    *copy = exec;
+    return MSTAR_OK;
+}
+
+static void cuda_graph_exec_copy_destroy(mstar_graph *g, void *copy)
+{
+    if (pin(g->backend) == MSTAR_OK)
+        cudaGraphExecDestroy((cudaGraphExec_t)copy);
+}
+
 /* ---- CUDA IPC (device/ipc.c has the contracts) ----------------------------------------------- */
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == MSTAR__IPC_HANDLE_BYTES, "IPC memory handle size");
@@ -514,6 +531,8 @@ static const mstar__backend_ops cuda_ops = {
     .graph_instantiate = cuda_graph_instantiate,
     .graph_launch = cuda_graph_launch,
     .graph_release = cuda_graph_release,
+    .graph_exec_copy = cuda_graph_exec_copy,
+    .graph_exec_copy_destroy = cuda_graph_exec_copy_destroy,
     .ipc_mem_export = cuda_ipc_mem_export,
     .ipc_mem_open = cuda_ipc_mem_open,
     .ipc_mem_close = cuda_ipc_mem_close,
