@@ -4,13 +4,14 @@
 # I-n); a reader must never need a file the repository does not hold. This fails on:
 #   - a section sign or the name of a specification kept outside the repository;
 #   - a hard case or rule number that design.md / invariants.md does not define;
-#   - a quoted heading (design.md "Heading") or a link (design.md#slug) that names no heading.
+#   - a quoted heading (design.md "Heading") or a link (design.md#slug) that names no heading;
+#   - a path into the repository's folders (src/..., docs/..., tests/...) that does not exist.
 # Usage: citations.sh SOURCE_DIR
 set -u
 root="$1"
 cd "$root" || exit 2
 fail=0
-paths="src include tests docs examples apps models python scripts README.md CMakeLists.txt cmake
+paths="src include tests docs examples apps models python scripts README.md CONTRIBUTING.md CMakeLists.txt cmake
 Makefile"
 # Only what exists (a checkout may lack an optional folder); text files only.
 set --
@@ -65,6 +66,17 @@ for link in $(scan -ohE '(design|architecture|invariants)\.md#[a-z0-9_-]+' "$@" 
     file=${link%%#*}
     if ! slugs "$file" | grep -qxF "${link#*#}"; then
         report "docs/$file has no heading for the link $link" "$(scan -nF "$link" "$@")"
+    fi
+done
+
+# 5. Paths: every path into the repository's own folders that a comment or a doc names exists
+# (a glob or a pattern such as tests/unit/test_*.c names a family, not a file).
+top="src|include|tests|docs|examples|apps|models|python|scripts|cmake"
+for path in $(scan -ohE "(^|[^A-Za-z0-9_./-])($top)/[A-Za-z0-9_./*{}<>-]*" "$@" |
+    sed -E 's/^[^a-z]//; s/[.]+$//' | grep -v '[*{}<>]' | sort -u); do
+    case "$path" in */test_ | */fuzz_) continue ;; esac
+    if [ ! -e "$path" ]; then
+        report "$path does not exist" "$(scan -nF "$path" "$@" | head -5)"
     fi
 done
 
