@@ -9,6 +9,8 @@
  */
 #include "mstar/device.h"
 
+#include "core/assert.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -66,6 +68,7 @@ mstar_status mstar_lazy_ensure(mstar_lazy *l, mstar_stream *stream)
                                "device work and cannot run one-time setup; run a warm-up on the "
                                "capture stream first",
                                l->what);
+    MSTAR__ASSERT(!mstar_stream_is_capturing(stream)); /* I-19 */
     pthread_mutex_lock(&l->lock);
     mstar_status st = MSTAR_OK;
     if (!atomic_load(&l->done)) {

@@ -10,6 +10,7 @@
  */
 #include "mstar/graphs.h"
 
+#include "core/assert.h"
 #include "graphs/pool.h"
 
 #include <stdio.h>
@@ -58,6 +59,7 @@ mstar_status mstar_capture_into_graph(mstar_stream *stream, mstar_graph_pool *po
     }
     if (run_st != MSTAR_OK) {
         mstar_graph_destroy(g);
+        MSTAR__ASSERT(!mstar_stream_is_capturing(stream)); /* I-17 */
         mstar__pool_route_end(pool, stream, NULL, NULL, NULL, NULL);
         return fail_with(run_st, saved, pool);
     }

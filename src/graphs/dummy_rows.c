@@ -9,6 +9,7 @@
  */
 #include "mstar/graphs.h"
 
+#include "core/assert.h"
 #include "core/strmap.h"
 #include "core/vec.h"
 
@@ -163,6 +164,7 @@ static mstar_status mint(mstar_dummy_rows *p, const char *key, int64_t bs, struc
                                    p->prefix, key);
         int64_t h;
         st = mstar_dummy_rid_handle(name, &h);
+        MSTAR__ASSERT(st != MSTAR_OK || h < 0); /* I-16: never a request's handle */
         if (st == MSTAR_OK)
             st = mstar__vec_push(&rs->handles, &h);
     }

@@ -12,6 +12,7 @@
  */
 #include "mstar/planner.h"
 
+#include "core/assert.h"
 #include "core/vec.h"
 
 #include <inttypes.h>
@@ -231,6 +232,7 @@ static void choose(const mstar_pool_costs *pools, candidate *cands, size_t ncand
             credit[c->executable] -= reuse;
         reuse_used += reuse;
         total += delta;
+        MSTAR__ASSERT(floor <= free_bytes && total <= free_bytes - floor); /* I-23 */
     }
 }
 

@@ -19,6 +19,7 @@
  */
 #include "graphs/pool.h"
 
+#include "core/assert.h"
 #include "mstar/graphs.h"
 
 #include <stdlib.h>
@@ -134,6 +135,7 @@ mstar_status mstar_graph_pool_trim(mstar_graph_pool *p, uint64_t *released)
 mstar_status mstar__pool_capture_alloc(mstar_graph_pool *p, size_t nbytes, mstar__seg_kind kind,
                                        void **out)
 {
+    MSTAR__ASSERT(p->capturing != NULL); /* I-18: only a capture allocates from its pool */
     return mstar__allocator_alloc(&p->alloc, nbytes, p->capture_id, kind, out);
 }
 

@@ -5,6 +5,7 @@
  */
 #include "ring.h"
 
+#include "core/assert.h"
 #include "core/guard.h"
 #include "mstar/wire.h"
 
@@ -304,6 +305,7 @@ static mstar_status write_frame(mstar__ring *r, const void *data, size_t len, ui
                                "mesh: the ring to '%s' is full (%llu of %llu bytes); receive and "
                                "retry",
                                r->peer, (unsigned long long)used, (unsigned long long)r->cap);
+    MSTAR__ASSERT(used + need <= r->cap); /* a frame never overwrites one not read yet */
     uint32_t words[2] = { (uint32_t)len, ~(uint32_t)len ^ mark };
     put_bytes(r, r->pos, words, sizeof(words));
     put_bytes(r, r->pos + MSTAR__RING_FRAME, data, len);

@@ -10,6 +10,8 @@
  */
 #include "ranks/rank_group.h"
 
+#include "core/assert.h"
+
 #include <stdlib.h>
 
 #define DEFAULT_TIMEOUT_MS 300000
@@ -17,6 +19,7 @@
 
 void mstar__reduce_into(int64_t *acc, const int64_t *v, size_t n, mstar_reduce reduce)
 {
+    MSTAR__ASSERT(reduce == MSTAR_REDUCE_MIN || reduce == MSTAR_REDUCE_MAX); /* I-22 */
     for (size_t i = 0; i < n; i++) {
         if (reduce == MSTAR_REDUCE_MIN ? v[i] < acc[i] : v[i] > acc[i])
             acc[i] = v[i];

@@ -16,6 +16,7 @@
  */
 #include "mstar/resources.h"
 
+#include "core/assert.h"
 #include "mstar/planner.h"
 
 #include "requests.h"
@@ -63,6 +64,7 @@ static int32_t page_take(mstar_kv_cache *kv)
 
 static void page_give(mstar_kv_cache *kv, int32_t page)
 {
+    MSTAR__ASSERT(page != MSTAR_KV_SINK_PAGE && kv->ring_count < kv->cfg.num_pages); /* I-16 */
     kv->ring[(kv->ring_head + kv->ring_count) % kv->cfg.num_pages] = page;
     kv->ring_count++;
 }

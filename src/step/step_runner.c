@@ -11,6 +11,7 @@
  */
 #include "step/step_runner.h"
 
+#include "core/assert.h"
 #include "core/vec.h"
 #include "device/backend.h"
 #include "mstar/piecewise.h"
@@ -346,6 +347,7 @@ static mstar_status enter_preplan(mstar_step_runner *sr, mstar_step *step)
                                "label with the forward in flight");
     ctx->is_preplan = true;
     ctx->slot = ctx->lease.slot;
+    MSTAR__ASSERT(sr->plan != sr->compute); /* I-15: never the compute stream */
     ctx->stream = sr->plan;
     return MSTAR_OK;
 }
@@ -507,6 +509,7 @@ int32_t mstar__step_runner_next_slot(mstar_step_runner *sr, int32_t num_slots)
 {
     pthread_mutex_lock(&sr->lease_lock);
     int32_t slot = (int32_t)(sr->lease_counter % (uint64_t)num_slots);
+    MSTAR__ASSERT(num_slots >= 1 && slot >= 0 && slot < num_slots); /* I-14 */
     sr->lease_counter++;
     pthread_mutex_unlock(&sr->lease_lock);
     return slot;

@@ -74,6 +74,7 @@ mstar_status mstar__fanin_add(mstar__fanin *f, const int32_t *ranks, mstar__buf 
         for (uint32_t j = 0; j < i; j++)
             index += ranks[j] == ranks[i];
         mstar__shard s = { ranks[i], index, mstar__buf_retain(bufs[i]), views[i] };
+        MSTAR__ASSERT(!has_rank(f, before, ranks[i])); /* I-13: each source rank once */
         MSTAR__ASSERT_OK(mstar__vec_push(&f->shards, &s));
         f->nranks += index == 0;
     }

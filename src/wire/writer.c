@@ -6,6 +6,7 @@
  * one-descriptor INPUT_SIGNALS) in one allocation and doubles from there.
  */
 #include "codec.h"
+#include "core/assert.h"
 
 #include <msgpuck.h>
 #include <stdlib.h>
@@ -75,6 +76,7 @@ static char *reserve(mstar__wr *w, size_t n)
 
 static void commit(mstar__wr *w, const char *end)
 {
+    MSTAR__ASSERT(end >= w->data + w->len && end <= w->data + w->cap); /* within reserve's room */
     w->len = (size_t)(end - w->data);
 }
 
