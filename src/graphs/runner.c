@@ -8,6 +8,7 @@
  */
 #include "graphs/runner.h"
 
+#include "core/assert.h"
 #include "graphs/config.h"
 #include "graphs/stage.h"
 #include "step/step_runner.h"
@@ -331,6 +332,7 @@ bool mstar_graph_runner_lease_slot(mstar_graph_runner *r, const char *walk, int6
         slot = mstar__step_runner_next_slot(r->sr, r->num_slots);
     /* The key names the capture walk even when `walk` is an alias (design.md "Buckets", G-14). */
     out->slot = slot % r->num_slots;
+    MSTAR__ASSERT(strcmp(b->key.graph_walk, config_of(r, b)->capture_graph_walk) == 0); /* I-22 */
     out->bucket = b->key;
     return true;
 }

@@ -892,6 +892,7 @@ static void handle_ack(mstar_comm *comm, const mstar_msg *msg)
         }
         int64_t n =
             produced_here(comm, msg, c->uuid) ? ack_allowed(comm, msg, c->uuid, c->count) : 0;
+        MSTAR__ASSERT(n >= 0 && n <= c->count); /* I-9, I-28: never more than the ACK names */
         if (n > 0)
             mstar__bk_dereference(&comm->bk, c->uuid, n, &comm->collected);
     }
