@@ -513,7 +513,7 @@ MSTAR_API void mstar_comm_event_drain(mstar_comm *comm);
 
 /* Soft: drop the request's sharding config, fan-in buffers and profiling; ACK and drop its
  * finished pending reads (their refs released); free every tensor of it that is collectable and
- * defer the rest (referenced or persisted) — a later ACK or UNPERSIST still frees them. Reads
+ * defer the rest (in use or persisted) — a later ACK or UNPERSIST still frees them. Reads
  * still copying stay until they finish, then are ACKed and dropped undelivered. */
 MSTAR_API mstar_status mstar_comm_cleanup_request(mstar_comm *comm, const mstar_rid *rid);
 /* Hard: drop every tensor of the request and its staged files and slots regardless of refs and
