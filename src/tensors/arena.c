@@ -327,7 +327,7 @@ mstar_status mstar__arena_reserve(mstar__arena *a, uint64_t n, uint32_t *seg, ui
 
 void mstar__arena_publish(mstar__arena *a, uint32_t seg, uint64_t off, uint64_t uuid)
 {
-    MSTAR__ASSERT(uuid != 0 && off % MSTAR__ARENA_ALIGN == 0);
+    MSTAR__ASSERT(uuid != 0 && off % MSTAR__ARENA_ALIGN == 0); /* I-26: a stamp is never 0 */
     pthread_mutex_lock(&a->lock);
     /* Release: a reader that sees the uuid sees the bytes written before it. */
     atomic_store_explicit(&a->segs[seg].stamps[off / MSTAR__ARENA_ALIGN], uuid,
