@@ -112,7 +112,7 @@ mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar_
  * memory in flight); 0 for any other transport. Any thread. */
 uint64_t mstar__transport_ucx_pinned_bytes(mstar__transport *t);
 
-/* ---- the CUDA IPC route (transport_cuda_ipc.c) ------------------------------------------ */
+/* ---- the CUDA IPC route (cuda_ipc/cuda_ipc_transport.c) --------------------------------- */
 
 /* MSTAR_CUDA_IPC: 0 off, 1 forced (the route alone), AUTO (the default: on for CUDA backends,
  * beside the staged copy). */

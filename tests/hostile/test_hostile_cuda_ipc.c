@@ -9,7 +9,7 @@
 
 #include "device/backend.h"
 #include "tensors/comm_internal.h"
-#include "tensors/cuda_ipc_registry.h"
+#include "tensors/cuda_ipc/cuda_ipc_registry.h"
 #include "tensors/transport.h"
 
 #include <errno.h>

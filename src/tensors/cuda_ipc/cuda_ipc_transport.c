@@ -1,5 +1,5 @@
 /*
- * transport_cuda_ipc.c — the device-to-device route between processes of one host (CUDA IPC),
+ * cuda_ipc_transport.c — the device-to-device route between processes of one host (CUDA IPC),
  * as a transport that wraps the staged one (files or arena).
  *
  * Producer: staging a device tensor exports the allocation segment that holds it (once per
@@ -43,8 +43,8 @@
 #include "core/vec.h"
 #include "device/backend.h"
 #include "tensors/completion.h"
-#include "tensors/cuda_ipc_registry.h"
-#include "tensors/landing.h"
+#include "tensors/cuda_ipc/cuda_ipc_registry.h"
+#include "tensors/cuda_ipc/landing.h"
 
 #include <errno.h>
 #include <sched.h>

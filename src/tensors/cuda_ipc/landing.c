@@ -9,7 +9,7 @@
  * for up to MSTAR__CUDA_IPC_SPIN_NS, then naps doubling up to MSTAR__CUDA_IPC_NAP_MAX_NS (a
  * copy that long is a stuck stream, not one still running); with none it sleeps on `wake`.
  */
-#include "tensors/landing.h"
+#include "tensors/cuda_ipc/landing.h"
 
 #include "core/vec.h"
 #include "tensors/transport.h"

@@ -1,7 +1,7 @@
 /*
  * cuda_ipc_registry.c — see cuda_ipc_registry.h.
  */
-#include "tensors/cuda_ipc_registry.h"
+#include "tensors/cuda_ipc/cuda_ipc_registry.h"
 
 #include "core/guard.h"
 
