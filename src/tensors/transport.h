@@ -130,23 +130,10 @@ bool mstar__cuda_ipc_usable(const char *host_id, const mstar_tensor_info *info);
 /* The host identity in `path` (a boot id file): a name of 1..MSTAR_HOST_ID_MAX bytes into
  * out[MSTAR_HOST_ID_MAX + 1]. */
 mstar_status mstar__host_id_read(const char *path, char *out);
-/* How long a reader polls a producer's event before it starts to sleep between polls, and
- * the naps after that. The event has usually fired within microseconds of the descriptor's
- * arrival, but not always before it (the record and the message race), and a sleep costs at
- * least the kernel's timer slack (about 50 us): napping after a handful of polls put hundreds
- * of microseconds on every handoff whose event was a little late. */
-#define MSTAR__CUDA_IPC_SPIN_NS      1000000L /* 1 ms of polling (yielding the CPU) */
-#define MSTAR__CUDA_IPC_NAP_FIRST_NS 10000L
-#define MSTAR__CUDA_IPC_NAP_MAX_NS   1000000L
 /* The most bytes a read call's copies may have for the reader to poll for them to land (up to
  * MSTAR_CUDA_IPC_SPIN_US): a small handoff's latency is then a copy, not a wake-up of the caller's
  * loop. Larger copies land in the background, so the copies of many reads in flight overlap. */
 #define MSTAR__CUDA_IPC_SPIN_MAX_BYTES (4u << 20)
-/* The nap before the next poll, `waited_ns` into a wait whose last nap was `last_nap_ns` (0:
- * none yet): 0 (poll again at once) within the spin, then naps doubling to the maximum. */
-long mstar__cuda_ipc_nap_ns(uint64_t waited_ns, long last_nap_ns);
-/* Pause before the next poll: yield the CPU when `nap_ns` is 0, else sleep that long. */
-void mstar__cuda_ipc_pause(long nap_ns);
 /* Wait from the host until `event` (a producer's, opened here) has fired: MSTAR_OK once it has,
  * MSTAR_ECLOSED once process `pid` has exited (or is a zombie) with it unfired, MSTAR_ETIMEDOUT
  * after `timeout_s` (0: no limit) with the producer alive; `what` names the read in the error. */

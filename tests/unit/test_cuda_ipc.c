@@ -10,6 +10,7 @@
 
 #include "device/backend.h"
 #include "tensors/comm_internal.h"
+#include "tensors/cuda_ipc/nap.h"
 #include "tensors/transport.h"
 
 #include <errno.h>

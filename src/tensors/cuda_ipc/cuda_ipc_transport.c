@@ -45,14 +45,13 @@
 #include "tensors/completion.h"
 #include "tensors/cuda_ipc/cuda_ipc_registry.h"
 #include "tensors/cuda_ipc/landing.h"
+#include "tensors/cuda_ipc/nap.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 /* A segment this process exported: base → handle. */
@@ -201,26 +200,6 @@ static bool process_gone(int32_t pid)
      * last ')'. */
     const char *close = strrchr(stat, ')');
     return close != NULL && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
-}
-
-long mstar__cuda_ipc_nap_ns(uint64_t waited_ns, long last_nap_ns)
-{
-    if (waited_ns < MSTAR__CUDA_IPC_SPIN_NS)
-        return 0;
-    if (last_nap_ns <= 0)
-        return MSTAR__CUDA_IPC_NAP_FIRST_NS;
-    return last_nap_ns < MSTAR__CUDA_IPC_NAP_MAX_NS / 2 ? last_nap_ns * 2
-                                                        : MSTAR__CUDA_IPC_NAP_MAX_NS;
-}
-
-void mstar__cuda_ipc_pause(long nap_ns)
-{
-    if (nap_ns == 0) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = { 0, nap_ns };
-    nanosleep(&ts, NULL);
 }
 
 mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double timeout_s,

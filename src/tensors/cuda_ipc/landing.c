@@ -12,7 +12,7 @@
 #include "tensors/cuda_ipc/landing.h"
 
 #include "core/vec.h"
-#include "tensors/transport.h"
+#include "tensors/cuda_ipc/nap.h"
 
 #include <pthread.h>
 #include <stdlib.h>
