@@ -7,6 +7,7 @@
 
 #include "core/assert.h"
 #include "tensors/completion.h"
+#include "tensors/cuda_ipc/cuda_ipc.h"
 #include "tensors/ucx/ucx_engine.h"
 
 #include <errno.h>

@@ -112,58 +112,6 @@ mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar_
  * memory in flight); 0 for any other transport. Any thread. */
 uint64_t mstar__transport_ucx_pinned_bytes(mstar__transport *t);
 
-/* ---- the CUDA IPC route (cuda_ipc/cuda_ipc_transport.c) --------------------------------- */
-
-/* MSTAR_CUDA_IPC: 0 off, 1 forced (the route alone), AUTO (the default: on for CUDA backends,
- * beside the staged copy). */
-typedef enum mstar__cuda_ipc_mode {
-    MSTAR__CUDA_IPC_OFF = 0,
-    MSTAR__CUDA_IPC_ON = 1,
-    MSTAR__CUDA_IPC_AUTO = 2,
-} mstar__cuda_ipc_mode;
-
-mstar_status mstar__cuda_ipc_mode_get(mstar__cuda_ipc_mode *out);
-/* Whether a manager with `backend` (NULL: host tensors only) wraps its transport in the route. */
-bool mstar__cuda_ipc_wanted(mstar__cuda_ipc_mode mode, const mstar_backend *backend);
-/* Whether a consumer on host `host_id` may read `info` over the route. */
-bool mstar__cuda_ipc_usable(const char *host_id, const mstar_tensor_info *info);
-/* The host identity in `path` (a boot id file): a name of 1..MSTAR_HOST_ID_MAX bytes into
- * out[MSTAR_HOST_ID_MAX + 1]. */
-mstar_status mstar__host_id_read(const char *path, char *out);
-/* The most bytes a read call's copies may have for the reader to poll for them to land (up to
- * MSTAR_CUDA_IPC_SPIN_US): a small handoff's latency is then a copy, not a wake-up of the caller's
- * loop. Larger copies land in the background, so the copies of many reads in flight overlap. */
-#define MSTAR__CUDA_IPC_SPIN_MAX_BYTES (4u << 20)
-/* Wait from the host until `event` (a producer's, opened here) has fired: MSTAR_OK once it has,
- * MSTAR_ECLOSED once process `pid` has exited (or is a zombie) with it unfired, MSTAR_ETIMEDOUT
- * after `timeout_s` (0: no limit) with the producer alive; `what` names the read in the error. */
-mstar_status mstar__cuda_ipc_wait_event(mstar_event *event, int32_t pid, double timeout_s,
-                                        const char *what);
-/* Wrap `inner` (files or arena) in the route; owns `inner` from the call on, even on failure. */
-mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
-                                            mstar__cuda_ipc_mode mode, mstar__transport *inner,
-                                            mstar__transport **out);
-/* Segments this manager has opened over the route so far, and those still mapped (0 for any
- * other transport); tests. */
-void mstar__transport_cuda_ipc_counts(mstar__transport *t, uint64_t *opens, uint64_t *mapped);
-/* Switch a wrapped transport's mode (tests: AUTO on the host stand-in, which the environment
- * turns on only when forced). */
-void mstar__transport_cuda_ipc_set_mode(mstar__transport *t, mstar__cuda_ipc_mode mode);
-/* Tests: make the next `n` reads that land in the background fail to reach the route's watcher,
- * as if memory ran out, so they wait for their copies in the read call instead. Returns how many
- * such failures were still to come (0 for any other transport). */
-unsigned mstar__transport_cuda_ipc_fail_watch(mstar__transport *t, unsigned n);
-/* Tests: reads the route's watcher holds, their copies not yet landed (0 for any other
- * transport). */
-size_t mstar__transport_cuda_ipc_watching(mstar__transport *t);
-/* Tests: read calls that polled for their copies to land (MSTAR_CUDA_IPC_SPIN_US) so far (0 for
- * any other transport). */
-uint64_t mstar__transport_cuda_ipc_spins(mstar__transport *t);
-/* Tests: segments, events and producers' registries a consumer holds open (0 for any other
- * transport), and the most it keeps of each (n > 0; the default is 256). */
-size_t mstar__transport_cuda_ipc_cached(mstar__transport *t);
-void mstar__transport_cuda_ipc_set_cache_max(mstar__transport *t, size_t n);
-
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 
 /* A transport whose state is only its ops and env (local, files): allocate it, and free it as

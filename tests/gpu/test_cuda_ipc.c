@@ -15,6 +15,7 @@
 #include "comm_harness.h"
 
 #include "tensors/comm_internal.h"
+#include "tensors/cuda_ipc/cuda_ipc_test_hooks.h"
 #include "tensors/transport.h"
 
 #include <cuda_runtime_api.h>

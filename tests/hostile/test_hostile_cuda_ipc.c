@@ -10,6 +10,7 @@
 #include "device/backend.h"
 #include "tensors/comm_internal.h"
 #include "tensors/cuda_ipc/cuda_ipc_registry.h"
+#include "tensors/cuda_ipc/cuda_ipc_test_hooks.h"
 #include "tensors/transport.h"
 
 #include <errno.h>

@@ -10,6 +10,8 @@
 
 #include "device/backend.h"
 #include "tensors/comm_internal.h"
+#include "tensors/cuda_ipc/cuda_ipc.h"
+#include "tensors/cuda_ipc/cuda_ipc_test_hooks.h"
 #include "tensors/cuda_ipc/nap.h"
 #include "tensors/transport.h"
 

@@ -37,13 +37,14 @@
  * The host backend's stand-in (device/ipc_host.c) lets all of this run without a GPU when
  * MSTAR_CUDA_IPC=1; AUTO turns the route on for CUDA backends only.
  */
-#include "tensors/transport.h"
+#include "tensors/cuda_ipc/cuda_ipc.h"
 
 #include "core/u64map.h"
 #include "core/vec.h"
 #include "device/backend.h"
 #include "tensors/completion.h"
 #include "tensors/cuda_ipc/cuda_ipc_registry.h"
+#include "tensors/cuda_ipc/cuda_ipc_test_hooks.h"
 #include "tensors/cuda_ipc/landing.h"
 #include "tensors/cuda_ipc/nap.h"
 
