@@ -2,7 +2,8 @@
  * transport.h — the vtable behind the communication manager: how a stored tensor is made
  * readable by other processes, how a descriptor from another process is read, and how both are
  * undone. One implementation per file: transport_local.c (one process), transport_files.c
- * (per-uuid files), transport_arena.c (shared-memory arena), ucx/ucx_transport.c (UCX). The
+ * (per-uuid files), arena/arena_transport.c (shared-memory arena), ucx/ucx_transport.c (UCX),
+ * and cuda_ipc/cuda_ipc_transport.c, which wraps the files or arena transport. The
  * manager's logic — reference counts, ACKs, fan-in, teardown — is the same for all of them.
  *
  * The manager calls a transport from its own thread only. Reads may complete on another thread

@@ -12,7 +12,7 @@
 #include "comm_harness.h"
 #include "mesh_harness.h"
 
-#include "tensors/arena.h"
+#include "tensors/arena/arena.h"
 
 #include <dirent.h>
 #include <errno.h>

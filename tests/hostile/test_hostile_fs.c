@@ -15,7 +15,7 @@
 
 #include "core/fs.h"
 #include "core/guard.h"
-#include "tensors/arena.h"
+#include "tensors/arena/arena.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -5,7 +5,7 @@
  */
 #include "mstar_test.h"
 
-#include "tensors/arena_alloc.h"
+#include "tensors/arena/arena_alloc.h"
 
 #include <stdlib.h>
 #include <string.h>

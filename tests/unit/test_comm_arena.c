@@ -9,7 +9,7 @@
 #include "comm_harness.h"
 
 #include "core/vec.h"
-#include "tensors/arena.h"
+#include "tensors/arena/arena.h"
 
 #include <fcntl.h>
 #include <signal.h>

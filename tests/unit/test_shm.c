@@ -7,7 +7,7 @@
  */
 #include "mstar_test.h"
 
-#include "tensors/arena.h"
+#include "tensors/arena/arena.h"
 #include "tensors/shm.h"
 
 #include <fcntl.h>

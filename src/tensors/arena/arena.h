@@ -36,7 +36,7 @@
 #ifndef MSTAR_TENSORS_ARENA_H
 #define MSTAR_TENSORS_ARENA_H
 
-#include "tensors/arena_alloc.h"
+#include "tensors/arena/arena_alloc.h"
 #include "tensors/shm.h"
 
 typedef struct mstar__arena mstar__arena;

@@ -1,12 +1,12 @@
 /*
  * arena_peers.c — see arena_peers.h.
  */
-#include "tensors/arena_peers.h"
+#include "tensors/arena/arena_peers.h"
 
 #include "core/assert.h"
 #include "core/guard.h"
 #include "core/vec.h"
-#include "tensors/arena.h"
+#include "tensors/arena/arena.h"
 
 #include <errno.h>
 #include <fcntl.h>

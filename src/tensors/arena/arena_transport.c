@@ -1,5 +1,5 @@
 /*
- * transport_arena.c — the shared-memory arena transport (design.md "Transports";
+ * arena_transport.c — the shared-memory arena transport (design.md "Transports";
  * MSTAR_SHM_ARENA=1 or AUTO).
  *
  * Producer: staging reserves a slot in this process's arena (arena.h) and copies the tensor
@@ -37,9 +37,9 @@
 
 #include "core/u64map.h"
 #include "core/vec.h"
-#include "tensors/arena.h"
-#include "tensors/arena_alloc.h"
-#include "tensors/arena_peers.h"
+#include "tensors/arena/arena.h"
+#include "tensors/arena/arena_alloc.h"
+#include "tensors/arena/arena_peers.h"
 #include "tensors/completion.h"
 
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * arena_alloc.c — see arena_alloc.h. The free list is an array: first fit scans it from the
  * front, and a free binary-searches its position and merges with at most two neighbours.
  */
-#include "tensors/arena_alloc.h"
+#include "tensors/arena/arena_alloc.h"
 
 #include <string.h>
 

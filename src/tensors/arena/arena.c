@@ -1,11 +1,11 @@
 /*
  * arena.c — see arena.h.
  */
-#include "tensors/arena.h"
+#include "tensors/arena/arena.h"
 
 #include "core/assert.h"
 #include "core/owner.h"
-#include "tensors/arena_alloc.h"
+#include "tensors/arena/arena_alloc.h"
 
 #include <errno.h>
 #include <fcntl.h>
