@@ -7,7 +7,10 @@
 
 #include "core/assert.h"
 #include "tensors/completion.h"
+#include "tensors/arena/arena_transport.h"
 #include "tensors/cuda_ipc/cuda_ipc.h"
+#include "tensors/transport_files.h"
+#include "tensors/transport_local.h"
 #include "tensors/ucx/ucx_engine.h"
 
 #include <errno.h>

@@ -5,6 +5,10 @@
  * (per-uuid files), arena/arena_transport.c (shared-memory arena), ucx/ucx_transport.c (UCX),
  * and cuda_ipc/cuda_ipc_transport.c, which wraps the files or arena transport. The
  * manager's logic — reference counts, ACKs, fan-in, teardown — is the same for all of them.
+ * This header holds what they share; each transport's create and its own functions are in a
+ * header beside it (transport_local.h, transport_files.h, arena/arena_transport.h,
+ * cuda_ipc/cuda_ipc.h), and what only tests call in a test-hook header
+ * (cuda_ipc/cuda_ipc_test_hooks.h).
  *
  * The manager calls a transport from its own thread only. Reads may complete on another thread
  * (a device stream's host callback, a network engine's progress thread) through a completion
@@ -104,9 +108,6 @@ struct mstar__transport {
     const mstar__transport_env *env;
 };
 
-mstar_status mstar__transport_local_create(const mstar__transport_env *env, mstar__transport **out);
-mstar_status mstar__transport_files_create(const mstar__transport_env *env, mstar__transport **out);
-mstar_status mstar__transport_arena_create(const mstar__transport_env *env, mstar__transport **out);
 /* src/tensors/ucx/ucx_transport.c; env->ucx must be set. */
 mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar__transport **out);
 /* Pinned host bytes a UCX transport holds (staged copies of device tensors, reads into device
@@ -139,14 +140,6 @@ mstar_status mstar__transport_copy_to_host(const mstar__transport_env *env, cons
  * copy on the h2d stream, synchronised unless `async` (then the caller gates on the stream). */
 mstar_status mstar__transport_copy_from_host(const mstar__transport_env *env, mstar__buf *dst,
                                              const void *src, uint64_t n, bool async);
-/* The per-uuid file protocol (transport_files.c), which the arena also uses for spills: write
- * an item's bytes (its host copy, or the tensor copied to the host) as this entity's file for
- * its uuid; read a descriptor's range of its producer's file into `into` (NULL: a new buffer,
- * see mstar__transport_read_dest). */
-mstar_status mstar__files_write_one(const mstar__transport_env *env, mstar__stage_item *item);
-mstar_status mstar__files_read_one(const mstar__transport_env *env, const mstar_tensor_info *info,
-                                   mstar__buf *into, mstar__buf **out);
-
 /* A completion finished by the h2d stream once every copy queued on it so far has run. */
 mstar_status mstar__transport_h2d_completion(const mstar__transport_env *env,
                                              mstar_completion **out);

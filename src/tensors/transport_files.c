@@ -8,7 +8,7 @@
  * pool (device/pinned_pool.h) on both sides: pinned, so its copies run at the device's speed;
  * pooled, so a tensor does not pay for pinning memory.
  */
-#include "tensors/transport.h"
+#include "tensors/transport_files.h"
 
 #include "core/vec.h"
 

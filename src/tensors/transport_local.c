@@ -3,7 +3,7 @@
  * entity, so nothing is staged and a descriptor from another entity cannot be read (it fails
  * loudly rather than guessing where the bytes are).
  */
-#include "tensors/transport.h"
+#include "tensors/transport_local.h"
 
 static mstar_status local_stage(mstar__transport *t, mstar__stage_item *items, size_t n)
 {

@@ -33,7 +33,7 @@
  * Pinning (MSTAR_SHM_ARENA_PIN): own and peer segments are registered with the backend within
  * MSTAR_SHM_ARENA_PIN_MAX_MB, so device copies from and to them run asynchronously.
  */
-#include "tensors/transport.h"
+#include "tensors/arena/arena_transport.h"
 
 #include "core/u64map.h"
 #include "core/vec.h"
@@ -41,6 +41,7 @@
 #include "tensors/arena/arena_alloc.h"
 #include "tensors/arena/arena_peers.h"
 #include "tensors/completion.h"
+#include "tensors/transport_files.h"
 
 #include <stdio.h>
 #include <stdlib.h>
