@@ -126,6 +126,23 @@ done
 check_outside models "$tool_headers" "the public headers and the tool headers only"
 check_outside python/src "" "the public headers only"
 
+# Inside src/tensors: a transport with a folder of its own (arena/, cuda_ipc/, ucx/) is included
+# from its own folder and by the manager that picks it (comm*.c) only, never from another
+# transport; and a test-hook header (*_test_hooks.h) from its own folder only: the library never
+# calls what is there for tests.
+for sub in arena cuda_ipc ucx; do
+    hits=$(grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]+\"tensors/$sub/" "$src" \
+        --include='*.c' --include='*.h' --include='*.cu' | grep -vE "^$src/tensors/($sub/|comm[a-z_]*\.c:)")
+    hooks=$(grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]+\"tensors/$sub/[a-z_]*_test_hooks\.h\"" \
+        "$src" --include='*.c' --include='*.h' --include='*.cu' | grep -vE "^$src/tensors/$sub/")
+    if [ -n "$hits$hooks" ]; then
+        echo "layering: src/tensors/$sub/ is the manager's and its own (its test hooks its own):"
+        [ -z "$hits" ] || echo "$hits"
+        [ -z "$hooks" ] || echo "$hooks"
+        fail=1
+    fi
+done
+
 hits=$(grep -HnE '^[[:space:]]*#[[:space:]]*include[[:space:]]+"' "$root"/examples/*.c 2>/dev/null)
 if [ -n "$hits" ]; then
     echo "layering: examples include only <mstar/...> and system headers:"
