@@ -361,6 +361,20 @@ MSTAR_API int32_t mstar_rank_group_size(const mstar_rank_group *group);
 MSTAR_API mstar_status mstar_agree_across_ranks(mstar_rank_group *group, int64_t *values, size_t n,
                                                 mstar_reduce reduce);
 
+/*
+ * A group whose reduction is the caller's (a torch.distributed process group driven from the
+ * Python package, design.md "Rank agreement"): reduce(user, values, n, op) reduces values[0..n)
+ * over every rank in place and returns MSTAR_OK, or an error status after setting the error
+ * (values then unread). destroy(user) (may be NULL) runs once, from mstar_rank_group_destroy.
+ * rank must be in 0..size-1.
+ */
+typedef mstar_status (*mstar_rank_reduce_fn)(void *user, int64_t *values, size_t n,
+                                             mstar_reduce reduce);
+MSTAR_API mstar_status mstar_rank_group_create_custom(int32_t rank, int32_t size,
+                                                      mstar_rank_reduce_fn reduce,
+                                                      void (*destroy)(void *user), void *user,
+                                                      mstar_rank_group **out);
+
 #ifdef __cplusplus
 }
 #endif
