@@ -295,7 +295,8 @@ PyMODINIT_FUNC PyInit__mstar(void)
     if (mstarpy_add_comm_type(m) < 0 || mstarpy_add_tensor_type(m) < 0 ||
         mstarpy_add_mesh_type(m) < 0 || mstarpy_add_completion_type(m) < 0 ||
         mstarpy_add_msg_type(m) < 0 || mstarpy_add_loan_type(m) < 0 ||
-        mstarpy_add_info_type(m) < 0 || mstarpy_add_edge_type(m) < 0) {
+        mstarpy_add_info_type(m) < 0 || mstarpy_add_edge_type(m) < 0 ||
+        mstarpy_add_runner_types(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

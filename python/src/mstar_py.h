@@ -283,6 +283,8 @@ int mstarpy_add_tensor_type(PyObject *module);
 int mstarpy_add_mesh_type(PyObject *module);
 int mstarpy_add_completion_type(PyObject *module);
 int mstarpy_add_loan_type(PyObject *module);
+/* The graph runner's types and functions (runner_*.c, runner.h). */
+int mstarpy_add_runner_types(PyObject *module);
 
 /* A Comm object's manager handle (NULL with ClosedError when closed, TypeError otherwise). */
 typedef struct mstarpy_comm mstarpy_comm;

@@ -1,0 +1,81 @@
+/*
+ * runner.h — what the graph-runner files of the _mstar extension share (runner_step.c: the step
+ * runner, its resources, steps and graph pools; runner_graph.c: the whole-forward runner over a
+ * Python submodule; runner_plan.c: sizing, planning, rank groups and startup). The Python layer
+ * over them, with the reference's names, is mstar_c/graphs.py.
+ *
+ * Leases and bucket keys cross into Python as tuples: a key (graph_walk, bs, num_tokens,
+ * cg_key_info), a lease (slot, graph_walk, bs, num_tokens, cg_key_info). Tensors go out as
+ * DLPack capsules (graphs.py turns them into torch tensors) that hold a reference on the object
+ * owning the memory, and come in through __dlpack__ (mstarpy_tensor_in).
+ */
+#ifndef MSTAR_PY_RUNNER_H
+#define MSTAR_PY_RUNNER_H
+
+#include "mstar_py.h"
+
+#define MSTARPY_MAX_RESOURCES 8
+
+typedef struct mstarpy_step_runner {
+    PyObject ob_base;
+    mstar_backend *backend;
+    mstar_stream *stream; /* the compute stream */
+    mstar_step_runner *sr;
+    mstar_kv_cache *kv[MSTARPY_MAX_RESOURCES];
+    char *kv_keys[MSTARPY_MAX_RESOURCES];
+    int nkv;
+    mstar_positions *pos[MSTARPY_MAX_RESOURCES];
+    char *pos_keys[MSTARPY_MAX_RESOURCES];
+    int npos;
+} mstarpy_step_runner;
+
+typedef struct mstarpy_step {
+    PyObject ob_base;
+    mstar_step *step; /* NULL once a borrowed step's callback returned */
+    bool owned;
+    int64_t *ids; /* an owned step's request ids (set_context) */
+    char *walk;
+} mstarpy_step;
+
+typedef struct mstarpy_pool {
+    PyObject ob_base;
+    mstar_graph_pool *pool;
+    PyObject *step_runner; /* keeps the backend */
+} mstarpy_pool;
+
+extern PyTypeObject *mstarpy_step_runner_type;
+extern PyTypeObject *mstarpy_step_type;
+extern PyTypeObject *mstarpy_pool_type;
+extern PyTypeObject *mstarpy_graph_runner_type;
+
+/* The graph runner of a _GraphRunner object, or NULL with an exception. */
+mstar_graph_runner *mstarpy_graph_runner_handle(PyObject *obj);
+/* The step runner of a _StepRunner object, or NULL with an exception. */
+mstar_step_runner *mstarpy_step_runner_handle(PyObject *obj);
+
+/* A Step object viewing the runner's `step` for the length of a callback: call
+ * mstarpy_step_detach after, so a kept reference raises instead of touching freed state. */
+PyObject *mstarpy_step_borrow(mstar_step *step);
+void mstarpy_step_detach(PyObject *obj);
+/* The step of a Step object, or NULL with an exception. */
+mstar_step *mstarpy_step_handle(PyObject *obj);
+
+/* Keys and leases: to Python as tuples; from Python into structs whose strings point into the
+ * tuple's str objects (valid while the caller holds the tuple). 0 / -1. */
+PyObject *mstarpy_key_to_py(const mstar_bucket_key *key);
+PyObject *mstarpy_lease_to_py(const mstar_slot_lease *lease);
+int mstarpy_key_from_py(PyObject *obj, mstar_bucket_key *out);
+int mstarpy_lease_from_py(PyObject *obj, mstar_slot_lease *out);
+/* A "dltensor" capsule viewing `t`, holding a reference on `owner` (the memory's keeper). */
+PyObject *mstarpy_capsule(PyObject *owner, const mstar_tensor *t);
+/* A dict name -> capsule over every entry of `map`. */
+PyObject *mstarpy_map_to_py(PyObject *owner, const mstar_tensor_map *map);
+
+/* Any sequence as a new list (a snapshot), or NULL with TypeError(msg). */
+PyObject *mstarpy_seq_list(PyObject *obj, const char *msg);
+
+int mstarpy_add_runner_step_types(PyObject *module);
+int mstarpy_add_runner_graph_types(PyObject *module);
+int mstarpy_add_runner_plan_functions(PyObject *module);
+
+#endif
