@@ -297,8 +297,8 @@ _CURRENT = contextvars.ContextVar("mstar_step_context", default=None)
 
 
 def current_step() -> Optional[dict]:
-    """The step context of the forward running now: request_ids, graph_walk, slot, capture,
-    lease... While a host graph replays, the context it was captured under (so a module reading
+    """The step context of the forward running now: request_ids, graph_walk, slot, capture (a
+    warm-up or a capture), capturing (the capture itself), replaying, lease... While a host graph replays, the context it was captured under (so a module reading
     per-slot plan buffers reads the ones its graph was captured over, as a CUDA graph would)."""
     return _CURRENT.get()
 
@@ -350,7 +350,7 @@ class _Submodule:
 
     def forward(self, cfg, step, inputs, mode):
         ins = {k: _tensor(v) for k, v in inputs.items()}
-        ctx = step.context
+        ctx = dict(step.context, capturing=mode != 0, replaying=False)
         if mode == 2:  # a CUDA capture: torch's kernels go into the C graph
             with self.r._device_capture():
                 return self._call(cfg, ctx, ins)
@@ -361,7 +361,7 @@ class _Submodule:
         outputs."""
         ins = {k: _tensor(v) for k, v in inputs.items()}
         outs = {k: _tensor(v) for k, v in outputs.items()}
-        ctx = step.context
+        ctx = dict(step.context, capturing=False, replaying=True)
 
         def replay():
             for k, v in self._call(cfg, ctx, ins).items():
