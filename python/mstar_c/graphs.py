@@ -312,7 +312,8 @@ def _outputs_dict(res) -> dict:
     elif not isinstance(res, Mapping):
         raise TypeError(f"the captured method returned {type(res).__name__}: expected a tensor, "
                         "a sequence or a dict of tensors")
-    return {k: v.contiguous() for k, v in res.items()}
+    # anything not a tensor is refused by the C side, naming the output
+    return {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in res.items()}
 
 
 class _Submodule:

@@ -597,11 +597,19 @@ static PyObject *py_capture_startup(PyObject *mod, PyObject *args)
             Py_XDECREF(e);
             PyErr_Clear();
         }
-        if (st != MSTAR_OK && first)
-            PyErr_SetObject((PyObject *)Py_TYPE(first), first);
-        else if (st != MSTAR_OK)
+        if (st != MSTAR_OK) {
+            /* The library's error (it names the bucket or the rank), caused by the callback's
+             * exception when one was raised. */
             mstarpy_raise(st);
-        else
+            if (first) {
+                PyObject *t, *v, *tb;
+                PyErr_Fetch(&t, &v, &tb);
+                PyErr_NormalizeException(&t, &v, &tb);
+                if (v)
+                    PyException_SetCause(v, Py_NewRef(first));
+                PyErr_Restore(t, v, tb);
+            }
+        } else
             res = Py_BuildValue(
                 "{sKsKsKsKsKsKsnsnsnsNsd}", "free_bytes", (unsigned long long)rep.free_bytes,
                 "floor", (unsigned long long)rep.floor, "predicted",

@@ -15,8 +15,9 @@ class Toy(torch.nn.Module):
     """silu(linear(x)) + x; fails a capture (not a warm-up) of bs `fail_bs`, and a replay while
     `fail_replay` is set."""
 
-    def __init__(self, fail_bs=None):
+    def __init__(self, fail_bs=None, fail_late=False):
         super().__init__()
+        self.fail_late = fail_late
         torch.manual_seed(0)
         self.lin = torch.nn.Linear(WIDTH, WIDTH)
         self.fail_bs = fail_bs
@@ -27,6 +28,8 @@ class Toy(torch.nn.Module):
         self.calls += 1
         ctx = g.current_step()
         if ctx is not None and ctx.get("capturing") and x.shape[0] == self.fail_bs:
+            if self.fail_late:  # after its first output took pool memory
+                return {"output": torch.nn.functional.silu(self.lin(x)) + x, "bad": None}
             raise RuntimeError(f"injected capture failure at bs {x.shape[0]}")
         if ctx is not None and ctx.get("replaying") and self.fail_replay:
             raise ValueError("injected replay failure")
@@ -221,6 +224,21 @@ def test_failed_capture_leaves_nothing_behind_and_falls_back():
     assert good._c._records() == 4 * 2
     assert bad.pool.stats()["allocated"] < good.pool.stats()["allocated"]
     rows = inputs(3, seed=51)
+    assert torch.equal(bad.run(rows)["output"], eager(bad.submodule, rows))
+
+
+def test_failed_capture_gives_its_pool_memory_back():
+    """G-1: the bs 4 capture fails after its first output took pool memory; the pool holds what a
+    runner that never planned bs 4 holds, and the buckets after it capture."""
+    bad = make_runner(Toy(fail_bs=4, fail_late=True))
+    assert bad.dropped_buckets == [g.BucketKey("decode", 4, 4, None)]
+    twin = make_runner(capture=False)
+    twin.prepare_for_capture()
+    twin.step_runner.build_graph_buffers()
+    twin.warmup_and_capture([k for k in twin.buckets() if k.bs != 4])
+    assert bad.pool.stats()["allocated"] == twin.pool.stats()["allocated"]
+    assert bad._c._records() == twin._c._records() == 3 * 2
+    rows = inputs(2, seed=52)
     assert torch.equal(bad.run(rows)["output"], eager(bad.submodule, rows))
 
 
