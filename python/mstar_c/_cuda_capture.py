@@ -18,12 +18,22 @@ from __future__ import annotations
 import contextlib
 
 
-@contextlib.contextmanager
-def capture_context(runner):
+def _stream(runner):
     import torch
     dev = torch.device(runner.device)
-    stream = torch.cuda.ExternalStream(runner.step_runner.stream_native(), device=dev)
+    return dev, torch.cuda.ExternalStream(runner.step_runner.stream_native(), device=dev)
+
+
+@contextlib.contextmanager
+def capture_context(runner, capturing):
+    """The module's forward on the runner's compute stream; while C captures, its allocations go
+    to the runner's pool."""
+    import torch
+    dev, stream = _stream(runner)
     with torch.cuda.device(dev), torch.cuda.stream(stream):
+        if not capturing:
+            yield
+            return
         if hasattr(torch.cuda, "MemPool") and hasattr(torch.cuda, "use_mem_pool"):
             if runner._mempool is None:
                 runner._mempool = torch.cuda.MemPool()
@@ -37,3 +47,15 @@ def capture_context(runner):
             yield
         finally:
             torch._C._cuda_endAllocateCurrentStreamToPool(dev.index or 0, runner._mempool)
+
+
+@contextlib.contextmanager
+def ordered_with_torch(runner):
+    """A replay from C: the compute stream first waits for torch's current stream (staging reads
+    the inputs torch wrote), and torch's stream then waits for the replay (its outputs)."""
+    import torch
+    _, stream = _stream(runner)
+    current = torch.cuda.current_stream()
+    stream.wait_stream(current)
+    yield
+    current.wait_stream(stream)

@@ -352,8 +352,8 @@ class _Submodule:
     def forward(self, cfg, step, inputs, mode):
         ins = {k: _tensor(v) for k, v in inputs.items()}
         ctx = dict(step.context, capturing=mode != 0, replaying=False)
-        if mode == 2:  # a CUDA capture: torch's kernels go into the C graph
-            with self.r._device_capture():
+        if self.r._cuda:  # on the runner's stream; a capture (mode 2) puts the kernels in its graph
+            with self.r._on_device_stream(capturing=mode == 2):
                 return self._call(cfg, ctx, ins)
         return self._call(cfg, ctx, ins)
 
@@ -452,6 +452,7 @@ class AcceleratorGraphRunner:
         self.configs = list(configs)
         self.pool = pool if pool is not None else GraphPool(step_runner, submodule_name)
         self._mempool = None
+        self._cuda = self._device_type == "cuda"
         self._c = _mstar._GraphRunner(submodule_name, step_runner, self.pool,
                                       [c._c_dict() for c in self.configs], _Submodule(self),
                                       int(num_slots or 0), autocast_dtype)
@@ -551,7 +552,12 @@ class AcceleratorGraphRunner:
         """Stage this step's inputs into the slot and replay it: the slot's static outputs (views,
         valid until the slot's next replay)."""
         try:
-            outs = self._c.run_forward(lease._c(), dict(preprocessed))
+            if self._cuda:  # staging reads what torch's stream wrote; torch reads the outputs
+                from . import _cuda_capture
+                with _cuda_capture.ordered_with_torch(self):
+                    outs = self._c.run_forward(lease._c(), dict(preprocessed))
+            else:
+                outs = self._c.run_forward(lease._c(), dict(preprocessed))
         finally:
             if launch_started_event is not None:
                 launch_started_event.set()
@@ -627,11 +633,11 @@ class AcceleratorGraphRunner:
                                joint_comm_group if joint_comm_group is not None
                                else self.joint_comm_group, reusable)
 
-    def _device_capture(self):
-        """Where torch runs while C captures on CUDA: the runner's compute stream, allocations
-        from the runner's pool (docs/design.md, "Graph runner for PyTorch modules")."""
+    def _on_device_stream(self, capturing: bool):
+        """Where torch runs on CUDA: the runner's compute stream, and while C captures, with its
+        allocations from the runner's pool (docs/design.md, "Graph runner for PyTorch modules")."""
         from . import _cuda_capture
-        return _cuda_capture.capture_context(self)
+        return _cuda_capture.capture_context(self, capturing)
 
     def close(self) -> None:
         self._sizing = None

@@ -35,6 +35,7 @@ typedef struct mstarpy_step {
     bool owned;
     int64_t *ids; /* an owned step's request ids (set_context) */
     char *walk;
+    char *lease_walk, *lease_key; /* the lease's strings (set_context with a lease) */
 } mstarpy_step;
 
 typedef struct mstarpy_pool {

@@ -686,6 +686,8 @@ static void st_dealloc(PyObject *obj)
         mstar_step_destroy(s->step);
     free(s->ids);
     free(s->walk);
+    free(s->lease_walk);
+    free(s->lease_key);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(obj);
     Py_DECREF(tp);
@@ -760,12 +762,17 @@ static PyObject *st_set_context(PyObject *self, PyObject *args)
     const char *walk;
     PyObject *ids;
     int slot = -1;
-    if (!PyArg_ParseTuple(args, "sO|i", &walk, &ids, &slot))
+    PyObject *lo = Py_None;
+    if (!PyArg_ParseTuple(args, "sO|iO", &walk, &ids, &slot, &lo))
         return NULL;
     STEP_OR_NULL(self);
     stobj *s = (stobj *)self;
     if (!s->owned)
         return mstarpy_raise_msg(MSTAR_ESTATE, "a runner's step keeps its own context");
+    mstar_slot_lease lease;
+    memset(&lease, 0, sizeof(lease));
+    if (lo != Py_None && mstarpy_lease_from_py(lo, &lease) < 0)
+        return NULL;
     PyObject *seq = mstarpy_seq_list(ids, "request_ids must be a sequence");
     if (!seq)
         return NULL;
@@ -793,6 +800,20 @@ static PyObject *st_set_context(PyObject *self, PyObject *args)
     c->n_requests = (size_t)n;
     c->graph_walk = w;
     c->slot = slot;
+    c->has_lease = false;
+    if (lo != Py_None) { /* a leased step: its slot's plan buffers (the lease's strings kept) */
+        free(s->lease_walk);
+        free(s->lease_key);
+        s->lease_walk = strdup(lease.bucket.graph_walk);
+        s->lease_key = lease.bucket.cg_key_info ? strdup(lease.bucket.cg_key_info) : NULL;
+        if (!s->lease_walk)
+            return PyErr_NoMemory();
+        lease.bucket.graph_walk = s->lease_walk;
+        lease.bucket.cg_key_info = s->lease_key;
+        c->lease = lease;
+        c->has_lease = true;
+        c->slot = lease.slot;
+    }
     Py_RETURN_NONE;
 }
 
@@ -844,7 +865,8 @@ static PyMethodDef st_methods[] = {
     { "set_cg_key_info", st_set_key, METH_O, "set_cg_key_info(key or None)." },
     { "segments", st_segments, METH_NOARGS, "segments() -> [(request, label, span)]." },
     { "set_context", st_set_context, METH_VARARGS,
-      "set_context(graph_walk, request_ids, slot=-1): an eager step's context." },
+      "set_context(graph_walk, request_ids, slot=-1, lease=None): the step's context; with a "
+      "lease, the leased slot's (a replay's step)." },
     { "reset", st_reset, METH_NOARGS, NULL },
     { NULL, NULL, 0, NULL },
 };
