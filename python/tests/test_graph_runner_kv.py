@@ -176,3 +176,16 @@ def test_paged_decoder_replay_equals_eager(n):
     for rid in ids:
         sr.remove_request(rid)
     assert sr.kv_free_pages("kv") == PAGES - 1  # everything back but the sink
+
+
+def test_the_example_runs_and_replays_equal_eager():
+    import os
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), os.pardir, "examples",
+                          "graph_runner_torch.py")
+    out = subprocess.run([sys.executable, script, "--steps", "3"], capture_output=True,
+                         text=True, timeout=300, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "captured 4 of 4 buckets" in out.stdout
+    assert out.stdout.strip().endswith("replay equals eager")
