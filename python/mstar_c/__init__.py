@@ -39,6 +39,7 @@ from ._types import (GraphEdge, Message, ReadFailure, Rid, RxInfo, ShardGroup,
 from ._mstar import (Completion, Loan, Mesh, Tensor, built_with_cuda, dtype_size, entity_index,
                      fanout, set_log_level, status_name, version)
 from ._mstar import Comm as _Comm
+from . import graphs  # noqa: F401,E402  (also mstar_c.engine.accelerator_graph_runner)
 from ._types import ReceivedMessage  # noqa: F401  (an alias of Message, kept for old code)
 from ._types import RequestProfile
 
