@@ -30,6 +30,7 @@ import contextvars
 import os
 import sys
 import types
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Mapping, NamedTuple, Optional, Sequence
 
@@ -321,7 +322,16 @@ class _Submodule:
     capture method and template rows."""
 
     def __init__(self, runner: "AcceleratorGraphRunner"):
-        self.r = runner
+        # weak: the C runner holds these callbacks, and the runner's cached rows hold the C
+        # runner through DLPack, a link the collector cannot see
+        self._r = weakref.ref(runner)
+
+    @property
+    def r(self) -> "AcceleratorGraphRunner":
+        r = self._r()
+        if r is None:
+            raise Error("the AcceleratorGraphRunner is gone")
+        return r
 
     def declare_step(self, walk, ids, rows, step):
         fn = getattr(self.r.submodule, "declare_step", None)

@@ -333,8 +333,10 @@ static int outputs_from_py(gr_obj *g, mstar_step *step, PyObject *res,
     if (r < 0 || !host_capture)
         return r;
     /* Record the replay: graphs.py builds it over the static inputs and these outputs. */
-    PyObject *ins = mstarpy_map_to_py((PyObject *)g, inputs);
-    PyObject *outs = ins ? mstarpy_map_to_py((PyObject *)g, outputs) : NULL;
+    /* The record lives in g->records and goes before the memory does (gr_close), so its tensors
+     * need not hold g: holding it would make a cycle the collector cannot see. */
+    PyObject *ins = mstarpy_map_to_py(Py_None, inputs);
+    PyObject *outs = ins ? mstarpy_map_to_py(Py_None, outputs) : NULL;
     PyObject *st = outs ? mstarpy_step_borrow(step) : NULL;
     PyObject *rec =
         st ? PyObject_CallMethod(g->cb, "replay_record", "IOOO", cfg, st, ins, outs) : NULL;
@@ -545,6 +547,8 @@ static int config_from_py(gr_obj *g, PyObject *d, uint32_t idx, mstar_graph_conf
 
 static void gr_close(gr_obj *g)
 {
+    if (g->records)
+        PyDict_Clear(g->records); /* their tensors view the memory destroyed below */
     mstar_graph_runner_destroy(g->r);
     g->r = NULL;
     release_holds(g->holds, g->nholds);
@@ -556,8 +560,6 @@ static void gr_close(gr_obj *g)
     g->store = NULL;
     g->configs = NULL;
     g->nconfigs = 0;
-    if (g->records)
-        PyDict_Clear(g->records);
 }
 
 /* _GraphRunner(name, step_runner, pool, configs, callbacks, num_slots=0, autocast=None) */

@@ -395,3 +395,17 @@ def test_dummy_row_pool_over_a_runner(runner):
     assert rows == pool.handles("extra", 3) and all(h < 0 for h in rows)
     pool.reset(rows, free=True)
     pool.release_all()
+
+
+def test_a_dropped_runner_is_freed():
+    """Nothing keeps a runner alive once its user lets go: the replay records and the cached
+    declare rows view its memory without a cycle the collector cannot see."""
+    import gc
+    import sys
+    r = make_runner()
+    r.run(inputs(2))
+    r.declare_inputs_for(r.lease_slot("decode", 2, 0, 2))
+    c = r._c
+    del r
+    gc.collect()
+    assert sys.getrefcount(c) == 2  # `c` and the call's argument
