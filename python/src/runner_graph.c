@@ -195,13 +195,16 @@ static int dict_into_map(gr_obj *g, PyObject *d, mstar_tensor_map *out, mstar_st
             st = mstar_tensor_is_contiguous(&t)
                      ? mstar_tensor_alloc(stream, t.dtype, t.ndim, t.shape, &c)
                      : mstar_error_set(MSTAR_EINVAL, "tensor '%s' is not contiguous", name);
+            if (st == MSTAR_OK) { /* owned by the map first, so a failed copy frees it */
+                st = mstar_tensor_map_set_owned(out, name, &c, stream);
+                if (st != MSTAR_OK)
+                    mstar_tensor_free(stream, &c);
+            }
             if (st == MSTAR_OK)
                 st = mstar_memcpy_async(stream, c.data, mstar_tensor_ptr(&t),
                                         mstar_tensor_nbytes(&t), copy_kind(t.device, c.device));
             if (st == MSTAR_OK)
                 st = mstar_stream_synchronize(stream); /* the source goes next */
-            if (st == MSTAR_OK)
-                st = mstar_tensor_map_set_owned(out, name, &c, stream);
             if (fn)
                 fn(ctx, NULL);
         }
