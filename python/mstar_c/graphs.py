@@ -651,6 +651,8 @@ class AcceleratorGraphRunner:
 
     def close(self) -> None:
         self._sizing = None
+        self._executables = []
+        self._declare_cache.clear()
         self._c.close()
 
 
