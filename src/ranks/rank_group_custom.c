@@ -3,7 +3,7 @@
  * mstar_rank_group_create_custom): how the Python package agrees over a torch.distributed process
  * group while the agreement's callers (sizing, planning, startup) stay in C.
  */
-#include "graphs/rank_group.h"
+#include "ranks/rank_group.h"
 
 #include <stdlib.h>
 
