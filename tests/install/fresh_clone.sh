@@ -28,7 +28,7 @@ for python in AUTO OFF; do
         [ -z "$pkg" ] || { echo "fresh clone: -DMSTAR_PYTHON=OFF installed $pkg"; exit 1; }
         continue
     fi
-    if ! grep -q "^MSTAR_PYTHON_INSTALL_DIR" "$scratch/build-$python/CMakeCache.txt"; then
+    if ! grep -q "^MSTAR_PYTHON_INSTALL_DIR" "${scratch}/build-${python}/CMakeCache.txt"; then
         echo "fresh clone: no Python 3.11+ with headers here; the package was not built"
         continue
     fi
