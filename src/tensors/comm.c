@@ -571,7 +571,7 @@ mstar_status mstar_comm_register_request(mstar_comm *comm, const mstar_rid *rid,
         if ((st = mstar__names_intern(&comm->names, config->signals[i], &e.signal)) != MSTAR_OK)
             return st;
         if (e.dim >= 0)
-            MSTAR__ASSERT_OK(mstar__vec_push(&r->shards, &e));
+            MSTAR__ASSERT_OK(mstar__vec_push(&r->shards, &e)); /* I-11 */
     }
     return MSTAR_OK;
 }
@@ -681,11 +681,13 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
     mstar__u64map at; /* uuid → index in msg.counts */
     mstar__u64map_init(&at);
     mstar_status st = MSTAR_OK;
+    int64_t delivered = 0;
     for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
         for (uint32_t i = 0; i < edges[e]->ntensors && st == MSTAR_OK; i++) {
             const mstar_tensor_info *info = &edges[e]->tensor_info[i];
             if (strcmp(info->source_entity, peer) != 0)
                 continue;
+            delivered++;
             if (failed != NULL && failed[e]) {
                 st = mstar_msg_add_uuid(&msg, info->uuid);
                 continue;
@@ -701,6 +703,11 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
         }
     }
     mstar__u64map_free(&at);
+    for (uint32_t k = 0; k < msg.ncounts; k++)
+        delivered -= msg.counts[k].count;
+    /* I-8: one ACK per delivery, nothing de-duplicated */
+    MSTAR__ASSERT(st != MSTAR_OK || delivered == (int64_t)msg.nuuids);
+    (void)delivered;
     if (st == MSTAR_OK)
         st = send_or_queue(comm, peer, &msg);
     mstar_msg_clear(&msg);
@@ -924,6 +931,8 @@ static void handle_unpersist(mstar_comm *comm, const mstar_msg *msg)
         if (!produced_here(comm, msg, c->uuid) ||
             !mstar__bk_increment(&comm->bk, c->uuid, c->count))
             continue;
+        /* I-2, I-3: K is added while the marker still holds the tensor, and adding never frees */
+        MSTAR__ASSERT(mstar__bk_find(&comm->bk, c->uuid) != MSTAR__BK_NONE);
         /* The K reads may have been handed on to peers this manager never sent the tensor to:
          * their ACKs can land after the marker clears (I-28). */
         if (comm->ack_ledger && c->count > 0 &&

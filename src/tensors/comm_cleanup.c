@@ -142,6 +142,7 @@ static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
         if (p->taken) {
+            MSTAR__ASSERT(mstar__comm_pending_landed(p)); /* I-7: never a read in flight */
             mstar__comm_pending_drop(comm, p);
             mstar__comm_pending_free(p);
             r->npending--;
@@ -190,8 +191,10 @@ static mstar_status cleanup(mstar_comm *comm, const mstar_rid *rid, bool force)
             deferred++;
             continue;
         }
+        /* I-5, I-6: a soft cleanup frees only what no reference or persist marker holds */
+        MSTAR__ASSERT(force || mstar__bk_can_gc(&comm->bk, rec->uuid));
         mstar__bk_detach(&comm->bk, s);
-        MSTAR__ASSERT_OK(mstar__vec_push(&comm->collected, &s));
+        MSTAR__ASSERT_OK(mstar__vec_push(&comm->collected, &s)); /* I-11: reserved above */
     }
     mstar__vec_free(&slots);
     mstar__comm_collect(comm);

@@ -467,7 +467,7 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
                          const mstar_tensor_info *info, plan *p)
 {
     uint32_t slot;
-    MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, info->uuid, req, &slot));
+    MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, info->uuid, req, &slot)); /* I-11 */
     mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
     mstar_tensor_init(&rec->view, p->buf->data, p->buf->device, info->dtype, info->ndim,
                       info->dims);
@@ -491,7 +491,7 @@ static void commit_fresh(mstar_comm *comm, uint32_t req, const mstar_edge *edge,
 static void commit_slice(mstar_comm *comm, uint32_t req, mstar_tensor_info *info, const plan *p)
 {
     uint32_t slot;
-    MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, p->slice, req, &slot));
+    MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, p->slice, req, &slot)); /* I-11 */
     mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
     const mstar__bk_rec *prod = mstar__bk_at(&comm->bk, p->slot);
     rec->view = prod->view;
@@ -608,7 +608,7 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
         }
         if (p->done != NULL && out != NULL)
             list.items[list.n++] = mstar__completion_retain(p->done);
-        MSTAR__ASSERT_OK(mstar__vec_push(&comm->pending, p));
+        MSTAR__ASSERT_OK(mstar__vec_push(&comm->pending, p)); /* I-11 */
         mstar__comm_req_at(comm, req)->npending++;
     }
     mstar__comm_collect(comm);
@@ -778,7 +778,7 @@ static mstar_status consolidate(mstar_comm *comm, uint32_t req, mstar__fanin *f,
     }
     for (uint32_t i = 0; i < n; i++) {
         uint32_t slot;
-        MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, uuids[i], req, &slot));
+        MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, uuids[i], req, &slot)); /* I-11 */
         mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
         rec->buf = bufs[i];
         rec->view = views[i];

@@ -325,7 +325,7 @@ static void commit(mstar_comm *comm, prepared *ps, uint32_t n, const mstar_store
     for (uint32_t i = 0; i < n; i++) {
         prepared *p = &ps[i];
         uint32_t slot;
-        MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, p->uuid, p->req, &slot));
+        MSTAR__ASSERT_OK(mstar__bk_put(&comm->bk, p->uuid, p->req, &slot)); /* I-11 */
         mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
         rec->buf = p->buf;
         rec->host = p->host;

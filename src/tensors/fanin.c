@@ -74,8 +74,8 @@ mstar_status mstar__fanin_add(mstar__fanin *f, const int32_t *ranks, mstar__buf 
         for (uint32_t j = 0; j < i; j++)
             index += ranks[j] == ranks[i];
         mstar__shard s = { ranks[i], index, mstar__buf_retain(bufs[i]), views[i] };
-        MSTAR__ASSERT(!has_rank(f, before, ranks[i])); /* I-13: each source rank once */
-        MSTAR__ASSERT_OK(mstar__vec_push(&f->shards, &s));
+        MSTAR__ASSERT(!has_rank(f, before, ranks[i]));     /* I-13: each source rank once */
+        MSTAR__ASSERT_OK(mstar__vec_push(&f->shards, &s)); /* I-11 */
         f->nranks += index == 0;
     }
     return MSTAR_OK;

@@ -35,6 +35,7 @@
  */
 #include "tensors/arena/arena_transport.h"
 
+#include "core/assert.h"
 #include "core/u64map.h"
 #include "core/vec.h"
 #include "tensors/arena/arena.h"
@@ -237,6 +238,8 @@ static void drop(arena_transport *a, mstar_tensor_id uuid)
                       p->seg, (unsigned long long)p->off, (unsigned long long)uuid);
         a->live_slots--;
     }
+    /* I-10: a slot or spill file per staged uuid, no more */
+    MSTAR__ASSERT(a->live_slots + a->spill_files == mstar__u64map_len(&a->where));
     uint32_t i32 = (uint32_t)idx;
     if (mstar__vec_push(&a->free_places, &i32) != MSTAR_OK)
         mstar_log(MSTAR_LOG_WARN, "shm arena: out of memory recycling a placement entry");
@@ -476,6 +479,7 @@ static mstar_status arena_stage(mstar__transport *t, mstar__stage_item *items, s
             drop(a, items[i].uuid);
         return saved;
     }
+    MSTAR__ASSERT(!queued || mstar_stream_query(t->env->d2h) == MSTAR_OK); /* I-1: landed */
     publish(a, items, done);
     return MSTAR_OK;
 }
