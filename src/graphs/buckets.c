@@ -11,6 +11,7 @@
  */
 #include "graphs/buckets.h"
 
+#include "core/assert.h"
 #include "step/step_runner.h"
 
 #include <stdlib.h>
@@ -178,6 +179,9 @@ mstar_status mstar__buckets_order(mstar__buckets *set)
     qsort(set->all.data, set->all.len, sizeof(struct bucket *), cmp_bucket_desc);
     set->keys.len = 0;
     for (size_t i = 0; i < set->all.len; i++) {
+        /* I-21: largest first */
+        MSTAR__ASSERT(i == 0 || cmp_bucket_desc(mstar__vec_at(&set->all, i - 1),
+                                                mstar__vec_at(&set->all, i)) <= 0);
         mstar_status st = mstar__vec_push(&set->keys, &mstar__buckets_at(set, i)->key);
         if (st != MSTAR_OK)
             return st;

@@ -155,6 +155,8 @@ mstar_status mstar_capture_with_static_outputs(mstar_stream *stream, mstar_graph
         st = mstar_capture_into_graph(stream, pool, run_then_copy_out, &sr, flags, &g, stats);
     }
     for (size_t i = 0; st == MSTAR_OK && i < n; i++) {
+        /* I-20: what outlives the replay is outside the pool the next replay writes */
+        MSTAR__ASSERT(!mstar__pool_owns(pool, buffers[i].data));
         st = mstar__vec_push(&g->caching_blocks, &buffers[i].data);
         if (st == MSTAR_OK) {
             mstar_tensor view = buffers[i];

@@ -12,6 +12,7 @@
  */
 #include "graphs/runner.h"
 
+#include "core/assert.h"
 #include "device/backend.h"
 #include "graphs/config.h"
 #include "device/lifetimes.h"
@@ -300,5 +301,6 @@ mstar_status mstar_graph_runner_run_forward(mstar_graph_runner *r, const mstar_s
     /* Every waiter is released on every path, failures included (G-27). */
     if (launch_started != NULL)
         mstar_signal_set(launch_started);
+    MSTAR__ASSERT(launch_started == NULL || mstar_signal_is_set(launch_started)); /* I-25 */
     return st;
 }

@@ -453,6 +453,7 @@ mstar_status mstar_step_runner_build_graph_buffers(mstar_step_runner *sr)
      * grow: it is a no-op, and the buffers stay where the graphs read them. */
     if (sr->built)
         return MSTAR_OK;
+    size_t nclaims = sr->claims.len;
     for (size_t i = 0; i < sr->resources.len; i++) {
         struct resource *r = res_at(sr, i);
         if (r->ops->build_graph_buffers != NULL &&
@@ -460,6 +461,8 @@ mstar_status mstar_step_runner_build_graph_buffers(mstar_step_runner *sr)
                                         sr->max_seq_len) != MSTAR_OK)
             return mstar_error_wrap("building graph buffers of resource '%s'", r->key);
     }
+    MSTAR__ASSERT(sr->claims.len == nclaims); /* I-24: every claim came before the build */
+    (void)nclaims;
     sr->built = true;
     return MSTAR_OK;
 }
