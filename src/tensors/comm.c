@@ -12,6 +12,7 @@
 #include "tensors/transport_files.h"
 #include "tensors/transport_local.h"
 #include "tensors/ucx/ucx_engine.h"
+#include "tensors/ucx/ucx_transport.h"
 
 #include <errno.h>
 #include <stdio.h>

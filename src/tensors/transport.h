@@ -7,7 +7,7 @@
  * manager's logic — reference counts, ACKs, fan-in, teardown — is the same for all of them.
  * This header holds what they share; each transport's create and its own functions are in a
  * header beside it (transport_local.h, transport_files.h, arena/arena_transport.h,
- * cuda_ipc/cuda_ipc.h), and what only tests call in a test-hook header
+ * ucx/ucx_transport.h, cuda_ipc/cuda_ipc.h), and what only tests call in a test-hook header
  * (cuda_ipc/cuda_ipc_test_hooks.h).
  *
  * The manager calls a transport from its own thread only. Reads may complete on another thread
@@ -107,12 +107,6 @@ struct mstar__transport {
     const mstar__transport_ops *ops;
     const mstar__transport_env *env;
 };
-
-/* src/tensors/ucx/ucx_transport.c; env->ucx must be set. */
-mstar_status mstar__transport_ucx_create(const mstar__transport_env *env, mstar__transport **out);
-/* Pinned host bytes a UCX transport holds (staged copies of device tensors, reads into device
- * memory in flight); 0 for any other transport. Any thread. */
-uint64_t mstar__transport_ucx_pinned_bytes(mstar__transport *t);
 
 /* ---- helpers the transports share (transport.c) ---------------------------------------- */
 

@@ -14,6 +14,7 @@
 
 #include "tensors/comm_internal.h"
 #include "tensors/ucx/ucx_engine.h"
+#include "tensors/ucx/ucx_transport.h"
 
 #include <cuda_runtime_api.h>
 

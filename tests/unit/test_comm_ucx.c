@@ -14,6 +14,7 @@
 #include "ucx_test.h"
 
 #include "tensors/comm_internal.h"
+#include "tensors/ucx/ucx_transport.h"
 
 #include <poll.h>
 #include <unistd.h>

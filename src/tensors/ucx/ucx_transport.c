@@ -25,9 +25,9 @@
  * With the host backend the same staged path runs (host memory standing in for the device), so
  * CI exercises it.
  */
-#include "tensors/ucx/ucx_internal.h"
+#include "tensors/ucx/ucx_transport.h"
 
-#include "tensors/transport.h"
+#include "tensors/ucx/ucx_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
