@@ -42,7 +42,8 @@ __all__ = [
     "AcceleratorGraphSlot", "BucketKey", "CGSlotSpec", "CaptureCost", "CapturePlan",
     "CurrentForwardPassInfo", "DummyRowPool", "ExecutableMemory", "GraphMemory", "GraphPool",
     "NodeInputs", "PiecewiseAcceleratorGraphRunner", "PiecewiseGraphData", "PiecewiseGraphKey",
-    "PiecewiseOutput", "RankGroup", "SlotLease", "StepRunner", "SubmoduleStep", "WarmedRegion",
+    "PiecewiseOutput", "PiecewiseCallInputs", "PiecewiseCaptureShape", "PiecewiseConfig",
+    "RankGroup", "SlotLease", "StepRunner", "SubmoduleStep", "WarmedRegion",
     "WarmedSpec", "agree_across_ranks", "autocast_scope", "blocked_capture_resources",
     "capture_into_graph", "capture_with_static_outputs", "compile_kwargs", "current_step",
     "dummy_metadata", "dummy_rid_handle", "dummy_rid_name", "fail_if_graphs_required",
@@ -820,11 +821,256 @@ def _not_reached(name, why):
     return f
 
 
-_PIECEWISE = ("piecewise regions are not reached from Python in this round: the C runner has "
-              "them (mstar/piecewise.h); use a whole-forward runner per region")
-PiecewiseAcceleratorGraphRunner = _not_reached("PiecewiseAcceleratorGraphRunner", _PIECEWISE)
-PiecewiseGraphData = _not_reached("PiecewiseGraphData", _PIECEWISE)
-PiecewiseOutput = _not_reached("PiecewiseOutput", _PIECEWISE)
+# ---- piecewise regions ----------------------------------------------------------------------------
+
+class PiecewiseCaptureShape(NamedTuple):
+    """One captured shape of a region: bs rows with these token counts, total_tokens in all."""
+    bs: int
+    seq_lens: tuple
+    total_tokens: int
+
+
+@dataclass
+class PiecewiseCallInputs:
+    """What a region's capture_fn is called with (the same for warm-ups and the capture): the
+    shape's static buffers, the shape, the region step's context and the config's forward_kwargs.
+    Only static_inputs carry data into a replay."""
+    static_inputs: dict
+    shape: PiecewiseCaptureShape
+    context: Optional[dict]
+    forward_kwargs: Any = None
+
+
+@dataclass
+class PiecewiseConfig:
+    """A region: capture_fn(PiecewiseCallInputs) returns a tensor or a dict of tensors (leading
+    with the row dim); make_static_inputs(PiecewiseCaptureShape) returns the shape's static
+    buffers (dict of tensors leading with the row dim, copied into runner-owned buffers).
+    BATCHED when total_tokens is None (bs rows of seq_len tokens), else PACKED (per bs, each
+    total in total_tokens). declare_step(request_ids, seq_lens, step) -> bool plans the region's
+    step (None: it plans nothing); can_lease(inputs) -> bool (None: every batch may)."""
+    capture_fn: Callable
+    make_static_inputs: Callable
+    declare_step: Optional[Callable] = None
+    can_lease: Optional[Callable] = None
+    capture_batch_sizes: Optional[Sequence[int]] = None
+    seq_len: int = 1
+    total_tokens: Optional[Sequence[int]] = None
+    lease_before_step: bool = False
+    forward_kwargs: Any = None
+
+
+class PiecewiseOutput:
+    """The region's padded static output buffers and how many leading rows are real. [] and get
+    return an owned clone of the real rows (safe past the next run); get_view the same rows
+    without a copy (overwritten by this runner's next run)."""
+
+    def __init__(self, outputs: Mapping, real_len: int):
+        self.outputs = dict(outputs)
+        self.real_len = int(real_len)
+
+    def get_view(self, key: str):
+        return self.outputs[key][: self.real_len]
+
+    def __getitem__(self, key: str):
+        return self.get_view(key).clone()
+
+    def get(self, key: str, default=None):
+        return self[key] if key in self.outputs else default
+
+    def keys(self) -> list:
+        return list(self.outputs)
+
+    def __contains__(self, key) -> bool:
+        return key in self.outputs
+
+
+@dataclass
+class PiecewiseGraphData:
+    """One captured region for one shape and slot: its static inputs and outputs, padding rows,
+    shape and bucket (the graph itself stays in C: None here)."""
+    graph: Any
+    static_inputs: dict
+    static_outputs: dict
+    dummy_rids: list
+    shape: Optional[PiecewiseCaptureShape]
+    bucket: BucketKey
+
+
+class _Region:
+    """The callbacks the C piecewise runner calls (runner_piecewise.c)."""
+
+    def __init__(self, runner: "PiecewiseAcceleratorGraphRunner"):
+        self._r = weakref.ref(runner)  # weak, as _Submodule's
+
+    @property
+    def r(self) -> "PiecewiseAcceleratorGraphRunner":
+        r = self._r()
+        if r is None:
+            raise Error("the PiecewiseAcceleratorGraphRunner is gone")
+        return r
+
+    @staticmethod
+    def _shape(t) -> PiecewiseCaptureShape:
+        return PiecewiseCaptureShape(int(t[0]), tuple(t[1]), int(t[2]))
+
+    def make_static_inputs(self, shape):
+        return dict(self.r.config.make_static_inputs(self._shape(shape)))
+
+    def declare_step(self, ids, seq_lens, step):
+        return bool(self.r.config.declare_step(list(ids), list(seq_lens), step))
+
+    def _call(self, ins, shape, ctx):
+        r = self.r
+        token = _CURRENT.set(ctx)
+        try:
+            with _torch().no_grad(), autocast_scope(r.autocast_dtype, r._device_type):
+                return _outputs_dict(r.config.capture_fn(PiecewiseCallInputs(
+                    ins, self._shape(shape), ctx, r.config.forward_kwargs)))
+        finally:
+            _CURRENT.reset(token)
+
+    def capture(self, inputs, shape, step, mode):
+        ins = {k: _tensor(v) for k, v in inputs.items()}
+        ctx = dict(step.context, capturing=mode != 0, replaying=False)
+        if self.r._cuda:  # on the runner's stream; a capture (mode 2) puts the kernels in its graph
+            from . import _cuda_capture
+            with _cuda_capture.capture_context(self.r, capturing=mode == 2):
+                return self._call(ins, shape, ctx)
+        return self._call(ins, shape, ctx)
+
+    def replay_record(self, inputs, outputs, shape, step):
+        """What a host replay runs: the region again over the static inputs, into the outputs."""
+        ins = {k: _tensor(v) for k, v in inputs.items()}
+        outs = {k: _tensor(v) for k, v in outputs.items()}
+        ctx = dict(step.context, capturing=False, replaying=True)
+
+        def replay():
+            for k, v in self._call(ins, shape, ctx).items():
+                outs[k].copy_(v)
+        return replay
+
+
+class PiecewiseAcceleratorGraphRunner:
+    """Captures one inner region of a submodule's forward per shape and slot, while the preamble
+    around it stays eager and calls run itself (the reference's PiecewiseAcceleratorGraphRunner),
+    over mstar_piecewise_runner (mstar/piecewise.h).
+
+    PiecewiseAcceleratorGraphRunner(label, config, resources, step_runner, device, autocast_dtype,
+                                    num_slots, joint_comm_group=None, node_name=None,
+                                    memory_pool=None, device_capability=None)
+
+    config: a PiecewiseConfig; memory_pool: the node's GraphPool, shared with its whole-forward
+    runner (None: a new one). Lookups never fall back to a larger bs (G-21)."""
+
+    CAPTURE_BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
+    NUM_WARMUP = 2
+
+    def __init__(self, label, config: PiecewiseConfig, resources, step_runner, device,
+                 autocast_dtype, num_slots, joint_comm_group=None, node_name=None,
+                 memory_pool=None, device_capability=None):
+        dev = str(device) if device is not None else "cpu"
+        if step_runner is None:
+            step_runner = resources if isinstance(resources, StepRunner) else StepRunner(dev)
+        self.label = label
+        self.config = config
+        self.step_runner = step_runner
+        self.resources = resources if resources is not None else step_runner
+        self.device = step_runner.device
+        self._device_type = "cuda" if self.device.startswith("cuda") else "cpu"
+        self._cuda = self._device_type == "cuda"
+        self.autocast_dtype = autocast_dtype
+        self.joint_comm_group = joint_comm_group
+        self.node_name = node_name
+        self.device_capability = device_capability
+        self.pool = memory_pool if memory_pool is not None else GraphPool(step_runner, label)
+        self._mempool = None
+        packed = config.total_tokens is not None
+        self._c = _mstar._PiecewiseRunner(
+            label, step_runner, self.pool, packed,
+            None if config.capture_batch_sizes is None else list(config.capture_batch_sizes),
+            int(config.seq_len), None if not packed else list(config.total_tokens),
+            bool(config.lease_before_step), config.declare_step is not None, _Region(self),
+            int(num_slots or 0), autocast_dtype, node_name)
+        self._sizing = None
+        self._executables: list = []
+
+    @property
+    def any_graphs(self) -> bool:
+        return self._c.any_graphs()
+
+    @property
+    def num_slots(self) -> int:
+        return self._c.num_slots()
+
+    @property
+    def lease_before_step(self) -> bool:
+        return self._c.lease_before_step()
+
+    @property
+    def dropped_shapes(self) -> list:
+        """Shapes not captured (planned out, failed or blocked), as (bs, total_tokens)."""
+        return [(k[1], k[2]) for k in self._c.dropped_shapes()]
+
+    def buckets(self) -> list:
+        return [BucketKey(*k) for k in self._c.buckets()]
+
+    def can_lease(self, inputs) -> bool:
+        fn = self.config.can_lease
+        return True if fn is None else bool(fn(inputs))
+
+    def can_run(self, batch_size: int, total_tokens: Optional[int] = None) -> bool:
+        return self._c.can_run(int(batch_size), -1 if total_tokens is None else int(total_tokens))
+
+    def lease_slot(self, batch_size: int, total_tokens: Optional[int] = None) -> Optional[SlotLease]:
+        return _lease(self._c.lease_slot(int(batch_size),
+                                         -1 if total_tokens is None else int(total_tokens)))
+
+    def set_slot(self, slot: int) -> None:
+        self._c.set_slot(int(slot))
+
+    def slot_for(self, lease: SlotLease) -> Optional[PiecewiseGraphData]:
+        s = self._c.slot_for(lease._c())
+        if s is None:
+            return None
+        ins, outs, rids = s
+        return PiecewiseGraphData(None, {k: _tensor(v) for k, v in ins.items()},
+                                  {k: _tensor(v) for k, v in outs.items()}, rids, None,
+                                  lease.bucket)
+
+    def run(self, static_inputs: Mapping, request_ids: Optional[Sequence[int]] = None,
+            seq_lens: Optional[Sequence[int]] = None, real_bs: Optional[int] = None
+            ) -> PiecewiseOutput:
+        """Copy each real input into the leading rows of the same-named static buffer (the rest
+        zeroed), plan the region's step over the padded batch, replay, commit."""
+        outs, n = self._c.run(dict(static_inputs),
+                              None if request_ids is None else list(request_ids),
+                              None if seq_lens is None else list(seq_lens),
+                              -1 if real_bs is None else int(real_bs))
+        return PiecewiseOutput({k: _tensor(v) for k, v in outs.items()}, n)
+
+    def prepare_for_capture(self) -> list:
+        return [CGSlotSpec(BucketKey(*k), s, 0) for k, s in self._c.prepare_for_capture()]
+
+    def warmup_and_capture(self, planned: Optional[Collection] = None) -> None:
+        self._c.warmup_and_capture(None if planned is None else [tuple(k) for k in planned])
+
+    def drop_shape(self, key) -> None:
+        self._c.drop_shape(tuple(key))
+
+    def size_captures(self) -> dict:
+        """Warm every shape up and capture the largest once, thrown away
+        (mstar_size_piecewise_captures): {BucketKey: CaptureCost}."""
+        self._sizing = _mstar._size_captures(self._c, _rank_group(self.joint_comm_group))
+        return AcceleratorGraphRunner._costs(self)
+
+    def size_lent_captures(self, wanted: bool) -> dict:
+        return AcceleratorGraphRunner.size_lent_captures(self, wanted)
+
+    def close(self) -> None:
+        self._sizing = None
+        self._executables = []
+        self._c.close()
 
 
 class PiecewiseGraphKey(NamedTuple):

@@ -1,8 +1,9 @@
 /*
  * runner.h — what the graph-runner files of the _mstar extension share (runner_step.c: the step
  * runner, its resources, steps and graph pools; runner_graph.c: the whole-forward runner over a
- * Python submodule; runner_plan.c: sizing, planning, rank groups and startup). The Python layer
- * over them, with the reference's names, is mstar_c/graphs.py.
+ * Python submodule; runner_piecewise.c: the piecewise runner over a Python region; runner_plan.c:
+ * sizing, planning, rank groups and startup). The Python layer over them, with the reference's
+ * names, is mstar_c/graphs.py.
  *
  * Leases and bucket keys cross into Python as tuples: a key (graph_walk, bs, num_tokens,
  * cg_key_info), a lease (slot, graph_walk, bs, num_tokens, cg_key_info). Tensors go out as
@@ -48,9 +49,12 @@ extern PyTypeObject *mstarpy_step_runner_type;
 extern PyTypeObject *mstarpy_step_type;
 extern PyTypeObject *mstarpy_pool_type;
 extern PyTypeObject *mstarpy_graph_runner_type;
+extern PyTypeObject *mstarpy_piecewise_runner_type;
 
 /* The graph runner of a _GraphRunner object, or NULL with an exception. */
 mstar_graph_runner *mstarpy_graph_runner_handle(PyObject *obj);
+/* The piecewise runner of a _PiecewiseRunner object, or NULL with an exception. */
+mstar_piecewise_runner *mstarpy_piecewise_runner_handle(PyObject *obj);
 /* The step runner of a _StepRunner object, or NULL with an exception. */
 mstar_step_runner *mstarpy_step_runner_handle(PyObject *obj);
 
@@ -77,6 +81,7 @@ PyObject *mstarpy_seq_list(PyObject *obj, const char *msg);
 
 int mstarpy_add_runner_step_types(PyObject *module);
 int mstarpy_add_runner_graph_types(PyObject *module);
+int mstarpy_add_runner_piecewise_types(PyObject *module);
 int mstarpy_add_runner_plan_functions(PyObject *module);
 
 #endif

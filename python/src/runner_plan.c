@@ -274,8 +274,11 @@ static PyObject *py_size_captures(PyObject *mod, PyObject *args)
     PyObject *ro, *go = Py_None;
     if (!PyArg_ParseTuple(args, "O|O", &ro, &go))
         return NULL;
-    mstar_graph_runner *r = mstarpy_graph_runner_handle(ro);
-    if (!r)
+    /* a whole-forward runner or a piecewise region */
+    bool piecewise = PyObject_TypeCheck(ro, mstarpy_piecewise_runner_type);
+    mstar_piecewise_runner *pr = piecewise ? mstarpy_piecewise_runner_handle(ro) : NULL;
+    mstar_graph_runner *r = piecewise ? NULL : mstarpy_graph_runner_handle(ro);
+    if (!r && !pr)
         return NULL;
     mstar_rank_group *g = rg_handle(go);
     if (!g && PyErr_Occurred())
@@ -284,7 +287,8 @@ static PyObject *py_size_captures(PyObject *mod, PyObject *args)
     if (!self)
         return NULL;
     self->runner = Py_NewRef(ro);
-    mstar_status st = mstar_size_captures(r, g, &self->s);
+    mstar_status st = piecewise ? mstar_size_piecewise_captures(pr, g, &self->s)
+                                : mstar_size_captures(r, g, &self->s);
     if (st != MSTAR_OK) {
         Py_DECREF(self);
         return mstarpy_raise(st);
@@ -652,7 +656,8 @@ int mstarpy_add_runner_plan_functions(PyObject *module)
 
 int mstarpy_add_runner_types(PyObject *module)
 {
-    if (mstarpy_add_runner_step_types(module) < 0 || mstarpy_add_runner_graph_types(module) < 0)
+    if (mstarpy_add_runner_step_types(module) < 0 || mstarpy_add_runner_graph_types(module) < 0 ||
+        mstarpy_add_runner_piecewise_types(module) < 0)
         return -1;
     return mstarpy_add_runner_plan_functions(module);
 }
