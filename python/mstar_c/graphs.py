@@ -925,8 +925,10 @@ class _Region:
         token = _CURRENT.set(ctx)
         try:
             with _torch().no_grad(), autocast_scope(r.autocast_dtype, r._device_type):
-                return _outputs_dict(r.config.capture_fn(PiecewiseCallInputs(
-                    ins, self._shape(shape), ctx, r.config.forward_kwargs)))
+                res = r.config.capture_fn(PiecewiseCallInputs(ins, self._shape(shape), ctx,
+                                                               r.config.forward_kwargs))
+                # a bare tensor is the region's output "x" (the reference's name)
+                return _outputs_dict({"x": res} if isinstance(res, _torch().Tensor) else res)
         finally:
             _CURRENT.reset(token)
 
@@ -1062,10 +1064,13 @@ class PiecewiseAcceleratorGraphRunner:
         """Warm every shape up and capture the largest once, thrown away
         (mstar_size_piecewise_captures): {BucketKey: CaptureCost}."""
         self._sizing = _mstar._size_captures(self._c, _rank_group(self.joint_comm_group))
-        return AcceleratorGraphRunner._costs(self)
+        return self._costs()
 
     def size_lent_captures(self, wanted: bool) -> dict:
+        """Capture every other shape once, thrown away, if wanted (agreed with max first)."""
         return AcceleratorGraphRunner.size_lent_captures(self, wanted)
+
+    _costs = AcceleratorGraphRunner._costs
 
     def close(self) -> None:
         self._sizing = None
