@@ -49,6 +49,7 @@ class Region:
         for rid, n in zip(ids, seq_lens):
             step.add_segment(rid, 0, n)
         step.set_resource("kv")
+        step.set_resource("pos")
         return True
 
 
@@ -60,6 +61,7 @@ def config(region, **kw):
 def step_runner():
     sr = g.StepRunner("cpu")
     sr.add_kv_cache("kv", num_pages=PAGES, page_size=PAGE, max_seq_len=MAXLEN)
+    sr.add_positions("pos")
     return sr
 
 
@@ -276,14 +278,20 @@ def test_lease_before_step_only_stages_and_replays():
     assert region.declared == []
 
 
-def test_padding_rows_free_their_storage_on_every_path():
-    """G-30: capture (one shape failing) and a replay leave the KV cache's pages as they were."""
+def test_region_step_plans_and_commits_the_real_rows():
+    """run drives the region's own step through admit, plan and commit: the real rows take their
+    KV pages and advance their positions; a capture (one shape failing) takes no pages."""
     region = Region(fail_bs=2)
     sr = step_runner()
     free = sr.kv_free_pages("kv")
     r = make(region, sr=sr, declare_step=region.declare_step)
     assert r.dropped_shapes == [(2, 2)]
     assert sr.kv_free_pages("kv") == free
+    for rid in (1, 2, 3):
+        sr.ingest_request(rid)
+    r.run({"x": xs(3)}, request_ids=[1, 2, 3])
+    assert sr.kv_free_pages("kv") == free - 3
+    assert [sr.position("pos", rid) for rid in (1, 2, 3)] == [1, 1, 1]
 
 
 # ---- sizing ---------------------------------------------------------------------------------------
