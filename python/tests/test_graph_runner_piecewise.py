@@ -34,6 +34,8 @@ class Region:
         x = call.static_inputs["x"]
         ctx = call.context or {}
         if ctx.get("capturing") and call.shape.bs == self.fail_bs:
+            if self.fail_late == "reshape":  # the region runs; its output then fails the check
+                return {"x": self.eager(x)[:1]}
             if self.fail_late:
                 return {"x": self.eager(x), "bad": None}
             raise RuntimeError(f"injected capture failure at bs {call.shape.bs}")
@@ -180,6 +182,16 @@ def test_failed_capture_after_taking_pool_memory_gives_it_back():
     twin = make(planned=[key(4), key(1)])
     assert bad.dropped_shapes == [(2, 2)]
     assert bad.pool.stats()["allocated"] == twin.pool.stats()["allocated"]
+
+
+def test_capture_failing_after_the_region_ran_keeps_no_replay_record():
+    """G-1: the bs 2 capture records its host replay, then fails (its output's shape differs from
+    the warm-up's); the shape is dropped and its record goes with it."""
+    bad = make(Region(fail_bs=2, fail_late="reshape"))
+    assert bad.dropped_shapes == [(2, 2)]
+    assert bad._c._records() == 2 * 2
+    x = xs(1, seed=17)
+    assert torch.equal(bad.run({"x": x}, real_bs=1)["x"], bad.region.eager(x))
 
 
 def test_dropped_shape_runs_eager_with_no_larger_fallback():
