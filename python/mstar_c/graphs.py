@@ -1062,7 +1062,11 @@ class PiecewiseAcceleratorGraphRunner:
 
     def size_captures(self) -> dict:
         """Warm every shape up and capture the largest once, thrown away
-        (mstar_size_piecewise_captures): {BucketKey: CaptureCost}."""
+        (mstar_size_piecewise_captures): {BucketKey: CaptureCost}. Before warmup_and_capture
+        only (startup's order): sizing trims the pool, which would give back the scratch blocks a
+        captured region's host replay still writes before its graph copies them out."""
+        if self.any_graphs:
+            raise Error(f"{self.label}: size_captures comes before warmup_and_capture")
         self._sizing = _mstar._size_captures(self._c, _rank_group(self.joint_comm_group))
         return self._costs()
 

@@ -333,6 +333,17 @@ def test_size_captures_marks_a_failing_shape_unplannable():
     assert costs[key(4)].graph is None
 
 
+def test_sizing_after_the_captures_is_refused():
+    """Sizing trims the pool after its throwaway captures, giving back the scratch blocks a
+    captured region's host replay writes (a replay then crashed in torch's copy_): it belongs
+    before warmup_and_capture (startup's order) and is refused after it."""
+    r = make()
+    with pytest.raises(mstar_c.Error, match="before"):
+        r.size_captures()
+    x = xs(2, seed=18)
+    assert torch.equal(r.run({"x": x}, real_bs=2)["x"], r.region.eager(x))
+
+
 def test_standalone_captures_say_why_they_are_not_reached():
     with pytest.raises(NotImplementedError, match="runner"):
         g.capture_into_graph(lambda: None, None, "cpu", None)
