@@ -941,16 +941,18 @@ class _Region:
                 return self._call(ins, shape, ctx)
         return self._call(ins, shape, ctx)
 
-    def replay_record(self, inputs, outputs, shape, step):
-        """What a host replay runs: the region again over the static inputs, into the outputs."""
+    def replay_record(self, inputs, res, shape, step):
+        """A host capture: (replay, outputs). The replay runs the region again over the static
+        inputs into `outputs`, tensors it owns, which the captured graph copies into the static
+        outputs after it."""
         ins = {k: _tensor(v) for k, v in inputs.items()}
-        outs = {k: _tensor(v) for k, v in outputs.items()}
+        outs = {k: v.clone() for k, v in res.items()}
         ctx = dict(step.context, capturing=False, replaying=True)
 
         def replay():
             for k, v in self._call(ins, shape, ctx).items():
                 outs[k].copy_(v)
-        return replay
+        return replay, outs
 
 
 class PiecewiseAcceleratorGraphRunner:
@@ -1063,8 +1065,8 @@ class PiecewiseAcceleratorGraphRunner:
     def size_captures(self) -> dict:
         """Warm every shape up and capture the largest once, thrown away
         (mstar_size_piecewise_captures): {BucketKey: CaptureCost}. Before warmup_and_capture
-        only (startup's order): sizing trims the pool, which would give back the scratch blocks a
-        captured region's host replay still writes before its graph copies them out."""
+        only (startup's order): a throwaway capture of a captured shape would take its lease's
+        replay record and warm-ups would reset the padding rows its graph holds."""
         if self.any_graphs:
             raise Error(f"{self.label}: size_captures comes before warmup_and_capture")
         self._sizing = _mstar._size_captures(self._c, _rank_group(self.joint_comm_group))

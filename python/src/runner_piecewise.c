@@ -101,10 +101,9 @@ static PyObject *shape_to_py(const mstar_piecewise_shape *s)
                          (long long)s->total_tokens);
 }
 
-/* A tensor into an owned buffer of `stream` named `name` in `out`: copied now (copy) or, in a
- * host capture, left for the recorded replay to fill. */
+/* A copy of a tensor into an owned buffer of `stream` named `name` in `out`. */
 static mstar_status tensor_into_map(PyObject *obj, const char *name, mstar_stream *stream,
-                                    bool copy, mstar_tensor_map *out)
+                                    mstar_tensor_map *out)
 {
     mstar_tensor t, y;
     mstar_release_fn fn = NULL;
@@ -120,10 +119,10 @@ static mstar_status tensor_into_map(PyObject *obj, const char *name, mstar_strea
             mstar_tensor_free(stream, &y);
     }
     bool cuda = t.device.type == MSTAR_DEVICE_CUDA || y.device.type == MSTAR_DEVICE_CUDA;
-    if (st == MSTAR_OK && copy)
+    if (st == MSTAR_OK)
         st = mstar_memcpy_async(stream, y.data, mstar_tensor_ptr(&t), mstar_tensor_nbytes(&t),
                                 cuda ? MSTAR_MEMCPY_D2D : MSTAR_MEMCPY_H2H);
-    if (st == MSTAR_OK && copy && !mstar_stream_is_capturing(stream))
+    if (st == MSTAR_OK && !mstar_stream_is_capturing(stream))
         st = mstar_stream_synchronize(stream); /* the source goes next */
     if (fn)
         fn(ctx, NULL);
@@ -132,7 +131,7 @@ static mstar_status tensor_into_map(PyObject *obj, const char *name, mstar_strea
     return st;
 }
 
-static int dict_into_map(PyObject *d, mstar_stream *stream, bool copy, mstar_tensor_map *out)
+static int dict_into_map(PyObject *d, mstar_stream *stream, mstar_tensor_map *out)
 {
     if (!PyDict_Check(d)) {
         PyErr_SetString(PyExc_TypeError, "expected a dict of tensors");
@@ -143,7 +142,7 @@ static int dict_into_map(PyObject *d, mstar_stream *stream, bool copy, mstar_ten
     for (Py_ssize_t i = 0; r == 0 && i < PyList_Size(items); i++) {
         PyObject *kv = PyList_GetItem(items, i);
         const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(kv, 0), NULL);
-        if (!name || tensor_into_map(PyTuple_GetItem(kv, 1), name, stream, copy, out) != MSTAR_OK)
+        if (!name || tensor_into_map(PyTuple_GetItem(kv, 1), name, stream, out) != MSTAR_OK)
             r = -1;
     }
     Py_XDECREF(items);
@@ -159,7 +158,7 @@ static mstar_status cb_static(void *user, const mstar_piecewise_shape *shape, ms
     pw_obj *p = user;
     PyObject *s = shape_to_py(shape);
     PyObject *r = s ? PyObject_CallMethod(p->cb, "make_static_inputs", "(O)", s) : NULL;
-    int ok = r ? dict_into_map(r, stream, true, out) : -1;
+    int ok = r ? dict_into_map(r, stream, out) : -1;
     Py_XDECREF(r);
     Py_XDECREF(s);
     return ok < 0 ? failed(p, "make_static_inputs") : MSTAR_OK;
@@ -200,21 +199,54 @@ static void replay_host(void *a_)
     PyGILState_Release(gs);
 }
 
-/* A host capture: record the replay (graphs.py builds it over the static inputs and outputs)
- * and launch it on the capturing stream. */
-static int record_replay(pw_obj *p, const mstar_piecewise_call *call, PyObject *shape,
-                         PyObject *step, const mstar_tensor_map *outputs)
+/* Borrowed views of a dict's tensors into `out` (the caller keeps the tensors alive). */
+static int dict_view_into_map(PyObject *d, mstar_tensor_map *out)
+{
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "expected a dict of tensors");
+        return -1;
+    }
+    PyObject *items = PyDict_Items(d);
+    int r = items ? 0 : -1;
+    for (Py_ssize_t i = 0; r == 0 && i < PyList_Size(items); i++) {
+        PyObject *kv = PyList_GetItem(items, i);
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(kv, 0), NULL);
+        mstar_tensor t;
+        mstar_release_fn fn = NULL;
+        void *ctx = NULL;
+        if (!name || mstarpy_tensor_in(PyTuple_GetItem(kv, 1), &t, &fn, &ctx) < 0) {
+            r = -1;
+            break;
+        }
+        mstar_status st = mstar_tensor_map_set(out, name, &t);
+        if (fn)
+            fn(ctx, NULL); /* the record's tensor keeps the memory */
+        if (st != MSTAR_OK) {
+            mstarpy_raise(st);
+            r = -1;
+        }
+    }
+    Py_XDECREF(items);
+    return r;
+}
+
+/* A host capture: graphs.py turns the region's results into a replay record that owns its
+ * output tensors; they are the outputs the capture copies into the static ones, so a replay
+ * writes memory the record holds, not pool blocks the capture freed (which a trim of the node's
+ * shared pool may give back). The record is launched on the capturing stream and kept per lease. */
+static int record_replay(pw_obj *p, const mstar_piecewise_call *call, PyObject *res,
+                         PyObject *shape, PyObject *step, mstar_tensor_map *outputs)
 {
     mstar_step_ctx *ctx = mstar_step_context(call->step);
-    /* the record goes before the memory does (pw_close), so its tensors need not hold p */
-    PyObject *ins = mstarpy_map_to_py(Py_None, call->static_inputs);
-    PyObject *outs = ins ? mstarpy_map_to_py(Py_None, outputs) : NULL;
-    PyObject *rec =
-        outs ? PyObject_CallMethod(p->cb, "replay_record", "OOOO", ins, outs, shape, step) : NULL;
-    Py_XDECREF(outs);
-    Py_XDECREF(ins);
-    PyObject *key = rec ? mstarpy_lease_to_py(&ctx->lease) : NULL;
-    int r = key && PyDict_SetItem(p->records, key, rec) == 0 ? 0 : -1;
+    /* the record goes before the memory it views (pw_close), so its inputs need not hold p */
+    PyObject *in = mstarpy_map_to_py(Py_None, call->static_inputs);
+    PyObject *t =
+        in ? PyObject_CallMethod(p->cb, "replay_record", "OOOO", in, res, shape, step) : NULL;
+    Py_XDECREF(in);
+    PyObject *rec = NULL, *outs = NULL;
+    int r = t && PyArg_ParseTuple(t, "OO", &rec, &outs) ? dict_view_into_map(outs, outputs) : -1;
+    PyObject *key = r == 0 ? mstarpy_lease_to_py(&ctx->lease) : NULL;
+    r = key && PyDict_SetItem(p->records, key, rec) == 0 ? 0 : -1;
     Py_XDECREF(key);
     if (r == 0) {
         struct replay_args a = { p, rec };
@@ -224,7 +256,7 @@ static int record_replay(pw_obj *p, const mstar_piecewise_call *call, PyObject *
             r = -1;
         }
     }
-    Py_XDECREF(rec);
+    Py_XDECREF(t);
     return r;
 }
 
@@ -238,9 +270,11 @@ static mstar_status cb_capture(void *user, const mstar_piecewise_call *call,
     PyObject *shape = in ? shape_to_py(call->shape) : NULL;
     PyObject *st = shape ? mstarpy_step_borrow(call->step) : NULL;
     PyObject *res = st ? PyObject_CallMethod(p->cb, "capture", "OOOi", in, shape, st, mode) : NULL;
-    int r = res ? dict_into_map(res, call->stream, mode != 1, outputs) : -1;
-    if (r == 0 && mode == 1)
-        r = record_replay(p, call, shape, st, outputs);
+    int r = -1;
+    if (res && mode == 1)
+        r = record_replay(p, call, res, shape, st, outputs);
+    else if (res)
+        r = dict_into_map(res, call->stream, outputs);
     mstarpy_step_detach(st);
     Py_XDECREF(st);
     Py_XDECREF(res);

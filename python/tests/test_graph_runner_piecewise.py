@@ -334,14 +334,23 @@ def test_size_captures_marks_a_failing_shape_unplannable():
 
 
 def test_sizing_after_the_captures_is_refused():
-    """Sizing trims the pool after its throwaway captures, giving back the scratch blocks a
-    captured region's host replay writes (a replay then crashed in torch's copy_): it belongs
-    before warmup_and_capture (startup's order) and is refused after it."""
+    """Sizing belongs before warmup_and_capture (startup's order) and is refused after it."""
     r = make()
     with pytest.raises(mstar_c.Error, match="before"):
         r.size_captures()
     x = xs(2, seed=18)
     assert torch.equal(r.run({"x": x}, real_bs=2)["x"], r.region.eager(x))
+
+
+def test_a_trim_of_the_shared_pool_keeps_the_replays():
+    """The node's pool is shared with its other runners, any of which may trim it: the blocks a
+    capture freed go back, and a host replay must not write them (it crashed in torch's copy_
+    while the replay wrote the capture's scratch outputs)."""
+    r = make()
+    r.pool.trim()
+    for n in (1, 2, 3, 4):
+        x = xs(n, seed=20 + n)
+        assert torch.equal(r.run({"x": x}, real_bs=n)["x"], r.region.eager(x))
 
 
 def test_standalone_captures_say_why_they_are_not_reached():
