@@ -5,11 +5,11 @@
  * capture_fn are calls into a Python `callbacks` object (graphs.py's _Region).
  *
  * The region, on the host backend: a warm-up runs it and copies its outputs into buffers from
- * the stream's allocator; a capture runs it once for the outputs' shapes, takes the outputs from
- * the pool and records a host launch that re-enters Python at every replay and runs the region
- * again over the static inputs into them (a replay record, kept per lease while its graph can
- * replay), as runner_graph.c does for a whole forward. On CUDA the region runs on the capturing
- * stream (graphs.py) and its kernels land in the C graph.
+ * the stream's allocator; a capture runs it once and records a host launch that re-enters Python
+ * at every replay and runs the region again over the static inputs into output tensors the
+ * record owns (a replay record, kept per lease while its graph can replay), which the graph then
+ * copies into the static outputs (mstar_capture_with_static_outputs). On CUDA the region runs on
+ * the capturing stream (graphs.py) and its kernels land in the C graph.
  *
  * An exception a callback raises is kept (the first) and re-raised by the method whose C call
  * failed because of it; a failure the runner absorbs (a shape it drops) discards it.
