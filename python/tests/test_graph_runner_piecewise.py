@@ -342,6 +342,29 @@ def test_sizing_after_the_captures_is_refused():
     assert torch.equal(r.run({"x": x}, real_bs=2)["x"], r.region.eager(x))
 
 
+def test_two_regions_on_one_pool_keep_each_others_outputs():
+    """G-18: regions A and B of one node capture into its one pool; B's replay leaves A's output
+    view intact (static outputs live outside the pool)."""
+    sr = step_runner()
+    pool = g.GraphPool(sr, "node")
+    ra, rb = Region(), Region()
+    rb.lin = torch.nn.Linear(W, W)
+    a = g.PiecewiseAcceleratorGraphRunner("a", config(ra), None, sr, "cpu", None, 1,
+                                          memory_pool=pool)
+    b = g.PiecewiseAcceleratorGraphRunner("b", config(rb), None, sr, "cpu", None, 1,
+                                          memory_pool=pool)
+    a.prepare_for_capture()
+    b.prepare_for_capture()
+    sr.build_graph_buffers()
+    a.warmup_and_capture()
+    b.warmup_and_capture()
+    assert a.pool is b.pool and a.any_graphs and b.any_graphs
+    x, y = xs(3, seed=30), xs(3, seed=31)
+    view = a.run({"x": x}, real_bs=3).get_view("x")
+    assert torch.equal(b.run({"x": y}, real_bs=3)["x"], rb.eager(y))
+    assert torch.equal(view, ra.eager(x))
+
+
 def test_a_trim_of_the_shared_pool_keeps_the_replays():
     """The node's pool is shared with its other runners, any of which may trim it: the blocks a
     capture freed go back, and a host replay must not write them (it crashed in torch's copy_
