@@ -658,10 +658,13 @@ class AcceleratorGraphRunner:
 
 
 def capture_startup(step_runner, runners, joint_comm_group=None, reusable=None) -> dict:
-    """Bring every runner of a device from configured to captured, every rank together."""
+    """Bring every runner of a device from configured to captured, every rank together: its
+    AcceleratorGraphRunners and PiecewiseAcceleratorGraphRunners (each kind in one order on every
+    rank)."""
     group = _rank_group(joint_comm_group)
     for r in runners:
-        r._declare_cache.clear()
+        if isinstance(r, AcceleratorGraphRunner):
+            r._declare_cache.clear()
     return _mstar._capture_startup(step_runner, [r._c for r in runners], group, reusable)
 
 

@@ -682,6 +682,21 @@ static PyObject *pw_run(PyObject *self, PyObject *args)
     return res;
 }
 
+/* After startup: forget the replays of graphs it dropped; hand over the exception a callback
+ * raised (None if none), the cause when startup failed. */
+static PyObject *pw_after_startup(PyObject *self, PyObject *unused)
+{
+    PW_OR_NULL(self);
+    (void)r;
+    prune_records(p);
+    if (!p->exc_type)
+        Py_RETURN_NONE;
+    PyErr_NormalizeException(&p->exc_type, &p->exc_value, &p->exc_tb);
+    PyObject *v = p->exc_value ? Py_NewRef(p->exc_value) : Py_NewRef(Py_None);
+    drop_pending(p);
+    return v;
+}
+
 static PyObject *pw_records(PyObject *self, PyObject *unused)
 {
     pw_obj *p = (pw_obj *)self;
@@ -708,6 +723,7 @@ static PyMethodDef pw_methods[] = {
     { "set_slot", pw_set_slot, METH_O, NULL },
     { "slot_for", pw_slot_for, METH_O, "-> (static_inputs, static_outputs, dummy_rids) or None" },
     { "run", pw_run, METH_VARARGS, "run(static_inputs, request_ids, seq_lens, real_bs)" },
+    { "_after_startup", pw_after_startup, METH_NOARGS, NULL },
     { "_records", pw_records, METH_NOARGS, "Replay records held (tests)." },
     { "close", pw_close_m, METH_NOARGS, NULL },
     { NULL, NULL, 0, NULL },

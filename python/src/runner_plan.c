@@ -558,7 +558,9 @@ static PyObject *py_dummy_rid_name(PyObject *mod, PyObject *arg)
     return PyUnicode_FromString(name);
 }
 
-/* capture_startup(step_runner, runners, group=None, reusable=None) -> report dict */
+/* capture_startup(step_runner, runners, group=None, reusable=None) -> report dict; `runners`
+ * holds the device's whole-forward runners and piecewise regions (each list in one order on every
+ * rank). */
 static PyObject *py_capture_startup(PyObject *mod, PyObject *args)
 {
     PyObject *sro, *runners, *go = Py_None, *ro = Py_None;
@@ -581,13 +583,19 @@ static PyObject *py_capture_startup(PyObject *mod, PyObject *args)
         return NULL;
     Py_ssize_t n = PyList_Size(seq);
     mstar_graph_runner **rs = calloc((size_t)n + 1, sizeof(*rs));
-    int r = rs ? 0 : (PyErr_NoMemory(), -1);
-    for (Py_ssize_t i = 0; r == 0 && i < n; i++)
-        r = (rs[i] = mstarpy_graph_runner_handle(PyList_GetItem(seq, i))) ? 0 : -1;
+    mstar_piecewise_runner **ps = calloc((size_t)n + 1, sizeof(*ps));
+    int r = rs && ps ? 0 : (PyErr_NoMemory(), -1);
+    for (Py_ssize_t i = 0; r == 0 && i < n; i++) { /* whole-forward runners and regions */
+        PyObject *it = PyList_GetItem(seq, i);
+        if (PyObject_TypeCheck(it, mstarpy_piecewise_runner_type))
+            r = (ps[o.n_piecewise++] = mstarpy_piecewise_runner_handle(it)) ? 0 : -1;
+        else
+            r = (rs[o.n_runners++] = mstarpy_graph_runner_handle(it)) ? 0 : -1;
+    }
     PyObject *res = NULL;
     if (r == 0) {
         o.runners = rs;
-        o.n_runners = (size_t)n;
+        o.piecewise = ps;
         mstar_capture_report rep;
         memset(&rep, 0, sizeof(rep));
         mstar_status st = mstar_capture_startup_run(&o, &rep);
@@ -625,6 +633,7 @@ static PyObject *py_capture_startup(PyObject *mod, PyObject *args)
         Py_XDECREF(first);
     }
     free(rs);
+    free(ps);
     Py_DECREF(seq);
     return res;
 }

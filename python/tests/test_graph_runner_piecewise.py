@@ -376,6 +376,27 @@ def test_a_trim_of_the_shared_pool_keeps_the_replays():
         assert torch.equal(r.run({"x": x}, real_bs=n)["x"], r.region.eager(x))
 
 
+def test_startup_captures_a_runner_and_its_region_together():
+    """capture_startup takes a node's whole-forward runner and its region (one pool): both are
+    sized, planned and captured; a region shape failing its capture is dropped, the rest replay."""
+    sr = step_runner()
+    pool = g.GraphPool(sr, "node")
+    lin = torch.nn.Linear(W, W)
+    whole = g.AcceleratorGraphRunner(
+        "node", lin, None, sr, "cpu", None, None, 1, pool=pool,
+        configs=[g.AcceleratorGraphConfig("decode", capture_batch_sizes=[1, 2],
+                                          make_node_input=lambda n: {"input": torch.zeros(n, W)})])
+    region = Region(fail_bs=2, fail_late="reshape")  # fails after its replay was recorded
+    r = g.PiecewiseAcceleratorGraphRunner("blk", config(region), None, sr, "cpu", None, 1,
+                                          memory_pool=pool)
+    report = g.capture_startup(sr, [whole, r])
+    assert report["buckets"] == 2 + 3 and report["captured"] == 2 + 2
+    assert whole.any_graphs and r.dropped_shapes == [(2, 2)]
+    assert r._c._records() == 2
+    x = xs(3, seed=40)
+    assert torch.equal(r.run({"x": x}, real_bs=3)["x"], region.eager(x))
+
+
 def test_standalone_captures_say_why_they_are_not_reached():
     with pytest.raises(NotImplementedError, match="runner"):
         g.capture_into_graph(lambda: None, None, "cpu", None)
