@@ -794,10 +794,10 @@ mstar_status mstar__graph_exec_copy(mstar_graph *g, void **copy)
     return g->backend->ops->graph_exec_copy(g, copy);
 }
 
-void mstar__graph_exec_copy_destroy(mstar_graph *g, void *copy)
+void mstar__graph_exec_copy_destroy(mstar_backend *b, void *copy)
 {
-    if (copy != NULL && g->backend->ops->graph_exec_copy_destroy != NULL)
-        g->backend->ops->graph_exec_copy_destroy(g, copy);
+    if (copy != NULL && b->ops->graph_exec_copy_destroy != NULL)
+        b->ops->graph_exec_copy_destroy(b, copy);
 }
 
 size_t mstar_graph_node_count(const mstar_graph *g)

@@ -83,7 +83,7 @@ typedef struct mstar__backend_ops {
     void (*graph_release)(mstar_graph *g); /* the native parts only */
     /* One more executable of a kept graph, and its release (NULL: MSTAR_ENOTSUP). */
     mstar_status (*graph_exec_copy)(mstar_graph *g, void **copy);
-    void (*graph_exec_copy_destroy)(mstar_graph *g, void *copy);
+    void (*graph_exec_copy_destroy)(mstar_backend *b, void *copy);
 
     /* Sharing device memory and events with other processes on the host (ipc.c has the entry
      * points and their contracts). NULL where the backend cannot: MSTAR_ENOTSUP. */
@@ -190,9 +190,12 @@ mstar_status mstar__event_record_in_capture(mstar_event *e, mstar_stream *s);
 
 /* Instantiate one more executable of a graph instantiated with keep_graph, and destroy it: what
  * the planner's executable-memory measurement (graphs/exec_memory.c) counts device memory with.
- * MSTAR_EINVAL when the graph was not kept, MSTAR_ENOTSUP on a backend without executables. */
+ * MSTAR_EINVAL when the graph was not kept, MSTAR_ENOTSUP on a backend without executables.
+ * A copy is destroyed through the backend that made it, not its graph: the measurement keeps its
+ * copies past the life of the graph (a bucket dropped under the budget releases its graph first).
+ */
 mstar_status mstar__graph_exec_copy(mstar_graph *g, void **copy);
-void mstar__graph_exec_copy_destroy(mstar_graph *g, void *copy);
+void mstar__graph_exec_copy_destroy(mstar_backend *b, void *copy);
 
 /* ---- CUDA IPC (ipc.c) ---------------------------------------------------------------------
  *

@@ -19,7 +19,7 @@ struct mstar__exec_probe {
     /* Device free memory now, in bytes. */
     mstar_status (*free_bytes)(mstar__exec_probe *probe, uint64_t *out);
     void *graph;            /* what copies are made of (the CUDA probe: a kept mstar_graph) */
-    mstar_backend *backend; /* for free_bytes */
+    mstar_backend *backend; /* for free_bytes and destroy (it outlives the graph) */
     void *user;             /* a simulated driver's state */
 };
 

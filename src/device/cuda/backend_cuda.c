@@ -395,9 +395,9 @@ static mstar_status cuda_graph_exec_copy(mstar_graph *g, void **copy)
     return MSTAR_OK;
 }
 
-static void cuda_graph_exec_copy_destroy(mstar_graph *g, void *copy)
+static void cuda_graph_exec_copy_destroy(mstar_backend *b, void *copy)
 {
-    if (pin(g->backend) == MSTAR_OK)
+    if (pin(b) == MSTAR_OK)
         cudaGraphExecDestroy((cudaGraphExec_t)copy);
 }
 

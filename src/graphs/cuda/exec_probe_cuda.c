@@ -14,7 +14,7 @@ static mstar_status probe_instantiate(mstar__exec_probe *p, void **copy)
 
 static void probe_destroy(mstar__exec_probe *p, void *copy)
 {
-    mstar__graph_exec_copy_destroy(p->graph, copy);
+    mstar__graph_exec_copy_destroy(p->backend, copy);
 }
 
 static mstar_status probe_free_bytes(mstar__exec_probe *p, uint64_t *out)
