@@ -2,7 +2,8 @@
  * runner.h — what the graph-runner files of the _mstar extension share (runner_step.c: the step
  * runner, its resources, steps and graph pools; runner_graph.c: the whole-forward runner over a
  * Python submodule; runner_piecewise.c: the piecewise runner over a Python region; runner_plan.c:
- * sizing, planning, rank groups and startup). The Python layer over them, with the reference's
+ * sizing, planning, rank groups and startup; runner_common.c: what the graph and piecewise runners
+ * share). The Python layer over them, with the reference's
  * names, is mstar_c/graphs.py.
  *
  * Leases and bucket keys cross into Python as tuples: a key (graph_walk, bs, num_tokens,
@@ -75,6 +76,29 @@ int mstarpy_lease_from_py(PyObject *obj, mstar_slot_lease *out);
 PyObject *mstarpy_capsule(PyObject *owner, const mstar_tensor *t);
 /* A dict name -> capsule over every entry of `map`. */
 PyObject *mstarpy_map_to_py(PyObject *owner, const mstar_tensor_map *map);
+
+/* The first exception a runner's Python callback raised, kept until the method whose C call
+ * failed because of it re-raises it (runner_common.c). Zeroed: none pending. */
+typedef struct mstarpy_pending {
+    PyObject *type, *value, *tb;
+} mstarpy_pending;
+
+/* A callback raised: keep its exception (the first), turn it into the library's error
+ * "<what> raised <message>". */
+mstar_status mstarpy_pending_keep(mstarpy_pending *p, const char *what);
+void mstarpy_pending_drop(mstarpy_pending *p);
+/* After a C call of a runner: raise its failure (the callback's own exception when one caused
+ * it) or, on success, forget an exception the runner absorbed. NULL / None. */
+PyObject *mstarpy_pending_finish(mstarpy_pending *p, mstar_status st);
+/* The pending exception's value (None if none), no longer pending. */
+PyObject *mstarpy_pending_take(mstarpy_pending *p);
+/* Keep the replay record `rec` in `records` under `key` (a new reference, taken; NULL: fail
+ * with the exception set) and launch on `stream` a host call of it at every replay; an exception
+ * it raises there is kept in `pending` as "<what> raised". 0 / -1. */
+int mstarpy_replay_keep(PyObject *records, PyObject *key, PyObject *rec, mstar_stream *stream,
+                        mstarpy_pending *pending, const char *what);
+/* Bucket keys as a list of key tuples. */
+PyObject *mstarpy_keys_to_py(const mstar_bucket_key *k, size_t n);
 
 /* Any sequence as a new list (a snapshot), or NULL with TypeError(msg). */
 PyObject *mstarpy_seq_list(PyObject *obj, const char *msg);

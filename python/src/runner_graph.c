@@ -49,9 +49,9 @@ typedef struct gr_obj {
     mstar_stream *stream;
     bool host;
     char *name;
-    PyObject *records;                       /* lease name -> replay record */
-    PyObject *exc_type, *exc_value, *exc_tb; /* the first callback exception pending */
-    struct hold *holds; /* what the last preprocess returned, held until the next */
+    PyObject *records;       /* lease name -> replay record */
+    mstarpy_pending pending; /* the first callback exception */
+    struct hold *holds;      /* what the last preprocess returned, held until the next */
     size_t nholds, capholds;
 } gr_obj;
 
@@ -69,51 +69,6 @@ mstar_graph_runner *mstarpy_graph_runner_handle(PyObject *obj)
 
 /* ---- callback plumbing ------------------------------------------------------------------------
  */
-
-/* A callback raised: keep the exception (the first), turn it into the library's error. */
-static mstar_status callback_failed(gr_obj *g, const char *what)
-{
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyObject *s = v ? PyObject_Str(v) : NULL;
-    const char *msg = s ? PyUnicode_AsUTF8AndSize(s, NULL) : NULL;
-    mstar_status st = mstar_error_set(MSTAR_EINVAL, "%s raised %s", what, msg ? msg : "?");
-    PyErr_Clear();
-    Py_XDECREF(s);
-    if (!g->exc_type) {
-        g->exc_type = t;
-        g->exc_value = v;
-        g->exc_tb = tb;
-    } else {
-        Py_XDECREF(t);
-        Py_XDECREF(v);
-        Py_XDECREF(tb);
-    }
-    return st;
-}
-
-static void drop_pending(gr_obj *g)
-{
-    Py_CLEAR(g->exc_type);
-    Py_CLEAR(g->exc_value);
-    Py_CLEAR(g->exc_tb);
-}
-
-/* After a C call of the runner: raise its failure (the callback's own exception when one caused
- * it) or, on success, forget an exception the runner absorbed. NULL / None. */
-static PyObject *finish(gr_obj *g, mstar_status st)
-{
-    if (st == MSTAR_OK) {
-        drop_pending(g);
-        Py_RETURN_NONE;
-    }
-    if (g->exc_type) {
-        PyErr_Restore(g->exc_type, g->exc_value, g->exc_tb);
-        g->exc_type = g->exc_value = g->exc_tb = NULL;
-        return NULL;
-    }
-    return mstarpy_raise(st);
-}
 
 static void release_holds(struct hold *h, size_t n)
 {
@@ -239,7 +194,7 @@ static mstar_status cb_declare(void *self, const char *walk, const int64_t *ids,
     int truth = r ? PyObject_IsTrue(r) : -1;
     Py_XDECREF(r);
     if (truth < 0)
-        return callback_failed(g, "declare_step");
+        return mstarpy_pending_keep(&g->pending, "declare_step");
     *declared = truth == 1;
     return MSTAR_OK;
 }
@@ -259,24 +214,7 @@ static mstar_status cb_preprocess(void *self, mstar_step *step, const mstar_node
     Py_XDECREF(rows);
     int ok = r ? dict_into_map(g, r, out, NULL, false) : -1;
     Py_XDECREF(r);
-    return ok < 0 ? callback_failed(g, "preprocess") : MSTAR_OK;
-}
-
-struct replay_args {
-    gr_obj *g;
-    PyObject *rec; /* held by g->records */
-};
-
-/* A host replay: run the module again over the static inputs (graphs.py's record). */
-static void replay_host(void *p)
-{
-    struct replay_args *a = p;
-    PyGILState_STATE gs = PyGILState_Ensure();
-    PyObject *r = PyObject_CallNoArgs(a->rec);
-    if (!r)
-        (void)callback_failed(a->g, "the replayed forward");
-    Py_XDECREF(r);
-    PyGILState_Release(gs);
+    return ok < 0 ? mstarpy_pending_keep(&g->pending, "preprocess") : MSTAR_OK;
 }
 
 static PyObject *lease_name(const mstar_slot_lease *l)
@@ -348,16 +286,9 @@ static int outputs_from_py(gr_obj *g, mstar_step *step, PyObject *res,
     Py_XDECREF(outs);
     Py_XDECREF(ins);
     PyObject *key = rec ? lease_name(&ctx->lease) : NULL;
-    r = key && PyDict_SetItem(g->records, key, rec) == 0 ? 0 : -1;
-    Py_XDECREF(key);
-    if (r == 0) {
-        struct replay_args a = { g, rec };
-        mstar_status ls = mstar_launch(ctx->stream, replay_host, &a, sizeof(a));
-        if (ls != MSTAR_OK) {
-            mstarpy_raise(ls);
-            r = -1;
-        }
-    }
+    r = key ? mstarpy_replay_keep(g->records, key, rec, ctx->stream, &g->pending,
+                                  "the replayed forward")
+            : -1;
     Py_XDECREF(rec);
     return r;
 }
@@ -382,7 +313,7 @@ static mstar_status cb_forward(void *self, mstar_step *step, const mstar_tensor_
     int r = res ? outputs_from_py(g, step, res, inputs, cfg, mode == 1, outputs) : -1;
     Py_XDECREF(res);
     Py_XDECREF(in);
-    return r < 0 ? callback_failed(g, "forward") : MSTAR_OK;
+    return r < 0 ? mstarpy_pending_keep(&g->pending, "forward") : MSTAR_OK;
 }
 
 static const mstar_submodule_ops py_ops = { cb_declare, cb_preprocess, cb_forward };
@@ -396,7 +327,7 @@ static mstar_status cb_template(void *user, mstar_stream *stream, int64_t len,
     PyObject *r = PyObject_CallMethod(g->cb, "make_node_input", "IL", c->idx, (long long)len);
     int ok = r ? dict_into_map(g, r, out, stream, true) : -1;
     Py_XDECREF(r);
-    return ok < 0 ? callback_failed(g, "make_node_input") : MSTAR_OK;
+    return ok < 0 ? mstarpy_pending_keep(&g->pending, "make_node_input") : MSTAR_OK;
 }
 
 /* ---- configs ----------------------------------------------------------------------------------
@@ -617,7 +548,7 @@ static PyObject *gr_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         };
         mstar_status st = mstar_graph_runner_create(&o, &g->r);
         if (st != MSTAR_OK) {
-            finish(g, st);
+            mstarpy_pending_finish(&g->pending, st);
             r = -1;
         }
     }
@@ -651,7 +582,7 @@ static void gr_dealloc(PyObject *obj)
     PyTypeObject *tp = Py_TYPE(obj);
     PyObject_GC_UnTrack(obj);
     gr_close(g);
-    drop_pending(g);
+    mstarpy_pending_drop(&g->pending);
     free(g->holds);
     free(g->name);
     gr_clear(obj);
@@ -668,27 +599,13 @@ static void gr_dealloc(PyObject *obj)
     if (!r)                                                    \
     return NULL
 
-static PyObject *keys_to_py(const mstar_bucket_key *k, size_t n)
-{
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; l && i < n; i++) {
-        PyObject *t = mstarpy_key_to_py(&k[i]);
-        if (!t) {
-            Py_CLEAR(l);
-            break;
-        }
-        PyList_SetItem(l, (Py_ssize_t)i, t);
-    }
-    return l;
-}
-
 static PyObject *gr_buckets(PyObject *self, PyObject *unused)
 {
     GR_OR_NULL(self);
     (void)g;
     size_t n;
     const mstar_bucket_key *k = mstar_graph_runner_buckets(r, &n);
-    return keys_to_py(k, n);
+    return mstarpy_keys_to_py(k, n);
 }
 
 static PyObject *gr_dropped(PyObject *self, PyObject *unused)
@@ -697,7 +614,7 @@ static PyObject *gr_dropped(PyObject *self, PyObject *unused)
     (void)g;
     size_t n;
     const mstar_bucket_key *k = mstar_graph_runner_dropped_buckets(r, &n);
-    return keys_to_py(k, n);
+    return mstarpy_keys_to_py(k, n);
 }
 
 /* Forget the replay records whose graph is gone (dropped, failed, or a throwaway's). */
@@ -738,7 +655,7 @@ static PyObject *gr_prepare(PyObject *self, PyObject *unused)
     size_t n;
     mstar_status st = mstar_graph_runner_prepare_for_capture(r, &specs, &n);
     if (st != MSTAR_OK)
-        return finish(g, st);
+        return mstarpy_pending_finish(&g->pending, st);
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; l && i < n; i++) {
         PyObject *k = mstarpy_key_to_py(&specs[i].bucket);
@@ -784,7 +701,7 @@ static PyObject *gr_warmup_and_capture(PyObject *self, PyObject *planned)
     if (keys_from_py(planned, &seq, &keys, &n) == 0) {
         mstar_status st = mstar_graph_runner_warmup_and_capture(r, keys, seq ? n : 0);
         prune_records(g);
-        res = finish(g, st);
+        res = mstarpy_pending_finish(&g->pending, st);
     }
     free(keys);
     Py_XDECREF(seq);
@@ -799,7 +716,7 @@ static PyObject *gr_drop(PyObject *self, PyObject *key)
         return NULL;
     mstar_status st = mstar_graph_runner_drop_bucket(r, &k);
     prune_records(g);
-    return finish(g, st);
+    return mstarpy_pending_finish(&g->pending, st);
 }
 
 static int opt_key(PyObject *o, const char **out)
@@ -969,8 +886,8 @@ static PyObject *gr_pad_inputs(PyObject *self, PyObject *args)
     if (!rows)
         return PyErr_NoMemory();
     mstar_status st = mstar_graph_runner_pad_inputs(r, &l, rows, (size_t)n, rows);
-    PyObject *res =
-        st == MSTAR_OK ? rows_to_py(g, rows + n, (size_t)(l.bucket.bs - n)) : finish(g, st);
+    PyObject *res = st == MSTAR_OK ? rows_to_py(g, rows + n, (size_t)(l.bucket.bs - n))
+                                   : mstarpy_pending_finish(&g->pending, st);
     free(rows);
     return res;
 }
@@ -1008,7 +925,7 @@ static PyObject *gr_step_ids(PyObject *self, PyObject *args)
             for (int64_t i = 0; res && i < l.bucket.bs; i++)
                 PyList_SetItem(res, (Py_ssize_t)i, PyLong_FromLongLong(out[i]));
         } else {
-            res = finish(g, st);
+            res = mstarpy_pending_finish(&g->pending, st);
         }
         free(out);
     }
@@ -1023,7 +940,7 @@ static PyObject *gr_declare_inputs_for(PyObject *self, PyObject *lo)
     const mstar_node_input *rows;
     size_t n;
     mstar_status st = mstar_graph_runner_declare_inputs_for(r, &l, &rows, &n);
-    return st != MSTAR_OK ? finish(g, st) : rows_to_py(g, rows, n);
+    return st != MSTAR_OK ? mstarpy_pending_finish(&g->pending, st) : rows_to_py(g, rows, n);
 }
 
 static PyObject *gr_release(PyObject *self, PyObject *args)
@@ -1034,7 +951,7 @@ static PyObject *gr_release(PyObject *self, PyObject *args)
         return NULL;
     GR_OR_NULL(self);
     LEASE_ARG(lo, l);
-    return finish(g, mstar_graph_runner_release(r, &l, real_bs));
+    return mstarpy_pending_finish(&g->pending, mstar_graph_runner_release(r, &l, real_bs));
 }
 
 static PyObject *gr_static_input(PyObject *self, PyObject *args)
@@ -1048,7 +965,7 @@ static PyObject *gr_static_input(PyObject *self, PyObject *args)
     LEASE_ARG(lo, l);
     mstar_tensor t;
     mstar_status st = mstar_graph_runner_static_input(r, &l, key, len, &t);
-    return st != MSTAR_OK ? finish(g, st) : mstarpy_capsule(self, &t);
+    return st != MSTAR_OK ? mstarpy_pending_finish(&g->pending, st) : mstarpy_capsule(self, &t);
 }
 
 /* run_forward(lease, preprocessed: dict) -> dict of static-output capsules */
@@ -1072,11 +989,12 @@ static PyObject *gr_run_forward(PyObject *self, PyObject *args)
     if (dict_into_map(g, pre, map, NULL, false) == 0) {
         const mstar_tensor_map *outs = NULL;
         st = mstar_graph_runner_run_forward(r, &l, map, NULL, NULL, &outs);
-        if (st == MSTAR_OK && g->exc_type) /* the replayed forward raised */
+        if (st == MSTAR_OK && g->pending.type) /* the replayed forward raised */
             st = MSTAR_EINVAL;
-        res = st == MSTAR_OK ? mstarpy_map_to_py(self, outs) : finish(g, st);
+        res = st == MSTAR_OK ? mstarpy_map_to_py(self, outs)
+                             : mstarpy_pending_finish(&g->pending, st);
         if (st == MSTAR_OK)
-            drop_pending(g);
+            mstarpy_pending_drop(&g->pending);
     }
     release_holds(g->holds, g->nholds);
     free(g->holds);
@@ -1095,7 +1013,8 @@ static PyObject *gr_warm_bucket(PyObject *self, PyObject *key)
         return NULL;
     uint64_t peak = 0;
     mstar_status st = mstar_graph_runner_warm_bucket(r, &k, &peak);
-    return st != MSTAR_OK ? finish(g, st) : PyLong_FromUnsignedLongLong(peak);
+    return st != MSTAR_OK ? mstarpy_pending_finish(&g->pending, st)
+                          : PyLong_FromUnsignedLongLong(peak);
 }
 
 /* capture_throwaway(key) -> {taken, kept, peak, nodes}; the graph is destroyed at once. */
@@ -1112,8 +1031,8 @@ static PyObject *gr_capture_throwaway(PyObject *self, PyObject *key)
     mstar_graph_destroy(graph);
     prune_records(g);
     if (st != MSTAR_OK)
-        return finish(g, st);
-    drop_pending(g);
+        return mstarpy_pending_finish(&g->pending, st);
+    mstarpy_pending_drop(&g->pending);
     return Py_BuildValue("{sKsKsKsn}", "taken", (unsigned long long)s.taken, "kept",
                          (unsigned long long)s.kept, "peak", (unsigned long long)s.peak, "nodes",
                          (Py_ssize_t)s.nodes);
@@ -1130,13 +1049,14 @@ static PyObject *gr_dummy(PyObject *self, PyObject *args)
     GR_OR_NULL(self);
     mstar_dummy_rows *rows = mstar_graph_runner_dummy_rows(r);
     if (strcmp(op, "release_all") == 0)
-        return finish(g, mstar_dummy_rows_release_all(rows));
+        return mstarpy_pending_finish(&g->pending, mstar_dummy_rows_release_all(rows));
     if (strcmp(op, "reset") == 0) {
         int64_t *v = NULL;
         Py_ssize_t n = 0;
         PyObject *res = NULL;
         if (rids && ids_from_py(rids, &v, &n, 0) == 0)
-            res = finish(g, mstar_dummy_rows_reset(rows, v, (size_t)n, free_storage));
+            res = mstarpy_pending_finish(&g->pending,
+                                         mstar_dummy_rows_reset(rows, v, (size_t)n, free_storage));
         else if (!rids)
             PyErr_SetString(PyExc_TypeError, "reset needs the rows");
         free(v);
@@ -1148,7 +1068,7 @@ static PyObject *gr_dummy(PyObject *self, PyObject *args)
     mstar_status st = strcmp(op, "ensure") == 0 ? mstar_dummy_rows_ensure(rows, key, bs, &h)
                                                 : mstar_dummy_rows_handles(rows, key, bs, &h);
     if (st != MSTAR_OK)
-        return finish(g, st);
+        return mstarpy_pending_finish(&g->pending, st);
     PyObject *l = PyList_New((Py_ssize_t)bs);
     for (long long i = 0; l && i < bs; i++)
         PyList_SetItem(l, (Py_ssize_t)i, PyLong_FromLongLong(h[i]));
@@ -1168,12 +1088,7 @@ static PyObject *gr_after_startup(PyObject *self, PyObject *unused)
     GR_OR_NULL(self);
     (void)r;
     prune_records(g);
-    if (!g->exc_type)
-        Py_RETURN_NONE;
-    PyErr_NormalizeException(&g->exc_type, &g->exc_value, &g->exc_tb);
-    PyObject *v = g->exc_value ? Py_NewRef(g->exc_value) : Py_NewRef(Py_None);
-    drop_pending(g);
-    return v;
+    return mstarpy_pending_take(&g->pending);
 }
 
 static PyObject *gr_close_m(PyObject *self, PyObject *unused)

@@ -29,8 +29,8 @@ typedef struct pw_obj {
     int64_t *sizes, *tlens;
     char *label;
     bool host;
-    PyObject *records;                       /* lease tuple -> replay record */
-    PyObject *exc_type, *exc_value, *exc_tb; /* the first callback exception pending */
+    PyObject *records;       /* lease tuple -> replay record */
+    mstarpy_pending pending; /* the first callback exception */
 } pw_obj;
 
 mstar_piecewise_runner *mstarpy_piecewise_runner_handle(PyObject *obj)
@@ -43,48 +43,6 @@ mstar_piecewise_runner *mstarpy_piecewise_runner_handle(PyObject *obj)
     if (!p->r)
         return (mstar_piecewise_runner *)mstarpy_raise_msg(MSTAR_ECLOSED, "the runner is closed");
     return p->r;
-}
-
-static mstar_status failed(pw_obj *p, const char *what)
-{
-    PyObject *t, *v, *tb;
-    PyErr_Fetch(&t, &v, &tb);
-    PyObject *s = v ? PyObject_Str(v) : NULL;
-    const char *msg = s ? PyUnicode_AsUTF8AndSize(s, NULL) : NULL;
-    mstar_status st = mstar_error_set(MSTAR_EINVAL, "%s raised %s", what, msg ? msg : "?");
-    PyErr_Clear();
-    Py_XDECREF(s);
-    if (!p->exc_type) {
-        p->exc_type = t;
-        p->exc_value = v;
-        p->exc_tb = tb;
-    } else {
-        Py_XDECREF(t);
-        Py_XDECREF(v);
-        Py_XDECREF(tb);
-    }
-    return st;
-}
-
-static void drop_pending(pw_obj *p)
-{
-    Py_CLEAR(p->exc_type);
-    Py_CLEAR(p->exc_value);
-    Py_CLEAR(p->exc_tb);
-}
-
-static PyObject *finish(pw_obj *p, mstar_status st)
-{
-    if (st == MSTAR_OK) {
-        drop_pending(p);
-        Py_RETURN_NONE;
-    }
-    if (p->exc_type) {
-        PyErr_Restore(p->exc_type, p->exc_value, p->exc_tb);
-        p->exc_type = p->exc_value = p->exc_tb = NULL;
-        return NULL;
-    }
-    return mstarpy_raise(st);
 }
 
 static PyObject *i64_to_py(const int64_t *v, size_t n)
@@ -161,7 +119,7 @@ static mstar_status cb_static(void *user, const mstar_piecewise_shape *shape, ms
     int ok = r ? dict_into_map(r, stream, out) : -1;
     Py_XDECREF(r);
     Py_XDECREF(s);
-    return ok < 0 ? failed(p, "make_static_inputs") : MSTAR_OK;
+    return ok < 0 ? mstarpy_pending_keep(&p->pending, "make_static_inputs") : MSTAR_OK;
 }
 
 static mstar_status cb_declare(void *user, const int64_t *ids, const int64_t *seq_lens, size_t n,
@@ -178,25 +136,9 @@ static mstar_status cb_declare(void *user, const int64_t *ids, const int64_t *se
     int truth = r ? PyObject_IsTrue(r) : -1;
     Py_XDECREF(r);
     if (truth < 0)
-        return failed(p, "declare_step");
+        return mstarpy_pending_keep(&p->pending, "declare_step");
     *declared = truth == 1;
     return MSTAR_OK;
-}
-
-struct replay_args {
-    pw_obj *p;
-    PyObject *rec; /* held by p->records */
-};
-
-static void replay_host(void *a_)
-{
-    struct replay_args *a = a_;
-    PyGILState_STATE gs = PyGILState_Ensure();
-    PyObject *r = PyObject_CallNoArgs(a->rec);
-    if (!r)
-        (void)failed(a->p, "the replayed region");
-    Py_XDECREF(r);
-    PyGILState_Release(gs);
 }
 
 /* Borrowed views of a dict's tensors into `out` (the caller keeps the tensors alive). */
@@ -246,16 +188,9 @@ static int record_replay(pw_obj *p, const mstar_piecewise_call *call, PyObject *
     PyObject *rec = NULL, *outs = NULL;
     int r = t && PyArg_ParseTuple(t, "OO", &rec, &outs) ? dict_view_into_map(outs, outputs) : -1;
     PyObject *key = r == 0 ? mstarpy_lease_to_py(&ctx->lease) : NULL;
-    r = key && PyDict_SetItem(p->records, key, rec) == 0 ? 0 : -1;
-    Py_XDECREF(key);
-    if (r == 0) {
-        struct replay_args a = { p, rec };
-        mstar_status ls = mstar_launch(call->stream, replay_host, &a, sizeof(a));
-        if (ls != MSTAR_OK) {
-            mstarpy_raise(ls);
-            r = -1;
-        }
-    }
+    r = key ? mstarpy_replay_keep(p->records, key, rec, call->stream, &p->pending,
+                                  "the replayed region")
+            : -1;
     Py_XDECREF(t);
     return r;
 }
@@ -280,7 +215,7 @@ static mstar_status cb_capture(void *user, const mstar_piecewise_call *call,
     Py_XDECREF(res);
     Py_XDECREF(shape);
     Py_XDECREF(in);
-    return r < 0 ? failed(p, "the region") : MSTAR_OK;
+    return r < 0 ? mstarpy_pending_keep(&p->pending, "the region") : MSTAR_OK;
 }
 
 /* ---- the object --------------------------------------------------------------------------------
@@ -376,7 +311,7 @@ static PyObject *pw_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
                                              num_slots, dt, node };
         mstar_status st = mstar_piecewise_runner_create(&o, &p->r);
         if (st != MSTAR_OK) {
-            finish(p, st);
+            mstarpy_pending_finish(&p->pending, st);
             r = -1;
         }
     }
@@ -410,7 +345,7 @@ static void pw_dealloc(PyObject *obj)
     PyTypeObject *tp = Py_TYPE(obj);
     PyObject_GC_UnTrack(obj);
     pw_close(p);
-    drop_pending(p);
+    mstarpy_pending_drop(&p->pending);
     free(p->sizes);
     free(p->tlens);
     free(p->label);
@@ -428,27 +363,13 @@ static void pw_dealloc(PyObject *obj)
     if (!r)                                                            \
     return NULL
 
-static PyObject *keys_to_py(const mstar_bucket_key *k, size_t n)
-{
-    PyObject *l = PyList_New((Py_ssize_t)n);
-    for (size_t i = 0; l && i < n; i++) {
-        PyObject *t = mstarpy_key_to_py(&k[i]);
-        if (!t) {
-            Py_CLEAR(l);
-            break;
-        }
-        PyList_SetItem(l, (Py_ssize_t)i, t);
-    }
-    return l;
-}
-
 static PyObject *pw_buckets(PyObject *self, PyObject *unused)
 {
     PW_OR_NULL(self);
     (void)p;
     size_t n;
     const mstar_bucket_key *k = mstar_piecewise_runner_buckets(r, &n);
-    return keys_to_py(k, n);
+    return mstarpy_keys_to_py(k, n);
 }
 
 static PyObject *pw_dropped(PyObject *self, PyObject *unused)
@@ -457,7 +378,7 @@ static PyObject *pw_dropped(PyObject *self, PyObject *unused)
     (void)p;
     size_t n;
     const mstar_bucket_key *k = mstar_piecewise_runner_dropped_shapes(r, &n);
-    return keys_to_py(k, n);
+    return mstarpy_keys_to_py(k, n);
 }
 
 /* Forget the replay records of leases with no graph (failed or dropped shapes). */
@@ -481,7 +402,7 @@ static PyObject *pw_prepare(PyObject *self, PyObject *unused)
     size_t n;
     mstar_status st = mstar_piecewise_runner_prepare_for_capture(r, &specs, &n);
     if (st != MSTAR_OK)
-        return finish(p, st);
+        return mstarpy_pending_finish(&p->pending, st);
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; l && i < n; i++) {
         PyObject *t =
@@ -522,7 +443,7 @@ static PyObject *pw_warmup_and_capture(PyObject *self, PyObject *planned)
     free(keys);
     Py_XDECREF(seq);
     prune_records(p);
-    return finish(p, st);
+    return mstarpy_pending_finish(&p->pending, st);
 }
 
 static PyObject *pw_drop(PyObject *self, PyObject *key)
@@ -533,7 +454,7 @@ static PyObject *pw_drop(PyObject *self, PyObject *key)
         return NULL;
     mstar_status st = mstar_piecewise_runner_drop_shape(r, &k);
     prune_records(p);
-    return finish(p, st);
+    return mstarpy_pending_finish(&p->pending, st);
 }
 
 static PyObject *pw_any(PyObject *self, PyObject *unused)
@@ -586,7 +507,7 @@ static PyObject *pw_set_slot(PyObject *self, PyObject *arg)
     long slot = PyLong_AsLong(arg);
     if (slot == -1 && PyErr_Occurred())
         return NULL;
-    return finish(p, mstar_piecewise_runner_set_slot(r, (int32_t)slot));
+    return mstarpy_pending_finish(&p->pending, mstar_piecewise_runner_set_slot(r, (int32_t)slot));
 }
 
 /* slot_for(lease) -> (static_inputs, static_outputs, dummy_rids) or None */
@@ -662,10 +583,10 @@ static PyObject *pw_run(PyObject *self, PyObject *args)
     if (bad == 0) {
         mstar_piecewise_output out;
         st = mstar_piecewise_runner_run(r, map, ids, sls, ids ? nid : nsl, real_bs, &out);
-        if (st == MSTAR_OK && p->exc_type) /* a host replay raised */
+        if (st == MSTAR_OK && p->pending.type) /* a host replay raised */
             st = MSTAR_EINVAL;
         if (st != MSTAR_OK) {
-            res = finish(p, st);
+            res = mstarpy_pending_finish(&p->pending, st);
         } else {
             PyObject *outs = mstarpy_map_to_py(self, out.outputs);
             res = outs ? Py_BuildValue("(NL)", outs, (long long)out.real_len) : NULL;
@@ -689,12 +610,7 @@ static PyObject *pw_after_startup(PyObject *self, PyObject *unused)
     PW_OR_NULL(self);
     (void)r;
     prune_records(p);
-    if (!p->exc_type)
-        Py_RETURN_NONE;
-    PyErr_NormalizeException(&p->exc_type, &p->exc_value, &p->exc_tb);
-    PyObject *v = p->exc_value ? Py_NewRef(p->exc_value) : Py_NewRef(Py_None);
-    drop_pending(p);
-    return v;
+    return mstarpy_pending_take(&p->pending);
 }
 
 static PyObject *pw_records(PyObject *self, PyObject *unused)

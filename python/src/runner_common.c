@@ -1,0 +1,107 @@
+/*
+ * runner_common.c — what _GraphRunner (runner_graph.c) and _PiecewiseRunner (runner_piecewise.c)
+ * do alike: keeping the first exception a Python callback raised until the method whose C call
+ * failed re-raises it, launching a host replay record that re-enters Python, and bucket keys out
+ * to Python as a list.
+ */
+#include "runner.h"
+
+mstar_status mstarpy_pending_keep(mstarpy_pending *p, const char *what)
+{
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *s = v ? PyObject_Str(v) : NULL;
+    const char *msg = s ? PyUnicode_AsUTF8AndSize(s, NULL) : NULL;
+    mstar_status st = mstar_error_set(MSTAR_EINVAL, "%s raised %s", what, msg ? msg : "?");
+    PyErr_Clear();
+    Py_XDECREF(s);
+    if (!p->type) {
+        p->type = t;
+        p->value = v;
+        p->tb = tb;
+    } else {
+        Py_XDECREF(t);
+        Py_XDECREF(v);
+        Py_XDECREF(tb);
+    }
+    return st;
+}
+
+void mstarpy_pending_drop(mstarpy_pending *p)
+{
+    Py_CLEAR(p->type);
+    Py_CLEAR(p->value);
+    Py_CLEAR(p->tb);
+}
+
+PyObject *mstarpy_pending_finish(mstarpy_pending *p, mstar_status st)
+{
+    if (st == MSTAR_OK) {
+        mstarpy_pending_drop(p);
+        Py_RETURN_NONE;
+    }
+    if (p->type) {
+        PyErr_Restore(p->type, p->value, p->tb);
+        p->type = p->value = p->tb = NULL;
+        return NULL;
+    }
+    return mstarpy_raise(st);
+}
+
+PyObject *mstarpy_pending_take(mstarpy_pending *p)
+{
+    if (!p->type)
+        Py_RETURN_NONE;
+    PyErr_NormalizeException(&p->type, &p->value, &p->tb);
+    PyObject *v = p->value ? Py_NewRef(p->value) : Py_NewRef(Py_None);
+    mstarpy_pending_drop(p);
+    return v;
+}
+
+struct replay_args {
+    mstarpy_pending *pending;
+    PyObject *rec; /* held by the runner's records */
+    const char *what;
+};
+
+/* A host replay: run the record again (graphs.py's), under the GIL the launch does not hold. */
+static void replay_host(void *p)
+{
+    struct replay_args *a = p;
+    PyGILState_STATE gs = PyGILState_Ensure();
+    PyObject *r = PyObject_CallNoArgs(a->rec);
+    if (!r)
+        (void)mstarpy_pending_keep(a->pending, a->what);
+    Py_XDECREF(r);
+    PyGILState_Release(gs);
+}
+
+int mstarpy_replay_keep(PyObject *records, PyObject *key, PyObject *rec, mstar_stream *stream,
+                        mstarpy_pending *pending, const char *what)
+{
+    int r = key && PyDict_SetItem(records, key, rec) == 0 ? 0 : -1;
+    Py_XDECREF(key);
+    if (r < 0)
+        return -1;
+    struct replay_args a = { pending, rec, what };
+    mstar_status st = mstar_launch(stream, replay_host, &a, sizeof(a));
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *mstarpy_keys_to_py(const mstar_bucket_key *k, size_t n)
+{
+    PyObject *l = PyList_New((Py_ssize_t)n);
+    for (size_t i = 0; l && i < n; i++) {
+        PyObject *t = mstarpy_key_to_py(&k[i]);
+        if (!t) {
+            Py_CLEAR(l);
+            break;
+        }
+        PyList_SetItem(l, (Py_ssize_t)i, t);
+    }
+    return l;
+}
