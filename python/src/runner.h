@@ -97,6 +97,30 @@ PyObject *mstarpy_pending_take(mstarpy_pending *p);
  * it raises there is kept in `pending` as "<what> raised". 0 / -1. */
 int mstarpy_replay_keep(PyObject *records, PyObject *key, PyObject *rec, mstar_stream *stream,
                         mstarpy_pending *pending, const char *what);
+/* What a _GraphRunner and a _PiecewiseRunner object both hold: the step runner and pool objects
+ * (keeping the backend and the pool), the Python callbacks, the replay records, the pending
+ * exception, and whether the backend is the host's (replays re-enter Python). */
+typedef struct mstarpy_runner_refs {
+    PyObject *sro, *poolo, *cb;
+    PyObject *records;
+    mstarpy_pending pending;
+    bool host;
+} mstarpy_runner_refs;
+
+/* A runner constructor's common arguments, checked before the object exists: the step runner of
+ * `sro` into *sr, `poolo` a graph pool, `autocast` (None: MSTAR_DTYPE_INVALID) into *dt. 0 / -1. */
+int mstarpy_runner_args(PyObject *sro, PyObject *poolo, PyObject *autocast, mstar_step_runner **sr,
+                        mstar_dtype *dt);
+/* Take references on the arguments and make the records dict (NULL when out of memory, with the
+ * exception set). */
+void mstarpy_runner_refs_init(mstarpy_runner_refs *b, PyObject *sro, PyObject *poolo, PyObject *cb,
+                              mstar_step_runner *sr);
+int mstarpy_runner_refs_traverse(mstarpy_runner_refs *b, visitproc visit, void *arg);
+/* tp_clear's part: the references that can make cycles (callbacks, records). */
+void mstarpy_runner_refs_clear(mstarpy_runner_refs *b);
+/* Dealloc's part: everything, the pending exception included. */
+void mstarpy_runner_refs_release(mstarpy_runner_refs *b);
+
 /* Bucket keys as a list of key tuples. */
 PyObject *mstarpy_keys_to_py(const mstar_bucket_key *k, size_t n);
 

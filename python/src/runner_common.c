@@ -1,8 +1,8 @@
 /*
  * runner_common.c — what _GraphRunner (runner_graph.c) and _PiecewiseRunner (runner_piecewise.c)
  * do alike: keeping the first exception a Python callback raised until the method whose C call
- * failed re-raises it, launching a host replay record that re-enters Python, and bucket keys out
- * to Python as a list.
+ * failed re-raises it, the references both objects hold (mstarpy_runner_refs), launching a host
+ * replay record that re-enters Python, and bucket keys out to Python as a list.
  */
 #include "runner.h"
 
@@ -104,4 +104,51 @@ PyObject *mstarpy_keys_to_py(const mstar_bucket_key *k, size_t n)
         PyList_SetItem(l, (Py_ssize_t)i, t);
     }
     return l;
+}
+
+int mstarpy_runner_args(PyObject *sro, PyObject *poolo, PyObject *autocast, mstar_step_runner **sr,
+                        mstar_dtype *dt)
+{
+    *sr = mstarpy_step_runner_handle(sro);
+    if (!*sr)
+        return -1;
+    if (!PyObject_TypeCheck(poolo, mstarpy_pool_type)) {
+        PyErr_SetString(PyExc_TypeError, "pool must be a graph pool");
+        return -1;
+    }
+    *dt = MSTAR_DTYPE_INVALID;
+    if (autocast != Py_None && mstarpy_dtype_from_py(autocast, dt, "autocast_dtype") < 0)
+        return -1;
+    return 0;
+}
+
+void mstarpy_runner_refs_init(mstarpy_runner_refs *b, PyObject *sro, PyObject *poolo, PyObject *cb,
+                              mstar_step_runner *sr)
+{
+    b->sro = Py_NewRef(sro);
+    b->poolo = Py_NewRef(poolo);
+    b->cb = Py_NewRef(cb);
+    b->records = PyDict_New();
+    b->host = mstar_backend_device(mstar_step_runner_backend(sr)).type != MSTAR_DEVICE_CUDA;
+}
+
+int mstarpy_runner_refs_traverse(mstarpy_runner_refs *b, visitproc visit, void *arg)
+{
+    Py_VISIT(b->cb);
+    Py_VISIT(b->records);
+    return 0;
+}
+
+void mstarpy_runner_refs_clear(mstarpy_runner_refs *b)
+{
+    Py_CLEAR(b->cb);
+    Py_CLEAR(b->records);
+}
+
+void mstarpy_runner_refs_release(mstarpy_runner_refs *b)
+{
+    mstarpy_pending_drop(&b->pending);
+    mstarpy_runner_refs_clear(b);
+    Py_CLEAR(b->poolo);
+    Py_CLEAR(b->sro);
 }

@@ -42,16 +42,13 @@ struct cfg_store {
 typedef struct gr_obj {
     PyObject ob_base;
     mstar_graph_runner *r;
-    PyObject *sro, *poolo, *cb;
+    mstarpy_runner_refs refs;
     mstar_graph_config *configs;
     struct cfg_store *store;
     size_t nconfigs;
     mstar_stream *stream;
-    bool host;
     char *name;
-    PyObject *records;       /* lease name -> replay record */
-    mstarpy_pending pending; /* the first callback exception */
-    struct hold *holds;      /* what the last preprocess returned, held until the next */
+    struct hold *holds; /* what the last preprocess returned, held until the next */
     size_t nholds, capholds;
 } gr_obj;
 
@@ -186,7 +183,7 @@ static mstar_status cb_declare(void *self, const char *walk, const int64_t *ids,
     PyObject *rows = idl ? rows_to_py(g, inputs, n) : NULL;
     PyObject *st = rows ? mstarpy_step_borrow(step) : NULL;
     PyObject *r =
-        st ? PyObject_CallMethod(g->cb, "declare_step", "sOOO", walk, idl, rows, st) : NULL;
+        st ? PyObject_CallMethod(g->refs.cb, "declare_step", "sOOO", walk, idl, rows, st) : NULL;
     mstarpy_step_detach(st);
     Py_XDECREF(st);
     Py_XDECREF(rows);
@@ -194,7 +191,7 @@ static mstar_status cb_declare(void *self, const char *walk, const int64_t *ids,
     int truth = r ? PyObject_IsTrue(r) : -1;
     Py_XDECREF(r);
     if (truth < 0)
-        return mstarpy_pending_keep(&g->pending, "declare_step");
+        return mstarpy_pending_keep(&g->refs.pending, "declare_step");
     *declared = truth == 1;
     return MSTAR_OK;
 }
@@ -208,13 +205,13 @@ static mstar_status cb_preprocess(void *self, mstar_step *step, const mstar_node
     g->nholds = 0;
     PyObject *rows = rows_to_py(g, inputs, n);
     PyObject *st = rows ? mstarpy_step_borrow(step) : NULL;
-    PyObject *r = st ? PyObject_CallMethod(g->cb, "preprocess", "OO", st, rows) : NULL;
+    PyObject *r = st ? PyObject_CallMethod(g->refs.cb, "preprocess", "OO", st, rows) : NULL;
     mstarpy_step_detach(st);
     Py_XDECREF(st);
     Py_XDECREF(rows);
     int ok = r ? dict_into_map(g, r, out, NULL, false) : -1;
     Py_XDECREF(r);
-    return ok < 0 ? mstarpy_pending_keep(&g->pending, "preprocess") : MSTAR_OK;
+    return ok < 0 ? mstarpy_pending_keep(&g->refs.pending, "preprocess") : MSTAR_OK;
 }
 
 static PyObject *lease_name(const mstar_slot_lease *l)
@@ -274,19 +271,19 @@ static int outputs_from_py(gr_obj *g, mstar_step *step, PyObject *res,
     if (r < 0 || !host_capture)
         return r;
     /* Record the replay: graphs.py builds it over the static inputs and these outputs. */
-    /* The record lives in g->records and goes before the memory does (gr_close), so its tensors
-     * need not hold g: holding it would make a cycle the collector cannot see. */
+    /* The record lives in g->refs.records and goes before the memory does (gr_close), so its
+     * tensors need not hold g: holding it would make a cycle the collector cannot see. */
     PyObject *ins = mstarpy_map_to_py(Py_None, inputs);
     PyObject *outs = ins ? mstarpy_map_to_py(Py_None, outputs) : NULL;
     PyObject *st = outs ? mstarpy_step_borrow(step) : NULL;
     PyObject *rec =
-        st ? PyObject_CallMethod(g->cb, "replay_record", "IOOO", cfg, st, ins, outs) : NULL;
+        st ? PyObject_CallMethod(g->refs.cb, "replay_record", "IOOO", cfg, st, ins, outs) : NULL;
     mstarpy_step_detach(st);
     Py_XDECREF(st);
     Py_XDECREF(outs);
     Py_XDECREF(ins);
     PyObject *key = rec ? lease_name(&ctx->lease) : NULL;
-    r = key ? mstarpy_replay_keep(g->records, key, rec, ctx->stream, &g->pending,
+    r = key ? mstarpy_replay_keep(g->refs.records, key, rec, ctx->stream, &g->refs.pending,
                                   "the replayed forward")
             : -1;
     Py_XDECREF(rec);
@@ -304,16 +301,17 @@ static mstar_status cb_forward(void *self, mstar_step *step, const mstar_tensor_
     bool capturing = mstar_stream_is_capturing(ctx->stream);
     /* 0: eager (a warm-up), 1: a host capture (recorded), 2: a device capture (torch's kernels
      * go into the graph) */
-    int mode = capturing ? (g->host ? 1 : 2) : 0;
+    int mode = capturing ? (g->refs.host ? 1 : 2) : 0;
     PyObject *in = mstarpy_map_to_py((PyObject *)g, inputs);
     PyObject *st = in ? mstarpy_step_borrow(step) : NULL;
-    PyObject *res = st ? PyObject_CallMethod(g->cb, "forward", "IOOi", cfg, st, in, mode) : NULL;
+    PyObject *res =
+        st ? PyObject_CallMethod(g->refs.cb, "forward", "IOOi", cfg, st, in, mode) : NULL;
     mstarpy_step_detach(st);
     Py_XDECREF(st);
     int r = res ? outputs_from_py(g, step, res, inputs, cfg, mode == 1, outputs) : -1;
     Py_XDECREF(res);
     Py_XDECREF(in);
-    return r < 0 ? mstarpy_pending_keep(&g->pending, "forward") : MSTAR_OK;
+    return r < 0 ? mstarpy_pending_keep(&g->refs.pending, "forward") : MSTAR_OK;
 }
 
 static const mstar_submodule_ops py_ops = { cb_declare, cb_preprocess, cb_forward };
@@ -324,10 +322,10 @@ static mstar_status cb_template(void *user, mstar_stream *stream, int64_t len,
 {
     struct cfg_store *c = user;
     gr_obj *g = c->owner;
-    PyObject *r = PyObject_CallMethod(g->cb, "make_node_input", "IL", c->idx, (long long)len);
+    PyObject *r = PyObject_CallMethod(g->refs.cb, "make_node_input", "IL", c->idx, (long long)len);
     int ok = r ? dict_into_map(g, r, out, stream, true) : -1;
     Py_XDECREF(r);
-    return ok < 0 ? mstarpy_pending_keep(&g->pending, "make_node_input") : MSTAR_OK;
+    return ok < 0 ? mstarpy_pending_keep(&g->refs.pending, "make_node_input") : MSTAR_OK;
 }
 
 /* ---- configs ----------------------------------------------------------------------------------
@@ -481,8 +479,8 @@ static int config_from_py(gr_obj *g, PyObject *d, uint32_t idx, mstar_graph_conf
 
 static void gr_close(gr_obj *g)
 {
-    if (g->records)
-        PyDict_Clear(g->records); /* their tensors view the memory destroyed below */
+    if (g->refs.records)
+        PyDict_Clear(g->refs.records); /* their tensors view the memory destroyed below */
     mstar_graph_runner_destroy(g->r);
     g->r = NULL;
     release_holds(g->holds, g->nholds);
@@ -507,15 +505,9 @@ static PyObject *gr_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (!PyArg_ParseTupleAndKeywords(args, kw, "sOOOO|iO", kwlist, &name, &sro, &poolo, &configs,
                                      &cb, &num_slots, &autocast))
         return NULL;
-    mstar_step_runner *sr = mstarpy_step_runner_handle(sro);
-    if (!sr)
-        return NULL;
-    if (!PyObject_TypeCheck(poolo, mstarpy_pool_type)) {
-        PyErr_SetString(PyExc_TypeError, "pool must be a graph pool");
-        return NULL;
-    }
-    mstar_dtype dt = MSTAR_DTYPE_INVALID;
-    if (autocast != Py_None && mstarpy_dtype_from_py(autocast, &dt, "autocast_dtype") < 0)
+    mstar_step_runner *sr;
+    mstar_dtype dt;
+    if (mstarpy_runner_args(sro, poolo, autocast, &sr, &dt) < 0)
         return NULL;
     PyObject *seq = mstarpy_seq_list(configs, "configs must be a sequence");
     if (!seq)
@@ -525,17 +517,13 @@ static PyObject *gr_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         Py_DECREF(seq);
         return NULL;
     }
-    g->sro = Py_NewRef(sro);
-    g->poolo = Py_NewRef(poolo);
-    g->cb = Py_NewRef(cb);
-    g->records = PyDict_New();
+    mstarpy_runner_refs_init(&g->refs, sro, poolo, cb, sr);
     g->name = strdup(name);
     g->stream = mstar_step_runner_compute_stream(sr);
-    g->host = mstar_backend_device(mstar_step_runner_backend(sr)).type != MSTAR_DEVICE_CUDA;
     Py_ssize_t n = PyList_Size(seq);
     g->configs = calloc((size_t)(n > 0 ? n : 1), sizeof(*g->configs));
     g->store = calloc((size_t)(n > 0 ? n : 1), sizeof(*g->store));
-    int r = g->records && g->name && g->configs && g->store ? 0 : (PyErr_NoMemory(), -1);
+    int r = g->refs.records && g->name && g->configs && g->store ? 0 : (PyErr_NoMemory(), -1);
     for (Py_ssize_t i = 0; r == 0 && i < n; i++) {
         g->nconfigs++;
         r = config_from_py(g, PyList_GetItem(seq, i), (uint32_t)i, &g->configs[i], &g->store[i]);
@@ -548,7 +536,7 @@ static PyObject *gr_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         };
         mstar_status st = mstar_graph_runner_create(&o, &g->r);
         if (st != MSTAR_OK) {
-            mstarpy_pending_finish(&g->pending, st);
+            mstarpy_pending_finish(&g->refs.pending, st);
             r = -1;
         }
     }
@@ -562,17 +550,14 @@ static PyObject *gr_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 static int gr_traverse(PyObject *obj, visitproc visit, void *arg)
 {
     gr_obj *g = (gr_obj *)obj;
-    Py_VISIT(g->cb);
-    Py_VISIT(g->records);
     Py_VISIT(Py_TYPE(obj));
-    return 0;
+    return mstarpy_runner_refs_traverse(&g->refs, visit, arg);
 }
 
 static int gr_clear(PyObject *obj)
 {
     gr_obj *g = (gr_obj *)obj;
-    Py_CLEAR(g->cb);
-    Py_CLEAR(g->records);
+    mstarpy_runner_refs_clear(&g->refs);
     return 0;
 }
 
@@ -582,12 +567,9 @@ static void gr_dealloc(PyObject *obj)
     PyTypeObject *tp = Py_TYPE(obj);
     PyObject_GC_UnTrack(obj);
     gr_close(g);
-    mstarpy_pending_drop(&g->pending);
     free(g->holds);
     free(g->name);
-    gr_clear(obj);
-    Py_CLEAR(g->poolo);
-    Py_CLEAR(g->sro);
+    mstarpy_runner_refs_release(&g->refs);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(obj);
     Py_DECREF(tp);
@@ -620,7 +602,7 @@ static PyObject *gr_dropped(PyObject *self, PyObject *unused)
 /* Forget the replay records whose graph is gone (dropped, failed, or a throwaway's). */
 static void prune_records(gr_obj *g)
 {
-    PyObject *keys = PyDict_Keys(g->records);
+    PyObject *keys = PyDict_Keys(g->refs.records);
     if (!keys)
         return;
     size_t nb;
@@ -641,7 +623,7 @@ static void prune_records(gr_obj *g)
     for (Py_ssize_t i = 0; live && i < PyList_Size(keys); i++) {
         PyObject *k = PyList_GetItem(keys, i);
         if (PySet_Contains(live, k) == 0)
-            PyDict_DelItem(g->records, k);
+            PyDict_DelItem(g->refs.records, k);
     }
     Py_XDECREF(live);
     Py_DECREF(keys);
@@ -655,7 +637,7 @@ static PyObject *gr_prepare(PyObject *self, PyObject *unused)
     size_t n;
     mstar_status st = mstar_graph_runner_prepare_for_capture(r, &specs, &n);
     if (st != MSTAR_OK)
-        return mstarpy_pending_finish(&g->pending, st);
+        return mstarpy_pending_finish(&g->refs.pending, st);
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; l && i < n; i++) {
         PyObject *k = mstarpy_key_to_py(&specs[i].bucket);
@@ -701,7 +683,7 @@ static PyObject *gr_warmup_and_capture(PyObject *self, PyObject *planned)
     if (keys_from_py(planned, &seq, &keys, &n) == 0) {
         mstar_status st = mstar_graph_runner_warmup_and_capture(r, keys, seq ? n : 0);
         prune_records(g);
-        res = mstarpy_pending_finish(&g->pending, st);
+        res = mstarpy_pending_finish(&g->refs.pending, st);
     }
     free(keys);
     Py_XDECREF(seq);
@@ -716,7 +698,7 @@ static PyObject *gr_drop(PyObject *self, PyObject *key)
         return NULL;
     mstar_status st = mstar_graph_runner_drop_bucket(r, &k);
     prune_records(g);
-    return mstarpy_pending_finish(&g->pending, st);
+    return mstarpy_pending_finish(&g->refs.pending, st);
 }
 
 static int opt_key(PyObject *o, const char **out)
@@ -887,7 +869,7 @@ static PyObject *gr_pad_inputs(PyObject *self, PyObject *args)
         return PyErr_NoMemory();
     mstar_status st = mstar_graph_runner_pad_inputs(r, &l, rows, (size_t)n, rows);
     PyObject *res = st == MSTAR_OK ? rows_to_py(g, rows + n, (size_t)(l.bucket.bs - n))
-                                   : mstarpy_pending_finish(&g->pending, st);
+                                   : mstarpy_pending_finish(&g->refs.pending, st);
     free(rows);
     return res;
 }
@@ -925,7 +907,7 @@ static PyObject *gr_step_ids(PyObject *self, PyObject *args)
             for (int64_t i = 0; res && i < l.bucket.bs; i++)
                 PyList_SetItem(res, (Py_ssize_t)i, PyLong_FromLongLong(out[i]));
         } else {
-            res = mstarpy_pending_finish(&g->pending, st);
+            res = mstarpy_pending_finish(&g->refs.pending, st);
         }
         free(out);
     }
@@ -940,7 +922,7 @@ static PyObject *gr_declare_inputs_for(PyObject *self, PyObject *lo)
     const mstar_node_input *rows;
     size_t n;
     mstar_status st = mstar_graph_runner_declare_inputs_for(r, &l, &rows, &n);
-    return st != MSTAR_OK ? mstarpy_pending_finish(&g->pending, st) : rows_to_py(g, rows, n);
+    return st != MSTAR_OK ? mstarpy_pending_finish(&g->refs.pending, st) : rows_to_py(g, rows, n);
 }
 
 static PyObject *gr_release(PyObject *self, PyObject *args)
@@ -951,7 +933,7 @@ static PyObject *gr_release(PyObject *self, PyObject *args)
         return NULL;
     GR_OR_NULL(self);
     LEASE_ARG(lo, l);
-    return mstarpy_pending_finish(&g->pending, mstar_graph_runner_release(r, &l, real_bs));
+    return mstarpy_pending_finish(&g->refs.pending, mstar_graph_runner_release(r, &l, real_bs));
 }
 
 static PyObject *gr_static_input(PyObject *self, PyObject *args)
@@ -965,7 +947,8 @@ static PyObject *gr_static_input(PyObject *self, PyObject *args)
     LEASE_ARG(lo, l);
     mstar_tensor t;
     mstar_status st = mstar_graph_runner_static_input(r, &l, key, len, &t);
-    return st != MSTAR_OK ? mstarpy_pending_finish(&g->pending, st) : mstarpy_capsule(self, &t);
+    return st != MSTAR_OK ? mstarpy_pending_finish(&g->refs.pending, st)
+                          : mstarpy_capsule(self, &t);
 }
 
 /* run_forward(lease, preprocessed: dict) -> dict of static-output capsules */
@@ -989,12 +972,12 @@ static PyObject *gr_run_forward(PyObject *self, PyObject *args)
     if (dict_into_map(g, pre, map, NULL, false) == 0) {
         const mstar_tensor_map *outs = NULL;
         st = mstar_graph_runner_run_forward(r, &l, map, NULL, NULL, &outs);
-        if (st == MSTAR_OK && g->pending.type) /* the replayed forward raised */
+        if (st == MSTAR_OK && g->refs.pending.type) /* the replayed forward raised */
             st = MSTAR_EINVAL;
         res = st == MSTAR_OK ? mstarpy_map_to_py(self, outs)
-                             : mstarpy_pending_finish(&g->pending, st);
+                             : mstarpy_pending_finish(&g->refs.pending, st);
         if (st == MSTAR_OK)
-            mstarpy_pending_drop(&g->pending);
+            mstarpy_pending_drop(&g->refs.pending);
     }
     release_holds(g->holds, g->nholds);
     free(g->holds);
@@ -1013,7 +996,7 @@ static PyObject *gr_warm_bucket(PyObject *self, PyObject *key)
         return NULL;
     uint64_t peak = 0;
     mstar_status st = mstar_graph_runner_warm_bucket(r, &k, &peak);
-    return st != MSTAR_OK ? mstarpy_pending_finish(&g->pending, st)
+    return st != MSTAR_OK ? mstarpy_pending_finish(&g->refs.pending, st)
                           : PyLong_FromUnsignedLongLong(peak);
 }
 
@@ -1031,8 +1014,8 @@ static PyObject *gr_capture_throwaway(PyObject *self, PyObject *key)
     mstar_graph_destroy(graph);
     prune_records(g);
     if (st != MSTAR_OK)
-        return mstarpy_pending_finish(&g->pending, st);
-    mstarpy_pending_drop(&g->pending);
+        return mstarpy_pending_finish(&g->refs.pending, st);
+    mstarpy_pending_drop(&g->refs.pending);
     return Py_BuildValue("{sKsKsKsn}", "taken", (unsigned long long)s.taken, "kept",
                          (unsigned long long)s.kept, "peak", (unsigned long long)s.peak, "nodes",
                          (Py_ssize_t)s.nodes);
@@ -1049,13 +1032,13 @@ static PyObject *gr_dummy(PyObject *self, PyObject *args)
     GR_OR_NULL(self);
     mstar_dummy_rows *rows = mstar_graph_runner_dummy_rows(r);
     if (strcmp(op, "release_all") == 0)
-        return mstarpy_pending_finish(&g->pending, mstar_dummy_rows_release_all(rows));
+        return mstarpy_pending_finish(&g->refs.pending, mstar_dummy_rows_release_all(rows));
     if (strcmp(op, "reset") == 0) {
         int64_t *v = NULL;
         Py_ssize_t n = 0;
         PyObject *res = NULL;
         if (rids && ids_from_py(rids, &v, &n, 0) == 0)
-            res = mstarpy_pending_finish(&g->pending,
+            res = mstarpy_pending_finish(&g->refs.pending,
                                          mstar_dummy_rows_reset(rows, v, (size_t)n, free_storage));
         else if (!rids)
             PyErr_SetString(PyExc_TypeError, "reset needs the rows");
@@ -1068,7 +1051,7 @@ static PyObject *gr_dummy(PyObject *self, PyObject *args)
     mstar_status st = strcmp(op, "ensure") == 0 ? mstar_dummy_rows_ensure(rows, key, bs, &h)
                                                 : mstar_dummy_rows_handles(rows, key, bs, &h);
     if (st != MSTAR_OK)
-        return mstarpy_pending_finish(&g->pending, st);
+        return mstarpy_pending_finish(&g->refs.pending, st);
     PyObject *l = PyList_New((Py_ssize_t)bs);
     for (long long i = 0; l && i < bs; i++)
         PyList_SetItem(l, (Py_ssize_t)i, PyLong_FromLongLong(h[i]));
@@ -1078,7 +1061,8 @@ static PyObject *gr_dummy(PyObject *self, PyObject *args)
 static PyObject *gr_records(PyObject *self, PyObject *unused)
 {
     gr_obj *g = (gr_obj *)self;
-    return PyDict_Size(g->records) >= 0 ? PyLong_FromSsize_t(PyDict_Size(g->records)) : NULL;
+    return PyDict_Size(g->refs.records) >= 0 ? PyLong_FromSsize_t(PyDict_Size(g->refs.records))
+                                             : NULL;
 }
 
 /* After startup: forget the replays of graphs it dropped; hand over the exception a callback
@@ -1088,7 +1072,7 @@ static PyObject *gr_after_startup(PyObject *self, PyObject *unused)
     GR_OR_NULL(self);
     (void)r;
     prune_records(g);
-    return mstarpy_pending_take(&g->pending);
+    return mstarpy_pending_take(&g->refs.pending);
 }
 
 static PyObject *gr_close_m(PyObject *self, PyObject *unused)

@@ -24,13 +24,10 @@ PyTypeObject *mstarpy_piecewise_runner_type;
 typedef struct pw_obj {
     PyObject ob_base;
     mstar_piecewise_runner *r;
-    PyObject *sro, *poolo, *cb;
+    mstarpy_runner_refs refs;
     mstar_piecewise_config cfg;
     int64_t *sizes, *tlens;
     char *label;
-    bool host;
-    PyObject *records;       /* lease tuple -> replay record */
-    mstarpy_pending pending; /* the first callback exception */
 } pw_obj;
 
 mstar_piecewise_runner *mstarpy_piecewise_runner_handle(PyObject *obj)
@@ -115,11 +112,11 @@ static mstar_status cb_static(void *user, const mstar_piecewise_shape *shape, ms
 {
     pw_obj *p = user;
     PyObject *s = shape_to_py(shape);
-    PyObject *r = s ? PyObject_CallMethod(p->cb, "make_static_inputs", "(O)", s) : NULL;
+    PyObject *r = s ? PyObject_CallMethod(p->refs.cb, "make_static_inputs", "(O)", s) : NULL;
     int ok = r ? dict_into_map(r, stream, out) : -1;
     Py_XDECREF(r);
     Py_XDECREF(s);
-    return ok < 0 ? mstarpy_pending_keep(&p->pending, "make_static_inputs") : MSTAR_OK;
+    return ok < 0 ? mstarpy_pending_keep(&p->refs.pending, "make_static_inputs") : MSTAR_OK;
 }
 
 static mstar_status cb_declare(void *user, const int64_t *ids, const int64_t *seq_lens, size_t n,
@@ -128,7 +125,7 @@ static mstar_status cb_declare(void *user, const int64_t *ids, const int64_t *se
     pw_obj *p = user;
     PyObject *il = i64_to_py(ids, n), *sl = il ? i64_to_py(seq_lens, n) : NULL;
     PyObject *st = sl ? mstarpy_step_borrow(step) : NULL;
-    PyObject *r = st ? PyObject_CallMethod(p->cb, "declare_step", "OOO", il, sl, st) : NULL;
+    PyObject *r = st ? PyObject_CallMethod(p->refs.cb, "declare_step", "OOO", il, sl, st) : NULL;
     mstarpy_step_detach(st);
     Py_XDECREF(st);
     Py_XDECREF(sl);
@@ -136,7 +133,7 @@ static mstar_status cb_declare(void *user, const int64_t *ids, const int64_t *se
     int truth = r ? PyObject_IsTrue(r) : -1;
     Py_XDECREF(r);
     if (truth < 0)
-        return mstarpy_pending_keep(&p->pending, "declare_step");
+        return mstarpy_pending_keep(&p->refs.pending, "declare_step");
     *declared = truth == 1;
     return MSTAR_OK;
 }
@@ -183,12 +180,12 @@ static int record_replay(pw_obj *p, const mstar_piecewise_call *call, PyObject *
     /* the record goes before the memory it views (pw_close), so its inputs need not hold p */
     PyObject *in = mstarpy_map_to_py(Py_None, call->static_inputs);
     PyObject *t =
-        in ? PyObject_CallMethod(p->cb, "replay_record", "OOOO", in, res, shape, step) : NULL;
+        in ? PyObject_CallMethod(p->refs.cb, "replay_record", "OOOO", in, res, shape, step) : NULL;
     Py_XDECREF(in);
     PyObject *rec = NULL, *outs = NULL;
     int r = t && PyArg_ParseTuple(t, "OO", &rec, &outs) ? dict_view_into_map(outs, outputs) : -1;
     PyObject *key = r == 0 ? mstarpy_lease_to_py(&ctx->lease) : NULL;
-    r = key ? mstarpy_replay_keep(p->records, key, rec, call->stream, &p->pending,
+    r = key ? mstarpy_replay_keep(p->refs.records, key, rec, call->stream, &p->refs.pending,
                                   "the replayed region")
             : -1;
     Py_XDECREF(t);
@@ -200,11 +197,12 @@ static mstar_status cb_capture(void *user, const mstar_piecewise_call *call,
 {
     pw_obj *p = user;
     bool capturing = mstar_stream_is_capturing(call->stream);
-    int mode = capturing ? (p->host ? 1 : 2) : 0; /* as runner_graph.c's forward */
+    int mode = capturing ? (p->refs.host ? 1 : 2) : 0; /* as runner_graph.c's forward */
     PyObject *in = mstarpy_map_to_py((PyObject *)p, call->static_inputs);
     PyObject *shape = in ? shape_to_py(call->shape) : NULL;
     PyObject *st = shape ? mstarpy_step_borrow(call->step) : NULL;
-    PyObject *res = st ? PyObject_CallMethod(p->cb, "capture", "OOOi", in, shape, st, mode) : NULL;
+    PyObject *res =
+        st ? PyObject_CallMethod(p->refs.cb, "capture", "OOOi", in, shape, st, mode) : NULL;
     int r = -1;
     if (res && mode == 1)
         r = record_replay(p, call, res, shape, st, outputs);
@@ -215,7 +213,7 @@ static mstar_status cb_capture(void *user, const mstar_piecewise_call *call,
     Py_XDECREF(res);
     Py_XDECREF(shape);
     Py_XDECREF(in);
-    return r < 0 ? mstarpy_pending_keep(&p->pending, "the region") : MSTAR_OK;
+    return r < 0 ? mstarpy_pending_keep(&p->refs.pending, "the region") : MSTAR_OK;
 }
 
 /* ---- the object --------------------------------------------------------------------------------
@@ -223,8 +221,8 @@ static mstar_status cb_capture(void *user, const mstar_piecewise_call *call,
 
 static void pw_close(pw_obj *p)
 {
-    if (p->records)
-        PyDict_Clear(p->records); /* their tensors view the memory destroyed below */
+    if (p->refs.records)
+        PyDict_Clear(p->refs.records); /* their tensors view the memory destroyed below */
     mstar_piecewise_runner_destroy(p->r);
     p->r = NULL;
 }
@@ -270,25 +268,15 @@ static PyObject *pw_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
                                      &packed, &sizes, &seq_len, &tlens, &lbs, &declares, &cb,
                                      &num_slots, &autocast, &node))
         return NULL;
-    mstar_step_runner *sr = mstarpy_step_runner_handle(sro);
-    if (!sr)
-        return NULL;
-    if (!PyObject_TypeCheck(poolo, mstarpy_pool_type)) {
-        PyErr_SetString(PyExc_TypeError, "pool must be a graph pool");
-        return NULL;
-    }
-    mstar_dtype dt = MSTAR_DTYPE_INVALID;
-    if (autocast != Py_None && mstarpy_dtype_from_py(autocast, &dt, "autocast_dtype") < 0)
+    mstar_step_runner *sr;
+    mstar_dtype dt;
+    if (mstarpy_runner_args(sro, poolo, autocast, &sr, &dt) < 0)
         return NULL;
     pw_obj *p = (pw_obj *)PyType_GenericAlloc(tp, 0);
     if (!p)
         return NULL;
-    p->sro = Py_NewRef(sro);
-    p->poolo = Py_NewRef(poolo);
-    p->cb = Py_NewRef(cb);
-    p->records = PyDict_New();
+    mstarpy_runner_refs_init(&p->refs, sro, poolo, cb, sr);
     p->label = strdup(label);
-    p->host = mstar_backend_device(mstar_step_runner_backend(sr)).type != MSTAR_DEVICE_CUDA;
     mstar_piecewise_config *c = &p->cfg;
     mstar_piecewise_config_init(c);
     c->kind = packed ? MSTAR_GRAPH_PACKED : MSTAR_GRAPH_BATCHED;
@@ -298,7 +286,7 @@ static PyObject *pw_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     c->user = p;
     c->lease_before_step = lbs;
     c->seq_len = seq_len;
-    int r = p->records && p->label ? 0 : (PyErr_NoMemory(), -1);
+    int r = p->refs.records && p->label ? 0 : (PyErr_NoMemory(), -1);
     if (r == 0) {
         p->sizes = i64_list(sizes, &c->n_capture_batch_sizes);
         p->tlens = PyErr_Occurred() ? NULL : i64_list(tlens, &c->n_total_tokens);
@@ -311,7 +299,7 @@ static PyObject *pw_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
                                              num_slots, dt, node };
         mstar_status st = mstar_piecewise_runner_create(&o, &p->r);
         if (st != MSTAR_OK) {
-            mstarpy_pending_finish(&p->pending, st);
+            mstarpy_pending_finish(&p->refs.pending, st);
             r = -1;
         }
     }
@@ -325,17 +313,14 @@ static PyObject *pw_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 static int pw_traverse(PyObject *obj, visitproc visit, void *arg)
 {
     pw_obj *p = (pw_obj *)obj;
-    Py_VISIT(p->cb);
-    Py_VISIT(p->records);
     Py_VISIT(Py_TYPE(obj));
-    return 0;
+    return mstarpy_runner_refs_traverse(&p->refs, visit, arg);
 }
 
 static int pw_clear(PyObject *obj)
 {
     pw_obj *p = (pw_obj *)obj;
-    Py_CLEAR(p->cb);
-    Py_CLEAR(p->records);
+    mstarpy_runner_refs_clear(&p->refs);
     return 0;
 }
 
@@ -345,13 +330,10 @@ static void pw_dealloc(PyObject *obj)
     PyTypeObject *tp = Py_TYPE(obj);
     PyObject_GC_UnTrack(obj);
     pw_close(p);
-    mstarpy_pending_drop(&p->pending);
     free(p->sizes);
     free(p->tlens);
     free(p->label);
-    pw_clear(obj);
-    Py_CLEAR(p->poolo);
-    Py_CLEAR(p->sro);
+    mstarpy_runner_refs_release(&p->refs);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(obj);
     Py_DECREF(tp);
@@ -384,12 +366,12 @@ static PyObject *pw_dropped(PyObject *self, PyObject *unused)
 /* Forget the replay records of leases with no graph (failed or dropped shapes). */
 static void prune_records(pw_obj *p)
 {
-    PyObject *keys = p->records ? PyDict_Keys(p->records) : NULL;
+    PyObject *keys = p->refs.records ? PyDict_Keys(p->refs.records) : NULL;
     for (Py_ssize_t i = 0; keys && i < PyList_Size(keys); i++) {
         PyObject *k = PyList_GetItem(keys, i);
         mstar_slot_lease l;
         if (mstarpy_lease_from_py(k, &l) < 0 || !mstar_piecewise_runner_slot_for(p->r, &l))
-            PyDict_DelItem(p->records, k);
+            PyDict_DelItem(p->refs.records, k);
         PyErr_Clear();
     }
     Py_XDECREF(keys);
@@ -402,7 +384,7 @@ static PyObject *pw_prepare(PyObject *self, PyObject *unused)
     size_t n;
     mstar_status st = mstar_piecewise_runner_prepare_for_capture(r, &specs, &n);
     if (st != MSTAR_OK)
-        return mstarpy_pending_finish(&p->pending, st);
+        return mstarpy_pending_finish(&p->refs.pending, st);
     PyObject *l = PyList_New((Py_ssize_t)n);
     for (size_t i = 0; l && i < n; i++) {
         PyObject *t =
@@ -443,7 +425,7 @@ static PyObject *pw_warmup_and_capture(PyObject *self, PyObject *planned)
     free(keys);
     Py_XDECREF(seq);
     prune_records(p);
-    return mstarpy_pending_finish(&p->pending, st);
+    return mstarpy_pending_finish(&p->refs.pending, st);
 }
 
 static PyObject *pw_drop(PyObject *self, PyObject *key)
@@ -454,7 +436,7 @@ static PyObject *pw_drop(PyObject *self, PyObject *key)
         return NULL;
     mstar_status st = mstar_piecewise_runner_drop_shape(r, &k);
     prune_records(p);
-    return mstarpy_pending_finish(&p->pending, st);
+    return mstarpy_pending_finish(&p->refs.pending, st);
 }
 
 static PyObject *pw_any(PyObject *self, PyObject *unused)
@@ -507,7 +489,8 @@ static PyObject *pw_set_slot(PyObject *self, PyObject *arg)
     long slot = PyLong_AsLong(arg);
     if (slot == -1 && PyErr_Occurred())
         return NULL;
-    return mstarpy_pending_finish(&p->pending, mstar_piecewise_runner_set_slot(r, (int32_t)slot));
+    return mstarpy_pending_finish(&p->refs.pending,
+                                  mstar_piecewise_runner_set_slot(r, (int32_t)slot));
 }
 
 /* slot_for(lease) -> (static_inputs, static_outputs, dummy_rids) or None */
@@ -583,10 +566,10 @@ static PyObject *pw_run(PyObject *self, PyObject *args)
     if (bad == 0) {
         mstar_piecewise_output out;
         st = mstar_piecewise_runner_run(r, map, ids, sls, ids ? nid : nsl, real_bs, &out);
-        if (st == MSTAR_OK && p->pending.type) /* a host replay raised */
+        if (st == MSTAR_OK && p->refs.pending.type) /* a host replay raised */
             st = MSTAR_EINVAL;
         if (st != MSTAR_OK) {
-            res = mstarpy_pending_finish(&p->pending, st);
+            res = mstarpy_pending_finish(&p->refs.pending, st);
         } else {
             PyObject *outs = mstarpy_map_to_py(self, out.outputs);
             res = outs ? Py_BuildValue("(NL)", outs, (long long)out.real_len) : NULL;
@@ -610,13 +593,13 @@ static PyObject *pw_after_startup(PyObject *self, PyObject *unused)
     PW_OR_NULL(self);
     (void)r;
     prune_records(p);
-    return mstarpy_pending_take(&p->pending);
+    return mstarpy_pending_take(&p->refs.pending);
 }
 
 static PyObject *pw_records(PyObject *self, PyObject *unused)
 {
     pw_obj *p = (pw_obj *)self;
-    return PyLong_FromSsize_t(p->records ? PyDict_Size(p->records) : 0);
+    return PyLong_FromSsize_t(p->refs.records ? PyDict_Size(p->refs.records) : 0);
 }
 
 static PyObject *pw_close_m(PyObject *self, PyObject *unused)
