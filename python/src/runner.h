@@ -123,6 +123,10 @@ void mstarpy_runner_refs_release(mstarpy_runner_refs *b);
 
 /* Bucket keys as a list of key tuples. */
 PyObject *mstarpy_keys_to_py(const mstar_bucket_key *k, size_t n);
+/* `planned` (a sequence of key tuples, or None: *seq and *out NULL, *n 0) into a calloc'd array
+ * *out whose strings point into *seq, a snapshot list the caller keeps while it uses them. The
+ * caller frees *out and releases *seq on both paths. 0 / -1. */
+int mstarpy_keys_from_py(PyObject *planned, PyObject **seq, mstar_bucket_key **out, size_t *n);
 
 /* Any sequence as a new list (a snapshot), or NULL with TypeError(msg). */
 PyObject *mstarpy_seq_list(PyObject *obj, const char *msg);

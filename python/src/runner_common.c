@@ -6,6 +6,8 @@
  */
 #include "runner.h"
 
+#include <stdlib.h>
+
 mstar_status mstarpy_pending_keep(mstarpy_pending *p, const char *what)
 {
     PyObject *t, *v, *tb;
@@ -151,4 +153,25 @@ void mstarpy_runner_refs_release(mstarpy_runner_refs *b)
     mstarpy_runner_refs_clear(b);
     Py_CLEAR(b->poolo);
     Py_CLEAR(b->sro);
+}
+
+int mstarpy_keys_from_py(PyObject *planned, PyObject **seq, mstar_bucket_key **out, size_t *n)
+{
+    *seq = NULL;
+    *out = NULL;
+    *n = 0;
+    if (planned == Py_None)
+        return 0;
+    *seq = mstarpy_seq_list(planned, "planned must be a sequence of bucket keys");
+    if (!*seq)
+        return -1;
+    Py_ssize_t len = PyList_Size(*seq);
+    *out = calloc((size_t)(len > 0 ? len : 1), sizeof(**out));
+    if (!*out)
+        return PyErr_NoMemory(), -1;
+    for (Py_ssize_t i = 0; i < len; i++)
+        if (mstarpy_key_from_py(PyList_GetItem(*seq, i), &(*out)[i]) < 0)
+            return -1;
+    *n = (size_t)len;
+    return 0;
 }

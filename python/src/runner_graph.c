@@ -651,28 +651,6 @@ static PyObject *gr_prepare(PyObject *self, PyObject *unused)
     return l;
 }
 
-/* keys (a sequence of key tuples, or None) -> malloc'd array; strings borrowed from `seq`. */
-static int keys_from_py(PyObject *planned, PyObject **seq, mstar_bucket_key **out, size_t *n)
-{
-    *seq = NULL;
-    *out = NULL;
-    *n = 0;
-    if (planned == Py_None)
-        return 0;
-    *seq = mstarpy_seq_list(planned, "planned must be a sequence of bucket keys");
-    if (!*seq)
-        return -1;
-    Py_ssize_t len = PyList_Size(*seq);
-    *out = calloc((size_t)(len > 0 ? len : 1), sizeof(**out));
-    if (!*out)
-        return PyErr_NoMemory(), -1;
-    for (Py_ssize_t i = 0; i < len; i++)
-        if (mstarpy_key_from_py(PyList_GetItem(*seq, i), &(*out)[i]) < 0)
-            return -1;
-    *n = (size_t)len;
-    return 0;
-}
-
 static PyObject *gr_warmup_and_capture(PyObject *self, PyObject *planned)
 {
     GR_OR_NULL(self);
@@ -680,7 +658,7 @@ static PyObject *gr_warmup_and_capture(PyObject *self, PyObject *planned)
     mstar_bucket_key *keys;
     size_t n;
     PyObject *res = NULL;
-    if (keys_from_py(planned, &seq, &keys, &n) == 0) {
+    if (mstarpy_keys_from_py(planned, &seq, &keys, &n) == 0) {
         mstar_status st = mstar_graph_runner_warmup_and_capture(r, keys, seq ? n : 0);
         prune_records(g);
         res = mstarpy_pending_finish(&g->refs.pending, st);

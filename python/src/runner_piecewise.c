@@ -401,31 +401,18 @@ static PyObject *pw_prepare(PyObject *self, PyObject *unused)
 static PyObject *pw_warmup_and_capture(PyObject *self, PyObject *planned)
 {
     PW_OR_NULL(self);
-    mstar_bucket_key *keys = NULL;
-    PyObject *seq = NULL;
-    Py_ssize_t n = 0;
-    if (planned != Py_None) {
-        seq = mstarpy_seq_list(planned, "planned must be a sequence of bucket keys");
-        if (!seq)
-            return NULL;
-        n = PyList_Size(seq);
-        keys = calloc((size_t)(n > 0 ? n : 1), sizeof(*keys));
-        for (Py_ssize_t i = 0; keys && i < n; i++)
-            if (mstarpy_key_from_py(PyList_GetItem(seq, i), &keys[i]) < 0) {
-                free(keys);
-                Py_DECREF(seq);
-                return NULL;
-            }
-        if (!keys) {
-            Py_DECREF(seq);
-            return PyErr_NoMemory();
-        }
+    PyObject *seq;
+    mstar_bucket_key *keys;
+    size_t n;
+    PyObject *res = NULL;
+    if (mstarpy_keys_from_py(planned, &seq, &keys, &n) == 0) {
+        mstar_status st = mstar_piecewise_runner_warmup_and_capture(r, keys, n);
+        prune_records(p);
+        res = mstarpy_pending_finish(&p->refs.pending, st);
     }
-    mstar_status st = mstar_piecewise_runner_warmup_and_capture(r, keys, (size_t)n);
     free(keys);
     Py_XDECREF(seq);
-    prune_records(p);
-    return mstarpy_pending_finish(&p->refs.pending, st);
+    return res;
 }
 
 static PyObject *pw_drop(PyObject *self, PyObject *key)
