@@ -128,6 +128,14 @@ PyObject *mstarpy_keys_to_py(const mstar_bucket_key *k, size_t n);
  * caller frees *out and releases *seq on both paths. 0 / -1. */
 int mstarpy_keys_from_py(PyObject *planned, PyObject **seq, mstar_bucket_key **out, size_t *n);
 
+/* One entry of a dict of tensors: `t` viewed from Python, kept alive until fn(ctx, NULL) (fn may
+ * be NULL), which the visitor calls (or hands on) on every path. 0 / -1 with the exception set. */
+typedef int (*mstarpy_tensor_visit)(void *user, const char *name, const mstar_tensor *t,
+                                    mstar_release_fn fn, void *ctx);
+/* Visit each entry of the dict `d` (over a snapshot of its items) until a visit fails; TypeError
+ * (msg) when `d` is no dict. 0 / -1. */
+int mstarpy_dict_tensors(PyObject *d, const char *msg, mstarpy_tensor_visit visit, void *user);
+
 /* Any sequence as a new list (a snapshot), or NULL with TypeError(msg). */
 PyObject *mstarpy_seq_list(PyObject *obj, const char *msg);
 

@@ -175,3 +175,28 @@ int mstarpy_keys_from_py(PyObject *planned, PyObject **seq, mstar_bucket_key **o
     *n = (size_t)len;
     return 0;
 }
+
+int mstarpy_dict_tensors(PyObject *d, const char *msg, mstarpy_tensor_visit visit, void *user)
+{
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, msg);
+        return -1;
+    }
+    PyObject *items = PyDict_Items(d); /* a snapshot: the dict may change under callbacks */
+    if (!items)
+        return -1;
+    int r = 0;
+    for (Py_ssize_t i = 0; r == 0 && i < PyList_Size(items); i++) {
+        PyObject *kv = PyList_GetItem(items, i);
+        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(kv, 0), NULL);
+        mstar_tensor t;
+        mstar_release_fn fn = NULL;
+        void *ctx = NULL;
+        if (!name || mstarpy_tensor_in(PyTuple_GetItem(kv, 1), &t, &fn, &ctx) < 0)
+            r = -1;
+        else
+            r = visit(user, name, &t, fn, ctx);
+    }
+    Py_DECREF(items);
+    return r;
+}

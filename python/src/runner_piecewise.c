@@ -56,52 +56,42 @@ static PyObject *shape_to_py(const mstar_piecewise_shape *s)
                          (long long)s->total_tokens);
 }
 
-/* A copy of a tensor into an owned buffer of `stream` named `name` in `out`. */
-static mstar_status tensor_into_map(PyObject *obj, const char *name, mstar_stream *stream,
-                                    mstar_tensor_map *out)
+struct copy_into {
+    mstar_stream *stream;
+    mstar_tensor_map *out;
+};
+
+/* A copy of a tensor into an owned buffer of the stream, named `name` in the map. */
+static int tensor_into_map(void *user, const char *name, const mstar_tensor *t, mstar_release_fn fn,
+                           void *ctx)
 {
-    mstar_tensor t, y;
-    mstar_release_fn fn = NULL;
-    void *ctx = NULL;
-    if (mstarpy_tensor_in(obj, &t, &fn, &ctx) < 0)
-        return MSTAR_EINVAL;
-    mstar_status st = mstar_tensor_is_contiguous(&t)
-                          ? mstar_tensor_alloc(stream, t.dtype, t.ndim, t.shape, &y)
+    struct copy_into *c = user;
+    mstar_tensor y;
+    mstar_status st = mstar_tensor_is_contiguous(t)
+                          ? mstar_tensor_alloc(c->stream, t->dtype, t->ndim, t->shape, &y)
                           : mstar_error_set(MSTAR_EINVAL, "tensor '%s' is not contiguous", name);
     if (st == MSTAR_OK) { /* owned by the map first, so a failed copy frees it */
-        st = mstar_tensor_map_set_owned(out, name, &y, stream);
+        st = mstar_tensor_map_set_owned(c->out, name, &y, c->stream);
         if (st != MSTAR_OK)
-            mstar_tensor_free(stream, &y);
+            mstar_tensor_free(c->stream, &y);
     }
-    bool cuda = t.device.type == MSTAR_DEVICE_CUDA || y.device.type == MSTAR_DEVICE_CUDA;
+    bool cuda = t->device.type == MSTAR_DEVICE_CUDA || y.device.type == MSTAR_DEVICE_CUDA;
     if (st == MSTAR_OK)
-        st = mstar_memcpy_async(stream, y.data, mstar_tensor_ptr(&t), mstar_tensor_nbytes(&t),
+        st = mstar_memcpy_async(c->stream, y.data, mstar_tensor_ptr(t), mstar_tensor_nbytes(t),
                                 cuda ? MSTAR_MEMCPY_D2D : MSTAR_MEMCPY_H2H);
-    if (st == MSTAR_OK && !mstar_stream_is_capturing(stream))
-        st = mstar_stream_synchronize(stream); /* the source goes next */
+    if (st == MSTAR_OK && !mstar_stream_is_capturing(c->stream))
+        st = mstar_stream_synchronize(c->stream); /* the source goes next */
     if (fn)
         fn(ctx, NULL);
     if (st != MSTAR_OK)
         mstarpy_raise(st);
-    return st;
+    return st == MSTAR_OK ? 0 : -1;
 }
 
 static int dict_into_map(PyObject *d, mstar_stream *stream, mstar_tensor_map *out)
 {
-    if (!PyDict_Check(d)) {
-        PyErr_SetString(PyExc_TypeError, "expected a dict of tensors");
-        return -1;
-    }
-    PyObject *items = PyDict_Items(d);
-    int r = items ? 0 : -1;
-    for (Py_ssize_t i = 0; r == 0 && i < PyList_Size(items); i++) {
-        PyObject *kv = PyList_GetItem(items, i);
-        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(kv, 0), NULL);
-        if (!name || tensor_into_map(PyTuple_GetItem(kv, 1), name, stream, out) != MSTAR_OK)
-            r = -1;
-    }
-    Py_XDECREF(items);
-    return r;
+    struct copy_into c = { stream, out };
+    return mstarpy_dict_tensors(d, "expected a dict of tensors", tensor_into_map, &c);
 }
 
 /* ---- the region's callbacks ------------------------------------------------------------------
@@ -138,35 +128,24 @@ static mstar_status cb_declare(void *user, const int64_t *ids, const int64_t *se
     return MSTAR_OK;
 }
 
+/* A borrowed view of a tensor into the map `user` (the caller keeps the tensor alive). */
+static int tensor_view_into_map(void *user, const char *name, const mstar_tensor *t,
+                                mstar_release_fn fn, void *ctx)
+{
+    mstar_status st = mstar_tensor_map_set(user, name, t);
+    if (fn)
+        fn(ctx, NULL); /* the record's tensor keeps the memory */
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
 /* Borrowed views of a dict's tensors into `out` (the caller keeps the tensors alive). */
 static int dict_view_into_map(PyObject *d, mstar_tensor_map *out)
 {
-    if (!PyDict_Check(d)) {
-        PyErr_SetString(PyExc_TypeError, "expected a dict of tensors");
-        return -1;
-    }
-    PyObject *items = PyDict_Items(d);
-    int r = items ? 0 : -1;
-    for (Py_ssize_t i = 0; r == 0 && i < PyList_Size(items); i++) {
-        PyObject *kv = PyList_GetItem(items, i);
-        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(kv, 0), NULL);
-        mstar_tensor t;
-        mstar_release_fn fn = NULL;
-        void *ctx = NULL;
-        if (!name || mstarpy_tensor_in(PyTuple_GetItem(kv, 1), &t, &fn, &ctx) < 0) {
-            r = -1;
-            break;
-        }
-        mstar_status st = mstar_tensor_map_set(out, name, &t);
-        if (fn)
-            fn(ctx, NULL); /* the record's tensor keeps the memory */
-        if (st != MSTAR_OK) {
-            mstarpy_raise(st);
-            r = -1;
-        }
-    }
-    Py_XDECREF(items);
-    return r;
+    return mstarpy_dict_tensors(d, "expected a dict of tensors", tensor_view_into_map, out);
 }
 
 /* A host capture: graphs.py turns the region's results into a replay record that owns its
