@@ -115,58 +115,56 @@ static PyObject *rows_to_py(gr_obj *g, const mstar_node_input *rows, size_t n)
     return l;
 }
 
-/* A dict name -> tensor into `out`: borrowed views held in `holds` (hold == NULL: copied into
- * owned buffers of `stream`, then let go). */
+struct into_map {
+    gr_obj *g;
+    mstar_tensor_map *out;
+    mstar_stream *stream;
+    bool copy;
+};
+
+/* One tensor into the map: a borrowed view held in g's holds, or (copy) a copy into an owned
+ * buffer of the stream, then let go. */
+static int tensor_into_map(void *user, const char *name, const mstar_tensor *t, mstar_release_fn fn,
+                           void *ctx)
+{
+    struct into_map *m = user;
+    mstar_status st;
+    int r = 0;
+    if (!m->copy) {
+        st = mstar_tensor_map_set(m->out, name, t);
+        r = push_hold(m->g, fn, ctx);
+    } else {
+        mstar_tensor c;
+        st = mstar_tensor_is_contiguous(t)
+                 ? mstar_tensor_alloc(m->stream, t->dtype, t->ndim, t->shape, &c)
+                 : mstar_error_set(MSTAR_EINVAL, "tensor '%s' is not contiguous", name);
+        if (st == MSTAR_OK) { /* owned by the map first, so a failed copy frees it */
+            st = mstar_tensor_map_set_owned(m->out, name, &c, m->stream);
+            if (st != MSTAR_OK)
+                mstar_tensor_free(m->stream, &c);
+        }
+        if (st == MSTAR_OK)
+            st = mstar_memcpy_async(m->stream, c.data, mstar_tensor_ptr(t), mstar_tensor_nbytes(t),
+                                    copy_kind(t->device, c.device));
+        if (st == MSTAR_OK)
+            st = mstar_stream_synchronize(m->stream); /* the source goes next */
+        if (fn)
+            fn(ctx, NULL);
+    }
+    if (r == 0 && st != MSTAR_OK) {
+        mstarpy_raise(st);
+        r = -1;
+    }
+    return r;
+}
+
+/* A dict name -> tensor into `out`: borrowed views held in g's holds (copy: copied into owned
+ * buffers of `stream`, then let go). */
 static int dict_into_map(gr_obj *g, PyObject *d, mstar_tensor_map *out, mstar_stream *stream,
                          bool copy)
 {
-    if (!PyDict_Check(d)) {
-        PyErr_SetString(PyExc_TypeError, "expected a dict of tensors");
-        return -1;
-    }
-    PyObject *items = PyDict_Items(d); /* a snapshot: the dict may change under callbacks */
-    if (!items)
-        return -1;
-    int r = 0;
-    for (Py_ssize_t i = 0; r == 0 && i < PyList_Size(items); i++) {
-        PyObject *kv = PyList_GetItem(items, i);
-        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(kv, 0), NULL);
-        mstar_tensor t;
-        mstar_release_fn fn = NULL;
-        void *ctx = NULL;
-        if (!name || mstarpy_tensor_in(PyTuple_GetItem(kv, 1), &t, &fn, &ctx) < 0) {
-            r = -1;
-            break;
-        }
-        mstar_status st;
-        if (!copy) {
-            st = mstar_tensor_map_set(out, name, &t);
-            r = push_hold(g, fn, ctx);
-        } else {
-            mstar_tensor c;
-            st = mstar_tensor_is_contiguous(&t)
-                     ? mstar_tensor_alloc(stream, t.dtype, t.ndim, t.shape, &c)
-                     : mstar_error_set(MSTAR_EINVAL, "tensor '%s' is not contiguous", name);
-            if (st == MSTAR_OK) { /* owned by the map first, so a failed copy frees it */
-                st = mstar_tensor_map_set_owned(out, name, &c, stream);
-                if (st != MSTAR_OK)
-                    mstar_tensor_free(stream, &c);
-            }
-            if (st == MSTAR_OK)
-                st = mstar_memcpy_async(stream, c.data, mstar_tensor_ptr(&t),
-                                        mstar_tensor_nbytes(&t), copy_kind(t.device, c.device));
-            if (st == MSTAR_OK)
-                st = mstar_stream_synchronize(stream); /* the source goes next */
-            if (fn)
-                fn(ctx, NULL);
-        }
-        if (r == 0 && st != MSTAR_OK) {
-            mstarpy_raise(st);
-            r = -1;
-        }
-    }
-    Py_DECREF(items);
-    return r;
+    struct into_map m = { g, out, stream, copy };
+    return mstarpy_dict_tensors(d, "expected a dict of tensors", tensor_into_map, &m);
 }
 
 /* ---- the submodule ops ------------------------------------------------------------------------
@@ -221,6 +219,40 @@ static PyObject *lease_name(const mstar_slot_lease *l)
                                 l->bucket.cg_key_info ? l->bucket.cg_key_info : "", (int)l->slot);
 }
 
+struct output_into {
+    mstar_stream *stream;
+    mstar_tensor_map *outputs;
+    bool host_capture;
+};
+
+/* One output into a buffer from mstar_alloc(stream), copied now unless a host capture. */
+static int output_into_map(void *user, const char *name, const mstar_tensor *t, mstar_release_fn fn,
+                           void *hctx)
+{
+    struct output_into *o = user;
+    mstar_tensor y;
+    mstar_status st = mstar_tensor_is_contiguous(t)
+                          ? mstar_tensor_alloc(o->stream, t->dtype, t->ndim, t->shape, &y)
+                          : mstar_error_set(MSTAR_EINVAL, "output '%s' is not contiguous", name);
+    if (st == MSTAR_OK) {
+        st = mstar_tensor_map_set_owned(o->outputs, name, &y, o->stream);
+        if (st != MSTAR_OK)
+            mstar_tensor_free(o->stream, &y);
+    }
+    if (st == MSTAR_OK && !o->host_capture)
+        st = mstar_memcpy_async(o->stream, y.data, mstar_tensor_ptr(t), mstar_tensor_nbytes(t),
+                                copy_kind(t->device, y.device));
+    if (st == MSTAR_OK && !o->host_capture && !mstar_stream_is_capturing(o->stream))
+        st = mstar_stream_synchronize(o->stream); /* the source goes next */
+    if (fn)
+        fn(hctx, NULL);
+    if (st != MSTAR_OK) {
+        mstarpy_raise(st);
+        return -1;
+    }
+    return 0;
+}
+
 /* The module's outputs into `outputs`: buffers from mstar_alloc(stream) (the pool's while
  * capturing). Eager and device capture copy now; a host capture records the replay instead. */
 static int outputs_from_py(gr_obj *g, mstar_step *step, PyObject *res,
@@ -228,46 +260,9 @@ static int outputs_from_py(gr_obj *g, mstar_step *step, PyObject *res,
                            mstar_tensor_map *outputs)
 {
     mstar_step_ctx *ctx = mstar_step_context(step);
-    if (!PyDict_Check(res)) {
-        PyErr_SetString(PyExc_TypeError, "the forward must return a dict of tensors");
-        return -1;
-    }
-    PyObject *items = PyDict_Items(res);
-    if (!items)
-        return -1;
-    int r = 0;
-    for (Py_ssize_t i = 0; r == 0 && i < PyList_Size(items); i++) {
-        PyObject *kv = PyList_GetItem(items, i);
-        const char *name = PyUnicode_AsUTF8AndSize(PyTuple_GetItem(kv, 0), NULL);
-        mstar_tensor t, y;
-        mstar_release_fn fn = NULL;
-        void *hctx = NULL;
-        if (!name || mstarpy_tensor_in(PyTuple_GetItem(kv, 1), &t, &fn, &hctx) < 0) {
-            r = -1;
-            break;
-        }
-        mstar_status st =
-            mstar_tensor_is_contiguous(&t)
-                ? mstar_tensor_alloc(ctx->stream, t.dtype, t.ndim, t.shape, &y)
-                : mstar_error_set(MSTAR_EINVAL, "output '%s' is not contiguous", name);
-        if (st == MSTAR_OK) {
-            st = mstar_tensor_map_set_owned(outputs, name, &y, ctx->stream);
-            if (st != MSTAR_OK)
-                mstar_tensor_free(ctx->stream, &y);
-        }
-        if (st == MSTAR_OK && !host_capture)
-            st = mstar_memcpy_async(ctx->stream, y.data, mstar_tensor_ptr(&t),
-                                    mstar_tensor_nbytes(&t), copy_kind(t.device, y.device));
-        if (st == MSTAR_OK && !host_capture && !mstar_stream_is_capturing(ctx->stream))
-            st = mstar_stream_synchronize(ctx->stream); /* the source goes next */
-        if (fn)
-            fn(hctx, NULL);
-        if (st != MSTAR_OK) {
-            mstarpy_raise(st);
-            r = -1;
-        }
-    }
-    Py_DECREF(items);
+    struct output_into o = { ctx->stream, outputs, host_capture };
+    int r =
+        mstarpy_dict_tensors(res, "the forward must return a dict of tensors", output_into_map, &o);
     if (r < 0 || !host_capture)
         return r;
     /* Record the replay: graphs.py builds it over the static inputs and these outputs. */
