@@ -115,6 +115,26 @@ static PyObject *rows_to_py(gr_obj *g, const mstar_node_input *rows, size_t n)
     return l;
 }
 
+/* A buffer of `stream` shaped as `t`, owned by `out` under `name` (so a failed copy frees it),
+ * with a copy of `t` queued into it when `copy`; `what` names the tensor in the error. */
+static mstar_status owned_copy(mstar_stream *stream, const mstar_tensor *t, const char *what,
+                               const char *name, bool copy, mstar_tensor_map *out)
+{
+    mstar_tensor y;
+    mstar_status st = mstar_tensor_is_contiguous(t)
+                          ? mstar_tensor_alloc(stream, t->dtype, t->ndim, t->shape, &y)
+                          : mstar_error_set(MSTAR_EINVAL, "%s '%s' is not contiguous", what, name);
+    if (st == MSTAR_OK) {
+        st = mstar_tensor_map_set_owned(out, name, &y, stream);
+        if (st != MSTAR_OK)
+            mstar_tensor_free(stream, &y);
+    }
+    if (st == MSTAR_OK && copy)
+        st = mstar_memcpy_async(stream, y.data, mstar_tensor_ptr(t), mstar_tensor_nbytes(t),
+                                copy_kind(t->device, y.device));
+    return st;
+}
+
 struct into_map {
     gr_obj *g;
     mstar_tensor_map *out;
@@ -134,18 +154,7 @@ static int tensor_into_map(void *user, const char *name, const mstar_tensor *t, 
         st = mstar_tensor_map_set(m->out, name, t);
         r = push_hold(m->g, fn, ctx);
     } else {
-        mstar_tensor c;
-        st = mstar_tensor_is_contiguous(t)
-                 ? mstar_tensor_alloc(m->stream, t->dtype, t->ndim, t->shape, &c)
-                 : mstar_error_set(MSTAR_EINVAL, "tensor '%s' is not contiguous", name);
-        if (st == MSTAR_OK) { /* owned by the map first, so a failed copy frees it */
-            st = mstar_tensor_map_set_owned(m->out, name, &c, m->stream);
-            if (st != MSTAR_OK)
-                mstar_tensor_free(m->stream, &c);
-        }
-        if (st == MSTAR_OK)
-            st = mstar_memcpy_async(m->stream, c.data, mstar_tensor_ptr(t), mstar_tensor_nbytes(t),
-                                    copy_kind(t->device, c.device));
+        st = owned_copy(m->stream, t, "tensor", name, true, m->out);
         if (st == MSTAR_OK)
             st = mstar_stream_synchronize(m->stream); /* the source goes next */
         if (fn)
@@ -230,18 +239,7 @@ static int output_into_map(void *user, const char *name, const mstar_tensor *t, 
                            void *hctx)
 {
     struct output_into *o = user;
-    mstar_tensor y;
-    mstar_status st = mstar_tensor_is_contiguous(t)
-                          ? mstar_tensor_alloc(o->stream, t->dtype, t->ndim, t->shape, &y)
-                          : mstar_error_set(MSTAR_EINVAL, "output '%s' is not contiguous", name);
-    if (st == MSTAR_OK) {
-        st = mstar_tensor_map_set_owned(o->outputs, name, &y, o->stream);
-        if (st != MSTAR_OK)
-            mstar_tensor_free(o->stream, &y);
-    }
-    if (st == MSTAR_OK && !o->host_capture)
-        st = mstar_memcpy_async(o->stream, y.data, mstar_tensor_ptr(t), mstar_tensor_nbytes(t),
-                                copy_kind(t->device, y.device));
+    mstar_status st = owned_copy(o->stream, t, "output", name, !o->host_capture, o->outputs);
     if (st == MSTAR_OK && !o->host_capture && !mstar_stream_is_capturing(o->stream))
         st = mstar_stream_synchronize(o->stream); /* the source goes next */
     if (fn)
