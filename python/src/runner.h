@@ -118,8 +118,9 @@ void mstarpy_runner_refs_init(mstarpy_runner_refs *b, PyObject *sro, PyObject *p
 int mstarpy_runner_refs_traverse(mstarpy_runner_refs *b, visitproc visit, void *arg);
 /* tp_clear's part: the references that can make cycles (callbacks, records). */
 void mstarpy_runner_refs_clear(mstarpy_runner_refs *b);
-/* Dealloc's part: everything, the pending exception included. */
-void mstarpy_runner_refs_release(mstarpy_runner_refs *b);
+/* The end of a runner object's dealloc, after its own state is gone: release everything in `b`
+ * (the pending exception included), then free `obj` (untracked) and drop its type. */
+void mstarpy_runner_free(PyObject *obj, mstarpy_runner_refs *b);
 
 /* Bucket keys as a list of key tuples. */
 PyObject *mstarpy_keys_to_py(const mstar_bucket_key *k, size_t n);

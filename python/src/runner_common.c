@@ -147,12 +147,16 @@ void mstarpy_runner_refs_clear(mstarpy_runner_refs *b)
     Py_CLEAR(b->records);
 }
 
-void mstarpy_runner_refs_release(mstarpy_runner_refs *b)
+void mstarpy_runner_free(PyObject *obj, mstarpy_runner_refs *b)
 {
+    PyTypeObject *tp = Py_TYPE(obj);
     mstarpy_pending_drop(&b->pending);
     mstarpy_runner_refs_clear(b);
     Py_CLEAR(b->poolo);
     Py_CLEAR(b->sro);
+    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
+    f(obj);
+    Py_DECREF(tp); /* a heap type's instance holds its type */
 }
 
 int mstarpy_keys_from_py(PyObject *planned, PyObject **seq, mstar_bucket_key **out, size_t *n)

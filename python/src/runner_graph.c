@@ -557,15 +557,11 @@ static int gr_clear(PyObject *obj)
 static void gr_dealloc(PyObject *obj)
 {
     gr_obj *g = (gr_obj *)obj;
-    PyTypeObject *tp = Py_TYPE(obj);
     PyObject_GC_UnTrack(obj);
     gr_close(g);
     free(g->holds);
     free(g->name);
-    mstarpy_runner_refs_release(&g->refs);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(obj);
-    Py_DECREF(tp);
+    mstarpy_runner_free(obj, &g->refs);
 }
 
 #define GR_OR_NULL(self)                                       \

@@ -306,16 +306,12 @@ static int pw_clear(PyObject *obj)
 static void pw_dealloc(PyObject *obj)
 {
     pw_obj *p = (pw_obj *)obj;
-    PyTypeObject *tp = Py_TYPE(obj);
     PyObject_GC_UnTrack(obj);
     pw_close(p);
     free(p->sizes);
     free(p->tlens);
     free(p->label);
-    mstarpy_runner_refs_release(&p->refs);
-    freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
-    f(obj);
-    Py_DECREF(tp);
+    mstarpy_runner_free(obj, &p->refs);
 }
 
 #define PW_OR_NULL(self)                                               \
