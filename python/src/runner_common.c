@@ -2,7 +2,8 @@
  * runner_common.c — what _GraphRunner (runner_graph.c) and _PiecewiseRunner (runner_piecewise.c)
  * do alike: keeping the first exception a Python callback raised until the method whose C call
  * failed re-raises it, the references both objects hold (mstarpy_runner_refs), launching a host
- * replay record that re-enters Python, and bucket keys out to Python as a list.
+ * replay record that re-enters Python, bucket keys to and from Python, and walking a dict of
+ * tensors a callback returned.
  */
 #include "runner.h"
 
