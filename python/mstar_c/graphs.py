@@ -421,7 +421,22 @@ class AcceleratorGraphBucket:
     slots: list = field(default_factory=list)
 
 
-class AcceleratorGraphRunner:
+class _CRunner:
+    """What both runners read alike from their C object (self._c)."""
+
+    @property
+    def any_graphs(self) -> bool:
+        return self._c.any_graphs()
+
+    @property
+    def num_slots(self) -> int:
+        return self._c.num_slots()
+
+    def buckets(self) -> list:
+        return [BucketKey(*k) for k in self._c.buckets()]
+
+
+class AcceleratorGraphRunner(_CRunner):
     """Captures a torch.nn.Module's forward per bucket and replays it (the reference's
     AcceleratorGraphRunner), over mstar_graph_runner.
 
@@ -473,19 +488,8 @@ class AcceleratorGraphRunner:
 
     # lookups
     @property
-    def any_graphs(self) -> bool:
-        return self._c.any_graphs()
-
-    @property
-    def num_slots(self) -> int:
-        return self._c.num_slots()
-
-    @property
     def dropped_buckets(self) -> list:
         return [BucketKey(*k) for k in self._c.dropped_buckets()]
-
-    def buckets(self) -> list:
-        return [BucketKey(*k) for k in self._c.buckets()]
 
     def can_run(self, graph_walk, bs, num_tokens, cg_key_info=None) -> bool:
         return self._c.can_run(graph_walk, bs, num_tokens, cg_key_info)
@@ -958,7 +962,7 @@ class _Region:
         return replay, outs
 
 
-class PiecewiseAcceleratorGraphRunner:
+class PiecewiseAcceleratorGraphRunner(_CRunner):
     """Captures one inner region of a submodule's forward per shape and slot, while the preamble
     around it stays eager and calls run itself (the reference's PiecewiseAcceleratorGraphRunner),
     over mstar_piecewise_runner (mstar/piecewise.h).
@@ -1003,14 +1007,6 @@ class PiecewiseAcceleratorGraphRunner:
         self._executables: list = []
 
     @property
-    def any_graphs(self) -> bool:
-        return self._c.any_graphs()
-
-    @property
-    def num_slots(self) -> int:
-        return self._c.num_slots()
-
-    @property
     def lease_before_step(self) -> bool:
         return self._c.lease_before_step()
 
@@ -1018,9 +1014,6 @@ class PiecewiseAcceleratorGraphRunner:
     def dropped_shapes(self) -> list:
         """Shapes not captured (planned out, failed or blocked), as (bs, total_tokens)."""
         return [(k[1], k[2]) for k in self._c.dropped_shapes()]
-
-    def buckets(self) -> list:
-        return [BucketKey(*k) for k in self._c.buckets()]
 
     def can_lease(self, inputs) -> bool:
         fn = self.config.can_lease

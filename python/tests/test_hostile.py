@@ -9,19 +9,7 @@ import pytest
 import torch
 
 import mstar_c
-
-
-@pytest.fixture(params=["files", "arena"])
-def pair(make, request):
-    return make("worker_0", request.param), make("worker_1", request.param)
-
-
-def _stage(prod, rid, tensors):
-    infos = prod.store_and_return_tensor_info(rid, {"x": tensors})["x"]
-    for i in infos:
-        prod.increment_ref(i.uuid)  # one consumer
-    prod.register_for_send(rid, infos)
-    return infos
+from test_read_into import _stage, pair  # noqa: F401 (pair: a fixture)
 
 
 class Sly:
