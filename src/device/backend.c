@@ -464,16 +464,12 @@ mstar_status mstar_tensor_free(mstar_stream *s, mstar_tensor *t)
 /* ---- streams and events -----------------------------------------------------------------------
  */
 
-mstar_status mstar_stream_create(mstar_backend *b, unsigned flags, mstar_stream **out)
+/* A zeroed stream of `b` with its lock, or NULL when out of memory. */
+static mstar_stream *stream_new(mstar_backend *b, unsigned flags)
 {
-    if (b == NULL || out == NULL)
-        return mstar_error_set(MSTAR_EINVAL,
-                               "mstar_stream_create: backend and out must not be NULL");
-    if (flags & ~(unsigned)MSTAR_STREAM_NON_BLOCKING)
-        return mstar_error_set(MSTAR_EINVAL, "mstar_stream_create: unknown flags 0x%x", flags);
     mstar_stream *s = calloc(1, sizeof(*s));
     if (s == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "mstar_stream_create: out of memory");
+        return NULL;
     s->backend = b;
     s->flags = flags;
     pthread_mutexattr_t attr;
@@ -481,6 +477,19 @@ mstar_status mstar_stream_create(mstar_backend *b, unsigned flags, mstar_stream 
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
     pthread_mutex_init(&s->lock, &attr);
     pthread_mutexattr_destroy(&attr);
+    return s;
+}
+
+mstar_status mstar_stream_create(mstar_backend *b, unsigned flags, mstar_stream **out)
+{
+    if (b == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "mstar_stream_create: backend and out must not be NULL");
+    if (flags & ~(unsigned)MSTAR_STREAM_NON_BLOCKING)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_stream_create: unknown flags 0x%x", flags);
+    mstar_stream *s = stream_new(b, flags);
+    if (s == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_stream_create: out of memory");
     mstar_status st = b->ops->stream_create(s);
     if (st != MSTAR_OK) {
         pthread_mutex_destroy(&s->lock);
@@ -491,10 +500,33 @@ mstar_status mstar_stream_create(mstar_backend *b, unsigned flags, mstar_stream 
     return MSTAR_OK;
 }
 
+mstar_status mstar_stream_wrap(mstar_backend *b, void *native, mstar_stream **out)
+{
+    if (b == NULL || native == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL,
+                               "mstar_stream_wrap: backend, native and out must not be NULL");
+    if (b->device.type != MSTAR_DEVICE_CUDA)
+        return mstar_error_set(MSTAR_ENOTSUP,
+                               "mstar_stream_wrap: the %s backend has no native streams",
+                               mstar_backend_name(b));
+    mstar_stream *s = stream_new(b, MSTAR_STREAM_DEFAULT);
+    if (s == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "mstar_stream_wrap: out of memory");
+    s->native = native;
+    s->wrapped = true;
+    *out = s;
+    return MSTAR_OK;
+}
+
 void mstar_stream_destroy(mstar_stream *s)
 {
     if (s == NULL)
         return;
+    if (s->wrapped) { /* another library's stream: only the wrapper goes */
+        pthread_mutex_destroy(&s->lock);
+        free(s);
+        return;
+    }
     if (s->capturing) {
         mstar_graph *g = NULL;
         mstar_log(MSTAR_LOG_WARN, "stream destroyed while capturing; the capture is discarded");

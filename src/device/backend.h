@@ -122,6 +122,7 @@ struct mstar_stream {
     mstar_backend *backend;
     unsigned flags;
     void *native;         /* cudaStream_t; NULL on the host backend */
+    bool wrapped;         /* `native` belongs to another library (mstar_stream_wrap) */
     pthread_mutex_t lock; /* host backend: serialises the stream's work */
     bool capturing;
     void *capture_state;                 /* the backend's recording while capturing */

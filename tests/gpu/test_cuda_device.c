@@ -61,6 +61,53 @@ static void test_copies_events_and_host_work(void **state)
     mstar_backend_destroy(b);
 }
 
+static void CUDART_CB set_flag(void *arg)
+{
+    *(volatile int *)arg = 1;
+}
+
+/* A wrapped stream (another library's cudaStream_t) orders the library's streams after it and
+ * itself after them through events; destroying the wrapper leaves the stream to its owner. */
+static void test_wrapped_stream_orders_with_events(void **state)
+{
+    (void)state;
+    mstar_backend *b = mstar_test_cuda_or_skip(0);
+    cudaStream_t theirs;
+    assert_int_equal(cudaStreamCreateWithFlags(&theirs, cudaStreamNonBlocking), cudaSuccess);
+    mstar_stream *w = NULL, *ours = NULL;
+    assert_mstar_ok(mstar_stream_wrap(b, theirs, &w));
+    assert_ptr_equal(mstar_stream_native(w), theirs);
+    assert_mstar_ok(mstar_stream_create(b, MSTAR_STREAM_NON_BLOCKING, &ours));
+    mstar_event *in = NULL, *out = NULL;
+    assert_mstar_ok(mstar_event_create(b, &in));
+    assert_mstar_ok(mstar_event_create(b, &out));
+    char *dev = NULL, *host = NULL;
+    assert_mstar_ok(mstar_device_alloc(b, 1 << 20, (void **)&dev));
+    assert_mstar_ok(mstar_host_alloc_pinned(b, 1 << 20, (void **)&host));
+    /* Their stream is held by a host function until the flag is up: our copy must wait. */
+    volatile int gate = 0;
+    assert_int_equal(cudaMemsetAsync(dev, 0x11, 1 << 20, theirs), cudaSuccess);
+    assert_mstar_ok(mstar_event_record(in, w));
+    assert_mstar_ok(mstar_stream_wait_event(ours, in));
+    assert_mstar_ok(mstar_memcpy_async(ours, host, dev, 1 << 20, MSTAR_MEMCPY_D2H));
+    assert_mstar_ok(mstar_event_record(out, ours));
+    assert_mstar_ok(mstar_stream_wait_event(w, out));
+    assert_int_equal(cudaLaunchHostFunc(theirs, set_flag, (void *)&gate), cudaSuccess);
+    assert_int_equal(cudaStreamSynchronize(theirs), cudaSuccess);
+    assert_int_equal(gate, 1);
+    assert_int_equal((unsigned char)host[0], 0x11);
+    assert_int_equal((unsigned char)host[(1 << 20) - 1], 0x11);
+    mstar_stream_destroy(w); /* the wrapper only */
+    assert_int_equal(cudaStreamQuery(theirs), cudaSuccess);
+    assert_int_equal(cudaStreamDestroy(theirs), cudaSuccess);
+    mstar_event_destroy(in);
+    mstar_event_destroy(out);
+    assert_mstar_ok(mstar_device_free(b, dev));
+    assert_mstar_ok(mstar_host_free_pinned(b, host));
+    mstar_stream_destroy(ours);
+    mstar_backend_destroy(b);
+}
+
 static void test_real_stream_capture(void **state)
 {
     (void)state;
@@ -111,6 +158,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_copies_events_and_host_work),
         cmocka_unit_test(test_real_stream_capture),
+        cmocka_unit_test(test_wrapped_stream_orders_with_events),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -464,6 +464,21 @@ static void test_stream_query(void **state)
     mstar_backend_destroy(b);
 }
 
+/* The host backend has no native streams to wrap; bad arguments are refused either way. */
+static void test_stream_wrap_refused(void **state)
+{
+    (void)state;
+    mstar_backend *b = host();
+    int native = 0;
+    mstar_stream *s = NULL;
+    assert_mstar_status(mstar_stream_wrap(b, &native, &s), MSTAR_ENOTSUP);
+    assert_null(s);
+    assert_mstar_status(mstar_stream_wrap(b, NULL, &s), MSTAR_EINVAL);
+    assert_mstar_status(mstar_stream_wrap(NULL, &native, &s), MSTAR_EINVAL);
+    assert_mstar_status(mstar_stream_wrap(b, &native, NULL), MSTAR_EINVAL);
+    mstar_backend_destroy(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -481,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_caching_and_current_allocator),
         cmocka_unit_test(test_lazy_refused_inside_capture),
         cmocka_unit_test(test_stream_serialises_threads),
+        cmocka_unit_test(test_stream_wrap_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
