@@ -78,11 +78,10 @@ enum {
 MSTAR_API mstar_status mstar_stream_create(mstar_backend *backend, unsigned flags,
                                            mstar_stream **out);
 /* A stream over a native stream another library owns (CUDA: a cudaStream_t, e.g. torch's current
- * stream), so that events can order the library's own streams after it and it after them. The
- * library enqueues on it only what the caller asks for; mstar_stream_destroy releases the wrapper
- * and leaves the native stream to its owner, without waiting for it. MSTAR_EINVAL for a NULL
- * native handle (the legacy default stream has none: wrap the stream torch names instead);
- * MSTAR_ENOTSUP on the host backend, which has no native streams. */
+ * stream; NULL is the legacy default stream, as in the CUDA runtime), so that events can order
+ * the library's own streams after it and it after them. The library enqueues on it only what the
+ * caller asks for; mstar_stream_destroy releases the wrapper and leaves the native stream to its
+ * owner, without waiting for it. MSTAR_ENOTSUP on the host backend, which has no native streams. */
 MSTAR_API mstar_status mstar_stream_wrap(mstar_backend *backend, void *native, mstar_stream **out);
 /* Waits for the stream's work, then releases it (a wrapped stream: only the wrapper, with no
  * wait). NULL is ignored. */

@@ -502,9 +502,8 @@ mstar_status mstar_stream_create(mstar_backend *b, unsigned flags, mstar_stream 
 
 mstar_status mstar_stream_wrap(mstar_backend *b, void *native, mstar_stream **out)
 {
-    if (b == NULL || native == NULL || out == NULL)
-        return mstar_error_set(MSTAR_EINVAL,
-                               "mstar_stream_wrap: backend, native and out must not be NULL");
+    if (b == NULL || out == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "mstar_stream_wrap: backend and out must not be NULL");
     if (b->device.type != MSTAR_DEVICE_CUDA)
         return mstar_error_set(MSTAR_ENOTSUP,
                                "mstar_stream_wrap: the %s backend has no native streams",

@@ -97,6 +97,16 @@ static void test_wrapped_stream_orders_with_events(void **state)
     assert_int_equal(gate, 1);
     assert_int_equal((unsigned char)host[0], 0x11);
     assert_int_equal((unsigned char)host[(1 << 20) - 1], 0x11);
+    /* The legacy default stream (NULL, as torch's default stream is) orders the same way. */
+    mstar_stream *legacy = NULL;
+    assert_mstar_ok(mstar_stream_wrap(b, NULL, &legacy));
+    assert_int_equal(cudaMemsetAsync(dev, 0x22, 1 << 20, 0), cudaSuccess);
+    assert_mstar_ok(mstar_event_record(in, legacy));
+    assert_mstar_ok(mstar_stream_wait_event(ours, in));
+    assert_mstar_ok(mstar_memcpy_async(ours, host, dev, 1 << 20, MSTAR_MEMCPY_D2H));
+    assert_mstar_ok(mstar_stream_synchronize(ours));
+    assert_int_equal((unsigned char)host[(1 << 20) - 1], 0x22);
+    mstar_stream_destroy(legacy);
     mstar_stream_destroy(w); /* the wrapper only */
     assert_int_equal(cudaStreamQuery(theirs), cudaSuccess);
     assert_int_equal(cudaStreamDestroy(theirs), cudaSuccess);
