@@ -16,12 +16,16 @@ Per step and batch size, the median over --steps steps (after warm-up), taken in
 "host" is the time the step's call takes on the calling thread; on CUDA "step" also waits for
 the device (the host backend runs everything on the calling thread, so the two are the same on
 CPU). Replays are checked against the eager module (bit for bit on CPU; on CUDA too, the graph
-runs the same kernels).
+runs the same kernels). On CUDA the bench also checks that 20 steps of lease, replay and release
+enter no Python frame (sys.setprofile), and prints the memory capture planning predicted beside
+what the runner's captures took and what the torch runner's captures took (free device memory
+before and after each, torch's cache emptied).
 """
 import argparse
 import bisect
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -100,8 +104,34 @@ def make_mstar(module, width, device, dtype):
         "decode", capture_batch_sizes=BUCKETS,
         make_node_input=lambda n: {"x": torch.zeros(n, width, dtype=dtype, device=device)})
     r = g.AcceleratorGraphRunner("mlp", module, None, sr, device, None, None, 1, configs=[cfg])
-    r.capture()
-    return r
+    report = r.capture()
+    return r, report
+
+
+def free_bytes(cuda):
+    """Free device memory as the driver sees it, after torch gave back what it caches."""
+    if not cuda:
+        return 0
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return torch.cuda.mem_get_info()[0]
+
+
+def python_calls(runner, x, bs, steps):
+    """Python frames entered while `steps` steps lease, replay and release (sys.setprofile)."""
+    calls = []
+
+    def hook(frame, event, arg):
+        if event == "call":
+            calls.append(frame.f_code.co_name)
+
+    sys.setprofile(hook)
+    for _ in range(steps):
+        lease = runner.lease_slot("decode", bs, None, bs)
+        runner.run_forward(lease, {"x": x})
+        runner.release(lease, bs)
+    sys.setprofile(None)
+    return calls
 
 
 def time_steps(fn, steps, sync):
@@ -130,8 +160,23 @@ def main():
     cuda = a.device.startswith("cuda")
     dtype = torch.bfloat16 if cuda else torch.float32
     module = MLP(a.width).to(device=a.device, dtype=dtype)
-    runner = make_mstar(module, a.width, a.device, dtype)
+    free0 = free_bytes(cuda)
+    runner, report = make_mstar(module, a.width, a.device, dtype)
+    free1 = free_bytes(cuda)
     torch_runner = TorchRunner(module, a.width, a.device, dtype)
+    free2 = free_bytes(cuda)
+    memory = {"mstar_predicted": report["predicted"] + report["predicted_outside"],
+              "mstar_taken": report["taken"] + report["outside"],
+              "mstar_free_drop": free0 - free1, "torch_free_drop": free1 - free2}
+    if cuda:
+        m = memory
+        print(f"capture memory: mstar predicted {m['mstar_predicted'] / 2**20:.1f} MiB "
+              f"(pool {report['predicted'] / 2**20:.1f} + outside "
+              f"{report['predicted_outside'] / 2**20:.1f}); mstar took "
+              f"{m['mstar_taken'] / 2**20:.1f} MiB (free memory fell "
+              f"{m['mstar_free_drop'] / 2**20:.1f} MiB); the torch runner's captures took "
+              f"{m['torch_free_drop'] / 2**20:.1f} MiB of free memory; predicted / torch "
+              f"{m['mstar_predicted'] / max(m['torch_free_drop'], 1):.3f}", flush=True)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     rows = []
     for bs in [int(b) for b in a.bs.split(",")]:
@@ -149,6 +194,9 @@ def main():
         got = lease_step()
         sync()
         assert torch.equal(got, want), f"replay differs from eager at bs {bs}"
+        if cuda:  # the host backend's replay re-runs the module: Python by design
+            calls = python_calls(runner, x, bs, 20)
+            assert not calls, f"Python frames during replays at bs {bs}: {calls[:5]}"
         assert torch.equal(runner.run(inputs)["output"], want)
         assert torch.equal(torch_runner.step(x), want)
         res = {"bs": bs}
@@ -162,6 +210,7 @@ def main():
                 best = res.get(name)
                 if best is None or h < best[0]:
                     res[name] = (h, t)
+        res["python_calls_per_20_steps"] = 0 if cuda else None
         rows.append(res)
         print(f"bs {bs:3d}: host/step us  mstar lease {res['mstar_lease'][0]:9.1f}  "
               f"mstar run {res['mstar_run'][0]:9.1f}  torch runner {res['torch'][0]:9.1f}  "
@@ -170,7 +219,8 @@ def main():
               flush=True)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"device": a.device, "width": a.width, "rows": rows}, f, indent=1)
+            json.dump({"device": a.device, "width": a.width, "rows": rows,
+                       "capture_memory": memory}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -47,15 +47,3 @@ def capture_context(runner, capturing):
             yield
         finally:
             torch._C._cuda_endAllocateCurrentStreamToPool(dev.index or 0, runner._mempool)
-
-
-@contextlib.contextmanager
-def ordered_with_torch(runner):
-    """A replay from C: the compute stream first waits for torch's current stream (staging reads
-    the inputs torch wrote), and torch's stream then waits for the replay (its outputs)."""
-    import torch
-    _, stream = _stream(runner)
-    current = torch.cuda.current_stream()
-    stream.wait_stream(current)
-    yield
-    current.wait_stream(stream)

@@ -83,7 +83,11 @@ class SlotLease(NamedTuple):
 
 
 def _lease(t) -> Optional[SlotLease]:
-    return None if t is None else SlotLease(t[0], BucketKey(*t[1:]))
+    return t if t is None or isinstance(t, SlotLease) else SlotLease(t[0], BucketKey(*t[1:]))
+
+
+# The C runners' lease_slot hands out these types, made in C (no Python frame per step).
+_mstar._register_lease_types(SlotLease, BucketKey)
 
 
 class CGSlotSpec(NamedTuple):
@@ -485,6 +489,11 @@ class AcceleratorGraphRunner(_CRunner):
         self._executables: list = []
         self._sizing = None
         self._declare_cache: dict = {}
+        # A step's calls go straight to C: a replay runs no Python frame (docs/python.md, "A step
+        # from Python"). Bound on the instance, so a subclass's own override still wins.
+        for name in ("lease_slot", "run_forward", "release"):
+            if getattr(type(self), name) is getattr(AcceleratorGraphRunner, name):
+                setattr(self, name, getattr(self._c, name))
 
     # lookups
     @property
@@ -510,7 +519,7 @@ class AcceleratorGraphRunner(_CRunner):
 
     def lease_slot(self, graph_walk, bs, slot=None, num_tokens=None,
                    cg_key_info=None) -> Optional[SlotLease]:
-        return _lease(self._c.lease_slot(graph_walk, bs, slot, num_tokens, cg_key_info))
+        return self._c.lease_slot(graph_walk, bs, slot, num_tokens, cg_key_info)
 
     def config_for(self, lease: SlotLease) -> AcceleratorGraphConfig:
         return self.configs[self._c.config_idx_for(lease._c())]
@@ -555,7 +564,7 @@ class AcceleratorGraphRunner(_CRunner):
         return self._declare_cache[key]
 
     def release(self, lease: SlotLease, real_bs: int) -> None:
-        self._c.release(lease._c(), real_bs)
+        self._c.release(lease, real_bs)
 
     def static_input(self, lease: SlotLease, key: str, length: int):
         """The slot's static input `key` narrowed to `length` (write a step's value here and
@@ -565,18 +574,10 @@ class AcceleratorGraphRunner(_CRunner):
     def run_forward(self, lease: SlotLease, preprocessed: Mapping, plan_done_event=None,
                     launch_started_event=None) -> dict:
         """Stage this step's inputs into the slot and replay it: the slot's static outputs (views,
-        valid until the slot's next replay)."""
-        try:
-            if self._cuda:  # staging reads what torch's stream wrote; torch reads the outputs
-                from . import _cuda_capture
-                with _cuda_capture.ordered_with_torch(self):
-                    outs = self._c.run_forward(lease._c(), dict(preprocessed))
-            else:
-                outs = self._c.run_forward(lease._c(), dict(preprocessed))
-        finally:
-            if launch_started_event is not None:
-                launch_started_event.set()
-        return {k: _tensor(v) for k, v in outs.items()}
+        valid until the slot's next replay). On CUDA the replay waits for torch's current stream
+        and torch's stream for the replay. launch_started_event is set on every path."""
+        return self._c.run_forward(lease, dict(preprocessed), plan_done_event,
+                                   launch_started_event)
 
     def run(self, inputs: Sequence[NodeInputs], request_ids: Optional[Sequence[int]] = None,
             graph_walk: Optional[str] = None, slot=None) -> dict:

@@ -269,6 +269,7 @@ static int bool_fallback(PyObject *obj, mstar_tensor *out, mstar_release_fn *rel
  * the package never imports it. */
 static struct {
     PyObject *tensor_type, *to_dlpack, *strided;         /* strong references, kept once found */
+    PyObject *from_dlpack, *raw_stream;                  /* NULL where this torch lacks them */
     PyObject *requires_grad, *is_conj, *is_neg, *layout; /* interned names */
 } torch_hooks;
 
@@ -284,6 +285,10 @@ static bool torch_hooks_found(void)
     PyObject *strided = PyObject_GetAttrString(torch, "strided");
     PyObject *c = PyObject_GetAttrString(torch, "_C");
     PyObject *export = c ? PyObject_GetAttrString(c, "_to_dlpack") : NULL;
+    /* The importer and torch's current CUDA stream (the runner's replays, runner_graph.c):
+     * C functions, so a replay runs no Python frame; a torch without one takes the slow way. */
+    PyObject *import = c ? PyObject_GetAttrString(c, "_from_dlpack") : NULL;
+    PyObject *raw_stream = c ? PyObject_GetAttrString(c, "_cuda_getCurrentRawStream") : NULL;
     Py_XDECREF(c);
     if (!torch_hooks.requires_grad) { /* made once: a torch without the exporter asks again */
         torch_hooks.requires_grad = PyUnicode_InternFromString("requires_grad");
@@ -297,8 +302,13 @@ static bool torch_hooks_found(void)
         Py_XDECREF(tensor);
         Py_XDECREF(strided);
         Py_XDECREF(export);
+        Py_XDECREF(import);
+        Py_XDECREF(raw_stream);
         return false;
     }
+    PyErr_Clear(); /* the importer or the stream query may be missing */
+    torch_hooks.from_dlpack = import;
+    torch_hooks.raw_stream = raw_stream;
     torch_hooks.tensor_type = tensor;
     torch_hooks.strided = strided;
     torch_hooks.to_dlpack = export;
@@ -332,6 +342,35 @@ static PyObject *torch_capsule(PyObject *obj)
     if (!cap)
         PyErr_Clear();
     return cap;
+}
+
+PyObject *mstarpy_torch_from_capsule(PyObject *cap)
+{
+    if (torch_hooks_found() && torch_hooks.from_dlpack)
+        return PyObject_CallFunctionObjArgs(torch_hooks.from_dlpack, cap, NULL);
+    PyObject *utils = PyImport_ImportModule("torch.utils.dlpack");
+    PyObject *t = utils ? PyObject_CallMethod(utils, "from_dlpack", "O", cap) : NULL;
+    Py_XDECREF(utils);
+    return t;
+}
+
+int mstarpy_torch_current_stream(int device_index, void **out)
+{
+    PyObject *v;
+    if (torch_hooks_found() && torch_hooks.raw_stream) {
+        v = PyObject_CallFunction(torch_hooks.raw_stream, "i", device_index);
+    } else {
+        PyObject *cuda = PyImport_ImportModule("torch.cuda");
+        PyObject *st = cuda ? PyObject_CallMethod(cuda, "current_stream", "i", device_index) : NULL;
+        v = st ? PyObject_GetAttrString(st, "cuda_stream") : NULL;
+        Py_XDECREF(cuda);
+        Py_XDECREF(st);
+    }
+    if (!v)
+        return -1;
+    *out = PyLong_AsVoidPtr(v);
+    Py_DECREF(v);
+    return PyErr_Occurred() ? -1 : 0;
 }
 
 int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release, void **ctx)

@@ -263,6 +263,14 @@ int mstarpy_msg_struct_edges(PyObject *obj, mstar_rid *rid, mstar_edge **edges, 
 int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release,
                       void **release_ctx);
 
+/* ---- torch (dlpack.c): found in sys.modules, never imported by the package ------------------ */
+
+/* A torch tensor over a "dltensor" capsule (torch._C._from_dlpack: no Python frame; an older torch
+ * goes through torch.utils.dlpack). NULL with an exception. */
+PyObject *mstarpy_torch_from_capsule(PyObject *cap);
+/* torch's current CUDA stream on `device_index` (NULL: the legacy default stream). 0 / -1. */
+int mstarpy_torch_current_stream(int device_index, void **out);
+
 /* ---- tensors out (dlpack.c): shared by mstar_c.Tensor and mstar_c.Loan ---------------------- */
 
 /* __dlpack__'s keywords (a fastcall's) checked (`who` names the class in errors): bool_as_uint8

@@ -7,9 +7,10 @@
  * names, is mstar_c/graphs.py.
  *
  * Leases and bucket keys cross into Python as tuples: a key (graph_walk, bs, num_tokens,
- * cg_key_info), a lease (slot, graph_walk, bs, num_tokens, cg_key_info). Tensors go out as
- * DLPack capsules (graphs.py turns them into torch tensors) that hold a reference on the object
- * owning the memory, and come in through __dlpack__ (mstarpy_tensor_in).
+ * cg_key_info), a lease (slot, graph_walk, bs, num_tokens, cg_key_info); a runner's lease_slot
+ * returns graphs.py's SlotLease (slot, BucketKey), which every method taking a lease accepts.
+ * Tensors go out as DLPack capsules (graphs.py turns them into torch tensors) that hold a reference
+ * on the object owning the memory, and come in through __dlpack__ (mstarpy_tensor_in).
  */
 #ifndef MSTAR_PY_RUNNER_H
 #define MSTAR_PY_RUNNER_H
@@ -72,6 +73,11 @@ PyObject *mstarpy_key_to_py(const mstar_bucket_key *key);
 PyObject *mstarpy_lease_to_py(const mstar_slot_lease *lease);
 int mstarpy_key_from_py(PyObject *obj, mstar_bucket_key *out);
 int mstarpy_lease_from_py(PyObject *obj, mstar_slot_lease *out);
+/* A lease as graphs.py's SlotLease once _register_lease_types named it (else the tuple), for what
+ * a runner's lease_slot returns. */
+PyObject *mstarpy_slot_lease_to_py(const mstar_slot_lease *lease);
+/* _register_lease_types, a module function. */
+extern PyMethodDef mstarpy_lease_functions[];
 /* A "dltensor" capsule viewing `t`, holding a reference on `owner` (the memory's keeper). */
 PyObject *mstarpy_capsule(PyObject *owner, const mstar_tensor *t);
 /* A dict name -> capsule over every entry of `map`. */
@@ -97,14 +103,29 @@ PyObject *mstarpy_pending_take(mstarpy_pending *p);
  * it raises there is kept in `pending` as "<what> raised". 0 / -1. */
 int mstarpy_replay_keep(PyObject *records, PyObject *key, PyObject *rec, mstar_stream *stream,
                         mstarpy_pending *pending, const char *what);
+/* A replay on CUDA in order with torch: the compute stream first waits for what torch's current
+ * stream has queued (staging reads the inputs torch wrote), and torch's stream then waits for the
+ * replay (torch reads the outputs). Events, recorded and waited on from C, so a step runs no
+ * Python frame; the wrapper over torch's stream is remade only when torch's current stream
+ * changes. */
+typedef struct mstarpy_torch_order {
+    mstar_stream *theirs; /* torch's current stream when last asked (mstar_stream_wrap) */
+    void *native;
+    mstar_event *before, *after;
+} mstarpy_torch_order;
+
+void mstarpy_torch_order_close(mstarpy_torch_order *o);
+
 /* What a _GraphRunner and a _PiecewiseRunner object both hold: the step runner and pool objects
  * (keeping the backend and the pool), the Python callbacks, the replay records, the pending
- * exception, and whether the backend is the host's (replays re-enter Python). */
+ * exception, whether the backend is the host's (replays re-enter Python), and on CUDA the order
+ * of replays with torch's stream. */
 typedef struct mstarpy_runner_refs {
     PyObject *sro, *poolo, *cb;
     PyObject *records;
     mstarpy_pending pending;
     bool host;
+    mstarpy_torch_order order;
 } mstarpy_runner_refs;
 
 /* A runner constructor's common arguments, checked before the object exists: the step runner of
@@ -116,6 +137,10 @@ int mstarpy_runner_args(PyObject *sro, PyObject *poolo, PyObject *autocast, msta
 void mstarpy_runner_refs_init(mstarpy_runner_refs *b, PyObject *sro, PyObject *poolo, PyObject *cb,
                               mstar_step_runner *sr);
 int mstarpy_runner_refs_traverse(mstarpy_runner_refs *b, visitproc visit, void *arg);
+/* Before a replay: on CUDA the runner's compute stream waits for torch's current stream. After
+ * it: torch's current stream waits for the compute stream. Nothing on the host backend. 0 / -1. */
+int mstarpy_runner_after_torch(mstarpy_runner_refs *b);
+int mstarpy_runner_before_torch(mstarpy_runner_refs *b);
 /* tp_clear's part: the references that can make cycles (callbacks, records). */
 void mstarpy_runner_refs_clear(mstarpy_runner_refs *b);
 /* The end of a runner object's dealloc, after its own state is gone: release everything in `b`

@@ -8,6 +8,7 @@
 #include "runner.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 mstar_status mstarpy_pending_keep(mstarpy_pending *p, const char *what)
 {
@@ -151,6 +152,7 @@ void mstarpy_runner_refs_clear(mstarpy_runner_refs *b)
 void mstarpy_runner_free(PyObject *obj, mstarpy_runner_refs *b)
 {
     PyTypeObject *tp = Py_TYPE(obj);
+    mstarpy_torch_order_close(&b->order);
     mstarpy_pending_drop(&b->pending);
     mstarpy_runner_refs_clear(b);
     Py_CLEAR(b->poolo);
@@ -204,4 +206,62 @@ int mstarpy_dict_tensors(PyObject *d, const char *msg, mstarpy_tensor_visit visi
     }
     Py_DECREF(items);
     return r;
+}
+
+/* ---- replays in order with torch's stream ------------------------------------------------------
+ */
+
+/* The wrapper over torch's current stream on the device of `ours`, and the two events. */
+static int torch_stream(mstarpy_torch_order *o, mstar_stream *ours)
+{
+    mstar_backend *b = mstar_stream_backend(ours);
+    void *native;
+    if (mstarpy_torch_current_stream((int)mstar_backend_device(b).index, &native) < 0)
+        return -1;
+    mstar_status st = MSTAR_OK;
+    if (!o->before)
+        st = mstar_event_create(b, &o->before);
+    if (st == MSTAR_OK && !o->after)
+        st = mstar_event_create(b, &o->after);
+    if (st == MSTAR_OK && (!o->theirs || o->native != native)) {
+        mstar_stream_destroy(o->theirs);
+        o->theirs = NULL;
+        st = mstar_stream_wrap(b, native, &o->theirs);
+        o->native = native;
+    }
+    return st == MSTAR_OK ? 0 : (mstarpy_raise(st), -1);
+}
+
+int mstarpy_runner_after_torch(mstarpy_runner_refs *b)
+{
+    if (b->host)
+        return 0;
+    mstar_stream *ours = ((mstarpy_step_runner *)b->sro)->stream;
+    mstarpy_torch_order *o = &b->order;
+    if (torch_stream(o, ours) < 0)
+        return -1;
+    mstar_status st = mstar_event_record(o->before, o->theirs);
+    if (st == MSTAR_OK)
+        st = mstar_stream_wait_event(ours, o->before);
+    return st == MSTAR_OK ? 0 : (mstarpy_raise(st), -1);
+}
+
+int mstarpy_runner_before_torch(mstarpy_runner_refs *b)
+{
+    if (b->host)
+        return 0;
+    mstar_stream *ours = ((mstarpy_step_runner *)b->sro)->stream;
+    mstarpy_torch_order *o = &b->order;
+    mstar_status st = mstar_event_record(o->after, ours);
+    if (st == MSTAR_OK)
+        st = mstar_stream_wait_event(o->theirs, o->after);
+    return st == MSTAR_OK ? 0 : (mstarpy_raise(st), -1);
+}
+
+void mstarpy_torch_order_close(mstarpy_torch_order *o)
+{
+    mstar_stream_destroy(o->theirs);
+    mstar_event_destroy(o->before);
+    mstar_event_destroy(o->after);
+    memset(o, 0, sizeof(*o));
 }

@@ -700,13 +700,14 @@ static PyObject *gr_select(PyObject *self, PyObject *args)
     return mstarpy_key_to_py(&out);
 }
 
-/* lease_slot(walk, bs, slot=None, num_tokens=None, cg_key_info=None) -> lease or None */
-static PyObject *gr_lease(PyObject *self, PyObject *args)
+/* lease_slot(graph_walk, bs, slot=None, num_tokens=None, cg_key_info=None) -> SlotLease or None */
+static PyObject *gr_lease(PyObject *self, PyObject *args, PyObject *kw)
 {
+    static char *kwlist[] = { "graph_walk", "bs", "slot", "num_tokens", "cg_key_info", NULL };
     const char *walk;
     long long bs;
     PyObject *so = Py_None, *tok = Py_None, *ko = Py_None;
-    if (!PyArg_ParseTuple(args, "sL|OOO", &walk, &bs, &so, &tok, &ko))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sL|OOO", kwlist, &walk, &bs, &so, &tok, &ko))
         return NULL;
     GR_OR_NULL(self);
     (void)g;
@@ -719,7 +720,7 @@ static PyObject *gr_lease(PyObject *self, PyObject *args)
     mstar_slot_lease out;
     if (!mstar_graph_runner_lease_slot(r, walk, bs, (int32_t)slot, t, key, &out))
         Py_RETURN_NONE;
-    return mstarpy_lease_to_py(&out);
+    return mstarpy_slot_lease_to_py(&out);
 }
 
 static PyObject *gr_can_run(PyObject *self, PyObject *args)
@@ -892,11 +893,13 @@ static PyObject *gr_declare_inputs_for(PyObject *self, PyObject *lo)
     return st != MSTAR_OK ? mstarpy_pending_finish(&g->refs.pending, st) : rows_to_py(g, rows, n);
 }
 
-static PyObject *gr_release(PyObject *self, PyObject *args)
+/* release(lease, real_bs) */
+static PyObject *gr_release(PyObject *self, PyObject *args, PyObject *kw)
 {
+    static char *kwlist[] = { "lease", "real_bs", NULL };
     PyObject *lo;
     long long real_bs;
-    if (!PyArg_ParseTuple(args, "OL", &lo, &real_bs))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OL", kwlist, &lo, &real_bs))
         return NULL;
     GR_OR_NULL(self);
     LEASE_ARG(lo, l);
@@ -918,14 +921,55 @@ static PyObject *gr_static_input(PyObject *self, PyObject *args)
                           : mstarpy_capsule(self, &t);
 }
 
-/* run_forward(lease, preprocessed: dict) -> dict of static-output capsules */
-static PyObject *gr_run_forward(PyObject *self, PyObject *args)
+/* The static outputs as torch tensors (views of the slot's buffers, each holding the runner). */
+static PyObject *outputs_to_torch(PyObject *self, const mstar_tensor_map *outs)
 {
-    PyObject *lo, *pre;
-    if (!PyArg_ParseTuple(args, "OO", &lo, &pre))
+    PyObject *d = PyDict_New();
+    for (size_t i = 0; d && i < mstar_tensor_map_count(outs); i++) {
+        PyObject *cap = mstarpy_capsule(self, mstar_tensor_map_at(outs, i));
+        PyObject *t = cap ? mstarpy_torch_from_capsule(cap) : NULL;
+        Py_XDECREF(cap);
+        if (!t || PyDict_SetItemString(d, mstar_tensor_map_name(outs, i), t) < 0)
+            Py_CLEAR(d);
+        Py_XDECREF(t);
+    }
+    return d;
+}
+
+/* Stage and replay, on CUDA in order with torch's current stream: the outputs map, or NULL with
+ * an exception. */
+static const mstar_tensor_map *replay(gr_obj *g, mstar_graph_runner *r, const mstar_slot_lease *l,
+                                      const mstar_tensor_map *map)
+{
+    if (mstarpy_runner_after_torch(&g->refs) < 0)
+        return NULL;
+    const mstar_tensor_map *outs = NULL;
+    mstar_status st = mstar_graph_runner_run_forward(r, l, map, NULL, NULL, &outs);
+    if (st == MSTAR_OK && g->refs.pending.type) /* the replayed forward raised */
+        st = MSTAR_EINVAL;
+    if (st != MSTAR_OK) {
+        mstarpy_pending_finish(&g->refs.pending, st);
+        return NULL;
+    }
+    mstarpy_pending_drop(&g->refs.pending);
+    if (mstarpy_runner_before_torch(&g->refs) < 0)
+        return NULL;
+    return outs;
+}
+
+/* run_forward(lease, preprocessed, plan_done_event=None, launch_started_event=None) -> dict of
+ * torch tensors: the slot's static outputs. The whole step is C: graphs.py binds this method as
+ * the runner's own run_forward, so a replay on CUDA runs no Python frame. */
+static PyObject *gr_run_forward(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = { "lease", "preprocessed", "plan_done_event", "launch_started_event",
+                              NULL };
+    PyObject *lo, *pre, *plan_done = Py_None, *started = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO", kwlist, &lo, &pre, &plan_done, &started))
         return NULL;
     GR_OR_NULL(self);
     LEASE_ARG(lo, l);
+    (void)plan_done; /* no pre-plan runs from Python yet (docs/python.md) */
     mstar_tensor_map *map;
     mstar_status st = mstar_tensor_map_create(&map);
     if (st != MSTAR_OK)
@@ -936,15 +980,20 @@ static PyObject *gr_run_forward(PyObject *self, PyObject *args)
     g->holds = NULL;
     g->nholds = g->capholds = 0;
     PyObject *res = NULL;
-    if (dict_into_map(g, pre, map, NULL, false) == 0) {
-        const mstar_tensor_map *outs = NULL;
-        st = mstar_graph_runner_run_forward(r, &l, map, NULL, NULL, &outs);
-        if (st == MSTAR_OK && g->refs.pending.type) /* the replayed forward raised */
-            st = MSTAR_EINVAL;
-        res = st == MSTAR_OK ? mstarpy_map_to_py(self, outs)
-                             : mstarpy_pending_finish(&g->refs.pending, st);
-        if (st == MSTAR_OK)
-            mstarpy_pending_drop(&g->refs.pending);
+    const mstar_tensor_map *outs =
+        dict_into_map(g, pre, map, NULL, false) == 0 ? replay(g, r, &l, map) : NULL;
+    /* The reference sets it once the launch was issued, also when it failed. */
+    if (started != Py_None) {
+        PyObject *exc[3];
+        PyErr_Fetch(&exc[0], &exc[1], &exc[2]);
+        PyObject *ok = PyObject_CallMethod(started, "set", NULL);
+        Py_XDECREF(ok);
+        if (exc[0])
+            PyErr_Restore(exc[0], exc[1], exc[2]);
+        else if (ok)
+            res = outs ? outputs_to_torch(self, outs) : NULL;
+    } else if (outs) {
+        res = outputs_to_torch(self, outs);
     }
     release_holds(g->holds, g->nholds);
     free(g->holds);
@@ -1055,7 +1104,10 @@ static PyMethodDef gr_methods[] = {
     { "prepare_for_capture", gr_prepare, METH_NOARGS, "-> [(key, slot, config_idx)]" },
     { "warmup_and_capture", gr_warmup_and_capture, METH_O, "warmup_and_capture(planned or None)" },
     { "select_bucket", gr_select, METH_VARARGS, NULL },
-    { "lease_slot", gr_lease, METH_VARARGS, NULL },
+    { "lease_slot", (PyCFunction)(void (*)(void))gr_lease, METH_VARARGS | METH_KEYWORDS,
+      "lease_slot($self, /, graph_walk, bs, slot=None, num_tokens=None, cg_key_info=None)\n--\n\n"
+      "The bucket and double-buffer slot a step of bs rows replays on: a SlotLease, or None when "
+      "no captured bucket fits." },
     { "can_run", gr_can_run, METH_VARARGS, NULL },
     { "captures_walk", gr_captures_walk, METH_O, NULL },
     { "any_graphs", gr_any_graphs, METH_NOARGS, NULL },
@@ -1067,9 +1119,14 @@ static PyMethodDef gr_methods[] = {
     { "pad_inputs", gr_pad_inputs, METH_VARARGS, "pad_inputs(lease, n_real) -> padding rows" },
     { "step_ids", gr_step_ids, METH_VARARGS, NULL },
     { "declare_inputs_for", gr_declare_inputs_for, METH_O, NULL },
-    { "release", gr_release, METH_VARARGS, NULL },
+    { "release", (PyCFunction)(void (*)(void))gr_release, METH_VARARGS | METH_KEYWORDS,
+      "release($self, /, lease, real_bs)\n--\n\nEnd the step on the lease's slot." },
     { "static_input", gr_static_input, METH_VARARGS, NULL },
-    { "run_forward", gr_run_forward, METH_VARARGS, NULL },
+    { "run_forward", (PyCFunction)(void (*)(void))gr_run_forward, METH_VARARGS | METH_KEYWORDS,
+      "run_forward($self, /, lease, preprocessed, plan_done_event=None, "
+      "launch_started_event=None)\n--\n\n"
+      "Stage this step's inputs into the slot and replay it: the slot's static outputs (torch "
+      "tensors viewing them, valid until the slot's next replay)." },
     { "warm_bucket", gr_warm_bucket, METH_O, NULL },
     { "capture_throwaway", gr_capture_throwaway, METH_O, NULL },
     { "dummy_rows", gr_dummy, METH_VARARGS,

@@ -442,7 +442,7 @@ static PyObject *pw_lease(PyObject *self, PyObject *args)
     mstar_slot_lease l;
     if (!mstar_piecewise_runner_lease_slot(r, bs, tt, &l))
         Py_RETURN_NONE;
-    return mstarpy_lease_to_py(&l);
+    return mstarpy_slot_lease_to_py(&l);
 }
 
 static PyObject *pw_set_slot(PyObject *self, PyObject *arg)
@@ -525,14 +525,14 @@ static PyObject *pw_run(PyObject *self, PyObject *args)
         }
     }
     PyObject *res = NULL;
-    if (bad == 0) {
+    if (bad == 0 && mstarpy_runner_after_torch(&p->refs) == 0) {
         mstar_piecewise_output out;
         st = mstar_piecewise_runner_run(r, map, ids, sls, ids ? nid : nsl, real_bs, &out);
         if (st == MSTAR_OK && p->refs.pending.type) /* a host replay raised */
             st = MSTAR_EINVAL;
         if (st != MSTAR_OK) {
             res = mstarpy_pending_finish(&p->refs.pending, st);
-        } else {
+        } else if (mstarpy_runner_before_torch(&p->refs) == 0) {
             PyObject *outs = mstarpy_map_to_py(self, out.outputs);
             res = outs ? Py_BuildValue("(NL)", outs, (long long)out.real_len) : NULL;
         }

@@ -666,7 +666,8 @@ int mstarpy_add_runner_plan_functions(PyObject *module)
 int mstarpy_add_runner_types(PyObject *module)
 {
     if (mstarpy_add_runner_step_types(module) < 0 || mstarpy_add_runner_graph_types(module) < 0 ||
-        mstarpy_add_runner_piecewise_types(module) < 0)
+        mstarpy_add_runner_piecewise_types(module) < 0 ||
+        PyModule_AddFunctions(module, mstarpy_lease_functions) < 0)
         return -1;
     return mstarpy_add_runner_plan_functions(module);
 }

@@ -90,16 +90,72 @@ int mstarpy_key_from_py(PyObject *obj, mstar_bucket_key *out)
 
 int mstarpy_lease_from_py(PyObject *obj, mstar_slot_lease *out)
 {
-    if (!PyTuple_Check(obj) || PyTuple_Size(obj) != 5) {
-        PyErr_SetString(PyExc_TypeError,
-                        "a lease is a tuple (slot, graph_walk, bs, num_tokens, cg_key_info)");
+    Py_ssize_t n = PyTuple_Check(obj) ? PyTuple_Size(obj) : -1;
+    PyObject *key = n == 2 ? PyTuple_GetItem(obj, 1) : NULL; /* borrowed */
+    if (n != 5 && !(key && PyTuple_Check(key) && PyTuple_Size(key) == 4)) {
+        PyErr_SetString(PyExc_TypeError, "a lease is a SlotLease (slot, BucketKey) or a tuple "
+                                         "(slot, graph_walk, bs, num_tokens, cg_key_info)");
         return -1;
     }
     long slot = PyLong_AsLong(PyTuple_GetItem(obj, 0));
     if (slot == -1 && PyErr_Occurred())
         return -1;
     out->slot = (int32_t)slot;
-    return key_fields(obj, 1, &out->bucket);
+    return n == 5 ? key_fields(obj, 1, &out->bucket) : key_fields(key, 0, &out->bucket);
+}
+
+/* graphs.py's SlotLease and BucketKey (named tuples), once registered: a lease goes out as one,
+ * made by tuple.__new__ (C), not by the named tuple's own __new__ (Python), so that leasing a
+ * slot runs no Python frame. */
+static struct {
+    PyObject *lease_type, *key_type, *tuple_new;
+} lease_types;
+
+static PyObject *py_register_lease_types(PyObject *mod, PyObject *args)
+{
+    PyObject *lt, *kt;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &lt, &PyType_Type, &kt))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)lt, &PyTuple_Type) ||
+        !PyType_IsSubtype((PyTypeObject *)kt, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "the lease and key types must be tuple types");
+        return NULL;
+    }
+    PyObject *tn = PyObject_GetAttrString((PyObject *)&PyTuple_Type, "__new__");
+    if (!tn)
+        return NULL;
+    Py_XDECREF(lease_types.lease_type);
+    Py_XDECREF(lease_types.key_type);
+    Py_XDECREF(lease_types.tuple_new);
+    lease_types.lease_type = Py_NewRef(lt);
+    lease_types.key_type = Py_NewRef(kt);
+    lease_types.tuple_new = tn;
+    Py_RETURN_NONE;
+}
+
+PyMethodDef mstarpy_lease_functions[] = {
+    { "_register_lease_types", py_register_lease_types, METH_VARARGS,
+      "_register_lease_types(SlotLease, BucketKey)\n--\n\nThe types leases go out as." },
+    { NULL, NULL, 0, NULL },
+};
+
+/* tuple.__new__(type, items) */
+static PyObject *tuple_as(PyObject *type, PyObject *items)
+{
+    return items ? PyObject_CallFunctionObjArgs(lease_types.tuple_new, type, items, NULL) : NULL;
+}
+
+PyObject *mstarpy_slot_lease_to_py(const mstar_slot_lease *lease)
+{
+    if (!lease_types.lease_type)
+        return mstarpy_lease_to_py(lease);
+    PyObject *fields = mstarpy_key_to_py(&lease->bucket);
+    PyObject *key = tuple_as(lease_types.key_type, fields);
+    Py_XDECREF(fields);
+    PyObject *pair = key ? Py_BuildValue("(iN)", (int)lease->slot, key) : NULL;
+    PyObject *out = tuple_as(lease_types.lease_type, pair);
+    Py_XDECREF(pair);
+    return out;
 }
 
 PyObject *mstarpy_capsule(PyObject *owner, const mstar_tensor *t)

@@ -1,0 +1,144 @@
+"""A step from Python: lease_slot, run_forward and release of mstar_c.graphs go straight to C (no
+Python frame of the package per step, and on CUDA none at all during a replay), keep the
+reference's signatures and keywords, and let a subclass's override win. docs/python.md, "A step
+from Python"."""
+import sys
+import threading
+
+import pytest
+import torch
+
+from mstar_c import graphs as g
+
+WIDTH = 8
+
+
+class Lin(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.lin = torch.nn.Linear(WIDTH, WIDTH)
+
+    def forward_batched(self, x):
+        return self.lin(x) + x
+
+
+def make_runner(device="cpu", cls=g.AcceleratorGraphRunner, dtype=torch.float32):
+    module = Lin().to(device=device, dtype=dtype)
+    cfg = g.AcceleratorGraphConfig(
+        "decode", capture_batch_sizes=[1, 2, 4],
+        make_node_input=lambda n: {"x": torch.zeros(n, WIDTH, device=device, dtype=dtype)})
+    r = cls("lin", module, None, g.StepRunner(device), device, None, None, 2, configs=[cfg])
+    r.capture()
+    return r, module
+
+
+class Frames:
+    """Counts the Python frames entered while set (sys.setprofile 'call' events)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __enter__(self):
+        sys.setprofile(self._hook)
+        return self
+
+    def __exit__(self, *exc):
+        sys.setprofile(None)
+
+    def _hook(self, frame, event, arg):
+        if event == "call" and frame.f_code is not Frames.__exit__.__code__:
+            self.calls.append(f"{frame.f_code.co_filename}:{frame.f_code.co_name}")
+
+
+def test_lease_is_a_slot_lease_made_without_python():
+    r, _ = make_runner()
+    lease = r.lease_slot("decode", 3)
+    assert isinstance(lease, g.SlotLease) and isinstance(lease.bucket, g.BucketKey)
+    assert lease.bucket == g.BucketKey("decode", 4, 4, None)
+    r.release(lease, 3)
+    with Frames() as f:
+        lease = r.lease_slot("decode", 2)
+        r.release(lease, 2)
+    assert f.calls == [], f.calls
+    assert r.lease_slot("decode", 9) is None  # no bucket fits
+
+
+def test_keywords_and_tuple_leases_are_accepted():
+    r, module = make_runner()
+    lease = r.lease_slot(graph_walk="decode", bs=2, num_tokens=2)
+    x = torch.randn(2, WIDTH)
+    out = r.run_forward(lease=lease, preprocessed={"x": x})["output"]
+    with torch.no_grad():
+        assert torch.equal(out, module.forward_batched(x))
+    r.release(lease=lease, real_bs=2)
+    # the C form of a lease (what lease._c() gives) still works
+    lease = r.lease_slot("decode", 1)
+    assert torch.equal(r.run_forward(lease._c(), {"x": x[:1]})["output"], out[:1])
+    r.release(lease._c(), 1)
+    with pytest.raises(TypeError, match="SlotLease"):
+        r.release((0, "decode"), 1)
+
+
+def test_launch_started_event_is_set_on_every_path():
+    r, _ = make_runner()
+    lease = r.lease_slot("decode", 2)
+    done = threading.Event()
+    r.run_forward(lease, {"x": torch.randn(2, WIDTH)}, None, done)
+    assert done.is_set()
+    r.release(lease, 2)
+    lease = r.lease_slot("decode", 2)
+    failed = threading.Event()
+    with pytest.raises(Exception):
+        r.run_forward(lease, {"x": torch.randn(2, WIDTH + 1)}, launch_started_event=failed)
+    assert failed.is_set()
+    r.release(lease, 2)
+
+
+def test_a_subclass_override_wins():
+    seen = []
+
+    class Traced(g.AcceleratorGraphRunner):
+        def run_forward(self, lease, preprocessed, plan_done_event=None,
+                        launch_started_event=None):
+            seen.append(lease.bucket.bs)
+            return super().run_forward(lease, preprocessed, plan_done_event,
+                                       launch_started_event)
+
+    r, _ = make_runner(cls=Traced)
+    lease = r.lease_slot("decode", 4)
+    r.run_forward(lease, {"x": torch.randn(4, WIDTH)})
+    r.release(lease, 4)
+    assert seen == [4]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_replay_runs_no_python_and_orders_with_torch():
+    r, module = make_runner("cuda", dtype=torch.bfloat16)
+    x = torch.randn(3, WIDTH, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = module.forward_batched(torch.cat([x, torch.zeros(1, WIDTH, device="cuda",
+                                                                dtype=torch.bfloat16)]))[:3]
+    lease = r.lease_slot("decode", 3)
+    r.run_forward(lease, {"x": x})
+    r.release(lease, 3)
+    torch.cuda.synchronize()
+    with Frames() as f:
+        for _ in range(10):
+            lease = r.lease_slot("decode", 3)
+            out = r.run_forward(lease, {"x": x})["output"]
+            r.release(lease, 3)
+    assert f.calls == [], f.calls[:10]
+    # torch's stream waits for the replay: reading the output on it sees the replay's rows
+    assert torch.equal(out[:3], want)
+    # a torch stream other than the default orders the same way
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = x * 2
+        lease = r.lease_slot("decode", 3)
+        out = r.run_forward(lease, {"x": y})["output"][:3].clone()
+        r.release(lease, 3)
+    torch.cuda.synchronize()
+    with torch.no_grad():
+        assert torch.equal(out, module.forward_batched(torch.cat(
+            [y, torch.zeros(1, WIDTH, device="cuda", dtype=torch.bfloat16)]))[:3])
