@@ -112,6 +112,7 @@ typedef struct mstarpy_torch_order {
     mstar_stream *theirs; /* torch's current stream when last asked (mstar_stream_wrap) */
     void *native;
     mstar_event *before, *after;
+    bool implicit; /* torch's stream is the legacy default stream: no event needed */
 } mstarpy_torch_order;
 
 void mstarpy_torch_order_close(mstarpy_torch_order *o);

@@ -211,13 +211,19 @@ int mstarpy_dict_tensors(PyObject *d, const char *msg, mstarpy_tensor_visit visi
 /* ---- replays in order with torch's stream ------------------------------------------------------
  */
 
-/* The wrapper over torch's current stream on the device of `ours`, and the two events. */
+/* The wrapper over torch's current stream on the device of `ours`, and the two events. When
+ * torch's current stream is the legacy default stream (torch's default), the order is implicit:
+ * the compute stream is a blocking stream (runner_step.c), which the legacy stream waits for and
+ * which waits for it, so no event is needed either way. */
 static int torch_stream(mstarpy_torch_order *o, mstar_stream *ours)
 {
     mstar_backend *b = mstar_stream_backend(ours);
     void *native;
     if (mstarpy_torch_current_stream((int)mstar_backend_device(b).index, &native) < 0)
         return -1;
+    o->implicit = native == NULL;
+    if (o->implicit)
+        return 0;
     mstar_status st = MSTAR_OK;
     if (!o->before)
         st = mstar_event_create(b, &o->before);
@@ -240,6 +246,8 @@ int mstarpy_runner_after_torch(mstarpy_runner_refs *b)
     mstarpy_torch_order *o = &b->order;
     if (torch_stream(o, ours) < 0)
         return -1;
+    if (o->implicit)
+        return 0;
     mstar_status st = mstar_event_record(o->before, o->theirs);
     if (st == MSTAR_OK)
         st = mstar_stream_wait_event(ours, o->before);
@@ -248,10 +256,10 @@ int mstarpy_runner_after_torch(mstarpy_runner_refs *b)
 
 int mstarpy_runner_before_torch(mstarpy_runner_refs *b)
 {
-    if (b->host)
+    mstarpy_torch_order *o = &b->order;
+    if (b->host || o->implicit)
         return 0;
     mstar_stream *ours = ((mstarpy_step_runner *)b->sro)->stream;
-    mstarpy_torch_order *o = &b->order;
     mstar_status st = mstar_event_record(o->after, ours);
     if (st == MSTAR_OK)
         st = mstar_stream_wait_event(o->theirs, o->after);

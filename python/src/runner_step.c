@@ -252,7 +252,9 @@ static PyObject *sr_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         return NULL;
     mstar_status st = mstar_backend_create(d, &s->backend);
     if (st == MSTAR_OK)
-        st = mstar_stream_create(s->backend, 0, &s->stream);
+        /* Blocking: it and torch's default stream (the legacy one) wait for each other, which
+         * orders a replay with torch's work without an event (runner_common.c). */
+        st = mstar_stream_create(s->backend, MSTAR_STREAM_DEFAULT, &s->stream);
     if (st == MSTAR_OK)
         st = mstar_step_runner_create(s->backend, s->stream, &s->sr);
     if (st != MSTAR_OK) {

@@ -74,7 +74,9 @@ def test_keywords_and_tuple_leases_are_accepted():
     r.release(lease=lease, real_bs=2)
     # the C form of a lease (what lease._c() gives) still works
     lease = r.lease_slot("decode", 1)
-    assert torch.equal(r.run_forward(lease._c(), {"x": x[:1]})["output"], out[:1])
+    with torch.no_grad():  # one shape: torch 2.x picks its CPU GEMM kernel by row count
+        assert torch.equal(r.run_forward(lease._c(), {"x": x[:1]})["output"],
+                           module.forward_batched(x[:1]))
     r.release(lease._c(), 1)
     with pytest.raises(TypeError, match="SlotLease"):
         r.release((0, "decode"), 1)
