@@ -686,6 +686,23 @@ mstar_status mstar_memcpy_async(mstar_stream *s, void *dst, const void *src, siz
     return st;
 }
 
+mstar_status mstar__memcpy_on_device_async(mstar_stream *s, void *dst, const void *src,
+                                           size_t nbytes)
+{
+    if (s == NULL || nbytes > MSTAR__KERNEL_COPY_MAX || s->backend->ops->copy_on_device == NULL)
+        return mstar_memcpy_async(s, dst, src, nbytes, MSTAR_MEMCPY_D2D);
+    mstar_status st = check_stream(s, "mstar__memcpy_on_device_async");
+    if (st != MSTAR_OK || nbytes == 0)
+        return st;
+    if (dst == NULL || src == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "a device copy of %zu bytes: %s is NULL", nbytes,
+                               dst == NULL ? "dst" : "src");
+    st = s->backend->ops->copy_on_device(s, dst, src, nbytes);
+    if (st == MSTAR_OK)
+        s->enqueued++;
+    return st;
+}
+
 mstar_status mstar_memset_async(mstar_stream *s, void *dst, int value, size_t nbytes)
 {
     mstar_status st = check_stream(s, "mstar_memset_async");

@@ -71,6 +71,8 @@ typedef struct mstar__backend_ops {
     mstar_status (*memcpy_async)(mstar_stream *s, void *dst, const void *src, size_t nbytes,
                                  mstar_memcpy_kind kind);
     mstar_status (*memset_async)(mstar_stream *s, void *dst, int value, size_t nbytes);
+    /* A copy between two buffers of the stream's own device, as a kernel (NULL: memcpy_async). */
+    mstar_status (*copy_on_device)(mstar_stream *s, void *dst, const void *src, size_t nbytes);
     mstar_status (*launch)(mstar_stream *s, mstar_host_fn fn, const void *args, size_t size);
 
     /* Start recording; on success the stream's capture_state is the backend's to fill. */
@@ -182,6 +184,16 @@ mstar_status mstar__cuda_backend_create(mstar_backend *b);
 mstar_status mstar__backend_add_pool(mstar_backend *b, mstar_graph_pool *pool,
                                      const mstar__pool_hooks *hooks);
 void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool);
+
+/* A device-to-device copy between two buffers of the stream's own device (not overlapping). One
+ * of at most MSTAR__KERNEL_COPY_MAX bytes runs as a kernel where the backend has one: on an H100
+ * with CUDA 13 cudaMemcpyAsync took about 7 us of host time for a few KiB, a kernel launch about
+ * 2.5, and a replay's staging and a CUDA IPC read of a small tensor pay it on their hot path.
+ * Larger copies stay on the copy engines, which leave the SMs to the model. Inside a capture
+ * either becomes a node of the graph. */
+#define MSTAR__KERNEL_COPY_MAX (1u << 20)
+mstar_status mstar__memcpy_on_device_async(mstar_stream *s, void *dst, const void *src,
+                                           size_t nbytes);
 
 /* While `s` captures: put a record of `e` into the graph at this point, so that every launch of
  * the graph records `e` there on the device, with no host call per launch (CUDA: an external

@@ -13,6 +13,7 @@
  * linking libcuda, so the library loads on a machine without a driver and reports MSTAR_ENOTSUP.
  */
 #include "device/backend.h"
+#include "device/cuda/copy_kernel.h"
 
 #include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
@@ -252,6 +253,12 @@ static mstar_status cuda_memcpy_async(mstar_stream *s, void *dst, const void *sr
         [MSTAR_MEMCPY_H2H] = cudaMemcpyHostToHost,
     };
     CUDA_TRY(s->backend, cudaMemcpyAsync(dst, src, nbytes, kinds[kind], s->native));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_copy_on_device(mstar_stream *s, void *dst, const void *src, size_t nbytes)
+{
+    CUDA_TRY(s->backend, (cudaError_t)mstar__cuda_copy_kernel(dst, src, nbytes, s->native));
     return MSTAR_OK;
 }
 
@@ -525,6 +532,7 @@ static const mstar__backend_ops cuda_ops = {
     .event_synchronize = cuda_event_synchronize,
     .memcpy_async = cuda_memcpy_async,
     .memset_async = cuda_memset_async,
+    .copy_on_device = cuda_copy_on_device,
     .launch = cuda_launch,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,

@@ -781,8 +781,18 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
         return st;
     /* Already fired; queued too so the copy is ordered after it on every backend. */
     st = ev != NULL ? mstar_stream_wait_event(env->h2d, ev->event) : MSTAR_OK;
+    /* Both ends on this process's device: a small tensor is copied by a kernel, whose launch
+     * costs a third of a cudaMemcpyAsync's host time (device/backend.h). The source range was
+     * checked against the mapping above; a producer that names another device gets the copy
+     * engines. */
+    mstar_device here = mstar_backend_device(env->backend);
+    bool on_device = ref->device == here.index && buf->device.type == here.type &&
+                     buf->device.index == here.index;
     if (st == MSTAR_OK && info->nbytes > 0)
-        st = mstar_memcpy_async(env->h2d, buf->data, src, (size_t)info->nbytes, MSTAR_MEMCPY_D2D);
+        st = on_device
+                 ? mstar__memcpy_on_device_async(env->h2d, buf->data, src, (size_t)info->nbytes)
+                 : mstar_memcpy_async(env->h2d, buf->data, src, (size_t)info->nbytes,
+                                      MSTAR_MEMCPY_D2D);
     if (st != MSTAR_OK) {
         mstar_stream_synchronize(env->h2d); /* the copy must not land in a freed buffer */
         mstar__buf_release(buf);
