@@ -141,6 +141,32 @@ def test_cuda_replay_runs_no_python_and_orders_with_torch():
         out = r.run_forward(lease, {"x": y})["output"][:3].clone()
         r.release(lease, 3)
     torch.cuda.synchronize()
-    with torch.no_grad():
-        assert torch.equal(out, module.forward_batched(torch.cat(
-            [y, torch.zeros(1, WIDTH, device="cuda", dtype=torch.bfloat16)]))[:3])
+    pad = torch.zeros(1, WIDTH, device="cuda", dtype=torch.bfloat16)
+
+    def eager(v):
+        with torch.no_grad():
+            return module.forward_batched(torch.cat([v, pad]))[:3]
+
+    assert torch.equal(out, eager(y))
+    # staging is the graph's copy node (device/backend.h): given a new source every step, told
+    # to copy nothing for a key with no value (the buffer keeps y's rows, not y's new values)
+    # and for a value built in place
+    lease = r.lease_slot("decode", 3)
+    r.run_forward(lease, {"x": y})
+    r.release(lease, 3)
+    kept = y.clone()
+    y.mul_(3)
+    lease = r.lease_slot("decode", 3)
+    assert torch.equal(r.run_forward(lease, {})["output"][:3], eager(kept))
+    r.release(lease, 3)
+    lease = r.lease_slot("decode", 3)
+    z = torch.randn(3, WIDTH, device="cuda", dtype=torch.bfloat16)
+    view = r.static_input(lease, "x", 3)
+    view.copy_(z)
+    assert torch.equal(r.run_forward(lease, {"x": view})["output"][:3], eager(z))
+    r.release(lease, 3)
+    for _ in range(3):  # one source after another, both slots
+        w = torch.randn(3, WIDTH, device="cuda", dtype=torch.bfloat16)
+        lease = r.lease_slot("decode", 3)
+        assert torch.equal(r.run_forward(lease, {"x": w})["output"][:3], eager(w))
+        r.release(lease, 3)

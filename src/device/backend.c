@@ -703,6 +703,43 @@ mstar_status mstar__memcpy_on_device_async(mstar_stream *s, void *dst, const voi
     return st;
 }
 
+mstar_status mstar__capture_copy_node(mstar_stream *s, void *dst, uint32_t *index)
+{
+    mstar_status st = check_stream(s, "mstar__capture_copy_node");
+    if (st != MSTAR_OK)
+        return st;
+    if (!s->capturing)
+        return mstar_error_set(MSTAR_ESTATE, "a copy node: the stream does not capture");
+    if (s->backend->ops->capture_copy_node == NULL)
+        return mstar_error_set(MSTAR_ENOTSUP, "the %s backend has no copy nodes",
+                               s->backend->ops->name);
+    mstar__copy_node node = { NULL, dst, dst, 0 };
+    st = s->backend->ops->capture_copy_node(s, dst, &node.native);
+    if (st == MSTAR_OK)
+        st = mstar__vec_push(&s->capture_copies, &node);
+    if (st == MSTAR_OK)
+        *index = (uint32_t)(s->capture_copies.len - 1);
+    return st;
+}
+
+mstar_status mstar__graph_set_copy(mstar_graph *g, uint32_t index, void *dst, const void *src,
+                                   size_t nbytes)
+{
+    if (g == NULL || !g->instantiated || index >= g->copy_nodes.len)
+        return mstar_error_set(MSTAR_EINVAL, "copy node %u: no such node in an instantiated graph",
+                               (unsigned)index);
+    if (nbytes > MSTAR__KERNEL_COPY_MAX || (nbytes > 0 && (dst == NULL || src == NULL)))
+        return mstar_error_set(MSTAR_EINVAL, "copy node %u: %zu bytes from %p to %p",
+                               (unsigned)index, nbytes, src, dst);
+    mstar__copy_node *c = mstar__vec_at(&g->copy_nodes, index);
+    if (c->dst == dst && c->src == src && c->nbytes == nbytes)
+        return MSTAR_OK;
+    mstar_status st = g->backend->ops->graph_set_copy(g, c->native, dst, src, nbytes);
+    if (st == MSTAR_OK)
+        *c = (mstar__copy_node){ c->native, dst, src, nbytes };
+    return st;
+}
+
 mstar_status mstar_memset_async(mstar_stream *s, void *dst, int value, size_t nbytes)
 {
     mstar_status st = check_stream(s, "mstar_memset_async");
@@ -751,6 +788,7 @@ mstar_status mstar_stream_begin_capture(mstar_stream *s)
     st = s->backend->ops->capture_begin(s);
     if (st != MSTAR_OK)
         return st;
+    mstar__vec_init(&s->capture_copies, sizeof(mstar__copy_node));
     s->capturing = true;
     atomic_fetch_add(&s->backend->capturing, 1);
     return MSTAR_OK;
@@ -769,6 +807,8 @@ mstar_status mstar_stream_end_capture(mstar_stream *s, mstar_graph **out)
     mstar_graph *g = calloc(1, sizeof(*g));
     if (g != NULL) {
         g->backend = s->backend;
+        g->copy_nodes = s->capture_copies;
+        mstar__vec_init(&s->capture_copies, sizeof(mstar__copy_node));
         mstar__vec_init(&g->host_calls, sizeof(void *));
         mstar__vec_init(&g->pool_blocks, sizeof(void *));
         mstar__vec_init(&g->caching_blocks, sizeof(void *));
@@ -784,9 +824,11 @@ mstar_status mstar_stream_end_capture(mstar_stream *s, mstar_graph **out)
     }
     s->capturing = false;
     s->capture_state = NULL;
+    mstar__vec_free(&s->capture_copies);
     atomic_fetch_sub(&s->backend->capturing, 1);
     if (st != MSTAR_OK) {
         if (g != NULL) {
+            mstar__vec_free(&g->copy_nodes);
             mstar__vec_free(&g->host_calls);
             mstar__vec_free(&g->pool_blocks);
             mstar__vec_free(&g->caching_blocks);
@@ -809,7 +851,8 @@ mstar_status mstar_graph_instantiate(mstar_graph *g, bool keep_graph)
         return mstar_error_set(MSTAR_EINVAL, "mstar_graph_instantiate: graph is NULL");
     if (g->instantiated)
         return mstar_error_set(MSTAR_ESTATE, "mstar_graph_instantiate: already instantiated");
-    mstar_status st = g->backend->ops->graph_instantiate(g, keep_graph);
+    /* Copy nodes are named through the graph they were captured into. */
+    mstar_status st = g->backend->ops->graph_instantiate(g, keep_graph || g->copy_nodes.len > 0);
     if (st == MSTAR_OK)
         g->instantiated = true;
     return st;
@@ -882,6 +925,7 @@ void mstar_graph_destroy(mstar_graph *g)
         return;
     g->backend->ops->graph_release(g);
     graph_release_owned(g);
+    mstar__vec_free(&g->copy_nodes);
     mstar__vec_free(&g->host_calls);
     mstar__vec_free(&g->pool_blocks);
     mstar__vec_free(&g->caching_blocks);

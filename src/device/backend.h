@@ -73,6 +73,12 @@ typedef struct mstar__backend_ops {
     mstar_status (*memset_async)(mstar_stream *s, void *dst, int value, size_t nbytes);
     /* A copy between two buffers of the stream's own device, as a kernel (NULL: memcpy_async). */
     mstar_status (*copy_on_device)(mstar_stream *s, void *dst, const void *src, size_t nbytes);
+    /* While `s` captures: a copy node that copies nothing into `dst`, its native handle in *node;
+     * then, in an instantiated graph, that node's copy for the launches that follow. NULL where the
+     * backend has no such nodes: MSTAR_ENOTSUP. */
+    mstar_status (*capture_copy_node)(mstar_stream *s, void *dst, void **node);
+    mstar_status (*graph_set_copy)(mstar_graph *g, void *node, void *dst, const void *src,
+                                   size_t nbytes);
     mstar_status (*launch)(mstar_stream *s, mstar_host_fn fn, const void *args, size_t size);
 
     /* Start recording; on success the stream's capture_state is the backend's to fill. */
@@ -128,6 +134,7 @@ struct mstar_stream {
     pthread_mutex_t lock; /* host backend: serialises the stream's work */
     bool capturing;
     void *capture_state;                 /* the backend's recording while capturing */
+    mstar__vec capture_copies;           /* while capturing: mstar__copy_node */
     mstar_graph_pool *pool;              /* where mstar_alloc goes while capturing into a pool */
     const mstar__pool_hooks *pool_hooks; /* the pool's, while `pool` is set */
     /* Allocation lifetimes (lifetimes.h): noted here outside a capture, hints inside one. */
@@ -149,6 +156,15 @@ struct mstar_event {
     struct host_event *host;   /* host backend: records made and completed */
 };
 
+/* A copy node of a graph and the copy it was last given: the same copy again is not given
+ * again (the node keeps it for every launch). */
+typedef struct mstar__copy_node {
+    void *native; /* CUDA: the cudaGraphNode_t */
+    void *dst;
+    const void *src;
+    size_t nbytes;
+} mstar__copy_node;
+
 struct mstar_graph {
     mstar_backend *backend;
     void *native; /* cudaGraph_t, or the host recording */
@@ -156,6 +172,7 @@ struct mstar_graph {
     size_t nodes;
     bool instantiated;
     mstar__vec host_calls; /* CUDA: records of mstar_launch calls the graph replays (void *) */
+    mstar__vec copy_nodes; /* mstar__copy_node, by index (mstar__capture_copy_node) */
     /* What the graph owns beyond its native parts (capture.c / pool.c fill these). */
     mstar_graph_pool *pool;              /* holds a reference while blocks below are owned */
     const mstar__pool_hooks *pool_hooks; /* the pool's, while `pool` is set */
@@ -194,6 +211,19 @@ void mstar__backend_remove_pool(mstar_backend *b, mstar_graph_pool *pool);
 #define MSTAR__KERNEL_COPY_MAX (1u << 20)
 mstar_status mstar__memcpy_on_device_async(mstar_stream *s, void *dst, const void *src,
                                            size_t nbytes);
+
+/* Inputs copied inside a graph: while `s` captures, a node at this point that copies nothing
+ * into `dst` (*index names it in the graph); once the graph is instantiated, mstar__graph_set_copy
+ * gives it what to copy at the launches that follow (a launch already queued keeps what it was
+ * launched with). So a replay's staging is part of its launch, with no device call of its own:
+ * the node is the copy kernel of mstar__memcpy_on_device_async, both buffers on the graph's
+ * device, at most MSTAR__KERNEL_COPY_MAX bytes; the same copy as the last one given makes no
+ * call. MSTAR_ENOTSUP on a backend without such nodes
+ * (host): stage with a copy before the launch instead. A graph with copy nodes keeps its
+ * un-instantiated graph (the nodes are named through it). */
+mstar_status mstar__capture_copy_node(mstar_stream *s, void *dst, uint32_t *index);
+mstar_status mstar__graph_set_copy(mstar_graph *g, uint32_t index, void *dst, const void *src,
+                                   size_t nbytes);
 
 /* While `s` captures: put a record of `e` into the graph at this point, so that every launch of
  * the graph records `e` there on the device, with no host call per launch (CUDA: an external

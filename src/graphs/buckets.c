@@ -27,6 +27,7 @@ mstar_status mstar__slot_new(const mstar_bucket_key *key, uint32_t config_idx,
     if (s == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "graph runner: out of memory");
     mstar__vec_init(&s->seq_dims, sizeof(int32_t));
+    mstar__vec_init(&s->copy_nodes, sizeof(uint32_t));
     s->config_idx = config_idx;
     s->n_rows = (size_t)key->bs;
     s->dummy_metadata = calloc((size_t)key->bs, sizeof(*s->dummy_metadata));
@@ -53,6 +54,7 @@ void mstar__slot_free(struct mstar_graph_slot *s)
     mstar_tensor_map_destroy(s->static_inputs);
     mstar_tensor_map_destroy(s->static_outputs);
     mstar__vec_free(&s->seq_dims);
+    mstar__vec_free(&s->copy_nodes);
     free(s->dummy_metadata);
     free(s);
 }

@@ -21,7 +21,9 @@ struct mstar_graph_slot {
     mstar_tensor_map *static_outputs; /* views: of the graph's pool blocks, or (piecewise) of the
                                          output buffers the graph owns outside the pool */
     mstar__vec seq_dims;              /* int32_t per static input, same order (whole-forward) */
-    const int64_t *dummy_rids;        /* bs handles, owned by the dummy-row pool */
+    mstar__vec copy_nodes;     /* uint32_t per static input, same order: its copy node in the graph
+                                  (device/backend.h), UINT32_MAX for none; empty on the host */
+    const int64_t *dummy_rids; /* bs handles, owned by the dummy-row pool */
     size_t n_rows;
     mstar_forward_info *dummy_metadata;
     uint32_t config_idx;

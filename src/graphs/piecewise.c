@@ -473,7 +473,7 @@ mstar_status mstar_piecewise_runner_run(mstar_piecewise_runner *pw,
     /* Zero the tails: a batched region computes over its padding rows
      * (design.md "Piecewise regions"). */
     st = mstar__stage_inputs(pw->stream, pw->who, g->static_inputs, NULL, static_inputs, true,
-                             &pw->warned);
+                             &pw->warned, NULL);
     if (st != MSTAR_OK)
         return st;
     if (pw->config.lease_before_step || pw->config.declare_step == NULL)

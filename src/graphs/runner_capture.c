@@ -114,11 +114,37 @@ static mstar_status prepare(struct spec_run *sr)
     return MSTAR_OK;
 }
 
+/* First in the graph: a copy node per static input (one that fits the copy kernel), so that a
+ * replay's staging is part of its launch (design.md "Replay"). None on the host backend. */
+static mstar_status add_copy_nodes(struct mstar_graph_slot *s, mstar_stream *stream)
+{
+    s->copy_nodes.len = 0;
+    for (size_t i = 0; i < mstar_tensor_map_count(s->static_inputs); i++) {
+        const mstar_tensor *t = mstar_tensor_map_at(s->static_inputs, i);
+        uint32_t index = UINT32_MAX;
+        mstar_status st = MSTAR_OK;
+        if (mstar_tensor_nbytes(t) <= MSTAR__KERNEL_COPY_MAX)
+            st = mstar__capture_copy_node(stream, mstar_tensor_ptr(t), &index);
+        if (st == MSTAR_ENOTSUP) {
+            mstar_error_clear();
+            s->copy_nodes.len = 0;
+            return MSTAR_OK;
+        }
+        if (st == MSTAR_OK)
+            st = mstar__vec_push(&s->copy_nodes, &index);
+        if (st != MSTAR_OK)
+            return st;
+    }
+    return MSTAR_OK;
+}
+
 static mstar_status capture_run(mstar_stream *stream, void *p)
 {
     struct spec_run *sr = p;
-    mstar_status st = forward_of(sr->r, sr->b)(sr->r->sub_self, sr->r->step, sr->s->static_inputs,
-                                               sr->s->static_outputs);
+    mstar_status st = add_copy_nodes(sr->s, stream);
+    if (st == MSTAR_OK)
+        st = forward_of(sr->r, sr->b)(sr->r->sub_self, sr->r->step, sr->s->static_inputs,
+                                      sr->s->static_outputs);
     /* Last: each replay then marks its own end for a later pre-plan of the slot (G-4). */
     return st != MSTAR_OK ? st : mstar__event_record_in_capture(sr->replayed, stream);
 }
@@ -266,8 +292,9 @@ static mstar_status stage_and_launch(mstar_graph_runner *r, const mstar_slot_lea
     mstar_status st = mstar__step_runner_check_replay_key(r->sr, lease, r->name);
     if (st != MSTAR_OK)
         return st;
+    mstar__stage_nodes nodes = { s->graph, &s->copy_nodes };
     st = mstar__stage_inputs(r->stream, r->who, s->static_inputs, &s->seq_dims, pre, false,
-                             &r->warned);
+                             &r->warned, s->copy_nodes.len > 0 ? &nodes : NULL);
     if (st != MSTAR_OK)
         return st;
     if (plan_done != NULL) {

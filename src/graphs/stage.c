@@ -67,8 +67,16 @@ static bool same_place(const mstar_tensor *value, const mstar_tensor *dst)
     return true;
 }
 
+/* The copy node gives nothing to copy: a value built in place, one staged by a copy before the
+ * launch, a key with no value. Never left with a source of an earlier step, freed since. */
+static mstar_status node_idle(const mstar__stage_node *node, void *dst)
+{
+    return node == NULL ? MSTAR_OK : mstar__graph_set_copy(node->graph, node->index, dst, dst, 0);
+}
+
 mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t d,
-                          const mstar_tensor *value, const char *key, bool zero_tail)
+                          const mstar_tensor *value, const char *key, bool zero_tail,
+                          const mstar__stage_node *node)
 {
     if (value->dtype != dst->dtype || value->ndim != dst->ndim)
         return mstar_error_set(MSTAR_EINVAL,
@@ -85,30 +93,34 @@ mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t
     }
     /* Built in place (mstar_graph_runner_static_input): nothing to copy, only the tail. A value
      * on the static buffer's own device is copied by mstar__memcpy_on_device_async (a kernel for
-     * a small one: a third of a cudaMemcpyAsync's host time). */
+     * a small one: a third of a cudaMemcpyAsync's host time), or, when it is one run of bytes
+     * and the graph has a copy node for the buffer, by that node at the launch (no device call
+     * here at all). */
     bool in_place = same_place(value, dst);
     bool on_device =
         value->device.type == dst->device.type && value->device.index == dst->device.index;
     if (!in_place && !mstar_tensor_is_contiguous(value))
         return mstar_error_set(MSTAR_EINVAL, "staging '%s': the value is not contiguous", key);
-    if (value->ndim == 0)
-        return in_place ? MSTAR_OK
-                        : stage_copy(stream, on_device, mstar_tensor_ptr(dst),
-                                     mstar_tensor_ptr(value), mstar_dtype_size(value->dtype));
     size_t es = mstar_dtype_size(value->dtype);
     int64_t outer = 1;
     for (int32_t i = 0; i < d; i++)
         outer *= value->shape[i];
-    size_t inner = (size_t)inner_elems(value, d) * es;
-    size_t row = (size_t)value->shape[d] * inner;
-    size_t tail = zero_tail ? (size_t)(dst->shape[d] - value->shape[d]) * inner : 0;
-    size_t dst_pitch = d == 0 ? row + tail : (size_t)dst->strides[d - 1] * es;
+    size_t inner = value->ndim == 0 ? es : (size_t)inner_elems(value, d) * es;
+    size_t row = value->ndim == 0 ? es : (size_t)value->shape[d] * inner;
+    size_t tail =
+        zero_tail && value->ndim > 0 ? (size_t)(dst->shape[d] - value->shape[d]) * inner : 0;
     const char *src = mstar_tensor_ptr(value);
     char *out = mstar_tensor_ptr(dst);
+    if (node != NULL && !in_place && on_device && outer == 1 && tail == 0 &&
+        row <= MSTAR__KERNEL_COPY_MAX)
+        return mstar__graph_set_copy(node->graph, node->index, out, src, row);
+    mstar_status st = node_idle(node, out);
+    if (st != MSTAR_OK || value->ndim == 0)
+        return st != MSTAR_OK || in_place ? st : stage_copy(stream, on_device, out, src, row);
+    size_t dst_pitch = d == 0 ? row + tail : (size_t)dst->strides[d - 1] * es;
     for (int64_t o = 0; o < outer; o++) {
         char *at = out + (size_t)o * dst_pitch;
-        mstar_status st =
-            in_place ? MSTAR_OK : stage_copy(stream, on_device, at, src + (size_t)o * row, row);
+        st = in_place ? MSTAR_OK : stage_copy(stream, on_device, at, src + (size_t)o * row, row);
         if (st == MSTAR_OK && tail != 0)
             st = mstar_memset_async(stream, at + row, 0, tail);
         if (st != MSTAR_OK)
@@ -119,7 +131,8 @@ mstar_status mstar__stage(mstar_stream *stream, const mstar_tensor *dst, int32_t
 
 mstar_status mstar__stage_inputs(mstar_stream *stream, const char *who,
                                  const mstar_tensor_map *statics, const mstar__vec *seq_dims,
-                                 const mstar_tensor_map *values, bool zero_tail, mstar__vec *warned)
+                                 const mstar_tensor_map *values, bool zero_tail, mstar__vec *warned,
+                                 const mstar__stage_nodes *nodes)
 {
     for (size_t i = 0; i < mstar_tensor_map_count(values); i++) {
         const char *key = mstar_tensor_map_name(values, i);
@@ -129,13 +142,20 @@ mstar_status mstar__stage_inputs(mstar_stream *stream, const char *who,
     }
     for (size_t i = 0; i < mstar_tensor_map_count(statics); i++) {
         const char *key = mstar_tensor_map_name(statics, i);
+        const mstar_tensor *dst = mstar_tensor_map_at(statics, i);
         const mstar_tensor *v = mstar_tensor_map_get(values, key);
+        uint32_t index = nodes == NULL ? UINT32_MAX : *(uint32_t *)mstar__vec_at(nodes->index, i);
+        mstar__stage_node node = { nodes == NULL ? NULL : nodes->graph, index };
+        const mstar__stage_node *n = index == UINT32_MAX ? NULL : &node;
+        mstar_status st = MSTAR_OK;
         if (v == NULL) {
             warn_missing_once(warned, who, key);
-            continue;
+            st = node_idle(n, mstar_tensor_ptr(dst));
+        } else {
+            int32_t d = seq_dims == NULL ? 0 : *(int32_t *)mstar__vec_at(seq_dims, i);
+            st = mstar__stage(stream, dst, d, v, key, zero_tail, n);
         }
-        int32_t d = seq_dims == NULL ? 0 : *(int32_t *)mstar__vec_at(seq_dims, i);
-        if (mstar__stage(stream, mstar_tensor_map_at(statics, i), d, v, key, zero_tail) != MSTAR_OK)
+        if (st != MSTAR_OK)
             return mstar_error_wrap("%s", who);
     }
     return MSTAR_OK;
@@ -220,7 +240,7 @@ mstar_status mstar__intern(mstar__vec *v, mstar_stream *stream, uint32_t config_
     if (value->ndim > 0)
         view->shape[d] = value->shape[d];
     *seq_dim = d;
-    return mstar__stage(stream, view, d, value, key, false);
+    return mstar__stage(stream, view, d, value, key, false, NULL);
 }
 
 void mstar__interned_free(mstar__vec *v, mstar_backend *b)

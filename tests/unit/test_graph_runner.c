@@ -838,13 +838,13 @@ static void test_declared_seq_dim(void **state)
     assert_int_equal(d, 1);
     float next[6] = { -1, -2, -3, -4, -5, -6 };
     assert_mstar_ok(mstar_tensor_init(&v, next, mstar_device_cpu(), MSTAR_DTYPE_FLOAT32, 2, s32));
-    assert_mstar_ok(mstar__stage(s, &view, d, &v, "mrope", false));
+    assert_mstar_ok(mstar__stage(s, &view, d, &v, "mrope", false, NULL));
     const float *st = view.data;
     const float want[9] = { -1, -2, 3, -3, -4, 6, -5, -6, 9 };
     for (int i = 0; i < 9; i++)
         assert_true(st[i] == want[i]);
     /* with zero_tail, each row's positions past the value's are zeroed */
-    assert_mstar_ok(mstar__stage(s, &view, d, &v, "mrope", true));
+    assert_mstar_ok(mstar__stage(s, &view, d, &v, "mrope", true, NULL));
     const float zeroed[9] = { -1, -2, 0, -3, -4, 0, -5, -6, 0 };
     for (int i = 0; i < 9; i++)
         assert_true(st[i] == zeroed[i]);
@@ -854,16 +854,16 @@ static void test_declared_seq_dim(void **state)
     in_place.shape[1] = 2;
     ((float *)view.data)[0] = 10;
     uint64_t before = s->enqueued;
-    assert_mstar_ok(mstar__stage(s, &view, d, &in_place, "mrope", false));
+    assert_mstar_ok(mstar__stage(s, &view, d, &in_place, "mrope", false, NULL));
     assert_int_equal(s->enqueued, before);
-    assert_mstar_ok(mstar__stage(s, &view, d, &in_place, "mrope", true));
+    assert_mstar_ok(mstar__stage(s, &view, d, &in_place, "mrope", true, NULL));
     assert_int_equal(s->enqueued, before + 3);
     const float kept[9] = { 10, -2, 0, -3, -4, 0, -5, -6, 0 };
     for (int i = 0; i < 9; i++)
         assert_true(st[i] == kept[i]);
     in_place.strides[0] = 1;
     in_place.strides[1] = 3;
-    assert_mstar_status(mstar__stage(s, &view, d, &in_place, "mrope", false), MSTAR_EINVAL);
+    assert_mstar_status(mstar__stage(s, &view, d, &in_place, "mrope", false, NULL), MSTAR_EINVAL);
     /* undeclared, the same value's seq dim is the first of size 3: dim 0 */
     assert_mstar_ok(mstar__intern(&interned, s, 1, "mrope", &a, 3, -1, &view, &d));
     assert_int_equal(d, 0);

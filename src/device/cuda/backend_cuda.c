@@ -262,6 +262,19 @@ static mstar_status cuda_copy_on_device(mstar_stream *s, void *dst, const void *
     return MSTAR_OK;
 }
 
+static mstar_status cuda_capture_copy_node(mstar_stream *s, void *dst, void **node)
+{
+    CUDA_TRY(s->backend, (cudaError_t)mstar__cuda_copy_node_capture(dst, s->native, node));
+    return MSTAR_OK;
+}
+
+static mstar_status cuda_graph_set_copy(mstar_graph *g, void *node, void *dst, const void *src,
+                                        size_t nbytes)
+{
+    CUDA_TRY(g->backend, (cudaError_t)mstar__cuda_copy_node_set(g->exec, node, dst, src, nbytes));
+    return MSTAR_OK;
+}
+
 static mstar_status cuda_memset_async(mstar_stream *s, void *dst, int value, size_t nbytes)
 {
     CUDA_TRY(s->backend, cudaMemsetAsync(dst, value, nbytes, s->native));
@@ -533,6 +546,8 @@ static const mstar__backend_ops cuda_ops = {
     .memcpy_async = cuda_memcpy_async,
     .memset_async = cuda_memset_async,
     .copy_on_device = cuda_copy_on_device,
+    .capture_copy_node = cuda_capture_copy_node,
+    .graph_set_copy = cuda_graph_set_copy,
     .launch = cuda_launch,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,

@@ -17,6 +17,10 @@ extern "C" {
 /* Enqueue a copy of `nbytes` from `src` to `dst` (both on the current device, not overlapping)
  * on the cudaStream_t `stream`. Returns the cudaError_t of the launch (0: queued). */
 int mstar__cuda_copy_kernel(void *dst, const void *src, size_t nbytes, void *stream);
+/* While `stream` captures: the copy kernel copying nothing into `dst`, its node in *node. */
+int mstar__cuda_copy_node_capture(void *dst, void *stream, void **node);
+/* The node's copy in the cudaGraphExec_t `exec`, for the launches that follow. */
+int mstar__cuda_copy_node_set(void *exec, void *node, void *dst, const void *src, size_t nbytes);
 
 #ifdef __cplusplus
 }
