@@ -957,6 +957,33 @@ static const mstar_tensor_map *replay(gr_obj *g, mstar_graph_runner *r, const ms
     return outs;
 }
 
+/* Stage `pre` into the lease's slot and replay it: the static outputs as torch tensors, or NULL
+ * with an exception. */
+static PyObject *run_step(PyObject *self, PyObject *lo, PyObject *pre)
+{
+    GR_OR_NULL(self);
+    LEASE_ARG(lo, l);
+    mstar_tensor_map *map;
+    mstar_status st = mstar_tensor_map_create(&map);
+    if (st != MSTAR_OK)
+        return mstarpy_raise(st);
+    /* Held apart from the capture's preprocess holds: these go once staging copied them. */
+    struct hold *saved = g->holds;
+    size_t nsaved = g->nholds, capsaved = g->capholds;
+    g->holds = NULL;
+    g->nholds = g->capholds = 0;
+    const mstar_tensor_map *outs =
+        dict_into_map(g, pre, map, NULL, false) == 0 ? replay(g, r, &l, map) : NULL;
+    PyObject *res = outs ? outputs_to_torch(self, outs) : NULL;
+    release_holds(g->holds, g->nholds);
+    free(g->holds);
+    g->holds = saved;
+    g->nholds = nsaved;
+    g->capholds = capsaved;
+    mstar_tensor_map_destroy(map);
+    return res;
+}
+
 /* run_forward(lease, preprocessed, plan_done_event=None, launch_started_event=None) -> dict of
  * torch tensors: the slot's static outputs. The whole step is C: graphs.py binds this method as
  * the runner's own run_forward, so a replay on CUDA runs no Python frame. */
@@ -967,40 +994,21 @@ static PyObject *gr_run_forward(PyObject *self, PyObject *args, PyObject *kw)
     PyObject *lo, *pre, *plan_done = Py_None, *started = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO", kwlist, &lo, &pre, &plan_done, &started))
         return NULL;
-    GR_OR_NULL(self);
-    LEASE_ARG(lo, l);
     (void)plan_done; /* no pre-plan runs from Python yet (docs/python.md) */
-    mstar_tensor_map *map;
-    mstar_status st = mstar_tensor_map_create(&map);
-    if (st != MSTAR_OK)
-        return mstarpy_raise(st);
-    /* Held apart from the capture's preprocess holds: these go once staging copied them. */
-    struct hold *saved = g->holds;
-    size_t nsaved = g->nholds, capsaved = g->capholds;
-    g->holds = NULL;
-    g->nholds = g->capholds = 0;
-    PyObject *res = NULL;
-    const mstar_tensor_map *outs =
-        dict_into_map(g, pre, map, NULL, false) == 0 ? replay(g, r, &l, map) : NULL;
-    /* The reference sets it once the launch was issued, also when it failed. */
-    if (started != Py_None) {
-        PyObject *exc[3];
-        PyErr_Fetch(&exc[0], &exc[1], &exc[2]);
-        PyObject *ok = PyObject_CallMethod(started, "set", NULL);
-        Py_XDECREF(ok);
-        if (exc[0])
-            PyErr_Restore(exc[0], exc[1], exc[2]);
-        else if (ok)
-            res = outs ? outputs_to_torch(self, outs) : NULL;
-    } else if (outs) {
-        res = outputs_to_torch(self, outs);
+    PyObject *res = run_step(self, lo, pre);
+    if (started == Py_None)
+        return res;
+    /* Set on every path, failures included (I-25), keeping the step's own exception. */
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    PyObject *ok = PyObject_CallMethod(started, "set", NULL);
+    if (!ok)
+        Py_CLEAR(res);
+    Py_XDECREF(ok);
+    if (t) {
+        PyErr_Clear();
+        PyErr_Restore(t, v, tb);
     }
-    release_holds(g->holds, g->nholds);
-    free(g->holds);
-    g->holds = saved;
-    g->nholds = nsaved;
-    g->capholds = capsaved;
-    mstar_tensor_map_destroy(map);
     return res;
 }
 

@@ -95,6 +95,10 @@ def test_launch_started_event_is_set_on_every_path():
         r.run_forward(lease, {"x": torch.randn(2, WIDTH + 1)}, launch_started_event=failed)
     assert failed.is_set()
     r.release(lease, 2)
+    bad_lease = threading.Event()
+    with pytest.raises(TypeError, match="SlotLease"):
+        r.run_forward((0, "decode"), {"x": torch.randn(2, WIDTH)}, None, bad_lease)
+    assert bad_lease.is_set()
 
 
 def test_a_subclass_override_wins():
