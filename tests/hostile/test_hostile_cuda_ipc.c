@@ -5,7 +5,7 @@
  * entity, pid and handles; it must only ever read what the entity it names exported and still
  * holds (its registry, cuda_ipc_registry.h), and a forger must not grow the consumer's caches.
  */
-#include "comm_harness.h"
+#include "cuda_ipc_world.h"
 
 #include "device/backend.h"
 #include "tensors/comm_internal.h"
@@ -22,58 +22,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-typedef struct world {
-    const char *dir;
-    mstar_backend *bp, *bc;
-    bus b;
-    sender sp, sc;
-    mstar_comm *p; /* worker_0 */
-    mstar_comm *c; /* worker_1 */
-} world;
+typedef cuda_ipc_world world;
 
 /* `async`: the streams run their work on threads of their own (copies can be held). */
-static int setup_with(void **state, bool async)
-{
-    world *w = calloc(1, sizeof(*w));
-    setenv("MSTAR_CUDA_IPC", "1", 1);
-    setenv("MSTAR_CUDA_IPC_SPIN_US", async ? "0" : "200", 1);
-    setenv("MSTAR_CUDA_IPC_TIMEOUT_S", "0.2", 1);
-    w->dir = mstar_test_tmpdir("cudaipc_hostile");
-    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &w->bp));
-    assert_mstar_ok(mstar_backend_create(mstar_device_cpu(), &w->bc));
-    mstar__host_backend_set_async(w->bp, async);
-    mstar__host_backend_set_async(w->bc, async);
-    w->sp = (sender){ &w->b, "worker_0" };
-    w->sc = (sender){ &w->b, "worker_1" };
-    w->p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp, w->bp);
-    w->c = make_comm_with("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc, w->bc);
-    unsetenv("MSTAR_CUDA_IPC");
-    unsetenv("MSTAR_CUDA_IPC_SPIN_US");
-    unsetenv("MSTAR_CUDA_IPC_TIMEOUT_S");
-    *state = w;
-    return 0;
-}
-
 static int setup(void **state)
 {
-    return setup_with(state, false);
+    *state = cuda_ipc_world_new("cudaipc_hostile", false, "200", "0.2");
+    return 0;
 }
 
 static int setup_async(void **state)
 {
-    return setup_with(state, true);
+    *state = cuda_ipc_world_new("cudaipc_hostile", true, "0", "0.2");
+    return 0;
 }
 
 static int teardown(void **state)
 {
-    world *w = *state;
-    mstar_comm_destroy(w->p);
-    mstar_comm_destroy(w->c);
-    bus_clear(&w->b);
-    assert_int_equal(mstar_test_count_dir(w->dir), 0);
-    mstar_backend_destroy(w->bp);
-    mstar_backend_destroy(w->bc);
-    free(w);
+    cuda_ipc_world_free(*state);
     return 0;
 }
 
@@ -98,31 +64,6 @@ static mstar_status read_info(mstar_comm *c, const mstar_rid *rid, const mstar_t
     mstar_status st = mstar_comm_start_read_tensors(c, rid, &e, 1, NULL);
     mstar_edge_clear(&e);
     return st;
-}
-
-static uint64_t mapped_of(mstar_comm *c)
-{
-    uint64_t opens, mapped;
-    mstar__transport_cuda_ipc_counts(c->transport, &opens, &mapped);
-    return mapped;
-}
-
-static uint64_t opens_of(mstar_comm *c)
-{
-    uint64_t opens, mapped;
-    mstar__transport_cuda_ipc_counts(c->transport, &opens, &mapped);
-    return opens;
-}
-
-static pid_t spawn_sleeper(void)
-{
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        pause();
-        _exit(0);
-    }
-    return pid;
 }
 
 /* ---- fault 10: a handle is bound to the entity that exported it --------------------------- */
@@ -158,7 +99,7 @@ static void test_handle_bound_to_its_exporter(void **state)
     assert_int_not_equal(read_info(w->c, &rid, &forged), MSTAR_OK);
 
     /* The real producer's name with another live process's pid. */
-    pid_t sleeper = spawn_sleeper();
+    pid_t sleeper = cuda_ipc_spawn_sleeper();
     forged = good;
     forged.cuda_ipc.pid = (int32_t)sleeper;
     assert_mstar_status(read_info(w->c, &rid, &forged), MSTAR_ENOENT);
@@ -167,7 +108,7 @@ static void test_handle_bound_to_its_exporter(void **state)
     assert_int_equal(waitpid(sleeper, NULL, 0), sleeper);
 
     assert_false(mstar_comm_has_inflight_reads(w->c, &rid));
-    assert_int_equal(mapped_of(w->c), 0); /* nothing forged was opened */
+    assert_int_equal(cuda_ipc_mapped(w->c), 0); /* nothing forged was opened */
     /* The honest descriptors still read. */
     assert_mstar_ok(read_info(w->c, &rid, &good));
     assert_mstar_ok(read_info(w->c, &rid, &other));
@@ -193,7 +134,7 @@ static void test_forged_names_do_not_grow_caches(void **state)
         snprintf(forged.source_entity, sizeof(forged.source_entity), "forger_%d", i);
         assert_int_not_equal(read_info(w->c, &rid, &forged), MSTAR_OK);
     }
-    assert_int_equal(mapped_of(w->c), 0);
+    assert_int_equal(cuda_ipc_mapped(w->c), 0);
     assert_int_equal(mstar__transport_cuda_ipc_cached(w->c->transport), 0);
     assert_mstar_ok(read_info(w->c, &rid, &good));
     collect_ready(w->c, 1);
@@ -222,7 +163,7 @@ static void test_caches_are_bounded(void **state)
         assert_mstar_ok(read_info(w->c, &rid, &info));
         collect_ready(w->c, 1);
         check_bytes(w->c, info.uuid, &t);
-        assert_int_equal(opens_of(w->c), (uint64_t)i + 1);
+        assert_int_equal(cuda_ipc_opens(w->c), (uint64_t)i + 1);
         assert_true(mstar__transport_cuda_ipc_cached(w->c->transport) <= 2); /* segment, registry */
         free(t.data);
     }
@@ -268,7 +209,7 @@ static void test_stale_and_planted_registries(void **state)
     free(t0.data);
     char real[128], fake[128];
     snprintf(real, sizeof(real), "mstar_cudaipc_worker_0_%d", (int)getpid());
-    pid_t sleeper = spawn_sleeper();
+    pid_t sleeper = cuda_ipc_spawn_sleeper();
     snprintf(fake, sizeof(fake), "mstar_cudaipc_worker_0_%d", (int)sleeper);
     plant_registry(w->dir, real, fake, sleeper);
     mstar_tensor_info forged = good;
@@ -298,16 +239,6 @@ static void test_stale_and_planted_registries(void **state)
     check_bytes(w->c, now.uuid, &t2);
     free(t.data);
     free(t2.data);
-}
-
-/* Host work that holds its stream until the pipe `*fd` is written. */
-static void hold_stream(void *args)
-{
-    int fd;
-    memcpy(&fd, args, sizeof(fd));
-    char c;
-    while (read(fd, &c, 1) < 0 && errno == EINTR) {
-    }
 }
 
 /* Collect one edge that lands in the background (the route's watcher wakes the event fd). */
@@ -342,7 +273,7 @@ static void produce_behind_gate(world *w, const mstar_rid *rid, uint32_t n, int 
     for (uint32_t i = 0; i < n; i++)
         assert_mstar_ok(mstar_comm_increment_ref(w->p, infos[i].uuid, 1));
     assert_int_equal(pipe(gate), 0);
-    assert_mstar_ok(mstar_launch(w->p->env.d2h, hold_stream, &gate[0], sizeof(int)));
+    assert_mstar_ok(mstar_launch(w->p->env.d2h, cuda_ipc_hold_stream, &gate[0], sizeof(int)));
     assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, infos, n));
     mstar_edge e = edge_of("sig", "node", infos, n);
     assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
@@ -396,7 +327,7 @@ static void test_zero_event_needs_the_producers_word(void **state)
     mstar_tensor_info info;
     assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, &rid, &o, 1, NULL, &info));
     assert_mstar_ok(mstar_comm_increment_ref(w->p, info.uuid, 1));
-    assert_mstar_ok(mstar_launch(w->p->env.d2h, hold_stream, &gate[0], sizeof(int)));
+    assert_mstar_ok(mstar_launch(w->p->env.d2h, cuda_ipc_hold_stream, &gate[0], sizeof(int)));
     assert_mstar_ok(mstar_comm_register_for_send(w->p, &rid, &info, 1));
     mstar_edge e = edge_of("sig", "node", &info, 1);
     assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
@@ -465,7 +396,7 @@ static void test_block_reused_during_the_copy(void **state)
     mstar_tensor_info old = produce_one(w->p, &rid, 64, 1, &t);
     int gate[2];
     assert_int_equal(pipe(gate), 0);
-    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &gate[0], sizeof(int)));
+    assert_mstar_ok(mstar_launch(w->c->env.h2d, cuda_ipc_hold_stream, &gate[0], sizeof(int)));
     assert_mstar_ok(read_info(w->c, &rid, &old)); /* checked; its copy waits for the gate */
     assert_int_equal(mstar__transport_cuda_ipc_watching(w->c->transport), 1);
     mstar_tensor_info now = reuse_block(w, &rid, &old, &t2);

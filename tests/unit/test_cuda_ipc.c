@@ -6,7 +6,7 @@
  * exited, a consumer on another host, and zero-size tensors. tests/gpu/test_cuda_ipc.c runs the
  * same route between processes on a GPU.
  */
-#include "comm_harness.h"
+#include "cuda_ipc_world.h"
 
 #include "device/backend.h"
 #include "tensors/comm_internal.h"
@@ -145,72 +145,33 @@ static void test_export_open(void **state)
 
 /* ---- two managers over the route ---------------------------------------------------------- */
 
-typedef struct world {
-    const char *dir;
-    mstar_backend *bp, *bc;
-    bus b;
-    sender sp, sc;
-    mstar_comm *p; /* worker_0 */
-    mstar_comm *c; /* worker_1 */
-} world;
+typedef cuda_ipc_world world;
 
 /* `async`: both managers' streams run their work on threads of their own, so work can still be
- * queued when a tensor is staged. `spin_us` is MSTAR_CUDA_IPC_SPIN_US: how long a small read
- * polls for its copies; with 0 they land in the background, finished by the route's watcher. */
-static int setup_with(void **state, bool async, const char *spin_us)
-{
-    world *w = calloc(1, sizeof(*w));
-    setenv("MSTAR_CUDA_IPC", "1", 1);
-    w->dir = mstar_test_tmpdir("cudaipc");
-    assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &w->bp));
-    assert_mstar_ok(mstar_backend_create((mstar_device){ MSTAR_DEVICE_CPU, 0 }, &w->bc));
-    mstar__host_backend_set_async(w->bp, async);
-    mstar__host_backend_set_async(w->bc, async);
-    setenv("MSTAR_CUDA_IPC_SPIN_US", spin_us, 1);
-    w->sp = (sender){ &w->b, "worker_0" };
-    w->sc = (sender){ &w->b, "worker_1" };
-    w->p = make_comm_with("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp, w->bp);
-    w->c = make_comm_with("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc, w->bc);
-    unsetenv("MSTAR_CUDA_IPC");
-    unsetenv("MSTAR_CUDA_IPC_SPIN_US");
-    *state = w;
-    return 0;
-}
-
+ * queued when a tensor is staged; the spin is MSTAR_CUDA_IPC_SPIN_US: how long a small read
+ * polls for its copies (0: they land in the background, finished by the route's watcher). */
 static int setup(void **state)
 {
-    return setup_with(state, false, "200");
+    *state = cuda_ipc_world_new("cudaipc", false, "200", NULL);
+    return 0;
 }
 
 static int setup_async(void **state)
 {
-    return setup_with(state, true, "0");
+    *state = cuda_ipc_world_new("cudaipc", true, "0", NULL);
+    return 0;
 }
 
-/* Asynchronous streams, and small reads poll for their copies for up to 20 ms. */
 static int setup_async_spin(void **state)
 {
-    return setup_with(state, true, "20000");
+    *state = cuda_ipc_world_new("cudaipc", true, "20000", NULL);
+    return 0;
 }
 
 static int teardown(void **state)
 {
-    world *w = *state;
-    mstar_comm_destroy(w->p);
-    mstar_comm_destroy(w->c);
-    bus_clear(&w->b);
-    assert_int_equal(mstar_test_count_dir(w->dir), 0);
-    mstar_backend_destroy(w->bp);
-    mstar_backend_destroy(w->bc);
-    free(w);
+    cuda_ipc_world_free(*state);
     return 0;
-}
-
-static uint64_t opens_of(mstar_comm *c)
-{
-    uint64_t opens, mapped;
-    mstar__transport_cuda_ipc_counts(c->transport, &opens, &mapped);
-    return opens;
 }
 
 /* Store `n` vectors of `len` floats on the producer and stamp their descriptors. */
@@ -271,7 +232,7 @@ static void test_route_bytes_one_open(void **state)
     collect_ready(w->c, 1);
     for (int i = 0; i < 6; i++)
         check_bytes(w->c, infos[i].uuid, &ts[i]);
-    assert_int_equal(opens_of(w->c), 1);
+    assert_int_equal(cuda_ipc_opens(w->c), 1);
     /* A second batch in the same segment opens nothing new. */
     mstar_rid rid2 = rid_str("r2");
     mstar_tensor t2[2];
@@ -285,23 +246,13 @@ static void test_route_bytes_one_open(void **state)
     assert_mstar_ok(read_infos(w, &rid2, i2, 2));
     collect_ready(w->c, 1);
     check_bytes(w->c, i2[1].uuid, &t2[1]);
-    assert_int_equal(opens_of(w->c), 1);
+    assert_int_equal(cuda_ipc_opens(w->c), 1);
     /* The ACKs reach the producer, which frees its copies. */
     assert_true(bus_ack_count(&w->b, "worker_0", infos[0].uuid) == 1);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_mstar_status(mstar_comm_get_tensor(w->p, infos[0].uuid, &ts[0]), MSTAR_ENOENT);
     free_tensors(ts, 6);
     free_tensors(t2, 2);
-}
-
-/* Host work that holds its stream until the pipe `*fd` is written. */
-static void hold_stream(void *args)
-{
-    int fd;
-    memcpy(&fd, args, sizeof(fd));
-    char c;
-    while (read(fd, &c, 1) < 0 && errno == EINTR) {
-    }
 }
 
 /* Store `n` vectors and stage them while the producer's staging stream is held by work that
@@ -317,7 +268,7 @@ static void produce_behind_work(world *w, const mstar_rid *rid, uint32_t n, int6
     assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, o, n, NULL, infos));
     for (uint32_t i = 0; i < n; i++)
         assert_mstar_ok(mstar_comm_increment_ref(w->p, infos[i].uuid, 1));
-    assert_mstar_ok(mstar_launch(w->p->env.d2h, hold_stream, &gate, sizeof(gate)));
+    assert_mstar_ok(mstar_launch(w->p->env.d2h, cuda_ipc_hold_stream, &gate, sizeof(gate)));
     assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, infos, n));
     mstar_edge e = edge_of("sig", "node", infos, n);
     assert_mstar_ok(mstar_comm_refresh_shm_placement(w->p, &e, 1));
@@ -420,7 +371,7 @@ static void test_route_lands_without_watcher(void **state)
 static void hold_copies(world *w, int gate[2])
 {
     assert_int_equal(pipe(gate), 0);
-    assert_mstar_ok(mstar_launch(w->c->env.h2d, hold_stream, &gate[0], sizeof(int)));
+    assert_mstar_ok(mstar_launch(w->c->env.h2d, cuda_ipc_hold_stream, &gate[0], sizeof(int)));
 }
 
 /* Reads in flight finish on the route's watcher thread with nobody polling: a caller blocked on
@@ -637,7 +588,7 @@ static void test_route_auto_fallback(void **state)
     collect_ready(w->c, 1);
     for (int i = 0; i < 3; i++)
         check_bytes(w->c, infos[i].uuid, &ts[i]);
-    assert_int_equal(opens_of(w->c), 1); /* only the first went over the route */
+    assert_int_equal(cuda_ipc_opens(w->c), 1); /* only the first went over the route */
     bus_deliver(&w->b, "worker_0", w->p);
     assert_int_equal(mstar_comm_num_tensors(w->p), 0);
     free_tensors(ts, 3);
@@ -692,7 +643,7 @@ static void test_route_raw_memory_staged(void **state)
     assert_mstar_ok(read_infos(w, &rid, &info, 1));
     collect_ready(w->c, 1);
     check_bytes(w->c, info.uuid, &t);
-    assert_int_equal(opens_of(w->c), 0);
+    assert_int_equal(cuda_ipc_opens(w->c), 0);
     bus_deliver(&w->b, "worker_0", w->p);
     assert_mstar_ok(mstar_device_free(w->bp, raw));
     free(t.data);
@@ -715,17 +666,6 @@ static void test_route_zero_size(void **state)
 
 /* ---- the bounded wait for a producer's event --------------------------------------------- */
 
-static pid_t spawn_sleeper(void)
-{
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        pause();
-        _exit(0);
-    }
-    return pid;
-}
-
 /* An event recorded behind work that never finishes by itself, as a killed producer's is: the
  * wait returns once the producer is gone (reaped, or a zombie) or the timeout passes, never
  * hangs; once the work has run, it returns MSTAR_OK. */
@@ -741,12 +681,12 @@ static void test_event_wait_bounded(void **state)
     assert_mstar_ok(mstar_event_create(b, &e));
     int gate[2];
     assert_int_equal(pipe(gate), 0);
-    assert_mstar_ok(mstar_launch(s, hold_stream, &gate[0], sizeof(gate[0])));
+    assert_mstar_ok(mstar_launch(s, cuda_ipc_hold_stream, &gate[0], sizeof(gate[0])));
     assert_mstar_ok(mstar_event_record(e, s));
     assert_mstar_status(mstar_event_query(e), MSTAR_EAGAIN);
 
     /* Alive but stuck: the timeout. */
-    pid_t alive = spawn_sleeper();
+    pid_t alive = cuda_ipc_spawn_sleeper();
     assert_mstar_status(mstar__cuda_ipc_wait_event(e, alive, 0.05, "tensor 7 from 'w0'"),
                         MSTAR_ETIMEDOUT);
     assert_non_null(strstr(mstar_last_error(), "MSTAR_CUDA_IPC_TIMEOUT_S"));
