@@ -7,6 +7,7 @@ import torch
 
 import mstar_c
 from mstar_c import graphs as g
+from runner_util import eager_at, run_rows
 
 WIDTH = 16
 
@@ -66,6 +67,16 @@ def eager(module, rows):
         return module.forward_batched(torch.cat([r.tensors["x"] for r in rows]))
 
 
+def expected(runner, rows, graph_walk=None, fn=None):
+    """What runner.run(rows, graph_walk) must return: the module's forward_batched (or fn) run
+    eagerly over as many rows as the run computes over (its bucket's, or the real rows where it
+    falls back to eager; runner_util)."""
+    walk = graph_walk or runner.configs[0].capture_graph_walk
+    x = torch.cat([r.tensors["x"][: r.seq_len] for r in rows])
+    return eager_at(fn or runner.submodule.forward_batched, x,
+                    run_rows(runner, walk, len(rows), x.shape[0]))
+
+
 @pytest.fixture(scope="module")
 def runner():
     return make_runner()
@@ -91,8 +102,8 @@ def test_replay_equals_eager_every_bucket_with_padded_rows(runner, n):
         assert all(r.seq_len == 0 for r in padded[n:])  # padding rows: length 0
         out = runner.run_forward(lease, runner._preprocess(padded))["output"]
         assert out.shape == (bs, WIDTH)
-        want = eager(runner.submodule, rows)
-        assert torch.equal(out[:n], want)
+        x = torch.cat([row.tensors["x"] for row in rows])
+        assert torch.equal(out[:n], eager_at(runner.submodule.forward_batched, x, bs))
     finally:
         runner.release(lease, n)
 
@@ -101,7 +112,7 @@ def test_run_returns_copies_of_the_real_rows(runner):
     a = runner.run(inputs(3, seed=3))["output"]
     b = runner.run(inputs(3, seed=4))["output"]
     assert a.shape == (3, WIDTH)
-    assert torch.equal(a, eager(runner.submodule, inputs(3, seed=3)))  # G-19: not overwritten
+    assert torch.equal(a, expected(runner, inputs(3, seed=3)))  # G-19: not overwritten
     assert not torch.equal(a, b)
 
 
@@ -146,7 +157,7 @@ def test_too_large_a_batch_runs_eager(runner):
     assert runner.can_run("decode", 8, 8)
     assert runner.max_batch_size_for("decode") == 8
     rows = inputs(9, seed=5)
-    assert torch.equal(runner.run(rows)["output"], eager(runner.submodule, rows))
+    assert torch.equal(runner.run(rows)["output"], expected(runner, rows))
 
 
 def test_select_bucket_takes_the_tightest(runner):
@@ -197,7 +208,8 @@ def test_zero_copy_staging_into_the_static_input(runner):
     view.copy_(torch.cat([r.tensors["x"] for r in rows]))
     out = runner.run_forward(lease, {"x": view})["output"]
     runner.release(lease, 3)
-    assert torch.equal(out[:3], eager(runner.submodule, rows))
+    x = torch.cat([row.tensors["x"] for row in rows])
+    assert torch.equal(out[:3], eager_at(runner.submodule.forward_batched, x, 4))
     with pytest.raises(mstar_c.Error):
         runner.static_input(lease, "x", 5)  # past the bucket
 
@@ -208,7 +220,8 @@ def test_alias_walk_leases_the_capture_walk():
     lease = r.lease_slot("decode_alias", 2, None, 2)
     assert lease.bucket.graph_walk == "decode"
     rows = inputs(2, seed=41)
-    assert torch.equal(r.run(rows, graph_walk="decode_alias")["output"], eager(r.submodule, rows))
+    assert torch.equal(r.run(rows, graph_walk="decode_alias")["output"],
+                       expected(r, rows, "decode_alias"))
 
 
 def test_failed_capture_leaves_nothing_behind_and_falls_back():
@@ -224,7 +237,7 @@ def test_failed_capture_leaves_nothing_behind_and_falls_back():
     assert good._c._records() == 4 * 2
     assert bad.pool.stats()["allocated"] < good.pool.stats()["allocated"]
     rows = inputs(3, seed=51)
-    assert torch.equal(bad.run(rows)["output"], eager(bad.submodule, rows))
+    assert torch.equal(bad.run(rows)["output"], expected(bad, rows))
 
 
 def test_failed_capture_gives_its_pool_memory_back():
@@ -239,7 +252,7 @@ def test_failed_capture_gives_its_pool_memory_back():
     assert bad.pool.stats()["allocated"] == twin.pool.stats()["allocated"]
     assert bad._c._records() == twin._c._records() == 3 * 2
     rows = inputs(2, seed=52)
-    assert torch.equal(bad.run(rows)["output"], eager(bad.submodule, rows))
+    assert torch.equal(bad.run(rows)["output"], expected(bad, rows))
 
 
 def test_failed_capture_keeps_the_module_exception_out_of_the_way():
@@ -250,7 +263,7 @@ def test_failed_capture_keeps_the_module_exception_out_of_the_way():
     assert [k.bs for k in r.dropped_buckets] == [8]
     assert r.max_batch_size_for("decode") == 8  # G-20: the dropped largest still caps
     rows = inputs(3, seed=53)  # nothing of the failure is left to surface here
-    assert torch.equal(r.run(rows)["output"], eager(r.submodule, rows))
+    assert torch.equal(r.run(rows)["output"], expected(r, rows))
 
 
 def test_a_replay_that_raises_raises_from_run_forward():
@@ -262,7 +275,8 @@ def test_a_replay_that_raises_raises_from_run_forward():
     r.submodule.fail_replay = False
     out = r.run_forward(lease, r._preprocess(r.pad_inputs(lease, inputs(2))))["output"]
     r.release(lease, 2)
-    assert torch.equal(out[:2], eager(r.submodule, inputs(2)))
+    x = torch.cat([row.tensors["x"] for row in inputs(2)])
+    assert torch.equal(out[:2], eager_at(r.submodule.forward_batched, x, lease.bucket.bs))
 
 
 def test_replay_reruns_the_module_from_the_graph(runner):
@@ -292,8 +306,8 @@ def test_autocast_dtype_applies_to_warmup_capture_and_replay():
     r = make_runner(autocast_dtype=torch.bfloat16)
     rows = inputs(3, seed=71)
     out = r.run(rows)["output"]
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        want = r.submodule.forward_batched(torch.cat([x.tensors["x"] for x in rows]))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        want = expected(r, rows)
     assert torch.equal(out, want)
     assert not torch.equal(out, eager(r.submodule, rows))  # the bf16 linear shows
 
@@ -343,7 +357,9 @@ def test_packed_config_keys_buckets_by_tokens():
     assert out.shape[0] == 2  # run() cuts to the real rows: a packed caller reads tokens itself
     full = r.run_forward(lease, r._preprocess(r.pad_inputs(lease, rows)))["output"]
     r.release(lease, 2)
-    assert torch.equal(full[:11], eager(r.submodule, rows))
+    x = torch.cat([row.tensors["x"] for row in rows])
+    assert torch.equal(full[:11], eager_at(r.submodule.forward_batched, x,
+                                           lease.bucket.num_tokens))
 
 
 def test_key_info_is_part_of_the_bucket():

@@ -7,6 +7,7 @@ import torch
 
 import mstar_c
 from mstar_c import graphs as g
+from runner_util import eager_at, region_rows
 
 W = 8
 PAGES, PAGE, MAXLEN = 64, 4, 32
@@ -85,6 +86,12 @@ def xs(n, seed=1):
     return torch.randn(n, W, generator=torch.Generator().manual_seed(seed))
 
 
+def expected(runner, region, x, bs=None, total_tokens=None):
+    """What a run of x (bs rows, default one per row of x) must return: the region eagerly over
+    as many rows as its replay computes over (the shape's; runner_util)."""
+    return eager_at(region.eager, x, region_rows(runner, bs or x.shape[0], total_tokens))
+
+
 def key(bs, tokens=None):
     return g.BucketKey("__piecewise__", bs, bs if tokens is None else tokens, "blk")
 
@@ -107,7 +114,7 @@ def test_replay_equals_eager_for_each_shape_with_padding(n):
     x = xs(n, seed=n)
     out = r.run({"x": x}, real_bs=n)
     assert out.real_len == n
-    assert torch.equal(out["x"], r.region.eager(x))
+    assert torch.equal(out["x"], expected(r, r.region, x))
 
 
 def test_replay_reenters_python_over_the_static_buffers():
@@ -139,7 +146,7 @@ def test_packed_region_replays_the_real_tokens():
     x = xs(5, seed=7)
     out = r.run({"x": x}, request_ids=[10, 11], seq_lens=[3, 2])
     assert out.real_len == 5
-    assert torch.equal(out["x"], r.region.eager(x))
+    assert torch.equal(out["x"], expected(r, r.region, x, 2, 5))
 
 
 def test_output_views_and_clones():
@@ -322,7 +329,7 @@ def test_size_captures_and_lent_captures():
     assert all(c.graph is not None for c in lent.values())
     r.warmup_and_capture()
     x = xs(3, seed=16)
-    assert torch.equal(r.run({"x": x}, real_bs=3)["x"], r.region.eager(x))
+    assert torch.equal(r.run({"x": x}, real_bs=3)["x"], expected(r, r.region, x))
 
 
 def test_size_captures_marks_a_failing_shape_unplannable():
@@ -361,8 +368,8 @@ def test_two_regions_on_one_pool_keep_each_others_outputs():
     assert a.pool is b.pool and a.any_graphs and b.any_graphs
     x, y = xs(3, seed=30), xs(3, seed=31)
     view = a.run({"x": x}, real_bs=3).get_view("x")
-    assert torch.equal(b.run({"x": y}, real_bs=3)["x"], rb.eager(y))
-    assert torch.equal(view, ra.eager(x))
+    assert torch.equal(b.run({"x": y}, real_bs=3)["x"], expected(b, rb, y))
+    assert torch.equal(view, expected(a, ra, x))
 
 
 def test_a_trim_of_the_shared_pool_keeps_the_replays():
@@ -373,7 +380,7 @@ def test_a_trim_of_the_shared_pool_keeps_the_replays():
     r.pool.trim()
     for n in (1, 2, 3, 4):
         x = xs(n, seed=20 + n)
-        assert torch.equal(r.run({"x": x}, real_bs=n)["x"], r.region.eager(x))
+        assert torch.equal(r.run({"x": x}, real_bs=n)["x"], expected(r, r.region, x))
 
 
 def test_startup_captures_a_runner_and_its_region_together():
@@ -394,7 +401,7 @@ def test_startup_captures_a_runner_and_its_region_together():
     assert whole.any_graphs and r.dropped_shapes == [(2, 2)]
     assert r._c._records() == 2
     x = xs(3, seed=40)
-    assert torch.equal(r.run({"x": x}, real_bs=3)["x"], region.eager(x))
+    assert torch.equal(r.run({"x": x}, real_bs=3)["x"], expected(r, region, x))
 
 
 def test_standalone_captures_say_why_they_are_not_reached():

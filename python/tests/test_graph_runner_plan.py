@@ -14,7 +14,7 @@ import torch
 import mstar_c
 from mstar_c import graphs as g
 
-from test_graph_runner import Toy, eager, inputs, make_runner
+from test_graph_runner import Toy, expected, inputs, make_runner
 
 MiB = 1 << 20
 
@@ -90,7 +90,7 @@ def test_size_captures_measures_a_torch_module():
     assert r.pool.stats()["allocated"] == 0  # throwaway graphs are gone
     r.warmup_and_capture(None)
     rows = inputs(5)
-    assert torch.equal(r.run(rows)["output"], eager(r.submodule, rows))
+    assert torch.equal(r.run(rows)["output"], expected(r, rows))
 
 
 def test_size_captures_marks_an_unwarmable_bucket():
@@ -128,7 +128,7 @@ def test_startup_under_a_budget_drops_what_the_planner_drops():
     assert set(r.dropped_buckets) == set(r.buckets()) - plan.buckets["toy"]
     assert report["planned"] == len(captured) == report["captured"]
     rows = inputs(3)
-    assert torch.equal(r.run(rows)["output"], eager(r.submodule, rows))  # dropped: eager
+    assert torch.equal(r.run(rows)["output"], expected(r, rows))  # a replay or eager, as planned
 
 
 def test_fail_if_graphs_required(monkeypatch):
@@ -178,7 +178,7 @@ RANK_WORKER = textwrap.dedent("""
     faulthandler.enable()  # a crash names its frame in the test's failure
     import torch, torch.distributed as dist
     sys.path.insert(0, sys.argv[3])
-    from test_graph_runner import Toy, make_runner, inputs, eager
+    from test_graph_runner import Toy, make_runner, inputs, expected
     from mstar_c import graphs as g
     rank = int(sys.argv[1])
     dist.init_process_group("gloo", init_method=sys.argv[2], rank=rank, world_size=2)
@@ -189,7 +189,7 @@ RANK_WORKER = textwrap.dedent("""
     r.joint_comm_group = grp
     report = r.capture()
     rows = inputs(3)
-    ok = torch.equal(r.run(rows)["output"], eager(r.submodule, rows))
+    ok = torch.equal(r.run(rows)["output"], expected(r, rows))
     print(json.dumps({"rank": rank, "min": flags, "max": top, "captured": report["captured"],
                       "dropped": [list(k) for k in r.dropped_buckets],
                       "bs3": r.select_bucket("decode", 3, 3).bs, "ok": ok}))
