@@ -10,6 +10,8 @@ import torch
 
 from mstar_c import graphs as g
 
+pytestmark = pytest.mark.usefixtures("rows_show")  # every comparison at one row count
+
 WIDTH = 8
 
 
