@@ -2,13 +2,15 @@
  * bell.c — an entity's doorbell for its rings: a Unix datagram socket <ipc dir>/<entity>.bell.
  *
  * A sender on the same host connects to the receiver's bell and sends one datagram carrying the
- * sealed memfd of a new ring and the sender's name (a hello), then an empty datagram whenever the
- * receiver has asked to be woken (ring.h). A message too large for the ring travels as a blob:
- * a memfd sent here with its sequence number, which a small frame in the ring then names, so
- * that it still takes its place in the ring's order. A datagram socket is what lets another process
- * wake the receiver's event loop: it is an fd the loop can poll (the mesh puts it beside the ZeroMQ
- * inbox, mesh.c), it passes fds (SCM_RIGHTS) so that no ring ever has a name in a directory, and
- * a send to a receiver that died fails with ECONNREFUSED, which is how a sender notices.
+ * sealed memfd of a new ring, the ring's wake-up eventfd and the sender's name (a hello); wake-ups
+ * then go through that eventfd (ring.h), and an empty datagram here only when the sender checks
+ * that the receiver still lives (peers.c) or its ring is full. A message too large for the ring
+ * travels as a blob: a memfd sent here with its sequence number, which a small frame in the ring
+ * then names, so that it still takes its place in the ring's order. A datagram socket is what lets
+ * another process wake the receiver's event loop: it is an fd the loop can poll (the mesh puts it
+ * beside the ZeroMQ inbox, mesh.c), it passes fds (SCM_RIGHTS) so that no ring ever has a name in a
+ * directory, and a send to a receiver that died fails with ECONNREFUSED, which is how a sender
+ * notices.
  *
  * The bell lives in the ipc directory, which is ours and 0700 (ipc.c); a sender still checks
  * that the name is a socket owned by this user before connecting, so a planted file or link is
@@ -24,8 +26,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define BELL_HELLO     "mstar-ring-hello 1 "
-#define BELL_BLOB      "mstar-ring-blob 1 " /* + 16 hex digits of the sequence number + ' ' */
+#define BELL_HELLO     "mstar-ring-hello 2 " /* + the sender's name; the memfd, the eventfd */
+#define BELL_BLOB      "mstar-ring-blob 1 "  /* + 16 hex digits of the sequence number + ' ' */
 #define BELL_SEQ_LEN   17
 #define BELL_MAX_FDS   4
 #define BELL_DATA_SIZE (sizeof(BELL_BLOB) + BELL_SEQ_LEN + MSTAR_NAME_MAX + 1)
@@ -125,24 +127,25 @@ mstar_status mstar__bell_connect(const mstar__mesh_config *cfg, const char *self
     return MSTAR_OK;
 }
 
-/* Send one datagram, with `ring_fd` attached when >= 0. */
-static mstar_status bell_send(int fd, const char *peer, const void *data, size_t len, int ring_fd)
+/* Send one datagram, with the `nfds` (at most 2) fds attached. */
+static mstar_status bell_send(int fd, const char *peer, const void *data, size_t len,
+                              const int *fds, size_t nfds)
 {
     struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
     struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
     union {
-        char buf[CMSG_SPACE(sizeof(int))];
+        char buf[CMSG_SPACE(2 * sizeof(int))];
         struct cmsghdr align;
     } ctl;
-    if (ring_fd >= 0) {
+    if (nfds > 0) {
         memset(&ctl, 0, sizeof(ctl));
         mh.msg_control = ctl.buf;
-        mh.msg_controllen = sizeof(ctl.buf);
+        mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
         struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &ring_fd, sizeof(int));
+        c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
     }
     for (;;) {
         if (sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
@@ -160,7 +163,7 @@ static mstar_status bell_send(int fd, const char *peer, const void *data, size_t
 
 mstar_status mstar__bell_ring(int fd, const char *peer)
 {
-    mstar_status st = bell_send(fd, peer, "", 0, -1);
+    mstar_status st = bell_send(fd, peer, "", 0, NULL, 0);
     if (st == MSTAR_EAGAIN)
         mstar_error_clear(); /* wakes are pending already: that is enough */
     return st == MSTAR_EAGAIN ? MSTAR_OK : st;
@@ -180,18 +183,19 @@ void mstar__bell_ring_self(int fd, const char *path)
         continue;
 }
 
-mstar_status mstar__bell_hello(int fd, const char *self, const char *peer, int ring_fd)
+mstar_status mstar__bell_hello(int fd, const char *self, const char *peer, const mstar__ring *ring)
 {
     char data[BELL_DATA_SIZE];
     int n = snprintf(data, sizeof(data), BELL_HELLO "%s", self);
-    return bell_send(fd, peer, data, (size_t)n, ring_fd);
+    int fds[2] = { ring->fd, ring->wake_fd };
+    return bell_send(fd, peer, data, (size_t)n, fds, 2);
 }
 
 mstar_status mstar__bell_blob(int fd, const char *self, const char *peer, uint64_t seq, int blob_fd)
 {
     char data[BELL_DATA_SIZE];
     int n = snprintf(data, sizeof(data), BELL_BLOB "%016llx %s", (unsigned long long)seq, self);
-    return bell_send(fd, peer, data, (size_t)n, blob_fd);
+    return bell_send(fd, peer, data, (size_t)n, &blob_fd, 1);
 }
 
 /* The fds a datagram carried, into fds[] (at most BELL_MAX_FDS); returns how many. */
@@ -250,8 +254,8 @@ static const char *parse(const char *data, size_t len, char *name, bool *is_blob
     return NULL;
 }
 
-/* One datagram: a wake (empty, no fd), a hello or blob with its one fd (handed to fn), or
- * garbage (its fds closed, counted). */
+/* One datagram: a wake (empty, no fd), a hello with its two fds or a blob with its one (handed
+ * to fn), or garbage (its fds closed, counted). */
 static void handle(const char *self, const char *data, size_t len, int *fds, size_t nfds,
                    mstar__bell_hello_fn fn, void *ctx, mstar__inbox *in)
 {
@@ -260,9 +264,11 @@ static void handle(const char *self, const char *data, size_t len, int *fds, siz
     char name[MSTAR_NAME_MAX + 1];
     bool is_blob = false;
     uint64_t seq = 0;
-    const char *why = nfds != 1 ? "not exactly one fd" : parse(data, len, name, &is_blob, &seq);
+    const char *why = parse(data, len, name, &is_blob, &seq);
+    if (why == NULL && nfds != (is_blob ? 1u : 2u))
+        why = is_blob ? "a blob without exactly one fd" : "a hello without exactly two fds";
     if (why == NULL) {
-        fn(ctx, name, is_blob ? &seq : NULL, fds[0]); /* takes the fd */
+        fn(ctx, name, is_blob ? &seq : NULL, fds[0], is_blob ? -1 : fds[1]); /* takes the fds */
         return;
     }
     for (size_t i = 0; i < nfds; i++)

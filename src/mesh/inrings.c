@@ -8,6 +8,11 @@
  * same sender still holds messages the newer one is not read, so one sender's messages arrive in
  * the order they were sent. A ring whose header or frames cannot be right is dropped, counted,
  * and logged; the receiver goes on with the others.
+ *
+ * Each ring's wake-up eventfd sits in the mesh's epoll set (mesh.c), edge-triggered and never
+ * read: a sender's write makes the set readable once, and whoever harvests the set next (recv.c)
+ * clears that. It leaves the set before it is closed: the sender holds the same eventfd, so
+ * closing ours alone would leave it there, waking us for a ring we no longer have.
  */
 #include "mesh_internal.h"
 
@@ -18,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <unistd.h>
 
 static void drop_ring(mstar_mesh *mesh, size_t i, const char *why)
@@ -28,7 +34,10 @@ static void drop_ring(mstar_mesh *mesh, size_t i, const char *why)
                   mesh->entity, in->rings[i].ring.peer, (unsigned long long)mesh->inbox.dropped,
                   why);
     }
-    mstar__ring_close(&in->rings[i].ring, true);
+    mstar__ring *r = &in->rings[i].ring;
+    if (r->wake_fd >= 0)
+        epoll_ctl(mesh->poll_fd, EPOLL_CTL_DEL, r->wake_fd, NULL);
+    mstar__ring_close(r, true);
     memmove(&in->rings[i], &in->rings[i + 1], (in->n - i - 1) * sizeof(in->rings[0]));
     in->n--;
     if (in->next > i)
@@ -87,7 +96,17 @@ static void tell_refused(mstar_mesh *mesh, const char *sender)
     mstar_error_clear();
 }
 
-static void on_hello(void *ctx, const char *sender, const uint64_t *blob_seq, int fd)
+/* Watch a ring's eventfd in the mesh's epoll set, edge-triggered (MSTAR__MESH_EV_RING). */
+static mstar_status watch(mstar_mesh *mesh, const mstar__ring *r)
+{
+    struct epoll_event ev = { .events = EPOLLIN | EPOLLET, .data.u64 = MSTAR__MESH_EV_RING };
+    if (epoll_ctl(mesh->poll_fd, EPOLL_CTL_ADD, r->wake_fd, &ev) != 0)
+        return mstar_error_set(MSTAR_EIO, "ring from '%s': epoll of its eventfd: %s", r->peer,
+                               strerror(errno));
+    return MSTAR_OK;
+}
+
+static void on_hello(void *ctx, const char *sender, const uint64_t *blob_seq, int fd, int wake_fd)
 {
     mstar_mesh *mesh = ctx;
     mstar__inrings *in = &mesh->inrings;
@@ -99,13 +118,23 @@ static void on_hello(void *ctx, const char *sender, const uint64_t *blob_seq, in
         sweep(mesh);
     mstar__ring ring;
     mstar_status st = mstar__ring_attach(fd, sender, mesh->entity, &ring);
-    if (st == MSTAR_OK && in->n == MSTAR__MESH_MAX_RINGS) {
+    if (st == MSTAR_OK)
+        st = mstar__ring_attach_wake(&ring, wake_fd);
+    else
+        close(wake_fd);
+    bool full = in->n == MSTAR__MESH_MAX_RINGS;
+    if (st == MSTAR_OK && !full && (st = watch(mesh, &ring)) != MSTAR_OK)
+        full = true; /* refused below: its sender goes another way */
+    if (ring.map != NULL && (st != MSTAR_OK || full)) {
         /* Say so in the ring, so that its sender sends what it wrote there another way. */
         mstar__ring_refuse(&ring);
         tell_refused(mesh, sender);
-        st = mstar_error_set(MSTAR_ENOSPC, "%d rings are held already", MSTAR__MESH_MAX_RINGS);
+        if (st == MSTAR_OK)
+            st = mstar_error_set(MSTAR_ENOSPC, "%d rings are held already", MSTAR__MESH_MAX_RINGS);
     } else if (st == MSTAR_OK && !mstar__ring_accept(&ring)) {
-        mstar__ring_close(&ring, true); /* withdrawn: its sender took another way meanwhile */
+        /* Withdrawn: its sender took another way meanwhile. */
+        epoll_ctl(mesh->poll_fd, EPOLL_CTL_DEL, ring.wake_fd, NULL);
+        mstar__ring_close(&ring, true);
         return;
     }
     if (st != MSTAR_OK) {
@@ -249,12 +278,26 @@ void mstar__inrings_drain(mstar_mesh *mesh)
         mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox);
 }
 
-bool mstar__inrings_arm(mstar_mesh *mesh)
+/* Spinning pays while the peers answer within the bound: the two sides are running and a
+ * frame comes before a sleep and a wake-up would have been over. When they do not (the peer is
+ * idle, or waits for a core on a busy machine, where a spinning receiver takes the core its
+ * peer needs), a spin is CPU time lost and a later wake-up: after SPIN_GIVE_UP spins in a row
+ * that found nothing, only one wait in SPIN_PROBE spins, until one finds a frame again. On the
+ * 2-core VM, 8 and 4 kept a spinning 4 KiB handoff at 10-12 µs p50 where 2 and 16 had given
+ * up on it for good after the misses of a burst (docs/architecture.md). */
+#define SPIN_GIVE_UP 8
+#define SPIN_PROBE   4
+
+bool mstar__inrings_arm(mstar_mesh *mesh, bool may_spin)
 {
+    /* A spin may come next only while spinning has not given up (mstar__inrings_spin). */
+    uint32_t how = may_spin && mesh->cfg.spin_us > 0 && mesh->inrings.spin_misses < SPIN_GIVE_UP
+                       ? MSTAR__RING_ARMED_SPIN
+                       : MSTAR__RING_ARMED;
     bool pending = false;
     for (size_t i = 0; i < mesh->inrings.n; i++) {
         mstar__ring *r = &mesh->inrings.rings[i].ring;
-        mstar__ring_arm(r);
+        mstar__ring_arm(r, how);
         pending = pending || mstar__ring_pending(r);
     }
     return pending;
@@ -268,16 +311,6 @@ bool mstar__inrings_pending(const mstar_mesh *mesh)
     return false;
 }
 
-/* Spinning pays while the peers answer within the bound: the two sides are running and a
- * frame comes before a sleep and a wake-up would have been over. When they do not (the peer is
- * idle, or waits for a core on a busy machine, where a spinning receiver takes the core its
- * peer needs), a spin is CPU time lost and a later wake-up: after SPIN_GIVE_UP spins in a row
- * that found nothing, only one wait in SPIN_PROBE spins, until one finds a frame again. On the
- * 2-core VM, 8 and 4 kept a spinning 4 KiB handoff at 10-12 µs p50 where 2 and 16 had given
- * up on it for good after the misses of a burst (docs/architecture.md). */
-#define SPIN_GIVE_UP 8
-#define SPIN_PROBE   4
-
 bool mstar__inrings_spin(mstar_mesh *mesh)
 {
     mstar__inrings *in = &mesh->inrings;
@@ -285,13 +318,17 @@ bool mstar__inrings_spin(mstar_mesh *mesh)
         return false;
     if (in->spin_misses >= SPIN_GIVE_UP && ++in->spin_skips % SPIN_PROBE != 0)
         return false;
-    /* Awake while it spins: a sender need not ring the bell (a system call on each side). */
+    /* Awake while it spins: a sender need not wake it (a system call on each side). A sender
+     * that took the flag since it was armed has woken it already: the edge it left in the epoll
+     * set is for the next receive to clear, or a loop's poll would return at once. */
+    bool woken = false;
     for (size_t i = 0; i < in->n; i++)
-        mstar__ring_disarm(&in->rings[i].ring);
+        woken |= mstar__ring_disarm(&in->rings[i].ring) == MSTAR__RING_AWAKE;
     uint64_t end = mstar__now_ns() + (uint64_t)mesh->cfg.spin_us * 1000;
     do {
         if (mstar__inrings_pending(mesh)) {
             in->spin_misses = in->spin_skips = 0;
+            in->awake = !woken;
             return true;
         }
         mstar__cpu_relax();

@@ -113,14 +113,19 @@ static mstar_status check_index_free(const mstar_mesh *mesh)
     return st;
 }
 
-/* One fd for the event loop that is readable when the inbox or the bell is. */
+/* One fd for the event loop that is readable when the inbox or the bell is, or a ring's sender
+ * woke us (inrings.c adds the rings' eventfds). The wake-up eventfd is in it edge-triggered, so
+ * that the mesh's own wait sleeps in one epoll_wait; a loop that polls this fd sees it readable
+ * once per wake, until its next receive. */
 static mstar_status open_poll_fd(mstar_mesh *mesh)
 {
     mesh->poll_fd = epoll_create1(EPOLL_CLOEXEC);
-    struct epoll_event in = { .events = EPOLLIN, .data.fd = mesh->inbox.fd };
-    struct epoll_event bell = { .events = EPOLLIN, .data.fd = mesh->bell_fd };
+    struct epoll_event in = { .events = EPOLLIN, .data.u64 = MSTAR__MESH_EV_INBOX };
+    struct epoll_event bell = { .events = EPOLLIN, .data.u64 = MSTAR__MESH_EV_BELL };
+    struct epoll_event wake = { .events = EPOLLIN | EPOLLET, .data.u64 = MSTAR__MESH_EV_WAKE };
     if (mesh->poll_fd < 0 || epoll_ctl(mesh->poll_fd, EPOLL_CTL_ADD, mesh->inbox.fd, &in) != 0 ||
-        epoll_ctl(mesh->poll_fd, EPOLL_CTL_ADD, mesh->bell_fd, &bell) != 0)
+        epoll_ctl(mesh->poll_fd, EPOLL_CTL_ADD, mesh->bell_fd, &bell) != 0 ||
+        epoll_ctl(mesh->poll_fd, EPOLL_CTL_ADD, mesh->wake_fd, &wake) != 0)
         return mstar_error_set(MSTAR_EIO, "mesh %s: epoll over the inbox and the bell: %s",
                                mesh->entity, strerror(errno));
     return MSTAR_OK;

@@ -140,6 +140,12 @@ bool mstar__wake_pending(int fd);
  * sender keeps as many while its ring has no answer (peers.c). */
 #define MSTAR__MESH_MAX_BLOBS 64
 
+/* How long a sender wakes a receiver through its ring's eventfd before it wakes it through the
+ * bell once more, which fails when the receiver has died (peers.c wake_peer): a receiver that
+ * died is noticed at the first wake this long after the last check, and costs its senders at
+ * most one datagram per this time while it lives. */
+#define MSTAR__RING_LIVENESS_NS UINT64_C(10000000)
+
 /* How long a sender waits for the receiver to answer a ring (ring.h) before it withdraws it. */
 #define MSTAR__RING_ANSWER_NS UINT64_C(1000000000)
 
@@ -155,6 +161,10 @@ typedef struct mstar__peer {
     uint64_t blob_seq;               /* numbers the messages sent beside the ring (bell.c) */
     bool accepted;                   /* the receiver took the ring: no more answers to look for */
     uint64_t offered_at;             /* when the ring was handed over (mstar__now_ns) */
+    uint64_t checked_at;             /* when the bell last told the receiver lived */
+    bool woken;                      /* woken through the ring, and not seen reading since: */
+    uint64_t woken_head;             /* its position then */
+    uint64_t woken_at;               /* and when */
     uint64_t reclaim;                /* a refused ring: its frames before this went over ZeroMQ */
     int kept[MSTAR__MESH_MAX_BLOBS]; /* the blobs sent while no answer came, by number */
     size_t nkept;
@@ -182,18 +192,18 @@ mstar_status mstar__bell_ring(int fd, const char *peer);
 /* Ring our own bell (bound at `path`), so that an event loop polling it comes back for what a
  * receive left waiting. */
 void mstar__bell_ring_self(int fd, const char *path);
-/* Hand the ring's fd to the receiver. MSTAR_EAGAIN when its bell is full, MSTAR_ECLOSED when
- * it is gone. */
-mstar_status mstar__bell_hello(int fd, const char *self, const char *peer, int ring_fd);
+/* Hand the ring's memfd and wake-up eventfd to the receiver. MSTAR_EAGAIN when its bell is full,
+ * MSTAR_ECLOSED when it is gone. */
+mstar_status mstar__bell_hello(int fd, const char *self, const char *peer, const mstar__ring *ring);
 /* Hand a message too large for the ring over as the memfd `blob_fd`, numbered `seq`; the ring
  * frame that names it follows (mstar__ring_write_blob). Errors as for a hello. */
 mstar_status mstar__bell_blob(int fd, const char *self, const char *peer, uint64_t seq,
                               int blob_fd);
-/* Read every datagram waiting: hellos (blob_seq NULL) and blobs go to fn, which takes the fd;
- * wakes are consumed; anything else is closed and counted in `in` (mstar__inbox_drop). True
- * when any datagram was read. */
+/* Read every datagram waiting: hellos (blob_seq NULL, with the ring's eventfd in wake_fd) and
+ * blobs (wake_fd -1) go to fn, which takes the fds; wakes are consumed; anything else is closed
+ * and counted in `in` (mstar__inbox_drop). True when any datagram was read. */
 typedef void (*mstar__bell_hello_fn)(void *ctx, const char *sender, const uint64_t *blob_seq,
-                                     int fd);
+                                     int fd, int wake_fd);
 bool mstar__bell_drain(int fd, const char *self, mstar__bell_hello_fn fn, void *ctx,
                        mstar__inbox *in);
 
@@ -224,6 +234,7 @@ typedef struct mstar__inrings {
     uint32_t spin_misses; /* spins in a row that ended with no frame (mstar__inrings_spin) */
     uint32_t spin_skips;  /* waits that did not spin since spinning last paid */
     uint32_t unpolled;    /* receives since the inbox and bell were last polled */
+    bool awake;           /* a spin found a frame, and no sender woke us since the last harvest */
     uint8_t *buf;
     size_t buf_cap;
 } mstar__inrings;
@@ -238,19 +249,29 @@ typedef struct mstar__inrings {
 mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out);
 /* Read the bell: attach the rings handed over, keep the blobs, consume the wakes. */
 void mstar__inrings_drain(mstar_mesh *mesh);
-/* Before sleeping: ask every ring to ring the bell. True when a ring holds something after all
- * (then do not sleep). */
-bool mstar__inrings_arm(mstar_mesh *mesh);
+/* Before sleeping: ask every ring's sender to wake us (`may_spin`: a spin may come first, see
+ * ring.h). True when a ring holds something after all (then do not sleep). */
+bool mstar__inrings_arm(mstar_mesh *mesh, bool may_spin);
 /* Whether a frame (or garbage) waits in any ring: shared memory only, no system call. */
 bool mstar__inrings_pending(const mstar_mesh *mesh);
 /* Receives that may take ring frames without polling the inbox and the bell first. */
 #define MSTAR__MESH_UNPOLLED_MAX 8
 /* Spin up to cfg.spin_us for a ring to fill, the rings disarmed meanwhile (a sender does not
- * ring the bell of a receiver that is awake); true when one did. */
+ * wake a receiver that is awake); true when one did (inrings.awake is then set). */
 bool mstar__inrings_spin(mstar_mesh *mesh);
 void mstar__inrings_close(mstar__inrings *in);
 
 /* ---- the handle ----------------------------------------------------------------------------- */
+
+/* What an event of the mesh's epoll set (poll_fd) comes from: the ZeroMQ inbox and the bell
+ * (level-triggered), the wake-up eventfd and the rings' eventfds (edge-triggered: never read by
+ * the mesh, so only a harvest clears them, recv.c). */
+enum {
+    MSTAR__MESH_EV_INBOX = 1,
+    MSTAR__MESH_EV_BELL = 2,
+    MSTAR__MESH_EV_WAKE = 3,
+    MSTAR__MESH_EV_RING = 4,
+};
 
 struct mstar_mesh {
     char entity[MSTAR_NAME_MAX + 1];
@@ -264,11 +285,12 @@ struct mstar_mesh {
     size_t offers;       /* rings handed over that may have no answer yet (peers.c) */
     int wake_fd;         /* -1 when not open */
     int bell_fd;         /* -1 when rings are off */
-    int poll_fd;         /* epoll over the inbox and the bell; -1 when rings are off */
+    int poll_fd;         /* epoll over the inbox, bell, wake and ring eventfds; -1 without rings */
     mstar__ipc_file bell_file;
     mstar__inrings inrings;
     bool rings_first; /* alternates, so neither the rings nor ZeroMQ starve the other */
     bool zmq_ready;   /* the ZeroMQ inbox may hold a message (false: it said EAGAIN since) */
+    bool wake_edge;   /* a harvest saw the wake eventfd written: look before sleeping (recv.c) */
     mstar_mesh_sent_fn sent_hook;
     void *sent_ctx;
     mstar__owner owner; /* a forked child's destroy touches nothing shared (mesh.c) */

@@ -103,7 +103,7 @@ static mstar_status open_ring(mstar_mesh *mesh, const char *peer, mstar__peer *p
     if (st == MSTAR_OK)
         st = mstar__ring_create(mesh->entity, peer, mesh->cfg.ring_cap, &p->ring);
     if (st == MSTAR_OK)
-        st = mstar__bell_hello(p->bell_fd, mesh->entity, peer, p->ring.fd);
+        st = mstar__bell_hello(p->bell_fd, mesh->entity, peer, &p->ring);
     if (st != MSTAR_OK) {
         mstar__ring_close(&p->ring, false);
         if (p->bell_fd >= 0)
@@ -111,7 +111,7 @@ static mstar_status open_ring(mstar_mesh *mesh, const char *peer, mstar__peer *p
         p->bell_fd = -1;
         return st;
     }
-    p->offered_at = mstar__now_ns();
+    p->offered_at = p->checked_at = mstar__now_ns();
     mesh->offers++;
     return MSTAR_OK;
 }
@@ -295,6 +295,41 @@ static mstar_status ring_put(mstar_mesh *mesh, const char *peer, mstar__peer *p,
     return put_blob(mesh, peer, p, data, len, wake);
 }
 
+/* Wake a peer's receiver, or see whether it still lives: the ring's eventfd wakes it with one
+ * cheap write, but a write there succeeds whether or not anybody still watches it. A datagram to
+ * the bell does both: it fails when the receiver is gone. So a wake goes to the bell instead when
+ * the last one went there MSTAR__RING_LIVENESS_NS ago or more, and so does a send that finds the
+ * receiver has read nothing since it was last woken that long ago (a receiver that died after
+ * it was woken never asks again). MSTAR_ECLOSED when it is gone. */
+static mstar_status wake_peer(mstar_mesh *mesh, const char *peer, mstar__peer *p, bool wake)
+{
+    uint64_t head = 0, now = 0;
+    if (!wake) {
+        if (!p->woken)
+            return MSTAR_OK;
+        head = atomic_load_explicit(&p->ring.hdr->head, memory_order_acquire);
+        if (head != p->woken_head) {
+            p->woken = false; /* it read since: alive */
+            return MSTAR_OK;
+        }
+        now = mstar__now_ns();
+        if (now - p->woken_at < MSTAR__RING_LIVENESS_NS)
+            return MSTAR_OK;
+    } else {
+        now = mstar__now_ns();
+        head = atomic_load_explicit(&p->ring.hdr->head, memory_order_acquire);
+        p->woken = true;
+        p->woken_head = head;
+        p->woken_at = now;
+        if (now - p->checked_at < MSTAR__RING_LIVENESS_NS) {
+            mstar__ring_wake(&p->ring);
+            return MSTAR_OK;
+        }
+    }
+    p->checked_at = p->woken_at = now;
+    return mstar__bell_ring(p->bell_fd, peer);
+}
+
 /* Write to a peer's ring. *gone is set when its receiver has let go of it or died. */
 static mstar_status ring_send(mstar_mesh *mesh, const char *peer, mstar__peer *p, const void *data,
                               size_t len, bool *gone)
@@ -304,17 +339,23 @@ static mstar_status ring_send(mstar_mesh *mesh, const char *peer, mstar__peer *p
         return mstar_error_set(MSTAR_ECLOSED, "mesh %s: '%s' closed its ring", mesh->entity, peer);
     bool wake;
     mstar_status st = ring_put(mesh, peer, p, data, len, &wake);
-    if (st == MSTAR_OK && !wake)
+    if (st == MSTAR_OK) {
+        mstar_status rung = wake_peer(mesh, peer, p, wake);
+        *gone = rung == MSTAR_ECLOSED;
+        if (rung != MSTAR_OK && !*gone)
+            mstar_log(MSTAR_LOG_WARN, "mesh %s: %s", mesh->entity, mstar_last_error());
+        mstar_error_clear();
         return MSTAR_OK;
+    }
     /* The receiver's side of the ring is impossible, or it closed its bell. */
     *gone = st == MSTAR_EPROTO || st == MSTAR_ECLOSED;
     /* Ringing a full ring's receiver both wakes it and tells whether it still lives. */
-    if (st == MSTAR_OK || st == MSTAR_EAGAIN) {
+    if (st == MSTAR_EAGAIN) {
         mstar_status rung = mstar__bell_ring(p->bell_fd, peer);
         *gone = rung == MSTAR_ECLOSED;
         if (rung != MSTAR_OK && !*gone)
             mstar_log(MSTAR_LOG_WARN, "mesh %s: %s", mesh->entity, mstar_last_error());
-        if (st == MSTAR_EAGAIN && !*gone)
+        if (!*gone)
             return mstar_error_set(MSTAR_EAGAIN,
                                    "mesh %s: the ring to '%s' is full (%llu bytes); receive and "
                                    "retry",

@@ -8,7 +8,11 @@
  *
  * Waiting polls the inbox together with the wake-up eventfd: a wake from another thread ends the
  * wait early (MSTAR_EAGAIN) and stays pending for the loop to drain. With rings (inrings.c) the
- * bell is polled too, and every ring is armed before the wait so that a sender rings it.
+ * wait is one epoll_wait on the mesh's epoll set (mesh.c: the inbox, the bell, the wake-up
+ * eventfd and every ring's eventfd), and every ring is armed before it so that a sender wakes
+ * it. The rings' eventfds are never read: a wake-up costs the sender one write and the receiver
+ * nothing beyond its wait. A receive that polls harvests the set instead (epoll_wait, timeout
+ * 0), which also clears what woke a loop sleeping in its own poll() on the set.
  * Before that, a receive that may wait (and mstar_mesh_spin, for a loop that sleeps in its own
  * poll()) spins on the rings for MSTAR_RING_SPIN_US with the rings disarmed, so that a message
  * from a peer that is running costs neither side a system call (inrings.c says when it stops).
@@ -20,6 +24,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <string.h>
 #include <zmq.h>
 
@@ -89,10 +94,44 @@ static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
     return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
 }
 
-/* Sleep until the inbox, the wake-up eventfd or the bell is readable, or wait_ms passes; *woken
- * tells a wake-up. Without rings, zmq_poll. With them, the system's poll: take_zmq has received
- * until EAGAIN (or knows the inbox is empty), which leaves ZMQ_FD to signal what comes next,
- * and zmq_poll's own checks would cost more than the ring's whole round trip. */
+/* Events taken per epoll_wait: the inbox, the bell, the wake-up eventfd and a few rings. */
+#define HARVEST_MAX 16
+
+/* Take what the epoll set holds, waiting up to wait_ms (0: not at all, -1: for ever): note the
+ * inbox readable (zmq_ready), a wake (*woken, and wake_edge until it is seen drained), and clear
+ * the edges of the rings' eventfds. Returns whether the bell is readable. */
+static bool harvest(mstar_mesh *mesh, long wait_ms, bool *woken)
+{
+    mesh->inrings.unpolled = 0;
+    mesh->inrings.awake = false;
+    bool bell = false;
+    int timeout = wait_ms > INT_MAX ? INT_MAX : (int)wait_ms;
+    for (;;) {
+        struct epoll_event ev[HARVEST_MAX];
+        int n = epoll_wait(mesh->poll_fd, ev, HARVEST_MAX, timeout);
+        if (n < 0 && errno != EINTR) {
+            mesh->zmq_ready = true; /* ask both, as without the set */
+            return true;
+        }
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.u64 == MSTAR__MESH_EV_INBOX)
+                mesh->zmq_ready = true;
+            else if (ev[i].data.u64 == MSTAR__MESH_EV_BELL)
+                bell = true;
+            else if (ev[i].data.u64 == MSTAR__MESH_EV_WAKE)
+                mesh->wake_edge = *woken = true;
+        }
+        if (n < HARVEST_MAX)
+            return bell;
+        timeout = 0; /* more are ready: take them too, so that none is left to wake a poll */
+    }
+}
+
+/* Sleep until the inbox, the wake-up eventfd or the bell is readable, or a ring's sender wakes
+ * us, or wait_ms passes; *woken tells a wake-up. Without rings, zmq_poll. With them, epoll_wait
+ * on the mesh's set: take_zmq has received until EAGAIN (or knows the inbox is empty), which
+ * leaves ZMQ_FD to signal what comes next, and zmq_poll's own checks would cost more than the
+ * ring's whole round trip. */
 static mstar_status wait_inputs(mstar_mesh *mesh, long wait_ms, bool *woken)
 {
     if (mesh->bell_fd < 0) {
@@ -109,51 +148,42 @@ static mstar_status wait_inputs(mstar_mesh *mesh, long wait_ms, bool *woken)
         *woken = items[1].revents != 0;
         return MSTAR_OK;
     }
-    struct pollfd p[3] = {
-        { .fd = mesh->inbox.fd, .events = POLLIN },
-        { .fd = mesh->wake_fd, .events = POLLIN },
-        { .fd = mesh->bell_fd, .events = POLLIN },
-    };
-    int n = poll(p, 3, wait_ms > INT_MAX ? INT_MAX : (int)wait_ms);
-    if (n < 0 && errno != EINTR)
-        return mstar_error_set(MSTAR_EIO, "mesh %s: poll: %s", mesh->entity, strerror(errno));
-    if (n <= 0)
-        return MSTAR_OK;
-    mesh->zmq_ready = mesh->zmq_ready || p[0].revents != 0;
-    *woken = p[1].revents != 0;
-    if (p[2].revents != 0)
+    /* The wake eventfd's edge went to an earlier harvest: a wake may still be pending. */
+    if (mesh->wake_edge) {
+        *woken = mstar__wake_pending(mesh->wake_fd);
+        if (*woken)
+            return MSTAR_OK;
+        mesh->wake_edge = false;
+    }
+    if (harvest(mesh, wait_ms, woken))
         mstar__inrings_drain(mesh);
     return MSTAR_OK;
 }
 
 /* For a caller that does not wait: which of ZeroMQ's inbox and the bell may have something, in
- * one poll (one system call) instead of a ZeroMQ receive that finds the inbox empty (two or
- * three) and a receive on the bell. Once the inbox has said EAGAIN, anything arriving makes
- * ZMQ_FD readable until ZeroMQ processes it, so a quiet fd means a quiet inbox; the bell is a
- * datagram socket, readable while it holds one. Returns whether the bell is to be drained. */
+ * one epoll_wait (one system call) instead of a ZeroMQ receive that finds the inbox empty (two
+ * or three) and a receive on the bell; it also clears the edges that woke a caller polling the
+ * set. Once the inbox has said EAGAIN, anything arriving makes ZMQ_FD readable until ZeroMQ
+ * processes it, so a quiet fd means a quiet inbox; the bell is a datagram socket, readable while
+ * it holds one. Returns whether the bell is to be drained. */
 static bool note_ready_sources(mstar_mesh *mesh)
 {
     if (mesh->bell_fd < 0)
         return true;
-    /* A frame already in a ring needs no system call to find: the inbox and the bell are asked
-     * once the rings are empty, and at least every MSTAR__MESH_UNPOLLED_MAX calls, so that a
-     * busy ring keeps neither waiting long. A system call costs 1-2 µs on the 2-core VM the
-     * bench runs on, where a whole handoff between two spinning sides takes a few. */
-    if (mesh->inrings.unpolled < MSTAR__MESH_UNPOLLED_MAX && mstar__inrings_pending(mesh)) {
-        mesh->inrings.unpolled++;
+    /* A frame already in a ring needs no system call to find, and neither does a caller whose
+     * rings are empty but whose last spin found a frame (it has not slept since, so nothing
+     * woke it that needs clearing). The inbox and the bell are asked at least every
+     * MSTAR__MESH_UNPOLLED_MAX calls, so that a busy ring keeps neither waiting long, and at
+     * once after a spin that found nothing (mstar_mesh_spin), after which the caller may have
+     * slept. A system call costs 1-2 µs on the 2-core VM the bench runs on, where a whole
+     * handoff between two spinning sides takes a few. */
+    mstar__inrings *in = &mesh->inrings;
+    if (in->unpolled < MSTAR__MESH_UNPOLLED_MAX && (in->awake || mstar__inrings_pending(mesh))) {
+        in->unpolled++;
         return false;
     }
-    mesh->inrings.unpolled = 0;
-    struct pollfd p[2] = {
-        { .fd = mesh->inbox.fd, .events = POLLIN },
-        { .fd = mesh->bell_fd, .events = POLLIN },
-    };
-    if (poll(p, 2, 0) < 0) { /* ask both, as without this */
-        mesh->zmq_ready = true;
-        return true;
-    }
-    mesh->zmq_ready = mesh->zmq_ready || p[0].revents != 0;
-    return p[1].revents != 0;
+    bool woken = false;
+    return harvest(mesh, 0, &woken);
 }
 
 /* Whether a receive must give up now, after its first pass: a poll (timeout 0) at once, a wait
@@ -168,7 +198,7 @@ static bool expired(int timeout_ms, uint64_t deadline)
  * polls the mesh's fd next is woken to come back for them. */
 static mstar_status give_up(mstar_mesh *mesh, int timeout_ms)
 {
-    if (mesh->bell_fd >= 0 && (mesh->inrings.busy || mstar__inrings_arm(mesh)))
+    if (mesh->bell_fd >= 0 && (mesh->inrings.busy || mstar__inrings_arm(mesh, false)))
         mstar__bell_ring_self(mesh->bell_fd, mesh->bell_file.path);
     return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message within %d ms", mesh->entity,
                            timeout_ms);
@@ -206,8 +236,9 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
          * that came after the poll above wakes that caller, whose next call drains it.) */
         if (timeout_ms == 0 && bell)
             mstar__inrings_drain(mesh);
-        /* Tell every ring to ring the bell; one may have filled meanwhile. */
-        if (mstar__inrings_arm(mesh))
+        /* Tell every ring to wake us; one may have filled meanwhile. A poll's caller may spin
+         * next (mstar_mesh_spin): its senders give it a moment to start. */
+        if (mstar__inrings_arm(mesh, timeout_ms == 0))
             continue;
         if (timeout_ms == 0)
             return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
@@ -238,6 +269,8 @@ bool mstar_mesh_spin(mstar_mesh *mesh)
         return false;
     if (mstar__inrings_spin(mesh))
         return true;
-    /* Ask to be rung before the caller sleeps; a frame may have come before the flag was up. */
-    return mstar__inrings_arm(mesh);
+    /* The caller sleeps next: its next receive harvests the epoll set, which woke it. */
+    mesh->inrings.awake = false;
+    /* Ask to be woken before the caller sleeps; a frame may have come before the flag was up. */
+    return mstar__inrings_arm(mesh, false);
 }

@@ -7,6 +7,7 @@
 
 #include "core/assert.h"
 #include "core/guard.h"
+#include "core/vec.h"
 #include "mstar/wire.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +30,7 @@ void mstar__ring_init(mstar__ring *r)
 {
     memset(r, 0, sizeof(*r));
     r->fd = -1;
+    r->wake_fd = -1;
 }
 
 static uint64_t pad8(uint64_t n)
@@ -110,6 +113,12 @@ mstar_status mstar__ring_create(const char *sender, const char *receiver, uint64
     st = map_ring(out, fd, cap, true, receiver);
     if (st != MSTAR_OK) {
         close(fd);
+        return st;
+    }
+    out->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (out->wake_fd < 0) {
+        st = mstar_error_set(MSTAR_EIO, "ring to '%s': eventfd: %s", receiver, strerror(errno));
+        mstar__ring_forget(out);
         return st;
     }
     mstar__ring_hdr *h = out->hdr;
@@ -205,6 +214,41 @@ mstar_status mstar__ring_attach(int fd, const char *sender, const char *receiver
     return MSTAR_OK;
 }
 
+/* What /proc says an fd is: "anon_inode:[eventfd]" for an eventfd. Nothing else tells an eventfd
+ * from the other anonymous files (signalfd, timerfd, epoll) that fstat shows alike. */
+static bool is_eventfd(int fd)
+{
+    char path[64], target[64];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, target, sizeof(target) - 1);
+    if (n < 0)
+        return false;
+    target[n] = '\0';
+    return strcmp(target, "anon_inode:[eventfd]") == 0;
+}
+
+mstar_status mstar__ring_attach_wake(mstar__ring *r, int fd)
+{
+    /* Only ever written by its sender, and watched by us: the receiver never reads or writes
+     * it, so an eventfd in any mode will do; anything else could be readable for ever or wake
+     * us on someone else's behalf. */
+    if (!is_eventfd(fd)) {
+        close(fd);
+        return mstar_error_set(MSTAR_EPROTO, "ring from '%s': its wake-up fd is not an eventfd",
+                               r->peer);
+    }
+    r->wake_fd = fd;
+    return MSTAR_OK;
+}
+
+void mstar__ring_wake(const mstar__ring *r)
+{
+    uint64_t one = 1;
+    /* EAGAIN: the counter is full (never at one a wake-up), so the receiver is readable. */
+    while (write(r->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+        continue;
+}
+
 void mstar__ring_close(mstar__ring *r, bool receiver)
 {
     if (r->map != NULL)
@@ -219,6 +263,8 @@ void mstar__ring_forget(mstar__ring *r)
         munmap(r->map, r->map_len);
     if (r->fd >= 0)
         close(r->fd);
+    if (r->wake_fd >= 0)
+        close(r->wake_fd);
     mstar__ring_init(r);
 }
 
@@ -311,8 +357,18 @@ static mstar_status write_frame(mstar__ring *r, const void *data, size_t len, ui
     put_bytes(r, r->pos + MSTAR__RING_FRAME, data, len);
     r->pos += need;
     atomic_store_explicit(&r->hdr->tail, r->pos, memory_order_seq_cst);
-    if (atomic_load_explicit(&r->hdr->rx_waiting, memory_order_seq_cst) != 0)
-        *wake = atomic_exchange_explicit(&r->hdr->rx_waiting, 0, memory_order_seq_cst) != 0;
+    uint32_t waiting = atomic_load_explicit(&r->hdr->rx_waiting, memory_order_seq_cst);
+    if (waiting == MSTAR__RING_ARMED_SPIN) {
+        /* The receiver is about to spin: once it disarms, it sees this frame without a wake. */
+        uint64_t until = mstar__now_ns() + MSTAR__RING_DISARM_WAIT_NS;
+        do {
+            mstar__cpu_relax();
+            waiting = atomic_load_explicit(&r->hdr->rx_waiting, memory_order_seq_cst);
+        } while (waiting == MSTAR__RING_ARMED_SPIN && mstar__now_ns() < until);
+    }
+    if (waiting != MSTAR__RING_AWAKE)
+        *wake = atomic_exchange_explicit(&r->hdr->rx_waiting, MSTAR__RING_AWAKE,
+                                         memory_order_seq_cst) != MSTAR__RING_AWAKE;
     return MSTAR_OK;
 }
 
@@ -434,14 +490,14 @@ bool mstar__ring_pending(const mstar__ring *r)
     return atomic_load_explicit(&r->hdr->tail, memory_order_seq_cst) != r->pos;
 }
 
-void mstar__ring_arm(mstar__ring *r)
+void mstar__ring_arm(mstar__ring *r, uint32_t how)
 {
-    atomic_store_explicit(&r->hdr->rx_waiting, 1, memory_order_seq_cst);
+    atomic_store_explicit(&r->hdr->rx_waiting, how, memory_order_seq_cst);
 }
 
-void mstar__ring_disarm(mstar__ring *r)
+uint32_t mstar__ring_disarm(mstar__ring *r)
 {
-    atomic_store_explicit(&r->hdr->rx_waiting, 0, memory_order_seq_cst);
+    return atomic_exchange_explicit(&r->hdr->rx_waiting, MSTAR__RING_AWAKE, memory_order_seq_cst);
 }
 
 void mstar__cpu_relax(void)

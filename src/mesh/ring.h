@@ -27,8 +27,13 @@
  * withdrawn were never read, and the sender sends them again another way (peers.c).
  *
  * Waking: before sleeping the receiver sets `rx_waiting`; the sender, after publishing a frame,
- * swaps it back to 0 and rings the receiver's bell when it was set. Both sides use sequentially
+ * swaps it back to 0 and, when it was set, writes 1 to the ring's eventfd: the sender makes it and
+ * hands it over with the memfd, and the receiver watches it, edge-triggered, in its epoll set and
+ * never reads it (its counter cannot fill at one per wake-up). Both sides use sequentially
  * consistent operations, so either the receiver sees the frame or the sender sees the flag.
+ * A receiver that polls and may spin next arms with MSTAR__RING_ARMED_SPIN instead: a sender that
+ * finds that waits up to MSTAR__RING_DISARM_WAIT_NS for the receiver to disarm as its spin starts
+ * (then no system call on either side) before it wakes it.
  */
 #ifndef MSTAR_MESH_RING_H
 #define MSTAR_MESH_RING_H
@@ -40,7 +45,7 @@
 #include <sys/types.h>
 
 #define MSTAR__RING_MAGIC   UINT64_C(0x31474e4952535453) /* "STSRING1" little-endian */
-#define MSTAR__RING_VERSION 2u
+#define MSTAR__RING_VERSION 3u
 #define MSTAR__RING_HEADER  4096u /* bytes before the data area */
 #define MSTAR__RING_MIN_CAP (UINT64_C(1) << 12)
 #define MSTAR__RING_MAX_CAP (UINT64_C(1) << 30)
@@ -50,6 +55,10 @@
  * 0 (sleep at once): on the shared 2-core VM a spinning receiver took the core its peer needed
  * (docs/environment.md has the figures). */
 #define MSTAR__RING_SPIN_US_DEFAULT 0
+/* How long a sender that finds a ring armed by a receiver about to spin waits for the spin to
+ * start before it wakes the receiver: the receiver's loop passes from its last empty receive to
+ * mstar_mesh_spin in a microsecond or two; a sleep and a wake-up cost both sides ten times that. */
+#define MSTAR__RING_DISARM_WAIT_NS UINT64_C(5000)
 
 /* The shared header. Positions sit on cache lines of their own so that the two sides do not
  * fight over one line on every frame. */
@@ -63,10 +72,14 @@ typedef struct mstar__ring_hdr {
     _Alignas(64) _Atomic uint64_t tail;
     _Atomic uint32_t tx_closed; /* the sender let go of the ring */
     _Alignas(64) _Atomic uint64_t head;
-    _Atomic uint32_t rx_waiting; /* the receiver sleeps until rung */
+    _Atomic uint32_t rx_waiting; /* MSTAR__RING_AWAKE, _ARMED or _ARMED_SPIN */
     _Atomic uint32_t rx_closed;  /* the receiver let go of the ring */
     _Atomic uint32_t answer;     /* MSTAR__RING_OFFERED, _ACCEPTED, _REFUSED or _WITHDRAWN */
 } mstar__ring_hdr;
+
+/* rx_waiting: the receiver is awake (spinning or working); it sleeps until woken; it polled,
+ * found nothing, and is about to spin (it may sleep instead, so it must be woken all the same). */
+enum { MSTAR__RING_AWAKE = 0, MSTAR__RING_ARMED = 1, MSTAR__RING_ARMED_SPIN = 2 };
 
 enum {
     MSTAR__RING_OFFERED = 0,
@@ -77,7 +90,8 @@ enum {
 
 /* One side's view of a ring. Everything but `hdr` and `data` is private to this process. */
 typedef struct mstar__ring {
-    int fd; /* the memfd; -1 when closed */
+    int fd;      /* the memfd; -1 when closed */
+    int wake_fd; /* the eventfd that wakes the receiver (ring.h "Waking"); -1 when closed */
     void *map;
     size_t map_len;
     mstar__ring_hdr *hdr;
@@ -92,7 +106,8 @@ void mstar__ring_init(mstar__ring *r);
 /* The data capacity from MSTAR_RING_BYTES (a power of two, 4 KiB .. 1 GiB; default 4 MiB). */
 mstar_status mstar__ring_capacity(uint64_t *out);
 
-/* The sender's side: a new sealed ring from `sender` to `receiver` of `cap` data bytes. */
+/* The sender's side: a new sealed ring from `sender` to `receiver` of `cap` data bytes, and its
+ * wake-up eventfd. */
 mstar_status mstar__ring_create(const char *sender, const char *receiver, uint64_t cap,
                                 mstar__ring *out);
 
@@ -100,6 +115,11 @@ mstar_status mstar__ring_create(const char *sender, const char *receiver, uint64
  * it made for `receiver`. MSTAR_EPROTO naming what is wrong when the fd is not a sealed memfd of
  * the right size, or its header does not match. */
 mstar_status mstar__ring_attach(int fd, const char *sender, const char *receiver, mstar__ring *out);
+/* The receiver's side: take over `fd` (closed on failure too) as the ring's wake-up eventfd.
+ * MSTAR_EPROTO when it is not an eventfd. */
+mstar_status mstar__ring_attach_wake(mstar__ring *r, int fd);
+/* Sender: wake the receiver through the ring's eventfd (one write, which cannot block). */
+void mstar__ring_wake(const mstar__ring *r);
 
 /* Receiver: take the ring before reading it; false when its sender withdrew it (drop it
  * unread). */
@@ -143,10 +163,12 @@ mstar_status mstar__ring_read(mstar__ring *r, uint8_t **buf, size_t *cap, size_t
 
 /* Receiver: true when a frame (or garbage) waits. */
 bool mstar__ring_pending(const mstar__ring *r);
-/* Receiver: ask to be rung for the next frame; check mstar__ring_pending afterwards. */
-void mstar__ring_arm(mstar__ring *r);
-/* Receiver: no need to ring, it is awake (spinning); a frame may still come with a ring. */
-void mstar__ring_disarm(mstar__ring *r);
+/* Receiver: ask to be woken for the next frame (`how`: MSTAR__RING_ARMED, or _ARMED_SPIN when a
+ * spin may come first); check mstar__ring_pending afterwards. */
+void mstar__ring_arm(mstar__ring *r, uint32_t how);
+/* Receiver: no need to wake it, it is awake (spinning). Returns what the flag held: AWAKE after
+ * an arm means a sender took the flag and woke the receiver (an edge of the eventfd waits). */
+uint32_t mstar__ring_disarm(mstar__ring *r);
 /* A pause inside a spin loop: the core's hint that this thread waits on memory. */
 void mstar__cpu_relax(void);
 

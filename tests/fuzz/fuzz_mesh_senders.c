@@ -69,8 +69,7 @@ static void new_ring(ring_sender *s, bool reset)
         die("bell");
     mstar_status st;
     for (int i = 0;
-         (st = mstar__bell_hello(bell, s->name, "worker_0", s->ring.fd)) == MSTAR_EAGAIN &&
-         i < 1000;
+         (st = mstar__bell_hello(bell, s->name, "worker_0", &s->ring)) == MSTAR_EAGAIN && i < 1000;
          i++)
         poll_once(0); /* the bell is full of hellos: the receiver reads them */
     if (st != MSTAR_OK)

@@ -1,10 +1,10 @@
 /*
  * test_hostile_ring.c — what a co-located peer can do to the mesh's rings (src/mesh/ring.h): send
  * garbage to an entity's bell, hand it fds that are no ring (a pipe, unsealed memory, a ring for
- * someone else), garble a ring it made or change its header after the hand-over, name blobs that
- * never came or are shorter than named, and plant files (a FIFO) under a bell's name. The receiver
- * must drop and count, never crash or hang, keep no fd it was given, and go on receiving from
- * honest peers.
+ * someone else, a wake-up fd that is no eventfd), garble a ring it made or change its header after
+ * the hand-over, name blobs that never came or are shorter than named, and plant files (a FIFO)
+ * under a bell's name. The receiver must drop and count, never crash or hang, keep no fd it was
+ * given, and go on receiving from honest peers.
  */
 #include "mesh_harness.h"
 
@@ -62,11 +62,13 @@ static void to_bell(const char *entity, const void *data, size_t len, const int 
     close(s);
 }
 
-static void hello(const char *to, const char *from, int fd)
+/* A hello handing over `fd` as a ring and `wake_fd` as its wake-up eventfd. */
+static void hello(const char *to, const char *from, int fd, int wake_fd)
 {
     char data[300];
-    int n = snprintf(data, sizeof(data), "mstar-ring-hello 1 %s", from);
-    to_bell(to, data, (size_t)n, &fd, 1);
+    int n = snprintf(data, sizeof(data), "mstar-ring-hello 2 %s", from);
+    int fds[2] = { fd, wake_fd };
+    to_bell(to, data, (size_t)n, fds, 2);
 }
 
 /* The honest sender's message arrives, and nothing else does. */
@@ -92,15 +94,24 @@ static void test_garbage_at_the_bell(void **state)
     int unsealed = memfd_create("unsealed", MFD_CLOEXEC);
     assert_int_equal(ftruncate(unsealed, MSTAR__RING_HEADER + MSTAR__RING_MIN_CAP), 0);
 
+    int wake = other.wake_fd;
     to_bell("worker_0", "hello?", 6, NULL, 0);                      /* 1: no fd, no hello */
     to_bell("worker_0", "", 0, p, 2);                               /* 2: fds without words */
-    hello("worker_0", "intruder", p[0]);                            /* 3: a pipe */
-    hello("worker_0", "intruder", unsealed);                        /* 4: unsealed memory */
-    hello("worker_0", "intruder", other.fd);                        /* 5: for another receiver */
-    hello("worker_0", "../../etc", other.fd);                       /* 6: a name that is no name */
+    hello("worker_0", "intruder", p[0], wake);                      /* 3: a pipe */
+    hello("worker_0", "intruder", unsealed, wake);                  /* 4: unsealed memory */
+    hello("worker_0", "intruder", other.fd, wake);                  /* 5: for another receiver */
+    hello("worker_0", "../../etc", other.fd, wake);                 /* 6: a name that is no name */
     to_bell("worker_0", "mstar-ring-blob 1 zz intruder", 29, p, 1); /* 7: no sequence number */
+    mstar_msg none; /* the bell holds 10 datagrams (net.unix.max_dgram_qlen): drain it */
+    assert_mstar_status(mstar_mesh_recv(rx, 0, &none), MSTAR_EAGAIN);
     int two[2] = { p[0], p[1] };
-    to_bell("worker_0", "mstar-ring-hello 1 intruder", 27, two, 2); /* 8: two fds */
+    to_bell("worker_0", "mstar-ring-hello 1 intruder", 27, two, 2); /* 8: an older version */
+    to_bell("worker_0", "mstar-ring-hello 2 intruder", 27, p, 1);   /* 9: no wake-up fd */
+    /* 10: a good ring whose wake-up fd is no eventfd: a pipe would be readable for ever, and
+     * another receiver's fd could wake it. The ring is refused, so its sender goes another way. */
+    mstar__ring mine;
+    assert_mstar_ok(mstar__ring_create("intruder", "worker_0", MSTAR__RING_MIN_CAP, &mine));
+    hello("worker_0", "intruder", mine.fd, p[0]);
     close(p[0]);
     close(p[1]);
     close(unsealed);
@@ -108,7 +119,9 @@ static void test_garbage_at_the_bell(void **state)
 
     mesh_harness_send(tx, "worker_0", 1);
     expect_only(rx, 1);
-    assert_int_equal(mstar_mesh_dropped(rx), 8);
+    assert_int_equal(mstar_mesh_dropped(rx), 10);
+    assert_int_equal(mstar__ring_answer(&mine), MSTAR__RING_REFUSED);
+    mstar__ring_close(&mine, false);
     assert_int_equal(rx->inrings.n, 1);
     assert_int_equal(open_fds(), before); /* every fd handed over was closed */
     mesh_pair_close(&m);
@@ -123,7 +136,7 @@ static void test_garbled_ring(void **state)
     mstar_mesh *rx = m.rx, *tx = m.tx;
     mstar__ring evil;
     assert_mstar_ok(mstar__ring_create("intruder", "worker_0", MSTAR__RING_MIN_CAP, &evil));
-    hello("worker_0", "intruder", evil.fd);
+    hello("worker_0", "intruder", evil.fd, evil.wake_fd);
     mstar_msg got;
     assert_mstar_status(mstar_mesh_recv(rx, 0, &got), MSTAR_EAGAIN); /* attaches it */
     assert_int_equal(rx->inrings.n, 1);
@@ -162,7 +175,7 @@ static void test_garbled_ring(void **state)
 
     /* Positions running backwards or far ahead, in a second ring. */
     assert_mstar_ok(mstar__ring_create("intruder", "worker_0", MSTAR__RING_MIN_CAP, &evil));
-    hello("worker_0", "intruder", evil.fd);
+    hello("worker_0", "intruder", evil.fd, evil.wake_fd);
     assert_mstar_status(mstar_mesh_recv(rx, 0, &got), MSTAR_EAGAIN);
     atomic_store(&evil.hdr->tail, UINT64_MAX - 3);
     assert_mstar_status(mstar_mesh_recv(rx, 50, &got), MSTAR_EAGAIN);

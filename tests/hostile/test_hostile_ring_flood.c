@@ -30,7 +30,7 @@ static void offer_ring(const char *to, const char *from, uint64_t cap, mstar__ri
     assert_mstar_ok(mstar__mesh_config_resolve(&opts, &cfg));
     int bell;
     assert_mstar_ok(mstar__bell_connect(&cfg, from, to, &bell));
-    assert_mstar_ok(mstar__bell_hello(bell, from, to, r->fd));
+    assert_mstar_ok(mstar__bell_hello(bell, from, to, r));
     close(bell);
 }
 

@@ -84,7 +84,7 @@ static void test_disarmed_ring_is_not_rung(void **state)
     int fd = dup(tx.fd);
     assert_true(fd >= 0);
     assert_mstar_ok(mstar__ring_attach(fd, "conductor", "worker_0", &rx));
-    mstar__ring_arm(&rx);
+    mstar__ring_arm(&rx, MSTAR__RING_ARMED);
     mstar__ring_disarm(&rx);
     bool wake = true;
     assert_mstar_ok(mstar__ring_write(&tx, "x", 1, &wake));
