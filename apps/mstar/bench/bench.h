@@ -136,6 +136,24 @@ void mstar_bench_cost_begin(mstar_bench_cost_clock *c, pid_t peer);
 /* What both sides used since begin, per each of n round trips. */
 void mstar_bench_cost_end(const mstar_bench_cost_clock *c, double n, mstar_bench_cost *out);
 
+/* The peer's CPU time as the peer reads it itself. Read from another process, a process's CPU
+ * clock leaves out what its running threads used since the scheduler last accounted for them
+ * (the last tick or switch): exact for a peer that sleeps between round trips, but a peer that
+ * spins through a loop shorter than a tick read 0. So the peer samples its own clock when it
+ * reaches the two points the measuring side marks (its own numbering: a round trip's index, a
+ * request id), and publishes them in a page both share (made before the fork). */
+typedef struct mstar_bench_peer_cpu mstar_bench_peer_cpu;
+/* A shared page, or NULL (then the peer's CPU stays as sampled from outside). */
+mstar_bench_peer_cpu *mstar_bench_peer_cpu_create(void);
+void mstar_bench_peer_cpu_destroy(mstar_bench_peer_cpu *pc);
+/* Measuring side: sample at `begin` and at `end` (forgetting earlier samples). */
+void mstar_bench_peer_cpu_arm(mstar_bench_peer_cpu *pc, uint64_t begin, uint64_t end);
+/* Peer: it has reached point `at` (sampled when it is one of the marks). */
+void mstar_bench_peer_cpu_note(mstar_bench_peer_cpu *pc, uint64_t at);
+/* Measuring side: once the peer has passed `end`, its CPU time between the marks / n into
+ * out->peer.cpu_us; nothing when a sample is missing. */
+void mstar_bench_peer_cpu_apply(const mstar_bench_peer_cpu *pc, double n, mstar_bench_cost *out);
+
 /* A ping-pong of 4 bytes through shared memory between this process and a forked one. */
 typedef struct mstar_bench_floor {
     double p50_us, p99_us; /* round trip */

@@ -14,7 +14,9 @@
  * (clock_getcpuclockid), the switches (voluntary: it slept; involuntary: it was preempted)
  * summed over its threads from /proc/<pid>/task/<tid>/status, the counters getrusage keeps.
  * Taken before and after a measured loop, their difference divided by the round trips is what
- * one round trip cost both sides.
+ * one round trip cost both sides. The peer's CPU time is read by the peer itself where it can
+ * (mstar_bench_peer_cpu): read from outside, a peer that spun through the whole loop without a
+ * tick or a switch showed none at all.
  */
 #include "bench.h"
 
@@ -100,6 +102,64 @@ void mstar_bench_cost_end(const mstar_bench_cost_clock *c, double n, mstar_bench
     mstar_bench_usage_per(&c->other, &other, n, &out->peer);
 }
 
+/* ---- the peer's own CPU time (bench.h) ----------------------------------------------------- */
+
+struct mstar_bench_peer_cpu {
+    _Atomic uint64_t mark[2];
+    _Atomic uint32_t taken[2]; /* cpu_us[k] is set (release: written before) */
+    double cpu_us[2];
+};
+
+mstar_bench_peer_cpu *mstar_bench_peer_cpu_create(void)
+{
+    void *p = mmap(NULL, sizeof(mstar_bench_peer_cpu), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    mstar_bench_peer_cpu *pc = p;
+    atomic_store(&pc->mark[0], UINT64_MAX);
+    atomic_store(&pc->mark[1], UINT64_MAX);
+    return pc;
+}
+
+void mstar_bench_peer_cpu_destroy(mstar_bench_peer_cpu *pc)
+{
+    if (pc != NULL)
+        munmap(pc, sizeof(*pc));
+}
+
+void mstar_bench_peer_cpu_arm(mstar_bench_peer_cpu *pc, uint64_t begin, uint64_t end)
+{
+    if (pc == NULL)
+        return;
+    for (int k = 0; k < 2; k++)
+        atomic_store_explicit(&pc->taken[k], 0, memory_order_relaxed);
+    atomic_store_explicit(&pc->mark[0], begin, memory_order_release);
+    atomic_store_explicit(&pc->mark[1], end, memory_order_release);
+}
+
+void mstar_bench_peer_cpu_note(mstar_bench_peer_cpu *pc, uint64_t at)
+{
+    if (pc == NULL)
+        return;
+    for (int k = 0; k < 2; k++) {
+        if (atomic_load_explicit(&pc->mark[k], memory_order_acquire) != at)
+            continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        pc->cpu_us[k] = (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+        atomic_store_explicit(&pc->taken[k], 1, memory_order_release);
+    }
+}
+
+void mstar_bench_peer_cpu_apply(const mstar_bench_peer_cpu *pc, double n, mstar_bench_cost *out)
+{
+    if (pc == NULL || atomic_load_explicit(&pc->taken[0], memory_order_acquire) == 0 ||
+        atomic_load_explicit(&pc->taken[1], memory_order_acquire) == 0)
+        return;
+    out->peer.cpu_us = (pc->cpu_us[1] - pc->cpu_us[0]) / n;
+}
+
 /* ---- the ping-pong -------------------------------------------------------------------------- */
 
 /* The shared page: each side's sequence number on a cache line of its own, and the payload. */
@@ -166,8 +226,12 @@ mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out)
         munmap(pg, sizeof(*pg));
         return mstar_error_set(MSTAR_ENOMEM, "%d round trips", iters);
     }
+    /* The peer's CPU from the first measured ping to after its last pong. */
+    mstar_bench_peer_cpu *pc = mstar_bench_peer_cpu_create();
+    mstar_bench_peer_cpu_arm(pc, WARMUP + 1, (uint64_t)iters + WARMUP + 1);
     pid_t pid = fork();
     if (pid < 0) {
+        mstar_bench_peer_cpu_destroy(pc);
         free(rt);
         munmap(pg, sizeof(*pg));
         return mstar_error_set(MSTAR_EIO, "fork: %s", strerror(errno));
@@ -178,9 +242,11 @@ mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out)
         /* The peer: wait for each ping, read its 4 bytes, answer with them. */
         for (uint32_t i = 1; i <= (uint32_t)(iters + WARMUP); i++) {
             await(&pg->ping, i, busy);
+            mstar_bench_peer_cpu_note(pc, i);
             pg->wrong += pg->payload != i;
             post(&pg->pong, i, busy);
         }
+        mstar_bench_peer_cpu_note(pc, (uint64_t)iters + WARMUP + 1);
         _exit(0);
     }
     await(&pg->ready, 1, false);
@@ -198,6 +264,8 @@ mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out)
     mstar_bench_cost_end(&clock, iters, &out->cost);
     int status = 0;
     waitpid(pid, &status, 0);
+    mstar_bench_peer_cpu_apply(pc, iters, &out->cost);
+    mstar_bench_peer_cpu_destroy(pc);
     bool ok = pg->wrong == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
     munmap(pg, sizeof(*pg));
     if (!ok) {

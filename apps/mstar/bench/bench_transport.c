@@ -436,10 +436,16 @@ static void wait_for_work(mstar_mesh *mesh, mstar_comm *c)
         mstar_comm_event_drain(c);
 }
 
+/* The consumer's own CPU time at the handoffs the producer marks (bench.h), made before the
+ * consumer is forked. */
+static mstar_bench_peer_cpu *peer_cpu;
+
 /* Start the reads of an INPUT_SIGNALS; count a SHUTDOWN (the first is confirmed). */
 static void consume_one(const setup *s, mstar_mesh *mesh, mstar_comm *c, const mstar_msg *m,
                         int *shutdowns)
 {
+    if (m->type == MSTAR_MSG_INPUT_SIGNALS && !m->request_id.is_str)
+        mstar_bench_peer_cpu_note(peer_cpu, (uint64_t)m->request_id.num);
     if (m->type == MSTAR_MSG_INPUT_SIGNALS)
         CHECK((s->zero_copy ? mstar_comm_start_read_views : mstar_comm_start_read_tensors)(
             c, &m->request_id, m->edges, m->nedges, NULL));
@@ -602,8 +608,13 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     double *rt = calloc((size_t)iters, sizeof(double));
     mstar_bench_cost_clock clock;
     for (int i = 0; i < iters + 3; i++) {
-        if (i == 3) /* warm-up: mappings, first faults */
+        if (i == 3) { /* warm-up: mappings, first faults */
             mstar_bench_cost_begin(&clock, p->consumer);
+            /* The consumer's CPU from this handoff's arrival to the arrival of the one after
+             * the last (the first of the warm-up below): iters handoffs. */
+            mstar_bench_peer_cpu_arm(peer_cpu, (uint64_t)p->next_rid,
+                                     (uint64_t)p->next_rid + (uint64_t)iters);
+        }
         uint64_t t0 = mstar__now_ns();
         send_one(p, bytes, size);
         wait_held(p, 0);
@@ -631,6 +642,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     for (int i = 0; i < IN_FLIGHT; i++)
         send_one(p, bytes, size);
     wait_held(p, 0);
+    mstar_bench_peer_cpu_apply(peer_cpu, iters, &out->cost);
     out->gbps = out->tcp_gbps = 0;
     /* At least ROUNDS rounds, more while they are short (a round of a few milliseconds that a
      * busy machine preempted once is lost; the best of more of them is what the handoff
@@ -654,6 +666,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
 
 static void run_transport(const setup *s, bool quick, const uint64_t *sz, int nsizes, row *rows)
 {
+    peer_cpu = mstar_bench_peer_cpu_create();
     pid_t pid = fork();
     if (pid < 0)
         fail("fork");
@@ -691,6 +704,8 @@ static void run_transport(const setup *s, bool quick, const uint64_t *sz, int ns
         mstar_backend_destroy(p.backend);
     mstar_bench_tcp_stop(p.tcp_fd, tcp_pid);
     free(p.tcp_buf);
+    mstar_bench_peer_cpu_destroy(peer_cpu);
+    peer_cpu = NULL;
 }
 
 static void remove_tree(const char *dir)
