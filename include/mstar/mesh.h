@@ -80,8 +80,9 @@ MSTAR_API size_t mstar_mesh_num_peers(const mstar_mesh *mesh);
 /* Frames dropped as undecodable since creation (0 for NULL). */
 MSTAR_API uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);
 
-/* The fds an event loop polls: the inbox (ZMQ_FD: edge-triggered, readable means "check
- * mstar_mesh_recv with timeout 0 until MSTAR_EAGAIN") and the wake-up eventfd. */
+/* The fds an event loop polls: the inbox (readable means "check mstar_mesh_recv with timeout 0
+ * until MSTAR_EAGAIN"; with rings an epoll fd, readable also after a wake until the next receive
+ * or the wake is drained) and the wake-up eventfd. */
 MSTAR_API int mstar_mesh_inbox_fd(const mstar_mesh *mesh);
 MSTAR_API int mstar_mesh_wake_fd(const mstar_mesh *mesh);
 /* Before a loop that polls the inbox fd sleeps: wait up to MSTAR_RING_SPIN_US for a message in
