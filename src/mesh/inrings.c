@@ -295,12 +295,25 @@ bool mstar__inrings_arm(mstar_mesh *mesh, bool may_spin)
                        ? MSTAR__RING_ARMED_SPIN
                        : MSTAR__RING_ARMED;
     bool pending = false;
+    mesh->inrings.armed = true;
     for (size_t i = 0; i < mesh->inrings.n; i++) {
         mstar__ring *r = &mesh->inrings.rings[i].ring;
         mstar__ring_arm(r, how);
         pending = pending || mstar__ring_pending(r);
     }
     return pending;
+}
+
+bool mstar__inrings_woken(const mstar_mesh *mesh)
+{
+    if (!mesh->inrings.armed)
+        return false;
+    for (size_t i = 0; i < mesh->inrings.n; i++) {
+        const mstar__ring_hdr *h = mesh->inrings.rings[i].ring.hdr;
+        if (atomic_load_explicit(&h->rx_waiting, memory_order_seq_cst) == MSTAR__RING_AWAKE)
+            return true; /* or a ring attached since, which costs a harvest too */
+    }
+    return false;
 }
 
 bool mstar__inrings_pending(const mstar_mesh *mesh)
@@ -322,6 +335,7 @@ bool mstar__inrings_spin(mstar_mesh *mesh)
      * that took the flag since it was armed has woken it already: the edge it left in the epoll
      * set is for the next receive to clear, or a loop's poll would return at once. */
     bool woken = false;
+    in->armed = false;
     for (size_t i = 0; i < in->n; i++)
         woken |= mstar__ring_disarm(&in->rings[i].ring) == MSTAR__RING_AWAKE;
     uint64_t end = mstar__now_ns() + (uint64_t)mesh->cfg.spin_us * 1000;

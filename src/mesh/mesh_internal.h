@@ -235,6 +235,7 @@ typedef struct mstar__inrings {
     uint32_t spin_skips;  /* waits that did not spin since spinning last paid */
     uint32_t unpolled;    /* receives since the inbox and bell were last polled */
     bool awake;           /* a spin found a frame, and no sender woke us since the last harvest */
+    bool armed;           /* the rings were armed since the last spin disarmed them */
     uint8_t *buf;
     size_t buf_cap;
 } mstar__inrings;
@@ -252,6 +253,9 @@ void mstar__inrings_drain(mstar_mesh *mesh);
 /* Before sleeping: ask every ring's sender to wake us (`may_spin`: a spin may come first, see
  * ring.h). True when a ring holds something after all (then do not sleep). */
 bool mstar__inrings_arm(mstar_mesh *mesh, bool may_spin);
+/* Whether a sender took the flag of a ring armed since the last spin (and so woke us through
+ * its eventfd): shared memory only, no system call. */
+bool mstar__inrings_woken(const mstar_mesh *mesh);
 /* Whether a frame (or garbage) waits in any ring: shared memory only, no system call. */
 bool mstar__inrings_pending(const mstar_mesh *mesh);
 /* Receives that may take ring frames without polling the inbox and the bell first. */

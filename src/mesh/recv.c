@@ -178,6 +178,8 @@ static bool note_ready_sources(mstar_mesh *mesh)
      * slept. A system call costs 1-2 µs on the 2-core VM the bench runs on, where a whole
      * handoff between two spinning sides takes a few. */
     mstar__inrings *in = &mesh->inrings;
+    if (in->awake && mstar__inrings_woken(mesh))
+        in->awake = false; /* a sender woke it after all: its edge waits to be cleared */
     if (in->unpolled < MSTAR__MESH_UNPOLLED_MAX && (in->awake || mstar__inrings_pending(mesh))) {
         in->unpolled++;
         return false;

@@ -12,7 +12,9 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -457,6 +459,59 @@ static void test_spinning_loop_never_sleeps_through_a_frame(void **state)
     mesh_pair_close(&m);
 }
 
+typedef struct late_sender {
+    mstar_mesh *tx;
+    _Atomic int go;
+} late_sender;
+
+/* Send request 1 once the receiver is about to spin, a moment later (while it spins). */
+static void *send_late(void *arg)
+{
+    late_sender *ls = arg;
+    while (atomic_load(&ls->go) == 0)
+        continue;
+    usleep(1000);
+    mesh_harness_send(ls->tx, "worker_0", 1);
+    return NULL;
+}
+
+/* Awake: a spin found a frame no sender woke it for (it came while the receiver spun, from
+ * another thread), so the receives after it ask the kernel nothing; then, with no spin first,
+ * the loop polls and a sender wakes it. The receive that finds the rings empty must clear that
+ * wake's edge, or the loop's next poll returns at once. */
+static void test_awake_loop_clears_a_later_wake(void **state)
+{
+    (void)state;
+    setenv("MSTAR_RING_SPIN_US", "1000000", 1); /* the spin ends when the frame comes */
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    unsetenv("MSTAR_RING_SPIN_US");
+    mstar_mesh *a = m.tx, *b = m.rx;
+    mesh_harness_send(a, "worker_0", 0);
+    mesh_harness_recv(b, "conductor", 0);
+    mstar_msg got;
+    assert_mstar_status(mstar_mesh_recv(b, 0, &got), MSTAR_EAGAIN);
+    late_sender ls = { .tx = a };
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, send_late, &ls), 0);
+    atomic_store(&ls.go, 1);
+    assert_true(mstar_mesh_spin(b));
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_mstar_ok(mstar_mesh_recv(b, 0, &got));
+    assert_int_equal(got.request_id.num, 1);
+    mstar_msg_clear(&got);
+    assert_mstar_status(mstar_mesh_recv(b, 0, &got), MSTAR_EAGAIN);
+    struct pollfd p = { .fd = mstar_mesh_inbox_fd(b), .events = POLLIN };
+    assert_int_equal(poll(&p, 1, 0), 0);
+    mesh_harness_send(a, "worker_0", 2); /* armed: it waits for a spin, then wakes b */
+    assert_int_equal(poll(&p, 1, 10000), 1);
+    assert_mstar_ok(mstar_mesh_recv(b, 0, &got));
+    assert_int_equal(got.request_id.num, 2);
+    mstar_msg_clear(&got);
+    assert_mstar_status(mstar_mesh_recv(b, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(poll(&p, 1, 0), 0);
+    mesh_pair_close(&m);
+}
+
 /* A receiver killed outright: its sender notices at its first send MSTAR__RING_LIVENESS_NS after
  * it woke it, drops the ring, and (forced onto rings) reports that the peer is not there; under
  * AUTO it falls back to ZeroMQ. */
@@ -545,6 +600,7 @@ int main(void)
         cmocka_unit_test_setup(test_inbox_fd_signals_ring_arrivals, setup),
         cmocka_unit_test_setup(test_dropped_ring_releases_its_fds, setup),
         cmocka_unit_test_setup(test_spinning_loop_never_sleeps_through_a_frame, setup),
+        cmocka_unit_test_setup(test_awake_loop_clears_a_later_wake, setup),
         cmocka_unit_test_setup(test_dead_receiver_is_detected, setup),
         cmocka_unit_test_setup(test_ring_off_uses_zeromq, setup),
     };
