@@ -137,8 +137,7 @@ static mstar_status resolve_ring(mstar__mesh_config *cfg)
     int64_t spin;
     st = mstar__ring_capacity(&cfg->ring_cap);
     if (st == MSTAR_OK)
-        st =
-            mstar_env_get_int("MSTAR_RING_SPIN_US", MSTAR__RING_SPIN_US_DEFAULT, 0, 1000000, &spin);
+        st = mstar_env_get_int("MSTAR_RING_SPIN_US", MSTAR_RING_SPIN_US_DEFAULT, 0, 1000000, &spin);
     if (st == MSTAR_OK)
         cfg->spin_us = (int)spin;
     return st;

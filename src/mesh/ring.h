@@ -51,10 +51,6 @@
 #define MSTAR__RING_MAX_CAP (UINT64_C(1) << 30)
 #define MSTAR__RING_FRAME   8u          /* the length words before each payload */
 #define MSTAR__RING_BLOB    0x424f4c42u /* "BLOB": the check word's mark of a blob frame */
-/* MSTAR_RING_SPIN_US when unset: how long a waiting receiver polls its rings before it sleeps.
- * 0 (sleep at once): on the shared 2-core VM a spinning receiver took the core its peer needed
- * (docs/environment.md has the figures). */
-#define MSTAR__RING_SPIN_US_DEFAULT 0
 /* How long a sender that finds a ring armed by a receiver about to spin waits for the spin to
  * start before it wakes the receiver: the receiver's loop passes from its last empty receive to
  * mstar_mesh_spin in a microsecond or two; a sleep and a wake-up cost both sides ten times that. */

@@ -116,7 +116,7 @@ static mstar_status spin_until_done(mstar_completion *c, int timeout_ms)
 {
     int64_t us;
     mstar_status st =
-        mstar_env_get_int("MSTAR_RING_SPIN_US", MSTAR__RING_SPIN_US_DEFAULT, 0, 1000000, &us);
+        mstar_env_get_int("MSTAR_RING_SPIN_US", MSTAR_RING_SPIN_US_DEFAULT, 0, 1000000, &us);
     if (st != MSTAR_OK)
         return st;
     if (timeout_ms > 0 && us > (int64_t)timeout_ms * 1000)

@@ -37,7 +37,7 @@ folders="core wire device mesh ranks step resources tensors graphs"
 
 # The named internal headers apps/ and models/ may include (docs/architecture.md "Layers").
 tool_headers="core/vec.h core/json.h core/u64map.h core/fs.h"
-bench_headers="tensors/bookkeeper.h tensors/ucx/ucx_engine.h mesh/ring.h"
+bench_headers="tensors/bookkeeper.h tensors/ucx/ucx_engine.h"
 
 for dir in "$src"/*/; do
     f=$(basename "$dir")

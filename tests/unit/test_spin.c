@@ -51,7 +51,7 @@ static void test_garbage_knob_is_refused_by_the_mesh(void **state)
         assert_mstar_ok(mstar_mesh_create("conductor", &opts, &m));
         assert_int_equal(m->cfg.spin_us, i == 0   ? 0
                                          : i == 1 ? 1000000
-                                                  : MSTAR__RING_SPIN_US_DEFAULT);
+                                                  : MSTAR_RING_SPIN_US_DEFAULT);
         mstar_mesh_destroy(m);
     }
     assert_int_equal(mstar_test_count_dir(ipc_dir), 0);

@@ -53,7 +53,6 @@
 
 #include "core/json.h"
 #include "core/vec.h"
-#include "mesh/ring.h"
 #include "mstar/mstar.h"
 
 #include <errno.h>
@@ -761,8 +760,8 @@ static void run_spins(const setup *s, bool quick, mstar_bench_transport_result *
     const char *saved = getenv("MSTAR_RING_SPIN_US");
     char *restore = saved ? strdup(saved) : NULL;
     out->nspins = MSTAR_BENCH_TRANSPORT_SPINS;
-    out->spin_us[0] = MSTAR__RING_SPIN_US_DEFAULT;
-    out->spin_us[1] = MSTAR__RING_SPIN_US_DEFAULT != 0 ? 0 : SPIN_LONG_US;
+    out->spin_us[0] = MSTAR_RING_SPIN_US_DEFAULT;
+    out->spin_us[1] = MSTAR_RING_SPIN_US_DEFAULT != 0 ? 0 : SPIN_LONG_US;
     for (int i = 0; i < out->nspins; i++) {
         mstar_bench_progress("transport", "arena, 4 KiB, spinning %d us before sleeping",
                              out->spin_us[i]);
