@@ -69,3 +69,18 @@ void mstar__vec_remove(mstar__vec *v, size_t index)
     memmove(p, p + v->elsize, (v->len - index - 1) * v->elsize);
     v->len--;
 }
+
+void *mstar__scratch_zalloc(void *local, size_t local_size, size_t n, size_t elsize)
+{
+    if (n <= local_size / elsize) {
+        memset(local, 0, n * elsize);
+        return local;
+    }
+    return calloc(n, elsize); /* calloc checks n * elsize for overflow */
+}
+
+void mstar__scratch_free(void *p, const void *local)
+{
+    if (p != local)
+        free(p);
+}

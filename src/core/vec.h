@@ -25,6 +25,13 @@ mstar_status mstar__vec_push(mstar__vec *v, const void *elem);
 mstar_status mstar__vec_grow(mstar__vec *v, size_t n, void **first);
 void mstar__vec_remove(mstar__vec *v, size_t index); /* order-preserving */
 
+/* Zeroed room for `n` elements of `elsize` bytes for the length of one call: `local` (an array
+ * of `local_size` bytes on the caller's stack) when they fit, else the heap. A call on a few
+ * elements, the common case, then costs no allocation. Never NULL for n == 0; NULL (with no
+ * error set) only when the heap is out of memory. Give it back with mstar__scratch_free. */
+void *mstar__scratch_zalloc(void *local, size_t local_size, size_t n, size_t elsize);
+void mstar__scratch_free(void *p, const void *local);
+
 static inline void *mstar__vec_at(const mstar__vec *v, size_t i)
 {
     return (char *)v->data + i * v->elsize;

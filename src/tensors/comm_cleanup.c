@@ -74,8 +74,7 @@ void mstar__comm_pending_drop(mstar_comm *comm, mstar__pending *p)
 void mstar__comm_pending_free(mstar__pending *p)
 {
     mstar_edge_clear(&p->edge);
-    free(p->fresh);
-    free(p->local);
+    free(p->fresh); /* `local` with it */
     mstar_completion_release(p->done);
     memset(p, 0, sizeof(*p));
 }

@@ -46,7 +46,8 @@ typedef struct mstar__pending {
     mstar_edge edge; /* owned copy; local slices have their uuid rewritten */
     uint8_t *fresh;  /* per descriptor: this delivery read the bytes (owes a transit ref); 2: as
                       * a view, ACKed when its record is collected, not when it lands */
-    uint8_t *local;  /* per descriptor: produced by this entity (no ACK, no RX) */
+    uint8_t *local;  /* per descriptor: produced by this entity (no ACK, no RX); the second
+                      * half of the allocation `fresh` heads */
     mstar_completion *done; /* NULL: the bytes have landed */
     uint64_t submit_ns;     /* when the read was started: where its RX time begins */
     double rx_time_s;       /* a read that landed inside start_read: its whole time */
@@ -58,6 +59,12 @@ typedef struct mstar__ack_retry {
     char peer[MSTAR_NAME_MAX + 1];
     mstar_msg msg;
 } mstar__ack_retry;
+
+/* A call of at most this many edges, descriptors or targets keeps its per-call arrays on the
+ * stack (mstar__scratch_zalloc) and finds uuids and peers by a linear scan: a handoff is mostly
+ * one edge of one tensor from one peer, and a heap allocation or a hash map built for it would
+ * cost more than the work it serves (docs/architecture.md, "Where a 4 KiB handoff's time goes"). */
+enum { MSTAR__COMM_FEW = 8 };
 
 /* ACKs kept for resending; past this the oldest go (logged, counted as lost). */
 #define MSTAR__ACK_RETRY_MAX 4096

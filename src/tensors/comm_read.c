@@ -40,6 +40,9 @@
 
 enum { KIND_SELF_WHOLE, KIND_SELF_SLICE, KIND_PRESENT, KIND_FRESH };
 
+/* No target names the uuid. */
+static const uint32_t TARGET_NONE = UINT32_MAX;
+
 /* How one descriptor of a start_read call is served. */
 typedef struct plan {
     uint8_t kind;
@@ -58,8 +61,8 @@ typedef struct plan {
 typedef struct target_set {
     const mstar_read_target *t;
     uint32_t n;
-    mstar__u64map at; /* uuid -> index in t */
-    bool *used;       /* t[i] matched a descriptor */
+    mstar__u64map at; /* uuid -> index in t; built only for more than MSTAR__COMM_FEW targets */
+    bool *used;       /* t[i] matched a descriptor (NULL when n == 0) */
     uint64_t *len;    /* the bytes the read writes at t[i].data (its descriptor's nbytes) */
 } target_set;
 
@@ -141,15 +144,31 @@ static void targets_free(target_set *tg)
     free(tg->len);
 }
 
-/* Check each target on its own and index them; nothing is kept on failure. */
+/* The index of the target among t[0, upto) that names `uuid`, or TARGET_NONE. Up to
+ * MSTAR__COMM_FEW targets are scanned; more are looked up in `at`, which holds exactly those
+ * indexed so far. */
+static uint32_t targets_index(const target_set *tg, mstar_tensor_id uuid, uint32_t upto)
+{
+    if (tg->n > MSTAR__COMM_FEW) {
+        const uint64_t *at = mstar__u64map_find(&tg->at, uuid);
+        return at != NULL ? (uint32_t)*at : TARGET_NONE;
+    }
+    for (uint32_t i = 0; i < upto; i++)
+        if (tg->t[i].uuid == uuid)
+            return i;
+    return TARGET_NONE;
+}
+
+/* Check each target on its own and index them; nothing is kept on failure. The forms without
+ * targets (n == 0) allocate nothing. */
 static mstar_status targets_init(const mstar_comm *comm, const mstar_read_target *t, uint32_t n,
                                  target_set *tg)
 {
     tg->t = t;
     tg->n = n;
     mstar__u64map_init(&tg->at);
-    tg->used = calloc(n + 1, sizeof(*tg->used));
-    tg->len = calloc(n + 1, sizeof(*tg->len));
+    tg->used = n > 0 ? calloc(n, sizeof(*tg->used)) : NULL;
+    tg->len = n > 0 ? calloc(n, sizeof(*tg->len)) : NULL;
     mstar_status st = (tg->used != NULL && tg->len != NULL) || n == 0
                           ? MSTAR_OK
                           : mstar_error_set(MSTAR_ENOMEM, "start_read_into of %u targets", n);
@@ -168,10 +187,10 @@ static mstar_status targets_init(const mstar_comm *comm, const mstar_read_target
                                  "targets[%u] (tensor 0x%016llx): its stream belongs to another "
                                  "backend than the manager's",
                                  i, (unsigned long long)t[i].uuid);
-        else if (mstar__u64map_find(&tg->at, t[i].uuid) != NULL)
+        else if (targets_index(tg, t[i].uuid, i) != TARGET_NONE)
             st = mstar_error_set(MSTAR_EINVAL, "targets[%u] names tensor 0x%016llx a second time",
                                  i, (unsigned long long)t[i].uuid);
-        else
+        else if (n > MSTAR__COMM_FEW)
             st = mstar__u64map_put(&tg->at, t[i].uuid, i);
     }
     if (st != MSTAR_OK)
@@ -184,11 +203,11 @@ static mstar_status targets_init(const mstar_comm *comm, const mstar_read_target
 static mstar_status plan_target(const mstar_comm *comm, target_set *tg, const mstar_edge *edge,
                                 const mstar_tensor_info *info, plan *p)
 {
-    const uint64_t *at = mstar__u64map_find(&tg->at, info->uuid);
-    if (at == NULL)
+    uint32_t at = targets_index(tg, info->uuid, tg->n);
+    if (at == TARGET_NONE)
         return MSTAR_OK;
-    const mstar_read_target *t = &tg->t[*at];
-    tg->used[*at] = true;
+    const mstar_read_target *t = &tg->t[at];
+    tg->used[at] = true;
     const char *why = p->kind == KIND_PRESENT      ? "is already held here"
                       : p->kind != KIND_FRESH      ? "is this entity's own"
                       : edge->total_fanin > 1      ? "is a shard the fan-in gathers"
@@ -198,7 +217,7 @@ static mstar_status plan_target(const mstar_comm *comm, target_set *tg, const ms
         return mstar_error_set(MSTAR_EINVAL,
                                "targets[%llu]: tensor 0x%016llx of edge '%s' (%llu bytes) %s "
                                "(capacity %llu): it cannot be read into the target",
-                               (unsigned long long)*at, (unsigned long long)info->uuid, edge->name,
+                               (unsigned long long)at, (unsigned long long)info->uuid, edge->name,
                                (unsigned long long)info->nbytes, why,
                                (unsigned long long)t->capacity);
     mstar_device dev =
@@ -206,7 +225,7 @@ static mstar_status plan_target(const mstar_comm *comm, target_set *tg, const ms
     /* The caller's release is set only once the call succeeds (commit_fresh): a failed call
      * leaves everything to the caller. */
     p->target = t;
-    tg->len[*at] = info->nbytes;
+    tg->len[at] = info->nbytes;
     return mstar__buf_wrap(t->data, info->nbytes, dev, NULL, NULL, &p->into);
 }
 
@@ -266,11 +285,34 @@ static mstar_status targets_all_used(const target_set *tg)
     return targets_disjoint(tg);
 }
 
-/* Phase 1: decide how each descriptor is served, checking everything; nothing changes. */
-static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
-                             target_set *tg, size_t *nfresh)
+/* The descriptor this call reads `uuid` from first, as (edge << 32 | descriptor), among those
+ * planned before edge e's descriptor i; NULL if none. A call of up to MSTAR__COMM_FEW descriptors
+ * scans their plans; a larger one looks it up in `fresh`, which holds exactly those read so far. */
+static const uint64_t *first_fresh(const mstar_edge *edges, plan *const *plans,
+                                   const mstar__u64map *fresh, uint64_t ndesc, uint32_t e,
+                                   uint32_t i, mstar_tensor_id uuid, uint64_t *at)
 {
-    mstar__u64map fresh; /* uuids read by this call → (edge << 32 | descriptor) of the first */
+    if (ndesc > MSTAR__COMM_FEW)
+        return mstar__u64map_find(fresh, uuid);
+    for (uint32_t f = 0; f <= e; f++) {
+        uint32_t end = f < e ? edges[f].ntensors : i;
+        for (uint32_t j = 0; j < end; j++) {
+            if (plans[f][j].kind == KIND_FRESH && edges[f].tensor_info[j].uuid == uuid) {
+                *at = (uint64_t)f << 32 | j;
+                return at;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Phase 1: decide how each descriptor is served, checking everything; nothing changes. plans[e]
+ * has room for edges[e].ntensors zeroed plans; ndesc is the call's number of descriptors. */
+static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
+                             uint64_t ndesc, target_set *tg, size_t *nfresh)
+{
+    /* More than MSTAR__COMM_FEW descriptors: the uuids read by this call, for first_fresh. */
+    mstar__u64map fresh;
     mstar__u64map_init(&fresh);
     mstar_status st = MSTAR_OK;
     *nfresh = 0;
@@ -279,9 +321,6 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
         if (edge->ntensors > 0 && edge->tensor_info == NULL)
             st = mstar_error_set(MSTAR_EINVAL, "edges[%u]: %u descriptors but no array", e,
                                  edge->ntensors);
-        if (st == MSTAR_OK && edge->ntensors > 0 &&
-            (plans[e] = calloc(edge->ntensors, sizeof(plan))) == NULL)
-            st = mstar_error_set(MSTAR_ENOMEM, "read plan of %u descriptors", edge->ntensors);
         for (uint32_t i = 0; i < edge->ntensors && st == MSTAR_OK; i++) {
             const mstar_tensor_info *info = &edge->tensor_info[i];
             plan *p = &plans[e][i];
@@ -289,7 +328,8 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
                 (st = check_expected(comm, info)) != MSTAR_OK)
                 break;
             uint32_t held = mstar__bk_find(&comm->bk, info->uuid);
-            uint64_t *first = mstar__u64map_find(&fresh, info->uuid);
+            uint64_t at;
+            const uint64_t *first = first_fresh(edges, plans, &fresh, ndesc, e, i, info->uuid, &at);
             if (held != MSTAR__BK_NONE && (st = check_identity(comm, held, info)) != MSTAR_OK)
                 break;
             bool again = first != NULL; /* a second descriptor of a uuid read by this call */
@@ -309,7 +349,7 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
             } else {
                 p->kind = KIND_FRESH;
                 st = comm->transport->ops->check(comm->transport, info);
-                if (st == MSTAR_OK)
+                if (st == MSTAR_OK && ndesc > MSTAR__COMM_FEW)
                     st = mstar__u64map_put(&fresh, info->uuid, (uint64_t)e << 32 | i);
                 (*nfresh)++;
             }
@@ -321,7 +361,8 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
     return st == MSTAR_OK ? targets_all_used(tg) : st;
 }
 
-static void free_plans(plan **plans, const mstar_edge *edges, uint32_t n, bool release_bufs)
+/* Let go of what the plans hold; their storage is start_read's. */
+static void release_plans(plan **plans, const mstar_edge *edges, uint32_t n, bool release_bufs)
 {
     for (uint32_t e = 0; e < n; e++) {
         for (uint32_t i = 0; plans[e] != NULL && i < edges[e].ntensors; i++) {
@@ -329,9 +370,7 @@ static void free_plans(plan **plans, const mstar_edge *edges, uint32_t n, bool r
                 mstar__buf_release(plans[e][i].buf);
             mstar__buf_release(plans[e][i].into); /* a read keeps its own reference */
         }
-        free(plans[e]);
     }
-    free(plans);
 }
 
 /* Phase 2: read every fresh descriptor, one transport call per edge (its completion gates the
@@ -339,19 +378,19 @@ static void free_plans(plan **plans, const mstar_edge *edges, uint32_t n, bool r
 static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
                              mstar__pending *pe, bool view)
 {
+    uint32_t most = 0; /* descriptors of the largest edge: the items of each edge reuse one array */
+    for (uint32_t e = 0; e < n; e++)
+        most = edges[e].ntensors > most ? edges[e].ntensors : most;
+    mstar__read_item local[MSTAR__COMM_FEW];
+    mstar__read_item *items = mstar__scratch_zalloc(local, sizeof(local), most, sizeof(*items));
+    if (items == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "read of %u descriptors", most);
     mstar_status st = MSTAR_OK;
-    mstar__read_item *items = NULL;
-    uint32_t e = 0;
-    for (; e < n && st == MSTAR_OK; e++) {
+    for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
         const mstar_edge *edge = &edges[e];
         if (edge->ntensors == 0)
             continue;
-        free(items);
-        items = calloc(edge->ntensors, sizeof(*items));
-        if (items == NULL) {
-            st = mstar_error_set(MSTAR_ENOMEM, "read of %u descriptors", edge->ntensors);
-            break;
-        }
+        memset(items, 0, edge->ntensors * sizeof(*items));
         uint32_t k = 0;
         /* Shards are gathered into a copy at once (fan-in): they are never viewed. */
         for (uint32_t i = 0; i < edge->ntensors; i++) {
@@ -374,7 +413,7 @@ static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
             j++;
         }
     }
-    free(items);
+    mstar__scratch_free(items, local);
     if (st != MSTAR_OK) {
         /* Copies still landing into buffers about to be released must finish first. */
         for (uint32_t j = 0; j < n; j++) {
@@ -509,6 +548,60 @@ static void commit_slice(mstar_comm *comm, uint32_t req, mstar_tensor_info *info
     mstar__bk_dereference(&comm->bk, producer, 1, &comm->collected);
 }
 
+/* The arrays of one start_read call, on the stack for a call of up to MSTAR__COMM_FEW edges and
+ * MSTAR__COMM_FEW descriptors (mstar__scratch_zalloc). */
+typedef struct read_arrays {
+    plan **plans;       /* per edge: its descriptors' plans, in `storage`; NULL: no array */
+    mstar__pending *pe; /* per edge: the pending entry it becomes */
+    uint32_t *names;    /* per edge: its interned name */
+    plan *storage;      /* every plan of the call */
+    uint64_t ndesc;     /* the plans in `storage` */
+    plan *plans_local[MSTAR__COMM_FEW];
+    mstar__pending pe_local[MSTAR__COMM_FEW];
+    uint32_t names_local[MSTAR__COMM_FEW];
+    plan storage_local[MSTAR__COMM_FEW];
+} read_arrays;
+
+static void read_arrays_free(read_arrays *a)
+{
+    mstar__scratch_free(a->plans, a->plans_local);
+    mstar__scratch_free(a->pe, a->pe_local);
+    mstar__scratch_free(a->names, a->names_local);
+    mstar__scratch_free(a->storage, a->storage_local);
+}
+
+/* Zeroed arrays for the n edges. An edge naming descriptors but no array gets no plans
+ * (plan_all refuses it, in its turn among the edges' other errors). */
+static mstar_status read_arrays_init(read_arrays *a, const mstar_edge *edges, uint32_t n)
+{
+    a->ndesc = 0;
+    for (uint32_t e = 0; e < n; e++)
+        a->ndesc += edges[e].tensor_info != NULL ? edges[e].ntensors : 0;
+    a->plans = mstar__scratch_zalloc(a->plans_local, sizeof(a->plans_local), n, sizeof(plan *));
+    a->pe = mstar__scratch_zalloc(a->pe_local, sizeof(a->pe_local), n, sizeof(mstar__pending));
+    a->names = mstar__scratch_zalloc(a->names_local, sizeof(a->names_local), n, sizeof(uint32_t));
+    a->storage = a->ndesc <= SIZE_MAX / sizeof(plan)
+                     ? mstar__scratch_zalloc(a->storage_local, sizeof(a->storage_local),
+                                             (size_t)a->ndesc, sizeof(plan))
+                     : NULL;
+    if (a->plans == NULL || a->pe == NULL || a->names == NULL || a->storage == NULL) {
+        mstar_status st = a->storage == NULL
+                              ? mstar_error_set(MSTAR_ENOMEM, "read plan of %llu descriptors",
+                                                (unsigned long long)a->ndesc)
+                              : mstar_error_set(MSTAR_ENOMEM, "start_read_tensors of %u edges", n);
+        read_arrays_free(a);
+        return st;
+    }
+    plan *next = a->storage;
+    for (uint32_t e = 0; e < n; e++) {
+        if (edges[e].tensor_info == NULL)
+            continue;
+        a->plans[e] = next;
+        next += edges[e].ntensors;
+    }
+    return MSTAR_OK;
+}
+
 /* start_read_tensors, reading arena descriptors in place when `view`, into the caller's
  * buffers that `tg` names. */
 static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mstar_edge *edges,
@@ -520,17 +613,14 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
     mstar_status st = mstar__comm_req(comm, rid, true, &req);
     if (st != MSTAR_OK)
         return st;
-    plan **plans = calloc(n + 1, sizeof(*plans));
-    mstar__pending *pe = calloc(n + 1, sizeof(*pe));
-    uint32_t *names = calloc(n + 1, sizeof(*names));
-    if (plans == NULL || pe == NULL || names == NULL) {
-        free(plans);
-        free(pe);
-        free(names);
-        return mstar_error_set(MSTAR_ENOMEM, "start_read_tensors of %u edges", n);
-    }
+    read_arrays a;
+    if ((st = read_arrays_init(&a, edges, n)) != MSTAR_OK)
+        return st;
+    plan **plans = a.plans;
+    mstar__pending *pe = a.pe;
+    uint32_t *names = a.names;
     size_t nfresh = 0, nslices = 0, nedges = 0;
-    st = plan_all(comm, edges, n, plans, tg, &nfresh);
+    st = plan_all(comm, edges, n, plans, a.ndesc, tg, &nfresh);
     for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
         st = mstar__names_intern(&comm->names, edges[e].name, &names[e]);
         for (uint32_t i = 0; i < edges[e].ntensors && st == MSTAR_OK; i++) {
@@ -556,9 +646,9 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
         if (edges[e].ntensors == 0)
             continue;
         st = mstar_edge_copy(&pe[e].edge, &edges[e]);
-        pe[e].fresh = calloc(edges[e].ntensors, 1);
-        pe[e].local = calloc(edges[e].ntensors, 1);
-        if (st == MSTAR_OK && (pe[e].fresh == NULL || pe[e].local == NULL))
+        pe[e].fresh = calloc(edges[e].ntensors, 2); /* `local` is its second half */
+        pe[e].local = pe[e].fresh != NULL ? pe[e].fresh + edges[e].ntensors : NULL;
+        if (st == MSTAR_OK && pe[e].fresh == NULL)
             st = mstar_error_set(MSTAR_ENOMEM, "pending read of %u descriptors", edges[e].ntensors);
     }
     mstar_completion_list list = { 0 };
@@ -574,9 +664,8 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
                 mstar_completion_wait(pe[e].done, -1);
             mstar__comm_pending_free(&pe[e]);
         }
-        free_plans(plans, edges, n, true);
-        free(pe);
-        free(names);
+        release_plans(plans, edges, n, true);
+        read_arrays_free(&a);
         return st;
     }
     /* Phase 3: commit. Nothing below fails. */
@@ -612,9 +701,8 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
         mstar__comm_req_at(comm, req)->npending++;
     }
     mstar__comm_collect(comm);
-    free_plans(plans, edges, n, false);
-    free(pe);
-    free(names);
+    release_plans(plans, edges, n, false);
+    read_arrays_free(&a);
     if (out != NULL)
         *out = list;
     return MSTAR_OK;
@@ -949,7 +1037,8 @@ void mstar_ready_set_clear(mstar_ready_set *set)
 
 /* The edge to ACK now for a landed entry: the whole edge, or for one with views and no failure
  * a shallow copy in *tmp without them (a view's ACK goes when it is released; the caller frees
- * tmp->tensor_info). Short of memory for the copy, the views are ACKed now like copies. */
+ * tmp->tensor_info, NULL when every descriptor is a view). Short of memory for the copy, the
+ * views are ACKed now like copies. */
 static const mstar_edge *acked_now(mstar__pending *p, bool failed, mstar_edge *tmp)
 {
     uint32_t views = 0;
@@ -959,7 +1048,10 @@ static const mstar_edge *acked_now(mstar__pending *p, bool failed, mstar_edge *t
         return &p->edge;
     *tmp = p->edge;
     tmp->ntensors = 0;
-    tmp->tensor_info = malloc((p->edge.ntensors - views + 1) * sizeof(*tmp->tensor_info));
+    tmp->tensor_info = NULL;
+    if (views == p->edge.ntensors)
+        return tmp; /* nothing to ACK now, nothing to copy */
+    tmp->tensor_info = malloc((p->edge.ntensors - views) * sizeof(*tmp->tensor_info));
     if (tmp->tensor_info == NULL) {
         mstar_log(MSTAR_LOG_WARN, "out of memory deferring the ACKs of views; ACKed now");
         for (uint32_t i = 0; i < p->edge.ntensors; i++)
@@ -977,16 +1069,23 @@ static const mstar_edge *acked_now(mstar__pending *p, bool failed, mstar_edge *t
 static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
 {
     size_t n = mstar__comm_pending_take(comm, req);
-    const mstar_edge **edges = calloc(n, sizeof(*edges));
-    bool *failed = calloc(n, sizeof(*failed));
-    mstar_status *status = calloc(n, sizeof(*status));
-    mstar_edge *tmps = calloc(n, sizeof(*tmps));
+    /* Up to MSTAR__COMM_FEW landed entries, the usual collection, need no allocation. */
+    const mstar_edge *edges_local[MSTAR__COMM_FEW];
+    bool failed_local[MSTAR__COMM_FEW];
+    mstar_status status_local[MSTAR__COMM_FEW];
+    mstar_edge tmps_local[MSTAR__COMM_FEW];
+    const mstar_edge **edges =
+        mstar__scratch_zalloc(edges_local, sizeof(edges_local), n, sizeof(*edges));
+    bool *failed = mstar__scratch_zalloc(failed_local, sizeof(failed_local), n, sizeof(*failed));
+    mstar_status *status =
+        mstar__scratch_zalloc(status_local, sizeof(status_local), n, sizeof(*status));
+    mstar_edge *tmps = mstar__scratch_zalloc(tmps_local, sizeof(tmps_local), n, sizeof(*tmps));
     mstar__req *r = mstar__comm_req_at(comm, req);
     if (edges == NULL || failed == NULL || status == NULL || tmps == NULL) {
-        free(edges);
-        free(failed);
-        free(status);
-        free(tmps);
+        mstar__scratch_free(edges, edges_local);
+        mstar__scratch_free(failed, failed_local);
+        mstar__scratch_free(status, status_local);
+        mstar__scratch_free(tmps, tmps_local);
         mstar_log(MSTAR_LOG_ERROR, "out of memory collecting ready edges; retried next poll");
         return;
     }
@@ -1033,10 +1132,10 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, ms
         mstar__vec_push(&b->rids, &r->rid);
         mstar__vec_push(&b->starts, &start);
     }
-    free(edges);
-    free(failed);
-    free(status);
-    free(tmps);
+    mstar__scratch_free(edges, edges_local);
+    mstar__scratch_free(failed, failed_local);
+    mstar__scratch_free(status, status_local);
+    mstar__scratch_free(tmps, tmps_local);
     mstar__comm_req_maybe_free(comm, req);
 }
 

@@ -146,6 +146,68 @@ static void expect_refused(world *w, const mstar_edge *e, const mstar_read_targe
     assert_int_equal(bus_count(&w->cp.b, "worker_0"), 0);
 }
 
+/* More than a few descriptors and targets in one call (start_read indexes them in hash maps past
+ * FEW, comm_read.c; the tests above take its linear scans): ten tensors, each read into a target
+ * of its own, every descriptor twice in one edge; eleven targets with the last naming the first
+ * again are refused. */
+static void test_many_targets(void **state)
+{
+    world *w = *state;
+    enum { N = 10 };
+    mstar_tensor t[N];
+    mstar_tensor_info info[2 * N];
+    for (uint32_t i = 0; i < N; i++)
+        t[i] = make_vector(MSTAR_DTYPE_FLOAT32, 100 + i, 20 + i);
+    produce(w->cp.p, &w->rid, t, N / 2, 1, info); /* at most 8 at a time */
+    produce(w->cp.p, &w->rid, t + N / 2, N / 2, 1, info + N / 2);
+    memcpy(&info[N], info, N * sizeof(*info));
+    mstar_edge e = edge_of("many", "node", info, 2 * N);
+    _Alignas(64) float bufs[N][128];
+    mstar_read_target tg[N + 1];
+    for (uint32_t i = 0; i <= N; i++)
+        tg[i] = (mstar_read_target){ .uuid = info[i % N].uuid,
+                                     .data = bufs[i % N],
+                                     .capacity = sizeof(bufs[0]) };
+    expect_refused(w, &e, tg, N + 1, "a second time");
+    assert_mstar_ok(mstar_comm_start_read_into(w->cp.c, &w->rid, &e, 1, tg, N, NULL));
+    collect_ready(w->cp.c, 1);
+    for (uint32_t i = 0; i < N; i++) {
+        mstar_tensor got;
+        assert_mstar_ok(mstar_comm_get_tensor(w->cp.c, info[i].uuid, &got));
+        assert_ptr_equal(mstar_tensor_ptr(&got), bufs[i]);
+        assert_memory_equal(bufs[i], t[i].data, (100 + i) * sizeof(float));
+        assert_int_equal(bus_ack_count(&w->cp.b, "worker_0", info[i].uuid), 2);
+        assert_mstar_ok(mstar_comm_dereference(w->cp.c, info[i].uuid, 2));
+    }
+    bus_deliver(&w->cp.b, "worker_0", w->cp.p);
+    assert_int_equal(mstar_comm_num_tensors(w->cp.c), 0);
+    mstar_edge_clear(&e);
+    for (uint32_t i = 0; i < N; i++)
+        free(t[i].data);
+}
+
+/* Two descriptors of one uuid from two entities in one call are refused, whether the call is
+ * small enough for start_read's linear scan (2 descriptors) or takes its hash map (20). */
+static void test_twin_in_one_call(void **state)
+{
+    world *w = *state;
+    mstar_tensor_info info[20];
+    for (uint32_t i = 0; i < 20; i++)
+        info[i] = w->info[i % 2];
+    for (uint32_t n = 2; n <= 20; n += 18) {
+        info[n - 2] = w->info[0];
+        snprintf(info[n - 1].source_entity, sizeof(info[n - 1].source_entity), "twin");
+        info[n - 1].uuid = w->info[0].uuid;
+        mstar_edge e = edge_of("sig", "node", info, n);
+        assert_mstar_status(mstar_comm_start_read_tensors(w->cp.c, &w->rid, &e, 1, NULL),
+                            MSTAR_EEXIST);
+        if (strstr(mstar_last_error(), "from 'worker_0' and 'twin'") == NULL)
+            fail_msg("%u descriptors: error '%s'", n, mstar_last_error());
+        assert_int_equal(mstar_comm_num_tensors(w->cp.c), 0);
+        mstar_edge_clear(&e);
+    }
+}
+
 static void test_bad_targets(void **state)
 {
     world *w = *state;
@@ -374,6 +436,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         BOTH(test_lands_in_target),
         BOTH(test_twice_in_one_call),
+        BOTH(test_many_targets),
+        BOTH(test_twin_in_one_call),
         BOTH(test_bad_targets),
         BOTH(test_unreadable_targets),
         BOTH(test_stream_without_backend),
