@@ -228,6 +228,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     mstar__strmap_init(&comm->rid_str);
     mstar__vec_init(&comm->pending, sizeof(mstar__pending));
     mstar__vec_init(&comm->collected, sizeof(uint32_t));
+    mstar__vec_init(&comm->req_slots, sizeof(uint32_t));
     mstar__vec_init(&comm->ack_retry, sizeof(mstar__ack_retry));
     mstar__vec_init(&comm->ack_aliases, 2 * sizeof(uint32_t));
     mstar__vec_init(&comm->spare_events, sizeof(mstar_event *));
@@ -367,6 +368,7 @@ void mstar_comm_destroy(mstar_comm *comm)
     if (comm->event_fd >= 0)
         close(comm->event_fd);
     mstar__vec_free(&comm->collected);
+    mstar__vec_free(&comm->req_slots);
     mstar__vec_free(&comm->reqs);
     mstar__vec_free(&comm->free_reqs);
     mstar__u64map_free(&comm->rid_int);

@@ -177,14 +177,14 @@ static mstar_status cleanup(mstar_comm *comm, const mstar_rid *rid, bool force)
     mstar__comm_req_reset(r);
     if ((st = drop_landed_pending(comm, slot)) != MSTAR_OK)
         return st;
-    mstar__vec slots;
-    mstar__vec_init(&slots, sizeof(uint32_t));
-    st = mstar__bk_req_slots(&comm->bk, slot, &slots);
+    mstar__vec *slots = &comm->req_slots; /* nothing below calls out of the manager */
+    slots->len = 0;
+    st = mstar__bk_req_slots(&comm->bk, slot, slots);
     if (st == MSTAR_OK)
-        st = mstar__vec_reserve(&comm->collected, comm->collected.len + slots.len);
+        st = mstar__vec_reserve(&comm->collected, comm->collected.len + slots->len);
     size_t deferred = 0;
-    for (size_t i = 0; i < slots.len && st == MSTAR_OK; i++) {
-        uint32_t s = *(uint32_t *)mstar__vec_at(&slots, i);
+    for (size_t i = 0; i < slots->len && st == MSTAR_OK; i++) {
+        uint32_t s = *(uint32_t *)mstar__vec_at(slots, i);
         mstar__bk_rec *rec = mstar__bk_at(&comm->bk, s);
         if (!force && (rec->ref > 0 || (rec->flags & MSTAR__BK_PERSIST))) {
             deferred++;
@@ -195,7 +195,7 @@ static mstar_status cleanup(mstar_comm *comm, const mstar_rid *rid, bool force)
         mstar__bk_detach(&comm->bk, s);
         MSTAR__ASSERT_OK(mstar__vec_push(&comm->collected, &s)); /* I-11: reserved above */
     }
-    mstar__vec_free(&slots);
+    slots->len = 0;
     mstar__comm_collect(comm);
     if (deferred > 0 && mstar_log_enabled(MSTAR_LOG_DEBUG)) {
         char rs[MSTAR_RID_STRLEN];

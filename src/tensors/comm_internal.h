@@ -86,6 +86,8 @@ struct mstar_comm {
     mstar__strmap rid_str; /* string rid → slot */
     mstar__vec pending;    /* mstar__pending */
     mstar__vec collected;  /* scratch: uint32 record slots */
+    mstar__vec req_slots;  /* cleanup's scratch: the record slots of one request, kept between
+                            * calls so that a cleanup does not grow it from empty */
 
     mstar__shm_dir dir;
     bool has_dir;

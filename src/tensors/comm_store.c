@@ -417,7 +417,8 @@ mstar_status mstar_comm_store_and_return_tensor_info(mstar_comm *comm, const mst
     mstar_status st = mstar__comm_req(comm, rid, true, &slot);
     if (st != MSTAR_OK || n == 0)
         return st;
-    prepared *ps = calloc(n, sizeof(*ps));
+    prepared ps_local[MSTAR__COMM_FEW]; /* a few outputs, the usual store, need no allocation */
+    prepared *ps = mstar__scratch_zalloc(ps_local, sizeof(ps_local), n, sizeof(*ps));
     if (ps == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "store of %u outputs", n);
     for (uint32_t i = 0; i < n && st == MSTAR_OK; i++) {
@@ -431,7 +432,7 @@ mstar_status mstar_comm_store_and_return_tensor_info(mstar_comm *comm, const mst
         st = store_all(comm, ps, n, params);
     for (uint32_t i = 0; i < n && st == MSTAR_OK; i++)
         mstar_comm_tensor_info(comm, ps[i].uuid, &infos[i]);
-    free(ps);
+    mstar__scratch_free(ps, ps_local);
     return st;
 }
 
@@ -764,13 +765,19 @@ static mstar_status stage_uuids(mstar_comm *comm, uint32_t req, const mstar_tens
                                    "register_for_send: tensor 0x%016llx is not "
                                    "held by '%s'",
                                    (unsigned long long)uuids[i], comm->entity);
-    mstar__stage_item *items = calloc(n + 1, sizeof(*items));
-    mstar_tensor *hosts = calloc(n + 1, sizeof(*hosts));
-    uint32_t *slots = calloc(n + 1, sizeof(*slots));
+    /* Up to MSTAR__COMM_FEW tensors, the usual handoff, are staged without an allocation. */
+    mstar__stage_item items_local[MSTAR__COMM_FEW];
+    mstar_tensor hosts_local[MSTAR__COMM_FEW];
+    uint32_t slots_local[MSTAR__COMM_FEW];
+    mstar__stage_item *items =
+        mstar__scratch_zalloc(items_local, sizeof(items_local), n, sizeof(*items));
+    mstar_tensor *hosts =
+        mstar__scratch_zalloc(hosts_local, sizeof(hosts_local), n, sizeof(*hosts));
+    uint32_t *slots = mstar__scratch_zalloc(slots_local, sizeof(slots_local), n, sizeof(*slots));
     if (items == NULL || hosts == NULL || slots == NULL) {
-        free(items);
-        free(hosts);
-        free(slots);
+        mstar__scratch_free(items, items_local);
+        mstar__scratch_free(hosts, hosts_local);
+        mstar__scratch_free(slots, slots_local);
         return mstar_error_set(MSTAR_ENOMEM, "staging %u tensors", n);
     }
     uint32_t k = 0;
@@ -801,9 +808,9 @@ static mstar_status stage_uuids(mstar_comm *comm, uint32_t req, const mstar_tens
         else if (comm->enable_prof)
             mstar__comm_record_tx(comm, r, rec->edge_name, items[i].tx_bytes, items[i].tx_time_s);
     }
-    free(items);
-    free(hosts);
-    free(slots);
+    mstar__scratch_free(items, items_local);
+    mstar__scratch_free(hosts, hosts_local);
+    mstar__scratch_free(slots, slots_local);
     if (comm->transport->ops->maintain != NULL)
         comm->transport->ops->maintain(comm->transport, false);
     return st;
@@ -828,13 +835,15 @@ mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid
     mstar_status st = mstar__comm_req(comm, rid, true, &slot);
     if (st != MSTAR_OK || n == 0)
         return st;
-    mstar_tensor_id *uuids = calloc(n, sizeof(*uuids));
+    mstar_tensor_id uuids_local[MSTAR__COMM_FEW];
+    mstar_tensor_id *uuids =
+        mstar__scratch_zalloc(uuids_local, sizeof(uuids_local), n, sizeof(*uuids));
     if (uuids == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "register_for_send of %u descriptors", n);
     for (uint32_t i = 0; i < n; i++)
         uuids[i] = infos[i].uuid;
     st = stage_uuids(comm, slot, uuids, n);
-    free(uuids);
+    mstar__scratch_free(uuids, uuids_local);
     /* Every descriptor passed in carries the transport's fields, already-registered ones
      * included. */
     for (uint32_t i = 0; i < n && st == MSTAR_OK; i++)
