@@ -34,6 +34,16 @@ void mstar__strmap_free(mstar__strmap *m)
     memset(m, 0, sizeof(*m));
 }
 
+void mstar__strmap_clear(mstar__strmap *m)
+{
+    for (uint32_t i = 0; i < m->nentries; i++)
+        free(m->entries[i].key);
+    m->nentries = 0;
+    m->free_head = 0;
+    m->len = 0;
+    mstar__u64map_clear(&m->heads);
+}
+
 static mstar__strmap_entry *chain_find(const mstar__strmap *m, uint64_t hash, const char *key,
                                        size_t len)
 {

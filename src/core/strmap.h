@@ -29,6 +29,9 @@ typedef struct mstar__strmap {
 
 void mstar__strmap_init(mstar__strmap *m);
 void mstar__strmap_free(mstar__strmap *m);
+/* Remove every entry but keep the room they took: a map filled and emptied over and over (a
+ * request's deliveries) then stops allocating for anything but its keys. */
+void mstar__strmap_clear(mstar__strmap *m);
 uint64_t *mstar__strmap_find(const mstar__strmap *m, const char *key, size_t len);
 mstar_status mstar__strmap_put(mstar__strmap *m, const char *key, size_t len, uint64_t val);
 bool mstar__strmap_remove(mstar__strmap *m, const char *key, size_t len, uint64_t *old);

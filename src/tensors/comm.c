@@ -292,6 +292,15 @@ fail:
     return st;
 }
 
+static void req_init_state(mstar__req *r)
+{
+    mstar__vec_init(&r->shards, sizeof(mstar__shard_entry));
+    mstar__strmap_init(&r->seen);
+    mstar__vec_init(&r->fanins, sizeof(mstar__fanin *));
+    mstar__vec_init(&r->tx, sizeof(mstar_tx_info));
+    mstar__vec_init(&r->rx, sizeof(mstar_rx_info));
+}
+
 static void req_free_state(mstar__req *r)
 {
     mstar__comm_req_reset(r);
@@ -349,11 +358,8 @@ void mstar_comm_destroy(mstar_comm *comm)
     }
     mstar__comm_collect(comm);
     mstar__comm_loans_free(comm);
-    for (size_t i = 0; i < comm->reqs.len; i++) {
-        mstar__req *r = mstar__vec_at(&comm->reqs, i);
-        if (r->used)
-            req_free_state(r);
-    }
+    for (size_t i = 0; i < comm->reqs.len; i++) /* a free slot keeps its room too */
+        req_free_state(mstar__vec_at(&comm->reqs, i));
     if (comm->transport != NULL)
         comm->transport->ops->destroy(comm->transport);
     mstar_stream_destroy(comm->h2d);
@@ -486,20 +492,19 @@ mstar_status mstar__comm_req(mstar_comm *comm, const mstar_rid *rid, bool create
                      : mstar__u64map_put(&comm->rid_int, (uint64_t)rid->num, s);
     if (st != MSTAR_OK)
         return st;
-    if (s == comm->reqs.len)
+    mstar__req *r;
+    if (s == comm->reqs.len) {
         comm->reqs.len++;
-    else
+        r = mstar__comm_req_at(comm, s);
+        memset(r, 0, sizeof(*r));
+        req_init_state(r);
+    } else {
         comm->free_reqs.len--;
-    mstar__req *r = mstar__comm_req_at(comm, s);
-    memset(r, 0, sizeof(*r));
+        r = mstar__comm_req_at(comm, s); /* empty; its maps and arrays keep their room */
+    }
     r->rid = *rid;
     r->used = true;
     r->open = true;
-    mstar__vec_init(&r->shards, sizeof(mstar__shard_entry));
-    mstar__strmap_init(&r->seen);
-    mstar__vec_init(&r->fanins, sizeof(mstar__fanin *));
-    mstar__vec_init(&r->tx, sizeof(mstar_tx_info));
-    mstar__vec_init(&r->rx, sizeof(mstar_rx_info));
     *slot = s;
     return MSTAR_OK;
 }
@@ -510,8 +515,7 @@ void mstar__comm_req_reset(mstar__req *r)
     for (size_t i = 0; i < r->fanins.len; i++)
         mstar__fanin_destroy(*(mstar__fanin **)mstar__vec_at(&r->fanins, i));
     r->fanins.len = 0;
-    mstar__strmap_free(&r->seen);
-    mstar__strmap_init(&r->seen);
+    mstar__strmap_clear(&r->seen);
     r->tx.len = 0;
     r->rx.len = 0;
 }
@@ -526,7 +530,13 @@ void mstar__comm_req_maybe_free(mstar_comm *comm, uint32_t slot)
         mstar__strmap_remove(&comm->rid_str, r->rid.str, strlen(r->rid.str), NULL);
     else
         mstar__u64map_remove(&comm->rid_int, (uint64_t)r->rid.num, NULL);
-    req_free_state(r);
+    /* The slot's next request reuses the room of this one's deliveries, unless it took more than
+     * a few (a burst would otherwise hold its memory in the slot for good). */
+    mstar__comm_req_reset(r);
+    if (r->seen.cap > MSTAR__REQ_KEEP_SEEN) {
+        req_free_state(r);
+        req_init_state(r);
+    }
     r->used = false;
     if (mstar__vec_push(&comm->free_reqs, &slot) != MSTAR_OK)
         mstar_log(MSTAR_LOG_WARN, "request table: out of memory recycling a slot");

@@ -66,6 +66,10 @@ typedef struct mstar__ack_retry {
  * cost more than the work it serves (docs/architecture.md, "Where a 4 KiB handoff's time goes"). */
 enum { MSTAR__COMM_FEW = 8 };
 
+/* A request slot freed after at most this many deliveries keeps their room for its next
+ * request (mstar__comm_req_maybe_free); a larger one's is freed with it. */
+enum { MSTAR__REQ_KEEP_SEEN = 64 };
+
 /* ACKs kept for resending; past this the oldest go (logged, counted as lost). */
 #define MSTAR__ACK_RETRY_MAX 4096
 
@@ -127,7 +131,8 @@ mstar_status mstar__comm_req(mstar_comm *comm, const mstar_rid *rid, bool create
 mstar__req *mstar__comm_req_at(const mstar_comm *comm, uint32_t slot);
 /* Free the slot if it is closed and nothing refers to it any more. */
 void mstar__comm_req_maybe_free(mstar_comm *comm, uint32_t slot);
-/* Drop a request's config, fan-in buffers, seen set and profiling (teardown). */
+/* Drop a request's config, fan-in buffers, seen set and profiling (teardown), keeping the room
+ * of its arrays and of its seen set. */
 void mstar__comm_req_reset(mstar__req *r);
 /* The shard dim the request's config gives `signal` (interned), -1 if none. */
 int32_t mstar__comm_shard_dim(const mstar_comm *comm, const mstar__req *r, uint32_t signal);

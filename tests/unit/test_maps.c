@@ -125,6 +125,22 @@ static void test_strmap(void **state)
     while (mstar__strmap_next(&m, &it, &k, &klen, NULL))
         seen++;
     assert_int_equal(seen, mstar__strmap_len(&m));
+    /* cleared: nothing found, the room kept, filled again */
+    uint32_t cap = m.cap;
+    mstar__strmap_clear(&m);
+    assert_int_equal(mstar__strmap_len(&m), 0);
+    assert_null(mstar__strmap_find(&m, "req-1", 4));
+    assert_null(mstar__strmap_find(&m, "", 0));
+    it = 0;
+    assert_false(mstar__strmap_next(&m, &it, &k, &klen, NULL));
+    assert_int_equal(m.cap, cap);
+    for (int i = 0; i < 100; i++) {
+        int n = snprintf(key, sizeof(key), "again-%d", i);
+        assert_mstar_ok(mstar__strmap_put(&m, key, (size_t)n, (uint64_t)i));
+    }
+    assert_int_equal(mstar__strmap_len(&m), 100);
+    assert_int_equal(*mstar__strmap_find(&m, "again-42", 8), 42);
+    assert_null(mstar__strmap_find(&m, "req-1", 4));
     mstar__strmap_free(&m);
 }
 
@@ -143,6 +159,20 @@ static void test_vec(void **state)
     assert_int_equal(tail[0], 0);
     assert_int_equal(v.len, 102);
     mstar__vec_free(&v);
+    /* scratch: a few elements in the caller's array, zeroed; more on the heap */
+    int local[4] = { 1, 2, 3, 4 };
+    int *few = mstar__scratch_zalloc(local, sizeof(local), 3, sizeof(int));
+    assert_ptr_equal(few, local);
+    assert_int_equal(local[0] + local[1] + local[2], 0);
+    assert_int_equal(local[3], 4);
+    mstar__scratch_free(few, local);
+    assert_ptr_equal(mstar__scratch_zalloc(local, sizeof(local), 0, sizeof(int)), local);
+    int *many = mstar__scratch_zalloc(local, sizeof(local), 5, sizeof(int));
+    assert_non_null(many);
+    assert_ptr_not_equal(many, local);
+    assert_int_equal(many[4], 0);
+    mstar__scratch_free(many, local);
+    assert_null(mstar__scratch_zalloc(local, sizeof(local), SIZE_MAX / 2, sizeof(int)));
     uint64_t out;
     assert_false(mstar__mul_u64(UINT64_MAX, 2, &out));
     assert_true(mstar__add_u64(1, 2, &out));
