@@ -46,6 +46,7 @@ static void forget(mstar_mesh *mesh)
     if (mesh->wake_fd >= 0)
         close(mesh->wake_fd);
     mstar__owner_keep(mesh->ctx);
+    free(mesh->encoded); /* this process's own copy, like the mesh itself */
     free(mesh);
 }
 
@@ -74,6 +75,7 @@ void mstar_mesh_destroy(mstar_mesh *mesh)
     mstar__ipc_file_remove(&mesh->inbox.file);
     if (mesh->wake_fd >= 0)
         close(mesh->wake_fd);
+    free(mesh->encoded);
     free(mesh);
 }
 

@@ -297,7 +297,13 @@ struct mstar_mesh {
     bool wake_edge;   /* a harvest saw the wake eventfd written: look before sleeping (recv.c) */
     mstar_mesh_sent_fn sent_hook;
     void *sent_ctx;
+    void *encoded;      /* mstar_mesh_send's encoding buffer, kept between messages */
+    size_t encoded_cap; /* its bytes */
     mstar__owner owner; /* a forked child's destroy touches nothing shared (mesh.c) */
 };
+
+/* mstar_mesh_send keeps an encoding buffer of at most this many bytes for the next message; a
+ * larger one is freed after its message. */
+#define MSTAR__MESH_KEEP_ENCODED (64u << 10)
 
 #endif

@@ -12,6 +12,7 @@
 #include "mesh_internal.h"
 
 #include "core/vec.h"
+#include "wire/wire_internal.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -232,15 +233,19 @@ static void free_encoded(void *data, void *hint)
     free(data);
 }
 
-/* A frame of `len` bytes: `owned` (malloc'd, holding the bytes) is taken without a copy. */
+/* A frame of `len` bytes: *owned (NULL, or malloc'd and holding the bytes), when there is one,
+ * is taken without a copy and set to NULL; otherwise the bytes are copied. */
 static mstar_status make_frame(mstar_mesh *mesh, const char *peer, const void *data, size_t len,
-                               void *owned, zmq_msg_t *frame)
+                               void **owned, zmq_msg_t *frame)
 {
-    if (owned != NULL) {
-        if (zmq_msg_init_data(frame, owned, len, free_encoded, NULL) == 0)
-            return MSTAR_OK;
-        free(owned);
-    } else if (zmq_msg_init_size(frame, len) == 0) {
+    if (owned != NULL && *owned != NULL) {
+        if (zmq_msg_init_data(frame, *owned, len, free_encoded, NULL) != 0)
+            return mstar_error_set(MSTAR_ENOMEM, "mesh %s: a %zu-byte frame to '%s': out of memory",
+                                   mesh->entity, len, peer);
+        *owned = NULL;
+        return MSTAR_OK;
+    }
+    if (zmq_msg_init_size(frame, len) == 0) {
         if (len > 0)
             memcpy(zmq_msg_data(frame), data, len);
         return MSTAR_OK;
@@ -482,11 +487,13 @@ void mstar__peers_settle(mstar_mesh *mesh)
     mesh->offers = offers;
 }
 
-/* Send `len` bytes to `peer` on its route; `owned` (NULL or a malloc'd copy of data) is always
- * consumed. A receiver that went away since its ring was made costs the ring, and the message
- * is sent again on a fresh route (which reaches its next incarnation, if any). */
+/* Send `len` bytes to `peer` on its route. `owned` (NULL, or where the malloc'd buffer holding
+ * data is kept) lets a ZeroMQ frame take that buffer instead of a copy, setting *owned to NULL;
+ * a ring copies the bytes, and the buffer stays the caller's. A receiver that went away since its
+ * ring was made costs the ring, and the message is sent again on a fresh route (which reaches its
+ * next incarnation, if any). */
 static mstar_status deliver(mstar_mesh *mesh, const char *peer, const void *data, size_t len,
-                            void *owned)
+                            void **owned)
 {
     mstar__peer *p;
     mstar_status st = peer_get(mesh, peer, &p);
@@ -497,10 +504,8 @@ static mstar_status deliver(mstar_mesh *mesh, const char *peer, const void *data
             break; /* the ring was refused */
         bool gone;
         st = ring_send(mesh, peer, p, data, len, &gone);
-        if (!gone) {
-            free(owned);
+        if (!gone)
             return st;
-        }
         if (!p->accepted && st != MSTAR_OK) {
             /* Closed before we saw an answer: if it was refused meanwhile, ZeroMQ takes over. */
             mstar_status settled = settle(mesh, peer, p);
@@ -512,10 +517,8 @@ static mstar_status deliver(mstar_mesh *mesh, const char *peer, const void *data
         mstar_log(MSTAR_LOG_WARN, "mesh %s: the receiver '%s' is gone; its ring is dropped",
                   mesh->entity, peer);
         forget_peer(mesh, peer);
-        if (st == MSTAR_OK || attempt > 0) {
-            free(owned);
+        if (st == MSTAR_OK || attempt > 0)
             return st; /* written before it went, or gone twice in a row: lost, as over ZeroMQ */
-        }
         st = peer_get(mesh, peer, &p);
     }
     if (st == MSTAR_OK && p->ring.fd >= 0)
@@ -523,8 +526,6 @@ static mstar_status deliver(mstar_mesh *mesh, const char *peer, const void *data
     zmq_msg_t frame;
     if (st == MSTAR_OK)
         st = make_frame(mesh, peer, data, len, owned, &frame);
-    else
-        free(owned);
     return st == MSTAR_OK ? send_frame(mesh, peer, p->sock, &frame) : st;
 }
 
@@ -553,13 +554,20 @@ mstar_status mstar_mesh_send(mstar_mesh *mesh, const char *peer, mstar_msg *msg)
     if (st != MSTAR_OK)
         return st;
     memcpy(msg->from, mesh->entity, sizeof(msg->from));
-    void *data;
+    /* Encoded into the buffer the mesh keeps: a ring copies it in, so a message on a ring (a
+     * handoff's route on one host) costs no allocation of its own; a ZeroMQ frame takes the
+     * buffer, and the next message encodes into a new one. */
     size_t len;
-    st = mstar_msg_encode(msg, &data, &len);
-    if (st != MSTAR_OK)
-        return mstar_error_wrap("mesh %s: message to '%s'", mesh->entity, peer);
-    /* A ZeroMQ frame takes the buffer without a copy; a ring copies it in and frees it. */
-    st = deliver(mesh, peer, data, len, data);
+    st = mstar__msg_encode_into(msg, &mesh->encoded, &mesh->encoded_cap, &len);
+    if (st == MSTAR_OK)
+        st = deliver(mesh, peer, mesh->encoded, len, &mesh->encoded);
+    else
+        st = mstar_error_wrap("mesh %s: message to '%s'", mesh->entity, peer);
+    if (mesh->encoded == NULL || mesh->encoded_cap > MSTAR__MESH_KEEP_ENCODED) {
+        free(mesh->encoded);
+        mesh->encoded = NULL;
+        mesh->encoded_cap = 0;
+    }
     if (st == MSTAR_OK && mesh->sent_hook != NULL)
         mesh->sent_hook(mesh->sent_ctx, peer, msg);
     return st;

@@ -142,6 +142,10 @@ mstar_status mstar__decode_root(const char *root, mstar__read_fn read, const voi
                                 void *out);
 mstar_status mstar__encode_root(const char *root, mstar__write_fn write, const void *value,
                                 void **data, size_t *len);
+/* The same into the caller's buffer *buf of *cap bytes (NULL and 0 at first), which grows when
+ * the encoding needs more and stays the caller's whatever the outcome. */
+mstar_status mstar__encode_root_into(const char *root, mstar__write_fn write, const void *value,
+                                     void **buf, size_t *cap, size_t *len);
 
 /* ---- the codecs, for the message codec to nest ----------------------------------------------- */
 

@@ -604,3 +604,8 @@ mstar_status mstar_msg_encode(const mstar_msg *msg, void **data, size_t *len)
 {
     return mstar__encode_root("message", write_message, msg, data, len);
 }
+
+mstar_status mstar__msg_encode_into(const mstar_msg *msg, void **buf, size_t *cap, size_t *len)
+{
+    return mstar__encode_root_into("message", write_message, msg, buf, cap, len);
+}

@@ -98,6 +98,12 @@ static inline uint32_t mstar__wire_cap(uint32_t n)
     return c;
 }
 
+/* mstar_msg_encode into the caller's buffer *buf of *cap bytes (NULL and 0 at first), grown when
+ * the message needs more and the caller's to keep and free whatever the outcome; *len is the
+ * encoding's length. A sender of message after message (the mesh) then allocates only for one
+ * larger than those before it. */
+mstar_status mstar__msg_encode_into(const mstar_msg *msg, void **buf, size_t *cap, size_t *len);
+
 /* Allocate room for mstar__wire_cap(n) elements of `elsize`, zeroed; NULL for n == 0. ENOMEM. */
 mstar_status mstar__wire_alloc(uint32_t n, size_t elsize, void **out);
 /* Make room for element number n (0-based) of an array holding n. ENOMEM leaves *arr unchanged. */

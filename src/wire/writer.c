@@ -24,31 +24,6 @@ static void wr_init(mstar__wr *w)
     w->tensors_left = MSTAR_WIRE_MAX_TENSORS;
 }
 
-/* Free the buffer after an encoder failed. */
-static void wr_discard(mstar__wr *w)
-{
-    free(w->data);
-    wr_init(w);
-}
-
-/* Hand the buffer over (MSTAR_OK) or free it and return the sticky error; also rejects a result
- * over MSTAR_WIRE_MAX_MESSAGE (EINVAL naming `root`). */
-static mstar_status wr_finish(mstar__wr *w, const char *root, void **data, size_t *len)
-{
-    mstar_status st = w->status;
-    if (st == MSTAR_OK && w->len > MSTAR_WIRE_MAX_MESSAGE)
-        st = mstar_error_set(MSTAR_EINVAL, "%s: encodes to %zu bytes, at most %u", root, w->len,
-                             MSTAR_WIRE_MAX_MESSAGE);
-    if (st != MSTAR_OK) {
-        wr_discard(w);
-        return st;
-    }
-    *data = w->data;
-    *len = w->len;
-    wr_init(w);
-    return MSTAR_OK;
-}
-
 /* Room for `n` more bytes, or NULL once an allocation has failed. */
 static char *reserve(mstar__wr *w, size_t n)
 {
@@ -172,18 +147,41 @@ mstar_status mstar__wr_fields(mstar__wr *w, const mstar__wpath *path, const msta
     return MSTAR_OK;
 }
 
+mstar_status mstar__encode_root_into(const char *root, mstar__write_fn write, const void *value,
+                                     void **buf, size_t *cap, size_t *len)
+{
+    if (value == NULL || buf == NULL || cap == NULL || len == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "encoding %s: NULL argument", root);
+    mstar__wpath path = mstar__wpath_key(NULL, root);
+    mstar__wr w;
+    wr_init(&w);
+    w.data = *buf;
+    w.cap = *cap;
+    mstar_status st = write(&w, &path, value);
+    if (st == MSTAR_OK)
+        st = w.status;
+    if (st == MSTAR_OK && w.len > MSTAR_WIRE_MAX_MESSAGE)
+        st = mstar_error_set(MSTAR_EINVAL, "%s: encodes to %zu bytes, at most %u", root, w.len,
+                             MSTAR_WIRE_MAX_MESSAGE);
+    *buf = w.data; /* reserve may have moved it, even on the way to a failure */
+    *cap = w.cap;
+    *len = st == MSTAR_OK ? w.len : 0;
+    return st;
+}
+
 mstar_status mstar__encode_root(const char *root, mstar__write_fn write, const void *value,
                                 void **data, size_t *len)
 {
     if (value == NULL || data == NULL || len == NULL)
         return mstar_error_set(MSTAR_EINVAL, "encoding %s: NULL argument", root);
-    mstar__wpath path = mstar__wpath_key(NULL, root);
-    mstar__wr w;
-    wr_init(&w);
-    mstar_status st = write(&w, &path, value);
+    void *buf = NULL;
+    size_t cap = 0, n;
+    mstar_status st = mstar__encode_root_into(root, write, value, &buf, &cap, &n);
     if (st != MSTAR_OK) {
-        wr_discard(&w);
+        free(buf);
         return st;
     }
-    return wr_finish(&w, root, data, len);
+    *data = buf;
+    *len = n;
+    return MSTAR_OK;
 }

@@ -7,6 +7,7 @@
  * seed corpus of tests/fuzz/fuzz_wire_decode.c (tests/fuzz/corpus/fuzz_wire_decode/) is made.
  */
 #include "mstar_test.h"
+#include "wire/wire_internal.h"
 #include "wire_samples.h"
 
 #include <stdio.h>
@@ -211,6 +212,45 @@ static void test_msg_large(void **state)
     }
     roundtrip_msg(&m, "2000-descriptor WORKER_GRAPHS_DONE");
     mstar_msg_clear(&m);
+}
+
+/* Encoding into a kept buffer (mstar__msg_encode_into, the mesh's) gives mstar_msg_encode's
+ * bytes; the buffer grows for a larger message, is reused as it is for a smaller one, and stays
+ * the caller's, unchanged, when the encoder refuses a message. */
+static void test_msg_encode_into(void **state)
+{
+    (void)state;
+    mstar_msg small, big;
+    mstar_test_sample_msg(MSTAR_MSG_TENSOR_RECEIVED, true, &small);
+    mstar_msg_init(&big, MSTAR_MSG_TENSOR_RECEIVED);
+    strcpy(big.from, "worker_7");
+    for (int i = 0; i < 1000; i++)
+        assert_mstar_ok(mstar_msg_add_count(&big, mstar_id_make(107, (uint64_t)i + 1), 1));
+    const mstar_msg *order[3] = { &small, &big, &small };
+    size_t caps[3];
+    void *buf = NULL;
+    size_t cap = 0;
+    for (int k = 0; k < 3; k++) {
+        void *want;
+        size_t len, want_len;
+        assert_mstar_ok(mstar__msg_encode_into(order[k], &buf, &cap, &len));
+        assert_mstar_ok(mstar_msg_encode(order[k], &want, &want_len));
+        assert_int_equal(len, want_len);
+        assert_memory_equal(buf, want, len);
+        free(want);
+        caps[k] = cap;
+    }
+    assert_true(caps[1] > caps[0]);
+    assert_int_equal(caps[2], caps[1]);
+    void *kept = buf;
+    size_t len;
+    small.counts[1].count = 0;
+    assert_mstar_status(mstar__msg_encode_into(&small, &buf, &cap, &len), MSTAR_EINVAL);
+    assert_ptr_equal(buf, kept);
+    assert_int_equal(cap, caps[1]);
+    free(buf);
+    mstar_msg_clear(&small);
+    mstar_msg_clear(&big);
 }
 
 /* Appending to a decoded message works (the decoder allocates by the builders' growth rule). */
@@ -421,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_msg_rids),
         cmocka_unit_test(test_msg_large),
         cmocka_unit_test(test_decoded_msg_grows),
+        cmocka_unit_test(test_msg_encode_into),
         cmocka_unit_test(test_encode_rejects),
         cmocka_unit_test(test_samples_as_corpus),
     };
