@@ -76,7 +76,10 @@ void *mstar__scratch_zalloc(void *local, size_t local_size, size_t n, size_t els
         memset(local, 0, n * elsize);
         return local;
     }
-    return calloc(n, elsize); /* calloc checks n * elsize for overflow */
+    /* Checked here: calloc would refuse it too, but ASan aborts on such a call. */
+    if (elsize != 0 && n > SIZE_MAX / elsize)
+        return NULL;
+    return calloc(n, elsize);
 }
 
 void mstar__scratch_free(void *p, const void *local)
