@@ -362,6 +362,71 @@ static void test_large_messages_keep_their_place(void **state)
     mesh_pair_close(&m);
 }
 
+/* Send TENSOR_RECEIVED numbered `n` carrying `ncounts` counts from a to worker_0. */
+static void send_counts(mstar_mesh *a, int64_t n, int ncounts)
+{
+    mstar_msg msg;
+    mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
+    msg.request_id = mstar_rid_from_int(n);
+    for (int k = 0; k < ncounts; k++)
+        assert_mstar_ok(mstar_msg_add_count(&msg, mstar_id_make(100, (uint64_t)k + 1), 1));
+    assert_mstar_ok(mstar_mesh_send(a, "worker_0", &msg));
+    mstar_msg_clear(&msg);
+}
+
+static void recv_counts(mstar_mesh *b, int64_t n, int ncounts)
+{
+    mstar_msg got;
+    assert_mstar_ok(mstar_mesh_recv(b, 10000, &got));
+    assert_int_equal(got.request_id.num, n);
+    assert_int_equal(got.ncounts, ncounts);
+    for (int k = 0; k < ncounts; k++)
+        assert_true(got.counts[k].uuid == mstar_id_make(100, (uint64_t)k + 1));
+    mstar_msg_clear(&got);
+}
+
+/* mstar_mesh_send encodes into a buffer the mesh keeps while messages go over a ring (copied in),
+ * drops it when a message needed more than MSTAR__MESH_KEEP_ENCODED (one large message does not
+ * pin its size), and hands it to ZeroMQ with each frame (the next message encodes into a new
+ * one): every message arrives whole either way. */
+static void test_send_keeps_its_encoding_buffer_for_rings_only(void **state)
+{
+    (void)state;
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mstar_mesh *a = m.tx, *b = m.rx;
+    send_counts(a, 0, 1);
+    assert_true(peer_uses_ring(a, "worker_0"));
+    void *kept = a->encoded;
+    assert_non_null(kept);
+    assert_true(a->encoded_cap > 0 && a->encoded_cap <= MSTAR__MESH_KEEP_ENCODED);
+    send_counts(a, 1, 2);
+    assert_ptr_equal(a->encoded, kept);
+    int big = 8000; /* about 100 KiB encoded */
+    send_counts(a, 2, big);
+    assert_null(a->encoded);
+    assert_int_equal(a->encoded_cap, 0);
+    send_counts(a, 3, 1);
+    assert_non_null(a->encoded);
+    recv_counts(b, 0, 1);
+    recv_counts(b, 1, 2);
+    recv_counts(b, 2, big);
+    recv_counts(b, 3, 1);
+    mesh_pair_close(&m);
+
+    setenv("MSTAR_MESH_RING", "0", 1);
+    m = mesh_pair_open(ipc_dir);
+    a = m.tx;
+    b = m.rx;
+    for (int64_t i = 0; i < 3; i++) {
+        send_counts(a, i, 3);
+        assert_false(peer_uses_ring(a, "worker_0"));
+        assert_null(a->encoded); /* the frame took it */
+    }
+    for (int64_t i = 0; i < 3; i++)
+        recv_counts(b, i, 3);
+    mesh_pair_close(&m);
+}
+
 /* The inbox fd becomes readable when a ring message arrives for a loop that found none. */
 static void test_inbox_fd_signals_ring_arrivals(void **state)
 {
@@ -597,6 +662,7 @@ int main(void)
         cmocka_unit_test_setup(test_mesh_over_ring_keeps_order_and_cleans_up, setup),
         cmocka_unit_test_setup(test_mesh_full_ring_is_eagain, setup),
         cmocka_unit_test_setup(test_large_messages_keep_their_place, setup),
+        cmocka_unit_test_setup(test_send_keeps_its_encoding_buffer_for_rings_only, setup),
         cmocka_unit_test_setup(test_inbox_fd_signals_ring_arrivals, setup),
         cmocka_unit_test_setup(test_dropped_ring_releases_its_fds, setup),
         cmocka_unit_test_setup(test_spinning_loop_never_sleeps_through_a_frame, setup),
