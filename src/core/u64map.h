@@ -6,6 +6,14 @@
  * backward-shift deletion (no tombstones, so a long-lived map does not degrade as tensors come
  * and go). Any key is allowed, 0 included. Not thread-safe.
  *
+ * Small mode: the first MSTAR__MAP_SMALL entries live in the map itself, in insertion order, and
+ * are found by a linear scan; the table is made, and they move into it, at the next put (or at a
+ * reserve of more). A map that never held more allocates nothing, so a map built for one call on
+ * the stack costs no allocation for a few entries, and a scan of eight keys beats hashing them.
+ * Nothing in the map points into it: it can be copied or moved by value (as a vector of them
+ * moves) while nothing else refers to it; a pointer from find is valid until the map changes or
+ * moves. Clearing a map takes it back to small mode and keeps its table for the next switch.
+ *
  * Iteration: `size_t it = 0; while (mstar__u64map_next(m, &it, &k, &v)) ...`. Removing during an
  * iteration may skip or revisit entries; collect keys first.
  */
@@ -14,18 +22,25 @@
 
 #include "mstar/core.h"
 
+/* The entries a map holds in itself before it makes its table. */
+enum { MSTAR__MAP_SMALL = 8 };
+
 typedef struct mstar__u64map {
-    uint64_t *keys;
+    uint64_t *keys; /* the table: NULL until the map first needed one */
     uint64_t *vals;
     uint8_t *used;
-    size_t cap; /* 0 or a power of two */
+    size_t cap; /* the table's slots: 0 or a power of two */
     size_t len;
+    bool hashed; /* the entries are in the table; false: in small_keys/small_vals[0, len) */
+    uint64_t small_keys[MSTAR__MAP_SMALL];
+    uint64_t small_vals[MSTAR__MAP_SMALL];
 } mstar__u64map;
 
 void mstar__u64map_init(mstar__u64map *m);
 void mstar__u64map_free(mstar__u64map *m);
+/* Remove every entry, keeping the table (if any) for when the map next outgrows small mode. */
 void mstar__u64map_clear(mstar__u64map *m);
-/* Make room for `n` entries without growing again. */
+/* Make room for `n` entries without growing again (up to MSTAR__MAP_SMALL: the room in the map). */
 mstar_status mstar__u64map_reserve(mstar__u64map *m, size_t n);
 /* Pointer to the value stored under `key`, or NULL. Valid until the next put or remove. */
 uint64_t *mstar__u64map_find(const mstar__u64map *m, uint64_t key);

@@ -1,6 +1,8 @@
 /*
  * test_maps.c — the u64 and string hash maps and the growable array, against a reference model
- * under random insert/remove churn (the bookkeeper's access pattern).
+ * under random insert/remove churn (the bookkeeper's access pattern), and the maps' small mode:
+ * a few entries held in the map itself with no allocation, the switch to the table at the ninth
+ * and every operation on either side of it.
  */
 #include "mstar_test.h"
 
@@ -144,6 +146,269 @@ static void test_strmap(void **state)
     mstar__strmap_free(&m);
 }
 
+/* Key i of the small-mode tests: 0 included, and ids whose low bits are a counter. */
+static uint64_t small_key(size_t i)
+{
+    return i == 0 ? 0 : mstar_id_make(7, i);
+}
+
+/* The map holds exactly keys [0, n) except those `gone` marks, key i with value 10 * i + 1; an
+ * iteration visits each once. */
+static void u64map_expect(const mstar__u64map *m, size_t n, const bool *gone)
+{
+    size_t live = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = 0;
+        bool there = gone == NULL || !gone[i];
+        assert_int_equal(mstar__u64map_get(m, small_key(i), &v), there);
+        if (there) {
+            assert_int_equal(v, 10 * i + 1);
+            live++;
+        }
+    }
+    assert_int_equal(mstar__u64map_len(m), live);
+    assert_null(mstar__u64map_find(m, small_key(n)));
+    static bool visited[128];
+    memset(visited, 0, sizeof(visited));
+    size_t it = 0, count = 0;
+    uint64_t k, v;
+    while (mstar__u64map_next(m, &it, &k, &v)) {
+        size_t i = (size_t)(v - 1) / 10;
+        assert_true(i < n && i < 128);
+        assert_int_equal(k, small_key(i));
+        assert_false(visited[i]);
+        visited[i] = true;
+        count++;
+    }
+    assert_int_equal(count, live);
+}
+
+static void test_u64map_small(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { 0, 1, 8, 9, 100 };
+    for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++) {
+        size_t n = sizes[c];
+        mstar__u64map m;
+        mstar__u64map_init(&m);
+        for (size_t i = 0; i < n; i++) {
+            assert_mstar_ok(mstar__u64map_put(&m, small_key(i), 10 * i + 1));
+            /* Up to MSTAR__MAP_SMALL entries: in the map itself, nothing allocated. */
+            bool small = i + 1 <= MSTAR__MAP_SMALL;
+            assert_int_equal(m.keys == NULL && m.cap == 0, small);
+            assert_int_equal(m.hashed, !small);
+        }
+        if (n > 0) /* an overwrite: no growth */
+            assert_mstar_ok(mstar__u64map_put(&m, small_key(0), 1));
+        assert_int_equal(m.cap == 0, n <= MSTAR__MAP_SMALL);
+        u64map_expect(&m, n, NULL);
+        /* A copy by value is a map of its own while the original is left alone (small mode). */
+        if (n <= MSTAR__MAP_SMALL) {
+            mstar__u64map copy = m;
+            u64map_expect(&copy, n, NULL);
+        }
+        /* Remove every third key (the first, a middle one, the last), in either mode. */
+        bool gone[128] = { false };
+        for (size_t i = 0; i < n; i += 3) {
+            uint64_t old = 0;
+            assert_true(mstar__u64map_remove(&m, small_key(i), &old));
+            assert_int_equal(old, 10 * i + 1);
+            assert_false(mstar__u64map_remove(&m, small_key(i), NULL));
+            gone[i] = true;
+        }
+        if (n > 0) {
+            assert_true(mstar__u64map_remove(&m, small_key(n - 1), NULL) || gone[n - 1]);
+            gone[n - 1] = true;
+        }
+        u64map_expect(&m, n, gone);
+        /* Put back what was removed. */
+        for (size_t i = 0; i < n; i++)
+            if (gone[i])
+                assert_mstar_ok(mstar__u64map_put(&m, small_key(i), 10 * i + 1));
+        u64map_expect(&m, n, NULL);
+        assert_int_equal(m.cap == 0, n <= MSTAR__MAP_SMALL);
+        /* Cleared: empty and small again, the table kept; refilled past the switch without
+         * growing it. */
+        size_t cap = m.cap;
+        uint64_t *keys = m.keys;
+        mstar__u64map_clear(&m);
+        assert_int_equal(mstar__u64map_len(&m), 0);
+        assert_false(m.hashed);
+        u64map_expect(&m, 0, NULL);
+        assert_null(mstar__u64map_find(&m, small_key(0)));
+        for (size_t i = 0; i < n; i++)
+            assert_mstar_ok(mstar__u64map_put(&m, small_key(i), 10 * i + 1));
+        u64map_expect(&m, n, NULL);
+        assert_int_equal(m.cap, cap);
+        assert_ptr_equal(m.keys, keys);
+        mstar__u64map_free(&m);
+        assert_int_equal(m.cap, 0);
+        assert_int_equal(mstar__u64map_len(&m), 0);
+    }
+}
+
+static void test_u64map_reserve(void **state)
+{
+    (void)state;
+    /* Before the switch: room for a few is the map's own; for more, the table is made once. */
+    mstar__u64map m;
+    mstar__u64map_init(&m);
+    assert_mstar_ok(mstar__u64map_reserve(&m, 0));
+    assert_mstar_ok(mstar__u64map_reserve(&m, MSTAR__MAP_SMALL));
+    assert_null(m.keys);
+    assert_int_equal(m.cap, 0);
+    for (size_t i = 0; i < 5; i++)
+        assert_mstar_ok(mstar__u64map_put(&m, small_key(i), 10 * i + 1));
+    assert_mstar_ok(mstar__u64map_reserve(&m, 100));
+    size_t cap = m.cap;
+    uint64_t *keys = m.keys;
+    assert_true(cap >= 200);
+    u64map_expect(&m, 5, NULL);
+    for (size_t i = 5; i < 100; i++)
+        assert_mstar_ok(mstar__u64map_put(&m, small_key(i), 10 * i + 1));
+    u64map_expect(&m, 100, NULL);
+    assert_int_equal(m.cap, cap);
+    assert_ptr_equal(m.keys, keys);
+    mstar__u64map_free(&m);
+    /* After the switch: the entries move into the larger table. */
+    mstar__u64map_init(&m);
+    for (size_t i = 0; i < 20; i++)
+        assert_mstar_ok(mstar__u64map_put(&m, small_key(i), 10 * i + 1));
+    assert_true(m.hashed);
+    assert_mstar_ok(mstar__u64map_reserve(&m, 1000));
+    assert_true(m.cap >= 2000);
+    u64map_expect(&m, 20, NULL);
+    assert_mstar_ok(mstar__u64map_reserve(&m, 4)); /* less than it holds: nothing changes */
+    u64map_expect(&m, 20, NULL);
+    mstar__u64map_free(&m);
+}
+
+/* Key i of the string small-mode tests, ending in '.' (no key is a prefix of another); every 5th
+ * one longer than a small map's inline bytes. */
+static size_t str_key(size_t i, char *buf, size_t size)
+{
+    if (i % 5 == 4) {
+        memset(buf, 'x', 300);
+        return (size_t)snprintf(buf + 300, size - 300, "-%zu.", i) + 300;
+    }
+    return (size_t)snprintf(buf, size, "peer-%zu.", i);
+}
+
+static void strmap_expect(const mstar__strmap *m, size_t n, const bool *gone)
+{
+    char key[400];
+    size_t live = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = str_key(i, key, sizeof(key));
+        uint64_t *v = mstar__strmap_find(m, key, len);
+        bool there = gone == NULL || !gone[i];
+        assert_int_equal(v != NULL, there);
+        if (there) {
+            assert_int_equal(*v, 10 * i + 1);
+            live++;
+        }
+        assert_null(mstar__strmap_find(m, key, len - 1)); /* a prefix is another key */
+    }
+    assert_int_equal(mstar__strmap_len(m), live);
+    size_t len = str_key(n, key, sizeof(key));
+    assert_null(mstar__strmap_find(m, key, len));
+    bool visited[128] = { false };
+    uint32_t it = 0;
+    const char *k;
+    size_t klen, count = 0;
+    uint64_t v;
+    while (mstar__strmap_next(m, &it, &k, &klen, &v)) {
+        size_t i = (size_t)(v - 1) / 10;
+        assert_true(i < n && i < 128);
+        len = str_key(i, key, sizeof(key));
+        assert_int_equal(klen, len);
+        assert_memory_equal(k, key, len);
+        assert_int_equal(k[klen], '\0');
+        assert_false(visited[i]);
+        visited[i] = true;
+        count++;
+    }
+    assert_int_equal(count, live);
+}
+
+static void test_strmap_small(void **state)
+{
+    (void)state;
+    static const size_t sizes[] = { 0, 1, 8, 9, 100 };
+    char key[400];
+    for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++) {
+        size_t n = sizes[c];
+        mstar__strmap m;
+        mstar__strmap_init(&m);
+        for (size_t i = 0; i < n; i++) {
+            size_t len = str_key(i, key, sizeof(key));
+            assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+            /* Up to MSTAR__MAP_SMALL entries: no entries, no hash map (a key too long for the
+             * inline bytes is the only allocation). */
+            bool small = i + 1 <= MSTAR__MAP_SMALL;
+            assert_int_equal(m.entries == NULL && m.cap == 0 && m.heads.cap == 0, small);
+            assert_int_equal(m.hashed, !small);
+        }
+        if (n > 0) { /* an overwrite */
+            size_t len = str_key(0, key, sizeof(key));
+            assert_mstar_ok(mstar__strmap_put(&m, key, len, 1));
+        }
+        strmap_expect(&m, n, NULL);
+        bool gone[128] = { false };
+        for (size_t i = 0; i < n; i += 3) {
+            size_t len = str_key(i, key, sizeof(key));
+            uint64_t old = 0;
+            assert_true(mstar__strmap_remove(&m, key, len, &old));
+            assert_int_equal(old, 10 * i + 1);
+            assert_false(mstar__strmap_remove(&m, key, len, NULL));
+            gone[i] = true;
+        }
+        strmap_expect(&m, n, gone);
+        for (size_t i = 0; i < n; i++) {
+            size_t len = str_key(i, key, sizeof(key));
+            if (gone[i])
+                assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+        }
+        strmap_expect(&m, n, NULL);
+        assert_int_equal(m.entries == NULL, n <= MSTAR__MAP_SMALL);
+        /* Cleared: small again, the room kept; refilled past the switch without growing. */
+        uint32_t cap = m.cap;
+        size_t heads_cap = m.heads.cap;
+        mstar__strmap_clear(&m);
+        assert_false(m.hashed);
+        strmap_expect(&m, 0, NULL);
+        for (size_t i = 0; i < n; i++) {
+            size_t len = str_key(i, key, sizeof(key));
+            assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+        }
+        strmap_expect(&m, n, NULL);
+        assert_int_equal(m.cap, cap);
+        assert_int_equal(m.heads.cap, heads_cap);
+        mstar__strmap_free(&m);
+        assert_int_equal(mstar__strmap_len(&m), 0);
+    }
+    /* Small mode packs its inline keys: emptied and filled over and over, short keys never
+     * leave it nor allocate. */
+    mstar__strmap m;
+    mstar__strmap_init(&m);
+    for (int round = 0; round < 50; round++) {
+        for (size_t i = 0; i < MSTAR__MAP_SMALL; i++) {
+            int len = snprintf(key, sizeof(key), "a-rather-long-peer-name-%d-%zu", round, i);
+            assert_mstar_ok(mstar__strmap_put(&m, key, (size_t)len, i));
+        }
+        for (size_t i = 0; i < MSTAR__MAP_SMALL; i++) {
+            size_t j = (i * 5 + (size_t)round) % MSTAR__MAP_SMALL; /* every order */
+            int len = snprintf(key, sizeof(key), "a-rather-long-peer-name-%d-%zu", round, j);
+            assert_true(mstar__strmap_remove(&m, key, (size_t)len, NULL));
+        }
+        assert_int_equal(mstar__strmap_len(&m), 0);
+    }
+    assert_false(m.hashed);
+    assert_null(m.entries);
+    assert_int_equal(m.small_used, 0);
+    mstar__strmap_free(&m);
+}
+
 static void test_vec(void **state)
 {
     (void)state;
@@ -185,6 +450,9 @@ int main(void)
         cmocka_unit_test(test_u64map_basic),
         cmocka_unit_test(test_u64map_churn),
         cmocka_unit_test(test_strmap),
+        cmocka_unit_test(test_u64map_small),
+        cmocka_unit_test(test_u64map_reserve),
+        cmocka_unit_test(test_strmap_small),
         cmocka_unit_test(test_vec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
