@@ -684,30 +684,6 @@ void mstar__comm_settle_acks(mstar_comm *comm, const mstar_rid *rid)
     comm->ack_retry.len = w;
 }
 
-/* The descriptors of the given edges. */
-static uint64_t descriptors_of(const mstar_edge *const *edges, uint32_t n)
-{
-    uint64_t ndesc = 0;
-    for (uint32_t e = 0; e < n; e++)
-        ndesc += edges[e]->ntensors;
-    return ndesc;
-}
-
-/* The entry of msg->counts for `uuid`, or NULL. Up to MSTAR__COMM_FEW descriptors are scanned
- * for; more are looked up in `at` (uuid → index in msg->counts). */
-static mstar_uuid_count *count_of(mstar_msg *msg, const mstar__u64map *at, uint64_t ndesc,
-                                  mstar_tensor_id uuid)
-{
-    if (ndesc > MSTAR__COMM_FEW) {
-        const uint64_t *idx = mstar__u64map_find(at, uuid);
-        return idx != NULL ? &msg->counts[*idx] : NULL;
-    }
-    for (uint32_t k = 0; k < msg->ncounts; k++)
-        if (msg->counts[k].uuid == uuid)
-            return &msg->counts[k];
-    return NULL;
-}
-
 /* One TENSOR_RECEIVED to `peer` for the descriptors of the given edges it produced. */
 static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char *peer,
                              const mstar_edge *const *edges, const bool *failed, uint32_t n)
@@ -715,8 +691,7 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
     mstar_msg msg;
     mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
     msg.request_id = *rid;
-    uint64_t ndesc = descriptors_of(edges, n);
-    mstar__u64map at; /* more than MSTAR__COMM_FEW descriptors: uuid → index in msg.counts */
+    mstar__u64map at; /* uuid → index in msg.counts; no allocation for a few (small mode) */
     mstar__u64map_init(&at);
     mstar_status st = MSTAR_OK;
     int64_t delivered = 0;
@@ -730,13 +705,12 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
                 st = mstar_msg_add_uuid(&msg, info->uuid);
                 continue;
             }
-            mstar_uuid_count *c = count_of(&msg, &at, ndesc, info->uuid);
-            if (c != NULL) {
-                c->count++;
+            const uint64_t *idx = mstar__u64map_find(&at, info->uuid);
+            if (idx != NULL) {
+                msg.counts[*idx].count++;
                 continue;
             }
-            if (ndesc > MSTAR__COMM_FEW)
-                st = mstar__u64map_put(&at, info->uuid, msg.ncounts);
+            st = mstar__u64map_put(&at, info->uuid, msg.ncounts);
             if (st == MSTAR_OK)
                 st = mstar_msg_add_count(&msg, info->uuid, 1);
         }
@@ -753,24 +727,11 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
     return st;
 }
 
-/* Whether a descriptor before edges[e]'s descriptor i has `peer` as its source. */
-static bool peer_before(const mstar_edge *const *edges, uint32_t e, uint32_t i, const char *peer)
-{
-    for (uint32_t f = 0; f <= e; f++) {
-        uint32_t end = f < e ? edges[f]->ntensors : i;
-        for (uint32_t j = 0; j < end; j++)
-            if (strcmp(edges[f]->tensor_info[j].source_entity, peer) == 0)
-                return true;
-    }
-    return false;
-}
-
 mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
                                    const mstar_edge *const *edges, const bool *failed, uint32_t n)
 {
-    /* Each distinct producer once, in order of first appearance: up to MSTAR__COMM_FEW
-     * descriptors by a scan of those before, more by the producers in `done`. */
-    uint64_t ndesc = descriptors_of(edges, n);
+    /* Each distinct producer once, in order of first appearance: those ACKed are in `done` (no
+     * allocation for a few short names: small mode). */
     mstar_status first = MSTAR_OK;
     mstar__strmap done;
     mstar__strmap_init(&done);
@@ -778,12 +739,9 @@ mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
         for (uint32_t i = 0; i < edges[e]->ntensors; i++) {
             const char *peer = edges[e]->tensor_info[i].source_entity;
             size_t len = strnlen(peer, MSTAR_NAME_MAX + 1);
-            bool acked = ndesc > MSTAR__COMM_FEW ? mstar__strmap_find(&done, peer, len) != NULL
-                                                 : peer_before(edges, e, i, peer);
-            if (strcmp(peer, comm->entity) == 0 || acked)
+            if (strcmp(peer, comm->entity) == 0 || mstar__strmap_find(&done, peer, len) != NULL)
                 continue;
-            mstar_status st =
-                ndesc > MSTAR__COMM_FEW ? mstar__strmap_put(&done, peer, len, 1) : MSTAR_OK;
+            mstar_status st = mstar__strmap_put(&done, peer, len, 1);
             if (st == MSTAR_OK)
                 st = ack_peer(comm, rid, peer, edges, failed, n);
             if (st != MSTAR_OK && first == MSTAR_OK)

@@ -60,11 +60,12 @@ typedef struct mstar__ack_retry {
     mstar_msg msg;
 } mstar__ack_retry;
 
-/* A call of at most this many edges, descriptors or targets keeps its per-call arrays on the
- * stack (mstar__scratch_zalloc) and finds uuids and peers by a linear scan: a handoff is mostly
- * one edge of one tensor from one peer, and a heap allocation or a hash map built for it would
- * cost more than the work it serves (docs/architecture.md, "Where a 4 KiB handoff's time goes"). */
-enum { MSTAR__COMM_FEW = 8 };
+/* A call of at most this many edges, descriptors or outputs keeps its per-call arrays on the
+ * stack (mstar__scratch_zalloc): a handoff is mostly one edge of one tensor from one peer, and a
+ * heap allocation for it would cost more than the work it serves (docs/architecture.md, "Where a
+ * 4 KiB handoff's time goes"). Its maps allocate nothing for a few entries on their own (small
+ * mode, core/u64map.h). */
+enum { MSTAR__COMM_ON_STACK = 8 };
 
 /* A request slot freed after at most this many deliveries keeps their room for its next
  * request (mstar__comm_req_maybe_free); a larger one's is freed with it. */

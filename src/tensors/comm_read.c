@@ -40,9 +40,6 @@
 
 enum { KIND_SELF_WHOLE, KIND_SELF_SLICE, KIND_PRESENT, KIND_FRESH };
 
-/* No target names the uuid. */
-static const uint32_t TARGET_NONE = UINT32_MAX;
-
 /* How one descriptor of a start_read call is served. */
 typedef struct plan {
     uint8_t kind;
@@ -61,7 +58,7 @@ typedef struct plan {
 typedef struct target_set {
     const mstar_read_target *t;
     uint32_t n;
-    mstar__u64map at; /* uuid -> index in t; built only for more than MSTAR__COMM_FEW targets */
+    mstar__u64map at; /* uuid -> index in t; no allocation for a few (small mode) */
     bool *used;       /* t[i] matched a descriptor (NULL when n == 0) */
     uint64_t *len;    /* the bytes the read writes at t[i].data (its descriptor's nbytes) */
 } target_set;
@@ -144,21 +141,6 @@ static void targets_free(target_set *tg)
     free(tg->len);
 }
 
-/* The index of the target among t[0, upto) that names `uuid`, or TARGET_NONE. Up to
- * MSTAR__COMM_FEW targets are scanned; more are looked up in `at`, which holds exactly those
- * indexed so far. */
-static uint32_t targets_index(const target_set *tg, mstar_tensor_id uuid, uint32_t upto)
-{
-    if (tg->n > MSTAR__COMM_FEW) {
-        const uint64_t *at = mstar__u64map_find(&tg->at, uuid);
-        return at != NULL ? (uint32_t)*at : TARGET_NONE;
-    }
-    for (uint32_t i = 0; i < upto; i++)
-        if (tg->t[i].uuid == uuid)
-            return i;
-    return TARGET_NONE;
-}
-
 /* Check each target on its own and index them; nothing is kept on failure. The forms without
  * targets (n == 0) allocate nothing. */
 static mstar_status targets_init(const mstar_comm *comm, const mstar_read_target *t, uint32_t n,
@@ -187,10 +169,10 @@ static mstar_status targets_init(const mstar_comm *comm, const mstar_read_target
                                  "targets[%u] (tensor 0x%016llx): its stream belongs to another "
                                  "backend than the manager's",
                                  i, (unsigned long long)t[i].uuid);
-        else if (targets_index(tg, t[i].uuid, i) != TARGET_NONE)
+        else if (mstar__u64map_find(&tg->at, t[i].uuid) != NULL)
             st = mstar_error_set(MSTAR_EINVAL, "targets[%u] names tensor 0x%016llx a second time",
                                  i, (unsigned long long)t[i].uuid);
-        else if (n > MSTAR__COMM_FEW)
+        else
             st = mstar__u64map_put(&tg->at, t[i].uuid, i);
     }
     if (st != MSTAR_OK)
@@ -203,9 +185,10 @@ static mstar_status targets_init(const mstar_comm *comm, const mstar_read_target
 static mstar_status plan_target(const mstar_comm *comm, target_set *tg, const mstar_edge *edge,
                                 const mstar_tensor_info *info, plan *p)
 {
-    uint32_t at = targets_index(tg, info->uuid, tg->n);
-    if (at == TARGET_NONE)
+    const uint64_t *found = mstar__u64map_find(&tg->at, info->uuid);
+    if (found == NULL)
         return MSTAR_OK;
+    uint32_t at = (uint32_t)*found;
     const mstar_read_target *t = &tg->t[at];
     tg->used[at] = true;
     const char *why = p->kind == KIND_PRESENT      ? "is already held here"
@@ -285,33 +268,13 @@ static mstar_status targets_all_used(const target_set *tg)
     return targets_disjoint(tg);
 }
 
-/* The descriptor this call reads `uuid` from first, as (edge << 32 | descriptor), among those
- * planned before edge e's descriptor i; NULL if none. A call of up to MSTAR__COMM_FEW descriptors
- * scans their plans; a larger one looks it up in `fresh`, which holds exactly those read so far. */
-static const uint64_t *first_fresh(const mstar_edge *edges, plan *const *plans,
-                                   const mstar__u64map *fresh, uint64_t ndesc, uint32_t e,
-                                   uint32_t i, mstar_tensor_id uuid, uint64_t *at)
-{
-    if (ndesc > MSTAR__COMM_FEW)
-        return mstar__u64map_find(fresh, uuid);
-    for (uint32_t f = 0; f <= e; f++) {
-        uint32_t end = f < e ? edges[f].ntensors : i;
-        for (uint32_t j = 0; j < end; j++) {
-            if (plans[f][j].kind == KIND_FRESH && edges[f].tensor_info[j].uuid == uuid) {
-                *at = (uint64_t)f << 32 | j;
-                return at;
-            }
-        }
-    }
-    return NULL;
-}
-
 /* Phase 1: decide how each descriptor is served, checking everything; nothing changes. plans[e]
- * has room for edges[e].ntensors zeroed plans; ndesc is the call's number of descriptors. */
+ * has room for edges[e].ntensors zeroed plans. */
 static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t n, plan **plans,
-                             uint64_t ndesc, target_set *tg, size_t *nfresh)
+                             target_set *tg, size_t *nfresh)
 {
-    /* More than MSTAR__COMM_FEW descriptors: the uuids read by this call, for first_fresh. */
+    /* uuids read by this call → (edge << 32 | descriptor) of the first; no allocation for a few
+     * (small mode) */
     mstar__u64map fresh;
     mstar__u64map_init(&fresh);
     mstar_status st = MSTAR_OK;
@@ -328,8 +291,7 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
                 (st = check_expected(comm, info)) != MSTAR_OK)
                 break;
             uint32_t held = mstar__bk_find(&comm->bk, info->uuid);
-            uint64_t at;
-            const uint64_t *first = first_fresh(edges, plans, &fresh, ndesc, e, i, info->uuid, &at);
+            const uint64_t *first = mstar__u64map_find(&fresh, info->uuid);
             if (held != MSTAR__BK_NONE && (st = check_identity(comm, held, info)) != MSTAR_OK)
                 break;
             bool again = first != NULL; /* a second descriptor of a uuid read by this call */
@@ -349,7 +311,7 @@ static mstar_status plan_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
             } else {
                 p->kind = KIND_FRESH;
                 st = comm->transport->ops->check(comm->transport, info);
-                if (st == MSTAR_OK && ndesc > MSTAR__COMM_FEW)
+                if (st == MSTAR_OK)
                     st = mstar__u64map_put(&fresh, info->uuid, (uint64_t)e << 32 | i);
                 (*nfresh)++;
             }
@@ -381,7 +343,7 @@ static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
     uint32_t most = 0; /* descriptors of the largest edge: the items of each edge reuse one array */
     for (uint32_t e = 0; e < n; e++)
         most = edges[e].ntensors > most ? edges[e].ntensors : most;
-    mstar__read_item local[MSTAR__COMM_FEW];
+    mstar__read_item local[MSTAR__COMM_ON_STACK];
     mstar__read_item *items = mstar__scratch_zalloc(local, sizeof(local), most, sizeof(*items));
     if (items == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "read of %u descriptors", most);
@@ -548,18 +510,18 @@ static void commit_slice(mstar_comm *comm, uint32_t req, mstar_tensor_info *info
     mstar__bk_dereference(&comm->bk, producer, 1, &comm->collected);
 }
 
-/* The arrays of one start_read call, on the stack for a call of up to MSTAR__COMM_FEW edges and
- * MSTAR__COMM_FEW descriptors (mstar__scratch_zalloc). */
+/* The arrays of one start_read call, on the stack for a call of up to MSTAR__COMM_ON_STACK edges
+ * and MSTAR__COMM_ON_STACK descriptors (mstar__scratch_zalloc). */
 typedef struct read_arrays {
     plan **plans;       /* per edge: its descriptors' plans, in `storage`; NULL: no array */
     mstar__pending *pe; /* per edge: the pending entry it becomes */
     uint32_t *names;    /* per edge: its interned name */
     plan *storage;      /* every plan of the call */
     uint64_t ndesc;     /* the plans in `storage` */
-    plan *plans_local[MSTAR__COMM_FEW];
-    mstar__pending pe_local[MSTAR__COMM_FEW];
-    uint32_t names_local[MSTAR__COMM_FEW];
-    plan storage_local[MSTAR__COMM_FEW];
+    plan *plans_local[MSTAR__COMM_ON_STACK];
+    mstar__pending pe_local[MSTAR__COMM_ON_STACK];
+    uint32_t names_local[MSTAR__COMM_ON_STACK];
+    plan storage_local[MSTAR__COMM_ON_STACK];
 } read_arrays;
 
 static void read_arrays_free(read_arrays *a)
@@ -620,7 +582,7 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
     mstar__pending *pe = a.pe;
     uint32_t *names = a.names;
     size_t nfresh = 0, nslices = 0, nedges = 0;
-    st = plan_all(comm, edges, n, plans, a.ndesc, tg, &nfresh);
+    st = plan_all(comm, edges, n, plans, tg, &nfresh);
     for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
         st = mstar__names_intern(&comm->names, edges[e].name, &names[e]);
         for (uint32_t i = 0; i < edges[e].ntensors && st == MSTAR_OK; i++) {
@@ -1069,11 +1031,11 @@ static const mstar_edge *acked_now(mstar__pending *p, bool failed, mstar_edge *t
 static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
 {
     size_t n = mstar__comm_pending_take(comm, req);
-    /* Up to MSTAR__COMM_FEW landed entries, the usual collection, need no allocation. */
-    const mstar_edge *edges_local[MSTAR__COMM_FEW];
-    bool failed_local[MSTAR__COMM_FEW];
-    mstar_status status_local[MSTAR__COMM_FEW];
-    mstar_edge tmps_local[MSTAR__COMM_FEW];
+    /* Up to MSTAR__COMM_ON_STACK landed entries, the usual collection, need no allocation. */
+    const mstar_edge *edges_local[MSTAR__COMM_ON_STACK];
+    bool failed_local[MSTAR__COMM_ON_STACK];
+    mstar_status status_local[MSTAR__COMM_ON_STACK];
+    mstar_edge tmps_local[MSTAR__COMM_ON_STACK];
     const mstar_edge **edges =
         mstar__scratch_zalloc(edges_local, sizeof(edges_local), n, sizeof(*edges));
     bool *failed = mstar__scratch_zalloc(failed_local, sizeof(failed_local), n, sizeof(*failed));

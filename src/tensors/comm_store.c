@@ -417,7 +417,8 @@ mstar_status mstar_comm_store_and_return_tensor_info(mstar_comm *comm, const mst
     mstar_status st = mstar__comm_req(comm, rid, true, &slot);
     if (st != MSTAR_OK || n == 0)
         return st;
-    prepared ps_local[MSTAR__COMM_FEW]; /* a few outputs, the usual store, need no allocation */
+    prepared
+        ps_local[MSTAR__COMM_ON_STACK]; /* a few outputs, the usual store, need no allocation */
     prepared *ps = mstar__scratch_zalloc(ps_local, sizeof(ps_local), n, sizeof(*ps));
     if (ps == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "store of %u outputs", n);
@@ -765,10 +766,10 @@ static mstar_status stage_uuids(mstar_comm *comm, uint32_t req, const mstar_tens
                                    "register_for_send: tensor 0x%016llx is not "
                                    "held by '%s'",
                                    (unsigned long long)uuids[i], comm->entity);
-    /* Up to MSTAR__COMM_FEW tensors, the usual handoff, are staged without an allocation. */
-    mstar__stage_item items_local[MSTAR__COMM_FEW];
-    mstar_tensor hosts_local[MSTAR__COMM_FEW];
-    uint32_t slots_local[MSTAR__COMM_FEW];
+    /* Up to MSTAR__COMM_ON_STACK tensors, the usual handoff, are staged without an allocation. */
+    mstar__stage_item items_local[MSTAR__COMM_ON_STACK];
+    mstar_tensor hosts_local[MSTAR__COMM_ON_STACK];
+    uint32_t slots_local[MSTAR__COMM_ON_STACK];
     mstar__stage_item *items =
         mstar__scratch_zalloc(items_local, sizeof(items_local), n, sizeof(*items));
     mstar_tensor *hosts =
@@ -835,7 +836,7 @@ mstar_status mstar_comm_register_for_send(mstar_comm *comm, const mstar_rid *rid
     mstar_status st = mstar__comm_req(comm, rid, true, &slot);
     if (st != MSTAR_OK || n == 0)
         return st;
-    mstar_tensor_id uuids_local[MSTAR__COMM_FEW];
+    mstar_tensor_id uuids_local[MSTAR__COMM_ON_STACK];
     mstar_tensor_id *uuids =
         mstar__scratch_zalloc(uuids_local, sizeof(uuids_local), n, sizeof(*uuids));
     if (uuids == NULL)
