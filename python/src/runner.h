@@ -83,6 +83,42 @@ PyObject *mstarpy_capsule(PyObject *owner, const mstar_tensor *t);
 /* A dict name -> capsule over every entry of `map`. */
 PyObject *mstarpy_map_to_py(PyObject *owner, const mstar_tensor_map *map);
 
+/* What a _GraphRunner keeps between steps (runner_step_cache.c): the SlotLease objects it handed
+ * out, each with its lease, and per replayed slot the torch tensors viewing the static outputs. */
+#define MSTARPY_CACHED_LEASES  64
+#define MSTARPY_CACHED_OUTPUTS 64
+typedef struct mstarpy_cached_lease {
+    PyObject *obj;          /* the SlotLease */
+    mstar_slot_lease lease; /* its strings point into obj's */
+} mstarpy_cached_lease;
+typedef struct mstarpy_cached_outputs {
+    const mstar_tensor_map *map; /* the slot's outputs, as run_forward gave them */
+    size_t n;
+    mstar_tensor *views; /* n: what each tensor views */
+    PyObject **tensors;  /* n torch tensors */
+    PyObject *dict;      /* name -> tensor */
+} mstarpy_cached_outputs;
+typedef struct mstarpy_step_cache {
+    mstarpy_cached_lease leases[MSTARPY_CACHED_LEASES];
+    size_t nleases;
+    mstarpy_cached_outputs outs[MSTARPY_CACHED_OUTPUTS];
+    size_t nouts;
+} mstarpy_step_cache;
+/* The SlotLease of `l`: the one made before for the same lease, else a new one, kept while there
+ * is room. A new reference, or NULL with an exception. */
+PyObject *mstarpy_step_cache_lease(mstarpy_step_cache *c, const mstar_slot_lease *l);
+/* Whether `obj` is a SlotLease the cache handed out: then its lease into *out. */
+bool mstarpy_step_cache_find_lease(const mstarpy_step_cache *c, PyObject *obj,
+                                   mstar_slot_lease *out);
+/* A new dict name -> torch tensor over the outputs `outs` of a replay, tensors holding `owner`
+ * (the runner): the tensors made for the same outputs before while they still view them. NULL
+ * with an exception. */
+PyObject *mstarpy_step_cache_outputs(mstarpy_step_cache *c, PyObject *owner,
+                                     const mstar_tensor_map *outs);
+/* tp_traverse's part, for the runner `owner` (the capsule references the collector cannot see). */
+int mstarpy_step_cache_traverse(mstarpy_step_cache *c, PyObject *owner, visitproc visit, void *arg);
+/* Drop everything (tp_clear, close, a capture). */
+void mstarpy_step_cache_clear(mstarpy_step_cache *c);
 /* The first exception a runner's Python callback raised, kept until the method whose C call
  * failed because of it re-raises it (runner_common.c). Zeroed: none pending. */
 typedef struct mstarpy_pending {

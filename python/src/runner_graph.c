@@ -16,6 +16,7 @@
  * An exception a callback raises is kept (the first one) and re-raised by the method whose C
  * call failed because of it; a failure the C runner absorbs (a bucket it drops) discards it.
  */
+#include "args.h"
 #include "runner.h"
 
 #include <stdlib.h>
@@ -50,6 +51,11 @@ typedef struct gr_obj {
     char *name;
     struct hold *holds; /* what the last preprocess returned, held until the next */
     size_t nholds, capholds;
+    /* run_forward's, kept between steps: the map it stages from and the room of its holds */
+    mstar_tensor_map *step_map;
+    struct hold *step_holds;
+    size_t capstep_holds;
+    mstarpy_step_cache cache; /* leases handed out, tensors over the static outputs */
 } gr_obj;
 
 mstar_graph_runner *mstarpy_graph_runner_handle(PyObject *obj)
@@ -474,6 +480,7 @@ static void gr_close(gr_obj *g)
 {
     if (g->refs.records)
         PyDict_Clear(g->refs.records); /* their tensors view the memory destroyed below */
+    mstarpy_step_cache_clear(&g->cache);
     mstar_graph_runner_destroy(g->r);
     g->r = NULL;
     release_holds(g->holds, g->nholds);
@@ -544,12 +551,14 @@ static int gr_traverse(PyObject *obj, visitproc visit, void *arg)
 {
     gr_obj *g = (gr_obj *)obj;
     Py_VISIT(Py_TYPE(obj));
-    return mstarpy_runner_refs_traverse(&g->refs, visit, arg);
+    int r = mstarpy_step_cache_traverse(&g->cache, obj, visit, arg);
+    return r ? r : mstarpy_runner_refs_traverse(&g->refs, visit, arg);
 }
 
 static int gr_clear(PyObject *obj)
 {
     gr_obj *g = (gr_obj *)obj;
+    mstarpy_step_cache_clear(&g->cache);
     mstarpy_runner_refs_clear(&g->refs);
     return 0;
 }
@@ -560,6 +569,8 @@ static void gr_dealloc(PyObject *obj)
     PyObject_GC_UnTrack(obj);
     gr_close(g);
     free(g->holds);
+    free(g->step_holds);
+    mstar_tensor_map_destroy(g->step_map);
     free(g->name);
     mstarpy_runner_free(obj, &g->refs);
 }
@@ -648,6 +659,7 @@ static PyObject *gr_warmup_and_capture(PyObject *self, PyObject *planned)
     size_t n;
     PyObject *res = NULL;
     if (mstarpy_keys_from_py(planned, &seq, &keys, &n) == 0) {
+        mstarpy_step_cache_clear(&g->cache); /* the outputs may move */
         mstar_status st = mstar_graph_runner_warmup_and_capture(r, keys, seq ? n : 0);
         prune_records(g);
         res = mstarpy_pending_finish(&g->refs.pending, st);
@@ -663,6 +675,7 @@ static PyObject *gr_drop(PyObject *self, PyObject *key)
     mstar_bucket_key k;
     if (mstarpy_key_from_py(key, &k) < 0)
         return NULL;
+    mstarpy_step_cache_clear(&g->cache); /* the bucket's outputs go */
     mstar_status st = mstar_graph_runner_drop_bucket(r, &k);
     prune_records(g);
     return mstarpy_pending_finish(&g->refs.pending, st);
@@ -700,27 +713,38 @@ static PyObject *gr_select(PyObject *self, PyObject *args)
     return mstarpy_key_to_py(&out);
 }
 
+/* The three methods of a step (lease_slot, run_forward, release) take their arguments through
+ * args.h's parser: the generic one builds a tuple and a dict per call. */
+
 /* lease_slot(graph_walk, bs, slot=None, num_tokens=None, cg_key_info=None) -> SlotLease or None */
-static PyObject *gr_lease(PyObject *self, PyObject *args, PyObject *kw)
+static PyObject *gr_lease(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                          PyObject *kwnames)
 {
-    static char *kwlist[] = { "graph_walk", "bs", "slot", "num_tokens", "cg_key_info", NULL };
-    const char *walk;
-    long long bs;
-    PyObject *so = Py_None, *tok = Py_None, *ko = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "sL|OOO", kwlist, &walk, &bs, &so, &tok, &ko))
+    static const char *const names[] = { "graph_walk", "bs",          "slot",
+                                         "num_tokens", "cg_key_info", NULL };
+    static const mstarpy_params p = { "lease_slot", names, 5, 2 };
+    PyObject *a[5];
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0)
+        return NULL;
+    if (!PyUnicode_Check(a[0])) {
+        PyErr_SetString(PyExc_TypeError, "lease_slot() argument 'graph_walk' must be str");
+        return NULL;
+    }
+    const char *walk = PyUnicode_AsUTF8AndSize(a[0], NULL);
+    int64_t bs;
+    if (!walk || mstarpy_i64_from_py(a[1], &bs, "bs") < 0)
         return NULL;
     GR_OR_NULL(self);
-    (void)g;
     const char *key;
     int64_t t = -1, slot = -1;
-    if (opt_key(ko, &key) < 0 ||
-        (tok != Py_None && mstarpy_i64_from_py(tok, &t, "num_tokens") < 0) ||
-        (so != Py_None && mstarpy_i64_from_py(so, &slot, "slot") < 0))
+    if (opt_key(a[4] ? a[4] : Py_None, &key) < 0 ||
+        (a[3] && a[3] != Py_None && mstarpy_i64_from_py(a[3], &t, "num_tokens") < 0) ||
+        (a[2] && a[2] != Py_None && mstarpy_i64_from_py(a[2], &slot, "slot") < 0))
         return NULL;
     mstar_slot_lease out;
     if (!mstar_graph_runner_lease_slot(r, walk, bs, (int32_t)slot, t, key, &out))
         Py_RETURN_NONE;
-    return mstarpy_slot_lease_to_py(&out);
+    return mstarpy_step_cache_lease(&g->cache, &out);
 }
 
 static PyObject *gr_can_run(PyObject *self, PyObject *args)
@@ -773,9 +797,10 @@ static PyObject *gr_max_bs(PyObject *self, PyObject *arg)
     return PyLong_FromLongLong(v);
 }
 
-#define LEASE_ARG(obj, l)                   \
-    mstar_slot_lease l;                     \
-    if (mstarpy_lease_from_py(obj, &l) < 0) \
+/* The lease `obj` into `l` (a SlotLease lease_slot handed out is not parsed again). */
+#define LEASE_ARG(obj, l)                                                                         \
+    mstar_slot_lease l;                                                                           \
+    if (!mstarpy_step_cache_find_lease(&g->cache, obj, &l) && mstarpy_lease_from_py(obj, &l) < 0) \
     return NULL
 
 static PyObject *gr_is_packed(PyObject *self, PyObject *lo)
@@ -894,15 +919,18 @@ static PyObject *gr_declare_inputs_for(PyObject *self, PyObject *lo)
 }
 
 /* release(lease, real_bs) */
-static PyObject *gr_release(PyObject *self, PyObject *args, PyObject *kw)
+static PyObject *gr_release(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
 {
-    static char *kwlist[] = { "lease", "real_bs", NULL };
-    PyObject *lo;
-    long long real_bs;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OL", kwlist, &lo, &real_bs))
+    static const char *const names[] = { "lease", "real_bs", NULL };
+    static const mstarpy_params p = { "release", names, 2, 2 };
+    PyObject *a[2];
+    int64_t real_bs;
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0 ||
+        mstarpy_i64_from_py(a[1], &real_bs, "real_bs") < 0)
         return NULL;
     GR_OR_NULL(self);
-    LEASE_ARG(lo, l);
+    LEASE_ARG(a[0], l);
     return mstarpy_pending_finish(&g->refs.pending, mstar_graph_runner_release(r, &l, real_bs));
 }
 
@@ -919,21 +947,6 @@ static PyObject *gr_static_input(PyObject *self, PyObject *args)
     mstar_status st = mstar_graph_runner_static_input(r, &l, key, len, &t);
     return st != MSTAR_OK ? mstarpy_pending_finish(&g->refs.pending, st)
                           : mstarpy_capsule(self, &t);
-}
-
-/* The static outputs as torch tensors (views of the slot's buffers, each holding the runner). */
-static PyObject *outputs_to_torch(PyObject *self, const mstar_tensor_map *outs)
-{
-    PyObject *d = PyDict_New();
-    for (size_t i = 0; d && i < mstar_tensor_map_count(outs); i++) {
-        PyObject *cap = mstarpy_capsule(self, mstar_tensor_map_at(outs, i));
-        PyObject *t = cap ? mstarpy_torch_from_capsule(cap) : NULL;
-        Py_XDECREF(cap);
-        if (!t || PyDict_SetItemString(d, mstar_tensor_map_name(outs, i), t) < 0)
-            Py_CLEAR(d);
-        Py_XDECREF(t);
-    }
-    return d;
 }
 
 /* Stage and replay, on CUDA in order with torch's current stream: the outputs map, or NULL with
@@ -963,40 +976,48 @@ static PyObject *run_step(PyObject *self, PyObject *lo, PyObject *pre)
 {
     GR_OR_NULL(self);
     LEASE_ARG(lo, l);
-    mstar_tensor_map *map;
-    mstar_status st = mstar_tensor_map_create(&map);
-    if (st != MSTAR_OK)
-        return mstarpy_raise(st);
+    if (!g->step_map) {
+        mstar_status st = mstar_tensor_map_create(&g->step_map);
+        if (st != MSTAR_OK)
+            return mstarpy_raise(st);
+    }
+    mstar_tensor_map *map = g->step_map;
     /* Held apart from the capture's preprocess holds: these go once staging copied them. */
     struct hold *saved = g->holds;
     size_t nsaved = g->nholds, capsaved = g->capholds;
-    g->holds = NULL;
-    g->nholds = g->capholds = 0;
+    g->holds = g->step_holds;
+    g->nholds = 0;
+    g->capholds = g->capstep_holds;
     const mstar_tensor_map *outs =
         dict_into_map(g, pre, map, NULL, false) == 0 ? replay(g, r, &l, map) : NULL;
-    PyObject *res = outs ? outputs_to_torch(self, outs) : NULL;
+    /* The static outputs as torch tensors (views of the slot's buffers, each holding g). */
+    PyObject *res = outs ? mstarpy_step_cache_outputs(&g->cache, self, outs) : NULL;
     release_holds(g->holds, g->nholds);
-    free(g->holds);
+    g->step_holds = g->holds;
+    g->capstep_holds = g->capholds;
     g->holds = saved;
     g->nholds = nsaved;
     g->capholds = capsaved;
-    mstar_tensor_map_destroy(map);
+    mstar_tensor_map_clear(map);
     return res;
 }
 
 /* run_forward(lease, preprocessed, plan_done_event=None, launch_started_event=None) -> dict of
  * torch tensors: the slot's static outputs. The whole step is C: graphs.py binds this method as
  * the runner's own run_forward, so a replay on CUDA runs no Python frame. */
-static PyObject *gr_run_forward(PyObject *self, PyObject *args, PyObject *kw)
+static PyObject *gr_run_forward(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
+                                PyObject *kwnames)
 {
-    static char *kwlist[] = { "lease", "preprocessed", "plan_done_event", "launch_started_event",
-                              NULL };
-    PyObject *lo, *pre, *plan_done = Py_None, *started = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|OO", kwlist, &lo, &pre, &plan_done, &started))
+    static const char *const names[] = { "lease", "preprocessed", "plan_done_event",
+                                         "launch_started_event", NULL };
+    static const mstarpy_params p = { "run_forward", names, 4, 2 };
+    PyObject *a[4];
+    if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0)
         return NULL;
-    (void)plan_done; /* no pre-plan runs from Python yet (docs/python.md) */
-    PyObject *res = run_step(self, lo, pre);
-    if (started == Py_None)
+    /* a[2], plan_done_event: no pre-plan runs from Python yet (docs/python.md) */
+    PyObject *started = a[3];
+    PyObject *res = run_step(self, a[0], a[1]);
+    if (!started || started == Py_None)
         return res;
     /* Set on every path, failures included (I-25), keeping the step's own exception. */
     PyObject *t, *v, *tb;
@@ -1112,7 +1133,7 @@ static PyMethodDef gr_methods[] = {
     { "prepare_for_capture", gr_prepare, METH_NOARGS, "-> [(key, slot, config_idx)]" },
     { "warmup_and_capture", gr_warmup_and_capture, METH_O, "warmup_and_capture(planned or None)" },
     { "select_bucket", gr_select, METH_VARARGS, NULL },
-    { "lease_slot", (PyCFunction)(void (*)(void))gr_lease, METH_VARARGS | METH_KEYWORDS,
+    { "lease_slot", (PyCFunction)(void (*)(void))gr_lease, METH_FASTCALL | METH_KEYWORDS,
       "lease_slot($self, /, graph_walk, bs, slot=None, num_tokens=None, cg_key_info=None)\n--\n\n"
       "The bucket and double-buffer slot a step of bs rows replays on: a SlotLease, or None when "
       "no captured bucket fits." },
@@ -1127,10 +1148,10 @@ static PyMethodDef gr_methods[] = {
     { "pad_inputs", gr_pad_inputs, METH_VARARGS, "pad_inputs(lease, n_real) -> padding rows" },
     { "step_ids", gr_step_ids, METH_VARARGS, NULL },
     { "declare_inputs_for", gr_declare_inputs_for, METH_O, NULL },
-    { "release", (PyCFunction)(void (*)(void))gr_release, METH_VARARGS | METH_KEYWORDS,
+    { "release", (PyCFunction)(void (*)(void))gr_release, METH_FASTCALL | METH_KEYWORDS,
       "release($self, /, lease, real_bs)\n--\n\nEnd the step on the lease's slot." },
     { "static_input", gr_static_input, METH_VARARGS, NULL },
-    { "run_forward", (PyCFunction)(void (*)(void))gr_run_forward, METH_VARARGS | METH_KEYWORDS,
+    { "run_forward", (PyCFunction)(void (*)(void))gr_run_forward, METH_FASTCALL | METH_KEYWORDS,
       "run_forward($self, /, lease, preprocessed, plan_done_event=None, "
       "launch_started_event=None)\n--\n\n"
       "Stage this step's inputs into the slot and replay it: the slot's static outputs (torch "

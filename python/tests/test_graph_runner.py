@@ -416,15 +416,67 @@ def test_dummy_row_pool_over_a_runner(runner):
     pool.release_all()
 
 
-def test_a_dropped_runner_is_freed():
-    """Nothing keeps a runner alive once its user lets go: the replay records and the cached
-    declare rows view its memory without a cycle the collector cannot see."""
+def _graph_runners():
     import gc
-    import sys
+    return {id(o) for o in gc.get_objects() if type(o) is mstar_c._mstar._GraphRunner}
+
+
+def test_a_dropped_runner_is_freed():
+    """Nothing keeps a runner alive once its user lets go: the replay records, the cached
+    declare rows and the tensors kept over its static outputs view its memory without a cycle
+    the collector cannot see."""
+    import gc
     r = make_runner()
     r.run(inputs(2))
     r.declare_inputs_for(r.lease_slot("decode", 2, 0, 2))
-    c = r._c
+    c = id(r._c)
+    assert c in _graph_runners()
     del r
     gc.collect()
-    assert sys.getrefcount(c) == 2  # `c` and the call's argument
+    assert c not in _graph_runners()
+
+
+def test_a_held_output_keeps_its_runner():
+    """An output tensor the caller holds keeps the runner, and so its memory, after the runner
+    is dropped; the runner goes with the tensor's last holder (a view of it included)."""
+    import gc
+    r = make_runner()
+    rows = inputs(2)
+    lease = r.lease_slot("decode", 2, 0, 2)
+    out = r.run_forward(lease, r._preprocess(r.pad_inputs(lease, rows)))["output"]
+    r.release(lease, 2)
+    want = eager(r.submodule, rows)
+    view = out[:2]
+    c = id(r._c)
+    del r, out
+    gc.collect()
+    assert c in _graph_runners()
+    assert torch.equal(view, want)
+    del view
+    gc.collect()
+    assert c not in _graph_runners()
+
+
+def test_a_step_reuses_its_lease_and_output_tensors(runner):
+    """lease_slot hands out one SlotLease object per lease, and run_forward a new dict of the
+    same tensors for the same slot while its outputs stay where they are; a capture again makes
+    new ones. What a caller does to the dict does not reach the next step's."""
+    a = runner.lease_slot("decode", 2, 0, 2)
+    assert runner.lease_slot("decode", 2, 0, 2) is a
+    assert runner.lease_slot("decode", 2, 1, 2) is not a
+    assert runner.lease_slot("decode", 2, 1, 2) == (1, a.bucket)
+    pre = runner._preprocess(runner.pad_inputs(a, inputs(2)))
+    first = runner.run_forward(a, pre)
+    first_out = first["output"]
+    first.clear()
+    second = runner.run_forward(a, pre)
+    assert second is not first and second["output"] is first_out
+    # a plain tuple naming the same lease gets the same tensors
+    assert runner.run_forward((0, *a.bucket), pre)["output"] is first_out
+    other = runner.lease_slot("decode", 2, 1, 2)
+    assert runner.run_forward(other, pre)["output"] is not first_out
+    runner.release(a, 2)
+    runner.warmup_and_capture()
+    again = runner.run_forward(a, pre)["output"]
+    assert again is not first_out and torch.equal(again, first_out)
+    runner.release(a, 2)
