@@ -684,14 +684,15 @@ void mstar__comm_settle_acks(mstar_comm *comm, const mstar_rid *rid)
     comm->ack_retry.len = w;
 }
 
-/* One TENSOR_RECEIVED to `peer` for the descriptors of the given edges it produced. */
-static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char *peer,
-                             const mstar_edge *const *edges, const bool *failed, uint32_t n)
+/* Build in *msg (initialised here; cleared on failure) the TENSOR_RECEIVED to `peer` for its
+ * descriptors in `edges`. */
+static mstar_status ack_build(const mstar_rid *rid, const char *peer,
+                              const mstar_edge *const *edges, const bool *failed, uint32_t n,
+                              mstar_msg *msg)
 {
-    mstar_msg msg;
-    mstar_msg_init(&msg, MSTAR_MSG_TENSOR_RECEIVED);
-    msg.request_id = *rid;
-    mstar__u64map at; /* uuid → index in msg.counts; no allocation for a few (small mode) */
+    mstar_msg_init(msg, MSTAR_MSG_TENSOR_RECEIVED);
+    msg->request_id = *rid;
+    mstar__u64map at; /* uuid → index in msg->counts; no allocation for a few (small mode) */
     mstar__u64map_init(&at);
     mstar_status st = MSTAR_OK;
     int64_t delivered = 0;
@@ -702,53 +703,95 @@ static mstar_status ack_peer(mstar_comm *comm, const mstar_rid *rid, const char 
                 continue;
             delivered++;
             if (failed != NULL && failed[e]) {
-                st = mstar_msg_add_uuid(&msg, info->uuid);
+                st = mstar_msg_add_uuid(msg, info->uuid);
                 continue;
             }
             const uint64_t *idx = mstar__u64map_find(&at, info->uuid);
             if (idx != NULL) {
-                msg.counts[*idx].count++;
+                msg->counts[*idx].count++;
                 continue;
             }
-            st = mstar__u64map_put(&at, info->uuid, msg.ncounts);
+            st = mstar__u64map_put(&at, info->uuid, msg->ncounts);
             if (st == MSTAR_OK)
-                st = mstar_msg_add_count(&msg, info->uuid, 1);
+                st = mstar_msg_add_count(msg, info->uuid, 1);
         }
     }
     mstar__u64map_free(&at);
-    for (uint32_t k = 0; k < msg.ncounts; k++)
-        delivered -= msg.counts[k].count;
+    for (uint32_t k = 0; k < msg->ncounts; k++)
+        delivered -= msg->counts[k].count;
     /* I-8: one ACK per delivery, nothing de-duplicated */
-    MSTAR__ASSERT(st != MSTAR_OK || delivered == (int64_t)msg.nuuids);
+    MSTAR__ASSERT(st != MSTAR_OK || delivered == (int64_t)msg->nuuids);
     (void)delivered;
-    if (st == MSTAR_OK)
-        st = send_or_queue(comm, peer, &msg);
-    mstar_msg_clear(&msg);
+    if (st != MSTAR_OK)
+        mstar_msg_clear(msg);
     return st;
 }
 
-mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
-                                   const mstar_edge *const *edges, const bool *failed, uint32_t n)
+void mstar__comm_ack_given_up(mstar_comm *comm, size_t nedges)
 {
-    /* Each distinct producer once, in order of first appearance: those ACKed are in `done` (no
+    mstar_log(MSTAR_LOG_ERROR, "ACKs of %zu edges given up: %s", nedges, mstar_last_error());
+    comm->acks_lost++;
+}
+
+mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
+                                   const mstar_edge *const *edges, const bool *failed, uint32_t n,
+                                   bool *built)
+{
+    if (built != NULL)
+        *built = false;
+    /* Each distinct producer once, in order of first appearance, numbered in `peers` (no
      * allocation for a few short names: small mode). */
-    mstar_status first = MSTAR_OK;
-    mstar__strmap done;
-    mstar__strmap_init(&done);
-    for (uint32_t e = 0; e < n; e++) {
-        for (uint32_t i = 0; i < edges[e]->ntensors; i++) {
+    mstar__strmap peers;
+    mstar__strmap_init(&peers);
+    uint32_t npeers = 0;
+    mstar_status st = MSTAR_OK;
+    for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
+        for (uint32_t i = 0; i < edges[e]->ntensors && st == MSTAR_OK; i++) {
             const char *peer = edges[e]->tensor_info[i].source_entity;
             size_t len = strnlen(peer, MSTAR_NAME_MAX + 1);
-            if (strcmp(peer, comm->entity) == 0 || mstar__strmap_find(&done, peer, len) != NULL)
-                continue;
-            mstar_status st = mstar__strmap_put(&done, peer, len, 1);
-            if (st == MSTAR_OK)
-                st = ack_peer(comm, rid, peer, edges, failed, n);
-            if (st != MSTAR_OK && first == MSTAR_OK)
-                first = st;
+            if (strcmp(peer, comm->entity) != 0 && mstar__strmap_find(&peers, peer, len) == NULL)
+                st = mstar__strmap_put(&peers, peer, len, npeers++);
         }
     }
-    mstar__strmap_free(&done);
+    /* Every message is built before one is sent: short of memory, none goes, and the caller
+     * can try again with nothing ACKed twice. Usually one producer: on the stack. */
+    mstar_msg msgs_local[2];
+    const char *names_local[2];
+    mstar_msg *msgs = st == MSTAR_OK ? mstar__scratch_zalloc(msgs_local, sizeof(msgs_local), npeers,
+                                                             sizeof(*msgs))
+                                     : NULL;
+    const char **names = st == MSTAR_OK ? mstar__scratch_zalloc(names_local, sizeof(names_local),
+                                                                npeers, sizeof(*names))
+                                        : NULL;
+    uint32_t nbuilt = 0;
+    st = msgs != NULL && names != NULL ? MSTAR_OK
+                                       : mstar_error_set(MSTAR_ENOMEM, "ACKs of %u edges", n);
+    for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
+        for (uint32_t i = 0; i < edges[e]->ntensors && st == MSTAR_OK; i++) {
+            const char *peer = edges[e]->tensor_info[i].source_entity;
+            const uint64_t *num =
+                mstar__strmap_find(&peers, peer, strnlen(peer, MSTAR_NAME_MAX + 1));
+            if (num == NULL || *num != nbuilt)
+                continue; /* this entity's own, or a producer met before */
+            names[nbuilt] = peer;
+            st = ack_build(rid, peer, edges, failed, n, &msgs[nbuilt]);
+            nbuilt += st == MSTAR_OK;
+        }
+    }
+    mstar__strmap_free(&peers);
+    mstar_status first = st;
+    for (uint32_t j = 0; j < nbuilt; j++) {
+        if (st == MSTAR_OK) {
+            mstar_status sent = send_or_queue(comm, names[j], &msgs[j]);
+            if (first == MSTAR_OK)
+                first = sent;
+        }
+        mstar_msg_clear(&msgs[j]);
+    }
+    mstar__scratch_free(msgs, msgs_local);
+    mstar__scratch_free(names, names_local);
+    if (built != NULL)
+        *built = st == MSTAR_OK;
     return first;
 }
 

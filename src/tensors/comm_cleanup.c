@@ -34,8 +34,12 @@ static void ack_view(mstar_comm *comm, const mstar__bk_rec *rec)
     edge.ntensors = 1;
     edge.tensor_info = &info;
     const mstar_edge *list = &edge;
-    /* A failed send is queued and resent by get_ready_tensors. */
-    mstar__comm_send_acks(comm, &mstar__comm_req_at(comm, rec->req)->rid, &list, NULL, 1);
+    /* A failed send is queued and resent by get_ready_tensors; an ACK that could not even be
+     * built (out of memory) has no later chance here: given up, counted. */
+    bool built;
+    mstar__comm_send_acks(comm, &mstar__comm_req_at(comm, rec->req)->rid, &list, NULL, 1, &built);
+    if (!built)
+        mstar__comm_ack_given_up(comm, 1);
 }
 
 void mstar__comm_collect(mstar_comm *comm)
@@ -134,7 +138,10 @@ static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
         failed[k] = p->done != NULL && mstar_completion_poll(p->done) != MSTAR_OK;
         k++;
     }
-    mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
+    bool built;
+    mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n, &built);
+    if (!built)
+        mstar__comm_ack_given_up(comm, n);
     free(edges);
     free(failed);
     size_t w = 0;

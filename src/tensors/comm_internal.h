@@ -116,7 +116,7 @@ struct mstar_comm {
     mstar__vec ack_retry;    /* mstar__ack_retry */
     mstar__vec ack_aliases;  /* uint32[2]: ACKs from [0] may settle deliveries sent to [1] */
     mstar__strmap expected;  /* entities descriptors may come from; empty: any */
-    uint64_t acks_lost;      /* ACKs given up after MSTAR__ACK_RETRY_MAX queued */
+    uint64_t acks_lost;      /* ACKs given up: queue full, failed at cleanup, not built */
 
     /* Producer loans not stored yet (mstar_comm_loan_output): id → mstar__buf *, holding one
      * reference each. Ids are never reused, so a stale one is refused, not mistaken. */
@@ -144,10 +144,17 @@ bool mstar__comm_expects(const mstar_comm *comm, const char *entity);
 
 /* Send TENSOR_RECEIVED to each producer of the descriptors: one per source entity, counting each
  * (edge, descriptor) occurrence; this entity's own are skipped. `failed` (may be NULL) marks
- * edges whose read failed: their descriptors go into failed_tensor_ids instead. A message whose
- * send fails is queued for mstar__comm_flush_acks; the first failure is returned. */
+ * edges whose read failed: their descriptors go into failed_tensor_ids instead. Every message is
+ * built before any is sent: short of memory for one, none is sent, *built (may be NULL) is false
+ * and MSTAR_ENOMEM is returned, so the caller may try again. Else *built is true; a message whose
+ * send fails is queued for mstar__comm_flush_acks, and the first failure is returned. */
 mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
-                                   const mstar_edge *const *edges, const bool *failed, uint32_t n);
+                                   const mstar_edge *const *edges, const bool *failed, uint32_t n,
+                                   bool *built);
+/* ACKs of `nedges` edges that could not be built at a request's end (out of memory, the error
+ * set): logged and counted in acks_lost; their producer keeps the tensors until its TTL or a
+ * forced cleanup. */
+void mstar__comm_ack_given_up(mstar_comm *comm, size_t nedges);
 /* Resend the queued ACKs; those that fail again stay queued. The first failure is returned. */
 mstar_status mstar__comm_flush_acks(mstar_comm *comm);
 /* The request's cleanup: its queued ACKs are sent one last time and those that fail again are

@@ -1026,48 +1026,77 @@ static const mstar_edge *acked_now(mstar__pending *p, bool failed, mstar_edge *t
     return tmp;
 }
 
-/* Handle every landed entry of request slot `req`: ACKs first, then delivery. An ACK that could
- * not be sent is queued, its error kept in *ack_st (the first one). */
-static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
-{
-    size_t n = mstar__comm_pending_take(comm, req);
-    /* Up to MSTAR__COMM_ON_STACK landed entries, the usual collection, need no allocation. */
+/* collect_request's arrays for n landed entries: up to MSTAR__COMM_ON_STACK, the usual
+ * collection, on the stack. */
+typedef struct collect_arrays {
+    const mstar_edge **edges; /* what each entry ACKs now */
+    bool *failed;
+    mstar_edge *tmps; /* acked_now's copies */
     const mstar_edge *edges_local[MSTAR__COMM_ON_STACK];
     bool failed_local[MSTAR__COMM_ON_STACK];
-    mstar_status status_local[MSTAR__COMM_ON_STACK];
     mstar_edge tmps_local[MSTAR__COMM_ON_STACK];
-    const mstar_edge **edges =
-        mstar__scratch_zalloc(edges_local, sizeof(edges_local), n, sizeof(*edges));
-    bool *failed = mstar__scratch_zalloc(failed_local, sizeof(failed_local), n, sizeof(*failed));
-    mstar_status *status =
-        mstar__scratch_zalloc(status_local, sizeof(status_local), n, sizeof(*status));
-    mstar_edge *tmps = mstar__scratch_zalloc(tmps_local, sizeof(tmps_local), n, sizeof(*tmps));
-    mstar__req *r = mstar__comm_req_at(comm, req);
-    if (edges == NULL || failed == NULL || status == NULL || tmps == NULL) {
-        mstar__scratch_free(edges, edges_local);
-        mstar__scratch_free(failed, failed_local);
-        mstar__scratch_free(status, status_local);
-        mstar__scratch_free(tmps, tmps_local);
+} collect_arrays;
+
+static void collect_arrays_free(collect_arrays *a)
+{
+    mstar__scratch_free(a->edges, a->edges_local);
+    mstar__scratch_free(a->failed, a->failed_local);
+    mstar__scratch_free(a->tmps, a->tmps_local);
+}
+
+static bool collect_arrays_init(collect_arrays *a, size_t n)
+{
+    a->edges = mstar__scratch_zalloc(a->edges_local, sizeof(a->edges_local), n, sizeof(*a->edges));
+    a->failed =
+        mstar__scratch_zalloc(a->failed_local, sizeof(a->failed_local), n, sizeof(*a->failed));
+    a->tmps = mstar__scratch_zalloc(a->tmps_local, sizeof(a->tmps_local), n, sizeof(*a->tmps));
+    if (a->edges != NULL && a->failed != NULL && a->tmps != NULL)
+        return true;
+    collect_arrays_free(a);
+    return false;
+}
+
+/* Handle every landed entry of request slot `req`: ACKs first, then delivery. An ACK that could
+ * not be sent is queued, its error kept in *ack_st (the first one). False, with nothing ACKed or
+ * delivered, when memory ran short: the entries stay for the next poll. */
+static bool collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
+{
+    size_t n = mstar__comm_pending_take(comm, req);
+    collect_arrays a;
+    /* With room in the set for what delivery adds, taken before any ACK goes, delivery cannot
+     * fail for memory (a fan-in's consolidation still can: reported as a failed read). */
+    bool room = mstar__vec_reserve(&b->edges, b->edges.len + n) == MSTAR_OK &&
+                mstar__vec_reserve(&b->rids, b->rids.len + 1) == MSTAR_OK &&
+                mstar__vec_reserve(&b->starts, b->starts.len + 2) == MSTAR_OK;
+    if (!room || !collect_arrays_init(&a, n)) {
         mstar_log(MSTAR_LOG_ERROR, "out of memory collecting ready edges; retried next poll");
-        return;
+        return false;
     }
-    size_t k = 0;
+    mstar__req *r = mstar__comm_req_at(comm, req);
+    size_t k = 0, failures = b->failed.len;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
         if (!p->taken)
             continue;
-        status[k] = p->done != NULL ? mstar_completion_poll(p->done) : MSTAR_OK;
-        MSTAR__ASSERT(status[k] != MSTAR_EAGAIN); /* I-4: only landed reads are taken */
-        failed[k] = status[k] != MSTAR_OK;
-        if (failed[k])
-            add_failure(b, r, p->edge.name, status[k], mstar_last_error());
-        edges[k] = acked_now(p, failed[k], &tmps[k]);
+        mstar_status status = p->done != NULL ? mstar_completion_poll(p->done) : MSTAR_OK;
+        MSTAR__ASSERT(status != MSTAR_EAGAIN); /* I-4: only landed reads are taken */
+        a.failed[k] = status != MSTAR_OK;
+        if (a.failed[k])
+            add_failure(b, r, p->edge.name, status, mstar_last_error());
+        a.edges[k] = acked_now(p, a.failed[k], &a.tmps[k]);
         k++;
     }
     /* I-4 / T-5: these copies have landed, so the producer may reuse the bytes. */
-    mstar_status st = mstar__comm_send_acks(comm, &r->rid, edges, failed, (uint32_t)n);
+    bool built;
+    mstar_status st = mstar__comm_send_acks(comm, &r->rid, a.edges, a.failed, (uint32_t)n, &built);
     for (size_t i = 0; i < n; i++)
-        free(tmps[i].tensor_info);
+        free(a.tmps[i].tensor_info);
+    if (!built) { /* no ACK went: the entries stay for the next poll, reported then */
+        b->failed.len = failures;
+        collect_arrays_free(&a);
+        mstar_log(MSTAR_LOG_ERROR, "out of memory ACKing ready edges; retried next poll");
+        return false;
+    }
     if (*ack_st == MSTAR_OK)
         *ack_st = st;
     size_t before = b->edges.len;
@@ -1081,7 +1110,7 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, ms
             w++;
             continue;
         }
-        if (failed[k++])
+        if (a.failed[k++])
             mstar__comm_pending_drop(comm, p); /* a failed read is dropped, never retried */
         else
             deliver(comm, b, req, p);
@@ -1094,11 +1123,9 @@ static void collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, ms
         mstar__vec_push(&b->rids, &r->rid);
         mstar__vec_push(&b->starts, &start);
     }
-    mstar__scratch_free(edges, edges_local);
-    mstar__scratch_free(failed, failed_local);
-    mstar__scratch_free(status, status_local);
-    mstar__scratch_free(tmps, tmps_local);
+    collect_arrays_free(&a);
     mstar__comm_req_maybe_free(comm, req);
+    return true;
 }
 
 mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out)
@@ -1122,9 +1149,9 @@ mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out
             if (mstar__comm_pending_landed(p))
                 req = p->req;
         }
-        if (req == MSTAR__BK_NONE)
+        /* Short of memory, the rest waits for the next poll (the same request would be next). */
+        if (req == MSTAR__BK_NONE || !collect_request(comm, &b, req, &ack_st))
             break;
-        collect_request(comm, &b, req, &ack_st);
     }
     for (size_t i = 0; i < comm->pending.len && idle; i++)
         idle = mstar__comm_pending_landed(mstar__vec_at(&comm->pending, i));
@@ -1158,7 +1185,7 @@ mstar_status mstar_comm_ack_unread_tensors(mstar_comm *comm, const mstar_rid *ri
         return mstar_error_set(MSTAR_ENOMEM, "ack of %u edges", n);
     for (uint32_t e = 0; e < n; e++)
         list[e] = &edges[e];
-    mstar_status st = mstar__comm_send_acks(comm, rid, list, NULL, n);
+    mstar_status st = mstar__comm_send_acks(comm, rid, list, NULL, n, NULL);
     free(list);
     return st;
 }

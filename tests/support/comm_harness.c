@@ -18,10 +18,15 @@ mstar_status bus_send(void *ctx, const char *peer, mstar_msg *msg)
     mstar_msg_init(&m->msg, msg->type);
     m->msg.request_id = msg->request_id;
     snprintf(m->msg.from, sizeof(m->msg.from), "%s", s->entity);
-    for (uint32_t i = 0; i < msg->ncounts; i++)
-        mstar_msg_add_count(&m->msg, msg->counts[i].uuid, msg->counts[i].count);
-    for (uint32_t i = 0; i < msg->nuuids; i++)
-        mstar_msg_add_uuid(&m->msg, msg->uuids[i]);
+    mstar_status st = MSTAR_OK;
+    for (uint32_t i = 0; i < msg->ncounts && st == MSTAR_OK; i++)
+        st = mstar_msg_add_count(&m->msg, msg->counts[i].uuid, msg->counts[i].count);
+    for (uint32_t i = 0; i < msg->nuuids && st == MSTAR_OK; i++)
+        st = mstar_msg_add_uuid(&m->msg, msg->uuids[i]);
+    if (st != MSTAR_OK) { /* out of memory: a send that failed (test_comm_nomem) */
+        mstar_msg_clear(&m->msg);
+        return st;
+    }
     b->n++;
     b->sent++;
     return MSTAR_OK;

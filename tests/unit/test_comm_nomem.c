@@ -1,0 +1,263 @@
+/*
+ * test_comm_nomem.c — running out of memory on the handoff's paths, SQLite's way: every heap
+ * allocation the calling thread makes inside mstar_comm_register_for_send,
+ * mstar_comm_start_read_tensors and mstar_comm_get_ready_tensors is made to fail in turn, one per
+ * run, over the files and arena transports. The runs hand over more tensors and edges than those
+ * calls keep on the stack, so their scratch arrays come from the heap too. A call whose
+ * allocation failed either reports MSTAR_ENOMEM and changes nothing, or absorbs the failure
+ * (get_ready_tensors leaves what it could not collect for the next poll, and an ACK it could not
+ * send queued for the next call, reporting MSTAR_ENOMEM); the same call then succeeds, every byte
+ * arrives, every ACK reaches the producer, both managers end empty, the directory is left empty,
+ * and once both managers are gone the heap holds what it held before.
+ *
+ * The allocator is interposed here (malloc, calloc and realloc of this executable pass to
+ * glibc's); the sanitizer builds own malloc, so there the test skips. glibc's per-thread cache
+ * would hide freed chunks from mallinfo2, so the test re-executes itself with it turned off.
+ */
+#include "comm_harness.h"
+
+#include <errno.h>
+#include <malloc.h>
+#include <stdbool.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define NOMEM_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define NOMEM_SANITIZED 1
+#endif
+#endif
+
+#ifndef NOMEM_SANITIZED
+
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+
+/* Allocations of this thread to let through before the one that fails (-1: none fails), and
+ * whether one failed since the test last cleared it. Other threads (a transport's) never fail. */
+static _Thread_local long fail_in = -1;
+static _Thread_local bool failed;
+
+static bool fail_now(void)
+{
+    if (fail_in < 0 || fail_in-- > 0)
+        return false;
+    failed = true;
+    errno = ENOMEM;
+    return true;
+}
+
+void *malloc(size_t n)
+{
+    return fail_now() ? NULL : __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t size)
+{
+    return fail_now() ? NULL : __libc_calloc(n, size);
+}
+
+void *realloc(void *p, size_t n)
+{
+    return fail_now() ? NULL : __libc_realloc(p, n);
+}
+
+#define NEDGES   12 /* more than the calls keep on the stack (8) */
+#define PER_EDGE 2  /* descriptors per edge */
+#define NTENSORS (NEDGES * PER_EDGE)
+
+static const char *dir;
+
+/* Which call a run fails an allocation in. */
+typedef enum { IN_REGISTER, IN_START_READ, IN_COLLECT } phase;
+
+static const char *const PHASE_NAMES[] = { "register_for_send", "start_read_tensors",
+                                           "get_ready_tensors" };
+
+/* Bytes the heap holds in use (the per-thread cache is off: freed chunks are free here). */
+static size_t heap_in_use(void)
+{
+    struct mallinfo2 mi = mallinfo2();
+    return mi.uordblks + mi.hblkhd;
+}
+
+/* Arm the failure of the k-th allocation from now (k = 0: the next) when `when` is `now`. */
+static void arm(phase now, phase when, long k)
+{
+    failed = false;
+    fail_in = now == when ? k : -1;
+}
+
+/* Disarm; whether an allocation failed. */
+static bool disarm(void)
+{
+    fail_in = -1;
+    return failed;
+}
+
+/* One handoff of NTENSORS tensors in NEDGES edges from worker_0 to worker_1 over `kind`, with the
+ * k-th allocation of `when`'s call failing. Whether that allocation was reached (a k past the
+ * call's last allocation fails nothing). */
+static bool handoff(mstar_transport_kind kind, phase when, long k)
+{
+    comm_pair w; /* comm_pair_init's, in the one directory of every run */
+    memset(&w, 0, sizeof(w));
+    w.dir = dir;
+    w.sp = (sender){ &w.b, "worker_0" };
+    w.sc = (sender){ &w.b, "worker_1" };
+    comm_pair_make(&w, kind);
+    mstar_rid rid = mstar_rid_from_int(41);
+    mstar_tensor ts[NTENSORS];
+    mstar_output o[NTENSORS];
+    mstar_tensor_info infos[NTENSORS];
+    mstar_tensor_id held[NTENSORS];
+    for (int i = 0; i < NTENSORS; i++) {
+        ts[i] = make_vector(MSTAR_DTYPE_FLOAT32, 64 + i, (uint32_t)i);
+        o[i] = output_of("sig", ts[i]);
+    }
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w.p, &rid, o, NTENSORS, NULL, infos));
+    for (int i = 0; i < NTENSORS; i++)
+        held[i] = infos[i].uuid;
+    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w.p, held, NTENSORS, 1));
+    mstar_edge routed = edge_of("sig", "node", infos, NTENSORS);
+    assert_mstar_ok(mstar_comm_set_output_ref_counts(w.p, held, NTENSORS, &routed, 1));
+    mstar_edge_clear(&routed);
+
+    bool reached = false;
+    arm(IN_REGISTER, when, k);
+    mstar_status st = mstar_comm_register_for_send(w.p, &rid, infos, NTENSORS);
+    if (disarm()) {
+        reached = true;
+        if (st != MSTAR_OK) {
+            assert_int_equal(st, MSTAR_ENOMEM);
+            assert_mstar_ok(mstar_comm_register_for_send(w.p, &rid, infos, NTENSORS));
+        }
+    } else {
+        assert_mstar_ok(st);
+    }
+
+    mstar_edge edges[NEDGES];
+    for (int e = 0; e < NEDGES; e++) {
+        edges[e] = edge_of("sig", "node", infos + e * PER_EDGE, PER_EDGE);
+        snprintf(edges[e].name, sizeof(edges[e].name), "sig_%d", e);
+    }
+    arm(IN_START_READ, when, k);
+    st = mstar_comm_start_read_tensors(w.c, &rid, edges, NEDGES, NULL);
+    if (disarm()) {
+        reached = true;
+        if (st != MSTAR_OK) {
+            assert_int_equal(st, MSTAR_ENOMEM);
+            assert_int_equal(mstar_comm_num_tensors(w.c), 0); /* nothing kept */
+            assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &rid, edges, NEDGES, NULL));
+        }
+    } else {
+        assert_mstar_ok(st);
+    }
+
+    /* Collect until every edge arrived; the first poll's allocation fails, and that poll may
+     * deliver nothing. */
+    uint32_t got = 0;
+    for (int poll = 0; got < NEDGES && poll < 10000; poll++) {
+        mstar_ready_set set;
+        arm(IN_COLLECT, when, poll == 0 ? k : -1);
+        st = mstar_comm_get_ready_tensors(w.c, &set);
+        if (disarm()) {
+            reached = true;
+            if (st != MSTAR_OK) /* an ACK it could not send, kept for the next call */
+                assert_int_equal(st, MSTAR_ENOMEM);
+        } else {
+            assert_mstar_ok(st);
+        }
+        assert_int_equal(set.nfailed, 0);
+        got += set.nedges;
+        mstar_ready_set_clear(&set);
+        if (got < NEDGES)
+            usleep(100);
+    }
+    assert_int_equal(got, NEDGES);
+    mstar_ready_set rest; /* sends an ACK the failed call kept */
+    assert_mstar_ok(mstar_comm_get_ready_tensors(w.c, &rest));
+    assert_int_equal(rest.nedges, 0);
+    mstar_ready_set_clear(&rest);
+    for (int i = 0; i < NTENSORS; i++) {
+        check_bytes(w.c, infos[i].uuid, &ts[i]);
+        assert_int_equal(bus_ack_count(&w.b, "worker_0", infos[i].uuid), 1);
+        assert_mstar_ok(mstar_comm_dereference(w.c, infos[i].uuid, 1));
+    }
+    assert_int_equal(mstar_comm_num_tensors(w.c), 0);
+    bus_deliver(&w.b, "worker_0", w.p);
+    assert_int_equal(mstar_comm_num_tensors(w.p), 0);
+
+    for (int e = 0; e < NEDGES; e++)
+        mstar_edge_clear(&edges[e]);
+    for (int i = 0; i < NTENSORS; i++)
+        free(ts[i].data);
+    comm_pair_fini(&w); /* checks the directory is empty */
+    return reached;
+}
+
+static void sweep(mstar_transport_kind kind)
+{
+    /* The library's one-time state (its first error message included), before the heap is
+     * read: one run failing the first allocation of each call. */
+    for (phase when = IN_REGISTER; when <= IN_COLLECT; when++)
+        handoff(kind, when, 0);
+    for (phase when = IN_REGISTER; when <= IN_COLLECT; when++) {
+        long k = 0;
+        for (;; k++) {
+            size_t before = heap_in_use();
+            bool reached = handoff(kind, when, k);
+            size_t after = heap_in_use();
+            if (after != before)
+                fail_msg("%s: allocation %ld failed: heap in use %zu bytes before, %zu after",
+                         PHASE_NAMES[when], k, before, after);
+            if (!reached)
+                break;
+        }
+        /* The call allocates at all, or the sweep tested nothing. */
+        assert_true(k > 0);
+    }
+}
+
+static void test_files_survive_each_failed_allocation(void **state)
+{
+    (void)state;
+    sweep(MSTAR_TRANSPORT_FILES);
+}
+
+static void test_arena_survives_each_failed_allocation(void **state)
+{
+    (void)state;
+    sweep(MSTAR_TRANSPORT_ARENA);
+}
+
+int main(int argc, char **argv)
+{
+    (void)argc;
+    /* Freed chunks must be free for mallinfo2: run again with glibc's per-thread cache off. */
+    if (getenv("MSTAR_TEST_NOMEM_REEXEC") == NULL) {
+        setenv("MSTAR_TEST_NOMEM_REEXEC", "1", 1);
+        setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0", 1);
+        execv("/proc/self/exe", argv);
+        perror("execv");
+        return 1;
+    }
+    dir = mstar_test_tmpdir("nomem");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_files_survive_each_failed_allocation),
+        cmocka_unit_test(test_arena_survives_each_failed_allocation),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#else
+
+int main(void)
+{
+    printf("skipped: the sanitizers own malloc\n");
+    return 77;
+}
+
+#endif
