@@ -361,7 +361,7 @@ typedef struct mstar_comm_security_stats {
     uint64_t acks_dropped;   /* TENSOR_RECEIVED entries not applied (see handle_message) */
     uint64_t counts_refused; /* reference counts refused: out of range, or the sum overflows */
     uint64_t acks_queued;    /* ACKs whose send failed, waiting for get_ready_tensors */
-    uint64_t acks_lost;      /* ACKs given up: queue full, or failed at cleanup */
+    uint64_t acks_lost;      /* ACKs given up: queue full, failed or not built at cleanup */
     bool ack_ledger;         /* ACKs are checked against the ledger */
 } mstar_comm_security_stats;
 
@@ -482,9 +482,11 @@ MSTAR_API void mstar_ready_set_clear(mstar_ready_set *set);
  * consolidated edge), and hand the edges out. Each delivered descriptor carries one usage
  * reference the node releases with mstar_comm_dereference(uuid, 1). ACKs whose send failed
  * earlier are resent first. When an ACK cannot be sent the call returns that error, keeps the
- * ACK queued for the next call, and still fills `out` (clear it either way). The request's
- * cleanup (soft or forced) tries its queued ACKs once more and gives up those that fail (counted
- * as acks_lost), so a producer that is gone fails the calls only until then. */
+ * ACK queued for the next call, and still fills `out` (clear it either way). Short of memory to
+ * build an ACK or to hand an edge out, the call ACKs and delivers none of that request's edges
+ * and leaves them, and the requests after it, for the next call. The request's cleanup (soft or
+ * forced) tries its queued ACKs once more and gives up those that fail (counted as acks_lost),
+ * so a producer that is gone fails the calls only until then. */
 MSTAR_API mstar_status mstar_comm_get_ready_tensors(mstar_comm *comm, mstar_ready_set *out);
 
 /* ACK edges of a request that is already gone, without reading them (late result_tensors). */
