@@ -45,14 +45,19 @@ typedef struct mstar__pending {
     uint32_t req;
     mstar_edge edge; /* owned copy; local slices have their uuid rewritten */
     uint8_t *fresh;  /* per descriptor: this delivery read the bytes (owes a transit ref); 2: as
-                      * a view, ACKed when its record is collected, not when it lands */
-    uint8_t *local;  /* per descriptor: produced by this entity (no ACK, no RX); the second
-                      * half of the allocation `fresh` heads */
+                      * a view, ACKed when its record is collected, not when it lands. Twice
+                      * edge.ntensors long: the second half is mstar__pending_local's */
     mstar_completion *done; /* NULL: the bytes have landed */
     uint64_t submit_ns;     /* when the read was started: where its RX time begins */
     double rx_time_s;       /* a read that landed inside start_read: its whole time */
     bool taken; /* landed when the current collection looked (mstar__comm_pending_take) */
 } mstar__pending;
+
+/* Per descriptor of `p`: produced by this entity (no ACK, no RX). */
+static inline uint8_t *mstar__pending_local(const mstar__pending *p)
+{
+    return p->fresh + p->edge.ntensors;
+}
 
 /* A TENSOR_RECEIVED whose send failed, kept for the next get_ready_tensors. */
 typedef struct mstar__ack_retry {

@@ -608,8 +608,7 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
         if (edges[e].ntensors == 0)
             continue;
         st = mstar_edge_copy(&pe[e].edge, &edges[e]);
-        pe[e].fresh = calloc(edges[e].ntensors, 2); /* `local` is its second half */
-        pe[e].local = pe[e].fresh != NULL ? pe[e].fresh + edges[e].ntensors : NULL;
+        pe[e].fresh = calloc(edges[e].ntensors, 2); /* and mstar__pending_local's half */
         if (st == MSTAR_OK && pe[e].fresh == NULL)
             st = mstar_error_set(MSTAR_ENOMEM, "pending read of %u descriptors", edges[e].ntensors);
     }
@@ -636,17 +635,18 @@ static mstar_status start_read(mstar_comm *comm, const mstar_rid *rid, const mst
         if (edges[e].ntensors == 0)
             continue;
         mstar__pending *p = &pe[e];
+        uint8_t *local = mstar__pending_local(p);
         p->req = req;
         for (uint32_t i = 0; i < edges[e].ntensors; i++) {
             plan *pl = &plans[e][i];
             mstar_tensor_info *info = &p->edge.tensor_info[i];
             switch (pl->kind) {
             case KIND_SELF_WHOLE:
-                p->local[i] = 1;
+                local[i] = 1;
                 break;
             case KIND_SELF_SLICE:
                 commit_slice(comm, req, info, pl);
-                p->local[i] = 1;
+                local[i] = 1;
                 break;
             case KIND_PRESENT:
                 mstar__bk_increment(&comm->bk, info->uuid, 1);
@@ -756,14 +756,15 @@ static double rx_seconds(const mstar__pending *p)
 static void record_rx(mstar_comm *comm, mstar__req *r, const mstar__pending *p)
 {
     /* Per source entity of this edge: bytes and count; the edge's read time once per source. */
+    const uint8_t *local = mstar__pending_local(p);
     for (uint32_t i = 0; i < p->edge.ntensors; i++) {
         const mstar_tensor_info *info = &p->edge.tensor_info[i];
-        if (p->local[i])
+        if (local[i])
             continue;
         bool first = true;
         for (uint32_t j = 0; j < i && first; j++)
-            first = p->local[j] ||
-                    strcmp(p->edge.tensor_info[j].source_entity, info->source_entity) != 0;
+            first =
+                local[j] || strcmp(p->edge.tensor_info[j].source_entity, info->source_entity) != 0;
         mstar_rx_info *rx = NULL;
         for (size_t k = 0; k < r->rx.len && rx == NULL; k++) {
             mstar_rx_info *c = mstar__vec_at(&r->rx, k);
@@ -975,7 +976,7 @@ static void deliver(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pen
         if (mstar__strmap_put(&r->seen, (const char *)&k, len, 1) != MSTAR_OK)
             mstar_log(MSTAR_LOG_WARN, "out of memory tracking delivered tensors");
         uint32_t slot = mstar__bk_find(&comm->bk, uuid);
-        if (slot != MSTAR__BK_NONE && !p->local[i])
+        if (slot != MSTAR__BK_NONE && !mstar__pending_local(p)[i])
             mstar__bk_at(&comm->bk, slot)->shard_dim = p->edge.shard_dim;
     }
     if (comm->enable_prof)
