@@ -2,9 +2,9 @@
  * wire_array.c — the arrays inside edges and messages: allocation by the shared growth rule
  * (wire_internal.h), and duplicate-key detection for the fields that travel as msgpack maps.
  *
- * Duplicates are found by a linear scan for the short arrays of the hot path (a TENSOR_RECEIVED
- * with a handful of uuids) and through the core hash maps above that, so a 65536-entry map from a
- * peer costs linear time, not quadratic.
+ * Duplicates are found through the core maps: a 65536-entry map from a peer costs linear time,
+ * not quadratic, and the short arrays of the hot path (a TENSOR_RECEIVED with a handful of uuids)
+ * no allocation (the maps' small mode, core/u64map.h).
  */
 #include "wire_internal.h"
 
@@ -13,8 +13,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-#define LINEAR_DUP_MAX 16
 
 mstar_status mstar__wire_alloc(uint32_t n, size_t elsize, void **out)
 {
@@ -60,18 +58,6 @@ mstar_status mstar__wire_find_dup_name(const void *base, uint32_t n, size_t stri
                                        size_t key_offset, int64_t *dup)
 {
     *dup = -1;
-    if (n <= LINEAR_DUP_MAX) {
-        for (uint32_t i = 1; i < n; i++) {
-            for (uint32_t j = 0; j < i; j++) {
-                if (strcmp(name_at(base, stride, key_offset, i),
-                           name_at(base, stride, key_offset, j)) == 0) {
-                    *dup = i;
-                    return MSTAR_OK;
-                }
-            }
-        }
-        return MSTAR_OK;
-    }
     mstar__strmap seen;
     mstar__strmap_init(&seen);
     mstar_status st = MSTAR_OK;
@@ -91,18 +77,6 @@ mstar_status mstar__wire_find_dup_u64(const void *base, uint32_t n, size_t strid
                                       size_t key_offset, int64_t *dup)
 {
     *dup = -1;
-    if (n <= LINEAR_DUP_MAX) {
-        for (uint32_t i = 1; i < n; i++) {
-            uint64_t k = u64_at(base, stride, key_offset, i);
-            for (uint32_t j = 0; j < i; j++) {
-                if (u64_at(base, stride, key_offset, j) == k) {
-                    *dup = i;
-                    return MSTAR_OK;
-                }
-            }
-        }
-        return MSTAR_OK;
-    }
     mstar__u64map seen;
     mstar__u64map_init(&seen);
     mstar_status st = mstar__u64map_reserve(&seen, n);
