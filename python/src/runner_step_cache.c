@@ -129,8 +129,11 @@ PyObject *mstarpy_step_cache_outputs(mstarpy_step_cache *c, PyObject *owner,
     for (size_t i = 0; i < c->nouts && !o; i++)
         if (c->outs[i].map == outs)
             o = &c->outs[i];
-    if (!o && c->nouts < MSTARPY_CACHED_OUTPUTS)
+    if (!o && c->nouts < MSTARPY_CACHED_OUTPUTS) {
+        if (outputs_fill(&c->outs[c->nouts], owner, outs) < 0)
+            return NULL; /* the entry stays free */
         o = &c->outs[c->nouts++];
+    }
     if (!o) { /* full: tensors made for this step only */
         mstarpy_cached_outputs once = { 0 };
         if (outputs_fill(&once, owner, outs) < 0)
