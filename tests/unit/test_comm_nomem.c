@@ -1,14 +1,17 @@
 /*
  * test_comm_nomem.c — running out of memory on the handoff's paths, SQLite's way: every heap
- * allocation the calling thread makes inside mstar_comm_register_for_send,
- * mstar_comm_start_read_tensors and mstar_comm_get_ready_tensors is made to fail in turn, one per
- * run, over the files and arena transports. The runs hand over more tensors and edges than those
- * calls keep on the stack, so their scratch arrays come from the heap too. A call whose
+ * allocation the calling thread makes inside each call of a handoff (the producer's
+ * store_and_return_tensor_info, increment_ref_batch_uniform, set_output_ref_counts and
+ * register_for_send, the consumer's start_read_tensors and get_ready_tensors, the producer's
+ * handle_message of the ACK) is made to fail in turn, one per run, over the files and arena
+ * transports. The runs hand over more tensors and edges than those calls keep on the stack, so
+ * their scratch arrays come from the heap too. A call whose
  * allocation failed either reports MSTAR_ENOMEM and changes nothing, or absorbs the failure
  * (get_ready_tensors leaves what it could not collect for the next poll, and an ACK it could not
- * send queued for the next call, reporting MSTAR_ENOMEM); the same call then succeeds, every byte
- * arrives, every ACK reaches the producer, both managers end empty, the directory is left empty,
- * and once both managers are gone the heap holds what it held before.
+ * send queued for the next call, reporting MSTAR_ENOMEM; handle_message applies an ACK whose
+ * freed record it has no room to collect, and the request's cleanup collects it); the same call
+ * then succeeds, every byte arrives, every ACK reaches the producer, both managers end empty, the
+ * directory is left empty, and once both managers are gone the heap holds what it held before.
  *
  * The allocator is interposed here (malloc, calloc and realloc of this executable pass to
  * glibc's); the sanitizer builds own malloc, so there the test skips. glibc's per-thread cache
@@ -71,10 +74,16 @@ void *realloc(void *p, size_t n)
 static const char *dir;
 
 /* Which call a run fails an allocation in. */
-typedef enum { IN_REGISTER, IN_START_READ, IN_COLLECT } phase;
+typedef enum { IN_STORE, IN_ROUTE, IN_REGISTER, IN_START_READ, IN_COLLECT, IN_ACK } phase;
 
-static const char *const PHASE_NAMES[] = { "register_for_send", "start_read_tensors",
-                                           "get_ready_tensors" };
+static const char *const PHASE_NAMES[] = {
+    "store_and_return_tensor_info",
+    "increment_ref_batch_uniform + set_output_ref_counts",
+    "register_for_send",
+    "start_read_tensors",
+    "get_ready_tensors",
+    "handle_message (the ACK)",
+};
 
 /* Bytes the heap holds in use (the per-thread cache is off: freed chunks are free here). */
 static size_t heap_in_use(void)
@@ -97,6 +106,37 @@ static bool disarm(void)
     return failed;
 }
 
+/* After a call armed with arm(): a call whose allocation did not fail succeeded; one whose
+ * allocation failed (then *reached) succeeded anyway or reported MSTAR_ENOMEM. True in that last
+ * case: the caller checks that nothing changed and calls again. */
+static bool must_retry(mstar_status st, bool *reached)
+{
+    if (!disarm()) {
+        assert_mstar_ok(st);
+        return false;
+    }
+    *reached = true;
+    if (st == MSTAR_OK)
+        return false;
+    assert_int_equal(st, MSTAR_ENOMEM);
+    return true;
+}
+
+/* The producer takes the ACKs the bus holds for it, the first allocation `k` of its handling
+ * failing when `when` is IN_ACK; a message refused for memory is handled again. */
+static void take_acks(comm_pair *w, phase when, long k, bool *reached)
+{
+    arm(IN_ACK, when, k);
+    for (int i = 0; i < w->b.n; i++) {
+        assert_string_equal(w->b.q[i].peer, "worker_0");
+        if (must_retry(mstar_comm_handle_message(w->p, &w->b.q[i].msg), reached))
+            assert_mstar_ok(mstar_comm_handle_message(w->p, &w->b.q[i].msg));
+        arm(IN_ACK, when, -1); /* one failure a run */
+    }
+    disarm();
+    bus_clear(&w->b);
+}
+
 /* One handoff of NTENSORS tensors in NEDGES edges from worker_0 to worker_1 over `kind`, with the
  * k-th allocation of `when`'s call failing. Whether that allocation was reached (a k past the
  * call's last allocation fails nothing). */
@@ -117,26 +157,31 @@ static bool handoff(mstar_transport_kind kind, phase when, long k)
         ts[i] = make_vector(MSTAR_DTYPE_FLOAT32, 64 + i, (uint32_t)i);
         o[i] = output_of("sig", ts[i]);
     }
-    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w.p, &rid, o, NTENSORS, NULL, infos));
+    bool reached = false;
+    arm(IN_STORE, when, k);
+    mstar_status st = mstar_comm_store_and_return_tensor_info(w.p, &rid, o, NTENSORS, NULL, infos);
+    if (must_retry(st, &reached)) {
+        assert_int_equal(mstar_comm_num_tensors(w.p), 0); /* nothing stored */
+        assert_mstar_ok(
+            mstar_comm_store_and_return_tensor_info(w.p, &rid, o, NTENSORS, NULL, infos));
+    }
     for (int i = 0; i < NTENSORS; i++)
         held[i] = infos[i].uuid;
-    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w.p, held, NTENSORS, 1));
+    arm(IN_ROUTE, when, k);
+    st = mstar_comm_increment_ref_batch_uniform(w.p, held, NTENSORS, 1);
+    if (must_retry(st, &reached))
+        assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w.p, held, NTENSORS, 1));
     mstar_edge routed = edge_of("sig", "node", infos, NTENSORS);
-    assert_mstar_ok(mstar_comm_set_output_ref_counts(w.p, held, NTENSORS, &routed, 1));
+    arm(IN_ROUTE, when, k);
+    st = mstar_comm_set_output_ref_counts(w.p, held, NTENSORS, &routed, 1);
+    if (must_retry(st, &reached))
+        assert_mstar_ok(mstar_comm_set_output_ref_counts(w.p, held, NTENSORS, &routed, 1));
     mstar_edge_clear(&routed);
 
-    bool reached = false;
     arm(IN_REGISTER, when, k);
-    mstar_status st = mstar_comm_register_for_send(w.p, &rid, infos, NTENSORS);
-    if (disarm()) {
-        reached = true;
-        if (st != MSTAR_OK) {
-            assert_int_equal(st, MSTAR_ENOMEM);
-            assert_mstar_ok(mstar_comm_register_for_send(w.p, &rid, infos, NTENSORS));
-        }
-    } else {
-        assert_mstar_ok(st);
-    }
+    st = mstar_comm_register_for_send(w.p, &rid, infos, NTENSORS);
+    if (must_retry(st, &reached))
+        assert_mstar_ok(mstar_comm_register_for_send(w.p, &rid, infos, NTENSORS));
 
     mstar_edge edges[NEDGES];
     for (int e = 0; e < NEDGES; e++) {
@@ -145,15 +190,9 @@ static bool handoff(mstar_transport_kind kind, phase when, long k)
     }
     arm(IN_START_READ, when, k);
     st = mstar_comm_start_read_tensors(w.c, &rid, edges, NEDGES, NULL);
-    if (disarm()) {
-        reached = true;
-        if (st != MSTAR_OK) {
-            assert_int_equal(st, MSTAR_ENOMEM);
-            assert_int_equal(mstar_comm_num_tensors(w.c), 0); /* nothing kept */
-            assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &rid, edges, NEDGES, NULL));
-        }
-    } else {
-        assert_mstar_ok(st);
+    if (must_retry(st, &reached)) {
+        assert_int_equal(mstar_comm_num_tensors(w.c), 0); /* nothing kept */
+        assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &rid, edges, NEDGES, NULL));
     }
 
     /* Collect until every edge arrived; the first poll's allocation fails, and that poll may
@@ -187,7 +226,11 @@ static bool handoff(mstar_transport_kind kind, phase when, long k)
         assert_mstar_ok(mstar_comm_dereference(w.c, infos[i].uuid, 1));
     }
     assert_int_equal(mstar_comm_num_tensors(w.c), 0);
-    bus_deliver(&w.b, "worker_0", w.p);
+    take_acks(&w, when, k, &reached);
+    if (when != IN_ACK) /* the ACKs free the tensors at once */
+        assert_int_equal(mstar_comm_num_tensors(w.p), 0);
+    /* A record an ACK freed but the bookkeeper had no room to collect goes with its request. */
+    assert_mstar_ok(mstar_comm_cleanup_request(w.p, &rid));
     assert_int_equal(mstar_comm_num_tensors(w.p), 0);
 
     for (int e = 0; e < NEDGES; e++)
@@ -202,9 +245,9 @@ static void sweep(mstar_transport_kind kind)
 {
     /* The library's one-time state (its first error message included), before the heap is
      * read: one run failing the first allocation of each call. */
-    for (phase when = IN_REGISTER; when <= IN_COLLECT; when++)
+    for (phase when = IN_STORE; when <= IN_ACK; when++)
         handoff(kind, when, 0);
-    for (phase when = IN_REGISTER; when <= IN_COLLECT; when++) {
+    for (phase when = IN_STORE; when <= IN_ACK; when++) {
         long k = 0;
         for (;; k++) {
             size_t before = heap_in_use();
