@@ -29,6 +29,12 @@ struct hold {
     void *ctx;
 };
 
+/* Tensors of a dict borrowed from Python for as long as the C runner reads them. */
+struct holds {
+    struct hold *items;
+    size_t n, cap;
+};
+
 struct cfg_store {
     struct gr_obj *owner;
     uint32_t idx;
@@ -49,12 +55,11 @@ typedef struct gr_obj {
     size_t nconfigs;
     mstar_stream *stream;
     char *name;
-    struct hold *holds; /* what the last preprocess returned, held until the next */
-    size_t nholds, capholds;
-    /* run_forward's, kept between steps: the map it stages from and the room of its holds */
+    struct holds preprocess_holds; /* what the last preprocess returned, held until the next */
+    /* run_forward's, kept between steps: the map it stages from, and its inputs' holds (empty
+     * between steps, their room kept) */
     mstar_tensor_map *step_map;
-    struct hold *step_holds;
-    size_t capstep_holds;
+    struct holds step_holds;
     mstarpy_step_cache cache; /* leases handed out, tensors over the static outputs */
 } gr_obj;
 
@@ -73,27 +78,29 @@ mstar_graph_runner *mstarpy_graph_runner_handle(PyObject *obj)
 /* ---- callback plumbing ------------------------------------------------------------------------
  */
 
-static void release_holds(struct hold *h, size_t n)
+/* Let every held tensor go, keeping the room. */
+static void holds_release(struct holds *h)
 {
-    for (size_t i = 0; i < n; i++)
-        if (h[i].fn)
-            h[i].fn(h[i].ctx, NULL);
+    for (size_t i = 0; i < h->n; i++)
+        if (h->items[i].fn)
+            h->items[i].fn(h->items[i].ctx, NULL);
+    h->n = 0;
 }
 
-static int push_hold(gr_obj *g, mstar_release_fn fn, void *ctx)
+static int holds_push(struct holds *h, mstar_release_fn fn, void *ctx)
 {
-    if (g->nholds == g->capholds) {
-        size_t cap = g->capholds ? 2 * g->capholds : 8;
-        struct hold *h = realloc(g->holds, cap * sizeof(*h));
-        if (!h) {
+    if (h->n == h->cap) {
+        size_t cap = h->cap ? 2 * h->cap : 8;
+        struct hold *items = realloc(h->items, cap * sizeof(*items));
+        if (!items) {
             fn(ctx, NULL);
             PyErr_NoMemory();
             return -1;
         }
-        g->holds = h;
-        g->capholds = cap;
+        h->items = items;
+        h->cap = cap;
     }
-    g->holds[g->nholds++] = (struct hold){ fn, ctx };
+    h->items[h->n++] = (struct hold){ fn, ctx };
     return 0;
 }
 
@@ -142,13 +149,13 @@ static mstar_status owned_copy(mstar_stream *stream, const mstar_tensor *t, cons
 }
 
 struct into_map {
-    gr_obj *g;
+    struct holds *holds; /* where a borrowed view is held (not for a copy) */
     mstar_tensor_map *out;
     mstar_stream *stream;
     bool copy;
 };
 
-/* One tensor into the map: a borrowed view held in g's holds, or (copy) a copy into an owned
+/* One tensor into the map: a borrowed view held in the holds, or (copy) a copy into an owned
  * buffer of the stream, then let go. */
 static int tensor_into_map(void *user, const char *name, const mstar_tensor *t, mstar_release_fn fn,
                            void *ctx)
@@ -158,7 +165,7 @@ static int tensor_into_map(void *user, const char *name, const mstar_tensor *t, 
     int r = 0;
     if (!m->copy) {
         st = mstar_tensor_map_set(m->out, name, t);
-        r = push_hold(m->g, fn, ctx);
+        r = holds_push(m->holds, fn, ctx);
     } else {
         st = owned_copy(m->stream, t, "tensor", name, true, m->out);
         if (st == MSTAR_OK)
@@ -173,12 +180,12 @@ static int tensor_into_map(void *user, const char *name, const mstar_tensor *t, 
     return r;
 }
 
-/* A dict name -> tensor into `out`: borrowed views held in g's holds (copy: copied into owned
- * buffers of `stream`, then let go). */
-static int dict_into_map(gr_obj *g, PyObject *d, mstar_tensor_map *out, mstar_stream *stream,
-                         bool copy)
+/* A dict name -> tensor into `out`: borrowed views held in `holds` (copy: copied into owned
+ * buffers of `stream`, then let go; holds NULL). */
+static int dict_into_map(struct holds *holds, PyObject *d, mstar_tensor_map *out,
+                         mstar_stream *stream, bool copy)
 {
-    struct into_map m = { g, out, stream, copy };
+    struct into_map m = { holds, out, stream, copy };
     return mstarpy_dict_tensors(d, "expected a dict of tensors", tensor_into_map, &m);
 }
 
@@ -214,15 +221,14 @@ static mstar_status cb_preprocess(void *self, mstar_step *step, const mstar_node
 {
     gr_obj *g = self;
     /* The runner cleared the map of the last preprocess before this call. */
-    release_holds(g->holds, g->nholds);
-    g->nholds = 0;
+    holds_release(&g->preprocess_holds);
     PyObject *rows = rows_to_py(g, inputs, n);
     PyObject *st = rows ? mstarpy_step_borrow(step) : NULL;
     PyObject *r = st ? PyObject_CallMethod(g->refs.cb, "preprocess", "OO", st, rows) : NULL;
     mstarpy_step_detach(st);
     Py_XDECREF(st);
     Py_XDECREF(rows);
-    int ok = r ? dict_into_map(g, r, out, NULL, false) : -1;
+    int ok = r ? dict_into_map(&g->preprocess_holds, r, out, NULL, false) : -1;
     Py_XDECREF(r);
     return ok < 0 ? mstarpy_pending_keep(&g->refs.pending, "preprocess") : MSTAR_OK;
 }
@@ -322,7 +328,7 @@ static mstar_status cb_template(void *user, mstar_stream *stream, int64_t len,
     struct cfg_store *c = user;
     gr_obj *g = c->owner;
     PyObject *r = PyObject_CallMethod(g->refs.cb, "make_node_input", "IL", c->idx, (long long)len);
-    int ok = r ? dict_into_map(g, r, out, stream, true) : -1;
+    int ok = r ? dict_into_map(NULL, r, out, stream, true) : -1;
     Py_XDECREF(r);
     return ok < 0 ? mstarpy_pending_keep(&g->refs.pending, "make_node_input") : MSTAR_OK;
 }
@@ -483,8 +489,7 @@ static void gr_close(gr_obj *g)
     mstarpy_step_cache_clear(&g->cache);
     mstar_graph_runner_destroy(g->r);
     g->r = NULL;
-    release_holds(g->holds, g->nholds);
-    g->nholds = 0;
+    holds_release(&g->preprocess_holds);
     for (size_t i = 0; i < g->nconfigs; i++)
         store_free(&g->store[i]);
     free(g->store);
@@ -568,8 +573,8 @@ static void gr_dealloc(PyObject *obj)
     gr_obj *g = (gr_obj *)obj;
     PyObject_GC_UnTrack(obj);
     gr_close(g);
-    free(g->holds);
-    free(g->step_holds);
+    free(g->preprocess_holds.items);
+    free(g->step_holds.items);
     mstar_tensor_map_destroy(g->step_map);
     free(g->name);
     mstarpy_runner_free(obj, &g->refs);
@@ -983,21 +988,11 @@ static PyObject *run_step(PyObject *self, PyObject *lo, PyObject *pre)
     }
     mstar_tensor_map *map = g->step_map;
     /* Held apart from the capture's preprocess holds: these go once staging copied them. */
-    struct hold *saved = g->holds;
-    size_t nsaved = g->nholds, capsaved = g->capholds;
-    g->holds = g->step_holds;
-    g->nholds = 0;
-    g->capholds = g->capstep_holds;
     const mstar_tensor_map *outs =
-        dict_into_map(g, pre, map, NULL, false) == 0 ? replay(g, r, &l, map) : NULL;
+        dict_into_map(&g->step_holds, pre, map, NULL, false) == 0 ? replay(g, r, &l, map) : NULL;
     /* The static outputs as torch tensors (views of the slot's buffers, each holding g). */
     PyObject *res = outs ? mstarpy_step_cache_outputs(&g->cache, self, outs) : NULL;
-    release_holds(g->holds, g->nholds);
-    g->step_holds = g->holds;
-    g->capstep_holds = g->capholds;
-    g->holds = saved;
-    g->nholds = nsaved;
-    g->capholds = capsaved;
+    holds_release(&g->step_holds);
     mstar_tensor_map_clear(map);
     return res;
 }
