@@ -755,17 +755,16 @@ mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
     }
     /* Every message is built before one is sent: short of memory, none goes, and the caller
      * can try again with nothing ACKed twice. Usually one producer: on the stack. */
-    mstar_msg msgs_local[2];
-    const char *names_local[2];
-    mstar_msg *msgs = st == MSTAR_OK ? mstar__scratch_zalloc(msgs_local, sizeof(msgs_local), npeers,
-                                                             sizeof(*msgs))
-                                     : NULL;
-    const char **names = st == MSTAR_OK ? mstar__scratch_zalloc(names_local, sizeof(names_local),
-                                                                npeers, sizeof(*names))
-                                        : NULL;
+    struct ack_out {
+        const char *peer;
+        mstar_msg msg;
+    } outs_local[2];
+    struct ack_out *outs = st == MSTAR_OK ? mstar__scratch_zalloc(outs_local, sizeof(outs_local),
+                                                                  npeers, sizeof(*outs))
+                                          : NULL;
+    if (st == MSTAR_OK && outs == NULL)
+        st = mstar_error_set(MSTAR_ENOMEM, "ACKs of %u edges", n);
     uint32_t nbuilt = 0;
-    st = msgs != NULL && names != NULL ? MSTAR_OK
-                                       : mstar_error_set(MSTAR_ENOMEM, "ACKs of %u edges", n);
     for (uint32_t e = 0; e < n && st == MSTAR_OK; e++) {
         for (uint32_t i = 0; i < edges[e]->ntensors && st == MSTAR_OK; i++) {
             const char *peer = edges[e]->tensor_info[i].source_entity;
@@ -773,8 +772,8 @@ mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
                 mstar__strmap_find(&peers, peer, strnlen(peer, MSTAR_NAME_MAX + 1));
             if (num == NULL || *num != nbuilt)
                 continue; /* this entity's own, or a producer met before */
-            names[nbuilt] = peer;
-            st = ack_build(rid, peer, edges, failed, n, &msgs[nbuilt]);
+            outs[nbuilt].peer = peer;
+            st = ack_build(rid, peer, edges, failed, n, &outs[nbuilt].msg);
             nbuilt += st == MSTAR_OK;
         }
     }
@@ -782,14 +781,13 @@ mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
     mstar_status first = st;
     for (uint32_t j = 0; j < nbuilt; j++) {
         if (st == MSTAR_OK) {
-            mstar_status sent = send_or_queue(comm, names[j], &msgs[j]);
+            mstar_status sent = send_or_queue(comm, outs[j].peer, &outs[j].msg);
             if (first == MSTAR_OK)
                 first = sent;
         }
-        mstar_msg_clear(&msgs[j]);
+        mstar_msg_clear(&outs[j].msg);
     }
-    mstar__scratch_free(msgs, msgs_local);
-    mstar__scratch_free(names, names_local);
+    mstar__scratch_free(outs, outs_local);
     if (built != NULL)
         *built = st == MSTAR_OK;
     return first;

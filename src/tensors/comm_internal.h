@@ -156,9 +156,9 @@ bool mstar__comm_expects(const mstar_comm *comm, const char *entity);
 mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
                                    const mstar_edge *const *edges, const bool *failed, uint32_t n,
                                    bool *built);
-/* ACKs of `nedges` edges that could not be built at a request's end (out of memory, the error
- * set): logged and counted in acks_lost; their producer keeps the tensors until its TTL or a
- * forced cleanup. */
+/* ACKs of `nedges` edges that could not be built (out of memory, the error set) where no later
+ * call retries them (a view's record freed, a request's cleanup): logged and counted in
+ * acks_lost; their producer keeps the tensors until its TTL or a forced cleanup. */
 void mstar__comm_ack_given_up(mstar_comm *comm, size_t nedges);
 /* Resend the queued ACKs; those that fail again stay queued. The first failure is returned. */
 mstar_status mstar__comm_flush_acks(mstar_comm *comm);

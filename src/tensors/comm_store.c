@@ -417,8 +417,8 @@ mstar_status mstar_comm_store_and_return_tensor_info(mstar_comm *comm, const mst
     mstar_status st = mstar__comm_req(comm, rid, true, &slot);
     if (st != MSTAR_OK || n == 0)
         return st;
-    prepared
-        ps_local[MSTAR__COMM_ON_STACK]; /* a few outputs, the usual store, need no allocation */
+    /* A few outputs, the usual store, need no allocation. */
+    prepared ps_local[MSTAR__COMM_ON_STACK];
     prepared *ps = mstar__scratch_zalloc(ps_local, sizeof(ps_local), n, sizeof(*ps));
     if (ps == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "store of %u outputs", n);
