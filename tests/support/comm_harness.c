@@ -112,8 +112,13 @@ mstar_comm *make_comm(const char *entity, mstar_transport_kind kind, const char 
 
 void comm_pair_init(comm_pair *w, const char *tag)
 {
+    comm_pair_init_in(w, mstar_test_tmpdir(tag));
+}
+
+void comm_pair_init_in(comm_pair *w, const char *dir)
+{
     memset(w, 0, sizeof(*w));
-    w->dir = mstar_test_tmpdir(tag);
+    w->dir = dir;
     w->sp = (sender){ &w->b, "worker_0" };
     w->sc = (sender){ &w->b, "worker_1" };
 }

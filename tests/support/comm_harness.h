@@ -66,6 +66,8 @@ typedef struct comm_pair {
 
 /* Fill `w` (zeroed first) with senders and a directory named after `tag`. */
 void comm_pair_init(comm_pair *w, const char *tag);
+/* The same in an existing directory `dir` (a test that makes many pairs: tmpdirs are few). */
+void comm_pair_init_in(comm_pair *w, const char *dir);
 /* Create w->p (worker_0) and w->c (worker_1) on transport `kind`. */
 void comm_pair_make(comm_pair *w, mstar_transport_kind kind);
 /* Destroy the managers made (the consumer first), drop what the bus still holds, and check that

@@ -142,11 +142,8 @@ static void take_acks(comm_pair *w, phase when, long k, bool *reached)
  * call's last allocation fails nothing). */
 static bool handoff(mstar_transport_kind kind, phase when, long k)
 {
-    comm_pair w; /* comm_pair_init's, in the one directory of every run */
-    memset(&w, 0, sizeof(w));
-    w.dir = dir;
-    w.sp = (sender){ &w.b, "worker_0" };
-    w.sc = (sender){ &w.b, "worker_1" };
+    comm_pair w;
+    comm_pair_init_in(&w, dir); /* the one directory of every run */
     comm_pair_make(&w, kind);
     mstar_rid rid = mstar_rid_from_int(41);
     mstar_tensor ts[NTENSORS];
