@@ -480,3 +480,29 @@ def test_a_step_reuses_its_lease_and_output_tensors(runner):
     again = runner.run_forward(a, pre)["output"]
     assert again is not first_out and torch.equal(again, first_out)
     runner.release(a, 2)
+
+
+def test_step_methods_take_keywords_and_refuse_bad_arguments(runner):
+    """lease_slot, run_forward and release parse their arguments in C (fastcall): by position or
+    by name as their signatures say, a wrong type, a missing, unknown or extra argument is a
+    TypeError, and launch_started_event is set on success and on failure."""
+    import threading
+    a = runner.lease_slot(graph_walk="decode", bs=2, slot=0, num_tokens=2)
+    assert a is runner.lease_slot("decode", 2, 0, 2)
+    pre = runner._preprocess(runner.pad_inputs(a, inputs(2)))
+    started = threading.Event()
+    out = runner.run_forward(lease=a, preprocessed=pre, launch_started_event=started)
+    assert started.is_set() and out["output"].shape[0] == 2
+    runner.release(lease=a, real_bs=2)
+    for call in (lambda: runner.lease_slot(1, 2), lambda: runner.lease_slot("decode"),
+                 lambda: runner.lease_slot("decode", 2, foo=1),
+                 lambda: runner.lease_slot("decode", 2, None, 2, None, 9),
+                 lambda: runner.run_forward(a), lambda: runner.run_forward(a, pre, None, None, 1),
+                 lambda: runner.release(a), lambda: runner.release((0,), 2),
+                 lambda: runner.release(a, 2, real_bs=2)):
+        with pytest.raises(TypeError):
+            call()
+    failed = threading.Event()
+    with pytest.raises(TypeError):
+        runner.run_forward((0,), pre, None, failed)
+    assert failed.is_set()
