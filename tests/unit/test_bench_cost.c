@@ -3,7 +3,8 @@
  * (apps/mstar/bench/bench_floor.c): the peer's CPU time as the peer reads it itself. Read from
  * outside, a peer that spun through a loop shorter than a scheduler tick showed no CPU time at
  * all (the busy-poll floor's peer read 0.0 us). Only that a busy peer used some CPU is checked;
- * how much is the bench's to report.
+ * how much is the bench's to report. Also the shared page `--profile` times each side's calls
+ * on (bench_phases.c): samples only while armed, from both processes, summarized in order.
  */
 #include "mstar_test.h"
 
@@ -54,11 +55,62 @@ static void test_busy_floor_peer_uses_cpu(void **state)
     assert_true(f.cost.peer.cpu_us > 0);
 }
 
+/* Samples a forked peer records land on the producer's page; a disarmed page records nothing
+ * and reads no clock; p50 and p99 are order statistics of what was recorded. */
+static void test_phases_record_both_sides_while_armed(void **state)
+{
+    (void)state;
+    mstar_bench_phases *ph = mstar_bench_phases_create();
+    assert_non_null(ph);
+    assert_int_equal(mstar_bench_phase_begin(ph), 0); /* disarmed */
+    mstar_bench_phase_end(ph, MSTAR_BENCH_PHASE_READ, 0);
+    mstar_bench_phases_arm(ph, true);
+    assert_true(mstar_bench_phase_begin(ph) > 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        for (uint64_t ns = 1000; ns <= 100000; ns += 1000) /* 1..100 us */
+            mstar_bench_phases_add(ph, MSTAR_BENCH_PHASE_READ, ns);
+        uint64_t t = mstar_bench_phase_begin(ph);
+        mstar_bench_phase_end(ph, MSTAR_BENCH_PHASE_RELEASE, t);
+        _exit(t == 0);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    mstar_bench_phases_add(ph, MSTAR_BENCH_PHASE_STORE, 7000);
+    mstar_bench_phases_add(ph, MSTAR_BENCH_PHASE_STORE, 5000);
+    mstar_bench_phases_add(ph, MSTAR_BENCH_PHASE_STORE, UINT64_MAX); /* past 2^32 ns: counted */
+    mstar_bench_phases_add(ph, MSTAR_BENCH_PHASES, 1);               /* no such phase */
+    mstar_bench_phases_arm(ph, false);
+    mstar_bench_phase_row row;
+    mstar_bench_phases_summarize(ph, &row);
+    assert_int_equal(row.calls[MSTAR_BENCH_PHASE_READ], 100);
+    assert_true(row.p50_us[MSTAR_BENCH_PHASE_READ] == 51.0);
+    assert_true(row.p99_us[MSTAR_BENCH_PHASE_READ] == 99.0);
+    assert_int_equal(row.calls[MSTAR_BENCH_PHASE_RELEASE], 1);
+    assert_int_equal(row.calls[MSTAR_BENCH_PHASE_STORE], 3);
+    assert_true(row.p50_us[MSTAR_BENCH_PHASE_STORE] == 7.0);
+    assert_true(row.p99_us[MSTAR_BENCH_PHASE_STORE] == 7.0);
+    assert_true(row.p50_us[MSTAR_BENCH_PHASE_STORE] < row.p50_us[MSTAR_BENCH_PHASE_READ]);
+    assert_int_equal(row.calls[MSTAR_BENCH_PHASE_SEND], 0);
+    assert_true(row.clock_us >= 0 && row.clock_us < 1000);
+    /* Armed again: the earlier samples are forgotten. */
+    mstar_bench_phases_arm(ph, true);
+    mstar_bench_phases_summarize(ph, &row);
+    assert_int_equal(row.calls[MSTAR_BENCH_PHASE_READ], 0);
+    assert_string_equal(mstar_bench_phase_name(MSTAR_BENCH_PHASE_COLLECT), "collect");
+    assert_true(mstar_bench_phase_on_producer(MSTAR_BENCH_PHASE_ACK));
+    assert_false(mstar_bench_phase_on_producer(MSTAR_BENCH_PHASE_RECEIVE));
+    mstar_bench_phases_destroy(ph);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peer_reads_its_own_cpu),
         cmocka_unit_test(test_busy_floor_peer_uses_cpu),
+        cmocka_unit_test(test_phases_record_both_sides_while_armed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -154,6 +154,45 @@ void mstar_bench_peer_cpu_note(mstar_bench_peer_cpu *pc, uint64_t at);
  * out->peer.cpu_us; nothing when a sample is missing. */
 void mstar_bench_peer_cpu_apply(const mstar_bench_peer_cpu *pc, double n, mstar_bench_cost *out);
 
+/* The library calls of one handoff, each timed where it runs (mstar bench transport --size N
+ * --profile; bench_phases.c). */
+typedef enum mstar_bench_phase {
+    MSTAR_BENCH_PHASE_STORE,   /* producer: mstar_comm_store_and_return_tensor_info */
+    MSTAR_BENCH_PHASE_STAGE,   /* producer: mstar_comm_increment_ref + register_for_send */
+    MSTAR_BENCH_PHASE_BUILD,   /* producer: the INPUT_SIGNALS message (mstar_msg_add_edge) */
+    MSTAR_BENCH_PHASE_SEND,    /* producer: mstar_mesh_send (encode, ring, wake) */
+    MSTAR_BENCH_PHASE_ACK,     /* producer: mstar_comm_handle_message of the TENSOR_RECEIVED */
+    MSTAR_BENCH_PHASE_RECEIVE, /* consumer: mstar_mesh_recv of INPUT_SIGNALS (ring, decode) */
+    MSTAR_BENCH_PHASE_READ,    /* consumer: mstar_comm_start_read_tensors (or _views) */
+    MSTAR_BENCH_PHASE_COLLECT, /* consumer: mstar_comm_get_ready_tensors (the ACK sent) */
+    MSTAR_BENCH_PHASE_RELEASE, /* consumer: mstar_comm_dereference + cleanup_request */
+    MSTAR_BENCH_PHASES
+} mstar_bench_phase;
+
+/* Per phase: the calls timed and their p50 / p99; clock_us, what timing one call adds. */
+typedef struct mstar_bench_phase_row {
+    uint32_t calls[MSTAR_BENCH_PHASES];
+    double p50_us[MSTAR_BENCH_PHASES], p99_us[MSTAR_BENCH_PHASES];
+    double clock_us;
+} mstar_bench_phase_row;
+
+typedef struct mstar_bench_phases mstar_bench_phases;
+const char *mstar_bench_phase_name(mstar_bench_phase phase);
+bool mstar_bench_phase_on_producer(mstar_bench_phase phase);
+/* A shared page for a producer and the consumer it forks next, disarmed; NULL on failure. */
+mstar_bench_phases *mstar_bench_phases_create(void);
+void mstar_bench_phases_destroy(mstar_bench_phases *ph);
+/* Producer: time calls from now on (forgetting earlier samples), or stop. */
+void mstar_bench_phases_arm(mstar_bench_phases *ph, bool on);
+/* Either side, around a call: begin returns 0 (and end records nothing) while disarmed or for a
+ * NULL page, so an untimed run reads no clock. */
+uint64_t mstar_bench_phase_begin(const mstar_bench_phases *ph);
+void mstar_bench_phase_end(mstar_bench_phases *ph, mstar_bench_phase phase, uint64_t begin);
+/* Record one sample of `ns`; past the page's room, samples are dropped. */
+void mstar_bench_phases_add(mstar_bench_phases *ph, mstar_bench_phase phase, uint64_t ns);
+/* Measuring side, once the peer is past its last timed call. */
+void mstar_bench_phases_summarize(const mstar_bench_phases *ph, mstar_bench_phase_row *out);
+
 /* A ping-pong of 4 bytes through shared memory between this process and a forked one. */
 typedef struct mstar_bench_floor {
     double p50_us, p99_us; /* round trip */
@@ -175,6 +214,8 @@ typedef struct mstar_bench_transport_row {
     double gbps;                 /* sustained, in_flight handoffs in flight */
     double tcp_gbps;             /* baseline of a UCX transport: a raw loopback TCP stream; 0 */
     mstar_bench_cost cost;       /* of one handoff of the round trips, producer and consumer */
+    bool has_phases;             /* --profile: the calls of the round trips, timed */
+    mstar_bench_phase_row phases;
 } mstar_bench_transport_row;
 
 typedef struct mstar_bench_transport_result {
@@ -230,6 +271,10 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
  * Python suite). */
 mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t size, bool quick,
                                             mstar_bench_transport_result *out);
+/* The same with each library call of the round trips timed on its side (row.phases): the
+ * timers' clock reads add to the round trips it reports. */
+mstar_status mstar_bench_transport_profile_run(mstar_transport_kind kind, uint64_t size, bool quick,
+                                               mstar_bench_transport_result *out);
 void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out);
 /* Device tensors on cuda:0 between two processes: the arena over the CUDA IPC route and staged,
  * and the in-process baselines. MSTAR_ENOTSUP without CUDA. */

@@ -1,6 +1,6 @@
 /*
  * bench_transport.c — `mstar bench transport [--transport files|arena|ucx-tcp|ucx-rdma]
- * [--device cpu|cuda|host] [--size BYTES] [--json] [--quick]`.
+ * [--device cpu|cuda|host] [--size BYTES [--profile]] [--json] [--quick]`.
  *
  * With --device cuda (bench_transport's second half): the arena carries device tensors of 4 KiB
  * to 256 MiB on cuda:0, once over the CUDA IPC route and once staged, each run in a child of its
@@ -42,7 +42,10 @@
  *
  * --size BYTES measures that one size over files or the arena (the arena with loans and views
  * too) and nothing else: no baselines, no ratios, no targets. The Python suite interleaves such
- * runs with its own, size by size, so both see the machine in the same state.
+ * runs with its own, size by size, so both see the machine in the same state. With --profile,
+ * each library call of those round trips is timed on the side that makes it (bench_phases.c):
+ * the producer's store, stage, message, send and ACK handling, the consumer's receive, read,
+ * collect (the ACK goes out there) and release.
  *
  * Both processes set glibc's mmap threshold high, so freed receive buffers are reused rather
  * than returned to the kernel and faulted in again — what a serving process's caching
@@ -341,6 +344,7 @@ typedef struct setup {
     bool cuda;      /* device tensors on cuda:0 in both processes */
     bool standin;   /* with cuda: the host backend stands in for cuda:0 (no GPU needed) */
     bool zero_copy; /* the arena with loans (producer) and views (consumer) */
+    bool profile;   /* time each call of the round trips (--profile) */
 } setup;
 
 /* The backend of a process of a device run (NULL: host tensors). Each process makes its own,
@@ -402,13 +406,20 @@ static void wait_for(mstar_mesh *mesh, mstar_msg_type type)
     }
 }
 
+/* --profile: where each side times its calls (NULL: untimed). */
+static mstar_bench_phases *phases;
+
 /* Release every edge whose read landed (its ACK went out as it was collected, or goes as its
  * view is released) and end the requests they came in: a worker's step is over once its inputs
  * are consumed. A consumer that kept its requests would carry every one it ever saw. */
 static void release_ready(mstar_comm *c)
 {
     mstar_ready_set set;
+    uint64_t t = mstar_bench_phase_begin(phases);
     CHECK(mstar_comm_get_ready_tensors(c, &set));
+    if (set.nrequests > 0) /* an empty poll is the loop's, not a handoff's */
+        mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_COLLECT, t);
+    t = set.nrequests > 0 ? mstar_bench_phase_begin(phases) : 0;
     if (set.nfailed > 0) {
         fprintf(stderr, "mstar bench transport: a read failed: %s\n", set.failed[0].message);
         exit(1);
@@ -419,6 +430,7 @@ static void release_ready(mstar_comm *c)
     for (uint32_t r = 0; r < set.nrequests; r++)
         CHECK(mstar_comm_cleanup_request(c, &set.rids[r]));
     mstar_ready_set_clear(&set);
+    mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_RELEASE, t);
 }
 
 /* Spin on the rings for MSTAR_RING_SPIN_US, then sleep until a message arrives or a read lands
@@ -445,10 +457,12 @@ static void consume_one(const setup *s, mstar_mesh *mesh, mstar_comm *c, const m
 {
     if (m->type == MSTAR_MSG_INPUT_SIGNALS && !m->request_id.is_str)
         mstar_bench_peer_cpu_note(peer_cpu, (uint64_t)m->request_id.num);
-    if (m->type == MSTAR_MSG_INPUT_SIGNALS)
+    if (m->type == MSTAR_MSG_INPUT_SIGNALS) {
+        uint64_t t = mstar_bench_phase_begin(phases);
         CHECK((s->zero_copy ? mstar_comm_start_read_views : mstar_comm_start_read_tensors)(
             c, &m->request_id, m->edges, m->nedges, NULL));
-    else if (m->type == MSTAR_MSG_SHUTDOWN && ++*shutdowns == 1)
+        mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_READ, t);
+    } else if (m->type == MSTAR_MSG_SHUTDOWN && ++*shutdowns == 1)
         send_simple(mesh, "worker_0", MSTAR_MSG_SHUTDOWN);
 }
 
@@ -467,11 +481,15 @@ static void consumer(const setup *s)
     while (shutdowns < 2) {
         mstar_msg m;
         mstar_status st;
+        uint64_t t = mstar_bench_phase_begin(phases);
         while (shutdowns < 2 && (st = mstar_mesh_recv(mesh, 0, &m)) != MSTAR_EAGAIN) {
             if (st != MSTAR_OK)
                 continue;
+            if (m.type == MSTAR_MSG_INPUT_SIGNALS)
+                mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_RECEIVE, t);
             consume_one(s, mesh, c, &m, &shutdowns);
             mstar_msg_clear(&m);
+            t = mstar_bench_phase_begin(phases);
         }
         release_ready(c);
         if (shutdowns < 2)
@@ -520,9 +538,14 @@ static void send_one(producer *p, void *bytes, uint64_t size)
         o.release = no_release;
     }
     mstar_tensor_info info;
+    uint64_t t = mstar_bench_phase_begin(phases);
     CHECK(mstar_comm_store_and_return_tensor_info(p->comm, &rid, &o, 1, NULL, &info));
+    mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_STORE, t);
+    t = mstar_bench_phase_begin(phases);
     CHECK(mstar_comm_increment_ref(p->comm, info.uuid, 1));
     CHECK(mstar_comm_register_for_send(p->comm, &rid, &info, 1));
+    mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_STAGE, t);
+    t = mstar_bench_phase_begin(phases);
     mstar_msg m;
     mstar_msg_init(&m, MSTAR_MSG_INPUT_SIGNALS);
     m.request_id = rid;
@@ -533,9 +556,12 @@ static void send_one(producer *p, void *bytes, uint64_t size)
     e.ntensors = 1;
     e.tensor_info = &info;
     CHECK(mstar_msg_add_edge(&m, &e));
+    mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_BUILD, t);
+    t = mstar_bench_phase_begin(phases);
     mstar_status st;
     while ((st = mstar_mesh_send(p->mesh, "worker_1", &m)) == MSTAR_EAGAIN) {
     }
+    mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_SEND, t);
     if (st != MSTAR_OK)
         fail("send INPUT_SIGNALS");
     mstar_msg_clear(&m);
@@ -549,8 +575,11 @@ static void wait_held(producer *p, size_t outstanding)
         mstar_msg m;
         if (mstar_mesh_recv(p->mesh, -1, &m) != MSTAR_OK)
             continue;
-        if (m.type == MSTAR_MSG_TENSOR_RECEIVED)
+        if (m.type == MSTAR_MSG_TENSOR_RECEIVED) {
+            uint64_t t = mstar_bench_phase_begin(phases);
             CHECK(mstar_comm_handle_message(p->comm, &m));
+            mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_ACK, t);
+        }
         mstar_msg_clear(&m);
     }
 }
@@ -613,6 +642,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
              * the last (the first of the warm-up below): iters handoffs. */
             mstar_bench_peer_cpu_arm(peer_cpu, (uint64_t)p->next_rid,
                                      (uint64_t)p->next_rid + (uint64_t)iters);
+            mstar_bench_phases_arm(phases, true);
         }
         uint64_t t0 = mstar__now_ns();
         send_one(p, bytes, size);
@@ -621,6 +651,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
             rt[i - 3] = (double)(mstar__now_ns() - t0) * 1e-3;
     }
     mstar_bench_cost_end(&clock, iters, &out->cost);
+    mstar_bench_phases_arm(phases, false);
     out->bytes = size;
     out->rt_p50_us = percentile(rt, (size_t)iters, 0.5);
     out->rt_p99_us = percentile(rt, (size_t)iters, 0.99);
@@ -666,6 +697,8 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
 static void run_transport(const setup *s, bool quick, const uint64_t *sz, int nsizes, row *rows)
 {
     peer_cpu = mstar_bench_peer_cpu_create();
+    if (s->profile && (phases = mstar_bench_phases_create()) == NULL)
+        fail("the profile's shared page");
     pid_t pid = fork();
     if (pid < 0)
         fail("fork");
@@ -697,6 +730,12 @@ static void run_transport(const setup *s, bool quick, const uint64_t *sz, int ns
     waitpid(pid, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail("the consumer process (its error is above)");
+    if (phases != NULL) { /* one size: the consumer is gone, its samples are all there */
+        rows[nsizes - 1].has_phases = true;
+        mstar_bench_phases_summarize(phases, &rows[nsizes - 1].phases);
+        mstar_bench_phases_destroy(phases);
+        phases = NULL;
+    }
     mstar_comm_destroy(p.comm);
     mstar_mesh_destroy(p.mesh);
     if (p.backend != NULL)
@@ -819,7 +858,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     char *restore = mesh_ring_set(true);
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
-        setup s = { kinds[k], sc.ipc_dir, sc.shm_dir, false, false, false };
+        setup s = { kinds[k], sc.ipc_dir, sc.shm_dir, false, false, false, false };
         run_transport(&s, quick, sizes, out->nsizes, out->rows[k]);
         if (kinds[k] != MSTAR_TRANSPORT_ARENA)
             continue;
@@ -838,8 +877,8 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     return MSTAR_OK;
 }
 
-mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t size, bool quick,
-                                            mstar_bench_transport_result *out)
+static mstar_status size_run(mstar_transport_kind kind, uint64_t size, bool quick, bool profile,
+                             mstar_bench_transport_result *out)
 {
     memset(out, 0, sizeof(*out));
     if (kind != MSTAR_TRANSPORT_FILES && kind != MSTAR_TRANSPORT_ARENA)
@@ -856,7 +895,7 @@ mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t 
     out->nsizes = out->nkinds = 1;
     out->kinds[0] = kind;
     char *restore = mesh_ring_set(true);
-    setup s = { kind, sc.ipc_dir, sc.shm_dir, false, false, false };
+    setup s = { kind, sc.ipc_dir, sc.shm_dir, false, false, false, profile };
     run_transport(&s, quick, &size, 1, out->rows[0]);
     if (kind == MSTAR_TRANSPORT_ARENA) {
         s.zero_copy = out->has_views = true;
@@ -865,6 +904,18 @@ mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t 
     mesh_ring_restore(restore);
     scratch_remove(&sc);
     return MSTAR_OK;
+}
+
+mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t size, bool quick,
+                                            mstar_bench_transport_result *out)
+{
+    return size_run(kind, size, quick, false, out);
+}
+
+mstar_status mstar_bench_transport_profile_run(mstar_transport_kind kind, uint64_t size, bool quick,
+                                               mstar_bench_transport_result *out)
+{
+    return size_run(kind, size, quick, true, out);
 }
 
 /* ---- device tensors (--device cuda) --------------------------------------------------------- */
@@ -1012,11 +1063,11 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     /* The host arena's 4 KiB round trip first: it needs no CUDA, and this process must not
      * start CUDA before it forks. */
     mstar_bench_progress("transport", "baseline: the arena's 4 KiB round trip, host tensors");
-    setup host = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false };
+    setup host = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false, false };
     row host_row;
     run_transport(&host, quick, sizes, 1, &host_row);
     static const char *const routes[2] = { "1", "0" };
-    setup dev = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false };
+    setup dev = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false, false };
     for (int k = 0; k < 2 && st == MSTAR_OK; k++) {
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
@@ -1056,10 +1107,10 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
     out->nkinds = 2;
     out->kinds[0] = out->kinds[1] = kind;
     mstar_bench_progress("transport", "host tensors over %s", mstar_transport_kind_name(kind));
-    setup host = { kind, sc.ipc_dir, sc.shm_dir, false, false, false };
+    setup host = { kind, sc.ipc_dir, sc.shm_dir, false, false, false, false };
     run_transport(&host, quick, sizes, out->nsizes, out->rows[PAIR_HOST]);
     mstar_bench_progress("transport", "device tensors over %s", mstar_transport_kind_name(kind));
-    setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false };
+    setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false, false };
     st = run_device_route(&dev, "0", quick, out->nsizes, out->rows[PAIR_DEVICE]);
     scratch_remove(&sc);
     return st;
@@ -1174,6 +1225,20 @@ static void json_row_open(FILE *out, const row *w, int i)
     mstar_bench_json_field(out, "rt_p99_us", w->rt_p99_us, 4);
     mstar_bench_json_field(out, "gbps", w->gbps, 4);
     cost_json(out, &w->cost);
+    if (!w->has_phases)
+        return;
+    fprintf(out, ",\"profile\":{\"calls\":[");
+    for (int k = 0; k < MSTAR_BENCH_PHASES; k++) {
+        fprintf(out, "%s{\"call\":\"%s\",\"side\":\"%s\",\"n\":%u", k ? "," : "",
+                mstar_bench_phase_name(k),
+                mstar_bench_phase_on_producer(k) ? "producer" : "consumer", w->phases.calls[k]);
+        mstar_bench_json_field(out, "p50_us", w->phases.p50_us[k], 4);
+        mstar_bench_json_field(out, "p99_us", w->phases.p99_us[k], 4);
+        fprintf(out, "}");
+    }
+    fprintf(out, "]");
+    mstar_bench_json_field(out, "clock_us", w->phases.clock_us, 4);
+    fprintf(out, "}");
 }
 
 void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE *out)
@@ -1462,6 +1527,20 @@ static int arena_kind(const mstar_bench_transport_result *r)
 }
 
 /* The rows alone, of a run without baselines (--size). */
+/* --profile: each call of the round trips, on the side that makes it, in the order a handoff
+ * makes them. */
+static void print_phases(const mstar_bench_phase_row *ph)
+{
+    printf("  the round trip's calls (--profile), each timed where it runs; timing adds %.2f us "
+           "a call\n  %-9s %-9s %8s %10s %10s\n",
+           ph->clock_us, "side", "call", "calls", "p50 us", "p99 us");
+    for (int k = 0; k < MSTAR_BENCH_PHASES; k++)
+        printf("  %-9s %-9s %8u %10.2f %10.2f\n",
+               mstar_bench_phase_on_producer(k) ? "producer" : "consumer",
+               mstar_bench_phase_name(k), ph->calls[k], ph->p50_us[k], ph->p99_us[k]);
+    printf("\n");
+}
+
 static void print_rows(const mstar_bench_transport_result *r)
 {
     printf("one size, no baselines (--size): no ratios and no targets\n\n");
@@ -1473,6 +1552,8 @@ static void print_rows(const mstar_bench_transport_result *r)
         printf("%s\n  %-8s %12s %12s %10s\n  %-8s %12.1f %12.1f %10.2f\n\n",
                views ? VIEWS_NAME : mstar_transport_kind_name(r->kinds[k]), "size", "rt p50 us",
                "rt p99 us", "GB/s", h, w->rt_p50_us, w->rt_p99_us, w->gbps);
+        if (w->has_phases)
+            print_phases(&w->phases);
     }
 }
 
@@ -1577,7 +1658,7 @@ static bool parse_size(const char *arg, uint64_t *out)
 
 int mstar_bench_transport(int argc, char **argv)
 {
-    bool json = false, quick = false, cuda = false, standin = false;
+    bool json = false, quick = false, cuda = false, standin = false, profile = false;
     uint64_t one_size = 0;
     int nkinds = 2;
     mstar_transport_kind kinds[2] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
@@ -1586,6 +1667,8 @@ int mstar_bench_transport(int argc, char **argv)
             json = true;
         } else if (strcmp(argv[i], "--quick") == 0) {
             quick = true;
+        } else if (strcmp(argv[i], "--profile") == 0) {
+            profile = true;
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
             const char *d = argv[++i];
             if (strcmp(d, "cuda") != 0 && strcmp(d, "cpu") != 0 && strcmp(d, "host") != 0) {
@@ -1612,10 +1695,15 @@ int mstar_bench_transport(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: mstar bench transport [--transport files|arena|ucx-tcp|"
-                            "ucx-rdma] [--device cpu|cuda|host] [--size BYTES] [--json] "
-                            "[--quick]\n");
+                            "ucx-rdma] [--device cpu|cuda|host] [--size BYTES [--profile]] "
+                            "[--json] [--quick]\n");
             return 2;
         }
+    }
+    if (profile && one_size == 0) {
+        fprintf(stderr, "mstar bench transport: --profile times the calls of one size's round "
+                        "trips: give --transport files|arena and --size\n");
+        return 2;
     }
     if (one_size != 0 && (cuda || nkinds != 1)) {
         fprintf(stderr, "mstar bench transport: --size needs --transport files|arena, host "
@@ -1632,7 +1720,9 @@ int mstar_bench_transport(int argc, char **argv)
     }
     mstar_bench_progress_enable(!json);
     mstar_bench_transport_result r;
-    mstar_status st = one_size != 0 ? mstar_bench_transport_size_run(kinds[0], one_size, quick, &r)
+    mstar_status st = profile ? mstar_bench_transport_profile_run(kinds[0], one_size, quick, &r)
+                      : one_size != 0
+                          ? mstar_bench_transport_size_run(kinds[0], one_size, quick, &r)
                       : pair ? mstar_bench_transport_device_pair_run(kinds[0], standin, quick, &r)
                       : cuda ? mstar_bench_transport_cuda_run(quick, &r)
                              : mstar_bench_transport_run(kinds, nkinds, quick, &r);

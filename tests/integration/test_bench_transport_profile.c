@@ -1,0 +1,91 @@
+/*
+ * test_bench_transport_profile.c — `mstar bench transport --size N --profile`: every library call
+ * of the round trips, timed on the side that makes it, for the copying arena and for loans and
+ * views, in the table and in --json; without --size the option is a usage error. No figure is
+ * judged: speed is what the bench states, never what a test asserts.
+ */
+#include "demo_harness.h"
+#include "format_check.h"
+
+static const char *const calls[] = { "store",   "stage", "build",   "send",   "ack",
+                                     "receive", "read",  "collect", "release" };
+
+/* `json` holds one profile per row (the arena, then loans and views), each naming every call
+ * with the side that makes it and how many it timed: most of --quick's 100 round trips (a call
+ * under way as the producer arms or disarms the timers is not counted). */
+static void check_profiles(const char *json)
+{
+    const char *at = json;
+    for (int row = 0; row < 2; row++) {
+        at = strstr(at, "\"profile\":{\"calls\":[");
+        if (at == NULL)
+            fail_msg("row %d has no profile:\n%s", row, json);
+        for (size_t i = 0; i < sizeof(calls) / sizeof(calls[0]); i++) {
+            char want[128];
+            snprintf(want, sizeof(want), "{\"call\":\"%s\",\"side\":\"%s\",\"n\":", calls[i],
+                     i < 5 ? "producer" : "consumer");
+            const char *hit = strstr(at, want);
+            if (hit == NULL)
+                fail_msg("row %d lacks %s:\n%s", row, want, json);
+            long n = strtol(hit + strlen(want), NULL, 10);
+            if (n < 90 || n > 100)
+                fail_msg("row %d: %s timed %ld calls:\n%s", row, calls[i], n, json);
+            at = hit + strlen(want);
+        }
+        at = strstr(at, "\"clock_us\":");
+        assert_non_null(at);
+    }
+}
+
+static void test_profile_times_each_call(void **state)
+{
+    (void)state;
+    const char *args[] = { "transport", "--transport", "arena",  "--size", "4K",
+                           "--profile", "--quick",     "--json", NULL };
+    demo_result r = mstar_cli_run_sig(300, 0, 0, "bench", args);
+    if (demo_exit_code(&r) != 0)
+        fail_msg("mstar bench transport exited %d:\n%s", demo_exit_code(&r), r.err);
+    char why[256];
+    if (!mstar_test_json_check(r.out, NULL, why, sizeof(why)))
+        fail_msg("not JSON: %s\n%s", why, r.out);
+    check_profiles(r.out);
+    demo_result_free(&r);
+    /* The table prints it under each row; without --profile there is none. */
+    const char *table[] = { "transport", "--transport", "arena",   "--size",
+                            "4K",        "--profile",   "--quick", NULL };
+    r = mstar_cli_run_sig(300, 0, 0, "bench", table);
+    assert_int_equal(demo_exit_code(&r), 0);
+    assert_non_null(strstr(r.out, "the round trip's calls (--profile)"));
+    assert_non_null(strstr(r.out, "  consumer  collect "));
+    demo_result_free(&r);
+    const char *plain[] = { "transport", "--transport", "arena",  "--size",
+                            "4K",        "--quick",     "--json", NULL };
+    r = mstar_cli_run_sig(300, 0, 0, "bench", plain);
+    assert_int_equal(demo_exit_code(&r), 0);
+    assert_null(strstr(r.out, "\"profile\""));
+    demo_result_free(&r);
+}
+
+static void test_profile_needs_one_size(void **state)
+{
+    (void)state;
+    const char *bad[][5] = {
+        { "transport", "--profile", NULL },
+        { "transport", "--transport", "arena", "--profile", NULL },
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", bad[i]);
+        if (demo_exit_code(&r) != 2 || strstr(r.err, "--profile times the calls") == NULL)
+            fail_msg("case %zu: exit %d\n%s", i, demo_exit_code(&r), r.err);
+        demo_result_free(&r);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_profile_times_each_call),
+        cmocka_unit_test(test_profile_needs_one_size),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
