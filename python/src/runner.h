@@ -55,6 +55,9 @@ extern PyTypeObject *mstarpy_piecewise_runner_type;
 
 /* The graph runner of a _GraphRunner object, or NULL with an exception. */
 mstar_graph_runner *mstarpy_graph_runner_handle(PyObject *obj);
+/* Forget the replay records of graphs that are gone: after sizing, whose throwaway captures
+ * each left one (a no-op for anything but an open _GraphRunner). */
+void mstarpy_graph_runner_forget_stale(PyObject *obj);
 /* The piecewise runner of a _PiecewiseRunner object, or NULL with an exception. */
 mstar_piecewise_runner *mstarpy_piecewise_runner_handle(PyObject *obj);
 /* The step runner of a _StepRunner object, or NULL with an exception. */

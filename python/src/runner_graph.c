@@ -233,11 +233,17 @@ static mstar_status cb_preprocess(void *self, mstar_step *step, const mstar_node
     return ok < 0 ? mstarpy_pending_keep(&g->refs.pending, "preprocess") : MSTAR_OK;
 }
 
-static PyObject *lease_name(const mstar_slot_lease *l)
+/* The key of a replay record: the lease, and the slot's static outputs the capture wrote. A
+ * throwaway capture (sizing, capture_throwaway) runs under the lease of the bucket's captured
+ * slot into a slot of its own: keyed by the lease alone, its record replaced the live slot's,
+ * whose graph's launch points at that record without a reference, and the next replay of the
+ * captured bucket called a freed object. */
+static PyObject *record_name(const mstar_slot_lease *l, const mstar_tensor_map *outputs)
 {
-    return PyUnicode_FromFormat("%s|%lld|%lld|%s|%d", l->bucket.graph_walk, (long long)l->bucket.bs,
-                                (long long)l->bucket.num_tokens,
-                                l->bucket.cg_key_info ? l->bucket.cg_key_info : "", (int)l->slot);
+    return PyUnicode_FromFormat("%s|%lld|%lld|%s|%d|%p", l->bucket.graph_walk,
+                                (long long)l->bucket.bs, (long long)l->bucket.num_tokens,
+                                l->bucket.cg_key_info ? l->bucket.cg_key_info : "", (int)l->slot,
+                                (const void *)outputs);
 }
 
 struct output_into {
@@ -287,7 +293,7 @@ static int outputs_from_py(gr_obj *g, mstar_step *step, PyObject *res,
     Py_XDECREF(st);
     Py_XDECREF(outs);
     Py_XDECREF(ins);
-    PyObject *key = rec ? lease_name(&ctx->lease) : NULL;
+    PyObject *key = rec ? record_name(&ctx->lease, outputs) : NULL;
     r = key ? mstarpy_replay_keep(g->refs.records, key, rec, ctx->stream, &g->refs.pending,
                                   "the replayed forward")
             : -1;
@@ -617,9 +623,10 @@ static void prune_records(gr_obj *g)
     for (size_t i = 0; live && i < nb; i++) {
         for (int32_t s = 0; s < slots; s++) {
             mstar_slot_lease l = { s, b[i] };
-            if (mstar_graph_runner_slot_for(g->r, &l) == NULL)
+            const mstar_graph_slot *slot = mstar_graph_runner_slot_for(g->r, &l);
+            if (slot == NULL)
                 continue;
-            PyObject *name = lease_name(&l);
+            PyObject *name = record_name(&l, mstar_graph_slot_static_outputs(slot));
             if (name)
                 PySet_Add(live, name);
             Py_XDECREF(name);
@@ -633,6 +640,12 @@ static void prune_records(gr_obj *g)
     Py_XDECREF(live);
     Py_DECREF(keys);
     PyErr_Clear();
+}
+
+void mstarpy_graph_runner_forget_stale(PyObject *obj)
+{
+    if (PyObject_TypeCheck(obj, mstarpy_graph_runner_type) && ((gr_obj *)obj)->r)
+        prune_records((gr_obj *)obj);
 }
 
 static PyObject *gr_prepare(PyObject *self, PyObject *unused)

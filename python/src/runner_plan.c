@@ -289,6 +289,7 @@ static PyObject *py_size_captures(PyObject *mod, PyObject *args)
     self->runner = Py_NewRef(ro);
     mstar_status st = piecewise ? mstar_size_piecewise_captures(pr, g, &self->s)
                                 : mstar_size_captures(r, g, &self->s);
+    mstarpy_graph_runner_forget_stale(ro);
     if (st != MSTAR_OK) {
         Py_DECREF(self);
         return mstarpy_raise(st);
@@ -350,6 +351,7 @@ static PyObject *sizing_lent(PyObject *self, PyObject *arg)
     if (wanted < 0)
         return NULL;
     mstar_status st = mstar_size_lent_captures(((sizing_obj *)self)->s, wanted);
+    mstarpy_graph_runner_forget_stale(((sizing_obj *)self)->runner);
     if (st != MSTAR_OK)
         return mstarpy_raise(st);
     Py_RETURN_NONE;

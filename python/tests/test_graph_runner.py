@@ -288,6 +288,21 @@ def test_replay_reruns_the_module_from_the_graph(runner):
     assert runner.submodule.calls == before + 1
 
 
+def test_throwaway_captures_leave_the_captured_replays(runner):
+    # A throwaway capture runs under the lease of the bucket's captured slot; its replay record
+    # once replaced that slot's, which the live graph still called: the next replay crashed.
+    rows = inputs(8, 1)
+    assert torch.equal(runner.run(rows)["output"], expected(runner, rows))
+    held = runner._c._records()
+    key = tuple(g.BucketKey("decode", 8, 8, None))
+    assert runner._c.capture_throwaway(key)["nodes"] >= 1
+    runner.size_captures()  # a throwaway of every walk's largest bucket
+    assert runner._c._records() == held  # the throwaways' records are gone, the live ones kept
+    for seed in range(2, 6):
+        rows = inputs(8, seed)
+        assert torch.equal(runner.run(rows)["output"], expected(runner, rows))
+
+
 def test_drop_bucket_forgets_it():
     r = make_runner()
     r.drop_bucket(g.BucketKey("decode", 2, 2))
