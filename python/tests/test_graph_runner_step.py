@@ -2,12 +2,14 @@
 Python frame of the package per step, and on CUDA none at all during a replay), keep the
 reference's signatures and keywords, and let a subclass's override win. docs/python.md, "A step
 from Python"."""
+import gc
 import sys
 import threading
 
 import pytest
 import torch
 
+import mstar_c
 from mstar_c import graphs as g
 
 pytestmark = pytest.mark.usefixtures("rows_show")  # every comparison at one row count
@@ -25,10 +27,11 @@ class Lin(torch.nn.Module):
         return self.lin(x) + x
 
 
-def make_runner(device="cpu", cls=g.AcceleratorGraphRunner, dtype=torch.float32):
+def make_runner(device="cpu", cls=g.AcceleratorGraphRunner, dtype=torch.float32,
+                sizes=(1, 2, 4)):
     module = Lin().to(device=device, dtype=dtype)
     cfg = g.AcceleratorGraphConfig(
-        "decode", capture_batch_sizes=[1, 2, 4],
+        "decode", capture_batch_sizes=list(sizes),
         make_node_input=lambda n: {"x": torch.zeros(n, WIDTH, device=device, dtype=dtype)})
     r = cls("lin", module, None, g.StepRunner(device), device, None, None, 2, configs=[cfg])
     r.capture()
@@ -118,6 +121,86 @@ def test_a_subclass_override_wins():
     r.run_forward(lease, {"x": torch.randn(4, WIDTH)})
     r.release(lease, 4)
     assert seen == [4]
+
+
+# MSTARPY_CACHED_OUTPUTS (python/src/runner.h): the slots whose outputs a runner keeps tensors for
+CACHED_OUTPUTS = 64
+
+
+def _graph_runners():
+    return {id(o) for o in gc.get_objects() if type(o) is mstar_c._mstar._GraphRunner}
+
+
+def step_slot(r, module, bs, slot, gen):
+    """One step of bs rows (a full bucket of bs) on `slot`: its outputs, checked equal to eager
+    over the same rows."""
+    lease = r.lease_slot("decode", bs, slot, bs)
+    assert lease.bucket.bs == bs and lease.slot == slot
+    x = torch.randn(bs, WIDTH, generator=gen)
+    out = r.run_forward(lease, {"x": x})["output"]
+    r.release(lease, bs)
+    with torch.no_grad():
+        assert torch.equal(out, module.forward_batched(x)), (bs, slot)
+    return out
+
+
+def test_a_slot_past_the_output_cache_still_returns_its_own_outputs():
+    """A runner keeps the output tensors of the first CACHED_OUTPUTS slots it replays; a slot past
+    that gets new tensors every step, over the same outputs. Every step returns its replay's
+    values on both sides of the limit, a kept slot keeps its tensors after slots past the limit
+    ran, and those one-step tensors do not keep the runner alive once dropped."""
+    sizes = range(1, CACHED_OUTPUTS // 2 + 9)  # 40 buckets of 2 slots: 80 slots
+    r, module = make_runner(sizes=sizes)
+    slots = [(bs, slot) for bs in sizes for slot in (0, 1)]
+    assert len(slots) > CACHED_OUTPUTS
+    gen = torch.Generator().manual_seed(5)
+    first = [step_slot(r, module, bs, slot, gen) for bs, slot in slots]
+    second = [step_slot(r, module, bs, slot, gen) for bs, slot in slots]
+    # the first CACHED_OUTPUTS slots return the same tensors; the rest new ones (the full cache)
+    kept = [a is b for a, b in zip(first, second)]
+    assert kept == [True] * CACHED_OUTPUTS + [False] * (len(slots) - CACHED_OUTPUTS)
+    # a tensor of either kind views its slot's outputs, so the last step's values show in it
+    moved = [s for s, a, b in zip(slots, first, second)
+             if a.data_ptr() != b.data_ptr() or not torch.equal(a, b)]
+    assert moved == []
+    # the slots past the limit took no kept slot's place: the first and the last kept one
+    for i in (0, CACHED_OUTPUTS - 1):
+        assert step_slot(r, module, *slots[i], gen) is first[i]
+    assert step_slot(r, module, *slots[-1], gen) is not second[-1]
+    c = id(r._c)
+    del r, first, second
+    gc.collect()
+    assert c not in _graph_runners()
+
+
+def test_warming_and_a_throwaway_capture_between_steps_leave_the_output_tensors():
+    """warm_bucket and capture_throwaway (what sizing runs) leave the output cache as it is: they
+    warm and capture into slots of their own, never into a captured slot, so that slot's outputs
+    stay where they are. Its next step returns the same tensors, viewing the slot's outputs, with
+    its replay's values."""
+    r, module = make_runner()
+    dropped = g.BucketKey("decode", 1, 1, None)
+    r.drop_bucket(dropped)  # before the steps: a drop clears the cache
+    key = g.BucketKey("decode", 2, 2, None)
+    gen = torch.Generator().manual_seed(6)
+    before = [step_slot(r, module, 2, slot, gen) for slot in (0, 1)]
+
+    def same_tensors():
+        for slot, t in enumerate(before):
+            assert step_slot(r, module, 2, slot, gen) is t
+            assert t.data_ptr() == r.slot_for(g.SlotLease(slot, key)).static_outputs[
+                "output"].data_ptr()
+
+    assert r._c.warm_bucket(tuple(key)) > 0  # both of its slots warmed, eagerly
+    same_tensors()
+    # a throwaway of a dropped bucket and of the stepped one: its outputs take memory of the pool
+    # holding the live ones, then go, and the live replays are kept
+    held = r.pool.stats()["allocated"]
+    for k in (dropped, key):
+        stats = r._c.capture_throwaway(tuple(k))
+        assert stats["nodes"] == 1 and stats["kept"] > 0
+        assert r.pool.stats()["allocated"] == held and r._c._records() == 2 * 2
+        same_tensors()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
