@@ -1,6 +1,7 @@
 /*
- * strmap.c — see strmap.h. In small mode (hashed false) the entries are small_*[0, len), the
- * inline keys packed in small_bytes in the order of their entries, and entries and heads empty.
+ * strmap.c — see strmap.h. In small mode (hashed false) the entries are small_*[0, len) and the
+ * entries array and hash map are empty (any room they have is kept from before a clear, or a
+ * failed switch).
  */
 #include "strmap.h"
 
@@ -26,48 +27,30 @@ void mstar__strmap_init(mstar__strmap *m)
     mstar__u64map_init(&m->heads);
 }
 
-/* Key i of a map in small mode. */
-static const char *small_key(const mstar__strmap *m, size_t i)
-{
-    return m->small_heap[i] != NULL ? m->small_heap[i] : &m->small_bytes[m->small_off[i]];
-}
-
-static void small_free_keys(mstar__strmap *m)
-{
-    for (size_t i = 0; i < m->len; i++)
-        free(m->small_heap[i]);
-}
-
-void mstar__strmap_free(mstar__strmap *m)
-{
-    if (!m->hashed)
-        small_free_keys(m);
-    for (uint32_t i = 0; i < m->nentries; i++)
-        free(m->entries[i].key);
-    free(m->entries);
-    mstar__u64map_free(&m->heads);
-    memset(m, 0, sizeof(*m));
-}
-
 void mstar__strmap_clear(mstar__strmap *m)
 {
-    if (!m->hashed)
-        small_free_keys(m);
     for (uint32_t i = 0; i < m->nentries; i++)
-        free(m->entries[i].key);
+        free(m->entries[i].key); /* NULL for a free entry */
     m->nentries = 0;
     m->free_head = 0;
     m->len = 0;
     m->hashed = false;
-    m->small_used = 0;
     mstar__u64map_clear(&m->heads);
+}
+
+void mstar__strmap_free(mstar__strmap *m)
+{
+    mstar__strmap_clear(m);
+    free(m->entries);
+    mstar__u64map_free(&m->heads);
+    mstar__strmap_init(m);
 }
 
 /* The index of `key` in a map in small mode, or -1. */
 static ptrdiff_t small_find(const mstar__strmap *m, const char *key, size_t len)
 {
     for (size_t i = 0; i < m->len; i++)
-        if (m->small_lens[i] == len && memcmp(small_key(m, i), key, len) == 0)
+        if (m->small_lens[i] == len && memcmp(m->small_keys[i], key, len) == 0)
             return (ptrdiff_t)i;
     return -1;
 }
@@ -96,168 +79,123 @@ uint64_t *mstar__strmap_find(const mstar__strmap *m, const char *key, size_t len
     return e ? &e->val : NULL;
 }
 
-static mstar_status take_entry(mstar__strmap *m, uint32_t *index)
+/* A NUL-terminated heap copy of `key`, or NULL with the error set. */
+static char *copy_key(const char *key, size_t len)
 {
-    if (m->free_head != 0) {
-        *index = m->free_head - 1;
-        m->free_head = m->entries[*index].next;
+    char *copy = malloc(len + 1);
+    if (copy == NULL) {
+        mstar_error_set(MSTAR_ENOMEM, "string map key of %zu bytes", len);
+        return NULL;
+    }
+    memcpy(copy, key, len);
+    copy[len] = '\0';
+    return copy;
+}
+
+/* Room in the entries array for `want` entries. */
+static mstar_status entries_room(mstar__strmap *m, uint32_t want)
+{
+    if (want <= m->cap)
         return MSTAR_OK;
-    }
-    if (m->nentries == m->cap) {
-        uint32_t ncap = m->cap ? m->cap * 2 : 16;
-        mstar__strmap_entry *n = realloc(m->entries, ncap * sizeof(*n));
-        if (n == NULL)
-            return mstar_error_set(MSTAR_ENOMEM, "string map of %u entries", ncap);
-        m->entries = n;
-        m->cap = ncap;
-    }
-    *index = m->nentries++;
+    uint32_t ncap = m->cap ? m->cap * 2 : 16;
+    mstar__strmap_entry *n = realloc(m->entries, ncap * sizeof(*n));
+    if (n == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "string map of %u entries", ncap);
+    m->entries = n;
+    m->cap = ncap;
     return MSTAR_OK;
 }
 
-/* A map in small mode with room for one more entry: append `key`. */
-static mstar_status small_put(mstar__strmap *m, const char *key, size_t len, uint64_t val)
+/* Fill entry `idx` (taken, not yet in a chain) and make it the head of its hash's chain. Fails
+ * only where the hash map must grow. */
+static mstar_status link_entry(mstar__strmap *m, uint32_t idx, char *key, size_t len, uint64_t hash,
+                               uint64_t val)
 {
-    size_t i = m->len;
-    m->small_heap[i] = NULL;
-    if (len < sizeof(m->small_bytes) - m->small_used) {
-        m->small_off[i] = m->small_used;
-        memcpy(&m->small_bytes[m->small_used], key, len);
-        m->small_bytes[m->small_used + len] = '\0';
-        m->small_used = (uint16_t)(m->small_used + len + 1);
-    } else {
-        char *copy = malloc(len + 1);
-        if (copy == NULL)
-            return mstar_error_set(MSTAR_ENOMEM, "string map key of %zu bytes", len);
-        memcpy(copy, key, len);
-        copy[len] = '\0';
-        m->small_heap[i] = copy;
-        m->small_off[i] = 0;
-    }
-    m->small_lens[i] = len;
-    m->small_vals[i] = val;
-    m->len++;
-    return MSTAR_OK;
-}
-
-/* Leave small mode: the entries held in the map move into the entries and the hash map, with
- * room for one more. Out of memory leaves the map as it was. */
-static mstar_status to_table(mstar__strmap *m)
-{
-    size_t n = m->len;
-    MSTAR__ASSERT(m->nentries == 0 && m->free_head == 0 && n < 16);
-    if (m->cap < 16) {
-        mstar__strmap_entry *e = realloc(m->entries, 16 * sizeof(*e));
-        if (e == NULL)
-            return mstar_error_set(MSTAR_ENOMEM, "string map of %u entries", 16u);
-        m->entries = e;
-        m->cap = 16;
-    }
-    mstar_status st = mstar__u64map_reserve(&m->heads, n + 1);
+    uint64_t head = 0;
+    mstar__u64map_get(&m->heads, hash, &head);
+    mstar_status st = mstar__u64map_put(&m->heads, hash, (uint64_t)idx + 1);
     if (st != MSTAR_OK)
         return st;
+    m->entries[idx] = (mstar__strmap_entry){
+        .key = key, .key_len = len, .hash = hash, .val = val, .next = (uint32_t)head
+    };
+    return MSTAR_OK;
+}
+
+/* Leave small mode: the small entries move into the entries array and the hash map, with room
+ * for one more. Everything is allocated before anything moves, so out of memory leaves the map in
+ * small mode as it was. */
+static mstar_status to_hashed(mstar__strmap *m)
+{
+    size_t n = m->len;
+    MSTAR__ASSERT(m->nentries == 0 && m->free_head == 0 && n <= MSTAR__MAP_SMALL);
     char *copies[MSTAR__MAP_SMALL] = { NULL };
-    for (size_t i = 0; i < n && st == MSTAR_OK; i++) {
-        if (m->small_heap[i] != NULL)
-            continue;
-        if ((copies[i] = malloc(m->small_lens[i] + 1)) == NULL)
-            st = mstar_error_set(MSTAR_ENOMEM, "string map key of %zu bytes", m->small_lens[i]);
-        else
-            memcpy(copies[i], small_key(m, i), m->small_lens[i] + 1);
-    }
+    mstar_status st = entries_room(m, (uint32_t)n + 1);
+    if (st == MSTAR_OK)
+        st = mstar__u64map_reserve(&m->heads, n + 1);
+    for (size_t i = 0; i < n && st == MSTAR_OK; i++)
+        if ((copies[i] = copy_key(m->small_keys[i], m->small_lens[i])) == NULL)
+            st = MSTAR_ENOMEM;
     if (st != MSTAR_OK) {
         for (size_t i = 0; i < n; i++)
             free(copies[i]);
         return st;
     }
     for (size_t i = 0; i < n; i++) {
-        uint32_t idx = m->nentries++;
-        mstar__strmap_entry *e = &m->entries[idx];
-        e->key = m->small_heap[i] != NULL ? m->small_heap[i] : copies[i];
-        e->key_len = m->small_lens[i];
-        e->hash = mstar__hash_bytes(e->key, e->key_len);
-        e->val = m->small_vals[i];
-        uint64_t head = 0;
-        mstar__u64map_get(&m->heads, e->hash, &head);
-        e->next = (uint32_t)head;
-        MSTAR__ASSERT_OK(mstar__u64map_put(&m->heads, e->hash, (uint64_t)idx + 1)); /* reserved */
+        uint64_t hash = mstar__hash_bytes(copies[i], m->small_lens[i]);
+        MSTAR__ASSERT_OK(link_entry(m, m->nentries++, copies[i], m->small_lens[i], hash,
+                                    m->small_vals[i])); /* reserved */
     }
     m->hashed = true;
-    m->small_used = 0;
     return MSTAR_OK;
 }
 
 mstar_status mstar__strmap_put(mstar__strmap *m, const char *key, size_t len, uint64_t val)
 {
     if (!m->hashed) {
-        ptrdiff_t i = small_find(m, key, len);
-        if (i >= 0) {
+        ptrdiff_t found = small_find(m, key, len);
+        if (found >= 0) {
+            m->small_vals[found] = val;
+            return MSTAR_OK;
+        }
+        if (m->len < MSTAR__MAP_SMALL && len <= MSTAR__STRMAP_SMALL_KEY) {
+            size_t i = m->len++;
+            memcpy(m->small_keys[i], key, len);
+            m->small_keys[i][len] = '\0';
+            m->small_lens[i] = (uint8_t)len;
             m->small_vals[i] = val;
             return MSTAR_OK;
         }
-        if (m->len < MSTAR__MAP_SMALL)
-            return small_put(m, key, len, val);
-        mstar_status st = to_table(m);
-        if (st != MSTAR_OK)
-            return st;
     }
     uint64_t hash = mstar__hash_bytes(key, len);
-    mstar__strmap_entry *e = chain_find(m, hash, key, len);
+    mstar__strmap_entry *e = chain_find(m, hash, key, len); /* none in small mode: heads empty */
     if (e != NULL) {
         e->val = val;
         return MSTAR_OK;
     }
-    char *copy = malloc(len + 1);
+    char *copy = copy_key(key, len);
     if (copy == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "string map key of %zu bytes", len);
-    memcpy(copy, key, len);
-    copy[len] = '\0';
-    uint32_t idx = 0;
-    mstar_status st = take_entry(m, &idx);
+        return MSTAR_ENOMEM;
+    mstar_status st = m->hashed ? MSTAR_OK : to_hashed(m);
+    /* A free entry, else one more at the end of the array; taken once the entry is in its chain,
+     * which cannot fail after a switch (it made room). */
+    bool reuse = m->free_head != 0;
+    uint32_t idx = reuse ? m->free_head - 1 : m->nentries;
+    uint32_t next_free = reuse ? m->entries[idx].next : 0;
+    if (st == MSTAR_OK && !reuse)
+        st = entries_room(m, idx + 1);
+    if (st == MSTAR_OK)
+        st = link_entry(m, idx, copy, len, hash, val);
     if (st != MSTAR_OK) {
         free(copy);
         return st;
     }
-    uint64_t head = 0;
-    mstar__u64map_get(&m->heads, hash, &head);
-    st = mstar__u64map_put(&m->heads, hash, (uint64_t)idx + 1);
-    if (st != MSTAR_OK) {
-        free(copy);
-        m->entries[idx].key = NULL;
-        m->entries[idx].next = m->free_head;
-        m->free_head = idx + 1;
-        return st;
-    }
-    mstar__strmap_entry *ne = &m->entries[idx];
-    ne->key = copy;
-    ne->key_len = len;
-    ne->hash = hash;
-    ne->val = val;
-    ne->next = (uint32_t)head;
+    if (reuse)
+        m->free_head = next_free;
+    else
+        m->nentries++;
     m->len++;
     return MSTAR_OK;
-}
-
-/* Remove entry i of a map in small mode, keeping the order of the others and packing the inline
- * keys after its own down over it. */
-static void small_remove(mstar__strmap *m, size_t i)
-{
-    if (m->small_heap[i] != NULL) {
-        free(m->small_heap[i]);
-    } else {
-        size_t gone = m->small_lens[i] + 1, from = m->small_off[i] + gone;
-        memmove(&m->small_bytes[m->small_off[i]], &m->small_bytes[from], m->small_used - from);
-        m->small_used = (uint16_t)(m->small_used - gone);
-        for (size_t j = i + 1; j < m->len; j++)
-            if (m->small_heap[j] == NULL)
-                m->small_off[j] = (uint16_t)(m->small_off[j] - gone);
-    }
-    size_t after = m->len - i - 1;
-    memmove(&m->small_off[i], &m->small_off[i + 1], after * sizeof(m->small_off[0]));
-    memmove(&m->small_lens[i], &m->small_lens[i + 1], after * sizeof(m->small_lens[0]));
-    memmove(&m->small_heap[i], &m->small_heap[i + 1], after * sizeof(m->small_heap[0]));
-    memmove(&m->small_vals[i], &m->small_vals[i + 1], after * sizeof(m->small_vals[0]));
-    m->len--;
 }
 
 bool mstar__strmap_remove(mstar__strmap *m, const char *key, size_t len, uint64_t *old)
@@ -268,7 +206,11 @@ bool mstar__strmap_remove(mstar__strmap *m, const char *key, size_t len, uint64_
             return false;
         if (old)
             *old = m->small_vals[i];
-        small_remove(m, (size_t)i);
+        /* The last entry fills the hole: no caller needs the order of insertion. */
+        size_t last = --m->len;
+        memmove(m->small_keys[i], m->small_keys[last], (size_t)m->small_lens[last] + 1);
+        m->small_lens[i] = m->small_lens[last];
+        m->small_vals[i] = m->small_vals[last];
         return true;
     }
     uint64_t hash = mstar__hash_bytes(key, len);
@@ -303,29 +245,31 @@ bool mstar__strmap_remove(mstar__strmap *m, const char *key, size_t len, uint64_
 bool mstar__strmap_next(const mstar__strmap *m, uint32_t *it, const char **key, size_t *len,
                         uint64_t *val)
 {
+    const char *k = NULL;
+    size_t klen = 0;
+    uint64_t v = 0;
     if (!m->hashed) {
         if (*it >= m->len)
             return false;
         uint32_t i = (*it)++;
-        if (key)
-            *key = small_key(m, i);
-        if (len)
-            *len = m->small_lens[i];
-        if (val)
-            *val = m->small_vals[i];
-        return true;
-    }
-    while (*it < m->nentries) {
+        k = m->small_keys[i];
+        klen = m->small_lens[i];
+        v = m->small_vals[i];
+    } else {
+        while (*it < m->nentries && m->entries[*it].key == NULL)
+            (*it)++;
+        if (*it >= m->nentries)
+            return false;
         const mstar__strmap_entry *e = &m->entries[(*it)++];
-        if (e->key == NULL)
-            continue;
-        if (key)
-            *key = e->key;
-        if (len)
-            *len = e->key_len;
-        if (val)
-            *val = e->val;
-        return true;
+        k = e->key;
+        klen = e->key_len;
+        v = e->val;
     }
-    return false;
+    if (key)
+        *key = k;
+    if (len)
+        *len = klen;
+    if (val)
+        *val = v;
+    return true;
 }

@@ -2,7 +2,8 @@
  * test_maps.c — the u64 and string hash maps and the growable array, against a reference model
  * under random insert/remove churn (the bookkeeper's access pattern), and the maps' small mode:
  * a few entries held in the map itself with no allocation, the switch to the table at the ninth
- * and every operation on either side of it.
+ * (for the string map also at a key longer than its small bound) and every operation on either
+ * side of it, and the string map's puts failing for memory at each of their allocations.
  */
 #include "mstar_test.h"
 
@@ -10,11 +11,69 @@
 #include "core/u64map.h"
 #include "core/vec.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define N 20000
+
+/* Running out of memory, as test_comm_nomem.c does it: malloc, calloc and realloc of this
+ * executable (the maps are linked in) pass to glibc's, but for the one fail_in counts down to;
+ * blocks are counted, so a failed call is seen to leak nothing. The sanitizer builds own malloc,
+ * so there the test that needs this skips. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MAPS_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define MAPS_SANITIZED 1
+#endif
+#endif
+
+#ifndef MAPS_SANITIZED
+extern void *__libc_malloc(size_t n);
+extern void *__libc_calloc(size_t n, size_t size);
+extern void *__libc_realloc(void *p, size_t n);
+extern void __libc_free(void *p);
+
+static long fail_in = -1; /* allocations to let through before the one that fails; -1: none */
+static long live_blocks;  /* allocated and not yet freed (the tests are single-threaded) */
+
+static bool fail_now(void)
+{
+    if (fail_in < 0 || fail_in-- > 0)
+        return false;
+    errno = ENOMEM;
+    return true;
+}
+
+void *malloc(size_t n)
+{
+    void *p = fail_now() ? NULL : __libc_malloc(n);
+    live_blocks += p != NULL;
+    return p;
+}
+
+void *calloc(size_t n, size_t size)
+{
+    void *p = fail_now() ? NULL : __libc_calloc(n, size);
+    live_blocks += p != NULL;
+    return p;
+}
+
+void *realloc(void *p, size_t n)
+{
+    void *q = fail_now() ? NULL : __libc_realloc(p, n);
+    live_blocks += p == NULL && q != NULL;
+    return q;
+}
+
+void free(void *p)
+{
+    live_blocks -= p != NULL;
+    __libc_free(p);
+}
+#endif
 
 static void test_u64map_basic(void **state)
 {
@@ -283,23 +342,29 @@ static void test_u64map_reserve(void **state)
     mstar__u64map_free(&m);
 }
 
-/* Key i of the string small-mode tests, ending in '.' (no key is a prefix of another); every 5th
- * one longer than a small map's inline bytes. */
-static size_t str_key(size_t i, char *buf, size_t size)
+/* Key i of the string small-mode tests, ending in '.' (no key is a prefix of another); with
+ * `with_long`, every 5th one (the first is key 4) longer than a key a map in small mode holds. */
+static size_t str_key(size_t i, bool with_long, char *buf, size_t size)
 {
-    if (i % 5 == 4) {
+    if (with_long && i % 5 == 4) {
         memset(buf, 'x', 300);
         return (size_t)snprintf(buf + 300, size - 300, "-%zu.", i) + 300;
     }
     return (size_t)snprintf(buf, size, "peer-%zu.", i);
 }
 
-static void strmap_expect(const mstar__strmap *m, size_t n, const bool *gone)
+/* Whether a map holding keys [0, n) of str_key is still in small mode. */
+static bool str_small(size_t n, bool with_long)
+{
+    return n <= MSTAR__MAP_SMALL && !(with_long && n > 4);
+}
+
+static void strmap_expect(const mstar__strmap *m, size_t n, const bool *gone, bool with_long)
 {
     char key[400];
     size_t live = 0;
     for (size_t i = 0; i < n; i++) {
-        size_t len = str_key(i, key, sizeof(key));
+        size_t len = str_key(i, with_long, key, sizeof(key));
         uint64_t *v = mstar__strmap_find(m, key, len);
         bool there = gone == NULL || !gone[i];
         assert_int_equal(v != NULL, there);
@@ -310,7 +375,7 @@ static void strmap_expect(const mstar__strmap *m, size_t n, const bool *gone)
         assert_null(mstar__strmap_find(m, key, len - 1)); /* a prefix is another key */
     }
     assert_int_equal(mstar__strmap_len(m), live);
-    size_t len = str_key(n, key, sizeof(key));
+    size_t len = str_key(n, with_long, key, sizeof(key));
     assert_null(mstar__strmap_find(m, key, len));
     bool visited[128] = { false };
     uint32_t it = 0;
@@ -320,7 +385,7 @@ static void strmap_expect(const mstar__strmap *m, size_t n, const bool *gone)
     while (mstar__strmap_next(m, &it, &k, &klen, &v)) {
         size_t i = (size_t)(v - 1) / 10;
         assert_true(i < n && i < 128);
-        len = str_key(i, key, sizeof(key));
+        len = str_key(i, with_long, key, sizeof(key));
         assert_int_equal(klen, len);
         assert_memory_equal(k, key, len);
         assert_int_equal(k[klen], '\0');
@@ -331,64 +396,70 @@ static void strmap_expect(const mstar__strmap *m, size_t n, const bool *gone)
     assert_int_equal(count, live);
 }
 
+/* A map filled with keys [0, n), either side of the switch, through every operation. */
+static void strmap_small_case(size_t n, bool with_long)
+{
+    char key[400];
+    mstar__strmap m;
+    mstar__strmap_init(&m);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = str_key(i, with_long, key, sizeof(key));
+        assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+        /* Up to MSTAR__MAP_SMALL short keys: no entries, no hash map. */
+        bool small = str_small(i + 1, with_long);
+        assert_int_equal(m.entries == NULL && m.cap == 0 && m.heads.cap == 0, small);
+        assert_int_equal(m.hashed, !small);
+    }
+    if (n > 0) { /* an overwrite */
+        size_t len = str_key(0, with_long, key, sizeof(key));
+        assert_mstar_ok(mstar__strmap_put(&m, key, len, 1));
+    }
+    strmap_expect(&m, n, NULL, with_long);
+    bool gone[128] = { false };
+    for (size_t i = 0; i < n; i += 3) {
+        size_t len = str_key(i, with_long, key, sizeof(key));
+        uint64_t old = 0;
+        assert_true(mstar__strmap_remove(&m, key, len, &old));
+        assert_int_equal(old, 10 * i + 1);
+        assert_false(mstar__strmap_remove(&m, key, len, NULL));
+        gone[i] = true;
+    }
+    strmap_expect(&m, n, gone, with_long);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = str_key(i, with_long, key, sizeof(key));
+        if (gone[i])
+            assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+    }
+    strmap_expect(&m, n, NULL, with_long);
+    assert_int_equal(m.entries == NULL, str_small(n, with_long));
+    /* Cleared: small again, the room kept; refilled past the switch without growing. */
+    uint32_t cap = m.cap;
+    size_t heads_cap = m.heads.cap;
+    mstar__strmap_clear(&m);
+    assert_false(m.hashed);
+    strmap_expect(&m, 0, NULL, with_long);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = str_key(i, with_long, key, sizeof(key));
+        assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+    }
+    strmap_expect(&m, n, NULL, with_long);
+    assert_int_equal(m.hashed, !str_small(n, with_long));
+    assert_int_equal(m.cap, cap);
+    assert_int_equal(m.heads.cap, heads_cap);
+    mstar__strmap_free(&m);
+    assert_int_equal(mstar__strmap_len(&m), 0);
+}
+
 static void test_strmap_small(void **state)
 {
     (void)state;
-    static const size_t sizes[] = { 0, 1, 8, 9, 100 };
-    char key[400];
-    for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++) {
-        size_t n = sizes[c];
-        mstar__strmap m;
-        mstar__strmap_init(&m);
-        for (size_t i = 0; i < n; i++) {
-            size_t len = str_key(i, key, sizeof(key));
-            assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
-            /* Up to MSTAR__MAP_SMALL entries: no entries, no hash map (a key too long for the
-             * inline bytes is the only allocation). */
-            bool small = i + 1 <= MSTAR__MAP_SMALL;
-            assert_int_equal(m.entries == NULL && m.cap == 0 && m.heads.cap == 0, small);
-            assert_int_equal(m.hashed, !small);
-        }
-        if (n > 0) { /* an overwrite */
-            size_t len = str_key(0, key, sizeof(key));
-            assert_mstar_ok(mstar__strmap_put(&m, key, len, 1));
-        }
-        strmap_expect(&m, n, NULL);
-        bool gone[128] = { false };
-        for (size_t i = 0; i < n; i += 3) {
-            size_t len = str_key(i, key, sizeof(key));
-            uint64_t old = 0;
-            assert_true(mstar__strmap_remove(&m, key, len, &old));
-            assert_int_equal(old, 10 * i + 1);
-            assert_false(mstar__strmap_remove(&m, key, len, NULL));
-            gone[i] = true;
-        }
-        strmap_expect(&m, n, gone);
-        for (size_t i = 0; i < n; i++) {
-            size_t len = str_key(i, key, sizeof(key));
-            if (gone[i])
-                assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
-        }
-        strmap_expect(&m, n, NULL);
-        assert_int_equal(m.entries == NULL, n <= MSTAR__MAP_SMALL);
-        /* Cleared: small again, the room kept; refilled past the switch without growing. */
-        uint32_t cap = m.cap;
-        size_t heads_cap = m.heads.cap;
-        mstar__strmap_clear(&m);
-        assert_false(m.hashed);
-        strmap_expect(&m, 0, NULL);
-        for (size_t i = 0; i < n; i++) {
-            size_t len = str_key(i, key, sizeof(key));
-            assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
-        }
-        strmap_expect(&m, n, NULL);
-        assert_int_equal(m.cap, cap);
-        assert_int_equal(m.heads.cap, heads_cap);
-        mstar__strmap_free(&m);
-        assert_int_equal(mstar__strmap_len(&m), 0);
-    }
-    /* Small mode packs its inline keys: emptied and filled over and over, short keys never
-     * leave it nor allocate. */
+    static const size_t sizes[] = { 0, 1, 4, 5, 8, 9, 100 };
+    for (int with_long = 0; with_long < 2; with_long++)
+        for (size_t c = 0; c < sizeof(sizes) / sizeof(sizes[0]); c++)
+            strmap_small_case(sizes[c], with_long);
+    /* Emptied and filled over and over, removing in every order, short keys never leave small
+     * mode nor allocate. */
+    char key[64];
     mstar__strmap m;
     mstar__strmap_init(&m);
     for (int round = 0; round < 50; round++) {
@@ -405,8 +476,144 @@ static void test_strmap_small(void **state)
     }
     assert_false(m.hashed);
     assert_null(m.entries);
-    assert_int_equal(m.small_used, 0);
+    assert_int_equal(m.heads.cap, 0);
     mstar__strmap_free(&m);
+}
+
+/* The bound on a small key: MSTAR__STRMAP_SMALL_KEY bytes stay in the map, one more switches it
+ * to hashed mode with the small entries still found. Keys are bytes, NUL included (the comm's
+ * seen set keys on a tensor id and a name). */
+static void test_strmap_small_bound(void **state)
+{
+    (void)state;
+    enum { B = MSTAR__STRMAP_SMALL_KEY };
+    char longest[B + 1];
+    memset(longest, 'k', sizeof(longest));
+    static const char nul_key[] = { 'a', '\0', 'b' };
+    struct {
+        const char *key;
+        size_t len;
+    } keys[] = { { "w", 1 }, { nul_key, 3 }, { nul_key, 1 }, { longest, B }, { longest, B + 1 } };
+    mstar__strmap m;
+    mstar__strmap_init(&m);
+    for (size_t n = 1; n <= 5; n++) {
+        assert_mstar_ok(mstar__strmap_put(&m, keys[n - 1].key, keys[n - 1].len, n));
+        assert_int_equal(m.hashed, n == 5); /* the last is one byte too long */
+        assert_int_equal(m.entries == NULL, n < 5);
+        assert_int_equal(mstar__strmap_len(&m), n);
+        for (size_t i = 0; i < 5; i++) {
+            uint64_t *v = mstar__strmap_find(&m, keys[i].key, keys[i].len);
+            assert_int_equal(v != NULL, i < n);
+            if (v != NULL)
+                assert_int_equal(*v, i + 1);
+        }
+        assert_null(mstar__strmap_find(&m, nul_key, 2));
+        uint32_t it = 0;
+        const char *k;
+        size_t klen, count = 0;
+        uint64_t v;
+        while (mstar__strmap_next(&m, &it, &k, &klen, &v)) {
+            assert_true(v >= 1 && v <= n);
+            assert_int_equal(klen, keys[v - 1].len);
+            assert_memory_equal(k, keys[v - 1].key, klen);
+            assert_int_equal(k[klen], '\0');
+            count++;
+        }
+        assert_int_equal(count, n);
+    }
+    /* Cleared: small again, where the longest small key stays. */
+    mstar__strmap_clear(&m);
+    assert_mstar_ok(mstar__strmap_put(&m, longest, B, 7));
+    assert_false(m.hashed);
+    assert_int_equal(*mstar__strmap_find(&m, longest, B), 7);
+    mstar__strmap_free(&m);
+}
+
+/* Removal in small mode: the last entry fills the hole, and what is left is found and iterated
+ * as before, each once, down to empty and up again. */
+static void test_strmap_small_remove(void **state)
+{
+    (void)state;
+    char key[64];
+    mstar__strmap m;
+    mstar__strmap_init(&m);
+    for (size_t i = 0; i < 6; i++) {
+        size_t len = str_key(i, false, key, sizeof(key));
+        assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+    }
+    /* The first, a middle one, the two moved into their holes, the last, the only one left. */
+    static const size_t order[] = { 0, 3, 5, 4, 1, 2 };
+    bool gone[6] = { false };
+    for (size_t r = 0; r < 6; r++) {
+        size_t len = str_key(order[r], false, key, sizeof(key));
+        uint64_t old = 0;
+        assert_true(mstar__strmap_remove(&m, key, len, &old));
+        assert_int_equal(old, 10 * order[r] + 1);
+        gone[order[r]] = true;
+        strmap_expect(&m, 6, gone, false);
+        assert_false(m.hashed);
+    }
+    uint32_t it = 0;
+    assert_false(mstar__strmap_next(&m, &it, NULL, NULL, NULL));
+    for (size_t i = 0; i < 6; i++) {
+        size_t len = str_key(i, false, key, sizeof(key));
+        assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+    }
+    strmap_expect(&m, 6, NULL, false);
+    assert_null(m.entries);
+    mstar__strmap_free(&m);
+}
+
+/* Put key n into a map of keys [0, n) with each allocation of the put failing in turn (see the
+ * allocator above): every failure reports MSTAR_ENOMEM and leaves the map as it was, in the mode
+ * it was in; the put then succeeds, and freeing the map gives back every block. */
+static void strmap_put_nomem(size_t n, bool with_long)
+{
+#ifndef MAPS_SANITIZED
+    char key[400];
+    bool failed = true;
+    for (long k = 0; failed; k++) {
+        long live_before = live_blocks;
+        mstar__strmap m;
+        mstar__strmap_init(&m);
+        for (size_t i = 0; i < n; i++) {
+            size_t len = str_key(i, with_long, key, sizeof(key));
+            assert_mstar_ok(mstar__strmap_put(&m, key, len, 10 * i + 1));
+        }
+        bool hashed = m.hashed;
+        size_t len = str_key(n, with_long, key, sizeof(key));
+        fail_in = k;
+        mstar_status st = mstar__strmap_put(&m, key, len, 10 * n + 1);
+        failed = fail_in < 0;
+        fail_in = -1;
+        if (failed) {
+            assert_int_equal(st, MSTAR_ENOMEM);
+            assert_int_equal(m.hashed, hashed);
+            strmap_expect(&m, n, NULL, with_long);
+            st = mstar__strmap_put(&m, key, len, 10 * n + 1);
+        }
+        assert_mstar_ok(st);
+        assert_true(m.hashed);
+        strmap_expect(&m, n + 1, NULL, with_long);
+        mstar__strmap_free(&m);
+        assert_int_equal(live_blocks, live_before);
+    }
+#else
+    (void)n;
+    (void)with_long;
+#endif
+}
+
+static void test_strmap_nomem(void **state)
+{
+    (void)state;
+#ifdef MAPS_SANITIZED
+    skip();
+#endif
+    strmap_put_nomem(MSTAR__MAP_SMALL, false); /* the switch at a ninth key */
+    strmap_put_nomem(4, true);                 /* the switch at a long key */
+    strmap_put_nomem(16, false);               /* hashed: the entries array grows */
+    strmap_put_nomem(20, false);               /* hashed: only the key is copied */
 }
 
 static void test_vec(void **state)
@@ -453,6 +660,9 @@ int main(void)
         cmocka_unit_test(test_u64map_small),
         cmocka_unit_test(test_u64map_reserve),
         cmocka_unit_test(test_strmap_small),
+        cmocka_unit_test(test_strmap_small_bound),
+        cmocka_unit_test(test_strmap_small_remove),
+        cmocka_unit_test(test_strmap_nomem),
         cmocka_unit_test(test_vec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
