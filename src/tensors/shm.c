@@ -398,13 +398,17 @@ mstar_status mstar__shm_segment_check(const char *name, const char *source_entit
 {
     mstar__shm_segment_name parsed;
     mstar_status st = mstar__shm_segment_parse(name, &parsed);
-    if (st != MSTAR_OK)
-        return st;
-    if (strcmp(parsed.entity, source_entity) != 0)
+    return st != MSTAR_OK ? st : mstar__shm_segment_owned(name, parsed.entity, source_entity);
+}
+
+mstar_status mstar__shm_segment_owned(const char *name, const char *owner,
+                                      const char *source_entity)
+{
+    if (strcmp(owner, source_entity) != 0)
         return mstar_error_set(MSTAR_EPROTO,
                                "shm_segment '%s' belongs to '%s', not to the "
                                "descriptor's source_entity '%s'",
-                               name, parsed.entity, source_entity);
+                               name, owner, source_entity);
     return MSTAR_OK;
 }
 

@@ -95,6 +95,10 @@ typedef struct mstar__shm_segment_name {
 mstar_status mstar__shm_segment_parse(const char *name, mstar__shm_segment_name *out);
 /* A segment name from a descriptor: valid, and produced by `source_entity`. */
 mstar_status mstar__shm_segment_check(const char *name, const char *source_entity);
+/* The second half of that check, for a segment whose name was parsed before: its producer
+ * `owner` (the parsed entity) is the descriptor's `source_entity`. MSTAR_EPROTO otherwise. */
+mstar_status mstar__shm_segment_owned(const char *name, const char *owner,
+                                      const char *source_entity);
 
 /* Unlink arena segments in `dir` whose pid is no longer running (design.md "Transports"). Returns
  * how many were removed. */

@@ -330,6 +330,36 @@ static void test_mixed_shm_modes(void **state)
     mstar_comm_destroy(arena);
 }
 
+/* A descriptor naming a segment its source_entity did not make is refused, whether the reader
+ * has the segment mapped yet or not (a mapped one is checked against the owner its name gave
+ * when it was mapped), and the reader holds nothing of it. */
+static void test_segment_of_another_producer_is_refused(void **state)
+{
+    world *w = *state;
+    mstar_comm *p = make_comm("worker_0", MSTAR_TRANSPORT_ARENA, w->dir, &w->sp);
+    mstar_comm *c = make_comm("worker_1", MSTAR_TRANSPORT_ARENA, w->dir, &w->sc);
+    mstar_rid rid = mstar_rid_from_int(7);
+    for (int mapped = 0; mapped < 2; mapped++) {
+        mstar_tensor_info x = stage(p, &rid, 64, (uint32_t)mapped, MSTAR_OK);
+        mstar_tensor_info forged = x;
+        snprintf(forged.source_entity, sizeof(forged.source_entity), "worker_2");
+        mstar_edge e = edge_of("x", "n", &forged, 1);
+        assert_mstar_status(mstar_comm_start_read_tensors(c, &rid, &e, 1, NULL), MSTAR_EPROTO);
+        if (strstr(mstar_last_error(), "belongs to 'worker_0', not to the descriptor's "
+                                       "source_entity 'worker_2'") == NULL)
+            fail_msg("mapped %d: %s", mapped, mstar_last_error());
+        assert_int_equal(mstar_comm_num_tensors(c), 0);
+        mstar_edge_clear(&e);
+        read_back(c, &rid, &x); /* the real descriptor reads (and maps the segment) */
+        bus_deliver(&w->b, "worker_0", p);
+    }
+    assert_int_equal(mstar_comm_num_tensors(p), 0);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(c, &rid));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(p, &rid));
+    mstar_comm_destroy(c);
+    mstar_comm_destroy(p);
+}
+
 /* Device tensors through the host backend: staging copies through the backend's streams,
  * reads land in backend memory behind a completion, pinning within its budget. */
 static void test_device_paths_host_backend(void **state)
@@ -556,6 +586,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_peer_eviction, setup, teardown),
         cmocka_unit_test_setup_teardown(test_orphans_and_collisions, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mixed_shm_modes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_segment_of_another_producer_is_refused, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_device_paths_host_backend, setup, teardown),
         cmocka_unit_test_setup_teardown(test_late_reader_of_a_reused_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slot_freed_during_the_copy, setup, teardown),

@@ -133,19 +133,27 @@ static mstar_status map_segment(mstar__arena_peers *p, const char *name, mstar__
     return st;
 }
 
+const mstar__arena_peer *mstar__arena_peers_find(const mstar__arena_peers *p, const char *name)
+{
+    uint64_t *hit = mstar__strmap_find(&p->index, name, strlen(name));
+    return hit != NULL ? slot(p, (size_t)*hit) : NULL;
+}
+
 mstar_status mstar__arena_peers_get(mstar__arena_peers *p, const char *name,
                                     const mstar__arena_peer **out)
 {
-    size_t len = strlen(name);
-    uint64_t *hit = mstar__strmap_find(&p->index, name, len);
-    if (hit != NULL) {
-        *out = slot(p, (size_t)*hit);
+    *out = mstar__arena_peers_find(p, name);
+    if (*out != NULL)
         return MSTAR_OK;
-    }
-    mstar__arena_peer fresh;
-    mstar_status st = map_segment(p, name, &fresh);
+    size_t len = strlen(name);
+    mstar__shm_segment_name parsed;
+    mstar_status st = mstar__shm_segment_parse(name, &parsed);
     if (st != MSTAR_OK)
         return st;
+    mstar__arena_peer fresh;
+    if ((st = map_segment(p, name, &fresh)) != MSTAR_OK)
+        return st;
+    snprintf(fresh.owner, sizeof(fresh.owner), "%s", parsed.entity);
     size_t at = p->slots.len;
     for (size_t i = 0; i < p->slots.len; i++) {
         if (slot(p, i)->name[0] == '\0') {

@@ -26,7 +26,8 @@
 #include <sys/types.h>
 
 typedef struct mstar__arena_peer {
-    char name[MSTAR_NAME_MAX + 1]; /* "" marks a free slot */
+    char name[MSTAR_NAME_MAX + 1];  /* "" marks a free slot */
+    char owner[MSTAR_NAME_MAX + 1]; /* the entity the name says made the segment */
     const uint8_t *base;
     uint64_t size;                  /* usable bytes (stamps and trailer excluded) */
     uint64_t map_len;               /* the whole file */
@@ -62,6 +63,9 @@ void mstar__arena_peers_free(mstar__arena_peers *p);
  * is valid until the next evict or free. */
 mstar_status mstar__arena_peers_get(mstar__arena_peers *p, const char *name,
                                     const mstar__arena_peer **out);
+/* The mapping of segment `name` if it is mapped already, else NULL (nothing is mapped). Valid
+ * until the next evict or free. */
+const mstar__arena_peer *mstar__arena_peers_find(const mstar__arena_peers *p, const char *name);
 /* Copy n bytes at `skip` into the slot that starts at `slot` (a multiple of MSTAR__ARENA_ALIGN;
  * the caller checked the range against the usable size) into host memory `dst`, if the slot
  * holds tensor `uuid` before the copy and after it. MSTAR_ENOENT naming the tensor and segment

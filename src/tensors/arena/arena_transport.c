@@ -511,7 +511,11 @@ static mstar_status arena_check(mstar__transport *t, const mstar_tensor_info *in
         char name[MSTAR__SHM_NAME_BUF];
         return mstar__shm_file_name(t->env->dir, info->source_entity, info->uuid, name);
     }
-    mstar_status st = mstar__shm_segment_check(info->shm_segment, info->source_entity);
+    /* A segment mapped already had its name checked then: only its producer is compared. */
+    const mstar__arena_peer *peer = mstar__arena_peers_find(&a->peers, info->shm_segment);
+    mstar_status st =
+        peer != NULL ? mstar__shm_segment_owned(info->shm_segment, peer->owner, info->source_entity)
+                     : mstar__shm_segment_check(info->shm_segment, info->source_entity);
     if (st == MSTAR_OK && info->shm_offset % MSTAR__ARENA_ALIGN != 0)
         st = mstar_error_set(MSTAR_EPROTO,
                              "descriptor of tensor 0x%016llx names offset %llu of arena segment "
@@ -520,8 +524,8 @@ static mstar_status arena_check(mstar__transport *t, const mstar_tensor_info *in
                              info->shm_segment, MSTAR__ARENA_ALIGN);
     if (st != MSTAR_OK || info->nbytes == 0)
         return st;
-    const mstar__arena_peer *peer;
-    if ((st = mstar__arena_peers_get(&a->peers, info->shm_segment, &peer)) != MSTAR_OK)
+    if (peer == NULL &&
+        (st = mstar__arena_peers_get(&a->peers, info->shm_segment, &peer)) != MSTAR_OK)
         return st;
     uint64_t start, end;
     if (!mstar__add_u64(info->shm_offset, info->offset, &start) ||
