@@ -261,13 +261,16 @@ mstar_status mstar__infos_read(mstar__rd *r, const mstar__wpath *path, mstar_edg
         return st;
     if ((st = mstar__wire_take_tensors(MSTAR_EPROTO, path, &r->tensors_left, n)) != MSTAR_OK)
         return st;
-    if ((st = mstar__wire_alloc(n, sizeof(mstar_tensor_info), (void **)&edge->tensor_info)) !=
+    if ((st = mstar__wire_alloc_raw(n, sizeof(mstar_tensor_info), (void **)&edge->tensor_info)) !=
         MSTAR_OK)
         return st;
-    edge->ntensors = n;
+    /* The edge counts what was read (each descriptor initialized whole, even one that failed):
+     * the array is not zeroed, so nothing past that may be counted. */
     for (uint32_t i = 0; i < n; i++) {
         mstar__wpath pi = mstar__wpath_index(path, i);
-        if ((st = mstar__info_read(r, &pi, &edge->tensor_info[i])) != MSTAR_OK)
+        st = mstar__info_read(r, &pi, &edge->tensor_info[i]);
+        edge->ntensors = i + 1;
+        if (st != MSTAR_OK)
             return st;
     }
     return MSTAR_OK;

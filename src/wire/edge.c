@@ -26,7 +26,7 @@ void mstar_edge_clear(mstar_edge *edge)
 mstar_status mstar_edge_copy(mstar_edge *dst, const mstar_edge *src)
 {
     mstar_tensor_info *infos;
-    mstar_status st = mstar__wire_alloc(src->ntensors, sizeof(*infos), (void **)&infos);
+    mstar_status st = mstar__wire_alloc_raw(src->ntensors, sizeof(*infos), (void **)&infos);
     if (st != MSTAR_OK) {
         mstar_edge_init(dst);
         return st;

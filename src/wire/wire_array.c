@@ -26,6 +26,19 @@ mstar_status mstar__wire_alloc(uint32_t n, size_t elsize, void **out)
     return MSTAR_OK;
 }
 
+mstar_status mstar__wire_alloc_raw(uint32_t n, size_t elsize, void **out)
+{
+    *out = NULL;
+    if (n == 0)
+        return MSTAR_OK;
+    size_t cap = mstar__wire_cap(n);
+    void *p = elsize != 0 && cap > SIZE_MAX / elsize ? NULL : malloc(cap * elsize);
+    if (p == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "array of %u elements of %zu bytes", n, elsize);
+    *out = p;
+    return MSTAR_OK;
+}
+
 mstar_status mstar__wire_grow(void **arr, uint32_t n, size_t elsize)
 {
     if (n == UINT32_MAX)

@@ -106,6 +106,9 @@ mstar_status mstar__msg_encode_into(const mstar_msg *msg, void **buf, size_t *ca
 
 /* Allocate room for mstar__wire_cap(n) elements of `elsize`, zeroed; NULL for n == 0. ENOMEM. */
 mstar_status mstar__wire_alloc(uint32_t n, size_t elsize, void **out);
+/* The same, not zeroed: for an array the caller fills before anyone reads it, of elements that
+ * own nothing (descriptors: 2.7 KB each, which the decoder and a copy write whole anyway). */
+mstar_status mstar__wire_alloc_raw(uint32_t n, size_t elsize, void **out);
 /* Make room for element number n (0-based) of an array holding n. ENOMEM leaves *arr unchanged. */
 mstar_status mstar__wire_grow(void **arr, uint32_t n, size_t elsize);
 
