@@ -224,6 +224,15 @@ static void test_names(void **state)
     memset(long_name, 'a', sizeof(long_name));
     assert_mstar_ok(mstar_name_validate(long_name, 255, "name"));
     assert_mstar_status(mstar_name_validate(long_name, 256, "name"), MSTAR_EINVAL);
+    /* Every byte value alone in a name ("x?y"): allowed exactly when in the alphabet. */
+    for (int c = 0; c < 256; c++) {
+        char name[3] = { 'x', (char)c, 'y' };
+        bool want = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '.' || c == ':' || c == '-';
+        mstar_status st = mstar_name_validate(name, 3, "name");
+        if ((st == MSTAR_OK) != want)
+            fail_msg("byte 0x%02x: %s", c, mstar_status_name(st));
+    }
 }
 
 static int sink_calls;
