@@ -17,6 +17,7 @@
 #include "tensors/comm_internal.h"
 
 #include "core/assert.h"
+#include "core/str.h"
 #include "tensors/layout.h"
 
 #include <stdio.h>
@@ -39,13 +40,13 @@ void mstar__comm_fill_info(mstar_comm *comm, const mstar__bk_rec *rec, mstar_ten
     info->address = (uint64_t)(uintptr_t)mstar_tensor_ptr(&rec->view);
     info->source_tp_size = rec->tp_size > 0 ? rec->tp_size : 1;
     info->source_tp_rank = rec->tp_rank;
-    snprintf(info->source_session_id, sizeof(info->source_session_id), "%s",
-             mstar_comm_session_id(comm));
-    snprintf(info->source_entity, sizeof(info->source_entity), "%s", comm->entity);
-    snprintf(info->source_node_name, sizeof(info->source_node_name), "%s",
-             mstar__names_get(&comm->names, rec->node_name));
-    snprintf(info->source_graph_walk, sizeof(info->source_graph_walk), "%s",
-             mstar__names_get(&comm->names, rec->graph_walk));
+    mstar__str_copy(info->source_session_id, sizeof(info->source_session_id),
+                    mstar_comm_session_id(comm));
+    mstar__str_copy(info->source_entity, sizeof(info->source_entity), comm->entity);
+    mstar__str_copy(info->source_node_name, sizeof(info->source_node_name),
+                    mstar__names_get(&comm->names, rec->node_name));
+    mstar__str_copy(info->source_graph_walk, sizeof(info->source_graph_walk),
+                    mstar__names_get(&comm->names, rec->graph_walk));
     if ((rec->flags & MSTAR__BK_REGISTERED) && comm->transport->ops->stamp != NULL)
         comm->transport->ops->stamp(comm->transport, rec->uuid, info);
 }

@@ -3,6 +3,8 @@
  */
 #include "mstar_test.h"
 
+#include "core/str.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -235,6 +237,26 @@ static void test_names(void **state)
     }
 }
 
+/* mstar__str_copy cuts and terminates as snprintf(dst, cap, "%s", src) does, and writes
+ * nothing past the terminator. */
+static void test_str_copy(void **state)
+{
+    (void)state;
+    const char *srcs[] = { "", "a", "worker_1", "0123456789abcdef" };
+    for (size_t s = 0; s < sizeof(srcs) / sizeof(srcs[0]); s++) {
+        for (size_t cap = 1; cap <= 20; cap++) {
+            char got[24], want[24];
+            memset(got, '#', sizeof(got));
+            memset(want, '#', sizeof(want));
+            mstar__str_copy(got, cap, srcs[s]);
+            snprintf(want, cap, "%s", srcs[s]);
+            size_t n = strlen(want) + 1;
+            if (memcmp(got, want, n) != 0 || got[n] != '#')
+                fail_msg("'%s' into %zu bytes: '%s'", srcs[s], cap, got);
+        }
+    }
+}
+
 static int sink_calls;
 static void counting_sink(mstar_log_level level, const char *line, void *ud)
 {
@@ -271,7 +293,7 @@ int main(void)
         cmocka_unit_test(test_env_int),      cmocka_unit_test(test_env_double_bool_choice),
         cmocka_unit_test(test_dtype_table),  cmocka_unit_test(test_tensor_views),
         cmocka_unit_test(test_ids),          cmocka_unit_test(test_names),
-        cmocka_unit_test(test_logging),
+        cmocka_unit_test(test_str_copy),     cmocka_unit_test(test_logging),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
