@@ -13,7 +13,7 @@
  * then succeeds, every byte arrives, every ACK reaches the producer, both managers end empty, the
  * directory is left empty, and once both managers are gone the heap holds what it held before.
  *
- * The allocator is interposed here (malloc, calloc and realloc of this executable pass to
+ * The allocator is interposed here (fail_alloc.h: this executable's malloc and its kin pass to
  * glibc's); the sanitizer builds own malloc, so there the test skips. glibc's per-thread cache
  * would hide freed chunks from mallinfo2, so the test re-executes itself with it turned off.
  */
@@ -24,48 +24,9 @@
 #include <stdbool.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define NOMEM_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define NOMEM_SANITIZED 1
-#endif
-#endif
+#include "fail_alloc.h"
 
-#ifndef NOMEM_SANITIZED
-
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t n);
-
-/* Allocations of this thread to let through before the one that fails (-1: none fails), and
- * whether one failed since the test last cleared it. Other threads (a transport's) never fail. */
-static _Thread_local long fail_in = -1;
-static _Thread_local bool failed;
-
-static bool fail_now(void)
-{
-    if (fail_in < 0 || fail_in-- > 0)
-        return false;
-    failed = true;
-    errno = ENOMEM;
-    return true;
-}
-
-void *malloc(size_t n)
-{
-    return fail_now() ? NULL : __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t size)
-{
-    return fail_now() ? NULL : __libc_calloc(n, size);
-}
-
-void *realloc(void *p, size_t n)
-{
-    return fail_now() ? NULL : __libc_realloc(p, n);
-}
+#ifndef MSTAR_FAIL_ALLOC_SANITIZED
 
 #define NEDGES   12 /* more than the calls keep on the stack (8) */
 #define PER_EDGE 2  /* descriptors per edge */
@@ -95,15 +56,13 @@ static size_t heap_in_use(void)
 /* Arm the failure of the k-th allocation from now (k = 0: the next) when `when` is `now`. */
 static void arm(phase now, phase when, long k)
 {
-    failed = false;
-    fail_in = now == when ? k : -1;
+    mstar_fail_alloc_arm(now == when ? k : -1);
 }
 
 /* Disarm; whether an allocation failed. */
 static bool disarm(void)
 {
-    fail_in = -1;
-    return failed;
+    return mstar_fail_alloc_disarm();
 }
 
 /* After a call armed with arm(): a call whose allocation did not fail succeeded; one whose

@@ -18,62 +18,9 @@
 
 #define N 20000
 
-/* Running out of memory, as test_comm_nomem.c does it: malloc, calloc and realloc of this
- * executable (the maps are linked in) pass to glibc's, but for the one fail_in counts down to;
- * blocks are counted, so a failed call is seen to leak nothing. The sanitizer builds own malloc,
- * so there the test that needs this skips. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define MAPS_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define MAPS_SANITIZED 1
-#endif
-#endif
-
-#ifndef MAPS_SANITIZED
-extern void *__libc_malloc(size_t n);
-extern void *__libc_calloc(size_t n, size_t size);
-extern void *__libc_realloc(void *p, size_t n);
-extern void __libc_free(void *p);
-
-static long fail_in = -1; /* allocations to let through before the one that fails; -1: none */
-static long live_blocks;  /* allocated and not yet freed (the tests are single-threaded) */
-
-static bool fail_now(void)
-{
-    if (fail_in < 0 || fail_in-- > 0)
-        return false;
-    errno = ENOMEM;
-    return true;
-}
-
-void *malloc(size_t n)
-{
-    void *p = fail_now() ? NULL : __libc_malloc(n);
-    live_blocks += p != NULL;
-    return p;
-}
-
-void *calloc(size_t n, size_t size)
-{
-    void *p = fail_now() ? NULL : __libc_calloc(n, size);
-    live_blocks += p != NULL;
-    return p;
-}
-
-void *realloc(void *p, size_t n)
-{
-    void *q = fail_now() ? NULL : __libc_realloc(p, n);
-    live_blocks += p == NULL && q != NULL;
-    return q;
-}
-
-void free(void *p)
-{
-    live_blocks -= p != NULL;
-    __libc_free(p);
-}
-#endif
+/* Running out of memory (fail_alloc.h): the maps are linked into this executable, so their
+ * allocations go through the interposed allocator. */
+#include "fail_alloc.h"
 
 static void test_u64map_basic(void **state)
 {
@@ -569,11 +516,11 @@ static void test_strmap_small_remove(void **state)
  * it was in; the put then succeeds, and freeing the map gives back every block. */
 static void strmap_put_nomem(size_t n, bool with_long)
 {
-#ifndef MAPS_SANITIZED
+#ifndef MSTAR_FAIL_ALLOC_SANITIZED
     char key[400];
     bool failed = true;
     for (long k = 0; failed; k++) {
-        long live_before = live_blocks;
+        long live_before = mstar_fail_alloc_live();
         mstar__strmap m;
         mstar__strmap_init(&m);
         for (size_t i = 0; i < n; i++) {
@@ -582,10 +529,9 @@ static void strmap_put_nomem(size_t n, bool with_long)
         }
         bool hashed = m.hashed;
         size_t len = str_key(n, with_long, key, sizeof(key));
-        fail_in = k;
+        mstar_fail_alloc_arm(k);
         mstar_status st = mstar__strmap_put(&m, key, len, 10 * n + 1);
-        failed = fail_in < 0;
-        fail_in = -1;
+        failed = mstar_fail_alloc_disarm();
         if (failed) {
             assert_int_equal(st, MSTAR_ENOMEM);
             assert_int_equal(m.hashed, hashed);
@@ -596,7 +542,7 @@ static void strmap_put_nomem(size_t n, bool with_long)
         assert_true(m.hashed);
         strmap_expect(&m, n + 1, NULL, with_long);
         mstar__strmap_free(&m);
-        assert_int_equal(live_blocks, live_before);
+        assert_int_equal(mstar_fail_alloc_live(), live_before);
     }
 #else
     (void)n;
@@ -607,7 +553,7 @@ static void strmap_put_nomem(size_t n, bool with_long)
 static void test_strmap_nomem(void **state)
 {
     (void)state;
-#ifdef MAPS_SANITIZED
+#ifdef MSTAR_FAIL_ALLOC_SANITIZED
     skip();
 #endif
     strmap_put_nomem(MSTAR__MAP_SMALL, false); /* the switch at a ninth key */
