@@ -37,33 +37,42 @@ static void check_profiles(const char *json)
     }
 }
 
-static void test_profile_times_each_call(void **state)
+/* `mstar bench transport --transport arena --size 4K --quick` with `extra` (NULL-ended, at most
+ * three): its output, once it exited 0. */
+static char *bench_out(const char *const *extra)
 {
-    (void)state;
-    const char *args[] = { "transport", "--transport", "arena",  "--size", "4K",
-                           "--profile", "--quick",     "--json", NULL };
+    const char *args[12] = { "transport", "--transport", "arena", "--size", "4K", "--quick" };
+    for (size_t i = 0; extra[i] != NULL; i++)
+        args[6 + i] = extra[i];
     demo_result r = mstar_cli_run_sig(300, 0, 0, "bench", args);
     if (demo_exit_code(&r) != 0)
         fail_msg("mstar bench transport exited %d:\n%s", demo_exit_code(&r), r.err);
+    char *out = strdup(r.out);
+    demo_result_free(&r);
+    assert_non_null(out);
+    return out;
+}
+
+static void test_profile_times_each_call(void **state)
+{
+    (void)state;
+    const char *json_args[] = { "--profile", "--json", NULL };
+    char *out = bench_out(json_args);
     char why[256];
-    if (!mstar_test_json_check(r.out, NULL, why, sizeof(why)))
-        fail_msg("not JSON: %s\n%s", why, r.out);
-    check_profiles(r.out);
-    demo_result_free(&r);
+    if (!mstar_test_json_check(out, NULL, why, sizeof(why)))
+        fail_msg("not JSON: %s\n%s", why, out);
+    check_profiles(out);
+    free(out);
     /* The table prints it under each row; without --profile there is none. */
-    const char *table[] = { "transport", "--transport", "arena",   "--size",
-                            "4K",        "--profile",   "--quick", NULL };
-    r = mstar_cli_run_sig(300, 0, 0, "bench", table);
-    assert_int_equal(demo_exit_code(&r), 0);
-    assert_non_null(strstr(r.out, "the round trip's calls (--profile)"));
-    assert_non_null(strstr(r.out, "  consumer  collect "));
-    demo_result_free(&r);
-    const char *plain[] = { "transport", "--transport", "arena",  "--size",
-                            "4K",        "--quick",     "--json", NULL };
-    r = mstar_cli_run_sig(300, 0, 0, "bench", plain);
-    assert_int_equal(demo_exit_code(&r), 0);
-    assert_null(strstr(r.out, "\"profile\""));
-    demo_result_free(&r);
+    const char *table_args[] = { "--profile", NULL };
+    out = bench_out(table_args);
+    assert_non_null(strstr(out, "the round trip's calls (--profile)"));
+    assert_non_null(strstr(out, "  consumer  collect "));
+    free(out);
+    const char *plain_args[] = { "--json", NULL };
+    out = bench_out(plain_args);
+    assert_null(strstr(out, "\"profile\""));
+    free(out);
 }
 
 static void test_profile_needs_one_size(void **state)
