@@ -74,7 +74,8 @@ static uint64_t now_ns(void)
 
 uint64_t mstar_bench_phase_begin(const mstar_bench_phases *ph)
 {
-    if (ph == NULL || atomic_load_explicit(&ph->armed, memory_order_relaxed) == 0)
+    /* Acquire: a side that sees the page armed sees the counts the arm cleared. */
+    if (ph == NULL || atomic_load_explicit(&ph->armed, memory_order_acquire) == 0)
         return 0;
     return now_ns();
 }
