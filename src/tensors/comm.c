@@ -230,6 +230,7 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     mstar__vec_init(&comm->collected, sizeof(uint32_t));
     mstar__vec_init(&comm->req_slots, sizeof(uint32_t));
     mstar__vec_init(&comm->ack_retry, sizeof(mstar__ack_retry));
+    mstar__vec_init(&comm->acks_owed, sizeof(mstar__ack_owed));
     mstar__vec_init(&comm->ack_aliases, 2 * sizeof(uint32_t));
     mstar__vec_init(&comm->spare_events, sizeof(mstar_event *));
     mstar__strmap_init(&comm->expected);
@@ -339,6 +340,7 @@ void mstar_comm_destroy(mstar_comm *comm)
     for (size_t i = 0; i < comm->ack_retry.len; i++)
         mstar_msg_clear(&((mstar__ack_retry *)mstar__vec_at(&comm->ack_retry, i))->msg);
     mstar__vec_free(&comm->ack_retry);
+    mstar__vec_free(&comm->acks_owed);
     mstar__vec_free(&comm->ack_aliases);
     mstar__strmap_free(&comm->expected);
     /* Copies in flight land in buffers this releases: wait for them first. */
@@ -641,15 +643,76 @@ static mstar_status send_or_queue(mstar_comm *comm, const char *peer, mstar_msg 
     return st;
 }
 
+/* Build and send the ACK of view `uuid` from `source`; false if it could not be built. */
+static bool ack_one_view(mstar_comm *comm, const mstar_rid *rid, uint32_t source,
+                         mstar_tensor_id uuid)
+{
+    mstar_tensor_info info;
+    mstar_tensor_info_init(&info);
+    info.uuid = uuid;
+    snprintf(info.source_entity, sizeof(info.source_entity), "%s",
+             mstar__names_get(&comm->names, source));
+    mstar_edge edge;
+    mstar_edge_init(&edge);
+    edge.ntensors = 1;
+    edge.tensor_info = &info;
+    const mstar_edge *list = &edge;
+    bool built;
+    mstar__comm_send_acks(comm, rid, &list, NULL, 1, &built);
+    return built;
+}
+
+void mstar__comm_ack_view(mstar_comm *comm, const mstar__bk_rec *rec)
+{
+    if (!(rec->flags & MSTAR__BK_ACK_AT_FREE))
+        return;
+    MSTAR__ASSERT(comm->views_owing > 0);
+    comm->views_owing--;
+    if (comm->destroying)
+        return;
+    const mstar_rid *rid = &mstar__comm_req_at(comm, rec->req)->rid;
+    if (ack_one_view(comm, rid, rec->source, rec->uuid))
+        return; /* sent, or queued for a resend */
+    mstar_log(MSTAR_LOG_ERROR, "ACK of a view not built (%s); owed to the next get_ready_tensors",
+              mstar_last_error());
+    mstar__ack_owed owed = { *rid, rec->source, rec->uuid };
+    mstar_status st = mstar__vec_push(&comm->acks_owed, &owed);
+    MSTAR__ASSERT(st == MSTAR_OK); /* I-27: room kept since the view was delivered */
+    (void)st;
+}
+
+/* The owed ACKs of `rid` (all when NULL): each built and sent leaves the list. Short of memory,
+ * the rest stay owed (`give_up`: they are counted lost instead). */
+static mstar_status flush_owed(mstar_comm *comm, const mstar_rid *rid, bool give_up)
+{
+    mstar_status st = MSTAR_OK;
+    size_t w = 0;
+    for (size_t i = 0; i < comm->acks_owed.len; i++) {
+        mstar__ack_owed *o = mstar__vec_at(&comm->acks_owed, i);
+        bool mine = rid == NULL || mstar_rid_equal(&o->rid, rid);
+        if (mine && st == MSTAR_OK && ack_one_view(comm, &o->rid, o->source, o->uuid))
+            continue;
+        if (mine && st == MSTAR_OK)
+            st = mstar_error_set(MSTAR_ENOMEM, "owed ACKs of views not built");
+        if (mine && give_up) {
+            comm->acks_lost++;
+            continue;
+        }
+        *(mstar__ack_owed *)mstar__vec_at(&comm->acks_owed, w++) = *o;
+    }
+    comm->acks_owed.len = w;
+    return st;
+}
+
 mstar_status mstar__comm_flush_acks(mstar_comm *comm)
 {
-    mstar_status first = MSTAR_OK;
+    mstar_status first = comm->acks_owed.len > 0 ? flush_owed(comm, NULL, false) : MSTAR_OK;
     size_t n = comm->ack_retry.len;
     if (n == 0)
-        return MSTAR_OK; /* the common case: nothing queued, nothing allocated */
+        return first; /* the common case: nothing queued, nothing allocated */
     mstar__ack_retry *q = malloc((n + 1) * sizeof(*q));
     if (q == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "resending %zu ACKs", n);
+        return first != MSTAR_OK ? first : mstar_error_set(MSTAR_ENOMEM, "resending %zu ACKs", n);
     memcpy(q, comm->ack_retry.data, n * sizeof(*q));
     comm->ack_retry.len = 0; /* those that fail again are queued anew, in order */
     for (size_t i = 0; i < n; i++) {
@@ -664,6 +727,11 @@ mstar_status mstar__comm_flush_acks(mstar_comm *comm)
 
 void mstar__comm_settle_acks(mstar_comm *comm, const mstar_rid *rid)
 {
+    if (flush_owed(comm, rid, true) != MSTAR_OK) {
+        char r[MSTAR_RID_STRLEN];
+        mstar_log(MSTAR_LOG_WARN, "owed ACKs of views for request %s given up at its cleanup",
+                  mstar_rid_format(rid, r));
+    }
     size_t w = 0;
     for (size_t i = 0; i < comm->ack_retry.len; i++) {
         mstar__ack_retry *a = mstar__vec_at(&comm->ack_retry, i);

@@ -14,40 +14,15 @@
 #include "core/assert.h"
 #include "tensors/completion.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* The ACK of a view's delivery, owed since it landed: its consumer let go of the producer's
- * bytes now. Not from a manager being destroyed, whose sender may be gone. */
-static void ack_view(mstar_comm *comm, const mstar__bk_rec *rec)
-{
-    if (!(rec->flags & MSTAR__BK_ACK_AT_FREE) || comm->destroying)
-        return;
-    mstar_tensor_info info;
-    mstar_tensor_info_init(&info);
-    info.uuid = rec->uuid;
-    snprintf(info.source_entity, sizeof(info.source_entity), "%s",
-             mstar__names_get(&comm->names, rec->source));
-    mstar_edge edge;
-    mstar_edge_init(&edge);
-    edge.ntensors = 1;
-    edge.tensor_info = &info;
-    const mstar_edge *list = &edge;
-    /* A failed send is queued and resent by get_ready_tensors; an ACK that could not even be
-     * built (out of memory) has no later chance here: given up, counted. */
-    bool built;
-    mstar__comm_send_acks(comm, &mstar__comm_req_at(comm, rec->req)->rid, &list, NULL, 1, &built);
-    if (!built)
-        mstar__comm_ack_given_up(comm, 1);
-}
 
 void mstar__comm_collect(mstar_comm *comm)
 {
     for (size_t i = 0; i < comm->collected.len; i++) {
         uint32_t slot = *(uint32_t *)mstar__vec_at(&comm->collected, i);
         mstar__bk_rec *rec = mstar__bk_at(&comm->bk, slot);
-        ack_view(comm, rec);
+        mstar__comm_ack_view(comm, rec);
         /* Transport first (unlink, free the slot, unregister), then the bytes (I-10). */
         if (rec->flags & MSTAR__BK_REGISTERED)
             comm->transport->ops->release(comm->transport, rec->uuid, &rec->view);

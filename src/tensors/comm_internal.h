@@ -65,6 +65,14 @@ typedef struct mstar__ack_retry {
     mstar_msg msg;
 } mstar__ack_retry;
 
+/* A view's TENSOR_RECEIVED that could not be built when its record was freed (out of memory),
+ * owed until a later get_ready_tensors builds it. */
+typedef struct mstar__ack_owed {
+    mstar_rid rid;
+    uint32_t source; /* the producer, in comm->names */
+    mstar_tensor_id uuid;
+} mstar__ack_owed;
+
 /* A call of at most this many edges, descriptors or outputs keeps its per-call arrays on the
  * stack (mstar__scratch_zalloc): a handoff is mostly one edge of one tensor from one peer, and a
  * heap allocation for it would cost more than the work it serves (docs/architecture.md, "Where a
@@ -119,9 +127,14 @@ struct mstar_comm {
     uint64_t acks_dropped;
     mstar_mesh *hooked_mesh; /* the mesh whose sends feed the ledger, or NULL */
     mstar__vec ack_retry;    /* mstar__ack_retry */
-    mstar__vec ack_aliases;  /* uint32[2]: ACKs from [0] may settle deliveries sent to [1] */
-    mstar__strmap expected;  /* entities descriptors may come from; empty: any */
-    uint64_t acks_lost;      /* ACKs given up: queue full, failed at cleanup, not built */
+    /* mstar__ack_owed, with room kept for each of the views_owing delivered views whose ACK
+     * goes when their record is freed: a view's ACK that cannot be built then is owed, never
+     * lost, and keeping it needs no memory. */
+    mstar__vec acks_owed;
+    size_t views_owing;
+    mstar__vec ack_aliases; /* uint32[2]: ACKs from [0] may settle deliveries sent to [1] */
+    mstar__strmap expected; /* entities descriptors may come from; empty: any */
+    uint64_t acks_lost;     /* ACKs given up: queue full, failed at cleanup, not built */
 
     /* Producer loans not stored yet (mstar_comm_loan_output): id → mstar__buf *, holding one
      * reference each. Ids are never reused, so a stale one is refused, not mistaken. */
@@ -157,11 +170,16 @@ mstar_status mstar__comm_send_acks(mstar_comm *comm, const mstar_rid *rid,
                                    const mstar_edge *const *edges, const bool *failed, uint32_t n,
                                    bool *built);
 /* ACKs of `nedges` edges that could not be built (out of memory, the error set) where no later
- * call retries them (a view's record freed, a request's cleanup): logged and counted in
- * acks_lost; their producer keeps the tensors until its TTL or a forced cleanup. */
+ * call retries them (a request's cleanup): logged and counted in acks_lost; their producer keeps
+ * the tensors until its TTL or a forced cleanup. */
 void mstar__comm_ack_given_up(mstar_comm *comm, size_t nedges);
-/* Resend the queued ACKs; those that fail again stay queued. The first failure is returned. */
+/* Build and send the owed ACKs (those built leave the list), then resend the queued ACKs (those
+ * that fail again stay queued). The first failure is returned. */
 mstar_status mstar__comm_flush_acks(mstar_comm *comm);
+/* The ACK of a view's delivery, owed since it landed (rec has MSTAR__BK_ACK_AT_FREE): its
+ * consumer let go of the producer's bytes now. One that cannot be built for memory is owed in
+ * the room kept for it. Not from a manager being destroyed, whose sender may be gone. */
+void mstar__comm_ack_view(mstar_comm *comm, const mstar__bk_rec *rec);
 /* The request's cleanup: its queued ACKs are sent one last time and those that fail again are
  * given up (logged, counted in acks_lost), so a producer that is gone cannot keep every later
  * get_ready_tensors failing. Its other requests' ACKs stay queued. */

@@ -953,8 +953,11 @@ static void deliver(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pen
         if (!p->fresh[i])
             continue;
         uint32_t slot = mstar__bk_find(&comm->bk, p->edge.tensor_info[i].uuid);
-        if (p->fresh[i] == 2 && slot != MSTAR__BK_NONE)
-            mstar__bk_at(&comm->bk, slot)->flags |= MSTAR__BK_ACK_AT_FREE;
+        mstar__bk_rec *rec = slot != MSTAR__BK_NONE ? mstar__bk_at(&comm->bk, slot) : NULL;
+        if (p->fresh[i] == 2 && rec != NULL && !(rec->flags & MSTAR__BK_ACK_AT_FREE)) {
+            rec->flags |= MSTAR__BK_ACK_AT_FREE;
+            comm->views_owing++; /* its room in acks_owed was kept by collect_request */
+        }
         mstar__bk_decrement_raw(&comm->bk, p->edge.tensor_info[i].uuid, 1);
     }
     if (!r->open) {
@@ -1063,12 +1066,21 @@ static bool collect_arrays_init(collect_arrays *a, size_t n)
 static bool collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
 {
     size_t n = mstar__comm_pending_take(comm, req);
+    size_t views = 0; /* descriptors delivered as views, ACKed when their record is freed */
+    for (size_t i = 0; i < comm->pending.len; i++) {
+        const mstar__pending *p = mstar__vec_at(&comm->pending, i);
+        for (uint32_t k = 0; p->taken && k < p->edge.ntensors; k++)
+            views += p->fresh[k] == 2;
+    }
     collect_arrays a;
     /* With room in the set for what delivery adds, taken before any ACK goes, delivery cannot
-     * fail for memory (a fan-in's consolidation still can: reported as a failed read). */
+     * fail for memory (a fan-in's consolidation still can: reported as a failed read); with
+     * room for every view's ACK to be owed, no view's ACK is lost to memory at its free. */
     bool room = mstar__vec_reserve(&b->edges, b->edges.len + n) == MSTAR_OK &&
                 mstar__vec_reserve(&b->rids, b->rids.len + 1) == MSTAR_OK &&
-                mstar__vec_reserve(&b->starts, b->starts.len + 2) == MSTAR_OK;
+                mstar__vec_reserve(&b->starts, b->starts.len + 2) == MSTAR_OK &&
+                mstar__vec_reserve(&comm->acks_owed,
+                                   comm->acks_owed.len + comm->views_owing + views) == MSTAR_OK;
     if (!room || !collect_arrays_init(&a, n)) {
         mstar_log(MSTAR_LOG_ERROR, "out of memory collecting ready edges; retried next poll");
         return false;

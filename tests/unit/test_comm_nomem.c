@@ -35,7 +35,15 @@
 static const char *dir;
 
 /* Which call a run fails an allocation in. */
-typedef enum { IN_STORE, IN_ROUTE, IN_REGISTER, IN_START_READ, IN_COLLECT, IN_ACK } phase;
+typedef enum {
+    IN_STORE,
+    IN_ROUTE,
+    IN_REGISTER,
+    IN_START_READ,
+    IN_COLLECT,
+    IN_ACK,
+    IN_RELEASE /* views only: the dereference that frees a view, where its ACK is built */
+} phase;
 
 static const char *const PHASE_NAMES[] = {
     "store_and_return_tensor_info",
@@ -44,6 +52,7 @@ static const char *const PHASE_NAMES[] = {
     "start_read_tensors",
     "get_ready_tensors",
     "handle_message (the ACK)",
+    "dereference of a view",
 };
 
 /* Bytes the heap holds in use (the per-thread cache is off: freed chunks are free here). */
@@ -96,11 +105,14 @@ static void take_acks(comm_pair *w, phase when, long k, bool *reached)
     bus_clear(&w->b);
 }
 
-/* One handoff of NTENSORS tensors in NEDGES edges from worker_0 to worker_1 over `kind`, with the
- * k-th allocation of `when`'s call failing. Whether that allocation was reached (a k past the
- * call's last allocation fails nothing). */
-static bool handoff(mstar_transport_kind kind, phase when, long k)
+/* One handoff of NTENSORS tensors in NEDGES edges from worker_0 to worker_1 over `kind`, read as
+ * copies or as `views`, with the k-th allocation of `when`'s call failing. Whether that
+ * allocation was reached (a k past the call's last allocation fails nothing). */
+static bool handoff(mstar_transport_kind kind, bool views, phase when, long k)
 {
+    mstar_status (*start_read)(mstar_comm *, const mstar_rid *, const mstar_edge *, uint32_t,
+                               mstar_completion_list *) =
+        views ? mstar_comm_start_read_views : mstar_comm_start_read_tensors;
     comm_pair w;
     comm_pair_init_in(&w, dir); /* the one directory of every run */
     comm_pair_make(&w, kind);
@@ -145,10 +157,10 @@ static bool handoff(mstar_transport_kind kind, phase when, long k)
         snprintf(edges[e].name, sizeof(edges[e].name), "sig_%d", e);
     }
     arm(IN_START_READ, when, k);
-    st = mstar_comm_start_read_tensors(w.c, &rid, edges, NEDGES, NULL);
+    st = start_read(w.c, &rid, edges, NEDGES, NULL);
     if (must_retry(st, &reached)) {
         assert_int_equal(mstar_comm_num_tensors(w.c), 0); /* nothing kept */
-        assert_mstar_ok(mstar_comm_start_read_tensors(w.c, &rid, edges, NEDGES, NULL));
+        assert_mstar_ok(start_read(w.c, &rid, edges, NEDGES, NULL));
     }
 
     /* Collect until every edge arrived; the first poll's allocation fails, and that poll may
@@ -176,10 +188,35 @@ static bool handoff(mstar_transport_kind kind, phase when, long k)
     assert_mstar_ok(mstar_comm_get_ready_tensors(w.c, &rest));
     assert_int_equal(rest.nedges, 0);
     mstar_ready_set_clear(&rest);
+    /* A copy's ACK went as it landed, a view's goes as it is freed (or at once when a collection
+     * had no memory to set it apart): the last dereference, whose ACK, if it cannot be built for
+     * memory, is owed to the next get_ready_tensors. */
+    arm(IN_RELEASE, when, k);
     for (int i = 0; i < NTENSORS; i++) {
         check_bytes(w.c, infos[i].uuid, &ts[i]);
-        assert_int_equal(bus_ack_count(&w.b, "worker_0", infos[i].uuid), 1);
+        int acks = bus_ack_count(&w.b, "worker_0", infos[i].uuid);
+        assert_true(views ? acks <= 1 : acks == 1);
         assert_mstar_ok(mstar_comm_dereference(w.c, infos[i].uuid, 1));
+    }
+    reached |= disarm();
+    if (views) {
+        /* The next poll builds what the dereferences owed: every view freed is ACKed. A record
+         * the bookkeeper had no room to collect stays until its request's cleanup, which ACKs
+         * it then. */
+        mstar_ready_set owed;
+        assert_mstar_ok(mstar_comm_get_ready_tensors(w.c, &owed));
+        assert_int_equal(owed.nedges, 0);
+        mstar_ready_set_clear(&owed);
+        int acked = 0;
+        for (int i = 0; i < NTENSORS; i++)
+            acked += bus_ack_count(&w.b, "worker_0", infos[i].uuid);
+        assert_int_equal(acked, NTENSORS - (int)mstar_comm_num_tensors(w.c));
+        assert_mstar_ok(mstar_comm_cleanup_request(w.c, &rid));
+        mstar_comm_security_stats cs;
+        assert_mstar_ok(mstar_comm_get_security_stats(w.c, &cs));
+        assert_int_equal(cs.acks_lost, 0);
+        for (int i = 0; i < NTENSORS; i++)
+            assert_int_equal(bus_ack_count(&w.b, "worker_0", infos[i].uuid), 1);
     }
     assert_int_equal(mstar_comm_num_tensors(w.c), 0);
     take_acks(&w, when, k, &reached);
@@ -197,17 +234,18 @@ static bool handoff(mstar_transport_kind kind, phase when, long k)
     return reached;
 }
 
-static void sweep(mstar_transport_kind kind)
+static void sweep(mstar_transport_kind kind, bool views)
 {
+    phase last = views ? IN_RELEASE : IN_ACK;
     /* The library's one-time state (its first error message included), before the heap is
      * read: one run failing the first allocation of each call. */
-    for (phase when = IN_STORE; when <= IN_ACK; when++)
-        handoff(kind, when, 0);
-    for (phase when = IN_STORE; when <= IN_ACK; when++) {
+    for (phase when = IN_STORE; when <= last; when++)
+        handoff(kind, views, when, 0);
+    for (phase when = IN_STORE; when <= last; when++) {
         long k = 0;
         for (;; k++) {
             size_t before = heap_in_use();
-            bool reached = handoff(kind, when, k);
+            bool reached = handoff(kind, views, when, k);
             size_t after = heap_in_use();
             if (after != before)
                 fail_msg("%s: allocation %ld failed: heap in use %zu bytes before, %zu after",
@@ -223,13 +261,20 @@ static void sweep(mstar_transport_kind kind)
 static void test_files_survive_each_failed_allocation(void **state)
 {
     (void)state;
-    sweep(MSTAR_TRANSPORT_FILES);
+    sweep(MSTAR_TRANSPORT_FILES, false);
 }
 
 static void test_arena_survives_each_failed_allocation(void **state)
 {
     (void)state;
-    sweep(MSTAR_TRANSPORT_ARENA);
+    sweep(MSTAR_TRANSPORT_ARENA, false);
+}
+
+/* Views of the arena: a view's ACK, built when the view is freed, is never lost to memory. */
+static void test_arena_views_survive_each_failed_allocation(void **state)
+{
+    (void)state;
+    sweep(MSTAR_TRANSPORT_ARENA, true);
 }
 
 int main(int argc, char **argv)
@@ -247,6 +292,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_files_survive_each_failed_allocation),
         cmocka_unit_test(test_arena_survives_each_failed_allocation),
+        cmocka_unit_test(test_arena_views_survive_each_failed_allocation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
