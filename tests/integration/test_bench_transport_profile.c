@@ -12,7 +12,7 @@ static const char *const calls[] = { "store",   "stage", "build",   "send",   "a
 
 /* `json` holds one profile per row (the arena, then loans and views), each naming every call
  * with the side that makes it and how many it timed: most of --quick's 100 round trips (a call
- * under way as the producer arms or disarms the timers is not counted). */
+ * under way as the producer arms or disarms the timers is not counted), and never more. */
 static void check_profiles(const char *json)
 {
     const char *at = json;
