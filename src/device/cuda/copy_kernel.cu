@@ -42,8 +42,16 @@ static unsigned blocks_for(size_t n)
     return (unsigned)(b < COPY_BLOCKS ? (b > 0 ? b : 1) : COPY_BLOCKS);
 }
 
+/* The runtime keeps the error of any earlier failed call on this thread (ours, or torch's, or a
+ * probe's that was handled) until it is read: read it first, so a launch reports its own. */
+static void forget_earlier_errors(void)
+{
+    (void)cudaGetLastError();
+}
+
 extern "C" int mstar__cuda_copy_kernel(void *dst, const void *src, size_t nbytes, void *stream)
 {
+    forget_earlier_errors();
     copy_any<<<blocks_for(nbytes), COPY_THREADS, 0, (cudaStream_t)stream>>>(dst, src, nbytes);
     return (int)cudaGetLastError();
 }
@@ -51,6 +59,7 @@ extern "C" int mstar__cuda_copy_kernel(void *dst, const void *src, size_t nbytes
 extern "C" int mstar__cuda_copy_node_capture(void *dst, void *stream, void **node)
 {
     cudaStream_t s = (cudaStream_t)stream;
+    forget_earlier_errors();
     copy_any<<<1, COPY_THREADS, 0, s>>>(dst, dst, 0);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
