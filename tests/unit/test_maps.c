@@ -560,6 +560,10 @@ static void test_strmap_nomem(void **state)
     strmap_put_nomem(4, true);                 /* the switch at a long key */
     strmap_put_nomem(16, false);               /* hashed: the entries array grows */
     strmap_put_nomem(20, false);               /* hashed: only the key is copied */
+    /* Every put up to 127 keys: whichever of the entries array and the hash map grows at that
+     * key, a failure there leaves the map as it was. */
+    for (size_t n = MSTAR__MAP_SMALL + 1; n < 127; n++)
+        strmap_put_nomem(n, false);
 }
 
 static void test_vec(void **state)
