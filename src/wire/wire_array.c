@@ -14,18 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-mstar_status mstar__wire_alloc(uint32_t n, size_t elsize, void **out)
-{
-    *out = NULL;
-    if (n == 0)
-        return MSTAR_OK;
-    void *p = calloc(mstar__wire_cap(n), elsize);
-    if (p == NULL)
-        return mstar_error_set(MSTAR_ENOMEM, "array of %u elements of %zu bytes", n, elsize);
-    *out = p;
-    return MSTAR_OK;
-}
-
 mstar_status mstar__wire_alloc_raw(uint32_t n, size_t elsize, void **out)
 {
     *out = NULL;
@@ -37,6 +25,14 @@ mstar_status mstar__wire_alloc_raw(uint32_t n, size_t elsize, void **out)
         return mstar_error_set(MSTAR_ENOMEM, "array of %u elements of %zu bytes", n, elsize);
     *out = p;
     return MSTAR_OK;
+}
+
+mstar_status mstar__wire_alloc(uint32_t n, size_t elsize, void **out)
+{
+    mstar_status st = mstar__wire_alloc_raw(n, elsize, out);
+    if (st == MSTAR_OK && *out != NULL)
+        memset(*out, 0, (size_t)mstar__wire_cap(n) * elsize);
+    return st;
 }
 
 mstar_status mstar__wire_grow(void **arr, uint32_t n, size_t elsize)
