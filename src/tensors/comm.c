@@ -6,6 +6,7 @@
 #include "tensors/comm_internal.h"
 
 #include "core/assert.h"
+#include "core/str.h"
 #include "tensors/completion.h"
 #include "tensors/arena/arena_transport.h"
 #include "tensors/cuda_ipc/cuda_ipc.h"
@@ -650,8 +651,8 @@ static bool ack_one_view(mstar_comm *comm, const mstar_rid *rid, uint32_t source
     mstar_tensor_info info;
     mstar_tensor_info_init(&info);
     info.uuid = uuid;
-    snprintf(info.source_entity, sizeof(info.source_entity), "%s",
-             mstar__names_get(&comm->names, source));
+    mstar__str_copy(info.source_entity, sizeof(info.source_entity),
+                    mstar__names_get(&comm->names, source));
     mstar_edge edge;
     mstar_edge_init(&edge);
     edge.ntensors = 1;
@@ -690,10 +691,11 @@ static mstar_status flush_owed(mstar_comm *comm, const mstar_rid *rid, bool give
     for (size_t i = 0; i < comm->acks_owed.len; i++) {
         mstar__ack_owed *o = mstar__vec_at(&comm->acks_owed, i);
         bool mine = rid == NULL || mstar_rid_equal(&o->rid, rid);
-        if (mine && st == MSTAR_OK && ack_one_view(comm, &o->rid, o->source, o->uuid))
-            continue;
-        if (mine && st == MSTAR_OK)
-            st = mstar_error_set(MSTAR_ENOMEM, "owed ACKs of views not built");
+        if (mine && st == MSTAR_OK) { /* after one fails for memory, the rest wait too */
+            if (ack_one_view(comm, &o->rid, o->source, o->uuid))
+                continue;
+            st = mstar_error_wrap("owed ACK of a view");
+        }
         if (mine && give_up) {
             comm->acks_lost++;
             continue;
