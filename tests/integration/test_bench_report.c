@@ -390,9 +390,13 @@ static void test_bad_options(void **state)
     expect_refused(1, "the transport is ucx-tcp, want files or arena", size_ucx);
     const char *size_two_kinds[] = { "transport", "--size", "4K", NULL };
     expect_refused(2, "--size needs --transport files|arena", size_two_kinds);
-    const char *size_device[] = { "transport", "--transport", "arena", "--device",
+    /* Device tensors of one size: only the arena's CUDA IPC route (tests/gpu runs it). */
+    const char *size_device[] = { "transport", "--transport", "files", "--device",
                                   "cuda",      "--size",      "4K",    NULL };
     expect_refused(2, "--size needs --transport files|arena", size_device);
+    const char *size_standin[] = { "transport", "--transport", "arena", "--device",
+                                   "host",      "--size",      "4K",    NULL };
+    expect_refused(2, "(device tensors: --device cuda --transport arena)", size_standin);
 
     const char *help[] = { "all", "--help", NULL };
     demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", help);

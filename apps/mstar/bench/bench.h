@@ -275,6 +275,10 @@ mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t 
  * timers' clock reads add to the round trips it reports. */
 mstar_status mstar_bench_transport_profile_run(mstar_transport_kind kind, uint64_t size, bool quick,
                                                mstar_bench_transport_result *out);
+/* One size of device tensors on cuda:0 over the arena's CUDA IPC route, with each call timed if
+ * `profile`; no baselines. MSTAR_ENOTSUP without CUDA. */
+mstar_status mstar_bench_transport_cuda_size_run(uint64_t size, bool quick, bool profile,
+                                                 mstar_bench_transport_result *out);
 void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out);
 /* Device tensors on cuda:0 between two processes: the arena over the CUDA IPC route and staged,
  * and the in-process baselines. MSTAR_ENOTSUP without CUDA. */

@@ -45,7 +45,8 @@
  * runs with its own, size by size, so both see the machine in the same state. With --profile,
  * each library call of those round trips is timed on the side that makes it (bench_phases.c):
  * the producer's store, stage, message, send and ACK handling, the consumer's receive, read,
- * collect (the ACK goes out there) and release.
+ * collect (the ACK goes out there) and release. `--device cuda --transport arena --size N` does
+ * the same for device tensors over the CUDA IPC route, whose read call waits for its copy.
  *
  * Both processes set glibc's mmap threshold high, so freed receive buffers are reused rather
  * than returned to the kernel and faulted in again — what a serving process's caching
@@ -879,16 +880,22 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     return MSTAR_OK;
 }
 
+static mstar_status run_device_route(const setup *s, const char *route, bool quick,
+                                     const uint64_t *sz, int nsizes, row *rows);
+
+/* One size over files or the arena (with loans and views too), and nothing else; with `cuda`,
+ * device tensors over the arena's CUDA IPC route (run_device_route). */
 static mstar_status size_run(mstar_transport_kind kind, uint64_t size, bool quick, bool profile,
-                             mstar_bench_transport_result *out)
+                             bool cuda, mstar_bench_transport_result *out)
 {
     memset(out, 0, sizeof(*out));
     if (kind != MSTAR_TRANSPORT_FILES && kind != MSTAR_TRANSPORT_ARENA)
         return mstar_error_set(MSTAR_EINVAL, "--size: the transport is %s, want files or arena",
                                mstar_transport_kind_name(kind));
-    if (size == 0 || size > sizes[NSIZES - 1])
+    uint64_t most = sizes[(cuda ? NSIZES_CUDA : NSIZES) - 1];
+    if (size == 0 || size > most)
         return mstar_error_set(MSTAR_EINVAL, "--size %llu: want 1 byte to %llu bytes",
-                               (unsigned long long)size, (unsigned long long)sizes[NSIZES - 1]);
+                               (unsigned long long)size, (unsigned long long)most);
     scratch sc;
     mstar_status st = prepare(&sc);
     if (st != MSTAR_OK)
@@ -896,28 +903,41 @@ static mstar_status size_run(mstar_transport_kind kind, uint64_t size, bool quic
     out->in_flight = IN_FLIGHT;
     out->nsizes = out->nkinds = 1;
     out->kinds[0] = kind;
+    out->cuda_ipc[0] = cuda;
     char *restore = mesh_ring_set(true);
-    setup s = { kind, sc.ipc_dir, sc.shm_dir, false, false, false, profile };
-    run_transport(&s, quick, &size, 1, out->rows[0]);
-    if (kind == MSTAR_TRANSPORT_ARENA) {
-        s.zero_copy = out->has_views = true;
-        run_transport(&s, quick, &size, 1, out->views);
+    setup s = { kind, sc.ipc_dir, sc.shm_dir, cuda, false, false, profile };
+    if (cuda) {
+        st = run_device_route(&s, "1", quick, &size, 1, out->rows[0]);
+    } else {
+        run_transport(&s, quick, &size, 1, out->rows[0]);
+        if (kind == MSTAR_TRANSPORT_ARENA) {
+            s.zero_copy = out->has_views = true;
+            run_transport(&s, quick, &size, 1, out->views);
+        }
     }
     mesh_ring_restore(restore);
     scratch_remove(&sc);
-    return MSTAR_OK;
+    return st;
 }
 
 mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t size, bool quick,
                                             mstar_bench_transport_result *out)
 {
-    return size_run(kind, size, quick, false, out);
+    return size_run(kind, size, quick, false, false, out);
 }
 
 mstar_status mstar_bench_transport_profile_run(mstar_transport_kind kind, uint64_t size, bool quick,
                                                mstar_bench_transport_result *out)
 {
-    return size_run(kind, size, quick, true, out);
+    return size_run(kind, size, quick, true, false, out);
+}
+
+/* --device cuda --size N [--profile]: a read of at most 4 MiB waits in its start call for its
+ * copy to land (MSTAR_CUDA_IPC_SPIN_US), so the profile's read row holds the copy too. */
+mstar_status mstar_bench_transport_cuda_size_run(uint64_t size, bool quick, bool profile,
+                                                 mstar_bench_transport_result *out)
+{
+    return size_run(MSTAR_TRANSPORT_ARENA, size, quick, profile, true, out);
 }
 
 /* ---- device tensors (--device cuda) --------------------------------------------------------- */
@@ -931,8 +951,8 @@ static void json_row_open(FILE *out, const row *w, int i);
 /* The arena with device tensors and MSTAR_CUDA_IPC=`route`, in a child of its own: this process
  * must not touch CUDA before its later forks. The rows come back over a pipe; a child that
  * failed (no GPU) is an error, not the end of `mstar bench all`. */
-static mstar_status run_device_route(const setup *s, const char *route, bool quick, int nsizes,
-                                     row *rows)
+static mstar_status run_device_route(const setup *s, const char *route, bool quick,
+                                     const uint64_t *sz, int nsizes, row *rows)
 {
     int fds[2];
     if (pipe(fds) != 0)
@@ -943,7 +963,7 @@ static mstar_status run_device_route(const setup *s, const char *route, bool qui
     if (pid == 0) {
         close(fds[0]);
         setenv("MSTAR_CUDA_IPC", route, 1);
-        run_transport(s, quick, sizes, nsizes, rows);
+        run_transport(s, quick, sz, nsizes, rows);
         size_t n = sizeof(row) * (size_t)nsizes;
         _exit(write(fds[1], rows, n) == (ssize_t)n ? 0 : 1);
     }
@@ -1044,7 +1064,7 @@ static mstar_status take_rt_turns(const setup *host, const setup *dev, bool quic
         row turn;
         run_transport(host, quick, sizes, 1, &turn);
         keep_faster(host_rt, &turn);
-        st = run_device_route(dev, "1", quick, 1, &turn);
+        st = run_device_route(dev, "1", quick, sizes, 1, &turn);
         if (st == MSTAR_OK)
             keep_faster(ipc_rt, &turn);
     }
@@ -1074,7 +1094,7 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
         mstar_bench_progress("transport", "device tensors, MSTAR_CUDA_IPC=%s", routes[k]);
-        st = run_device_route(&dev, routes[k], quick, out->nsizes, out->rows[k]);
+        st = run_device_route(&dev, routes[k], quick, sizes, out->nsizes, out->rows[k]);
     }
     if (st == MSTAR_OK)
         st = take_rt_turns(&host, &dev, quick, &host_row, &out->rows[0][0]);
@@ -1113,7 +1133,7 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
     run_transport(&host, quick, sizes, out->nsizes, out->rows[PAIR_HOST]);
     mstar_bench_progress("transport", "device tensors over %s", mstar_transport_kind_name(kind));
     setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false, false };
-    st = run_device_route(&dev, "0", quick, out->nsizes, out->rows[PAIR_DEVICE]);
+    st = run_device_route(&dev, "0", quick, sizes, out->nsizes, out->rows[PAIR_DEVICE]);
     scratch_remove(&sc);
     return st;
 }
@@ -1551,9 +1571,10 @@ static void print_rows(const mstar_bench_transport_result *r)
         const row *w = views ? &r->views[0] : &r->rows[k][0];
         char h[32];
         mstar_bench_size_name(w->bytes, h, sizeof(h));
-        printf("%s\n  %-8s %12s %12s %10s\n  %-8s %12.1f %12.1f %10.2f\n\n",
-               views ? VIEWS_NAME : mstar_transport_kind_name(r->kinds[k]), "size", "rt p50 us",
-               "rt p99 us", "GB/s", h, w->rt_p50_us, w->rt_p99_us, w->gbps);
+        printf("%s%s\n  %-8s %12s %12s %10s\n  %-8s %12.1f %12.1f %10.2f\n\n",
+               views ? VIEWS_NAME : mstar_transport_kind_name(r->kinds[k]),
+               !views && r->cuda_ipc[k] ? ", device tensors over CUDA IPC" : "", "size",
+               "rt p50 us", "rt p99 us", "GB/s", h, w->rt_p50_us, w->rt_p99_us, w->gbps);
         if (w->has_phases)
             print_phases(&w->phases);
     }
@@ -1707,9 +1728,12 @@ int mstar_bench_transport(int argc, char **argv)
                         "trips: give --transport files|arena and --size\n");
         return 2;
     }
-    if (one_size != 0 && (cuda || nkinds != 1)) {
-        fprintf(stderr, "mstar bench transport: --size needs --transport files|arena, host "
-                        "tensors\n");
+    /* One size of device tensors: the arena over the CUDA IPC route. */
+    bool cuda_size =
+        one_size != 0 && cuda && !standin && nkinds == 1 && kinds[0] == MSTAR_TRANSPORT_ARENA;
+    if (one_size != 0 && !cuda_size && (cuda || nkinds != 1)) {
+        fprintf(stderr, "mstar bench transport: --size needs --transport files|arena (device "
+                        "tensors: --device cuda --transport arena)\n");
         return 2;
     }
     /* A device run over files or UCX sets device tensors beside host tensors on that transport;
@@ -1722,7 +1746,8 @@ int mstar_bench_transport(int argc, char **argv)
     }
     mstar_bench_progress_enable(!json);
     mstar_bench_transport_result r;
-    mstar_status st = profile ? mstar_bench_transport_profile_run(kinds[0], one_size, quick, &r)
+    mstar_status st = cuda_size ? mstar_bench_transport_cuda_size_run(one_size, quick, profile, &r)
+                      : profile ? mstar_bench_transport_profile_run(kinds[0], one_size, quick, &r)
                       : one_size != 0
                           ? mstar_bench_transport_size_run(kinds[0], one_size, quick, &r)
                       : pair ? mstar_bench_transport_device_pair_run(kinds[0], standin, quick, &r)
@@ -1732,9 +1757,9 @@ int mstar_bench_transport(int argc, char **argv)
         fprintf(stderr, "mstar bench transport: %s\n", mstar_last_error());
         return 1;
     }
-    if (cuda && json)
+    if (cuda && !cuda_size && json)
         mstar_bench_transport_cuda_json(&r, stdout);
-    else if (cuda)
+    else if (cuda && !cuda_size)
         print_device_table(&r);
     else if (json)
         mstar_bench_transport_json(&r, stdout);
