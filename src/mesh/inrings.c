@@ -16,6 +16,7 @@
  */
 #include "mesh_internal.h"
 
+#include "core/spare_cpu.h"
 #include "core/vec.h"
 
 #include <errno.h>
@@ -290,8 +291,12 @@ void mstar__inrings_drain(mstar_mesh *mesh)
 
 bool mstar__inrings_arm(mstar_mesh *mesh, bool may_spin)
 {
-    /* A spin may come next only while spinning has not given up (mstar__inrings_spin). */
-    uint32_t how = may_spin && mesh->cfg.spin_us > 0 && mesh->inrings.spin_misses < SPIN_GIVE_UP
+    /* A spin may come next only from a loop that spins (mstar_mesh_spin; any other would cost
+     * each of its senders their wait for a spin that never starts), while spinning has not
+     * given up and a CPU is spare (mstar__inrings_spin). */
+    const mstar__inrings *in = &mesh->inrings;
+    uint32_t how = may_spin && in->loop_spins && mesh->cfg.spin_us > 0 &&
+                           in->spin_misses < SPIN_GIVE_UP && mstar__cpu_spare()
                        ? MSTAR__RING_ARMED_SPIN
                        : MSTAR__RING_ARMED;
     bool pending = false;
@@ -331,6 +336,9 @@ bool mstar__inrings_spin(mstar_mesh *mesh)
         return false;
     if (in->spin_misses >= SPIN_GIVE_UP && ++in->spin_skips % SPIN_PROBE != 0)
         return false;
+    /* Another task waits for a CPU: a spin would hold one it needs (spare_cpu.c). */
+    if (!mstar__cpu_spare())
+        return false;
     /* Awake while it spins: a sender need not wake it (a system call on each side). A sender
      * that took the flag since it was armed has woken it already: the edge it left in the epoll
      * set is for the next receive to clear, or a loop's poll would return at once. */
@@ -346,7 +354,7 @@ bool mstar__inrings_spin(mstar_mesh *mesh)
             return true;
         }
         mstar__cpu_relax();
-    } while (mstar__now_ns() < end);
+    } while (mstar__now_ns() < end && mstar__cpu_spare());
     in->spin_misses += in->spin_misses < SPIN_GIVE_UP;
     return false;
 }

@@ -233,6 +233,7 @@ typedef struct mstar__inrings {
     bool busy;            /* the last take stopped there, with more frames waiting */
     uint32_t spin_misses; /* spins in a row that ended with no frame (mstar__inrings_spin) */
     uint32_t spin_skips;  /* waits that did not spin since spinning last paid */
+    bool loop_spins;      /* the loop calls mstar_mesh_spin, so a poll may be followed by a spin */
     uint32_t unpolled;    /* receives since the inbox and bell were last polled */
     bool awake;           /* a spin found a frame, and no sender woke us since the last harvest */
     bool armed;           /* the rings were armed since the last spin disarmed them */

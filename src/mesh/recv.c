@@ -269,6 +269,7 @@ bool mstar_mesh_spin(mstar_mesh *mesh)
 {
     if (mesh == NULL || mesh->inrings.n == 0)
         return false;
+    mesh->inrings.loop_spins = true;
     if (mstar__inrings_spin(mesh))
         return true;
     /* The caller sleeps next: its next receive harvests the epoll set, which woke it. */

@@ -4,6 +4,7 @@
 #include "tensors/completion.h"
 
 #include "core/cond.h"
+#include "core/spare_cpu.h"
 #include "core/vec.h"
 #include "mesh/ring.h"
 
@@ -108,7 +109,8 @@ mstar_status mstar_completion_poll(mstar_completion *c)
 }
 
 /* Before a wait sleeps: poll `done` for up to MSTAR_RING_SPIN_US (the bound the mesh's receive
- * spins for, docs/environment.md) and no longer than the wait's timeout. A read that lands
+ * spins for, docs/environment.md), no longer than the wait's timeout, and only while a CPU is
+ * spare (core/spare_cpu.h). A read that lands
  * meanwhile (finished by a reader or watcher thread) costs the waiter no sleep and wake-up,
  * which on the 2-core VM cost about 10 µs of CPU time a side. A bad value of the knob is the
  * wait's error, as it is the mesh's. */
@@ -122,7 +124,7 @@ static mstar_status spin_until_done(mstar_completion *c, int timeout_ms)
     if (timeout_ms > 0 && us > (int64_t)timeout_ms * 1000)
         us = (int64_t)timeout_ms * 1000;
     uint64_t end = mstar__now_ns() + (uint64_t)us * 1000;
-    while (!atomic_load(&c->done) && mstar__now_ns() < end)
+    while (!atomic_load(&c->done) && mstar__now_ns() < end && mstar__cpu_spare())
         mstar__cpu_relax();
     return MSTAR_OK;
 }

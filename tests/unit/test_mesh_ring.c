@@ -7,6 +7,7 @@
  */
 #include "mesh_harness.h"
 
+#include "core/spare_cpu.h"
 #include "mesh/mesh_internal.h"
 
 #include <dirent.h>
@@ -652,6 +653,9 @@ static void test_ring_off_uses_zeromq(void **state)
 int main(void)
 {
     ipc_dir = mstar_test_tmpdir("mesh-ring");
+    /* The spinning loops below spin whatever else the machine runs meanwhile (core/spare_cpu.h;
+     * test_spin covers a busy machine). */
+    mstar__cpu_spare_force(1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup(test_ring_keeps_order_and_wraps, setup),
         cmocka_unit_test_setup(test_ring_pages_are_mapped_up_front, setup),

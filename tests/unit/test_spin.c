@@ -5,10 +5,12 @@
  * it finds none leaves the rings asking to be rung, so a loop that sleeps next is woken; a
  * receiver that spins is not rung (its sender makes no system call); a spin that keeps finding
  * nothing stops spinning until one finds a frame again; a completion wait ends as soon as its
- * read lands.
+ * read lands; a poll asks senders to wait for a spin only in a loop that spins; with no CPU
+ * spare nothing spins (core/spare_cpu.h), and /proc/loadavg's count is read strictly.
  */
 #include "mesh_harness.h"
 
+#include "core/spare_cpu.h"
 #include "mesh/mesh_internal.h"
 #include "tensors/completion.h"
 
@@ -28,6 +30,9 @@ static int setup(void **state)
     unsetenv("MSTAR_RING_BYTES");
     unsetenv("MSTAR_RING_SPIN_US");
     setenv("MSTAR_MESH_RING", "1", 1);
+    /* A spare CPU, whatever else the machine runs meanwhile; the tests below that need a busy
+     * one say so. */
+    mstar__cpu_spare_force(1);
     return 0;
 }
 
@@ -93,6 +98,16 @@ static void test_disarmed_ring_is_not_rung(void **state)
     mstar__ring_close(&tx, false);
 }
 
+/* A pair spinning `spin_us`, its ring from conductor to worker_0 up (the first message taken). */
+static mesh_pair ring_pair(const char *spin_us)
+{
+    setenv("MSTAR_RING_SPIN_US", spin_us, 1);
+    mesh_pair m = mesh_pair_open(ipc_dir);
+    mesh_harness_send(m.tx, "worker_0", 0);
+    mesh_harness_recv(m.rx, "conductor", 0);
+    return m;
+}
+
 static void test_spin_finds_a_waiting_message(void **state)
 {
     (void)state;
@@ -117,10 +132,7 @@ static void test_spin_finds_a_waiting_message(void **state)
 static void test_empty_spin_arms_and_then_stops(void **state)
 {
     (void)state;
-    setenv("MSTAR_RING_SPIN_US", "200", 1);
-    mesh_pair m = mesh_pair_open(ipc_dir);
-    mesh_harness_send(m.tx, "worker_0", 0);
-    mesh_harness_recv(m.rx, "conductor", 0);
+    mesh_pair m = ring_pair("200");
     mstar_msg got;
     assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
     assert_false(mstar_mesh_spin(m.rx));
@@ -161,16 +173,87 @@ static void test_empty_spin_arms_and_then_stops(void **state)
 static void test_spin_off_only_checks(void **state)
 {
     (void)state;
-    setenv("MSTAR_RING_SPIN_US", "0", 1);
-    mesh_pair m = mesh_pair_open(ipc_dir);
-    mesh_harness_send(m.tx, "worker_0", 0);
-    mesh_harness_recv(m.rx, "conductor", 0);
+    mesh_pair m = ring_pair("0");
     assert_false(mstar_mesh_spin(m.rx));
     mesh_harness_send(m.tx, "worker_0", 1);
     assert_true(mstar_mesh_spin(m.rx)); /* waiting already: found without spinning */
     mesh_harness_recv(m.rx, "conductor", 1);
     assert_int_equal(m.rx->inrings.spin_misses, 0);
     mesh_pair_close(&m);
+}
+
+static uint32_t rx_waiting(const mesh_pair *m)
+{
+    return atomic_load(&m->rx->inrings.rings[0].ring.hdr->rx_waiting);
+}
+
+/* A poll leaves the rings asking their senders to wait a moment for a spin only in a loop that
+ * spins (one that has called mstar_mesh_spin), and only while a CPU is spare: any other loop
+ * would cost each of its senders that wait. */
+static void test_a_poll_asks_for_a_spin_only_in_a_loop_that_spins(void **state)
+{
+    (void)state;
+    mesh_pair m = ring_pair("200");
+    mstar_msg got;
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(rx_waiting(&m), MSTAR__RING_ARMED);
+    assert_false(mstar_mesh_spin(m.rx));
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(rx_waiting(&m), MSTAR__RING_ARMED_SPIN);
+    mstar__cpu_spare_force(0);
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(rx_waiting(&m), MSTAR__RING_ARMED);
+    mesh_pair_close(&m);
+}
+
+/* With no CPU spare a wait does not spin, however long the bound: the spin counts no miss, and
+ * what waits already is still found. */
+static void test_a_busy_machine_stops_the_spin(void **state)
+{
+    (void)state;
+    mesh_pair m = ring_pair("1000000");
+    mstar__cpu_spare_force(0);
+    assert_false(mstar_mesh_spin(m.rx));
+    mstar_msg got;
+    assert_mstar_status(mstar_mesh_recv(m.rx, 1, &got), MSTAR_EAGAIN);
+    assert_int_equal(m.rx->inrings.spin_misses, 0); /* neither spun: a spin would count one */
+    assert_int_equal(rx_waiting(&m), MSTAR__RING_ARMED);
+    mesh_harness_send(m.tx, "worker_0", 1);
+    assert_true(mstar_mesh_spin(m.rx));
+    mesh_harness_recv(m.rx, "conductor", 1);
+    mesh_pair_close(&m);
+}
+
+/* /proc/loadavg's runnable count, and every line that does not hold one. */
+static void test_loadavg_runnable(void **state)
+{
+    (void)state;
+    long n = 0;
+    assert_true(mstar__loadavg_runnable("0.20 0.18 0.12 2/345 6789\n", &n));
+    assert_int_equal(n, 2);
+    assert_true(mstar__loadavg_runnable("12.00 8.50 4.00 17/1200 1", &n));
+    assert_int_equal(n, 17);
+    static const char *const bad[] = {
+        "",
+        "\n",
+        "0.20 0.18 0.12",
+        "0.20 0.18 0.12 \n",
+        "0.20 0.18 0.12 x/345 6789",
+        "0.20 0.18 0.12 2 345",
+        "0.20 0.18 0.12 0/345 6789",
+        "0.20 0.18 0.12 -3/345 6789",
+        "0.20 0.18 0.12 99999999999999999999/345 1",
+        "0.20 0.18 0.12 2147483648/345 1",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        n = -7;
+        if (mstar__loadavg_runnable(bad[i], &n))
+            fail_msg("'%s' gave %ld", bad[i], n);
+        assert_int_equal(n, -7);
+    }
+    /* The kernel's own line, read as the waits read it. */
+    mstar__cpu_spare_force(-1);
+    (void)mstar__cpu_spare();
 }
 
 static void *finish_later(void *arg)
@@ -209,6 +292,9 @@ int main(void)
         cmocka_unit_test_setup(test_empty_spin_arms_and_then_stops, setup),
         cmocka_unit_test_setup(test_spin_off_only_checks, setup),
         cmocka_unit_test_setup(test_completion_wait_ends_when_the_read_lands, setup),
+        cmocka_unit_test_setup(test_a_poll_asks_for_a_spin_only_in_a_loop_that_spins, setup),
+        cmocka_unit_test_setup(test_a_busy_machine_stops_the_spin, setup),
+        cmocka_unit_test_setup(test_loadavg_runnable, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,26 @@
+/*
+ * spare_cpu.h — whether a thread that waits may spin: a spin is free only while no other task is
+ * waiting for a CPU. The waits that poll before they sleep (the mesh's rings, a completion; see
+ * MSTAR_RING_SPIN_US in docs/environment.md) ask this first, so that on a busy machine a spinner
+ * does not take the core its peer, or anyone else, needs.
+ */
+#ifndef MSTAR_CORE_SPARE_CPU_H
+#define MSTAR_CORE_SPARE_CPU_H
+
+#include <stdbool.h>
+
+/* True while the kernel's runnable tasks (the fourth field of /proc/loadavg, the caller
+ * included) are no more than the CPUs this thread may run on. Read at most once a millisecond
+ * per thread, the answer kept in between; true where /proc/loadavg cannot be read or parsed
+ * (nothing says a CPU is short). */
+bool mstar__cpu_spare(void);
+
+/* Tests: make mstar__cpu_spare answer `spare` (1 or 0) in every thread, or read the kernel again
+ * (-1, the default). */
+void mstar__cpu_spare_force(int spare);
+
+/* The runnable count of a /proc/loadavg line ("0.20 0.18 0.12 2/345 6789"): true with *out set,
+ * false for a line that does not hold one (a count must be 1..2^31-1). */
+bool mstar__loadavg_runnable(const char *line, long *out);
+
+#endif
