@@ -221,6 +221,21 @@ static PyObject *mesh_recv(PyObject *obj, PyObject *const *args, Py_ssize_t narg
     return mstarpy_msg_new(&m); /* its fields built when first read */
 }
 
+/* mstar_mesh_spin, without the GIL: the spin is a wait, and other threads may run meanwhile. */
+static PyObject *mesh_spin(PyObject *obj, PyObject *unused)
+{
+    mesh_obj *self = (mesh_obj *)obj;
+    mstar_mesh *mesh = mesh_open(self);
+    if (!mesh)
+        return NULL;
+    self->busy = true;
+    PyThreadState *ts_ = PyEval_SaveThread();
+    bool found = mstar_mesh_spin(mesh);
+    PyEval_RestoreThread(ts_);
+    self->busy = false;
+    return PyBool_FromLong(found);
+}
+
 static PyObject *mesh_wake(PyObject *obj, PyObject *unused)
 {
     mesh_obj *self = (mesh_obj *)obj;
@@ -292,6 +307,11 @@ static PyMethodDef mesh_methods[] = {
       "recv($self, timeout_ms=-1)\n--\n\n"
       ""
       "The message keeps the library's struct: each field is built when first read." },
+    { "spin", mesh_spin, METH_NOARGS,
+      "spin($self, /)\n--\n\n"
+      "Before a loop sleeps on inbox_fd: wait up to MSTAR_RING_SPIN_US for a message in a ring, "
+      "while a CPU is spare. True when one waits (take it with recv(timeout_ms=0)); false: "
+      "sleep." },
     { "wake", mesh_wake, METH_NOARGS,
       "wake($self, /)\n--\n\n"
       "Wake a recv (any thread)." },

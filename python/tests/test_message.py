@@ -293,3 +293,20 @@ def test_a_value_that_rewrites_the_message_while_it_is_converted(meshes):
     got = b.recv(timeout_ms=5000)
     assert got.type == "TENSOR_RECEIVED" and got.counts == {1: 2, **{k: k for k in range(2, 40)}}
     assert msg.type == "HELLO" and msg.counts == {}
+
+
+def test_spin_finds_a_message_waiting_in_a_ring_and_says_when_none_came(meshes):
+    """Mesh.spin, a loop's wait before it sleeps on inbox_fd: True once a message waits in a
+    ring (the first message between two entities of a host sets their ring up), False when none
+    came within MSTAR_RING_SPIN_US; a closed mesh refuses it."""
+    a, b = meshes
+    _received(meshes)
+    a.send("worker_1", Message("HELLO"))
+    assert b.spin() is True
+    got = b.recv(timeout_ms=0)
+    assert got is not None and got.type == "HELLO"
+    assert b.spin() is False
+    assert b.recv(timeout_ms=0) is None
+    b.close()
+    with pytest.raises(mstar_c.ClosedError):
+        b.spin()
