@@ -87,7 +87,7 @@ MSTAR_API int mstar_mesh_inbox_fd(const mstar_mesh *mesh);
 MSTAR_API int mstar_mesh_wake_fd(const mstar_mesh *mesh);
 /* MSTAR_RING_SPIN_US when it is unset: how long a waiting receiver polls its rings before it
  * sleeps, while no other task waits for a CPU. On the 2-core VM a 4 KiB handoff between two
- * sides spinning 50 µs took 5-7 µs and less CPU than sleeping; with the CPUs busy they sleep
+ * sides spinning 50 µs took 4.7-11 µs and less CPU than sleeping; with the CPUs busy they sleep
  * (docs/environment.md has the figures). */
 #define MSTAR_RING_SPIN_US_DEFAULT 50
 
@@ -95,8 +95,11 @@ MSTAR_API int mstar_mesh_wake_fd(const mstar_mesh *mesh);
  * one of the rings from peers on this host, polling shared memory with no system call, and
  * without asking their senders to ring (docs/environment.md). True as soon as one waits (take
  * it with mstar_mesh_recv, timeout 0); false when none came, spinning is off or there are no
- * rings: the rings then ask to be rung again, so the loop may sleep. Nothing else ends the
- * spin early (a wake, a ZeroMQ message, the loop's own fds wait for it). */
+ * rings: the rings then ask to be rung again, so the loop may sleep. It spins only while a CPU
+ * is spare (no more runnable tasks than the thread's CPUs), and stops when none is; nothing
+ * else ends the spin early (a wake, a ZeroMQ message, the loop's own fds wait for it). A loop
+ * that calls it is one that spins: its polls that find nothing ask senders to wait a moment for
+ * its spin instead of waking it. */
 MSTAR_API bool mstar_mesh_spin(mstar_mesh *mesh);
 /* Wake the loop (any thread). */
 MSTAR_API mstar_status mstar_mesh_wake(mstar_mesh *mesh);

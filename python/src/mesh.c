@@ -41,7 +41,7 @@ static mstar_mesh *mesh_open(mesh_obj *self)
         return NULL;
     }
     if (self->busy) {
-        mstarpy_raise_msg(MSTAR_ESTATE, "the mesh is in a recv on another thread");
+        mstarpy_raise_msg(MSTAR_ESTATE, "the mesh is in a recv or spin on another thread");
         return NULL;
     }
     return self->mesh;
@@ -100,7 +100,7 @@ static PyObject *mesh_close(PyObject *obj, PyObject *unused)
 {
     mesh_obj *self = (mesh_obj *)obj;
     if (self->busy)
-        return mstarpy_raise_msg(MSTAR_ESTATE, "close() during a recv on another thread");
+        return mstarpy_raise_msg(MSTAR_ESTATE, "close() during a recv or spin on another thread");
     if (self->users > 0)
         return mstarpy_raise_msg(MSTAR_ESTATE,
                                  "close(): %zd communication manager(s) still send through this "

@@ -1,18 +1,16 @@
 /*
  * spare_cpu.c — whether a waiting thread may spin (spare_cpu.h).
  *
- * On the 2-core VM this project measures on, a 4 KiB handoff between two spinning sides takes
- * 5-6 µs and about 8 µs of CPU a side, against 60-85 µs and 35 µs a side asleep (a wake-up there
- * costs the waker and the woken several µs each, and an idle CPU more to leave its halt). With
- * two CPU-bound jobs running beside it, a sleeping handoff took 16-20 µs and a spinning one
+ * On the 2-core VM this project measures on, a 4 KiB handoff between two spinning sides took
+ * 4.7-11 µs and 16-28 µs of CPU (both sides), against 60-95 µs and 51-72 µs asleep (a wake-up
+ * there costs the waker and the woken several µs each, and an idle CPU more to leave its halt).
+ * With CPU-bound jobs running beside it, a sleeping handoff took 12-25 µs and a spinning one
  * 5.5-70 µs, the spinner at times holding the core its peer waited for. So spinning pays while a
  * CPU is idle, and the kernel says how many tasks want one: /proc/loadavg's runnable count, one
  * read of a small file. A read costs a few system calls, so it is made at most once a
  * millisecond per thread.
  */
 #include "core/spare_cpu.h"
-
-#include "core/vec.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,23 +48,29 @@ bool mstar__loadavg_runnable(const char *line, long *out)
     return true;
 }
 
-/* Runnable tasks no more than this thread's CPUs; true when either cannot be read. */
-static bool read_spare(void)
+bool mstar__loadavg_read(long *runnable)
 {
     int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return true;
+        return false;
     char line[128];
-    ssize_t n = read(fd, line, sizeof(line) - 1);
+    ssize_t n;
+    do
+        n = read(fd, line, sizeof(line) - 1);
+    while (n < 0 && errno == EINTR);
     close(fd);
-    long runnable;
     if (n <= 0)
-        return true;
+        return false;
     line[n] = '\0';
-    if (!mstar__loadavg_runnable(line, &runnable))
-        return true;
+    return mstar__loadavg_runnable(line, runnable);
+}
+
+/* Runnable tasks no more than this thread's CPUs; true when either cannot be read. */
+static bool read_spare(void)
+{
+    long runnable;
     cpu_set_t set;
-    if (sched_getaffinity(0, sizeof(set), &set) != 0)
+    if (!mstar__loadavg_read(&runnable) || sched_getaffinity(0, sizeof(set), &set) != 0)
         return true;
     return runnable <= CPU_COUNT(&set);
 }
@@ -78,17 +82,16 @@ void mstar__cpu_spare_force(int spare)
     atomic_store(&forced, spare < 0 ? -1 : spare != 0);
 }
 
-bool mstar__cpu_spare(void)
+bool mstar__cpu_spare(uint64_t now_ns)
 {
     int f = atomic_load_explicit(&forced, memory_order_relaxed);
     if (f >= 0)
         return f != 0;
     static _Thread_local uint64_t checked_ns;
     static _Thread_local bool spare;
-    uint64_t now = mstar__now_ns();
-    if (checked_ns == 0 || now - checked_ns >= RECHECK_NS) {
+    if (checked_ns == 0 || now_ns - checked_ns >= RECHECK_NS) {
         spare = read_spare();
-        checked_ns = now;
+        checked_ns = now_ns;
     }
     return spare;
 }

@@ -8,12 +8,18 @@
 #define MSTAR_CORE_SPARE_CPU_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 /* True while the kernel's runnable tasks (the fourth field of /proc/loadavg, the caller
  * included) are no more than the CPUs this thread may run on. Read at most once a millisecond
- * per thread, the answer kept in between; true where /proc/loadavg cannot be read or parsed
- * (nothing says a CPU is short). */
-bool mstar__cpu_spare(void);
+ * per thread (`now_ns`: mstar__now_ns(), which a spinning caller has read already), the answer
+ * kept in between; true where /proc/loadavg cannot be read or parsed (nothing says a CPU is
+ * short). The count is the whole machine's and the CPUs are the thread's affinity: a thread
+ * pinned to a few CPUs of a busy host seldom spins, and a CPU quota (cgroups) is not seen. */
+bool mstar__cpu_spare(uint64_t now_ns);
+
+/* /proc/loadavg's runnable count now: false where it cannot be read or parsed. */
+bool mstar__loadavg_read(long *runnable);
 
 /* Tests: make mstar__cpu_spare answer `spare` (1 or 0) in every thread, or read the kernel again
  * (-1, the default). */

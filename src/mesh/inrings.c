@@ -296,7 +296,7 @@ bool mstar__inrings_arm(mstar_mesh *mesh, bool may_spin)
      * given up and a CPU is spare (mstar__inrings_spin). */
     const mstar__inrings *in = &mesh->inrings;
     uint32_t how = may_spin && in->loop_spins && mesh->cfg.spin_us > 0 &&
-                           in->spin_misses < SPIN_GIVE_UP && mstar__cpu_spare()
+                           in->spin_misses < SPIN_GIVE_UP && mstar__cpu_spare(mstar__now_ns())
                        ? MSTAR__RING_ARMED_SPIN
                        : MSTAR__RING_ARMED;
     bool pending = false;
@@ -329,7 +329,7 @@ bool mstar__inrings_pending(const mstar_mesh *mesh)
     return false;
 }
 
-bool mstar__inrings_spin(mstar_mesh *mesh)
+bool mstar__inrings_spin(mstar_mesh *mesh, uint64_t deadline_ns)
 {
     mstar__inrings *in = &mesh->inrings;
     if (mesh->cfg.spin_us <= 0 || in->n == 0)
@@ -337,7 +337,8 @@ bool mstar__inrings_spin(mstar_mesh *mesh)
     if (in->spin_misses >= SPIN_GIVE_UP && ++in->spin_skips % SPIN_PROBE != 0)
         return false;
     /* Another task waits for a CPU: a spin would hold one it needs (spare_cpu.c). */
-    if (!mstar__cpu_spare())
+    uint64_t now = mstar__now_ns();
+    if (!mstar__cpu_spare(now))
         return false;
     /* Awake while it spins: a sender need not wake it (a system call on each side). A sender
      * that took the flag since it was armed has woken it already: the edge it left in the epoll
@@ -346,7 +347,10 @@ bool mstar__inrings_spin(mstar_mesh *mesh)
     in->armed = false;
     for (size_t i = 0; i < in->n; i++)
         woken |= mstar__ring_disarm(&in->rings[i].ring) == MSTAR__RING_AWAKE;
-    uint64_t end = mstar__now_ns() + (uint64_t)mesh->cfg.spin_us * 1000;
+    uint64_t end = now + (uint64_t)mesh->cfg.spin_us * 1000;
+    if (deadline_ns != 0 && deadline_ns < end)
+        end = deadline_ns;
+    bool spare = true;
     do {
         if (mstar__inrings_pending(mesh)) {
             in->spin_misses = in->spin_skips = 0;
@@ -354,8 +358,10 @@ bool mstar__inrings_spin(mstar_mesh *mesh)
             return true;
         }
         mstar__cpu_relax();
-    } while (mstar__now_ns() < end && mstar__cpu_spare());
-    in->spin_misses += in->spin_misses < SPIN_GIVE_UP;
+        now = mstar__now_ns();
+    } while (now < end && (spare = mstar__cpu_spare(now)));
+    /* A spin cut short for a busy CPU says nothing of whether spinning pays. */
+    in->spin_misses += spare && in->spin_misses < SPIN_GIVE_UP;
     return false;
 }
 

@@ -232,7 +232,7 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
             return give_up(mesh, timeout_ms);
         if (mesh->inrings.busy)
             continue; /* more garbage waits: taken in bounded steps, the deadline checked */
-        if (timeout_ms != 0 && mstar__inrings_spin(mesh))
+        if (timeout_ms != 0 && mstar__inrings_spin(mesh, deadline))
             continue;
         /* A caller polling the inbox fd sleeps on the bell too: leave it drained. (A datagram
          * that came after the poll above wakes that caller, whose next call drains it.) */
@@ -267,10 +267,12 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
 
 bool mstar_mesh_spin(mstar_mesh *mesh)
 {
-    if (mesh == NULL || mesh->inrings.n == 0)
+    if (mesh == NULL)
         return false;
-    mesh->inrings.loop_spins = true;
-    if (mstar__inrings_spin(mesh))
+    mesh->inrings.loop_spins = true; /* also for the rings to come */
+    if (mesh->inrings.n == 0)
+        return false;
+    if (mstar__inrings_spin(mesh, 0))
         return true;
     /* The caller sleeps next: its next receive harvests the epoll set, which woke it. */
     mesh->inrings.awake = false;

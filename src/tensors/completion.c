@@ -110,10 +110,9 @@ mstar_status mstar_completion_poll(mstar_completion *c)
 
 /* Before a wait sleeps: poll `done` for up to MSTAR_RING_SPIN_US (the bound the mesh's receive
  * spins for, docs/environment.md), no longer than the wait's timeout, and only while a CPU is
- * spare (core/spare_cpu.h). A read that lands
- * meanwhile (finished by a reader or watcher thread) costs the waiter no sleep and wake-up,
- * which on the 2-core VM cost about 10 µs of CPU time a side. A bad value of the knob is the
- * wait's error, as it is the mesh's. */
+ * spare (core/spare_cpu.h). A read that lands meanwhile (finished by a reader or watcher
+ * thread) costs the waiter no sleep and wake-up, which on the 2-core VM cost about 10 µs of CPU
+ * time a side. A bad value of the knob is the wait's error, as it is the mesh's. */
 static mstar_status spin_until_done(mstar_completion *c, int timeout_ms)
 {
     int64_t us;
@@ -123,9 +122,11 @@ static mstar_status spin_until_done(mstar_completion *c, int timeout_ms)
         return st;
     if (timeout_ms > 0 && us > (int64_t)timeout_ms * 1000)
         us = (int64_t)timeout_ms * 1000;
-    uint64_t end = mstar__now_ns() + (uint64_t)us * 1000;
-    while (!atomic_load(&c->done) && mstar__now_ns() < end && mstar__cpu_spare())
+    uint64_t now = mstar__now_ns(), end = now + (uint64_t)us * 1000;
+    while (!atomic_load(&c->done) && now < end && mstar__cpu_spare(now)) {
         mstar__cpu_relax();
+        now = mstar__now_ns();
+    }
     return MSTAR_OK;
 }
 

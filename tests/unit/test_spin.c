@@ -11,6 +11,7 @@
 #include "mesh_harness.h"
 
 #include "core/spare_cpu.h"
+#include "core/vec.h"
 #include "mesh/mesh_internal.h"
 #include "tensors/completion.h"
 
@@ -18,6 +19,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static const char *ipc_dir;
@@ -251,9 +253,69 @@ static void test_loadavg_runnable(void **state)
             fail_msg("'%s' gave %ld", bad[i], n);
         assert_int_equal(n, -7);
     }
-    /* The kernel's own line, read as the waits read it. */
-    mstar__cpu_spare_force(-1);
-    (void)mstar__cpu_spare();
+    /* The kernel's own line, read as the waits read it: this thread at least is running. */
+    assert_true(mstar__loadavg_read(&n));
+    assert_true(n >= 1);
+}
+
+/* Take the spare CPU away 20 ms into a wait. */
+static void *fill_the_cpus_later(void *arg)
+{
+    (void)arg;
+    usleep(20000);
+    mstar__cpu_spare_force(0);
+    return NULL;
+}
+
+/* A spin that has begun stops once no CPU is spare, long before its bound, and counts no miss
+ * (it says nothing of whether spinning pays). */
+static void test_a_spin_stops_when_the_cpus_fill(void **state)
+{
+    (void)state;
+    mesh_pair m = ring_pair("1000000");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, fill_the_cpus_later, NULL), 0);
+    uint64_t t0 = mstar__now_ns();
+    assert_false(mstar_mesh_spin(m.rx));
+    assert_true(mstar__now_ns() - t0 < UINT64_C(500000000)); /* its bound is a second */
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(m.rx->inrings.spin_misses, 0);
+    mesh_pair_close(&m);
+}
+
+static void *finish_after_300ms(void *arg)
+{
+    usleep(300000);
+    mstar__completion_finish(arg, MSTAR_OK, NULL);
+    return NULL;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * UINT64_C(1000000000) + (uint64_t)ts.tv_nsec;
+}
+
+/* A completion wait stops spinning once no CPU is spare and sleeps until its read lands: over a
+ * 300 ms wait it spends about the 20 ms before the CPUs filled, not the whole wait. */
+static void test_a_completion_wait_stops_spinning_when_the_cpus_fill(void **state)
+{
+    (void)state;
+    setenv("MSTAR_RING_SPIN_US", "1000000", 1);
+    mstar_completion *c;
+    assert_mstar_ok(mstar__completion_create(-1, &c));
+    pthread_t filler, finisher;
+    assert_int_equal(pthread_create(&filler, NULL, fill_the_cpus_later, NULL), 0);
+    assert_int_equal(pthread_create(&finisher, NULL, finish_after_300ms, c), 0);
+    uint64_t cpu0 = thread_cpu_ns();
+    assert_mstar_ok(mstar_completion_wait(c, 5000));
+    uint64_t cpu = thread_cpu_ns() - cpu0;
+    if (cpu >= UINT64_C(150000000))
+        fail_msg("the wait spent %.1f ms of CPU: it spun on with no CPU spare", (double)cpu / 1e6);
+    assert_int_equal(pthread_join(filler, NULL), 0);
+    assert_int_equal(pthread_join(finisher, NULL), 0);
+    mstar_completion_release(c);
 }
 
 static void *finish_later(void *arg)
@@ -295,6 +357,8 @@ int main(void)
         cmocka_unit_test_setup(test_a_poll_asks_for_a_spin_only_in_a_loop_that_spins, setup),
         cmocka_unit_test_setup(test_a_busy_machine_stops_the_spin, setup),
         cmocka_unit_test_setup(test_loadavg_runnable, setup),
+        cmocka_unit_test_setup(test_a_spin_stops_when_the_cpus_fill, setup),
+        cmocka_unit_test_setup(test_a_completion_wait_stops_spinning_when_the_cpus_fill, setup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

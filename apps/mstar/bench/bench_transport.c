@@ -791,9 +791,10 @@ static void scratch_remove(const scratch *sc)
     remove_tree(sc->shm_dir);
 }
 
-/* The spin the bench sets beside a default of 0: long enough that two processes handing off
- * to each other both stay awake on a 2-core machine (a 50 µs spin lost to the scheduler placing
- * a woken peer on the spinner's core, docs/environment.md). */
+/* The spin the bench would set beside a default of 0 (MSTAR_RING_SPIN_US was 0 by default
+ * until it spun only while a CPU is spare): long enough that two processes handing off to each
+ * other both stay awake on a 2-core machine. Beside a default that spins, the other row is 0,
+ * asleep. */
 #define SPIN_LONG_US 1000
 
 /* The arena's 4 KiB handoff with the library's default spin and with another (bench.h). */
