@@ -151,9 +151,10 @@ static mstar_status cleanup(mstar_comm *comm, const mstar_rid *rid, bool force)
                                "false, as READS_DONE does)",
                                mstar_rid_format(rid, r));
     }
-    mstar__comm_settle_acks(comm, rid); /* even when the request's slot is gone already */
-    if (slot == MSTAR__BK_NONE)
+    if (slot == MSTAR__BK_NONE) {
+        mstar__comm_settle_acks(comm, rid); /* its slot is gone: what it may still owe */
         return MSTAR_OK;
+    }
     mstar__req *r = mstar__comm_req_at(comm, slot);
     r->open = false;
     mstar__comm_req_reset(r);
@@ -179,6 +180,10 @@ static mstar_status cleanup(mstar_comm *comm, const mstar_rid *rid, bool force)
     }
     slots->len = 0;
     mstar__comm_collect(comm);
+    /* Last: freeing its views above builds their ACKs, and one that memory stopped is owed;
+     * this is its last try before it is counted lost. */
+    if (st == MSTAR_OK)
+        mstar__comm_settle_acks(comm, rid);
     if (deferred > 0 && mstar_log_enabled(MSTAR_LOG_DEBUG)) {
         char rs[MSTAR_RID_STRLEN];
         mstar_log(MSTAR_LOG_DEBUG,

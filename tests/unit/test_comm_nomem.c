@@ -277,6 +277,83 @@ static void test_arena_views_survive_each_failed_allocation(void **state)
     sweep(MSTAR_TRANSPORT_ARENA, true);
 }
 
+/* One tensor from worker_0 to worker_1 over the arena, read as a view and collected: the
+ * consumer holds the view, and its ACK goes when the view is freed. */
+static void view_delivered(comm_pair *w, const mstar_rid *rid, const mstar_tensor *t,
+                           mstar_tensor_info *info)
+{
+    comm_pair_init_in(w, dir);
+    comm_pair_make(w, MSTAR_TRANSPORT_ARENA);
+    mstar_output o = output_of("sig", *t);
+    assert_mstar_ok(mstar_comm_store_and_return_tensor_info(w->p, rid, &o, 1, NULL, info));
+    assert_mstar_ok(mstar_comm_increment_ref_batch_uniform(w->p, &info->uuid, 1, 1));
+    assert_mstar_ok(mstar_comm_register_for_send(w->p, rid, info, 1));
+    mstar_edge e = edge_of("sig", "node", info, 1);
+    assert_mstar_ok(mstar_comm_start_read_views(w->c, rid, &e, 1, NULL));
+    mstar_edge_clear(&e);
+    uint32_t got = 0;
+    for (int poll = 0; got < 1 && poll < 10000; poll++) {
+        mstar_ready_set set;
+        assert_mstar_ok(mstar_comm_get_ready_tensors(w->c, &set));
+        got += set.nedges;
+        mstar_ready_set_clear(&set);
+    }
+    assert_int_equal(got, 1);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", info->uuid), 0);
+}
+
+/* A view's ACK that could not be built when the view was freed is owed; if its request's
+ * cleanup cannot build it either, it is given up there and counted in acks_lost (its producer
+ * holds the tensor until its TTL), and nothing stays owed: the next poll sends nothing. Every
+ * allocation of the dereference, then of the cleanup, is failed in turn until that happens. */
+static void test_an_owed_view_ack_given_up_at_cleanup_is_counted(void **state)
+{
+    (void)state;
+    mstar_tensor t = make_vector(MSTAR_DTYPE_FLOAT32, 64, 7);
+    mstar_rid rid = mstar_rid_from_int(43);
+    bool owed_seen = false, given_up = false;
+    for (long k = 0; k < 64 && !given_up; k++) {
+        for (long j = 0; j < 64 && !given_up; j++) {
+            comm_pair w;
+            mstar_tensor_info info;
+            view_delivered(&w, &rid, &t, &info);
+            mstar_fail_alloc_arm(k);
+            assert_mstar_ok(mstar_comm_dereference(w.c, info.uuid, 1));
+            bool failed = mstar_fail_alloc_disarm();
+            /* No ACK yet: owed, or the view's record left for the cleanup to collect. */
+            bool owed = failed && bus_ack_count(&w.b, "worker_0", info.uuid) == 0;
+            owed_seen |= owed;
+            if (owed) {
+                mstar_fail_alloc_arm(j);
+                mstar_status st = mstar_comm_cleanup_request(w.c, &rid);
+                mstar_fail_alloc_disarm();
+                if (st == MSTAR_ENOMEM) /* refused for memory: the caller tries again */
+                    st = mstar_comm_cleanup_request(w.c, &rid);
+                assert_mstar_ok(st);
+                mstar_comm_security_stats cs;
+                assert_mstar_ok(mstar_comm_get_security_stats(w.c, &cs));
+                int64_t acks = bus_ack_count(&w.b, "worker_0", info.uuid);
+                /* Sent at the cleanup after all, or given up and counted: never both, never
+                 * neither. */
+                assert_int_equal(acks + (int64_t)cs.acks_lost, 1);
+                given_up = cs.acks_lost == 1;
+                mstar_ready_set set;
+                assert_mstar_ok(mstar_comm_get_ready_tensors(w.c, &set));
+                mstar_ready_set_clear(&set);
+                assert_int_equal(bus_ack_count(&w.b, "worker_0", info.uuid), acks);
+                assert_int_equal(mstar_comm_num_tensors(w.c), 0);
+            }
+            mstar_comm_cleanup_request(w.p, &rid);
+            comm_pair_fini(&w); /* the producer's held tensor goes with it; the directory empty */
+            if (!owed)
+                break; /* this k did not hit the ACK: the cleanup's j do not matter */
+        }
+    }
+    assert_true(owed_seen);
+    assert_true(given_up);
+    free(t.data);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -293,6 +370,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_files_survive_each_failed_allocation),
         cmocka_unit_test(test_arena_survives_each_failed_allocation),
         cmocka_unit_test(test_arena_views_survive_each_failed_allocation),
+        cmocka_unit_test(test_an_owed_view_ack_given_up_at_cleanup_is_counted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
