@@ -63,14 +63,18 @@ bool mstar__comm_pending_landed(const mstar__pending *p)
     return p->done == NULL || mstar__completion_done(p->done);
 }
 
-size_t mstar__comm_pending_take(mstar_comm *comm, uint32_t req)
+size_t mstar__comm_pending_take(mstar_comm *comm, uint32_t req, size_t *views)
 {
-    size_t n = 0;
+    size_t n = 0, v = 0;
     for (size_t i = 0; i < comm->pending.len; i++) {
         mstar__pending *p = mstar__vec_at(&comm->pending, i);
         p->taken = p->req == req && mstar__comm_pending_landed(p);
         n += p->taken;
+        for (uint32_t k = 0; views != NULL && p->taken && k < p->edge.ntensors; k++)
+            v += p->fresh[k] == 2;
     }
+    if (views != NULL)
+        *views = v;
     return n;
 }
 
@@ -93,7 +97,7 @@ bool mstar_comm_has_inflight_reads(const mstar_comm *comm, const mstar_rid *rid)
 static mstar_status drop_landed_pending(mstar_comm *comm, uint32_t slot)
 {
     mstar__req *r = mstar__comm_req_at(comm, slot);
-    size_t n = mstar__comm_pending_take(comm, slot);
+    size_t n = mstar__comm_pending_take(comm, slot, NULL);
     if (n == 0)
         return MSTAR_OK;
     const mstar_edge **edges = calloc(n, sizeof(*edges));

@@ -199,10 +199,11 @@ void mstar__comm_pending_free(mstar__pending *p);
 /* Whether a pending read's bytes are all in its buffers (its completion, if any, is done). */
 bool mstar__comm_pending_landed(const mstar__pending *p);
 /* Mark the request's entries that have landed now (p->taken; the others cleared) and count
- * them. A collection works from these marks, not from fresh looks: reads land on other threads,
- * so an entry may land between two passes over the list, and a later pass must not see more
- * entries than the first one counted. */
-size_t mstar__comm_pending_take(mstar_comm *comm, uint32_t req);
+ * them, and in *views (when not NULL) their descriptors read as views. A collection works from
+ * these marks, not from fresh looks: reads land on other threads, so an entry may land between
+ * two passes over the list, and a later pass must not see more entries than the first one
+ * counted. */
+size_t mstar__comm_pending_take(mstar_comm *comm, uint32_t req, size_t *views);
 
 /* ---- comm_store.c --------------------------------------------------------------------------- */
 

@@ -1065,13 +1065,8 @@ static bool collect_arrays_init(collect_arrays *a, size_t n)
  * delivered, when memory ran short: the entries stay for the next poll. */
 static bool collect_request(mstar_comm *comm, ready_builder *b, uint32_t req, mstar_status *ack_st)
 {
-    size_t n = mstar__comm_pending_take(comm, req);
-    size_t views = 0; /* descriptors delivered as views, ACKed when their record is freed */
-    for (size_t i = 0; i < comm->pending.len; i++) {
-        const mstar__pending *p = mstar__vec_at(&comm->pending, i);
-        for (uint32_t k = 0; p->taken && k < p->edge.ntensors; k++)
-            views += p->fresh[k] == 2;
-    }
+    size_t views; /* descriptors delivered as views, ACKed when their record is freed */
+    size_t n = mstar__comm_pending_take(comm, req, &views);
     collect_arrays a;
     /* With room in the set for what delivery adds, taken before any ACK goes, delivery cannot
      * fail for memory (a fan-in's consolidation still can: reported as a failed read); with
