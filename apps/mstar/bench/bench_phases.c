@@ -11,11 +11,12 @@
  */
 #include "bench.h"
 
+#include "core/vec.h"
+
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 
 #define MSTAR_BENCH_PHASE_SAMPLES 4096
 
@@ -65,25 +66,18 @@ void mstar_bench_phases_arm(mstar_bench_phases *ph, bool on)
     atomic_store_explicit(&ph->armed, on, memory_order_seq_cst);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t mstar_bench_phase_begin(const mstar_bench_phases *ph)
 {
     /* Acquire: a side that sees the page armed sees the counts the arm cleared. */
     if (ph == NULL || atomic_load_explicit(&ph->armed, memory_order_acquire) == 0)
         return 0;
-    return now_ns();
+    return mstar__now_ns();
 }
 
 void mstar_bench_phase_end(mstar_bench_phases *ph, mstar_bench_phase phase, uint64_t begin)
 {
     if (begin != 0)
-        mstar_bench_phases_add(ph, phase, now_ns() - begin);
+        mstar_bench_phases_add(ph, phase, mstar__now_ns() - begin);
 }
 
 void mstar_bench_phases_add(mstar_bench_phases *ph, mstar_bench_phase phase, uint64_t ns)
@@ -119,7 +113,7 @@ void mstar_bench_phases_summarize(const mstar_bench_phases *ph, mstar_bench_phas
     /* What timing a call adds to it: two clock reads, the cheaper of a few tries. */
     uint64_t best = UINT64_MAX;
     for (int i = 0; i < 1000; i++) {
-        uint64_t t0 = now_ns(), t1 = now_ns();
+        uint64_t t0 = mstar__now_ns(), t1 = mstar__now_ns();
         best = t1 - t0 < best ? t1 - t0 : best;
     }
     out->clock_us = (double)best * 1e-3;

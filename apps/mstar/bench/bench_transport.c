@@ -817,6 +817,13 @@ static int floor_iters(bool quick)
     return quick ? 2000 : 10000;
 }
 
+static void spin_env_set(int us)
+{
+    char v[16];
+    snprintf(v, sizeof(v), "%d", us);
+    setenv("MSTAR_RING_SPIN_US", v, 1);
+}
+
 /* The arena's 4 KiB handoff with the library's default spin and with another (bench.h). */
 static void run_spins(const setup *s, bool quick, mstar_bench_transport_result *out)
 {
@@ -828,17 +835,13 @@ static void run_spins(const setup *s, bool quick, mstar_bench_transport_result *
     for (int i = 0; i < out->nspins; i++) {
         mstar_bench_progress("transport", "arena, 4 KiB, spinning %d us before sleeping",
                              out->spin_us[i]);
-        char v[16];
-        snprintf(v, sizeof(v), "%d", out->spin_us[i]);
-        setenv("MSTAR_RING_SPIN_US", v, 1);
+        spin_env_set(out->spin_us[i]);
         run_transport(s, quick, sizes, 1, &out->spins[i]);
     }
     /* The default's bar is a ratio to the futex floor, and both move with how long this VM's
      * idle CPUs take to wake (the floor read 5.9 to 52 µs in runs minutes apart): so both take
      * RT_TURNS - 1 more turns, one after the other, each keeping its best p50. */
-    char v[16];
-    snprintf(v, sizeof(v), "%d", out->spin_us[0]);
-    setenv("MSTAR_RING_SPIN_US", v, 1);
+    spin_env_set(out->spin_us[0]);
     for (int t = 1; t < RT_TURNS; t++) {
         mstar_bench_progress("transport",
                              "the futex floor and the default's 4 KiB handoff, turn "
