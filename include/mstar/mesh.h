@@ -86,14 +86,16 @@ MSTAR_API uint64_t mstar_mesh_dropped(const mstar_mesh *mesh);
 MSTAR_API int mstar_mesh_inbox_fd(const mstar_mesh *mesh);
 MSTAR_API int mstar_mesh_wake_fd(const mstar_mesh *mesh);
 /* MSTAR_RING_SPIN_US when it is unset: how long a waiting receiver polls its rings before it
- * sleeps, while no other task waits for a CPU. On the 2-core VM a 4 KiB handoff between two
+ * sleeps, while no other task waits for a CPU; a mesh doubles its bound, up to 16 times this,
+ * while messages come soon after its spins end. On the 2-core VM a 4 KiB handoff between two
  * sides spinning 50 µs took 4.7-11 µs and less CPU than sleeping; with the CPUs busy they sleep
  * (docs/environment.md has the figures). */
 #define MSTAR_RING_SPIN_US_DEFAULT 50
 
-/* Before a loop that polls the inbox fd sleeps: wait up to MSTAR_RING_SPIN_US for a message in
- * one of the rings from peers on this host, polling shared memory with no system call, and
- * without asking their senders to ring (docs/environment.md). True as soon as one waits (take
+/* Before a loop that polls the inbox fd sleeps: wait up to the mesh's spin bound
+ * (MSTAR_RING_SPIN_US, grown by near misses) for a message in one of the rings from peers on
+ * this host, polling shared memory with no system call, and without asking their senders to ring
+ * (docs/environment.md). True as soon as one waits (take
  * it with mstar_mesh_recv, timeout 0); false when none came, spinning is off or there are no
  * rings: the rings then ask to be rung again, so the loop may sleep. It spins only while a CPU
  * is spare (no more runnable tasks than the thread's CPUs), and stops when none is; nothing

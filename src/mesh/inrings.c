@@ -211,6 +211,53 @@ static mstar_status fetch_blob(mstar_mesh *mesh, const char *sender, size_t *len
     return st;
 }
 
+/* Spinning pays while the peers answer within the bound: the two sides are running and a
+ * frame comes before a sleep and a wake-up would have been over. When they do not (the peer is
+ * idle, or waits for a core on a busy machine, where a spinning receiver takes the core its
+ * peer needs), a spin is CPU time lost and a later wake-up: after SPIN_GIVE_UP spins in a row
+ * that found nothing, only one wait in SPIN_PROBE spins, until one finds a frame again. On the
+ * 2-core VM, 8 and 4 kept a spinning 4 KiB handoff at 10-12 µs p50 where 2 and 16 had given
+ * up on it for good after the misses of a burst (docs/architecture.md). */
+#define SPIN_GIVE_UP 8
+#define SPIN_PROBE   4
+
+/* A spin that ends just before its frame comes costs the spin and a wake-up too. Both sides of
+ * a handoff sleep then, and each one's answer, a wake-up late, comes after the other's spin
+ * ended: a Python pair on the 2-core VM, spinning 50 µs, took 40-60 µs a round trip that way
+ * where spinning 1000 µs took 10-12 (docs/architecture.md). So a miss is settled when the next
+ * frame is taken: one that came within SPIN_GROWTH bounds of the spin's end was a near miss (the
+ * peer is answering, later than the bound): it doubles the bound, up to SPIN_GROWTH times
+ * MSTAR_RING_SPIN_US, and does not count toward giving up. One that came later, or never, halves
+ * the bound back toward MSTAR_RING_SPIN_US and counts. */
+#define SPIN_GROWTH  16
+#define SPIN_MOST_NS UINT64_C(1000000000) /* the most any bound grows to: MSTAR_RING_SPIN_US's */
+
+static uint64_t spin_base_ns(const mstar_mesh *mesh)
+{
+    return (uint64_t)mesh->cfg.spin_us * 1000;
+}
+
+static uint64_t spin_most_ns(const mstar_mesh *mesh)
+{
+    uint64_t base = spin_base_ns(mesh), most = base * SPIN_GROWTH;
+    return most > SPIN_MOST_NS ? (base > SPIN_MOST_NS ? base : SPIN_MOST_NS) : most;
+}
+
+/* The frame just taken settles the last miss (see SPIN_GROWTH). */
+static void spin_settle(mstar_mesh *mesh)
+{
+    mstar__inrings *in = &mesh->inrings;
+    uint64_t gap = mstar__now_ns() - in->missed_at, most = spin_most_ns(mesh);
+    in->missed_at = 0;
+    if (gap < most) {
+        in->spin_ns = in->spin_ns > most / 2 ? most : in->spin_ns * 2;
+        in->spin_misses -= in->spin_misses > 0;
+    } else {
+        uint64_t base = spin_base_ns(mesh);
+        in->spin_ns = in->spin_ns / 2 < base ? base : in->spin_ns / 2;
+    }
+}
+
 /* One frame from ring i: MSTAR_OK with *out, MSTAR_EAGAIN when it has none that decodes (a
  * broken ring is dropped: *i then names the next one). */
 static mstar_status take_from(mstar_mesh *mesh, size_t *i, mstar_msg *out)
@@ -261,6 +308,8 @@ mstar_status mstar__inrings_take(mstar_mesh *mesh, mstar_msg *out)
         mstar_status st = take_from(mesh, &i, out);
         if (st == MSTAR_OK) {
             in->next = i + 1;
+            if (in->missed_at != 0)
+                spin_settle(mesh);
             return MSTAR_OK;
         }
         if (st == MSTAR_EAGAIN) {
@@ -278,16 +327,6 @@ void mstar__inrings_drain(mstar_mesh *mesh)
     if (mesh->bell_fd >= 0)
         mstar__bell_drain(mesh->bell_fd, mesh->entity, on_hello, mesh, &mesh->inbox);
 }
-
-/* Spinning pays while the peers answer within the bound: the two sides are running and a
- * frame comes before a sleep and a wake-up would have been over. When they do not (the peer is
- * idle, or waits for a core on a busy machine, where a spinning receiver takes the core its
- * peer needs), a spin is CPU time lost and a later wake-up: after SPIN_GIVE_UP spins in a row
- * that found nothing, only one wait in SPIN_PROBE spins, until one finds a frame again. On the
- * 2-core VM, 8 and 4 kept a spinning 4 KiB handoff at 10-12 µs p50 where 2 and 16 had given
- * up on it for good after the misses of a burst (docs/architecture.md). */
-#define SPIN_GIVE_UP 8
-#define SPIN_PROBE   4
 
 bool mstar__inrings_arm(mstar_mesh *mesh, bool may_spin)
 {
@@ -347,9 +386,14 @@ bool mstar__inrings_spin(mstar_mesh *mesh, uint64_t deadline_ns)
     in->armed = false;
     for (size_t i = 0; i < in->n; i++)
         woken |= mstar__ring_disarm(&in->rings[i].ring) == MSTAR__RING_AWAKE;
-    uint64_t end = now + (uint64_t)mesh->cfg.spin_us * 1000;
-    if (deadline_ns != 0 && deadline_ns < end)
+    if (in->spin_ns < spin_base_ns(mesh))
+        in->spin_ns = spin_base_ns(mesh);
+    uint64_t end = now + in->spin_ns;
+    bool whole = true; /* the spin may run its whole bound: only then can a miss settle it */
+    if (deadline_ns != 0 && deadline_ns < end) {
         end = deadline_ns;
+        whole = false;
+    }
     bool spare = true;
     do {
         if (mstar__inrings_pending(mesh)) {
@@ -362,6 +406,7 @@ bool mstar__inrings_spin(mstar_mesh *mesh, uint64_t deadline_ns)
     } while (now < end && (spare = mstar__cpu_spare(now)));
     /* A spin cut short for a busy CPU says nothing of whether spinning pays. */
     in->spin_misses += spare && in->spin_misses < SPIN_GIVE_UP;
+    in->missed_at = spare && whole ? now : 0;
     return false;
 }
 

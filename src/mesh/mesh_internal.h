@@ -233,6 +233,9 @@ typedef struct mstar__inrings {
     bool busy;            /* the last take stopped there, with more frames waiting */
     uint32_t spin_misses; /* spins in a row that ended with no frame (mstar__inrings_spin) */
     uint32_t spin_skips;  /* waits that did not spin since spinning last paid */
+    uint64_t spin_ns;     /* the bound of the next spin: MSTAR_RING_SPIN_US, grown by near misses */
+    uint64_t missed_at;   /* when the last whole spin that found nothing ended, until the next
+                           * frame taken settles it (inrings.c, SPIN_GROWTH); 0: none */
     bool loop_spins;      /* the loop has called mstar_mesh_spin, so a poll may be followed by a
                            * spin (for good: a loop that stops calling it costs its senders
                            * their wait for its spin) */
@@ -263,9 +266,10 @@ bool mstar__inrings_woken(const mstar_mesh *mesh);
 bool mstar__inrings_pending(const mstar_mesh *mesh);
 /* Receives that may take ring frames without polling the inbox and the bell first. */
 #define MSTAR__MESH_UNPOLLED_MAX 8
-/* Spin up to cfg.spin_us, and not past `deadline_ns` (mstar__now_ns(); 0: none), for a ring to
- * fill, the rings disarmed meanwhile (a sender does not wake a receiver that is awake), while a
- * CPU is spare (core/spare_cpu.h); true when one did (inrings.awake is then set). */
+/* Spin up to inrings.spin_ns (MSTAR_RING_SPIN_US, doubled by each near miss up to 16 times it),
+ * and not past `deadline_ns` (mstar__now_ns(); 0: none), for a ring to fill, the rings disarmed
+ * meanwhile (a sender does not wake a receiver that is awake), while a CPU is spare
+ * (core/spare_cpu.h); true when one did (inrings.awake is then set). */
 bool mstar__inrings_spin(mstar_mesh *mesh, uint64_t deadline_ns);
 void mstar__inrings_close(mstar__inrings *in);
 

@@ -4,7 +4,8 @@
  * creation and at a completion wait; mstar_mesh_spin finds a message waiting in a ring, and when
  * it finds none leaves the rings asking to be rung, so a loop that sleeps next is woken; a
  * receiver that spins is not rung (its sender makes no system call); a spin that keeps finding
- * nothing stops spinning until one finds a frame again; a completion wait ends as soon as its
+ * nothing stops spinning until one finds a frame again; a frame soon after a spin ended grows the
+ * bound, one long after shrinks it; a completion wait ends as soon as its
  * read lands; a poll asks senders to wait for a spin only in a loop that spins; with no CPU
  * spare nothing spins (core/spare_cpu.h), and /proc/loadavg's count is read strictly.
  */
@@ -130,7 +131,8 @@ static void test_spin_finds_a_waiting_message(void **state)
 }
 
 /* A spin that finds nothing leaves the rings armed: the loop sleeps in poll() on the inbox fd and
- * the next message wakes it. Spinning stops after eight such spins, then one wait in 4 spins. */
+ * the next message wakes it. Spinning stops after eight such spins in a row, then one wait in 4
+ * spins. */
 static void test_empty_spin_arms_and_then_stops(void **state)
 {
     (void)state;
@@ -140,6 +142,7 @@ static void test_empty_spin_arms_and_then_stops(void **state)
     assert_false(mstar_mesh_spin(m.rx));
     struct pollfd p = { .fd = mstar_mesh_inbox_fd(m.rx), .events = POLLIN };
     assert_int_equal(poll(&p, 1, 0), 0);
+    usleep(10000); /* long after the spin: a miss that counts (a near one would not) */
     mesh_harness_send(m.tx, "worker_0", 1);
     assert_int_equal(poll(&p, 1, 10000), 1);
     mesh_harness_recv(m.rx, "conductor", 1);
@@ -148,6 +151,7 @@ static void test_empty_spin_arms_and_then_stops(void **state)
 
     mstar__inrings *in = &m.rx->inrings;
     assert_int_equal(in->spin_misses, 1);
+    assert_int_equal(in->spin_ns, 200000); /* a far miss leaves the bound where it started */
     for (uint32_t i = 2; i <= 8; i++) {
         assert_false(mstar_mesh_spin(m.rx));
         assert_int_equal(in->spin_misses, i);
@@ -169,6 +173,91 @@ static void test_empty_spin_arms_and_then_stops(void **state)
         mesh_harness_recv(m.rx, "conductor", 3 + i);
     }
     assert_int_equal(in->spin_misses, 0);
+    mesh_pair_close(&m);
+}
+
+/* One whole spin that finds nothing, then (after `later_us`) a frame taken: the miss settled. */
+static void miss_then_frame(mesh_pair *m, int64_t rid, useconds_t later_us)
+{
+    assert_false(mstar_mesh_spin(m->rx));
+    assert_true(m->rx->inrings.missed_at != 0);
+    if (later_us > 0)
+        usleep(later_us);
+    mesh_harness_send(m->tx, "worker_0", rid);
+    mesh_harness_recv(m->rx, "conductor", rid);
+    assert_int_equal(m->rx->inrings.missed_at, 0);
+}
+
+/* A frame that comes soon after a spin ended (a near miss: the peer answers, later than the bound)
+ * doubles the bound, up to 16 times MSTAR_RING_SPIN_US, and the miss does not count toward giving
+ * up; one that comes long after halves it back and counts (inrings.c, SPIN_GROWTH). Without the
+ * growth, two sides whose answers come a wake-up late sleep in turns for good. */
+static void test_near_misses_grow_the_spin_and_far_ones_shrink_it(void **state)
+{
+    (void)state;
+    mesh_pair m = ring_pair("1000"); /* near: within 16 ms of the spin's end */
+    mstar__inrings *in = &m.rx->inrings;
+    uint64_t want = 1000000;
+    for (int64_t rid = 1; rid <= 6; rid++) {
+        miss_then_frame(&m, rid, 0);
+        want = want * 2 > 16000000 ? 16000000 : want * 2;
+        assert_int_equal(in->spin_ns, want);
+        assert_int_equal(in->spin_misses, 0);
+    }
+    /* Far: 40 ms after the spin's end, more than 16 times the knob. */
+    miss_then_frame(&m, 7, 40000);
+    assert_int_equal(in->spin_ns, 8000000);
+    assert_int_equal(in->spin_misses, 1);
+    miss_then_frame(&m, 8, 40000);
+    assert_int_equal(in->spin_ns, 4000000);
+    assert_int_equal(in->spin_misses, 2);
+    /* A spin that finds its frame changes no bound, and starts the count again. */
+    mesh_harness_send(m.tx, "worker_0", 9);
+    assert_true(mstar_mesh_spin(m.rx));
+    mesh_harness_recv(m.rx, "conductor", 9);
+    assert_int_equal(in->spin_ns, 4000000);
+    assert_int_equal(in->spin_misses, 0);
+    mesh_pair_close(&m);
+}
+
+/* Spinning that gave up (8 far misses) comes back with the first near one: the miss is taken
+ * back, so the next wait spins again instead of one in 4. */
+static void test_a_near_miss_brings_spinning_back(void **state)
+{
+    (void)state;
+    mesh_pair m = ring_pair("1000"); /* near: within 16 ms of the last spin's end */
+    mstar__inrings *in = &m.rx->inrings;
+    for (uint32_t i = 1; i <= 8; i++)
+        assert_false(mstar_mesh_spin(m.rx)); /* nothing comes between: each one counts */
+    assert_int_equal(in->spin_misses, 8);
+    assert_int_equal(in->spin_ns, 1000000);
+    for (int i = 1; i < 4; i++)
+        assert_false(mstar_mesh_spin(m.rx)); /* skipped: nothing to settle */
+    assert_int_equal(in->spin_skips, 3);
+    assert_true(in->missed_at != 0);
+    mesh_harness_send(m.tx, "worker_0", 1);
+    mesh_harness_recv(m.rx, "conductor", 1);
+    assert_int_equal(in->spin_misses, 7); /* below 8: the next wait spins */
+    assert_int_equal(in->spin_ns, 2000000);
+    mesh_harness_send(m.tx, "worker_0", 2);
+    assert_true(mstar_mesh_spin(m.rx));
+    assert_int_equal(in->spin_misses, 0);
+    assert_int_equal(in->spin_skips, 0);
+    mesh_harness_recv(m.rx, "conductor", 2);
+    mesh_pair_close(&m);
+}
+
+/* A spin its receive's deadline cut short says nothing of the bound: it settles nothing. */
+static void test_a_spin_cut_by_its_deadline_settles_nothing(void **state)
+{
+    (void)state;
+    mesh_pair m = ring_pair("1000000");
+    mstar_msg got;
+    assert_mstar_status(mstar_mesh_recv(m.rx, 5, &got), MSTAR_EAGAIN);
+    assert_int_equal(m.rx->inrings.missed_at, 0);
+    mesh_harness_send(m.tx, "worker_0", 1);
+    mesh_harness_recv(m.rx, "conductor", 1);
+    assert_int_equal(m.rx->inrings.spin_ns, UINT64_C(1000000000));
     mesh_pair_close(&m);
 }
 
@@ -352,6 +441,9 @@ int main(void)
         cmocka_unit_test_setup(test_disarmed_ring_is_not_rung, setup),
         cmocka_unit_test_setup(test_spin_finds_a_waiting_message, setup),
         cmocka_unit_test_setup(test_empty_spin_arms_and_then_stops, setup),
+        cmocka_unit_test_setup(test_near_misses_grow_the_spin_and_far_ones_shrink_it, setup),
+        cmocka_unit_test_setup(test_a_near_miss_brings_spinning_back, setup),
+        cmocka_unit_test_setup(test_a_spin_cut_by_its_deadline_settles_nothing, setup),
         cmocka_unit_test_setup(test_spin_off_only_checks, setup),
         cmocka_unit_test_setup(test_completion_wait_ends_when_the_read_lands, setup),
         cmocka_unit_test_setup(test_a_poll_asks_for_a_spin_only_in_a_loop_that_spins, setup),
