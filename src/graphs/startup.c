@@ -453,10 +453,19 @@ static mstar_status run(struct startup *s, mstar_capture_report *rep)
     }
 
     /* The copies' memory goes back to the driver, which hands it to the real executables. */
+    uint64_t held = 0, free_held, free_before, free_after, total;
+    for (size_t i = 0; i < s->ncredits; i++)
+        held += s->credits[i];
+    st = mstar_mem_info(s->backend, &free_held, &total);
     for (size_t ri = 0; ri < s->ncaps; ri++)
         mstar_capture_sizing_release(s->sizings[ri]);
-    uint64_t free_before, free_after, total;
-    st = mstar_mem_info(s->backend, &free_before, &total);
+    if (st == MSTAR_OK)
+        st = mstar_mem_info(s->backend, &free_before, &total);
+    if (st == MSTAR_OK)
+        mstar_log(MSTAR_LOG_INFO,
+                  "capture memory: the sizing copies held %.1f MiB; releasing them gave %.1f MiB "
+                  "back to free memory",
+                  MiB(held), free_before > free_held ? MiB(free_before - free_held) : 0.0);
     for (size_t p = 0; p < s->npools; p++) {
         mstar_alloc_stats ps;
         mstar_graph_pool_stats(s->pools[p].pool, &ps);
