@@ -309,9 +309,9 @@ static PyMethodDef mesh_methods[] = {
       "The message keeps the library's struct: each field is built when first read." },
     { "spin", mesh_spin, METH_NOARGS,
       "spin($self, /)\n--\n\n"
-      "Before a loop sleeps on inbox_fd: wait up to MSTAR_RING_SPIN_US for a message in a ring, "
-      "while a CPU is spare. True when one waits (take it with recv(timeout_ms=0)); false: "
-      "sleep." },
+      "Before a loop sleeps on inbox_fd: wait up to the mesh's spin bound (MSTAR_RING_SPIN_US, "
+      "doubled by each near miss up to 16 times it) for a message in a ring, while a CPU is "
+      "spare. True when one waits (take it with recv(timeout_ms=0)); false: sleep." },
     { "wake", mesh_wake, METH_NOARGS,
       "wake($self, /)\n--\n\n"
       "Wake a recv (any thread)." },
