@@ -386,8 +386,6 @@ bool mstar__inrings_spin(mstar_mesh *mesh, uint64_t deadline_ns)
     in->armed = false;
     for (size_t i = 0; i < in->n; i++)
         woken |= mstar__ring_disarm(&in->rings[i].ring) == MSTAR__RING_AWAKE;
-    if (in->spin_ns < spin_base_ns(mesh))
-        in->spin_ns = spin_base_ns(mesh);
     uint64_t end = now + in->spin_ns;
     bool whole = true; /* the spin may run its whole bound: only then can a miss settle it */
     if (deadline_ns != 0 && deadline_ns < end) {

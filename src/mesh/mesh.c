@@ -147,6 +147,7 @@ static mstar_status open_rings(mstar_mesh *mesh)
     }
     if (st != MSTAR_OK)
         return st;
+    mesh->inrings.spin_ns = (uint64_t)mesh->cfg.spin_us * 1000; /* grows by near misses */
     mesh->inrings.rings = calloc(MSTAR__MESH_MAX_RINGS, sizeof(*mesh->inrings.rings));
     mesh->inrings.blobs = calloc(MSTAR__MESH_MAX_BLOBS, sizeof(*mesh->inrings.blobs));
     if (mesh->inrings.rings == NULL || mesh->inrings.blobs == NULL)
