@@ -454,8 +454,9 @@ static mstar_status run(struct startup *s, mstar_capture_report *rep)
 
     /* The copies' memory goes back to the driver, which hands it to the real executables. */
     uint64_t held = 0, free_held, free_before, free_after, total;
-    for (size_t i = 0; i < s->ncredits; i++)
-        held += s->credits[i];
+    for (size_t ri = 0; ri < s->ncaps; ri++) /* this rank's copies (the credits are all ranks') */
+        for (size_t w = 0; w < mstar_capture_sizing_walks(s->sizings[ri]); w++)
+            held += mstar_exec_memory_held(mstar_capture_sizing_executable(s->sizings[ri], w));
     st = mstar_mem_info(s->backend, &free_held, &total);
     for (size_t ri = 0; ri < s->ncaps; ri++)
         mstar_capture_sizing_release(s->sizings[ri]);
