@@ -94,7 +94,7 @@ def consumer(ipc_dir, shm_dir, transport):
                     mesh.send("worker_0", mstar_c.Message("SHUTDOWN"))
                     return
             _release_ready(mgr)
-            if not mesh.spin():  # as the C suite's: a message within MSTAR_RING_SPIN_US
+            if not mesh.spin():  # as the C suite's: a message within the mesh's spin bound
                 _wait(poller, mgr, event_fd)
 
 

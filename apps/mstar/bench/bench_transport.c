@@ -1086,7 +1086,6 @@ static void device_baselines(int nsizes, mstar_bench_transport_result *out)
 /* The 4 KiB round trip over the route is held to a bar against the host arena's, and this
  * machine's latency drifts over seconds: so after the first runs of each, both take RT_TURNS - 1
  * more turns at 4 KiB, one after the other, and each keeps its best p50. */
-
 static mstar_status take_rt_turns(const setup *host, const setup *dev, bool quick, row *host_rt,
                                   row *ipc_rt)
 {
