@@ -17,12 +17,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#include "sanitized.h"
+
+#ifdef MSTAR_TEST_SANITIZED
 #define MSTAR_FAIL_ALLOC_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define MSTAR_FAIL_ALLOC_SANITIZED 1
-#endif
 #endif
 
 #ifndef MSTAR_FAIL_ALLOC_SANITIZED
