@@ -48,9 +48,17 @@ bool mstar__loadavg_runnable(const char *line, long *out)
     return true;
 }
 
+/* Where the count is read: /proc/loadavg but in tests (mstar__cpu_spare_read_from). */
+static _Atomic(const char *) loadavg_file = "/proc/loadavg";
+
+void mstar__cpu_spare_read_from(const char *path)
+{
+    atomic_store(&loadavg_file, path != NULL ? path : "/proc/loadavg");
+}
+
 bool mstar__loadavg_read(long *runnable)
 {
-    int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    int fd = open(atomic_load_explicit(&loadavg_file, memory_order_relaxed), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return false;
     char line[128];

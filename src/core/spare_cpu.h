@@ -18,12 +18,16 @@
  * pinned to a few CPUs of a busy host seldom spins, and a CPU quota (cgroups) is not seen. */
 bool mstar__cpu_spare(uint64_t now_ns);
 
-/* /proc/loadavg's runnable count now: false where it cannot be read or parsed. */
+/* /proc/loadavg's runnable count now (or the test file's, mstar__cpu_spare_read_from): false
+ * where it cannot be read or parsed. */
 bool mstar__loadavg_read(long *runnable);
 
 /* Tests: make mstar__cpu_spare answer `spare` (1 or 0) in every thread, or read the kernel again
  * (-1, the default). */
 void mstar__cpu_spare_force(int spare);
+
+/* Tests: read the count from `path` instead of /proc/loadavg (NULL: /proc/loadavg again). */
+void mstar__cpu_spare_read_from(const char *path);
 
 /* The runnable count of a /proc/loadavg line ("0.20 0.18 0.12 2/345 6789"): true with *out set,
  * false for a line that does not hold one (a count must be 1..2^31-1). */

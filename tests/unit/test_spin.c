@@ -7,7 +7,8 @@
  * nothing stops spinning until one finds a frame again; a frame soon after a spin ended grows the
  * bound, one long after shrinks it; a completion wait ends as soon as its
  * read lands; a poll asks senders to wait for a spin only in a loop that spins; with no CPU
- * spare nothing spins (core/spare_cpu.h), and /proc/loadavg's count is read strictly.
+ * spare nothing spins (core/spare_cpu.h), /proc/loadavg's count is read strictly, and where it
+ * cannot be read a wait spins.
  */
 #include "mesh_harness.h"
 
@@ -18,6 +19,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -347,6 +349,46 @@ static void test_loadavg_runnable(void **state)
     assert_true(n >= 1);
 }
 
+/* Write `line` over the test's loadavg file at `path`. */
+static void write_loadavg(const char *path, const char *line)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_true(fputs(line, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* The answer the waits get from the kernel's count: a count above this thread's CPUs stops a
+ * spin, one within them allows it, and the answer is kept for a millisecond. Where the count
+ * cannot be read or holds none, nothing says a CPU is short, and a wait spins. */
+static void test_spare_follows_the_runnable_count(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/mstar-test-loadavg-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    mstar__cpu_spare_force(-1);
+    mstar__cpu_spare_read_from(path);
+    /* Past any answer this thread kept, and a millisecond apart: each call reads the file. */
+    uint64_t t = mstar__now_ns() + UINT64_C(1000000000), ms = UINT64_C(1000000);
+    write_loadavg(path, "0.00 0.00 0.00 100000/100001 1\n");
+    assert_false(mstar__cpu_spare(t));
+    write_loadavg(path, "0.00 0.00 0.00 1/100 1\n");
+    assert_false(mstar__cpu_spare(t + ms / 2)); /* kept: the file is not read again yet */
+    assert_true(mstar__cpu_spare(t + ms));
+    write_loadavg(path, "0.00 0.00 0.00 100000/100001 1\n");
+    assert_false(mstar__cpu_spare(t + 2 * ms));
+    write_loadavg(path, "no count here\n");
+    assert_true(mstar__cpu_spare(t + 3 * ms));
+    write_loadavg(path, "0.00 0.00 0.00 100000/100001 1\n");
+    assert_false(mstar__cpu_spare(t + 4 * ms));
+    assert_int_equal(unlink(path), 0);
+    assert_true(mstar__cpu_spare(t + 5 * ms));
+    mstar__cpu_spare_read_from(NULL);
+    mstar__cpu_spare_force(1);
+}
+
 /* Take the spare CPU away 20 ms into a wait. */
 static void *fill_the_cpus_later(void *arg)
 {
@@ -449,6 +491,7 @@ int main(void)
         cmocka_unit_test_setup(test_a_poll_asks_for_a_spin_only_in_a_loop_that_spins, setup),
         cmocka_unit_test_setup(test_a_busy_machine_stops_the_spin, setup),
         cmocka_unit_test_setup(test_loadavg_runnable, setup),
+        cmocka_unit_test_setup(test_spare_follows_the_runnable_count, setup),
         cmocka_unit_test_setup(test_a_spin_stops_when_the_cpus_fill, setup),
         cmocka_unit_test_setup(test_a_completion_wait_stops_spinning_when_the_cpus_fill, setup),
     };
