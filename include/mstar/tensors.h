@@ -384,14 +384,19 @@ MSTAR_API mstar_status mstar_comm_start_read_tensors(mstar_comm *comm, const mst
 
 /* The in-place form of start_read_tensors (same checks, same all or nothing): an arena
  * descriptor is not copied; the tensor its node gets is a view of the producer's slot in this
- * process's read-only mapping of the segment, made once the slot's stamp shows the tensor. The
+ * process's read-only mapping of the segment, made once the slot's stamp shows the tensor. A
+ * device descriptor over the CUDA IPC route (MSTAR_CUDA_IPC, docs/environment.md) from a
+ * producer on this manager's device is not copied either: the view is of the producer's device
+ * memory in this process's mapping of it, made once the producer's work on it has run. The
  * delivery's ACK goes when the tensor's last reference is released here (the node's
- * mstar_comm_dereference, a cleanup) instead of when bytes land, so the producer keeps the slot
- * while the view is held. Spilled descriptors, files producers, sharded inputs (fan-in) and
- * managers with a device backend are copied as start_read_tensors does. Do not write through a
- * view. A view held too long meets the producer's arena rules: its slot is not free for new
- * outputs (the producer spills, or waits in strict mode), and past MSTAR_SHM_ARENA_SLOT_TTL_S the
- * producer frees it anyway (mstar_comm_view_check then fails). */
+ * mstar_comm_dereference, a cleanup) instead of when bytes land, so the producer keeps the
+ * memory while the view is held. Spilled descriptors, files producers, sharded inputs (fan-in)
+ * and host descriptors read by a manager with a device backend are copied as
+ * start_read_tensors does. Do not write through a view. A view held too long meets the
+ * producer's rules: an arena slot is not free for new outputs (the producer spills, or waits in
+ * strict mode), and past MSTAR_SHM_ARENA_SLOT_TTL_S the producer frees it anyway; a producer that
+ * force-cleans its request or exits lets its device memory go. mstar_comm_view_check then
+ * fails. */
 MSTAR_API mstar_status mstar_comm_start_read_views(mstar_comm *comm, const mstar_rid *rid,
                                                    const mstar_edge *edges, uint32_t n,
                                                    mstar_completion_list *out);
@@ -443,9 +448,10 @@ MSTAR_API mstar_status mstar_comm_start_read_into(mstar_comm *comm, const mstar_
                                                   const mstar_read_target *targets,
                                                   uint32_t ntargets, mstar_completion_list *out);
 
-/* Whether held tensor `uuid` is a view whose slot still holds it: MSTAR_OK; MSTAR_ENOENT once its
- * producer freed the slot (TTL, a forced cleanup; its bytes may now be another tensor's);
- * MSTAR_EINVAL for a tensor that is not a view. */
+/* Whether held tensor `uuid` is a view whose memory still holds it: MSTAR_OK; MSTAR_ENOENT once
+ * its producer freed the slot or the device memory (TTL, a forced cleanup; its bytes may now be
+ * another tensor's); MSTAR_ECLOSED once a device view's producer has exited; MSTAR_EINVAL for a
+ * tensor that is not a view. */
 MSTAR_API mstar_status mstar_comm_view_check(mstar_comm *comm, mstar_tensor_id uuid);
 
 /* Name the entities descriptors may come from (copied; n = 0: any, the default). A descriptor

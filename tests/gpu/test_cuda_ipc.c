@@ -6,7 +6,8 @@
  * (the consumer must wait on the producer's event); one segment opened once for many tensors;
  * the producer frees only after the ACK; zero-size and odd sizes; a forged handle and a segment
  * size past the real one refused; a producer killed while the consumer waits on its event fails
- * the read instead of hanging, a later read of it fails too, and the mapping is closed. The
+ * the read instead of hanging, a later read of it fails too, and the mapping is closed; views of
+ * the producer's memory (start_read_views), ACKed only when let go. The
  * consumer uses the last GPU, so on a machine with two GPUs the copy crosses them. Skips (77)
  * without a GPU.
  *
@@ -209,16 +210,23 @@ static void ship_acks(void)
     bus_clear(&cbus);
 }
 
-static mstar_status read_edge_wait(const mstar_rid *rid, const mstar_edge *e)
+/* Read edge `e` (copies, or views of the producer's memory) and wait for it to land. */
+static mstar_status read_edge_wait_as(const mstar_rid *rid, const mstar_edge *e, bool views)
 {
     mstar_completion_list list;
-    mstar_status st = mstar_comm_start_read_tensors(cc, rid, e, 1, &list);
+    mstar_status st =
+        (views ? mstar_comm_start_read_views : mstar_comm_start_read_tensors)(cc, rid, e, 1, &list);
     if (st != MSTAR_OK)
         return st;
     for (uint32_t i = 0; i < list.n && st == MSTAR_OK; i++)
         st = mstar_completion_wait(list.items[i], 30000);
     mstar_completion_list_clear(&list);
     return st;
+}
+
+static mstar_status read_edge_wait(const mstar_rid *rid, const mstar_edge *e)
+{
+    return read_edge_wait_as(rid, e, false);
 }
 
 /* The consumer holds `info`'s tensor on its GPU with the bytes of make_vector(seed). */
@@ -282,6 +290,36 @@ static void read_check_ack(const mstar_edge *e, uint32_t seed)
     assert_int_equal(producer_tensors(), before - (int64_t)e->ntensors);
     for (uint32_t i = 0; i < e->ntensors; i++)
         assert_mstar_ok(mstar_comm_dereference(cc, e->tensor_info[i].uuid, 1));
+}
+
+/* start_read_views over the route: with both managers on one GPU the consumer's tensors are
+ * views of the producer's memory (mstar_comm_view_check answers for them), the bytes are those
+ * the producer's late work wrote, no ACK goes before the views are let go, and the producer
+ * frees only after. On two GPUs the read is a copy, ACKed when collected. */
+static void test_views_in_place(void **state)
+{
+    (void)state;
+    mstar_edge e = ask_produce(2, (1 << 20) + 5, 40, 300); /* written 0.3 s late */
+    mstar_rid rid = mstar_rid_from_int(40);
+    int64_t before = producer_tensors();
+    assert_mstar_ok(read_edge_wait_as(&rid, &e, true));
+    mstar_ready_set set;
+    expect_ready(cc, &set, 1);
+    mstar_ready_set_clear(&set);
+    bool same_gpu = e.tensor_info[0].cuda_ipc.device == mstar_backend_device(cb).index;
+    for (uint32_t i = 0; i < e.ntensors; i++) {
+        check_tensor(&e.tensor_info[i], 40 + i);
+        assert_mstar_status(mstar_comm_view_check(cc, e.tensor_info[i].uuid),
+                            same_gpu ? MSTAR_OK : MSTAR_EINVAL);
+    }
+    assert_int_equal(cbus.n, same_gpu ? 0 : 1);
+    assert_int_equal(producer_tensors(), before);
+    for (uint32_t i = 0; i < e.ntensors; i++)
+        assert_mstar_ok(mstar_comm_dereference(cc, e.tensor_info[i].uuid, 1));
+    assert_true(cbus.n >= 1);
+    ship_acks();
+    assert_int_equal(producer_tensors(), before - (int64_t)e.ntensors);
+    mstar_edge_clear(&e);
 }
 
 static void test_slow_producer(void **state)
@@ -430,7 +468,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slow_producer),      cmocka_unit_test(test_one_open_many_tensors),
         cmocka_unit_test(test_zero_and_odd_sizes), cmocka_unit_test(test_forged_and_out_of_range),
-        cmocka_unit_test(test_producer_killed),
+        cmocka_unit_test(test_views_in_place),     cmocka_unit_test(test_producer_killed),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     /* The mappings close before the producer frees its segments (freeing memory another process

@@ -3,7 +3,8 @@
  * host identity, the route choice, the device layer's export and open (the host backend's
  * in-process stand-in), and two managers in one process with MSTAR_CUDA_IPC=1 — bytes, one open
  * for many tensors in a segment, a forged handle, a segment size that lies, a producer that has
- * exited, a consumer on another host, and zero-size tensors. tests/gpu/test_cuda_ipc.c runs the
+ * exited, a consumer on another host, zero-size tensors, and views (no copy; the ACK at the
+ * view's release; a released tensor seen; the mapping kept). tests/gpu/test_cuda_ipc.c runs the
  * same route between processes on a GPU.
  */
 #include "cuda_ipc_world.h"
@@ -193,13 +194,21 @@ static void free_tensors(mstar_tensor *ts, uint32_t n)
         free(ts[i].data);
 }
 
+/* Start reading `n` descriptors as one edge: copies, or views of the producer's memory. */
+static mstar_status read_edge(world *w, const mstar_rid *rid, const mstar_tensor_info *infos,
+                              uint32_t n, bool views)
+{
+    mstar_edge e = edge_of("sig", "node", infos, n);
+    mstar_status st = (views ? mstar_comm_start_read_views
+                             : mstar_comm_start_read_tensors)(w->c, rid, &e, 1, NULL);
+    mstar_edge_clear(&e);
+    return st;
+}
+
 static mstar_status read_infos(world *w, const mstar_rid *rid, const mstar_tensor_info *infos,
                                uint32_t n)
 {
-    mstar_edge e = edge_of("sig", "node", infos, n);
-    mstar_status st = mstar_comm_start_read_tensors(w->c, rid, &e, 1, NULL);
-    mstar_edge_clear(&e);
-    return st;
+    return read_edge(w, rid, infos, n, false);
 }
 
 /* Bytes arrive over the route, the whole batch through one open of one segment, and the ACK
@@ -733,6 +742,119 @@ static void test_event_wait_backoff(void **state)
     assert_int_equal(nap, MSTAR__CUDA_IPC_NAP_MAX_NS);
 }
 
+/* start_read_views over the route copies nothing: the consumer's tensors are the producer's
+ * memory (the stand-in's mapping is the exporter's own pointer), the read is done at once, the
+ * ACK waits for each view's release, and the producer keeps its tensors until then. */
+static void test_route_views_in_place(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("v1");
+    mstar_tensor ts[2];
+    mstar_tensor_info infos[2];
+    produce_n(w, &rid, 2, 1000, ts, infos);
+    assert_mstar_ok(read_edge(w, &rid, infos, 2, true));
+    collect_ready(w->c, 1);
+    for (int i = 0; i < 2; i++) {
+        mstar_tensor mine, theirs;
+        assert_mstar_ok(mstar_comm_get_tensor(w->c, infos[i].uuid, &mine));
+        assert_mstar_ok(mstar_comm_get_tensor(w->p, infos[i].uuid, &theirs));
+        assert_ptr_equal(mstar_tensor_ptr(&mine), mstar_tensor_ptr(&theirs));
+        check_bytes(w->c, infos[i].uuid, &ts[i]);
+        assert_mstar_ok(mstar_comm_view_check(w->c, infos[i].uuid));
+    }
+    assert_int_equal(cuda_ipc_opens(w->c), 1);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[0].uuid), 0);
+    /* One view let go: its ACK goes, and the producer frees that tensor alone. */
+    assert_mstar_ok(mstar_comm_dereference(w->c, infos[0].uuid, 1));
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[0].uuid), 1);
+    assert_int_equal(bus_ack_count(&w->b, "worker_0", infos[1].uuid), 0);
+    bus_deliver(&w->b, "worker_0", w->p);
+    mstar_tensor t;
+    assert_mstar_status(mstar_comm_get_tensor(w->p, infos[0].uuid, &t), MSTAR_ENOENT);
+    assert_mstar_ok(mstar_comm_get_tensor(w->p, infos[1].uuid, &t));
+    assert_mstar_ok(mstar_comm_dereference(w->c, infos[1].uuid, 1));
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    free_tensors(ts, 2);
+}
+
+/* A view whose producer force-cleaned its request shows memory the producer no longer holds:
+ * mstar_comm_view_check says so, as it does for an arena slot freed under a view. */
+static void test_route_view_of_released_tensor(void **state)
+{
+    world *w = *state;
+    mstar_rid rid = rid_str("v2");
+    mstar_tensor t;
+    mstar_tensor_info info;
+    produce_n(w, &rid, 1, 64, &t, &info);
+    assert_mstar_ok(read_edge(w, &rid, &info, 1, true));
+    collect_ready(w->c, 1);
+    assert_mstar_ok(mstar_comm_view_check(w->c, info.uuid));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid));
+    assert_mstar_status(mstar_comm_view_check(w->c, info.uuid), MSTAR_ENOENT);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->c, &rid));
+    assert_int_equal(mstar_comm_num_tensors(w->c), 0);
+    bus_drop(&w->b, "worker_0");
+    free(t.data);
+    /* Not a view at all: a copied read. */
+    mstar_rid rid2 = rid_str("v3");
+    produce_n(w, &rid2, 1, 64, &t, &info);
+    assert_mstar_ok(read_infos(w, &rid2, &info, 1));
+    collect_ready(w->c, 1);
+    assert_mstar_status(mstar_comm_view_check(w->c, info.uuid), MSTAR_EINVAL);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->c, &rid2));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid2));
+    bus_drop(&w->b, "worker_0");
+    free(t.data);
+}
+
+/* A mapping a view shows stays open while the view lives, however full the cache: a read from
+ * another segment with a cache of one maps that segment beside it, and the cache shrinks back
+ * once the view is let go and another segment is opened. */
+static void test_route_view_keeps_its_mapping(void **state)
+{
+    world *w = *state;
+    mstar__transport_cuda_ipc_set_cache_max(w->c->transport, 1);
+    mstar_rid rid = rid_str("v4");
+    mstar_tensor t;
+    mstar_tensor_info info;
+    produce_n(w, &rid, 1, 1000, &t, &info);
+    assert_mstar_ok(read_edge(w, &rid, &info, 1, true));
+    collect_ready(w->c, 1);
+    /* Another segment: an allocation too large for the first one. */
+    mstar_rid rid2 = rid_str("v5");
+    mstar_tensor big;
+    mstar_tensor_info binfo;
+    produce_n(w, &rid2, 1, 4 << 20, &big, &binfo);
+    assert_memory_not_equal(binfo.cuda_ipc.mem_handle, info.cuda_ipc.mem_handle,
+                            MSTAR_IPC_HANDLE_BYTES);
+    assert_mstar_ok(read_infos(w, &rid2, &binfo, 1));
+    collect_landing(w->c, 1);
+    assert_int_equal(cuda_ipc_mapped(w->c), 2); /* the viewed one was not evicted */
+    check_bytes(w->c, info.uuid, &t);
+    assert_mstar_ok(mstar_comm_view_check(w->c, info.uuid));
+    assert_mstar_ok(mstar_comm_dereference(w->c, info.uuid, 1));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->c, &rid2));
+    /* Let go: the next open evicts down to the bound again. */
+    mstar_rid rid3 = rid_str("v6");
+    mstar_tensor t3;
+    mstar_tensor_info i3;
+    produce_n(w, &rid3, 1, 8 << 20, &t3, &i3);
+    assert_mstar_ok(read_infos(w, &rid3, &i3, 1));
+    collect_landing(w->c, 1);
+    assert_int_equal(cuda_ipc_mapped(w->c), 1);
+    check_bytes(w->c, i3.uuid, &t3);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->c, &rid3));
+    bus_deliver(&w->b, "worker_0", w->p);
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid2));
+    assert_mstar_ok(mstar_comm_force_cleanup_request(w->p, &rid3));
+    assert_int_equal(mstar_comm_num_tensors(w->p), 0);
+    free(t.data);
+    free(big.data);
+    free(t3.data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -753,6 +875,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_route_segment_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_auto_fallback, setup, teardown),
         cmocka_unit_test_setup_teardown(test_route_raw_memory_staged, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_views_in_place, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_view_of_released_tensor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_route_view_keeps_its_mapping, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,7 +26,10 @@
  * MSTAR_CUDA_IPC_SPIN_US (waking a sleeping loop costs more than the copy); otherwise they land
  * in the background, finished by the route's watcher thread (landing.h) when a probe event
  * recorded behind them fires; either way the registry must still hold the uuid once they have
- * landed.
+ * landed. A view (mstar_comm_start_read_views) copies nothing: once the event has fired and the
+ * registry holds the uuid, the node gets the producer's bytes in place in this process's mapping,
+ * which stays open while the view lives; its ACK goes when the view is let go, so the producer
+ * keeps the memory meanwhile, and mstar_comm_view_check asks the registry again.
  * The wait polls the event from the host, bounded by the
  * producer's liveness and MSTAR_CUDA_IPC_TIMEOUT_S, before anything is queued: a stream told to
  * wait on the event of a producer killed before it fired would wait forever, and every later
@@ -70,6 +73,7 @@ struct opened {
     void *base;
     uint64_t size;
     int32_t pid;
+    uint32_t views; /* views into it still held here: it is neither evicted nor closed till 0 */
 };
 
 /* Another process's event, open here. */
@@ -535,14 +539,16 @@ static mstar_status check_size(const mstar_tensor_info *info, uint64_t size)
                            (unsigned long long)size);
 }
 
-/* The least recently used element of a cache whose elements start with their last use. */
-static size_t least_used(const mstar__vec *v)
+/* The index of the least used entry of a cache (each entry starts with its `used` tick) that
+ * `held` (may be NULL) does not say is in use; SIZE_MAX if there is none. */
+static size_t least_used(const mstar__vec *v, bool (*held)(const void *entry))
 {
-    size_t best = 0;
+    size_t best = SIZE_MAX;
     uint64_t min = UINT64_MAX;
     for (size_t i = 0; i < v->len; i++) {
-        uint64_t used = *(const uint64_t *)mstar__vec_at(v, i);
-        if (used < min) {
+        const void *e = mstar__vec_at(v, i);
+        uint64_t used = *(const uint64_t *)e;
+        if ((held == NULL || !held(e)) && used < min) {
             min = used;
             best = i;
         }
@@ -550,19 +556,30 @@ static size_t least_used(const mstar__vec *v)
     return best;
 }
 
-/* Make room in a full cache of segments or events: the least used one goes, once no copy queued
- * so far can still be using it. */
+static bool segment_viewed(const void *entry)
+{
+    return ((const struct opened *)entry)->views > 0;
+}
+
+/* Make room in a full cache of segments or events: the least used ones go, once no copy queued
+ * so far can still be using them. A segment that views still show stays: while every cached one
+ * does, the cache grows past its bound (the views bound it), and shrinks back at later opens. */
 static void evict_device(ipc_transport *it, mstar__vec *v, bool events)
 {
-    if (v->len < it->cache_max)
-        return;
-    size_t i = least_used(v);
-    mstar_stream_synchronize(it->base.env->h2d);
-    if (events)
-        mstar_event_destroy(((struct opened_event *)mstar__vec_at(v, i))->event);
-    else
-        mstar__ipc_close(it->base.env->backend, ((struct opened *)mstar__vec_at(v, i))->base);
-    mstar__vec_remove(v, i);
+    bool synced = false;
+    while (v->len >= it->cache_max) {
+        size_t i = least_used(v, events ? NULL : segment_viewed);
+        if (i == SIZE_MAX)
+            return;
+        if (!synced)
+            mstar_stream_synchronize(it->base.env->h2d);
+        synced = true;
+        if (events)
+            mstar_event_destroy(((struct opened_event *)mstar__vec_at(v, i))->event);
+        else
+            mstar__ipc_close(it->base.env->backend, ((struct opened *)mstar__vec_at(v, i))->base);
+        mstar__vec_remove(v, i);
+    }
 }
 
 /* The registry of the producer a descriptor names (entity and pid), from the cache (*cached) or
@@ -586,8 +603,8 @@ static mstar_status open_peer(ipc_transport *it, const mstar_tensor_info *info,
     if (st != MSTAR_OK)
         return mstar_error_wrap("tensor %llu from '%s'", (unsigned long long)info->uuid,
                                 info->source_entity);
-    if (it->peers.len >= it->cache_max) { /* reads in flight hold references of their own */
-        size_t i = least_used(&it->peers);
+    if (it->peers.len >= it->cache_max) { /* reads and views hold references of their own */
+        size_t i = least_used(&it->peers, NULL);
         mstar__ipc_peer_reg_release(((struct peer *)mstar__vec_at(&it->peers, i))->reg);
         mstar__vec_remove(&it->peers, i);
     }
@@ -629,7 +646,7 @@ static mstar_status find_entry(ipc_transport *it, const mstar_tensor_info *info,
  * the descriptor's size (a handle that names another, smaller segment is refused, and a mapping
  * opened for it closed again). */
 static mstar_status open_segment(ipc_transport *it, const mstar_tensor_info *info,
-                                 const struct opened **out)
+                                 struct opened **out)
 {
     const mstar_cuda_ipc_ref *ref = &info->cuda_ipc;
     for (size_t i = 0; i < it->opened.len; i++) {
@@ -738,13 +755,85 @@ struct route_check {
     int32_t pid;
 };
 
+/* Whether the producer a check names is alive and its registry still holds the tensor, so the
+ * bytes read (or viewed) came from memory that held them throughout: MSTAR_ECLOSED if it has
+ * exited, MSTAR_ENOENT if it released the tensor (its bytes may be another's now). */
+static mstar_status route_check_run(const struct route_check *c)
+{
+    if (!process_alive(c->pid))
+        return mstar_error_set(
+            MSTAR_ECLOSED, "the producer (pid %d) exited while its tensor was read", (int)c->pid);
+    return mstar__ipc_peer_reg_check(c->reg, c->slot, c->uuid);
+}
+
+/* ---- views (mstar_comm_start_read_views) -------------------------------------------------- */
+
+/* A consumer's view of a producer's tensor in place, in this process's mapping of its segment.
+ * The mapping stays open while the view lives (segment_viewed), and the registry entry it was
+ * read from says at any time whether the producer still holds the tensor (ipc_view_check). */
+typedef struct ipc_view {
+    ipc_transport *it;
+    void *segment; /* the mapping's base, which finds its cache entry when the view goes */
+    struct route_check check;
+} ipc_view;
+
+static void view_free(void *ctx, void *data)
+{
+    ipc_view *v = ctx;
+    (void)data;
+    for (size_t i = 0; i < v->it->opened.len; i++) {
+        struct opened *o = mstar__vec_at(&v->it->opened, i);
+        if (o->base == v->segment) {
+            o->views--;
+            break;
+        }
+    }
+    mstar__ipc_peer_reg_release(v->check.reg);
+    free(v);
+}
+
+/* The bytes at `src` in segment `seg` as a view for the tensor `check` names (it takes the
+ * check's registry reference). The producer's event has fired: its bytes are written. */
+static mstar_status view_of(ipc_transport *it, struct opened *seg, void *src, uint64_t nbytes,
+                            const struct route_check *check, mstar__buf **out)
+{
+    ipc_view *v = malloc(sizeof(*v));
+    if (v == NULL)
+        return mstar_error_set(MSTAR_ENOMEM, "CUDA IPC view");
+    *v = (ipc_view){ it, seg->base, *check };
+    mstar_status st = mstar__buf_wrap(src, nbytes, mstar_backend_device(it->base.env->backend),
+                                      view_free, v, out);
+    if (st != MSTAR_OK) {
+        free(v);
+        return st;
+    }
+    mstar__ipc_peer_reg_retain(check->reg);
+    seg->views++;
+    return MSTAR_OK;
+}
+
+static mstar_status ipc_view_check(mstar__transport *t, const mstar__buf *buf)
+{
+    ipc_transport *it = ipc_of(t);
+    if (buf != NULL && buf->release == view_free && ((const ipc_view *)buf->release_ctx)->it == it)
+        return route_check_run(&((const ipc_view *)buf->release_ctx)->check);
+    if (it->inner->ops->view_check == NULL)
+        return mstar_error_set(MSTAR_EINVAL, "not a view of this manager's transport");
+    return it->inner->ops->view_check(it->inner, buf);
+}
+
+/* ---- reads ------------------------------------------------------------------------------- */
+
 /* Queue one routed read: check the descriptor against its producer's registry, wait for the
- * producer's event, copy its bytes into `into` or a new buffer. `deadline` bounds the waits of
- * the whole read call. On success *check holds what to check once the copy has landed. */
-static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, mstar__buf *into,
-                             uint64_t deadline, mstar__buf **out, struct route_check *check)
+ * producer's event, then copy its bytes into `into` or a new buffer, or, for `item->view`, hand
+ * out a view of them in place (only where the producer's tensor lives on this process's device:
+ * the view's memory is that device's). `deadline` bounds the waits of the whole read call. On
+ * success *check holds what to check once the copy has landed (a view was checked already). */
+static mstar_status read_one(ipc_transport *it, mstar__read_item *item, uint64_t deadline,
+                             struct route_check *check)
 {
     const mstar__transport_env *env = it->base.env;
+    const mstar_tensor_info *info = item->info;
     const mstar_cuda_ipc_ref *ref = &info->cuda_ipc;
     if (!process_alive(ref->pid))
         return mstar_error_set(MSTAR_ECLOSED,
@@ -754,7 +843,7 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
     mstar__ipc_peer_reg *reg = NULL;
     uint32_t slot = 0;
     mstar_status st = find_entry(it, info, &reg, &slot);
-    const struct opened *seg = NULL;
+    struct opened *seg = NULL;
     struct opened_event *ev = NULL;
     if (st == MSTAR_OK)
         st = open_segment(it, info, &seg);
@@ -776,8 +865,16 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
     void *src = (char *)seg->base + start;
     if (ev != NULL && (st = wait_producer(it, info, ev, deadline)) != MSTAR_OK)
         return st;
+    struct route_check c = { reg, slot, info->uuid, ref->pid };
+    mstar_device here = mstar_backend_device(env->backend);
+    if (item->view && item->into == NULL && info->nbytes > 0 && ref->device == here.index) {
+        if ((st = route_check_run(&c)) == MSTAR_OK &&
+            (st = view_of(it, seg, src, info->nbytes, &c, &item->buf)) == MSTAR_OK)
+            item->viewed = true;
+        return st;
+    }
     mstar__buf *buf;
-    if ((st = mstar__transport_read_dest(env, into, info->nbytes, &buf)) != MSTAR_OK)
+    if ((st = mstar__transport_read_dest(env, item->into, info->nbytes, &buf)) != MSTAR_OK)
         return st;
     /* Already fired; queued too so the copy is ordered after it on every backend. */
     st = ev != NULL ? mstar_stream_wait_event(env->h2d, ev->event) : MSTAR_OK;
@@ -785,7 +882,6 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
      * costs a third of a cudaMemcpyAsync's host time (device/backend.h). The source range was
      * checked against the mapping above; a producer that names another device gets the copy
      * engines. */
-    mstar_device here = mstar_backend_device(env->backend);
     bool on_device = ref->device == here.index && buf->device.type == here.type &&
                      buf->device.index == here.index;
     if (st == MSTAR_OK && info->nbytes > 0)
@@ -799,8 +895,9 @@ static mstar_status read_one(ipc_transport *it, const mstar_tensor_info *info, m
         return mstar_error_wrap("tensor %llu from '%s': device-to-device copy",
                                 (unsigned long long)info->uuid, info->source_entity);
     }
-    *check = (struct route_check){ mstar__ipc_peer_reg_retain(reg), slot, info->uuid, ref->pid };
-    *out = buf;
+    *check = c;
+    mstar__ipc_peer_reg_retain(reg);
+    item->buf = buf;
     return MSTAR_OK;
 }
 
@@ -829,7 +926,7 @@ static struct landed *landed_new(mstar_completion *done, const struct route_chec
         return NULL;
     l->n = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!routed[i])
+        if (!routed[i] || checks[i].reg == NULL) /* a view was checked as it was made */
             continue;
         l->checks[l->n] = checks[i];
         mstar__ipc_peer_reg_retain(checks[i].reg);
@@ -851,17 +948,7 @@ static void landed_free(struct landed *l)
 static void finish_landed(const struct landed *l)
 {
     for (size_t i = 0; i < l->n; i++) {
-        if (!process_alive(l->checks[i].pid)) {
-            char msg[128];
-            snprintf(msg, sizeof(msg), "the producer (pid %d) exited while its tensor was read",
-                     (int)l->checks[i].pid);
-            mstar__completion_finish(l->done, MSTAR_ECLOSED, msg);
-            return;
-        }
-    }
-    for (size_t i = 0; i < l->n; i++) {
-        const struct route_check *c = &l->checks[i];
-        mstar_status st = mstar__ipc_peer_reg_check(c->reg, c->slot, c->uuid);
+        mstar_status st = route_check_run(&l->checks[i]);
         if (st != MSTAR_OK) {
             mstar__completion_finish(l->done, st, mstar_last_error());
             return;
@@ -924,25 +1011,31 @@ static mstar_status land_later(ipc_transport *it, mstar_event *probe,
     return MSTAR_OK;
 }
 
-/* The completion of one read call: finished here if its copies are small and land within the
- * spin (a handoff's latency), else left to land in the background (so the copies of many reads
- * in flight overlap). Not spun for while earlier reads are still landing: the spin asks the copy
- * stream, so it would wait for their copies too, and with reads in flight the caller has other
- * work (a stream of 4 KiB reads with eight in flight ran at a tenth of a copy's speed). */
+/* The completion of one read call: finished here if it queued no copy (views only), or if its
+ * copies are small and land within the spin (a handoff's latency), else left to land in the
+ * background (so the copies of many reads in flight overlap). Not spun for while earlier reads are
+ * still landing: the spin asks the copy stream, so it would wait for their copies too, and with
+ * reads in flight the caller has other work (a stream of 4 KiB reads with eight in flight ran at a
+ * tenth of a copy's speed). */
 static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items,
                                       const struct route_check *checks, size_t n,
                                       const bool *routed, mstar_completion **out)
 {
     const mstar__transport_env *env = it->base.env;
     uint64_t bytes = 0;
-    for (size_t i = 0; i < n; i++)
-        bytes += routed[i] ? items[i].info->nbytes : 0;
+    size_t copies = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (routed[i] && !items[i].viewed) {
+            bytes += items[i].info->nbytes;
+            copies++;
+        }
+    }
     mstar_completion *c;
     mstar_status st = mstar__completion_create(env->wake_fd, &c);
     if (st != MSTAR_OK)
         return st;
-    if (it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES &&
-        mstar__landing_pending(it->landing) == 0 && landed_within_spin(it)) {
+    if (copies == 0 || (it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES &&
+                        mstar__landing_pending(it->landing) == 0 && landed_within_spin(it))) {
         struct landed *l = landed_new(c, checks, n, routed);
         if (l == NULL) {
             st = mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
@@ -997,8 +1090,7 @@ static mstar_status read_routed(ipc_transport *it, mstar__read_item *items, size
         routed[i] = false;
         if (!routed_here(it, items[i].info))
             continue;
-        mstar_status st =
-            read_one(it, items[i].info, items[i].into, deadline, &items[i].buf, &checks[i]);
+        mstar_status st = read_one(it, &items[i], deadline, &checks[i]);
         if (st == MSTAR_OK) {
             routed[i] = true;
             continue;
@@ -1077,14 +1169,15 @@ static mstar_status ipc_read(mstar__transport *t, mstar__read_item *items, size_
 
 /* ---- upkeep ------------------------------------------------------------------------------ */
 
-/* Close the mappings and events of producers that have exited (no copy may be using them). */
+/* Close the mappings and events of producers that have exited (no copy may be using them, and
+ * no view). */
 static void close_dead(ipc_transport *it)
 {
     mstar_backend *b = it->base.env->backend;
     for (size_t i = it->opened.len; i-- > 0;) {
         struct opened *o = mstar__vec_at(&it->opened, i);
-        if (process_alive(o->pid))
-            continue;
+        if (o->views > 0 || process_alive(o->pid))
+            continue; /* a view still shows it: it goes after the view (ipc_view_check fails) */
         mstar__ipc_close(b, o->base);
         mstar__vec_remove(&it->opened, i);
     }
@@ -1113,19 +1206,13 @@ static void ipc_maintain(mstar__transport *t, bool reads_idle)
         it->inner->ops->maintain(it->inner, reads_idle);
 }
 
-/* Loans and views are host memory of the inner transport (the arena's slots): the route, which
- * carries device tensors only, passes them through, so a producer with a CUDA backend computes
- * host outputs straight into pinned slots. */
+/* Loans are host memory of the inner transport (the arena's slots): the route, which carries
+ * device tensors only, passes them through, so a producer with a CUDA backend computes host
+ * outputs straight into pinned slots. */
 static mstar_status ipc_loan(mstar__transport *t, uint64_t n, mstar__buf **out)
 {
     ipc_transport *it = ipc_of(t);
     return it->inner->ops->loan(it->inner, n, out);
-}
-
-static mstar_status ipc_view_check(mstar__transport *t, const mstar__buf *buf)
-{
-    ipc_transport *it = ipc_of(t);
-    return it->inner->ops->view_check(it->inner, buf);
 }
 
 static void ipc_arena_stats(mstar__transport *t, mstar_arena_stats *out)
@@ -1223,8 +1310,6 @@ mstar_status mstar__transport_cuda_ipc_wrap(const mstar__transport_env *env,
         it->ops.arena_stats = NULL;
     if (inner->ops->loan == NULL)
         it->ops.loan = NULL;
-    if (inner->ops->view_check == NULL)
-        it->ops.view_check = NULL;
     it->base.ops = &it->ops;
     it->base.env = env;
     it->inner = inner;
