@@ -233,7 +233,8 @@ typedef struct mstar_bench_transport_result {
     mstar_transport_kind kinds[MSTAR_BENCH_TRANSPORT_KINDS];
     mstar_bench_transport_row rows[MSTAR_BENCH_TRANSPORT_KINDS][MSTAR_BENCH_TRANSPORT_SIZES];
     /* With the arena among the kinds: the arena again with a loan for every output and a view
-     * for every read (no byte copied), in the same run. */
+     * for every read (no byte copied), in the same run. --device cuda: the CUDA IPC route again,
+     * every read a view of the producer's device memory. */
     bool has_views;
     mstar_bench_transport_row views[MSTAR_BENCH_TRANSPORT_SIZES];
     /* With the arena: its 4 KiB handoff with the control messages over ZeroMQ instead of the

@@ -238,6 +238,8 @@ static mstar_status transport_cuda_plot(const mstar_bench_run *run, bool latency
         for (int k = 0; k < t->nkinds; k++)
             add_rows(d, t->rows[k], t->nsizes, t->cuda_ipc[k] ? "CUDA IPC route" : "staged route",
                      latency);
+        if (t->has_views)
+            add_rows(d, t->views, t->nsizes, "CUDA IPC route, views", latency);
         double lo = (double)t->rows[0][0].bytes, hi = (double)t->rows[0][t->nsizes - 1].bytes;
         if (latency) {
             add_level(d, "host arena 4 KiB (base)", lo, hi, t->host_rt_p50_us);
@@ -500,6 +502,19 @@ static void md_transport_cuda(FILE *f, const mstar_bench_run *run)
             fprintf(f, "| %s | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", h,
                     w->rt_p50_us, w->rt_p99_us, w->gbps, t->d2d_gbps[i], t->d2d_spread_gbps[i],
                     t->staged_gbps[i], w->gbps / base);
+        }
+        fprintf(f, "\n");
+    }
+    if (t->has_views) {
+        fprintf(f, "**CUDA IPC route, read as views** (`mstar_comm_start_read_views`: the consumer "
+                   "uses the producer's memory in place; nothing is copied)\n\n| size | round "
+                   "trip p50 µs | p99 µs | GB/s | / D2D |\n|---|--:|--:|--:|--:|\n");
+        for (int i = 0; i < t->nsizes; i++) {
+            const mstar_bench_transport_row *w = &t->views[i];
+            char h[32];
+            mstar_bench_size_name(w->bytes, h, sizeof(h));
+            fprintf(f, "| %s | %.1f | %.1f | %.2f | %.2fx |\n", h, w->rt_p50_us, w->rt_p99_us,
+                    w->gbps, w->gbps / t->d2d_gbps[i]);
         }
         fprintf(f, "\n");
     }

@@ -347,6 +347,7 @@ typedef struct setup {
     bool standin;   /* with cuda: the host backend stands in for cuda:0 (no GPU needed) */
     bool zero_copy; /* the arena with loans (producer) and views (consumer) */
     bool profile;   /* time each call of the round trips (--profile) */
+    bool views;     /* the consumer alone reads in place (device tensors over the CUDA IPC route) */
 } setup;
 
 /* The backend of a process of a device run (NULL: host tensors). Each process makes its own,
@@ -463,8 +464,9 @@ static void consume_one(const setup *s, mstar_mesh *mesh, mstar_comm *c, const m
         mstar_bench_peer_cpu_note(peer_cpu, (uint64_t)m->request_id.num);
     if (m->type == MSTAR_MSG_INPUT_SIGNALS) {
         uint64_t t = mstar_bench_phase_begin(phases);
-        CHECK((s->zero_copy ? mstar_comm_start_read_views : mstar_comm_start_read_tensors)(
-            c, &m->request_id, m->edges, m->nedges, NULL));
+        CHECK((s->zero_copy || s->views
+                   ? mstar_comm_start_read_views
+                   : mstar_comm_start_read_tensors)(c, &m->request_id, m->edges, m->nedges, NULL));
         mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_READ, t);
     } else if (m->type == MSTAR_MSG_SHUTDOWN && ++*shutdowns == 1)
         send_simple(mesh, "worker_0", MSTAR_MSG_SHUTDOWN);
@@ -904,7 +906,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     char *restore = mesh_ring_set(true);
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
-        setup s = { kinds[k], sc.ipc_dir, sc.shm_dir, false, false, false, false };
+        setup s = { kinds[k], sc.ipc_dir, sc.shm_dir, false, false, false, false, false };
         run_transport(&s, quick, sizes, out->nsizes, out->rows[k]);
         if (kinds[k] != MSTAR_TRANSPORT_ARENA)
             continue;
@@ -948,7 +950,7 @@ static mstar_status size_run(mstar_transport_kind kind, uint64_t size, bool quic
     out->kinds[0] = kind;
     out->cuda_ipc[0] = cuda;
     char *restore = mesh_ring_set(true);
-    setup s = { kind, sc.ipc_dir, sc.shm_dir, cuda, false, false, profile };
+    setup s = { kind, sc.ipc_dir, sc.shm_dir, cuda, false, false, profile, false };
     if (cuda) {
         st = run_device_route(&s, "1", quick, &size, 1, out->rows[0]);
     } else {
@@ -1084,14 +1086,16 @@ static void device_baselines(int nsizes, mstar_bench_transport_result *out)
 }
 
 /* The 4 KiB round trip over the route is held to a bar against the host arena's, and this
- * machine's latency drifts over seconds: so after the first runs of each, both take RT_TURNS - 1
- * more turns at 4 KiB, one after the other, and each keeps its best p50. */
+ * machine's latency drifts over seconds: so after the first runs of each, all take RT_TURNS - 1
+ * more turns at 4 KiB, one after the other (the host arena, the route copying, the route read as
+ * views), and each keeps its best p50. */
 static mstar_status take_rt_turns(const setup *host, const setup *dev, bool quick, row *host_rt,
-                                  row *ipc_rt)
+                                  row *ipc_rt, row *views_rt)
 {
     mstar_status st = MSTAR_OK;
     for (int t = 1; t < RT_TURNS && st == MSTAR_OK; t++) {
-        mstar_bench_progress("transport", "4 KiB round trips, turn %d of %d: host arena, CUDA IPC",
+        mstar_bench_progress("transport",
+                             "4 KiB round trips, turn %d of %d: host arena, CUDA IPC, its views",
                              t + 1, RT_TURNS);
         row turn;
         run_transport(host, quick, sizes, 1, &turn);
@@ -1099,6 +1103,13 @@ static mstar_status take_rt_turns(const setup *host, const setup *dev, bool quic
         st = run_device_route(dev, "1", quick, sizes, 1, &turn);
         if (st == MSTAR_OK)
             keep_faster(ipc_rt, &turn);
+        if (st != MSTAR_OK)
+            continue;
+        setup viewing = *dev;
+        viewing.views = true;
+        st = run_device_route(&viewing, "1", quick, sizes, 1, &turn);
+        if (st == MSTAR_OK)
+            keep_faster(views_rt, &turn);
     }
     return st;
 }
@@ -1117,19 +1128,29 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     /* The host arena's 4 KiB round trip first: it needs no CUDA, and this process must not
      * start CUDA before it forks. */
     mstar_bench_progress("transport", "baseline: the arena's 4 KiB round trip, host tensors");
-    setup host = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false, false };
+    setup host = {
+        MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false, false, false
+    };
     row host_row;
     run_transport(&host, quick, sizes, 1, &host_row);
     static const char *const routes[2] = { "1", "0" };
-    setup dev = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false, false };
+    setup dev = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false, false, false };
     for (int k = 0; k < 2 && st == MSTAR_OK; k++) {
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
         mstar_bench_progress("transport", "device tensors, MSTAR_CUDA_IPC=%s", routes[k]);
         st = run_device_route(&dev, routes[k], quick, sizes, out->nsizes, out->rows[k]);
     }
+    if (st == MSTAR_OK) {
+        /* The route again, the consumer viewing the producer's memory instead of copying it. */
+        mstar_bench_progress("transport", "device tensors, MSTAR_CUDA_IPC=1, read as views");
+        setup viewing = dev;
+        viewing.views = true;
+        st = run_device_route(&viewing, "1", quick, sizes, out->nsizes, out->views);
+        out->has_views = st == MSTAR_OK;
+    }
     if (st == MSTAR_OK)
-        st = take_rt_turns(&host, &dev, quick, &host_row, &out->rows[0][0]);
+        st = take_rt_turns(&host, &dev, quick, &host_row, &out->rows[0][0], &out->views[0]);
     out->host_rt_p50_us = host_row.rt_p50_us;
     out->host_rt_p99_us = host_row.rt_p99_us;
     if (st == MSTAR_OK) {
@@ -1161,10 +1182,10 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
     out->nkinds = 2;
     out->kinds[0] = out->kinds[1] = kind;
     mstar_bench_progress("transport", "host tensors over %s", mstar_transport_kind_name(kind));
-    setup host = { kind, sc.ipc_dir, sc.shm_dir, false, false, false, false };
+    setup host = { kind, sc.ipc_dir, sc.shm_dir, false, false, false, false, false };
     run_transport(&host, quick, sizes, out->nsizes, out->rows[PAIR_HOST]);
     mstar_bench_progress("transport", "device tensors over %s", mstar_transport_kind_name(kind));
-    setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false, false };
+    setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false, false, false };
     st = run_device_route(&dev, "0", quick, sizes, out->nsizes, out->rows[PAIR_DEVICE]);
     scratch_remove(&sc);
     return st;
@@ -1258,6 +1279,19 @@ static void print_device_table(const mstar_bench_transport_result *r)
         }
         printf("\n");
     }
+    if (r->has_views) {
+        printf("arena, CUDA IPC route, read as views (mstar_comm_start_read_views: no copy)\n"
+               "  %-8s %12s %12s %10s %10s\n",
+               "size", "rt p50 us", "rt p99 us", "GB/s", "/d2d");
+        for (int i = 0; i < r->nsizes; i++) {
+            const row *w = &r->views[i];
+            char h[32];
+            mstar_bench_size_name(w->bytes, h, sizeof(h));
+            printf("  %-8s %12.1f %12.1f %10.2f %9.2fx\n", h, w->rt_p50_us, w->rt_p99_us, w->gbps,
+                   w->gbps / r->d2d_gbps[i]);
+        }
+        printf("\n");
+    }
     mstar_bench_target t[MSTAR_BENCH_MAX_TARGETS];
     mstar_bench_targets_print(t, mstar_bench_transport_targets(r, t), stdout);
 }
@@ -1314,6 +1348,15 @@ void mstar_bench_transport_cuda_json(const mstar_bench_transport_result *r, FILE
             mstar_bench_json_field(out, "d2d_gbps", r->d2d_gbps[i], 4);
             mstar_bench_json_field(out, "d2d_spread_gbps", r->d2d_spread_gbps[i], 4);
             mstar_bench_json_field(out, "staged_gbps", r->staged_gbps[i], 4);
+            fprintf(out, "}");
+        }
+        fprintf(out, "]}");
+    }
+    if (r->has_views) {
+        fprintf(out, ",{\"route\":\"cuda_ipc_views\",\"sizes\":[");
+        for (int i = 0; i < r->nsizes; i++) {
+            json_row_open(out, &r->views[i], i);
+            mstar_bench_json_field(out, "d2d_gbps", r->d2d_gbps[i], 4);
             fprintf(out, "}");
         }
         fprintf(out, "]}");
@@ -1391,6 +1434,12 @@ static size_t device_targets(const mstar_bench_transport_result *r, mstar_bench_
     v = r->rows[ipc][0].rt_p50_us / r->host_rt_p50_us;
     out[n++] = ratio_target("4 KiB round trip p50 over CUDA IPC / host arena 4 KiB round trip p50",
                             "<= 1.5x", v, v <= 1.5, -1);
+    if (r->has_views) {
+        v = r->views[0].rt_p50_us / r->host_rt_p50_us;
+        out[n++] = ratio_target("4 KiB round trip p50 over CUDA IPC, read as views / host arena "
+                                "4 KiB round trip p50",
+                                "<= 1.5x", v, v <= 1.5, -1);
+    }
     return n;
 }
 
