@@ -1,8 +1,9 @@
 /*
  * test_bench_transport_profile.c — `mstar bench transport --size N --profile`: every library call
  * of the round trips, timed on the side that makes it, for the copying arena and for loans and
- * views, in the table and in --json; without --size the option is a usage error. No figure is
- * judged: speed is what the bench states, never what a test asserts.
+ * views, in the table and in --json; and `--size N --batch K`, K tensors in each message. Without
+ * --size either option is a usage error. No figure is judged: speed is what the bench states,
+ * never what a test asserts.
  */
 #include "demo_harness.h"
 #include "format_check.h"
@@ -90,11 +91,57 @@ static void test_profile_needs_one_size(void **state)
     }
 }
 
+/* --batch K: the run says how many tensors each message carried, in the table and in --json,
+ * and both the copying arena and loans and views moved them (every handoff of the run was
+ * acknowledged, or the bench would not have ended). */
+static void test_batch_groups_tensors_into_messages(void **state)
+{
+    (void)state;
+    const char *json_args[] = { "--batch", "4", "--json", NULL };
+    char *out = bench_out(json_args);
+    char why[256];
+    if (!mstar_test_json_check(out, NULL, why, sizeof(why)))
+        fail_msg("not JSON: %s\n%s", why, out);
+    assert_non_null(strstr(out, "\"tensors_per_message\":4,"));
+    assert_non_null(strstr(out, "\"transport\":\"arena-views\""));
+    free(out);
+    const char *table_args[] = { "--batch", "2", NULL };
+    out = bench_out(table_args);
+    assert_non_null(strstr(out, "2 tensors of that size in each message (--batch)"));
+    free(out);
+    const char *plain_args[] = { "--json", NULL };
+    out = bench_out(plain_args);
+    assert_non_null(strstr(out, "\"tensors_per_message\":1,"));
+    free(out);
+}
+
+static void test_batch_is_checked(void **state)
+{
+    (void)state;
+    const char *bad[][8] = {
+        { "transport", "--transport", "arena", "--size", "4K", "--batch", "3", NULL },
+        { "transport", "--transport", "arena", "--size", "4K", "--batch", "0", NULL },
+        { "transport", "--transport", "arena", "--size", "4K", "--batch", "16", NULL },
+        { "transport", "--transport", "arena", "--size", "4K", "--batch", "4x", NULL },
+        { "transport", "--transport", "arena", "--batch", "2", NULL },
+    };
+    const char *says[] = { "want 1, 2, 4 or 8", "want 1, 2, 4 or 8", "want 1, 2, 4 or 8",
+                           "want 1, 2, 4 or 8", "--batch groups one size's tensors" };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", bad[i]);
+        if (demo_exit_code(&r) != 2 || strstr(r.err, says[i]) == NULL)
+            fail_msg("case %zu: exit %d\n%s", i, demo_exit_code(&r), r.err);
+        demo_result_free(&r);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_profile_times_each_call),
         cmocka_unit_test(test_profile_needs_one_size),
+        cmocka_unit_test(test_batch_groups_tensors_into_messages),
+        cmocka_unit_test(test_batch_is_checked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -227,8 +227,9 @@ typedef struct mstar_bench_transport_result {
     /* The floor: 4 bytes between two processes through shared memory, the waiting side asleep
      * on a futex (futex) or polling (busy). */
     mstar_bench_floor futex, busy;
-    int in_flight;
-    int nsizes; /* 4 KiB to 64 MiB (--device cuda: 256 MiB); --quick: to 16 MiB */
+    int in_flight;   /* tensors */
+    int per_message; /* tensors in each handoff's message: 1 but in a --size run's --batch */
+    int nsizes;      /* 4 KiB to 64 MiB (--device cuda: 256 MiB); --quick: to 16 MiB */
     int nkinds;
     mstar_transport_kind kinds[MSTAR_BENCH_TRANSPORT_KINDS];
     mstar_bench_transport_row rows[MSTAR_BENCH_TRANSPORT_KINDS][MSTAR_BENCH_TRANSPORT_SIZES];
@@ -267,19 +268,22 @@ typedef struct mstar_bench_transport_result {
 /* kinds: files and/or the arena, or a UCX kind alone (measured with its TCP stream baseline). */
 mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nkinds, bool quick,
                                        mstar_bench_transport_result *out);
-/* One size of the handoff over `kind` (files or arena; the arena with loans and views too), with
- * no baselines and so no targets: for a caller that interleaves its own runs with these (the
- * Python suite). */
-mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t size, bool quick,
+/* What a run of one size measures (`mstar bench transport --size`). */
+typedef struct mstar_bench_size_options {
+    mstar_transport_kind kind; /* files or arena */
+    uint64_t size;             /* bytes of each tensor */
+    bool quick;
+    bool profile;    /* time each library call of the round trips on its side (row.phases): the
+                        timers' clock reads add to the round trips it reports */
+    bool cuda;       /* device tensors on cuda:0 over the arena's CUDA IPC route */
+    int per_message; /* tensors in each INPUT_SIGNALS: 1, 2, 4 or 8 (--batch) */
+} mstar_bench_size_options;
+
+/* One size of the handoff (the arena with loans and views too; with `cuda`, the CUDA IPC route),
+ * with no baselines and so no targets: for a caller that interleaves its own runs with these (the
+ * Python suite), or looks at one size's calls. MSTAR_ENOTSUP for `cuda` without CUDA. */
+mstar_status mstar_bench_transport_size_run(const mstar_bench_size_options *o,
                                             mstar_bench_transport_result *out);
-/* The same with each library call of the round trips timed on its side (row.phases): the
- * timers' clock reads add to the round trips it reports. */
-mstar_status mstar_bench_transport_profile_run(mstar_transport_kind kind, uint64_t size, bool quick,
-                                               mstar_bench_transport_result *out);
-/* One size of device tensors on cuda:0 over the arena's CUDA IPC route, with each call timed if
- * `profile`; no baselines. MSTAR_ENOTSUP without CUDA. */
-mstar_status mstar_bench_transport_cuda_size_run(uint64_t size, bool quick, bool profile,
-                                                 mstar_bench_transport_result *out);
 void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out);
 /* Device tensors on cuda:0 between two processes: the arena over the CUDA IPC route and staged,
  * and the in-process baselines. MSTAR_ENOTSUP without CUDA. */

@@ -1,6 +1,6 @@
 /*
  * bench_transport.c — `mstar bench transport [--transport files|arena|ucx-tcp|ucx-rdma]
- * [--device cpu|cuda|host] [--size BYTES [--profile]] [--json] [--quick]`.
+ * [--device cpu|cuda|host] [--size BYTES [--profile] [--batch K]] [--json] [--quick]`.
  *
  * With --device cuda (bench_transport's second half): the arena carries device tensors of 4 KiB
  * to 256 MiB on cuda:0, once over the CUDA IPC route and once staged, each run in a child of its
@@ -48,6 +48,10 @@
  * the producer's store, stage, message, send and ACK handling, the consumer's receive, read,
  * collect (the ACK goes out there) and release. `--device cuda --transport arena --size N` does
  * the same for device tensors over the CUDA IPC route, whose read call waits for its copy.
+ * --batch K puts K tensors of the size in each INPUT_SIGNALS (still IN_FLIGHT tensors in flight,
+ * so IN_FLIGHT / K messages): what a handoff costs per message (its wake-up, its read call's
+ * submission and landing, its ACK) spreads over K tensors, and what it costs per tensor does
+ * not.
  *
  * Both processes set glibc's mmap threshold high, so freed receive buffers are reused rather
  * than returned to the kernel and faulted in again — what a serving process's caching
@@ -348,6 +352,7 @@ typedef struct setup {
     bool zero_copy; /* the arena with loans (producer) and views (consumer) */
     bool profile;   /* time each call of the round trips (--profile) */
     bool views;     /* the consumer alone reads in place (device tensors over the CUDA IPC route) */
+    int per_message; /* tensors in each INPUT_SIGNALS (--batch) */
 } setup;
 
 /* The backend of a process of a device run (NULL: host tensors). Each process makes its own,
@@ -522,34 +527,42 @@ typedef struct producer {
     pid_t consumer;
     int64_t next_rid;
     bool zero_copy;   /* outputs are loans: computed in place, staged without a copy */
+    int per_message;  /* tensors in each INPUT_SIGNALS, all of one size */
     int tcp_fd;       /* the TCP stream baseline's connection (UCX transports), or -1 */
     uint8_t *tcp_buf; /* where it reads */
 } producer;
 
-/* Store, hold for one destination, stage and send one tensor. */
-static void send_one(producer *p, void *bytes, uint64_t size)
+/* Store, hold for one destination, stage and send p->per_message tensors of `size` bytes, all
+ * in one INPUT_SIGNALS. Without loans each is `bytes` itself, stored again (no copy): the
+ * handoff moves each tensor as if it were another's. */
+static void send_message(producer *p, void *bytes, uint64_t size)
 {
     mstar_rid rid = mstar_rid_from_int(p->next_rid++);
-    mstar_output o;
-    memset(&o, 0, sizeof(o));
-    o.signal = "x";
+    int k = p->per_message;
+    mstar_output o[IN_FLIGHT];
+    memset(o, 0, sizeof(o));
     int64_t n = (int64_t)size;
     mstar_device d = p->backend != NULL ? mstar_backend_device(p->backend) : mstar_device_cpu();
-    if (p->zero_copy) {
-        /* The compute that fills a loan is the node's work, not the handoff's: one byte. */
-        CHECK(mstar_comm_loan_output(p->comm, MSTAR_DTYPE_UINT8, &n, 1, &o.tensor, &o.loan));
-        *(uint8_t *)o.tensor.data = 0x5a;
-    } else {
-        CHECK(mstar_tensor_init(&o.tensor, bytes, d, MSTAR_DTYPE_UINT8, 1, &n));
-        o.release = no_release;
+    for (int i = 0; i < k; i++) {
+        o[i].signal = "x";
+        if (p->zero_copy) {
+            /* The compute that fills a loan is the node's work, not the handoff's: one byte. */
+            CHECK(mstar_comm_loan_output(p->comm, MSTAR_DTYPE_UINT8, &n, 1, &o[i].tensor,
+                                         &o[i].loan));
+            *(uint8_t *)o[i].tensor.data = 0x5a;
+        } else {
+            CHECK(mstar_tensor_init(&o[i].tensor, bytes, d, MSTAR_DTYPE_UINT8, 1, &n));
+            o[i].release = no_release;
+        }
     }
-    mstar_tensor_info info;
+    mstar_tensor_info info[IN_FLIGHT];
     uint64_t t = mstar_bench_phase_begin(phases);
-    CHECK(mstar_comm_store_and_return_tensor_info(p->comm, &rid, &o, 1, NULL, &info));
+    CHECK(mstar_comm_store_and_return_tensor_info(p->comm, &rid, o, (size_t)k, NULL, info));
     mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_STORE, t);
     t = mstar_bench_phase_begin(phases);
-    CHECK(mstar_comm_increment_ref(p->comm, info.uuid, 1));
-    CHECK(mstar_comm_register_for_send(p->comm, &rid, &info, 1));
+    for (int i = 0; i < k; i++)
+        CHECK(mstar_comm_increment_ref(p->comm, info[i].uuid, 1));
+    CHECK(mstar_comm_register_for_send(p->comm, &rid, info, (size_t)k));
     mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_STAGE, t);
     t = mstar_bench_phase_begin(phases);
     mstar_msg m;
@@ -559,8 +572,8 @@ static void send_one(producer *p, void *bytes, uint64_t size)
     mstar_edge_init(&e);
     snprintf(e.name, sizeof(e.name), "x");
     snprintf(e.next_node, sizeof(e.next_node), "node");
-    e.ntensors = 1;
-    e.tensor_info = &info;
+    e.ntensors = (uint32_t)k;
+    e.tensor_info = info;
     CHECK(mstar_msg_add_edge(&m, &e));
     mstar_bench_phase_end(phases, MSTAR_BENCH_PHASE_BUILD, t);
     t = mstar_bench_phase_begin(phases);
@@ -620,16 +633,18 @@ static void source_free(producer *p, void *bytes)
         CHECK(mstar_caching_free(p->backend, bytes));
 }
 
-/* GB/s of one round: n handoffs of `size` bytes, IN_FLIGHT of them in flight. */
+/* GB/s of one round: n messages of p->per_message tensors of `size` bytes, IN_FLIGHT tensors in
+ * flight. */
 static double throughput_round(producer *p, void *bytes, uint64_t size, long n)
 {
+    size_t k = (size_t)p->per_message;
     uint64_t t0 = mstar__now_ns();
     for (long i = 0; i < n; i++) {
-        wait_held(p, IN_FLIGHT - 1);
-        send_one(p, bytes, size);
+        wait_held(p, IN_FLIGHT - k);
+        send_message(p, bytes, size);
     }
     wait_held(p, 0);
-    return (double)size * (double)n / ((double)(mstar__now_ns() - t0) * 1e-9) / 1e9;
+    return (double)size * (double)k * (double)n / ((double)(mstar__now_ns() - t0) * 1e-9) / 1e9;
 }
 
 static void measure(producer *p, uint64_t size, bool quick, row *out)
@@ -651,7 +666,7 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
             mstar_bench_phases_arm(phases, true);
         }
         uint64_t t0 = mstar__now_ns();
-        send_one(p, bytes, size);
+        send_message(p, bytes, size);
         wait_held(p, 0);
         if (i >= 3)
             rt[i - 3] = (double)(mstar__now_ns() - t0) * 1e-3;
@@ -673,10 +688,11 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     long n = (long)(total / size / ROUNDS), least = quick ? IN_FLIGHT : 16,
          most = quick ? 330 : 2700;
     n = n < least ? least : n > most ? most : n;
+    n /= p->per_message; /* messages: the same bytes whatever their grouping */
     /* Warm-up: the slots (and segments, and the consumer's mappings of them) that IN_FLIGHT
-     * handoffs of this size use are created before the clock starts. */
-    for (int i = 0; i < IN_FLIGHT; i++)
-        send_one(p, bytes, size);
+     * tensors of this size use are created before the clock starts. */
+    for (int i = 0; i < IN_FLIGHT / p->per_message; i++)
+        send_message(p, bytes, size);
     wait_held(p, 0);
     mstar_bench_peer_cpu_apply(peer_cpu, iters, &out->cost);
     out->gbps = out->tcp_gbps = 0;
@@ -710,7 +726,7 @@ static void run_transport(const setup *s, bool quick, const uint64_t *sz, int ns
         fail("fork");
     if (pid == 0)
         consumer(s);
-    producer p = { NULL, NULL, NULL, pid, 1, s->zero_copy, -1, NULL };
+    producer p = { NULL, NULL, NULL, pid, 1, s->zero_copy, s->per_message, -1, NULL };
     pid_t tcp_pid = -1;
     if (is_ucx(s->kind)) {
         p.tcp_fd = mstar_bench_tcp_start(&tcp_pid, sz[nsizes - 1]);
@@ -898,6 +914,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     out->mesh_zmq_p50_us =
         mesh_pingpong_us(sc.ipc_dir, quick ? 500 : 3000, false, &out->mesh_zmq_p99_us);
     out->in_flight = IN_FLIGHT;
+    out->per_message = 1;
     out->nsizes = quick ? NSIZES - 1 : NSIZES; /* --quick, for tests: no 64 MiB handoffs */
     out->nkinds = nkinds;
     /* The handoffs' control messages go over the rings (what AUTO picks on one host, made sure
@@ -906,7 +923,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     char *restore = mesh_ring_set(true);
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
-        setup s = { kinds[k], sc.ipc_dir, sc.shm_dir, false, false, false, false, false };
+        setup s = { kinds[k], sc.ipc_dir, sc.shm_dir, false, false, false, false, false, 1 };
         run_transport(&s, quick, sizes, out->nsizes, out->rows[k]);
         if (kinds[k] != MSTAR_TRANSPORT_ARENA)
             continue;
@@ -929,60 +946,52 @@ static mstar_status run_device_route(const setup *s, const char *route, bool qui
                                      const uint64_t *sz, int nsizes, row *rows);
 
 /* One size over files or the arena (with loans and views too), and nothing else; with `cuda`,
- * device tensors over the arena's CUDA IPC route (run_device_route). */
-static mstar_status size_run(mstar_transport_kind kind, uint64_t size, bool quick, bool profile,
-                             bool cuda, mstar_bench_transport_result *out)
+ * device tensors over the arena's CUDA IPC route (run_device_route), whose read of at most 4 MiB
+ * waits in its start call for its copy to land (MSTAR_CUDA_IPC_SPIN_US), so the profile's read
+ * row holds the copy too. */
+mstar_status mstar_bench_transport_size_run(const mstar_bench_size_options *o,
+                                            mstar_bench_transport_result *out)
 {
     memset(out, 0, sizeof(*out));
-    if (kind != MSTAR_TRANSPORT_FILES && kind != MSTAR_TRANSPORT_ARENA)
+    if (o->kind != MSTAR_TRANSPORT_FILES && o->kind != MSTAR_TRANSPORT_ARENA)
         return mstar_error_set(MSTAR_EINVAL, "--size: the transport is %s, want files or arena",
-                               mstar_transport_kind_name(kind));
-    uint64_t most = sizes[(cuda ? NSIZES_CUDA : NSIZES) - 1];
-    if (size == 0 || size > most)
+                               mstar_transport_kind_name(o->kind));
+    uint64_t most = sizes[(o->cuda ? NSIZES_CUDA : NSIZES) - 1];
+    if (o->size == 0 || o->size > most)
         return mstar_error_set(MSTAR_EINVAL, "--size %llu: want 1 byte to %llu bytes",
-                               (unsigned long long)size, (unsigned long long)most);
+                               (unsigned long long)o->size, (unsigned long long)most);
+    if (o->per_message < 1 || o->per_message > IN_FLIGHT || IN_FLIGHT % o->per_message != 0)
+        return mstar_error_set(MSTAR_EINVAL, "--batch %d: want 1, 2, 4 or 8 tensors a message",
+                               o->per_message);
     scratch sc;
     mstar_status st = prepare(&sc);
     if (st != MSTAR_OK)
         return st;
     out->in_flight = IN_FLIGHT;
+    out->per_message = o->per_message;
     out->nsizes = out->nkinds = 1;
-    out->kinds[0] = kind;
-    out->cuda_ipc[0] = cuda;
+    out->kinds[0] = o->kind;
+    out->cuda_ipc[0] = o->cuda;
     char *restore = mesh_ring_set(true);
-    setup s = { kind, sc.ipc_dir, sc.shm_dir, cuda, false, false, profile, false };
-    if (cuda) {
-        st = run_device_route(&s, "1", quick, &size, 1, out->rows[0]);
+    setup s = { .kind = o->kind,
+                .ipc_dir = sc.ipc_dir,
+                .shm_dir = sc.shm_dir,
+                .cuda = o->cuda,
+                .profile = o->profile,
+                .per_message = o->per_message };
+    uint64_t size = o->size;
+    if (o->cuda) {
+        st = run_device_route(&s, "1", o->quick, &size, 1, out->rows[0]);
     } else {
-        run_transport(&s, quick, &size, 1, out->rows[0]);
-        if (kind == MSTAR_TRANSPORT_ARENA) {
+        run_transport(&s, o->quick, &size, 1, out->rows[0]);
+        if (o->kind == MSTAR_TRANSPORT_ARENA) {
             s.zero_copy = out->has_views = true;
-            run_transport(&s, quick, &size, 1, out->views);
+            run_transport(&s, o->quick, &size, 1, out->views);
         }
     }
     mesh_ring_restore(restore);
     scratch_remove(&sc);
     return st;
-}
-
-mstar_status mstar_bench_transport_size_run(mstar_transport_kind kind, uint64_t size, bool quick,
-                                            mstar_bench_transport_result *out)
-{
-    return size_run(kind, size, quick, false, false, out);
-}
-
-mstar_status mstar_bench_transport_profile_run(mstar_transport_kind kind, uint64_t size, bool quick,
-                                               mstar_bench_transport_result *out)
-{
-    return size_run(kind, size, quick, true, false, out);
-}
-
-/* --device cuda --size N [--profile]: a read of at most 4 MiB waits in its start call for its
- * copy to land (MSTAR_CUDA_IPC_SPIN_US), so the profile's read row holds the copy too. */
-mstar_status mstar_bench_transport_cuda_size_run(uint64_t size, bool quick, bool profile,
-                                                 mstar_bench_transport_result *out)
-{
-    return size_run(MSTAR_TRANSPORT_ARENA, size, quick, profile, true, out);
 }
 
 /* ---- device tensors (--device cuda) --------------------------------------------------------- */
@@ -1123,18 +1132,21 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
         return st;
     out->device = true;
     out->in_flight = IN_FLIGHT;
+    out->per_message = 1;
     out->nsizes = quick ? AT_16MIB + 1 : NSIZES_CUDA;
     out->nkinds = 2;
     /* The host arena's 4 KiB round trip first: it needs no CUDA, and this process must not
      * start CUDA before it forks. */
     mstar_bench_progress("transport", "baseline: the arena's 4 KiB round trip, host tensors");
     setup host = {
-        MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false, false, false
+        MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false, false, false, 1
     };
     row host_row;
     run_transport(&host, quick, sizes, 1, &host_row);
     static const char *const routes[2] = { "1", "0" };
-    setup dev = { MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false, false, false };
+    setup dev = {
+        MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false, false, false, 1
+    };
     for (int k = 0; k < 2 && st == MSTAR_OK; k++) {
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
@@ -1178,14 +1190,15 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
     out->device = out->host_pair = true;
     out->standin = standin;
     out->in_flight = IN_FLIGHT;
+    out->per_message = 1;
     out->nsizes = quick ? NSIZES - 1 : NSIZES;
     out->nkinds = 2;
     out->kinds[0] = out->kinds[1] = kind;
     mstar_bench_progress("transport", "host tensors over %s", mstar_transport_kind_name(kind));
-    setup host = { kind, sc.ipc_dir, sc.shm_dir, false, false, false, false, false };
+    setup host = { kind, sc.ipc_dir, sc.shm_dir, false, false, false, false, false, 1 };
     run_transport(&host, quick, sizes, out->nsizes, out->rows[PAIR_HOST]);
     mstar_bench_progress("transport", "device tensors over %s", mstar_transport_kind_name(kind));
-    setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false, false, false };
+    setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false, false, false, 1 };
     st = run_device_route(&dev, "0", quick, sizes, out->nsizes, out->rows[PAIR_DEVICE]);
     scratch_remove(&sc);
     return st;
@@ -1588,7 +1601,8 @@ static void floor_json(FILE *out, const char *name, const mstar_bench_floor *f)
 
 void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out)
 {
-    fprintf(out, "{\"suite\":\"transport\",\"in_flight\":%d", r->in_flight);
+    fprintf(out, "{\"suite\":\"transport\",\"in_flight\":%d,\"tensors_per_message\":%d",
+            r->in_flight, r->per_message);
     if (r->has_baselines) {
         mstar_bench_json_field(out, "memcpy_gbps", r->memcpy_gbps, 4);
         mstar_bench_json_field(out, "zmq_pingpong_p50_us", r->zmq_p50_us, 4);
@@ -1646,7 +1660,12 @@ static void print_phases(const mstar_bench_phase_row *ph)
 
 static void print_rows(const mstar_bench_transport_result *r)
 {
-    printf("one size, no baselines (--size): no ratios and no targets\n\n");
+    printf("one size, no baselines (--size): no ratios and no targets\n");
+    if (r->per_message > 1)
+        printf("%d tensors of that size in each message (--batch): a round trip is one message's, "
+               "and GB/s counts every tensor\n",
+               r->per_message);
+    printf("\n");
     for (int k = 0; k < r->nkinds + r->has_views; k++) {
         bool views = k == r->nkinds;
         const row *w = views ? &r->views[0] : &r->rows[k][0];
@@ -1764,6 +1783,7 @@ int mstar_bench_transport(int argc, char **argv)
 {
     bool json = false, quick = false, cuda = false, standin = false, profile = false;
     uint64_t one_size = 0;
+    long batch = 0;
     int nkinds = 2;
     mstar_transport_kind kinds[2] = { MSTAR_TRANSPORT_FILES, MSTAR_TRANSPORT_ARENA };
     for (int i = 1; i < argc; i++) {
@@ -1789,6 +1809,17 @@ int mstar_bench_transport(int argc, char **argv)
                 return 2;
             }
             nkinds = 1;
+        } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+            char *end;
+            batch = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || end == argv[i] || batch < 1 || batch > IN_FLIGHT ||
+                IN_FLIGHT % batch != 0) {
+                fprintf(stderr,
+                        "mstar bench transport: --batch %s: want 1, 2, 4 or 8 tensors "
+                        "a message\n",
+                        argv[i]);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
             if (!parse_size(argv[++i], &one_size) || one_size == 0) {
                 fprintf(stderr,
@@ -1799,10 +1830,15 @@ int mstar_bench_transport(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: mstar bench transport [--transport files|arena|ucx-tcp|"
-                            "ucx-rdma] [--device cpu|cuda|host] [--size BYTES [--profile]] "
-                            "[--json] [--quick]\n");
+                            "ucx-rdma] [--device cpu|cuda|host] [--size BYTES [--profile] "
+                            "[--batch K]] [--json] [--quick]\n");
             return 2;
         }
+    }
+    if (batch != 0 && one_size == 0) {
+        fprintf(stderr, "mstar bench transport: --batch groups one size's tensors into "
+                        "messages: give --transport files|arena and --size\n");
+        return 2;
     }
     if (profile && one_size == 0) {
         fprintf(stderr, "mstar bench transport: --profile times the calls of one size's round "
@@ -1827,10 +1863,9 @@ int mstar_bench_transport(int argc, char **argv)
     }
     mstar_bench_progress_enable(!json);
     mstar_bench_transport_result r;
-    mstar_status st = cuda_size ? mstar_bench_transport_cuda_size_run(one_size, quick, profile, &r)
-                      : profile ? mstar_bench_transport_profile_run(kinds[0], one_size, quick, &r)
-                      : one_size != 0
-                          ? mstar_bench_transport_size_run(kinds[0], one_size, quick, &r)
+    mstar_bench_size_options so = { kinds[0], one_size,  quick,
+                                    profile,  cuda_size, batch > 0 ? (int)batch : 1 };
+    mstar_status st = one_size != 0 ? mstar_bench_transport_size_run(&so, &r)
                       : pair ? mstar_bench_transport_device_pair_run(kinds[0], standin, quick, &r)
                       : cuda ? mstar_bench_transport_cuda_run(quick, &r)
                              : mstar_bench_transport_run(kinds, nkinds, quick, &r);
