@@ -89,6 +89,12 @@ static const uint64_t sizes[NSIZES_CUDA] = { 4u << 10,  64u << 10, 1u << 20,  4u
 
 typedef mstar_bench_transport_row row;
 
+/* Whether `k` tensors a message keep IN_FLIGHT tensors in whole messages (--batch). */
+static bool per_message_ok(long k)
+{
+    return k >= 1 && k <= IN_FLIGHT && IN_FLIGHT % k == 0;
+}
+
 static bool is_ucx(mstar_transport_kind kind)
 {
     return kind == MSTAR_TRANSPORT_UCX_TCP || kind == MSTAR_TRANSPORT_UCX_RDMA;
@@ -540,7 +546,7 @@ static void send_message(producer *p, void *bytes, uint64_t size)
     mstar_rid rid = mstar_rid_from_int(p->next_rid++);
     int k = p->per_message;
     mstar_output o[IN_FLIGHT];
-    memset(o, 0, sizeof(o));
+    memset(o, 0, (size_t)k * sizeof(o[0]));
     int64_t n = (int64_t)size;
     mstar_device d = p->backend != NULL ? mstar_backend_device(p->backend) : mstar_device_cpu();
     for (int i = 0; i < k; i++) {
@@ -960,7 +966,7 @@ mstar_status mstar_bench_transport_size_run(const mstar_bench_size_options *o,
     if (o->size == 0 || o->size > most)
         return mstar_error_set(MSTAR_EINVAL, "--size %llu: want 1 byte to %llu bytes",
                                (unsigned long long)o->size, (unsigned long long)most);
-    if (o->per_message < 1 || o->per_message > IN_FLIGHT || IN_FLIGHT % o->per_message != 0)
+    if (!per_message_ok(o->per_message))
         return mstar_error_set(MSTAR_EINVAL, "--batch %d: want 1, 2, 4 or 8 tensors a message",
                                o->per_message);
     scratch sc;
@@ -1812,8 +1818,7 @@ int mstar_bench_transport(int argc, char **argv)
         } else if (strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
             char *end;
             batch = strtol(argv[++i], &end, 10);
-            if (*end != '\0' || end == argv[i] || batch < 1 || batch > IN_FLIGHT ||
-                IN_FLIGHT % batch != 0) {
+            if (*end != '\0' || end == argv[i] || !per_message_ok(batch)) {
                 fprintf(stderr,
                         "mstar bench transport: --batch %s: want 1, 2, 4 or 8 tensors "
                         "a message\n",
