@@ -97,8 +97,9 @@ static void test_profile_needs_one_size(void **state)
 }
 
 /* --batch K: the run says how many tensors each message carried, in the table and in --json,
- * and both the copying arena and loans and views moved them (every handoff of the run was
- * acknowledged, or the bench would not have ended). */
+ * and both the copying arena and loans and views moved them: the consumer fails the run when a
+ * message carries another count, and every handoff was acknowledged, or the bench would not
+ * have ended. */
 static void test_batch_groups_tensors_into_messages(void **state)
 {
     (void)state;

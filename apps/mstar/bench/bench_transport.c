@@ -474,6 +474,15 @@ static void consume_one(const setup *s, mstar_mesh *mesh, mstar_comm *c, const m
     if (m->type == MSTAR_MSG_INPUT_SIGNALS && !m->request_id.is_str)
         mstar_bench_peer_cpu_note(peer_cpu, (uint64_t)m->request_id.num);
     if (m->type == MSTAR_MSG_INPUT_SIGNALS) {
+        /* Each message carries the tensors the run groups (--batch), or the figures are of
+         * some other handoff than the one they name. */
+        if (m->nedges != 1 || m->edges[0].ntensors != (uint32_t)s->per_message) {
+            fprintf(stderr,
+                    "mstar bench transport: the consumer got a message of %u edges and %u "
+                    "tensors, want 1 edge of %d\n",
+                    m->nedges, m->nedges > 0 ? m->edges[0].ntensors : 0, s->per_message);
+            exit(1);
+        }
         uint64_t t = mstar_bench_phase_begin(phases);
         CHECK((s->zero_copy || s->views
                    ? mstar_comm_start_read_views
@@ -598,7 +607,15 @@ static void wait_held(producer *p, size_t outstanding)
 {
     while (mstar_comm_num_tensors(p->comm) > outstanding) {
         mstar_msg m;
-        if (mstar_mesh_recv(p->mesh, -1, &m) != MSTAR_OK)
+        /* A second without an ACK: a consumer that failed (its error is on stderr) sends none,
+         * and the run must end rather than wait for it. */
+        mstar_status st = mstar_mesh_recv(p->mesh, 1000, &m);
+        if (st == MSTAR_EAGAIN && waitpid(p->consumer, NULL, WNOHANG) == p->consumer) {
+            fprintf(stderr, "mstar bench transport: the consumer process exited (its error is "
+                            "above)\n");
+            exit(1);
+        }
+        if (st != MSTAR_OK)
             continue;
         if (m.type == MSTAR_MSG_TENSOR_RECEIVED) {
             uint64_t t = mstar_bench_phase_begin(phases);
