@@ -96,10 +96,12 @@ MSTAR_API int mstar_mesh_wake_fd(const mstar_mesh *mesh);
  * (MSTAR_RING_SPIN_US, grown by near misses) for a message in one of the rings from peers on
  * this host, polling shared memory with no system call, and without asking their senders to ring
  * (docs/environment.md). True as soon as one waits (take
- * it with mstar_mesh_recv, timeout 0); false when none came, spinning is off or there are no
+ * it with mstar_mesh_recv, timeout 0), or as soon as a read of the manager that sends through
+ * this mesh (mstar_comm_send_via_mesh) lands, or has landed since the last spin (collect it);
+ * false when neither came, spinning is off or there are no
  * rings: the rings then ask to be rung again, so the loop may sleep. It spins only while a CPU
  * is spare (no more runnable tasks than the thread's CPUs), and stops when none is; nothing
- * else ends the spin early (a wake, a ZeroMQ message, the loop's own fds wait for it). A loop
+ * else ends the spin early (a wake, a ZeroMQ message, the loop's other fds wait for it). A loop
  * that calls it is one that spins: its polls that find nothing ask senders to wait a moment for
  * its spin instead of waking it. */
 MSTAR_API bool mstar_mesh_spin(mstar_mesh *mesh);

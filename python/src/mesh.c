@@ -311,7 +311,8 @@ static PyMethodDef mesh_methods[] = {
       "spin($self, /)\n--\n\n"
       "Before a loop sleeps on inbox_fd: wait up to the mesh's spin bound (MSTAR_RING_SPIN_US, "
       "doubled by each near miss up to 16 times it) for a message in a ring, while a CPU is "
-      "spare. True when one waits (take it with recv(timeout_ms=0)); false: sleep." },
+      "spare. True when one waits (take it with recv(timeout_ms=0)) or a read of the manager "
+      "that sends through this mesh has landed (collect it); false: sleep." },
     { "wake", mesh_wake, METH_NOARGS,
       "wake($self, /)\n--\n\n"
       "Wake a recv (any thread)." },

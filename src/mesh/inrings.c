@@ -15,6 +15,7 @@
  * closing ours alone would leave it there, waking us for a ring we no longer have.
  */
 #include "mesh_internal.h"
+#include "spin_break.h"
 
 #include "core/spare_cpu.h"
 #include "core/vec.h"
@@ -368,6 +369,22 @@ bool mstar__inrings_pending(const mstar_mesh *mesh)
     return false;
 }
 
+void mstar__mesh_spin_break(mstar_mesh *mesh)
+{
+    atomic_fetch_add_explicit(&mesh->spin_breaks, 1, memory_order_release);
+}
+
+/* Whether another thread broke the spin since the last spin saw it (spin_break.h). A break from
+ * before this spin started counts too: the loop may have looked at its work before it came. */
+static bool spin_broken(mstar_mesh *mesh)
+{
+    uint64_t breaks = atomic_load_explicit(&mesh->spin_breaks, memory_order_acquire);
+    if (breaks == mesh->spin_breaks_seen)
+        return false;
+    mesh->spin_breaks_seen = breaks;
+    return true;
+}
+
 bool mstar__inrings_spin(mstar_mesh *mesh, uint64_t deadline_ns)
 {
     mstar__inrings *in = &mesh->inrings;
@@ -396,6 +413,11 @@ bool mstar__inrings_spin(mstar_mesh *mesh, uint64_t deadline_ns)
     do {
         if (mstar__inrings_pending(mesh)) {
             in->spin_misses = in->spin_skips = 0;
+            in->awake = !woken;
+            return true;
+        }
+        /* Says nothing of the peers, so neither a hit nor a miss. */
+        if (spin_broken(mesh)) {
             in->awake = !woken;
             return true;
         }

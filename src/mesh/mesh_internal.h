@@ -22,6 +22,7 @@
 #include "core/strmap.h"
 #include "ring.h"
 
+#include <stdatomic.h>
 #include <sys/types.h>
 
 /* A Unix socket path is at most 107 bytes (sun_path is 108 with the terminator). */
@@ -269,7 +270,8 @@ bool mstar__inrings_pending(const mstar_mesh *mesh);
 /* Spin up to inrings.spin_ns (MSTAR_RING_SPIN_US, doubled by each near miss up to 16 times it),
  * and not past `deadline_ns` (mstar__now_ns(); 0: none), for a ring to fill, the rings disarmed
  * meanwhile (a sender does not wake a receiver that is awake), while a CPU is spare
- * (core/spare_cpu.h); true when one did (inrings.awake is then set). */
+ * (core/spare_cpu.h); true when one did (inrings.awake is then set), or when another thread broke
+ * the spin (spin_break.h). */
 bool mstar__inrings_spin(mstar_mesh *mesh, uint64_t deadline_ns);
 void mstar__inrings_close(mstar__inrings *in);
 
@@ -300,9 +302,11 @@ struct mstar_mesh {
     int poll_fd;         /* epoll over the inbox, bell, wake and ring eventfds; -1 without rings */
     mstar__ipc_file bell_file;
     mstar__inrings inrings;
-    bool rings_first; /* alternates, so neither the rings nor ZeroMQ starve the other */
-    bool zmq_ready;   /* the ZeroMQ inbox may hold a message (false: it said EAGAIN since) */
-    bool wake_edge;   /* a harvest saw the wake eventfd written: look before sleeping (recv.c) */
+    _Atomic uint64_t spin_breaks; /* bumped by other threads to end a spin (spin_break.h) */
+    uint64_t spin_breaks_seen;    /* the count the last spin ended at */
+    bool rings_first;             /* alternates, so neither the rings nor ZeroMQ starve the other */
+    bool zmq_ready; /* the ZeroMQ inbox may hold a message (false: it said EAGAIN since) */
+    bool wake_edge; /* a harvest saw the wake eventfd written: look before sleeping (recv.c) */
     mstar_mesh_sent_fn sent_hook;
     void *sent_ctx;
     void *encoded;      /* mstar_mesh_send's encoding buffer, kept between messages */

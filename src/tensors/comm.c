@@ -186,6 +186,8 @@ static void hook_mesh(mstar_comm *comm, const mstar_comm_options *o)
 {
     if (o->send != mstar_comm_send_via_mesh || o->send_ctx == NULL)
         return;
+    /* Its reads end the mesh's spin too (completion.h): the mesh outlives the manager. */
+    comm->notice.mesh = o->send_ctx;
     if (mstar_mesh_set_sent_hook(o->send_ctx, on_mesh_sent, comm) == MSTAR_OK)
         comm->hooked_mesh = o->send_ctx;
     else
@@ -262,7 +264,8 @@ mstar_status mstar_comm_create(const mstar_comm_options *opts, mstar_comm **out)
     comm->env.entity = comm->entity;
     comm->env.dir = comm->has_dir ? &comm->dir : NULL;
     comm->env.backend = opts->backend;
-    comm->env.wake_fd = comm->event_fd;
+    comm->notice.fd = comm->event_fd;
+    comm->env.notice = &comm->notice;
     if (opts->backend != NULL && (st = open_streams(comm)) != MSTAR_OK)
         goto fail;
     comm->env.d2h = comm->d2h;

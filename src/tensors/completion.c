@@ -7,6 +7,7 @@
 #include "core/spare_cpu.h"
 #include "core/vec.h"
 #include "mesh/ring.h"
+#include "mesh/spin_break.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -24,11 +25,12 @@ struct mstar_completion {
     pthread_cond_t cond;
     mstar_status status;
     char message[256];
-    int wake_fd;
+    const mstar__completion_notice *notice; /* NULL: nobody */
     uint64_t finished_ns; /* written before `done` is set, read only after it is seen */
 };
 
-mstar_status mstar__completion_create(int wake_fd, mstar_completion **out)
+mstar_status mstar__completion_create(const mstar__completion_notice *notice,
+                                      mstar_completion **out)
 {
     mstar_completion *c = calloc(1, sizeof(*c));
     if (c == NULL)
@@ -37,7 +39,7 @@ mstar_status mstar__completion_create(int wake_fd, mstar_completion **out)
     atomic_init(&c->done, false);
     mstar__cond_init_monotonic(&c->cond);
     pthread_mutex_init(&c->lock, NULL);
-    c->wake_fd = wake_fd;
+    c->notice = notice;
     *out = c;
     return MSTAR_OK;
 }
@@ -70,10 +72,15 @@ void mstar__completion_finish(mstar_completion *c, mstar_status status, const ch
         snprintf(c->message, sizeof(c->message), "%s", message != NULL ? message : "");
     atomic_store(&c->done, true);
     pthread_cond_broadcast(&c->cond);
+    const mstar__completion_notice *n = c->notice;
     pthread_mutex_unlock(&c->lock);
-    if (c->wake_fd >= 0) {
+    if (n == NULL)
+        return;
+    if (n->mesh != NULL)
+        mstar__mesh_spin_break(n->mesh);
+    if (n->fd >= 0) {
         uint64_t one = 1;
-        while (write(c->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR) {
+        while (write(n->fd, &one, sizeof(one)) < 0 && errno == EINTR) {
         }
     }
 }

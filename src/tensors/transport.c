@@ -125,7 +125,7 @@ mstar_status mstar__transport_h2d_completion(const mstar__transport_env *env,
                                              mstar_completion **out)
 {
     mstar_completion *c;
-    mstar_status st = mstar__completion_create(env->wake_fd, &c);
+    mstar_status st = mstar__completion_create(env->notice, &c);
     if (st != MSTAR_OK)
         return st;
     mstar__completion_retain(c); /* the stream callback's reference */

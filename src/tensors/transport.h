@@ -20,6 +20,7 @@
 #include "device/pinned_pool.h"
 #include "mstar/tensors.h"
 #include "tensors/buf.h"
+#include "tensors/completion.h"
 #include "tensors/shm.h"
 
 typedef struct mstar__transport mstar__transport;
@@ -35,7 +36,7 @@ typedef struct mstar__transport_env {
     mstar_stream *d2h;          /* staging copies (NULL without a backend) */
     mstar_stream *h2d;          /* read copies (NULL without a backend) */
     mstar__pinned_pool *pinned; /* host buffers of staged copies (NULL without a backend) */
-    int wake_fd;                /* for completion handles */
+    const mstar__completion_notice *notice; /* whom completion handles tell (completion.h) */
 } mstar__transport_env;
 
 /* One stored tensor to stage (register_for_send). */

@@ -66,7 +66,7 @@ static void test_sizes(void **state)
             memset(dst, 0, n);
             mstar__ucx_read_info ri = read_of(&p, dst, off, n);
             mstar_completion *h;
-            assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+            assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h));
             wait_ok(h);
             size_t bad = ucx_test_check_at(dst, n, 101, off);
             if (bad != SIZE_MAX)
@@ -107,7 +107,7 @@ static void test_many_concurrent(void **state)
         }
         for (size_t s = 0; s * per < n; s++) {
             size_t k = n - s * per < per ? n - s * per : per;
-            assert_mstar_ok(mstar__ucx_reader_submit(r, infos + s * per, k, -1, &h[s]));
+            assert_mstar_ok(mstar__ucx_reader_submit(r, infos + s * per, k, NULL, &h[s]));
         }
         assert_mstar_ok(mstar__ucx_reader_wait_all(r));
         for (size_t s = 0; s * per < n; s++)
@@ -141,12 +141,12 @@ static void test_dead_peer_mid_read(void **state)
         uint8_t *dst = malloc(16 * MIB);
         mstar__ucx_read_info ri = read_of(&dying, dst, 0, 4096);
         mstar_completion *h;
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h));
         wait_ok(h); /* connected */
 
         ucx_test_producer_kill(&dying, SIGSTOP); /* it can no longer answer */
         ri = read_of(&dying, dst, 0, 16 * MIB);
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h));
         assert_mstar_status(mstar_completion_wait(h, 100), MSTAR_ETIMEDOUT);
         ucx_test_producer_kill(&dying, SIGKILL);
         assert_mstar_status(mstar_completion_wait(h, -1), MSTAR_EREMOTE);
@@ -154,13 +154,13 @@ static void test_dead_peer_mid_read(void **state)
         mstar_completion_release(h);
 
         /* The dead session again: refused quickly, a clear error, nothing hangs. */
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h));
         assert_mstar_status(mstar_completion_wait(h, -1), MSTAR_EREMOTE);
         mstar_completion_release(h);
         assert_mstar_status(mstar__ucx_reader_wait_all(r), MSTAR_EREMOTE);
 
         ri = read_of(&live, dst, 0, MIB);
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h));
         wait_ok(h);
         assert_int_equal(ucx_test_check(dst, MIB, 302), SIZE_MAX);
         assert_mstar_ok(mstar__ucx_reader_wait_all(r));
@@ -188,12 +188,12 @@ static void test_shutdown_with_reads_in_flight(void **state)
     uint8_t *dst = malloc(4 * MIB);
     mstar__ucx_read_info ri = read_of(&p, dst, 0, 4096);
     mstar_completion *h[10];
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h[0]));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h[0]));
     wait_ok(h[0]);
     ucx_test_producer_kill(&p, SIGSTOP);
     ri = read_of(&p, dst, 0, 4 * MIB);
     for (int i = 0; i < 10; i++) /* 3 run (one per thread), 7 wait in the queue */
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h[i]));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h[i]));
     mstar__ucx_engine_destroy(c);
     for (int i = 0; i < 10; i++) {
         assert_mstar_status(mstar_completion_poll(h[i]), MSTAR_ECANCELED);

@@ -57,7 +57,7 @@ static mstar_status d_read(mstar__transport *t, mstar__read_item *items, size_t 
     assert_null(inner_done);
     if (st != MSTAR_OK)
         return st;
-    assert_mstar_ok(mstar__completion_create(d->base.env->wake_fd, done));
+    assert_mstar_ok(mstar__completion_create(d->base.env->notice, done));
     d->held[d->n++] = mstar__completion_retain(*done);
     return MSTAR_OK;
 }

@@ -6,15 +6,16 @@
  * receiver that spins is not rung (its sender makes no system call); a spin that keeps finding
  * nothing stops spinning until one finds a frame again; a frame soon after a spin ended grows the
  * bound, one long after shrinks it; a completion wait ends as soon as its
- * read lands; a poll asks senders to wait for a spin only in a loop that spins; with no CPU
- * spare nothing spins (core/spare_cpu.h), /proc/loadavg's count is read strictly, and where it
- * cannot be read a wait spins.
+ * read lands, and so does the spin of the mesh its manager sends through; a poll asks senders to
+ * wait for a spin only in a loop that spins; with no CPU spare nothing spins (core/spare_cpu.h),
+ * /proc/loadavg's count is read strictly, and where it cannot be read a wait spins.
  */
 #include "mesh_harness.h"
 
 #include "core/spare_cpu.h"
 #include "core/vec.h"
 #include "mesh/mesh_internal.h"
+#include "tensors/comm_internal.h"
 #include "tensors/completion.h"
 
 #include <poll.h>
@@ -71,7 +72,7 @@ static void test_garbage_knob_is_refused_by_a_completion_wait(void **state)
 {
     (void)state;
     mstar_completion *c;
-    assert_mstar_ok(mstar__completion_create(-1, &c));
+    assert_mstar_ok(mstar__completion_create(NULL, &c));
     for (size_t i = 0; i < sizeof(garbage) / sizeof(garbage[0]); i++) {
         setenv("MSTAR_RING_SPIN_US", garbage[i], 1);
         assert_mstar_status(mstar_completion_wait(c, 10), MSTAR_EINVAL);
@@ -435,7 +436,7 @@ static void test_a_completion_wait_stops_spinning_when_the_cpus_fill(void **stat
     (void)state;
     setenv("MSTAR_RING_SPIN_US", "1000000", 1);
     mstar_completion *c;
-    assert_mstar_ok(mstar__completion_create(-1, &c));
+    assert_mstar_ok(mstar__completion_create(NULL, &c));
     pthread_t filler, finisher;
     assert_int_equal(pthread_create(&filler, NULL, fill_the_cpus_later, NULL), 0);
     assert_int_equal(pthread_create(&finisher, NULL, finish_after_300ms, c), 0);
@@ -464,7 +465,7 @@ static void test_completion_wait_ends_when_the_read_lands(void **state)
     for (size_t i = 0; i < 2; i++) {
         setenv("MSTAR_RING_SPIN_US", spins[i], 1);
         mstar_completion *c;
-        assert_mstar_ok(mstar__completion_create(-1, &c));
+        assert_mstar_ok(mstar__completion_create(NULL, &c));
         pthread_t t;
         assert_int_equal(pthread_create(&t, NULL, finish_later, c), 0);
         assert_mstar_ok(mstar_completion_wait(c, -1));
@@ -472,6 +473,54 @@ static void test_completion_wait_ends_when_the_read_lands(void **state)
         pthread_join(t, NULL);
         mstar_completion_release(c);
     }
+}
+
+/* A read that lands while the loop spins ends the spin (mesh/spin_break.h): the loop looks at
+ * what landed at once, not when a bound of up to 16 times MSTAR_RING_SPIN_US is over. The reads
+ * are those of the manager that sends through the mesh. The spin says it found work with no
+ * message waiting, and counts neither a hit nor a miss. A read that landed before the spin
+ * started ends it too: the loop may have looked at its work before. */
+static void test_a_landed_read_ends_the_spin(void **state)
+{
+    (void)state;
+    mesh_pair m = ring_pair("1000000"); /* a second: this spin ends only for the read */
+    mstar_comm_options o;
+    mstar_comm_options_init(&o);
+    o.entity = "worker_0";
+    o.transport = MSTAR_TRANSPORT_LOCAL;
+    o.send = mstar_comm_send_via_mesh;
+    o.send_ctx = m.rx;
+    mstar_comm *comm;
+    assert_mstar_ok(mstar_comm_create(&o, &comm));
+    /* What the manager's transports make their read handles with. */
+    const mstar__completion_notice *notice = comm->env.notice;
+    assert_int_equal(notice->fd, mstar_comm_event_fd(comm));
+    mstar__inrings *in = &m.rx->inrings;
+    mstar_msg got;
+    mstar_completion *c;
+    assert_mstar_ok(mstar__completion_create(notice, &c));
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, finish_later, c), 0);
+    assert_true(mstar_mesh_spin(m.rx));
+    assert_true(mstar__completion_done(c));
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(in->spin_misses, 0);
+    assert_int_equal(in->missed_at, 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    mstar_completion_release(c);
+
+    assert_mstar_ok(mstar__completion_create(notice, &c));
+    mstar__completion_finish(c, MSTAR_OK, NULL);
+    assert_true(mstar_mesh_spin(m.rx));
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    mstar_completion_release(c);
+
+    /* A break is seen once: the next spin waits for a message, which still ends it. */
+    mesh_harness_send(m.tx, "worker_0", 1);
+    assert_true(mstar_mesh_spin(m.rx));
+    mesh_harness_recv(m.rx, "conductor", 1);
+    mstar_comm_destroy(comm);
+    mesh_pair_close(&m);
 }
 
 int main(void)
@@ -488,6 +537,7 @@ int main(void)
         cmocka_unit_test_setup(test_a_spin_cut_by_its_deadline_settles_nothing, setup),
         cmocka_unit_test_setup(test_spin_off_only_checks, setup),
         cmocka_unit_test_setup(test_completion_wait_ends_when_the_read_lands, setup),
+        cmocka_unit_test_setup(test_a_landed_read_ends_the_spin, setup),
         cmocka_unit_test_setup(test_a_poll_asks_for_a_spin_only_in_a_loop_that_spins, setup),
         cmocka_unit_test_setup(test_a_busy_machine_stops_the_spin, setup),
         cmocka_unit_test_setup(test_loadavg_runnable, setup),

@@ -89,6 +89,7 @@ static void test_submit_many(void **state)
         uint8_t *dst = calloc(SUBMITS * PER, SLICE);
         mstar_completion *h[SUBMITS];
         int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        mstar__completion_notice notice = { efd, NULL };
         for (int s = 0; s < SUBMITS; s++) {
             mstar__ucx_read_info infos[PER];
             for (int i = 0; i < PER; i++) {
@@ -96,7 +97,7 @@ static void test_submit_many(void **state)
                 uint64_t off = (uint64_t)((s * PER + i) % 128) * SLICE;
                 infos[i] = read_of(p, dst + (size_t)(s * PER + i) * SLICE, off, SLICE);
             }
-            assert_mstar_ok(mstar__ucx_reader_submit(r, infos, PER, efd, &h[s]));
+            assert_mstar_ok(mstar__ucx_reader_submit(r, infos, PER, &notice, &h[s]));
         }
         assert_mstar_ok(mstar__ucx_reader_wait_all(r));
         assert_int_equal(mstar__ucx_reader_inflight(r), 0);
@@ -141,7 +142,7 @@ static void test_batches_of_at_most_max(void **state)
         infos[i] = i < 1234 ? read_of(&p1, dst + i * 64, i * 64, 64)
                             : read_of(&p2, dst + i * 64, (i - 1234) * 64, 64);
     mstar_completion *h;
-    assert_mstar_ok(mstar__ucx_reader_submit(r, infos, n, -1, &h));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, infos, n, NULL, &h));
     free(infos); /* the reader copied them */
     assert_mstar_ok(mstar_completion_wait(h, -1));
     mstar_completion_release(h);
@@ -175,8 +176,8 @@ static void test_failure_does_not_poison(void **state)
     forged[0] = 'X';
     bad.remote_key = forged;
     mstar_completion *hb, *hg;
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &bad, 1, -1, &hb));
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ok, 1, -1, &hg));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &bad, 1, NULL, &hb));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ok, 1, NULL, &hg));
     assert_mstar_status(mstar_completion_wait(hb, -1), MSTAR_EPROTO);
     assert_non_null(strstr(mstar_last_error(), "remote_key"));
     assert_mstar_ok(mstar_completion_wait(hg, -1));
@@ -193,7 +194,7 @@ static void test_failure_does_not_poison(void **state)
     mstar_completion_release(hg);
     /* Later reads work. */
     memset(good, 0, sizeof(good));
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ok, 1, -1, &hg));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ok, 1, NULL, &hg));
     assert_mstar_ok(mstar_completion_wait(hg, -1));
     assert_int_equal(ucx_test_check(good, 4096, 5), SIZE_MAX);
     mstar_completion_release(hg);
@@ -244,7 +245,7 @@ static void test_then(void **state)
 
     then_seen ok = { 0, MSTAR_EINVAL, 0, false, dst, 21, MSTAR_OK };
     memset(dst, 0, sizeof(dst));
-    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &ri, 1, -1, record_then, &ok, &h));
+    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &ri, 1, NULL, record_then, &ok, &h));
     assert_mstar_ok(mstar_completion_wait(h, -1));
     assert_int_equal(ok.calls, 1);
     assert_mstar_ok(ok.reads);
@@ -253,7 +254,7 @@ static void test_then(void **state)
     mstar_completion_release(h);
 
     then_seen refuse = { 0, MSTAR_EINVAL, 0, false, dst, 21, MSTAR_EDEVICE };
-    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &ri, 1, -1, record_then, &refuse, &h));
+    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &ri, 1, NULL, record_then, &refuse, &h));
     assert_mstar_status(mstar_completion_wait(h, -1), MSTAR_EDEVICE);
     assert_non_null(strstr(mstar_last_error(), "then refused the bytes"));
     mstar_completion_release(h);
@@ -261,7 +262,7 @@ static void test_then(void **state)
     then_seen failed = { 0, MSTAR_OK, 0, false, dst, 21, MSTAR_OK };
     mstar__ucx_read_info bad = ri;
     bad.remote_addr += 4000; /* past the key's region */
-    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &bad, 1, -1, record_then, &failed, &h));
+    assert_mstar_ok(mstar__ucx_reader_submit_then(r, &bad, 1, NULL, record_then, &failed, &h));
     assert_mstar_status(mstar_completion_wait(h, -1), MSTAR_EPROTO);
     assert_non_null(strstr(mstar_last_error(), "outside the key's region"));
     assert_int_equal(failed.calls, 1);
@@ -270,7 +271,7 @@ static void test_then(void **state)
 
     then_seen empty = { 0, MSTAR_EINVAL, 0, false, dst, 21, MSTAR_OK };
     empty.dst = p.buf; /* nothing is read: the check looks at the producer's own bytes */
-    assert_mstar_ok(mstar__ucx_reader_submit_then(r, NULL, 0, -1, record_then, &empty, &h));
+    assert_mstar_ok(mstar__ucx_reader_submit_then(r, NULL, 0, NULL, record_then, &empty, &h));
     assert_int_equal(empty.calls, 1);
     assert_true(pthread_equal(empty.thread, pthread_self()));
     assert_mstar_ok(mstar_completion_poll(h));
@@ -297,12 +298,12 @@ static void test_one_thread_many_in_flight(void **state)
     mstar__ucx_read_info stuck = read_of(&p, stuck_dst, 0, 4096);
     stuck.session = hole;
     mstar_completion *hs, *h[4];
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &stuck, 1, -1, &hs));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &stuck, 1, NULL, &hs));
     enum { PART = (1 << 20) / 4 };
     uint8_t *dst = malloc(1 << 20);
     for (int i = 0; i < 4; i++) {
         mstar__ucx_read_info ri = read_of(&p, dst + i * PART, (uint64_t)i * PART, PART);
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h[i]));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h[i]));
     }
     for (int i = 0; i < 4; i++) {
         assert_mstar_ok(mstar_completion_wait(h[i], -1));
@@ -337,7 +338,8 @@ static void test_pending_then_peer_gone(void **state)
     ri.session = hole;
     mstar_completion *h;
     int efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, efd, &h));
+    mstar__completion_notice notice = { efd, NULL };
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, &notice, &h));
     assert_int_equal(mstar_completion_poll(h), MSTAR_EAGAIN);
     assert_mstar_status(mstar_completion_wait(h, 50), MSTAR_ETIMEDOUT);
     assert_int_equal(mstar__ucx_reader_inflight(r), 1);
@@ -353,7 +355,7 @@ static void test_pending_then_peer_gone(void **state)
     mstar_completion_release(h);
     /* The same reader reads from a live session afterwards. */
     ri = read_of(&p, dst, 0, 4096);
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h));
     assert_mstar_ok(mstar_completion_wait(h, -1));
     mstar_completion_release(h);
     mstar__ucx_reader_destroy(r);
@@ -376,7 +378,7 @@ static void test_shutdown_with_reads_in_flight(void **state)
     mstar_completion *h[N];
     for (int i = 0; i < N; i++) {
         mstar__ucx_read_info ri = read_of(&p, dst + (size_t)i * (8 << 20), 0, 8 << 20);
-        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h[i]));
+        assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h[i]));
         if (i % 2)
             mstar_completion_release(h[i]); /* let go while it runs */
     }
@@ -391,7 +393,7 @@ static void test_shutdown_with_reads_in_flight(void **state)
     }
     mstar__ucx_read_info ri = read_of(&p, dst, 0, 10);
     mstar_completion *late = NULL;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &late), MSTAR_ECLOSED);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, &late), MSTAR_ECLOSED);
     assert_null(late);
     mstar__ucx_reader_shutdown(r);
     mstar__ucx_reader_destroy(r);
@@ -412,25 +414,25 @@ static void test_arguments(void **state)
     assert_mstar_ok(mstar__ucx_reader_create(c, 3, 500, &r));
     mstar_completion *h = NULL;
     /* An empty list: a handle that is already complete. */
-    assert_mstar_ok(mstar__ucx_reader_submit(r, NULL, 0, -1, &h));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, NULL, 0, NULL, &h));
     assert_mstar_ok(mstar_completion_poll(h));
     mstar_completion_release(h);
     uint8_t dst[16], key[8] = { 0 };
     mstar__ucx_read_info ri = { NULL, dst, 0, 16, key, sizeof(key) };
     h = NULL;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &h), MSTAR_EINVAL);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h), MSTAR_EINVAL);
     ri.session = "127.0.0.1:9";
     ri.remote_key_len = MSTAR_REMOTE_KEY_MAX + 1;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &h), MSTAR_EINVAL);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h), MSTAR_EINVAL);
     ri.remote_key_len = sizeof(key);
     ri.local_ptr = NULL;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &h), MSTAR_EINVAL);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h), MSTAR_EINVAL);
     char longs[300];
     memset(longs, '1', sizeof(longs) - 1);
     longs[sizeof(longs) - 1] = '\0';
     ri.local_ptr = dst;
     ri.session = longs;
-    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, -1, &h), MSTAR_EINVAL);
+    assert_mstar_status(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h), MSTAR_EINVAL);
     assert_null(h);
     assert_int_equal(mstar__ucx_reader_inflight(r), 0);
     assert_mstar_status(mstar_completion_poll(NULL), MSTAR_EINVAL);
@@ -454,7 +456,7 @@ static void test_nothing_left_behind(void **state)
     uint8_t dst[1 << 16];
     mstar__ucx_read_info ri = read_of(&p, dst, 0, sizeof(dst));
     mstar_completion *h;
-    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, -1, &h));
+    assert_mstar_ok(mstar__ucx_reader_submit(r, &ri, 1, NULL, &h));
     assert_mstar_ok(mstar_completion_wait(h, -1));
     mstar_completion_release(h);
     mstar__ucx_reader_destroy(r);

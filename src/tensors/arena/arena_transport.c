@@ -566,7 +566,7 @@ static mstar_status landing_completion(const mstar__transport_env *env, landing 
                                        mstar_completion **out)
 {
     mstar_completion *c;
-    mstar_status st = mstar__completion_create(env->wake_fd, &c);
+    mstar_status st = mstar__completion_create(env->notice, &c);
     if (st != MSTAR_OK)
         return st;
     l->done = mstar__completion_retain(c); /* the host function's reference */

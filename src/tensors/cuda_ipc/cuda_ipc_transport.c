@@ -1031,7 +1031,7 @@ static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items
         }
     }
     mstar_completion *c;
-    mstar_status st = mstar__completion_create(env->wake_fd, &c);
+    mstar_status st = mstar__completion_create(env->notice, &c);
     if (st != MSTAR_OK)
         return st;
     if (copies == 0 || (it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES &&

@@ -28,6 +28,7 @@
 #include "mstar/core.h"
 #include "mstar/tensors.h"
 #include "mstar/wire.h"
+#include "tensors/completion.h"
 
 #include <pthread.h>
 
@@ -221,11 +222,12 @@ mstar_status mstar__ucx_reader_create(mstar__ucx_engine *engine, unsigned thread
 /* Queue a list of reads (copied: infos, session strings and keys may be freed on return); one
  * of the reader's threads groups them by session and reads each group in batches. *out is a
  * completion handle (mstar/tensors.h: poll, wait, release) the caller owns; when it finishes,
- * 1 is written to wake_fd (-1: none). An empty list gives a handle that is already complete.
- * MSTAR_ECLOSED after shutdown. The local buffers must stay valid until the handle finishes.
- * One handle's failure says nothing about any other handle (T-11). */
+ * `notice` is told (NULL: nobody; tensors/completion.h). An empty list gives a handle that is
+ * already complete. MSTAR_ECLOSED after shutdown. The local buffers must stay valid until the
+ * handle finishes. One handle's failure says nothing about any other handle (T-11). */
 mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
-                                      size_t n, int wake_fd, mstar_completion **out);
+                                      size_t n, const mstar__completion_notice *notice,
+                                      mstar_completion **out);
 
 /* Work that finishes a submission on the reader's thread once its reads are over (a device
  * consumer's host-to-device copies out of the pinned buffer the reads landed in). `reads` is how
@@ -238,8 +240,9 @@ typedef mstar_status (*mstar__ucx_then_fn)(void *ctx, mstar_status reads);
  * returns an error, `then` never runs and `ctx` stays the caller's. An empty list runs it here,
  * on the caller's thread. */
 mstar_status mstar__ucx_reader_submit_then(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
-                                           size_t n, int wake_fd, mstar__ucx_then_fn then,
-                                           void *ctx, mstar_completion **out);
+                                           size_t n, const mstar__completion_notice *notice,
+                                           mstar__ucx_then_fn then, void *ctx,
+                                           mstar_completion **out);
 
 /* Submissions not yet complete. */
 size_t mstar__ucx_reader_inflight(mstar__ucx_reader *r);

@@ -347,20 +347,22 @@ static mstar_status copy_task(const mstar__ucx_read_info *infos, size_t n, read_
 }
 
 mstar_status mstar__ucx_reader_submit(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
-                                      size_t n, int wake_fd, mstar_completion **out)
+                                      size_t n, const mstar__completion_notice *notice,
+                                      mstar_completion **out)
 {
-    return mstar__ucx_reader_submit_then(r, infos, n, wake_fd, NULL, NULL, out);
+    return mstar__ucx_reader_submit_then(r, infos, n, notice, NULL, NULL, out);
 }
 
 mstar_status mstar__ucx_reader_submit_then(mstar__ucx_reader *r, const mstar__ucx_read_info *infos,
-                                           size_t n, int wake_fd, mstar__ucx_then_fn then,
-                                           void *ctx, mstar_completion **out)
+                                           size_t n, const mstar__completion_notice *notice,
+                                           mstar__ucx_then_fn then, void *ctx,
+                                           mstar_completion **out)
 {
     if (r == NULL || out == NULL || (infos == NULL && n > 0))
         return mstar_error_set(MSTAR_EINVAL, "ucx submit: reader, infos and out are required");
     mstar_completion *c = NULL;
     if (n == 0) {
-        mstar_status st = mstar__completion_create(-1, &c);
+        mstar_status st = mstar__completion_create(NULL, &c);
         if (st != MSTAR_OK)
             return st;
         mstar_status done = then != NULL ? then(ctx, MSTAR_OK) : MSTAR_OK;
@@ -370,7 +372,7 @@ mstar_status mstar__ucx_reader_submit_then(mstar__ucx_reader *r, const mstar__uc
     }
     read_task *t = NULL;
     mstar_status st = copy_task(infos, n, &t);
-    if (st == MSTAR_OK && (st = mstar__completion_create(wake_fd, &c)) != MSTAR_OK)
+    if (st == MSTAR_OK && (st = mstar__completion_create(notice, &c)) != MSTAR_OK)
         free(t);
     if (st != MSTAR_OK)
         return st;

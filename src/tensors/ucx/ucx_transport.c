@@ -337,7 +337,7 @@ static mstar_status read_items(mstar__transport *t, mstar__read_item *items, siz
         st = mstar__ucx_engine_reader(u->ue, &r);
     *done = NULL;
     if (st == MSTAR_OK && bytes > 0)
-        st = mstar__ucx_reader_submit_then(r, infos, n, env->wake_fd,
+        st = mstar__ucx_reader_submit_then(r, infos, n, env->notice,
                                            d != NULL ? land_on_device : NULL, d, done);
     free(infos);
     if (st != MSTAR_OK) {
