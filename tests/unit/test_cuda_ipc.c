@@ -752,7 +752,11 @@ static void test_route_views_in_place(void **state)
     mstar_tensor ts[2];
     mstar_tensor_info infos[2];
     produce_n(w, &rid, 2, 1000, ts, infos);
+    mstar_comm_event_drain(w->c);
     assert_mstar_ok(read_edge(w, &rid, infos, 2, true));
+    /* Ready when its call returned, as a host read is: nothing to wake a loop for. */
+    struct pollfd pfd = { mstar_comm_event_fd(w->c), POLLIN, 0 };
+    assert_int_equal(poll(&pfd, 1, 0), 0);
     collect_ready(w->c, 1);
     for (int i = 0; i < 2; i++) {
         mstar_tensor mine, theirs;

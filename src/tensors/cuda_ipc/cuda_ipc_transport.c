@@ -1030,12 +1030,15 @@ static mstar_status landed_completion(ipc_transport *it, mstar__read_item *items
             copies++;
         }
     }
+    bool now = copies == 0 || (it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES &&
+                               mstar__landing_pending(it->landing) == 0 && landed_within_spin(it));
+    /* A read finished before its call returns is ready as a host read is, so it tells nobody:
+     * an eventfd write (a system call) and a loop's spin ended for a read the loop has. */
     mstar_completion *c;
-    mstar_status st = mstar__completion_create(env->notice, &c);
+    mstar_status st = mstar__completion_create(now ? NULL : env->notice, &c);
     if (st != MSTAR_OK)
         return st;
-    if (copies == 0 || (it->spin_us > 0 && bytes <= MSTAR__CUDA_IPC_SPIN_MAX_BYTES &&
-                        mstar__landing_pending(it->landing) == 0 && landed_within_spin(it))) {
+    if (now) {
         struct landed *l = landed_new(c, checks, n, routed);
         if (l == NULL) {
             st = mstar_error_set(MSTAR_ENOMEM, "CUDA IPC route: out of memory");
