@@ -805,6 +805,14 @@ typedef struct scratch {
     char shm_dir[sizeof("/dev/shm/mstar-bench-XXXXXX")];
 } scratch;
 
+/* A run over `kind` in `sc`'s directories: host tensors, one a message, copied; the caller sets
+ * what its run does otherwise. */
+static setup setup_of(mstar_transport_kind kind, const scratch *sc)
+{
+    return (
+        setup){ .kind = kind, .ipc_dir = sc->ipc_dir, .shm_dir = sc->shm_dir, .per_message = 1 };
+}
+
 /* What every run sets up: malloc tuned as the file comment says, the scratch directories (made
  * unique, named in the progress lines), the arena segment size, SIGPIPE ignored (a baseline
  * peer that died is an error, not a signal). */
@@ -946,7 +954,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
     char *restore = mesh_ring_set(true);
     for (int k = 0; k < nkinds; k++) {
         out->kinds[k] = kinds[k];
-        setup s = { kinds[k], sc.ipc_dir, sc.shm_dir, false, false, false, false, false, 1 };
+        setup s = setup_of(kinds[k], &sc);
         run_transport(&s, quick, sizes, out->nsizes, out->rows[k]);
         if (kinds[k] != MSTAR_TRANSPORT_ARENA)
             continue;
@@ -996,12 +1004,10 @@ mstar_status mstar_bench_transport_size_run(const mstar_bench_size_options *o,
     out->kinds[0] = o->kind;
     out->cuda_ipc[0] = o->cuda;
     char *restore = mesh_ring_set(true);
-    setup s = { .kind = o->kind,
-                .ipc_dir = sc.ipc_dir,
-                .shm_dir = sc.shm_dir,
-                .cuda = o->cuda,
-                .profile = o->profile,
-                .per_message = o->per_message };
+    setup s = setup_of(o->kind, &sc);
+    s.cuda = o->cuda;
+    s.profile = o->profile;
+    s.per_message = o->per_message;
     uint64_t size = o->size;
     if (o->cuda) {
         st = run_device_route(&s, "1", o->quick, &size, 1, out->rows[0]);
@@ -1161,15 +1167,12 @@ mstar_status mstar_bench_transport_cuda_run(bool quick, mstar_bench_transport_re
     /* The host arena's 4 KiB round trip first: it needs no CUDA, and this process must not
      * start CUDA before it forks. */
     mstar_bench_progress("transport", "baseline: the arena's 4 KiB round trip, host tensors");
-    setup host = {
-        MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, false, false, false, false, false, 1
-    };
+    setup host = setup_of(MSTAR_TRANSPORT_ARENA, &sc);
     row host_row;
     run_transport(&host, quick, sizes, 1, &host_row);
     static const char *const routes[2] = { "1", "0" };
-    setup dev = {
-        MSTAR_TRANSPORT_ARENA, sc.ipc_dir, sc.shm_dir, true, false, false, false, false, 1
-    };
+    setup dev = setup_of(MSTAR_TRANSPORT_ARENA, &sc);
+    dev.cuda = true;
     for (int k = 0; k < 2 && st == MSTAR_OK; k++) {
         out->kinds[k] = MSTAR_TRANSPORT_ARENA;
         out->cuda_ipc[k] = k == 0;
@@ -1218,10 +1221,12 @@ mstar_status mstar_bench_transport_device_pair_run(mstar_transport_kind kind, bo
     out->nkinds = 2;
     out->kinds[0] = out->kinds[1] = kind;
     mstar_bench_progress("transport", "host tensors over %s", mstar_transport_kind_name(kind));
-    setup host = { kind, sc.ipc_dir, sc.shm_dir, false, false, false, false, false, 1 };
+    setup host = setup_of(kind, &sc);
     run_transport(&host, quick, sizes, out->nsizes, out->rows[PAIR_HOST]);
     mstar_bench_progress("transport", "device tensors over %s", mstar_transport_kind_name(kind));
-    setup dev = { kind, sc.ipc_dir, sc.shm_dir, true, standin, false, false, false, 1 };
+    setup dev = setup_of(kind, &sc);
+    dev.cuda = true;
+    dev.standin = standin;
     st = run_device_route(&dev, "0", quick, sizes, out->nsizes, out->rows[PAIR_DEVICE]);
     scratch_remove(&sc);
     return st;
@@ -1885,8 +1890,12 @@ int mstar_bench_transport(int argc, char **argv)
     }
     mstar_bench_progress_enable(!json);
     mstar_bench_transport_result r;
-    mstar_bench_size_options so = { kinds[0], one_size,  quick,
-                                    profile,  cuda_size, batch > 0 ? (int)batch : 1 };
+    mstar_bench_size_options so = { .kind = kinds[0],
+                                    .size = one_size,
+                                    .quick = quick,
+                                    .profile = profile,
+                                    .cuda = cuda_size,
+                                    .per_message = batch > 0 ? (int)batch : 1 };
     mstar_status st = one_size != 0 ? mstar_bench_transport_size_run(&so, &r)
                       : pair ? mstar_bench_transport_device_pair_run(kinds[0], standin, quick, &r)
                       : cuda ? mstar_bench_transport_cuda_run(quick, &r)
