@@ -113,7 +113,7 @@ struct mstar_comm {
     mstar_stream *d2h;
     mstar_stream *h2d;
     int event_fd;
-    mstar__completion_notice notice; /* event_fd, and hooked_mesh once hooked */
+    mstar__completion_notice notice; /* event_fd, and the mesh it sends through (hook_mesh) */
     mstar__transport_env env;
     mstar__transport *transport;
     /* mstar_event *: events that ordered start_read_into's copies with a caller's stream, kept

@@ -479,7 +479,8 @@ static void test_completion_wait_ends_when_the_read_lands(void **state)
  * what landed at once, not when a bound of up to 16 times MSTAR_RING_SPIN_US is over. The reads
  * are those of the manager that sends through the mesh. The spin says it found work with no
  * message waiting, and counts neither a hit nor a miss. A read that landed before the spin
- * started ends it too: the loop may have looked at its work before. */
+ * started ends it too: the loop may have looked at its work before. A break is seen once, and
+ * a receive that waits goes on waiting for its message. */
 static void test_a_landed_read_ends_the_spin(void **state)
 {
     (void)state;
@@ -515,7 +516,15 @@ static void test_a_landed_read_ends_the_spin(void **state)
     assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
     mstar_completion_release(c);
 
-    /* A break is seen once: the next spin waits for a message, which still ends it. */
+    /* A break is seen once: the next spin (its bound cut to 10 ms here) finds nothing. */
+    in->spin_ns = 10000000;
+    assert_false(mstar_mesh_spin(m.rx));
+    /* A receive that waits spins again after a break, and still waits for a message. */
+    assert_mstar_ok(mstar__completion_create(notice, &c));
+    mstar__completion_finish(c, MSTAR_OK, NULL);
+    assert_mstar_status(mstar_mesh_recv(m.rx, 20, &got), MSTAR_EAGAIN);
+    assert_non_null(strstr(mstar_last_error(), "no message within 20 ms"));
+    mstar_completion_release(c);
     mesh_harness_send(m.tx, "worker_0", 1);
     assert_true(mstar_mesh_spin(m.rx));
     mesh_harness_recv(m.rx, "conductor", 1);
