@@ -76,15 +76,6 @@ static void test_profile_times_each_call(void **state)
     free(out);
 }
 
-/* `mstar bench args` exits 2 with `says` on stderr (case `i`, for the failure's message). */
-static void expect_usage_error(size_t i, const char *const *args, const char *says)
-{
-    demo_result r = mstar_cli_run_sig(60, 0, 0, "bench", args);
-    if (demo_exit_code(&r) != 2 || strstr(r.err, says) == NULL)
-        fail_msg("case %zu: exit %d\n%s", i, demo_exit_code(&r), r.err);
-    demo_result_free(&r);
-}
-
 static void test_profile_needs_one_size(void **state)
 {
     (void)state;
@@ -93,7 +84,7 @@ static void test_profile_needs_one_size(void **state)
         { "transport", "--transport", "arena", "--profile", NULL },
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        expect_usage_error(i, bad[i], "--profile times the calls");
+        mstar_cli_expect_usage_error("bench", bad[i], "--profile times the calls", i);
 }
 
 /* --batch K: the run says how many tensors each message carried, in the table and in --json,
@@ -134,7 +125,7 @@ static void test_batch_is_checked(void **state)
     const char *says[] = { "want 1, 2, 4 or 8", "want 1, 2, 4 or 8", "want 1, 2, 4 or 8",
                            "want 1, 2, 4 or 8", "--batch groups one size's tensors" };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        expect_usage_error(i, bad[i], says[i]);
+        mstar_cli_expect_usage_error("bench", bad[i], says[i], i);
 }
 
 int main(void)

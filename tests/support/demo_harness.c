@@ -128,6 +128,16 @@ demo_result demo_run(int timeout_s, const char *const *args)
     return demo_run_sig(timeout_s, 0, 0.0, args);
 }
 
+void mstar_cli_expect_usage_error(const char *command, const char *const *args, const char *says,
+                                  size_t case_no)
+{
+    demo_result r = mstar_cli_run_sig(60, 0, 0, command, args);
+    if (demo_exit_code(&r) != 2 || strstr(r.err, says) == NULL)
+        fail_msg("mstar %s, case %zu: exit %d, want 2 and \"%s\"; stderr:\n%s", command, case_no,
+                 demo_exit_code(&r), says, r.err);
+    demo_result_free(&r);
+}
+
 void demo_result_free(demo_result *r)
 {
     free(r->out);

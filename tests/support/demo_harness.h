@@ -47,6 +47,11 @@ demo_result demo_run_sig(int timeout_s, int sig, double signal_after_s, const ch
 
 demo_result demo_run(int timeout_s, const char *const *args);
 
+/* Run `mstar <command> <args...>` and fail the test unless it exits 2 (a usage error) with
+ * `says` on stderr; `case_no` names the case in the failure. */
+void mstar_cli_expect_usage_error(const char *command, const char *const *args, const char *says,
+                                  size_t case_no);
+
 void demo_result_free(demo_result *r);
 
 int demo_exit_code(const demo_result *r);
