@@ -5,7 +5,7 @@
  * what was wrong. The message buffer is per thread so that the async reader's threads and the
  * worker loop never see each other's errors.
  */
-#include "mstar/core.h"
+#include "core/error.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -78,6 +78,15 @@ mstar_status mstar_error_set(mstar_status status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(last_msg, sizeof(last_msg), fmt, ap);
     va_end(ap);
+    last_status = status;
+    return status;
+}
+
+mstar_status mstar__error_set_text(mstar_status status, const char *text)
+{
+    size_t n = strnlen(text, sizeof(last_msg) - 1);
+    memcpy(last_msg, text, n);
+    last_msg[n] = '\0';
     last_status = status;
     return status;
 }

@@ -168,6 +168,7 @@ mstar_status mstar_mesh_create(const char *entity, const mstar_mesh_options *opt
     if (mesh == NULL)
         return mstar_error_set(MSTAR_ENOMEM, "mesh %s: out of memory", entity);
     snprintf(mesh->entity, sizeof(mesh->entity), "%s", entity);
+    snprintf(mesh->no_message, sizeof(mesh->no_message), "mesh %s: no message", entity);
     mstar__owner_init(&mesh->owner);
     mstar__inbox_init(&mesh->inbox);
     mstar__strmap_init(&mesh->peers);

@@ -289,6 +289,7 @@ enum {
 
 struct mstar_mesh {
     char entity[MSTAR_NAME_MAX + 1];
+    char no_message[MSTAR_NAME_MAX + 32]; /* "mesh <entity>: no message", made once (recv.c) */
     uint16_t entity_index;
     mstar__mesh_config cfg;
     char endpoint[MSTAR__MESH_ENDPOINT_MAX];

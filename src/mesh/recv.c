@@ -16,9 +16,12 @@
  * Before that, a receive that may wait (and mstar_mesh_spin, for a loop that sleeps in its own
  * poll()) spins on the rings for MSTAR_RING_SPIN_US with the rings disarmed, so that a message
  * from a peer that is running costs neither side a system call (inrings.c says when it stops).
+ * A receive that finds nothing says so with a text made when the mesh was (core/error.h): a
+ * loop's empty poll comes once a handoff, on the way to the ACK.
  */
 #include "mesh_internal.h"
 
+#include "core/error.h"
 #include "core/vec.h"
 
 #include <errno.h>
@@ -49,7 +52,7 @@ static mstar_status take_zmq(mstar_mesh *mesh, mstar_msg *out)
             if (err == EINTR)
                 continue;
             if (err == EAGAIN)
-                return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
+                return mstar__error_set_text(MSTAR_EAGAIN, mesh->no_message);
             return mstar_error_set(MSTAR_EIO, "mesh %s: receive: %s", mesh->entity,
                                    zmq_strerror(err));
         }
@@ -91,7 +94,7 @@ static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
     }
     if (!mesh->rings_first && mstar__inrings_take(mesh, out) == MSTAR_OK)
         return MSTAR_OK;
-    return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
+    return mstar__error_set_text(MSTAR_EAGAIN, mesh->no_message);
 }
 
 /* Events taken per epoll_wait: the inbox, the bell, the wake-up eventfd and a few rings. */
@@ -243,7 +246,7 @@ mstar_status mstar_mesh_recv(mstar_mesh *mesh, int timeout_ms, mstar_msg *out)
         if (mstar__inrings_arm(mesh, timeout_ms == 0))
             continue;
         if (timeout_ms == 0)
-            return mstar_error_set(MSTAR_EAGAIN, "mesh %s: no message", mesh->entity);
+            return mstar__error_set_text(MSTAR_EAGAIN, mesh->no_message);
         long wait_ms = -1;
         if (timeout_ms > 0) {
             uint64_t now = mstar__now_ns();
