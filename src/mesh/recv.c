@@ -102,11 +102,15 @@ static mstar_status take_one(mstar_mesh *mesh, mstar_msg *out)
 
 /* Take what the epoll set holds, waiting up to wait_ms (0: not at all, -1: for ever): note the
  * inbox readable (zmq_ready), a wake (*woken, and wake_edge until it is seen drained), and clear
- * the edges of the rings' eventfds. Returns whether the bell is readable. */
+ * the edges of the rings' eventfds. Returns whether the bell is readable. A look that does not
+ * wait leaves `awake` as it was: the caller has not slept, and the edges a sender may have left
+ * are cleared now, so its next empty receive need not look again (a system call of 0.3-1 µs,
+ * which half the handoffs between two spinning loops paid when it was cleared here). */
 static bool harvest(mstar_mesh *mesh, long wait_ms, bool *woken)
 {
     mesh->inrings.unpolled = 0;
-    mesh->inrings.awake = false;
+    if (wait_ms != 0)
+        mesh->inrings.awake = false;
     bool bell = false;
     int timeout = wait_ms > INT_MAX ? INT_MAX : (int)wait_ms;
     for (;;) {

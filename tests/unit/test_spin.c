@@ -133,6 +133,41 @@ static void test_spin_finds_a_waiting_message(void **state)
     mesh_pair_close(&m);
 }
 
+/* A loop awake since its spin found a frame looks at its inbox and bell every
+ * MSTAR__MESH_UNPOLLED_MAX receives, and that look (which does not wait) leaves it awake: its
+ * next empty poll makes no system call of its own. Before, the look counted as a sleep, and
+ * every empty poll after it looked again. */
+static void test_a_look_that_does_not_wait_leaves_the_loop_awake(void **state)
+{
+    (void)state;
+    mesh_pair m = ring_pair("1000000");
+    mstar_msg got;
+    mesh_harness_send(m.tx, "worker_0", 1);
+    assert_true(mstar_mesh_spin(m.rx));
+    assert_mstar_ok(mstar_mesh_recv(m.rx, 0, &got));
+    mstar_msg_clear(&got);
+    /* As a spin leaves it that found a frame its sender sent without a wake (the ring's sender
+     * found it armed here, from the pair's first receive, and rang it). */
+    m.rx->inrings.awake = true;
+    m.rx->inrings.unpolled = MSTAR__MESH_UNPOLLED_MAX; /* the next receive looks */
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(m.rx->inrings.unpolled, 0);
+    assert_true(m.rx->inrings.awake);
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(m.rx->inrings.unpolled, 1); /* not looked again */
+    /* A sender that finds the ring armed rings it after all: the loop is no longer counted
+     * awake, and its next empty poll looks, clearing that edge. */
+    m.rx->inrings.loop_spins = false; /* armed to be rung, not to be waited for */
+    mesh_harness_send(m.tx, "worker_0", 2);
+    assert_mstar_ok(mstar_mesh_recv(m.rx, 0, &got));
+    assert_int_equal(got.request_id.num, 2);
+    mstar_msg_clear(&got);
+    assert_false(m.rx->inrings.awake);
+    assert_mstar_status(mstar_mesh_recv(m.rx, 0, &got), MSTAR_EAGAIN);
+    assert_int_equal(m.rx->inrings.unpolled, 0);
+    mesh_pair_close(&m);
+}
+
 /* A spin that finds nothing leaves the rings armed: the loop sleeps in poll() on the inbox fd and
  * the next message wakes it. Spinning stops after eight such spins in a row, then one wait in 4
  * spins. */
@@ -540,6 +575,7 @@ int main(void)
         cmocka_unit_test_setup(test_garbage_knob_is_refused_by_a_completion_wait, setup),
         cmocka_unit_test_setup(test_disarmed_ring_is_not_rung, setup),
         cmocka_unit_test_setup(test_spin_finds_a_waiting_message, setup),
+        cmocka_unit_test_setup(test_a_look_that_does_not_wait_leaves_the_loop_awake, setup),
         cmocka_unit_test_setup(test_empty_spin_arms_and_then_stops, setup),
         cmocka_unit_test_setup(test_near_misses_grow_the_spin_and_far_ones_shrink_it, setup),
         cmocka_unit_test_setup(test_a_near_miss_brings_spinning_back, setup),
