@@ -25,7 +25,7 @@ typedef struct mstar__wkey {
 } mstar__wkey;
 
 /* One kind of map keyed by field names: its keys, which of them a map may hold (`allowed`) and
- * which it must (`required`), as bits indexed like `keys`. */
+ * which it must (`required`), as bits indexed like `keys` (so none at nkeys or above). */
 typedef struct mstar__wmap {
     const mstar__wkey *keys;
     int nkeys;
