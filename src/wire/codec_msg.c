@@ -326,10 +326,10 @@ static mstar_status read_version(mstar__rd *r, const mstar__wpath *path)
     return st;
 }
 
-/* The envelope being read: the body is read once the version and the type are known. */
+/* The envelope being read: the body is read once the version and the type are known. The
+ * message's fields are read in place (a failed decode clears it). */
 typedef struct envelope {
     mstar_msg *msg;
-    char from[MSTAR_NAME_MAX + 1];
     bool have_version, have_type;
     const char *body_at; /* where a body that came before them starts */
     bool body_done;
@@ -352,7 +352,7 @@ static mstar_status read_envelope_field(mstar__rd *r, const mstar__wpath *path, 
         e->have_type = st == MSTAR_OK;
         return st;
     case E_FROM:
-        return mstar__rd_name(r, path, false, e->from);
+        return mstar__rd_name(r, path, false, e->msg->from);
     case E_BODY:
         if (e->have_version && e->have_type) {
             e->body_done = true;
@@ -373,8 +373,6 @@ static mstar_status read_message(mstar__rd *r, const mstar__wpath *root, void *o
         late.p = e.body_at;
         st = read_body(&late, e.msg);
     }
-    if (st == MSTAR_OK)
-        memcpy(e.msg->from, e.from, sizeof(e.from));
     return st;
 }
 
@@ -553,18 +551,20 @@ static mstar_status write_body_field(mstar__wr *w, const mstar__wpath *path, int
 static mstar_status write_body(mstar__wr *w, const mstar__wpath *path, const mstar_msg *msg)
 {
     const mstar__body_schema *schema = &mstar__body_schemas[msg->type];
+    /* A type has a few of the 30 fields: only those (set bits, lowest first) are visited. */
     uint64_t fields = schema->required;
-    for (int f = 0; f < B_COUNT_; f++) {
-        if ((schema->fields >> f & 1) && mstar__body_has(msg, (mstar__body_field)f))
+    for (uint64_t m = schema->fields & ~schema->required; m != 0; m &= m - 1) {
+        int f = __builtin_ctzll(m);
+        if (mstar__body_has(msg, (mstar__body_field)f))
             fields |= UINT64_C(1) << f;
     }
     /* The body's own fields are checked before any is written; edges and descriptors as they are
      * written (a failure discards the buffer either way). */
     mstar_status st = MSTAR_OK;
-    for (int f = 0; st == MSTAR_OK && f < B_COUNT_; f++) {
+    for (uint64_t m = fields; st == MSTAR_OK && m != 0; m &= m - 1) {
+        int f = __builtin_ctzll(m);
         mstar__wpath pf = mstar__wpath_key(path, mstar__body_keys[f].name);
-        if (fields >> f & 1)
-            st = mstar__body_check_field(MSTAR_EINVAL, &pf, msg, (mstar__body_field)f, true);
+        st = mstar__body_check_field(MSTAR_EINVAL, &pf, msg, (mstar__body_field)f, true);
     }
     if (st == MSTAR_OK)
         st = mstar__body_check_all(MSTAR_EINVAL, path, msg);

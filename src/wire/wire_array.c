@@ -86,6 +86,8 @@ mstar_status mstar__wire_find_dup_u64(const void *base, uint32_t n, size_t strid
                                       size_t key_offset, int64_t *dup)
 {
     *dup = -1;
+    if (n < 2)
+        return MSTAR_OK; /* nothing can repeat (an ACK of one uuid): no map to set up */
     mstar__u64map seen;
     mstar__u64map_init(&seen);
     mstar_status st = mstar__u64map_reserve(&seen, n);
