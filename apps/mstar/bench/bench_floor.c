@@ -4,7 +4,11 @@
  *
  * The floor: two processes ping-pong 4 bytes through a page of shared memory. With the waiting
  * side asleep on a futex until the other wakes it, a round trip is two wake-ups and four
- * system calls: what any handoff that sleeps between its messages pays at least. With both
+ * system calls: what any handoff that sleeps between its messages pays at least. Each side
+ * posts only once the other sleeps on its futex (it said so on the page, and /proc/<pid>/stat
+ * agrees), and a round trip is the two wake-ups alone, from each post to the wake-up it caused:
+ * otherwise, where system calls are quick, a post mostly found the other still inside its own
+ * wake call and the floor measured no wake-up at all. With both
  * sides busy-polling the page, it is two cache-line transfers: the floor of a handoff whose two
  * sides are both running. `mstar bench transport` measures both beside the handoffs and reports
  * the 4 KiB handoff as a ratio to the futex round trip.
@@ -24,6 +28,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -162,13 +167,21 @@ void mstar_bench_peer_cpu_apply(const mstar_bench_peer_cpu *pc, double n, mstar_
 
 /* ---- the ping-pong -------------------------------------------------------------------------- */
 
-/* The shared page: each side's sequence number on a cache line of its own, and the payload. */
+/* What one process writes on the shared page, on cache lines of its own. */
+typedef struct side {
+    _Alignas(64) _Atomic uint32_t word; /* the sequence number it posts */
+    _Atomic uint32_t waits_for;         /* futex: the number it is about to sleep for */
+    _Atomic uint64_t woke_ns;           /* futex: when it woke for the other's last post */
+    _Atomic uint64_t posted_ns;         /* futex: when it posted its last */
+} side;
+
 typedef struct pingpong_page {
-    _Alignas(64) _Atomic uint32_t ping; /* written by this process */
-    uint32_t payload;
-    _Alignas(64) _Atomic uint32_t pong; /* written by the peer */
+    side ping; /* this process */
+    side pong; /* the peer */
+    _Alignas(64) uint32_t payload;
     _Atomic uint32_t ready;
-    uint32_t wrong; /* payloads the peer read wrong */
+    uint32_t wrong;        /* payloads the peer read wrong */
+    double peer_settle_us; /* the peer's CPU time in until_asleep over the measured turns */
 } pingpong_page;
 
 static long futex(_Atomic uint32_t *word, int op, uint32_t val)
@@ -186,31 +199,132 @@ static void cpu_relax(void)
 #endif
 }
 
-/* Wait until *word holds `want`: sleeping on the futex, or polling. */
-static void await(_Atomic uint32_t *word, uint32_t want, bool busy)
+static double thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+/* Wait until the other's word holds `want`: sleeping on the futex (saying first what for), or
+ * polling. */
+static void await(side *me, side *other, uint32_t want, bool busy)
 {
     for (;;) {
-        uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+        uint32_t v = atomic_load_explicit(&other->word, memory_order_acquire);
         if (v == want)
             return;
-        if (busy)
+        if (busy) {
             cpu_relax();
-        else
-            futex(word, FUTEX_WAIT, v); /* returns at once if *word changed since */
+        } else {
+            atomic_store_explicit(&me->waits_for, want, memory_order_release);
+            futex(&other->word, FUTEX_WAIT, v); /* returns at once if the word changed since */
+        }
     }
 }
 
-static void post(_Atomic uint32_t *word, uint32_t v, bool busy)
+/* The scheduler's state of the other process, from /proc/<pid>/stat: 'S' while it sleeps. */
+typedef struct proc_state {
+    int fd; /* -1 where /proc cannot be read */
+} proc_state;
+
+static void proc_state_open(proc_state *ps, pid_t pid)
 {
-    atomic_store_explicit(word, v, memory_order_release);
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    ps->fd = open(path, O_RDONLY | O_CLOEXEC);
+}
+
+static bool proc_sleeping(const proc_state *ps)
+{
+    char buf[512];
+    ssize_t n = pread(ps->fd, buf, sizeof(buf) - 1, 0);
+    if (n <= 0)
+        return false;
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')'); /* the name in parentheses may hold anything */
+    return end != NULL && end[1] == ' ' && end[2] == 'S';
+}
+
+/* How long until_asleep waits at most, and how long it lets a process that said it is about to
+ * sleep take to get there where /proc cannot tell. */
+#define ASLEEP_GIVE_UP_NS UINT64_C(1000000000)
+#define ASLEEP_BLIND_NS   UINT64_C(50000)
+
+/* Futex mode, before a post: wait until the other process sleeps on its futex for `v` (it said
+ * so, and the scheduler agrees), so that the post is a wake-up. Without this, on a machine whose
+ * system calls are quick, each post mostly landed while the other was still in its own wake
+ * call, found nobody asleep, and the "floor" was a ping-pong of system calls (1.3 µs, 0.27
+ * context switches a round trip, against 20 µs and two switches in slower hours). The CPU time
+ * this waits is added to *cpu_us, and taken out of the floor's cost. */
+static void until_asleep(const side *other, uint32_t v, const proc_state *ps, double *cpu_us)
+{
+    double c0 = thread_cpu_us();
+    uint64_t start = mstar__now_ns(), now = start;
+    while (atomic_load_explicit(&other->waits_for, memory_order_acquire) != v &&
+           now - start < ASLEEP_GIVE_UP_NS) {
+        cpu_relax();
+        now = mstar__now_ns();
+    }
+    uint64_t said = now;
+    while (now - start < ASLEEP_GIVE_UP_NS &&
+           (ps->fd >= 0 ? !proc_sleeping(ps) : now - said < ASLEEP_BLIND_NS)) {
+        cpu_relax();
+        now = mstar__now_ns();
+    }
+    *cpu_us += thread_cpu_us() - c0;
+}
+
+/* Post `v` to the other process: in futex mode once it sleeps, stamped, then woken. */
+static void post(side *me, const side *other, uint32_t v, bool busy, const proc_state *ps,
+                 double *settle_us)
+{
+    if (!busy) {
+        until_asleep(other, v, ps, settle_us);
+        atomic_store_explicit(&me->posted_ns, mstar__now_ns(), memory_order_relaxed);
+    }
+    atomic_store_explicit(&me->word, v, memory_order_release);
     if (!busy)
-        futex(word, FUTEX_WAKE, 1);
+        futex(&me->word, FUTEX_WAKE, 1);
 }
 
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Futex: a round trip's two wake-ups, each from a post to the wake-up it caused (`woke`: this
+ * process's, for the pong). What either side did in between, waiting for the other to sleep
+ * above all, is not the floor's. */
+static double wakeups_ns(pingpong_page *pg, uint64_t woke)
+{
+    uint64_t ping = atomic_load_explicit(&pg->ping.posted_ns, memory_order_relaxed);
+    uint64_t there = atomic_load_explicit(&pg->pong.woke_ns, memory_order_relaxed);
+    uint64_t pong = atomic_load_explicit(&pg->pong.posted_ns, memory_order_relaxed);
+    return (double)(there - ping) + (double)(woke - pong);
+}
+
+/* The peer: wait for each ping, read its 4 bytes, answer with them; exits. */
+static void peer_run(pingpong_page *pg, bool busy, int iters, int warmup, mstar_bench_peer_cpu *pc)
+{
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    proc_state parent;
+    proc_state_open(&parent, getppid());
+    atomic_store_explicit(&pg->ready, 1, memory_order_release);
+    futex(&pg->ready, FUTEX_WAKE, 1); /* the parent sleeps on it in either mode */
+    double settle = 0, ignored = 0;
+    for (uint32_t i = 1; i <= (uint32_t)(iters + warmup); i++) {
+        await(&pg->pong, &pg->ping, i, busy);
+        if (!busy)
+            atomic_store_explicit(&pg->pong.woke_ns, mstar__now_ns(), memory_order_relaxed);
+        mstar_bench_peer_cpu_note(pc, i);
+        pg->wrong += pg->payload != i;
+        post(&pg->pong, &pg->ping, i, busy, &parent, i > (uint32_t)warmup ? &settle : &ignored);
+    }
+    mstar_bench_peer_cpu_note(pc, (uint64_t)iters + (uint64_t)warmup + 1);
+    pg->peer_settle_us = settle;
+    _exit(0);
 }
 
 mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out)
@@ -236,37 +350,37 @@ mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out)
         munmap(pg, sizeof(*pg));
         return mstar_error_set(MSTAR_EIO, "fork: %s", strerror(errno));
     }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        post(&pg->ready, 1, false); /* the parent sleeps on it in either mode */
-        /* The peer: wait for each ping, read its 4 bytes, answer with them. */
-        for (uint32_t i = 1; i <= (uint32_t)(iters + WARMUP); i++) {
-            await(&pg->ping, i, busy);
-            mstar_bench_peer_cpu_note(pc, i);
-            pg->wrong += pg->payload != i;
-            post(&pg->pong, i, busy);
-        }
-        mstar_bench_peer_cpu_note(pc, (uint64_t)iters + WARMUP + 1);
-        _exit(0);
-    }
-    await(&pg->ready, 1, false);
+    if (pid == 0)
+        peer_run(pg, busy, iters, WARMUP, pc);
+    while (atomic_load_explicit(&pg->ready, memory_order_acquire) != 1)
+        futex(&pg->ready, FUTEX_WAIT, 0);
+    proc_state peer;
+    proc_state_open(&peer, pid);
     mstar_bench_cost_clock clock;
+    double settle = 0, ignored = 0;
     for (uint32_t i = 1; i <= (uint32_t)(iters + WARMUP); i++) {
         if (i == WARMUP + 1)
             mstar_bench_cost_begin(&clock, pid);
         uint64_t t0 = mstar__now_ns();
         pg->payload = i;
-        post(&pg->ping, i, busy);
-        await(&pg->pong, i, busy);
-        if (i > WARMUP)
-            rt[i - WARMUP - 1] = (double)(mstar__now_ns() - t0) * 1e-3;
+        post(&pg->ping, &pg->pong, i, busy, &peer, i > WARMUP ? &settle : &ignored);
+        await(&pg->ping, &pg->pong, i, busy);
+        uint64_t t1 = mstar__now_ns();
+        if (i <= WARMUP)
+            continue;
+        double ns = busy ? (double)(t1 - t0) : wakeups_ns(pg, t1);
+        rt[i - WARMUP - 1] = ns * 1e-3;
     }
     mstar_bench_cost_end(&clock, iters, &out->cost);
+    if (peer.fd >= 0)
+        close(peer.fd);
     int status = 0;
     waitpid(pid, &status, 0);
     mstar_bench_peer_cpu_apply(pc, iters, &out->cost);
     mstar_bench_peer_cpu_destroy(pc);
     bool ok = pg->wrong == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    out->cost.self.cpu_us -= settle / iters;
+    out->cost.peer.cpu_us -= pg->peer_settle_us / iters;
     munmap(pg, sizeof(*pg));
     if (!ok) {
         free(rt);
