@@ -10,7 +10,8 @@ both processes) and hands its stamps back at the end. Printed: the median of eac
 round trips after the first 10%, from the producer's first call:
 
     send_one               the producer's whole store, stage and send
-    to consumer wake       from the producer's first call to the consumer's poll() returning
+    to consumer wake       from the producer's first call to the consumer's Mesh.spin() or poll()
+                           returning
     wake->recv             to the first INPUT_SIGNALS out of Mesh.recv
     recv->start_read       start_read_tensors (a copy lands in the background; a view at once)
     ->get_ready            the empty Mesh.recv ending the batch, then get_ready_tensors (with
@@ -80,7 +81,8 @@ def consumer(ipc_dir, shm_dir, transport, out):
             if _release_ready_timed(mgr, cur):
                 stamps.append(cur)
                 cur = {}
-            bt._wait(poller, mgr, event_fd)
+            if not mesh.spin():  # as bench_transport.py's consumer
+                bt._wait(poller, mgr, event_fd)
             if "recv" not in cur:  # the wake-up that brings the message (a copy lands later)
                 cur["wake"] = ns()
 
