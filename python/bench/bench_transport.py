@@ -199,10 +199,11 @@ class PythonPair:
         self.ipc_dir = tempfile.mkdtemp(prefix=self.prefix + "-ipc-")
         self.shm_dir = tempfile.mkdtemp(prefix=self.prefix + "-", dir="/dev/shm")
         try:
-            self.cons = mp.get_context("spawn").Process(
+            cons = mp.get_context("spawn").Process(
                 target=self.target, args=(self.ipc_dir, self.shm_dir, self.transport) + self.args,
                 daemon=True)
-            self.cons.start()
+            cons.start()
+            self.cons = cons  # only once started: __exit__ joins it
             kind, loans = _kind(self.transport)
             self.mesh = mstar_c.Mesh("worker_0", transport="ipc", ipc_dir=self.ipc_dir)
             self.mgr = mstar_c.CommunicationManager("worker_0", transport=kind,

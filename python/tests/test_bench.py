@@ -76,3 +76,24 @@ def test_calls_transport_refuses_too_few():
                          capture_output=True, text=True, timeout=120, env=dict(os.environ))
     assert out.returncode == 2
     assert "--n: at least 10" in out.stderr
+
+
+def test_a_pair_whose_consumer_cannot_start_raises_why():
+    """bench_transport.PythonPair: a consumer process that cannot be started (here its target
+    is a lambda, which spawn cannot pickle) raises that error, not one of the teardown's own
+    (it joined the process it never started), and leaves neither of its directories behind."""
+    pytest.importorskip("torch")
+    import glob
+    import pickle
+    import tempfile
+    sys.path.insert(0, BENCH)
+    try:
+        import bench_transport
+    finally:
+        sys.path.remove(BENCH)
+    prefix = f"mstar-pytest-pair-{os.getpid()}"
+    with pytest.raises((pickle.PicklingError, AttributeError)):
+        with bench_transport.PythonPair("arena", target=lambda *a: None, prefix=prefix):
+            pass
+    assert glob.glob(os.path.join(tempfile.gettempdir(), prefix + "*")) == []
+    assert glob.glob(os.path.join("/dev/shm", prefix + "*")) == []
