@@ -60,6 +60,15 @@ static void check_svg(const char *dir, const char *name)
     free(svg);
 }
 
+/* How many times `needle` occurs in `text`. */
+static int count_of(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
+        n++;
+    return n;
+}
+
 static void test_quick_report(void **state)
 {
     (void)state;
@@ -114,6 +123,7 @@ static void test_quick_report(void **state)
         "**arena, loans and views (no byte copied)**",
         "## Transport over UCX on TCP",
         "| size | round trip p50 µs | p99 µs | p50 / ZeroMQ | GB/s | / memcpy | TCP stream GB/s |",
+        "| spin µs | p50 µs | p99 µs | mean µs | p50 / futex | CPU µs | switches |",
         "## UCX over TCP: remote reads",
         "## Graph runner: eager versus replay",
         "## Bookkeeper",
@@ -145,6 +155,8 @@ static void test_quick_report(void **state)
             fail_msg("report.json has no %s", key);
     }
     assert_non_null(strstr(json, "\"transport-cuda\":{\"ok\":false")); /* not run */
+    /* Each spin setting's mean round trip, which its CPU time per handoff compares with. */
+    assert_int_equal(count_of(json, "\"rt_mean_us\":"), 2);
     free(json);
 
     check_svg(dir, "transport_latency.svg");
@@ -256,15 +268,6 @@ static demo_result bench_json_ok(const char *const *args)
     if (!mstar_test_json_check(r.out, NULL, why, sizeof(why)))
         fail_msg("%s\n%s", why, r.out);
     return r;
-}
-
-/* How many times `needle` occurs in `text`. */
-static int count_of(const char *text, const char *needle)
-{
-    int n = 0;
-    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++)
-        n++;
-    return n;
 }
 
 /* `mstar bench transport --transport ucx-tcp`: every size of the quick run carries its TCP

@@ -211,6 +211,7 @@ mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out)
 typedef struct mstar_bench_transport_row {
     uint64_t bytes;
     double rt_p50_us, rt_p99_us; /* one handoff's round trip */
+    double rt_mean_us;           /* its mean: what the CPU time per handoff compares with */
     double gbps;                 /* sustained, in_flight handoffs in flight */
     double tcp_gbps;             /* baseline of a UCX transport: a raw loopback TCP stream; 0 */
     mstar_bench_cost cost;       /* of one handoff of the round trips, producer and consumer */
