@@ -3,9 +3,10 @@
  * (apps/mstar/bench/bench_floor.c): the peer's CPU time as the peer reads it itself. Read from
  * outside, a peer that spun through a loop shorter than a scheduler tick showed no CPU time at
  * all (the busy-poll floor's peer read 0.0 us). Only that a busy peer used some CPU is checked;
- * how much is the bench's to report. That the futex floor is two wake-ups a round trip. Also the
- * shared page `--profile` times each side's calls
- * on (bench_phases.c): samples only while armed, from both processes, summarized in order.
+ * how much is the bench's to report. That a measured window leaves out the bench's own reads of
+ * /proc, and that the futex floor is two wake-ups a round trip. Also the shared page `--profile`
+ * times each side's calls on (bench_phases.c): samples only while armed, from both processes,
+ * summarized in order; and the percentiles and means the suites report (bench_util.c).
  */
 #include "mstar_test.h"
 
@@ -102,6 +103,22 @@ static void test_futex_floor_wakes_each_side_every_round_trip(void **state)
     assert_true(f.cost.self.cpu_us >= 0 && f.cost.peer.cpu_us >= 0);
 }
 
+/* The order statistics and the mean every suite reports (bench_util.c): the element nearest
+ * q * (n - 1) of the sorted samples, which are sorted in place. */
+static void test_percentile_and_mean(void **state)
+{
+    (void)state;
+    double v[] = { 5, 1, 4, 2, 3 };
+    assert_true(mstar_bench_percentile(v, 5, 0.5) == 3);
+    assert_true(v[0] == 1 && v[4] == 5);
+    assert_true(mstar_bench_percentile(v, 5, 0.99) == 5);
+    assert_true(mstar_bench_percentile(v, 5, 0) == 1);
+    assert_true(mstar_bench_percentile(v, 4, 0.5) == 3); /* 1.5 rounds up */
+    assert_true(mstar_bench_percentile(v, 1, 0.99) == 1);
+    assert_true(mstar_bench_mean(v, 5) == 3);
+    assert_true(mstar_bench_mean(v, 0) == 0);
+}
+
 /* Samples a forked peer records land on the producer's page; a disarmed page records nothing
  * and reads no clock; p50 and p99 are order statistics of what was recorded. */
 static void test_phases_record_both_sides_while_armed(void **state)
@@ -160,6 +177,7 @@ int main(void)
         cmocka_unit_test(test_futex_floor_wakes_each_side_every_round_trip),
         cmocka_unit_test(test_cost_window_leaves_out_its_own_reads),
         cmocka_unit_test(test_phases_record_both_sides_while_armed),
+        cmocka_unit_test(test_percentile_and_mean),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -38,6 +38,11 @@ void mstar_bench_python_report(const char *out_dir, FILE *out);
 void mstar_bench_progress_enable(bool on);
 void mstar_bench_progress(const char *suite, const char *fmt, ...) MSTAR_PRINTF(2, 3);
 
+/* The q-quantile (0..1) of v[0..n), n > 0: v sorted in place, the element nearest q * (n - 1). */
+double mstar_bench_percentile(double *v, size_t n, double q);
+/* The mean of v[0..n); 0 when n is 0. */
+double mstar_bench_mean(const double *v, size_t n);
+
 /* "4 KiB", "64 MiB". */
 void mstar_bench_size_name(uint64_t bytes, char *buf, size_t cap);
 

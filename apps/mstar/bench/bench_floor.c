@@ -61,14 +61,20 @@ static void add_switches(const char *path, double *vol, double *invol)
     fclose(f);
 }
 
+/* A clock's reading in microseconds; 0 where it cannot be read. */
+static double clock_us(clockid_t clock)
+{
+    struct timespec ts;
+    if (clock_gettime(clock, &ts) != 0)
+        return 0;
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
 /* A process's CPU time so far, from its CPU-time clock; 0 where it cannot be read. */
 static double cpu_us_of(pid_t pid)
 {
     clockid_t clock;
-    struct timespec ts;
-    if (clock_getcpuclockid(pid, &clock) != 0 || clock_gettime(clock, &ts) != 0)
-        return 0;
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+    return clock_getcpuclockid(pid, &clock) == 0 ? clock_us(clock) : 0;
 }
 
 void mstar_bench_usage_sample(pid_t pid, mstar_bench_usage *out)
@@ -161,9 +167,7 @@ void mstar_bench_peer_cpu_note(mstar_bench_peer_cpu *pc, uint64_t at)
     for (int k = 0; k < 2; k++) {
         if (atomic_load_explicit(&pc->mark[k], memory_order_acquire) != at)
             continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-        pc->cpu_us[k] = (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+        pc->cpu_us[k] = clock_us(CLOCK_PROCESS_CPUTIME_ID);
         atomic_store_explicit(&pc->taken[k], 1, memory_order_release);
     }
 }
@@ -208,13 +212,6 @@ static void cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
 #endif
-}
-
-static double thread_cpu_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
 /* Wait until the other's word holds `want`: sleeping on the futex (saying first what for), or
@@ -274,7 +271,7 @@ static bool proc_sleeping(const proc_state *ps)
  * of the floor's cost. */
 static void until_asleep(const side *other, uint32_t v, proc_state *ps, double *cpu_us)
 {
-    double c0 = thread_cpu_us();
+    double c0 = clock_us(CLOCK_THREAD_CPUTIME_ID);
     uint64_t start = mstar__now_ns(), now = start;
     while (atomic_load_explicit(&other->waits_for, memory_order_acquire) != v &&
            now - start < SAID_GIVE_UP_NS) {
@@ -292,7 +289,7 @@ static void until_asleep(const side *other, uint32_t v, proc_state *ps, double *
         close(ps->fd);
         ps->fd = -1;
     }
-    *cpu_us += thread_cpu_us() - c0;
+    *cpu_us += clock_us(CLOCK_THREAD_CPUTIME_ID) - c0;
 }
 
 /* Post `v` to the other process: in futex mode once it sleeps, stamped, then woken. */
@@ -306,12 +303,6 @@ static void post(side *me, const side *other, uint32_t v, bool busy, proc_state 
     atomic_store_explicit(&me->word, v, memory_order_release);
     if (!busy)
         futex(&me->word, FUTEX_WAKE, 1);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Futex: a round trip's two wake-ups, each from a post to the wake-up it caused (`woke`: this
@@ -407,9 +398,8 @@ mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out)
         return mstar_error_set(MSTAR_EIO, "the %s ping-pong's peer answered wrong or died",
                                busy ? "busy-poll" : "futex");
     }
-    qsort(rt, (size_t)iters, sizeof(double), cmp_double);
-    out->p50_us = rt[(size_t)iters / 2];
-    out->p99_us = rt[(size_t)((double)(iters - 1) * 0.99 + 0.5)];
+    out->p50_us = mstar_bench_percentile(rt, (size_t)iters, 0.5);
+    out->p99_us = mstar_bench_percentile(rt, (size_t)iters, 0.99);
     free(rt);
     return MSTAR_OK;
 }

@@ -100,27 +100,6 @@ static bool is_ucx(mstar_transport_kind kind)
     return kind == MSTAR_TRANSPORT_UCX_TCP || kind == MSTAR_TRANSPORT_UCX_RDMA;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double percentile(double *v, size_t n, double q)
-{
-    qsort(v, n, sizeof(double), cmp_double);
-    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
-    return v[i < n ? i : n - 1];
-}
-
-static double mean(const double *v, size_t n)
-{
-    double sum = 0;
-    for (size_t i = 0; i < n; i++)
-        sum += v[i];
-    return n > 0 ? sum / (double)n : 0;
-}
-
 /* CPU time and context switches of both sides, per handoff. */
 static double cost_cpu_us(const mstar_bench_cost *c)
 {
@@ -239,8 +218,8 @@ static double zmq_pingpong_us(const char *dir, int iters, double *p99)
     zmq_ctx_term(ctx);
     close(ready[0]);
     close(ready[1]);
-    double p50 = percentile(rt, (size_t)iters, 0.5);
-    *p99 = percentile(rt, (size_t)iters, 0.99);
+    double p50 = mstar_bench_percentile(rt, (size_t)iters, 0.5);
+    *p99 = mstar_bench_percentile(rt, (size_t)iters, 0.99);
     free(rt);
     return p50;
 }
@@ -349,8 +328,8 @@ static double mesh_pingpong_us(const char *dir, int iters, bool ring, double *p9
     close(ready[0]);
     close(ready[1]);
     mesh_ring_restore(restore);
-    double p50 = percentile(rt, (size_t)iters, 0.5);
-    *p99 = percentile(rt, (size_t)iters, 0.99);
+    double p50 = mstar_bench_percentile(rt, (size_t)iters, 0.5);
+    *p99 = mstar_bench_percentile(rt, (size_t)iters, 0.99);
     free(rt);
     return p50;
 }
@@ -705,9 +684,9 @@ static void measure(producer *p, uint64_t size, bool quick, row *out)
     mstar_bench_cost_end(&clock, iters, &out->cost);
     mstar_bench_phases_arm(phases, false);
     out->bytes = size;
-    out->rt_p50_us = percentile(rt, (size_t)iters, 0.5);
-    out->rt_p99_us = percentile(rt, (size_t)iters, 0.99);
-    out->rt_mean_us = mean(rt, (size_t)iters);
+    out->rt_p50_us = mstar_bench_percentile(rt, (size_t)iters, 0.5);
+    out->rt_p99_us = mstar_bench_percentile(rt, (size_t)iters, 0.99);
+    out->rt_mean_us = mstar_bench_mean(rt, (size_t)iters);
     free(rt);
     /* Throughput: IN_FLIGHT handoffs in flight, rounds of about 512 MiB / ROUNDS (--quick:
      * 64 MiB / ROUNDS) each, 16..2700 handoffs (--quick: 8..330); the TCP stream moves a

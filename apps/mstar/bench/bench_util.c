@@ -1,6 +1,7 @@
 /*
  * bench_util.c — what the suites of bench.h share: progress lines on stderr, size names, JSON
- * fields, the options of the simplest suites, and the printing of targets.
+ * fields, percentiles and means of samples, the options of the simplest suites, and the printing
+ * of targets.
  */
 #include "bench.h"
 
@@ -8,6 +9,7 @@
 #include "core/vec.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 static bool progress_on;
@@ -31,6 +33,27 @@ void mstar_bench_progress(const char *suite, const char *fmt, ...)
     va_end(ap);
     fprintf(stderr, "[%7.1f s] %s: %s\n", (double)(mstar__now_ns() - progress_t0) * 1e-9, suite,
             what);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double mstar_bench_percentile(double *v, size_t n, double q)
+{
+    qsort(v, n, sizeof(double), cmp_double);
+    size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+    return v[i < n ? i : n - 1];
+}
+
+double mstar_bench_mean(const double *v, size_t n)
+{
+    double sum = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += v[i];
+    return n > 0 ? sum / (double)n : 0;
 }
 
 void mstar_bench_size_name(uint64_t bytes, char *buf, size_t cap)
