@@ -1,5 +1,5 @@
 /*
- * spare_cpu.c — whether a waiting thread may spin (spare_cpu.h).
+ * spare_cpu.c — whether a waiting thread may spin, and the pause a spin makes (spare_cpu.h).
  *
  * On the 2-core VM this project measures on, a 4 KiB handoff between two spinning sides took
  * 4.7-11 µs and 16-28 µs of CPU (both sides), against 60-95 µs and 51-72 µs asleep (a wake-up
@@ -102,4 +102,13 @@ bool mstar__cpu_spare(uint64_t now_ns)
         checked_ns = now_ns;
     }
     return spare;
+}
+
+void mstar__cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
 }

@@ -2,7 +2,8 @@
  * spare_cpu.h — whether a thread that waits may spin: a spin is free only while no other task is
  * waiting for a CPU. The waits that poll before they sleep (the mesh's rings, a completion; see
  * MSTAR_RING_SPIN_US in docs/environment.md) ask this first, so that on a busy machine a spinner
- * does not take the core its peer, or anyone else, needs.
+ * does not take the core its peer, or anyone else, needs. And the pause each turn of such a spin
+ * makes.
  */
 #ifndef MSTAR_CORE_SPARE_CPU_H
 #define MSTAR_CORE_SPARE_CPU_H
@@ -21,6 +22,9 @@ bool mstar__cpu_spare(uint64_t now_ns);
 /* /proc/loadavg's runnable count now (or the test file's, mstar__cpu_spare_read_from): false
  * where it cannot be read or parsed. */
 bool mstar__loadavg_read(long *runnable);
+
+/* A pause inside a spin loop: the core's hint that this thread waits on memory. */
+void mstar__cpu_relax(void);
 
 /* Tests: make mstar__cpu_spare answer `spare` (1 or 0) in every thread, or read the kernel again
  * (-1, the default). */

@@ -7,6 +7,7 @@
 
 #include "core/assert.h"
 #include "core/guard.h"
+#include "core/spare_cpu.h"
 #include "core/vec.h"
 #include "mstar/wire.h"
 
@@ -498,13 +499,4 @@ void mstar__ring_arm(mstar__ring *r, uint32_t how)
 uint32_t mstar__ring_disarm(mstar__ring *r)
 {
     return atomic_exchange_explicit(&r->hdr->rx_waiting, MSTAR__RING_AWAKE, memory_order_seq_cst);
-}
-
-void mstar__cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
 }

@@ -165,7 +165,4 @@ void mstar__ring_arm(mstar__ring *r, uint32_t how);
 /* Receiver: no need to wake it, it is awake (spinning). Returns what the flag held: AWAKE after
  * an arm means a sender took the flag and woke the receiver (an edge of the eventfd waits). */
 uint32_t mstar__ring_disarm(mstar__ring *r);
-/* A pause inside a spin loop: the core's hint that this thread waits on memory. */
-void mstar__cpu_relax(void);
-
 #endif

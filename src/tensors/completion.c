@@ -6,7 +6,6 @@
 #include "core/cond.h"
 #include "core/spare_cpu.h"
 #include "core/vec.h"
-#include "mesh/ring.h"
 #include "mesh/spin_break.h"
 
 #include <errno.h>

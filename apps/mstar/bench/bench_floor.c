@@ -205,6 +205,8 @@ static long futex(_Atomic uint32_t *word, int op, uint32_t val)
     return syscall(SYS_futex, (uint32_t *)word, op, val, NULL, NULL, 0);
 }
 
+/* The pause of a spin, as the library's mstar__cpu_relax (core/spare_cpu.h): the bench's layer
+ * may not include that header (tests/layout/run.sh), and the floor runs no library code. */
 static void cpu_relax(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
