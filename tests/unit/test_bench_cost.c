@@ -4,9 +4,10 @@
  * outside, a peer that spun through a loop shorter than a scheduler tick showed no CPU time at
  * all (the busy-poll floor's peer read 0.0 us). Only that a busy peer used some CPU is checked;
  * how much is the bench's to report. That a measured window leaves out the bench's own reads of
- * /proc, and that the futex floor is two wake-ups a round trip. Also the shared page `--profile`
- * times each side's calls on (bench_phases.c): samples only while armed, from both processes,
- * summarized in order; and the percentiles and means the suites report (bench_util.c).
+ * /proc, and that the futex floor is two wake-ups a round trip, waiting for a state it reads right.
+ * Also the shared page `--profile` times each side's calls on (bench_phases.c): samples only while
+ * armed, from both processes, summarized in order; and the percentiles and means the suites report
+ * (bench_util.c).
  */
 #include "mstar_test.h"
 
@@ -103,6 +104,23 @@ static void test_futex_floor_wakes_each_side_every_round_trip(void **state)
     assert_true(f.cost.self.cpu_us >= 0 && f.cost.peer.cpu_us >= 0);
 }
 
+/* The state the futex floor waits for, read from a /proc/<pid>/stat line: after the last ')',
+ * since a process's name may hold ") R" or ") S" itself; anything cut short or without a name is
+ * not asleep. */
+static void test_stat_line_says_sleeping(void **state)
+{
+    (void)state;
+    assert_true(mstar_bench_stat_sleeping("4242 (mstar) S 1 4242 4242 0 -1"));
+    assert_false(mstar_bench_stat_sleeping("4242 (mstar) R 1 4242 4242 0 -1"));
+    assert_false(mstar_bench_stat_sleeping("4242 (mstar) D 1"));
+    assert_true(mstar_bench_stat_sleeping("4242 (a) R (b) S 1 2"));  /* the name is "a) R (b" */
+    assert_false(mstar_bench_stat_sleeping("4242 (a) S (b) R 1 2")); /* the name is "a) S (b" */
+    assert_false(mstar_bench_stat_sleeping("4242 (mstar)"));
+    assert_false(mstar_bench_stat_sleeping("4242 (mstar) "));
+    assert_false(mstar_bench_stat_sleeping("4242 mstar S"));
+    assert_false(mstar_bench_stat_sleeping(""));
+}
+
 /* The order statistics and the mean every suite reports (bench_util.c): the element nearest
  * q * (n - 1) of the sorted samples, which are sorted in place. */
 static void test_percentile_and_mean(void **state)
@@ -178,6 +196,7 @@ int main(void)
         cmocka_unit_test(test_cost_window_leaves_out_its_own_reads),
         cmocka_unit_test(test_phases_record_both_sides_while_armed),
         cmocka_unit_test(test_percentile_and_mean),
+        cmocka_unit_test(test_stat_line_says_sleeping),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -204,6 +204,11 @@ typedef struct mstar_bench_floor {
     mstar_bench_cost cost;
 } mstar_bench_floor;
 
+/* Whether a /proc/<pid>/stat line says the process sleeps ('S', the state after the name in
+ * parentheses, which may itself hold parentheses and spaces). The futex floor posts only to a
+ * side that does. */
+bool mstar_bench_stat_sleeping(const char *line);
+
 /* `busy`: both sides poll the page; else the waiting side sleeps on a futex until woken. */
 mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out);
 

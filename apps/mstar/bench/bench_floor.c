@@ -245,6 +245,12 @@ static void proc_state_open(proc_state *ps, pid_t pid)
     ps->fd = open(path, O_RDONLY | O_CLOEXEC);
 }
 
+bool mstar_bench_stat_sleeping(const char *line)
+{
+    const char *end = strrchr(line, ')'); /* the name in parentheses may hold anything */
+    return end != NULL && end[1] == ' ' && end[2] == 'S';
+}
+
 static bool proc_sleeping(const proc_state *ps)
 {
     char buf[512];
@@ -252,8 +258,7 @@ static bool proc_sleeping(const proc_state *ps)
     if (n <= 0)
         return false;
     buf[n] = '\0';
-    const char *end = strrchr(buf, ')'); /* the name in parentheses may hold anything */
-    return end != NULL && end[1] == ' ' && end[2] == 'S';
+    return mstar_bench_stat_sleeping(buf);
 }
 
 /* How long until_asleep waits for the other to say it is about to sleep (a process preempted on
