@@ -33,6 +33,13 @@ typedef struct mstar__wmap {
     uint64_t required;
 } mstar__wmap;
 
+/* Whether every bit of `fields` indexes one of the map's keys (the codec's walks over set bits
+ * trust it; asserted where they start). */
+static inline bool mstar__wmap_indexes(const mstar__wmap *map, uint64_t fields)
+{
+    return map->nkeys == 64 || fields >> map->nkeys == 0;
+}
+
 /* ---- reader ---------------------------------------------------------------------------------- */
 
 typedef struct mstar__rd {

@@ -455,7 +455,7 @@ mstar_status mstar__rd_fields(mstar__rd *r, const mstar__wpath *path, const msta
     mstar_status st = mstar__rd_map(r, path, MSTAR_WIRE_MAX_ENTRIES, 2, &n);
     if (st != MSTAR_OK)
         return st;
-    MSTAR__ASSERT(map->nkeys == 64 || map->allowed >> map->nkeys == 0); /* bits index map->keys */
+    MSTAR__ASSERT(mstar__wmap_indexes(map, map->allowed));
     read_keys km = { map, 0, ~UINT64_C(0) };
     for (uint32_t i = 0; i < n; i++) {
         int field;

@@ -152,7 +152,7 @@ static uint32_t count_bits(uint64_t m)
 mstar_status mstar__wr_fields(mstar__wr *w, const mstar__wpath *path, const mstar__wmap *map,
                               uint64_t present, mstar__wr_field_fn write_field, const void *value)
 {
-    MSTAR__ASSERT(map->nkeys == 64 || present >> map->nkeys == 0); /* bits index map->keys */
+    MSTAR__ASSERT(mstar__wmap_indexes(map, present));
     mstar__wr_map(w, count_bits(present));
     for (uint64_t m = present; m != 0; m &= m - 1) {
         int f = __builtin_ctzll(m);
