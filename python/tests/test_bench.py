@@ -2,10 +2,13 @@
 measurement): timeline_transport.py times every step of a round trip in both processes,
 calls_transport.py every call of a handoff in one, and bench_transport.py reports the C and the
 Python handoff side by side."""
+import glob
 import json
 import os
+import pickle
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -83,9 +86,6 @@ def test_a_pair_whose_consumer_cannot_start_raises_why():
     is a lambda, which spawn cannot pickle) raises that error, not one of the teardown's own
     (it joined the process it never started), and leaves neither of its directories behind."""
     pytest.importorskip("torch")
-    import glob
-    import pickle
-    import tempfile
     sys.path.insert(0, BENCH)
     try:
         import bench_transport
