@@ -12,13 +12,24 @@
 
 uint64_t mstar__hash_bytes(const void *data, size_t len)
 {
+    /* Eight bytes a step: an arena segment's name of 40-odd bytes, looked up on every read of a
+     * handoff, costs six steps instead of forty. The tail is a last, zero-padded word; the length
+     * goes in at the end, so that keys differing only by trailing zero bytes still differ. */
     const unsigned char *p = data;
     uint64_t h = UINT64_C(0xcbf29ce484222325);
-    for (size_t i = 0; i < len; i++) {
-        h ^= p[i];
-        h *= UINT64_C(0x100000001b3);
+    size_t left = len;
+    for (; left >= 8; left -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, sizeof(w));
+        h = (h ^ w) * UINT64_C(0x9e3779b97f4a7c15);
+        h ^= h >> 32;
     }
-    return mstar__hash_u64(h);
+    uint64_t last = 0;
+    for (size_t i = 0; i < left; i++)
+        last |= (uint64_t)p[i] << (8 * i);
+    h = (h ^ last) * UINT64_C(0x9e3779b97f4a7c15);
+    h ^= h >> 32;
+    return mstar__hash_u64(h ^ len);
 }
 
 void mstar__strmap_init(mstar__strmap *m)

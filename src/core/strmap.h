@@ -70,7 +70,7 @@ static inline size_t mstar__strmap_len(const mstar__strmap *m)
     return m->len;
 }
 
-/* FNV-1a over the bytes, then the u64 mixer. */
+/* The bytes folded in eight at a time, then the u64 mixer. */
 uint64_t mstar__hash_bytes(const void *data, size_t len);
 
 #endif

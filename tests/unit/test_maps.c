@@ -601,6 +601,34 @@ static void test_vec(void **state)
     assert_int_equal(out, 3);
 }
 
+/* The string hash folds keys in eight bytes a step: keys that differ in one byte, wherever it
+ * is (in a whole word or in the tail), or only in their length (trailing zero bytes, which pad
+ * the last word), all hash apart. */
+static void test_hash_bytes_tells_keys_apart(void **state)
+{
+    (void)state;
+    enum { MAXLEN = 40 };
+    static uint64_t seen[MAXLEN * MAXLEN * 2 + MAXLEN + 1];
+    size_t n = 0;
+    char key[MAXLEN];
+    for (size_t len = 0; len <= MAXLEN; len++) {
+        memset(key, 0, sizeof(key));
+        seen[n++] = mstar__hash_bytes(key, len); /* len zero bytes */
+        for (size_t at = 0; at < len; at++) {
+            for (int v = 1; v <= 2; v++) {
+                memset(key, 0, sizeof(key));
+                key[at] = (char)v;
+                seen[n++] = mstar__hash_bytes(key, len);
+            }
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        for (size_t j = i + 1; j < n; j++)
+            if (seen[i] == seen[j])
+                fail_msg("keys %zu and %zu hash alike (0x%016llx)", i, j,
+                         (unsigned long long)seen[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -613,6 +641,7 @@ int main(void)
         cmocka_unit_test(test_strmap_small_bound),
         cmocka_unit_test(test_strmap_small_remove),
         cmocka_unit_test(test_strmap_nomem),
+        cmocka_unit_test(test_hash_bytes_tells_keys_apart),
         cmocka_unit_test(test_vec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
