@@ -52,8 +52,8 @@ void mstar__comm_pending_drop(mstar_comm *comm, mstar__pending *p)
 
 void mstar__comm_pending_free(mstar__pending *p)
 {
-    mstar_edge_clear(&p->edge);
-    free(p->fresh); /* `local` with it */
+    free(p->edge.tensor_info); /* the memset below resets the edge with the rest */
+    free(p->fresh);            /* `local` with it */
     mstar_completion_release(p->done);
     memset(p, 0, sizeof(*p));
 }

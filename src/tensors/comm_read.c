@@ -993,7 +993,7 @@ static void deliver(mstar_comm *comm, ready_builder *b, uint32_t req, mstar__pen
 void mstar_ready_set_clear(mstar_ready_set *set)
 {
     for (uint32_t i = 0; i < set->nedges; i++)
-        mstar_edge_clear(&set->edges[i]);
+        free(set->edges[i].tensor_info); /* the edges go with the array: no reset of each */
     free(set->edges);
     free(set->rids);
     free(set->edge_start);

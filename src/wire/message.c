@@ -63,7 +63,7 @@ void mstar_msg_init(mstar_msg *msg, mstar_msg_type type)
 void mstar_msg_clear(mstar_msg *msg)
 {
     for (uint32_t i = 0; i < msg->nedges; i++)
-        mstar_edge_clear(&msg->edges[i]);
+        free(msg->edges[i].tensor_info); /* the edges go with the array: no reset of each */
     free(msg->edges);
     free(msg->counts);
     free(msg->uuids);
