@@ -124,6 +124,7 @@ static void test_quick_report(void **state)
         "## Transport over UCX on TCP",
         "| size | round trip p50 µs | p99 µs | p50 / ZeroMQ | GB/s | / memcpy | TCP stream GB/s |",
         "| spin µs | p50 µs | p99 µs | mean µs | p50 / futex | CPU µs | switches |",
+        "The arena's 4 KiB handoff with both ends in one process, its calls alone",
         "## UCX over TCP: remote reads",
         "## Graph runner: eager versus replay",
         "## Bookkeeper",
@@ -157,6 +158,8 @@ static void test_quick_report(void **state)
     assert_non_null(strstr(json, "\"transport-cuda\":{\"ok\":false")); /* not run */
     /* Each spin setting's mean round trip, which its CPU time per handoff compares with. */
     assert_int_equal(count_of(json, "\"rt_mean_us\":"), 2);
+    /* The handoff's calls with both ends in one process, once (the arena's suite). */
+    assert_int_equal(count_of(json, "\"calls_4k_us\":"), 1);
     free(json);
 
     check_svg(dir, "transport_latency.svg");

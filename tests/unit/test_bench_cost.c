@@ -6,8 +6,8 @@
  * how much is the bench's to report. That a measured window leaves out the bench's own reads of
  * /proc, and that the futex floor is two wake-ups a round trip, waiting for a state it reads right.
  * Also the shared page `--profile` times each side's calls on (bench_phases.c): samples only while
- * armed, from both processes, summarized in order; and the percentiles and means the suites report
- * (bench_util.c).
+ * armed, from both processes, summarized in order; the percentiles and means the suites report
+ * (bench_util.c); and the handoff's calls timed with both ends in one process (bench_calls.c).
  */
 #include "mstar_test.h"
 
@@ -139,6 +139,20 @@ static void test_percentile_and_mean(void **state)
 
 /* Samples a forked peer records land on the producer's page; a disarmed page records nothing
  * and reads no clock; p50 and p99 are order statistics of what was recorded. */
+/* The handoff's calls with both ends in one process (bench_calls.c): a time a handoff, and
+ * nothing left in the directories the meshes and managers used (each handoff's tensor is freed
+ * by its ACK, or the run fails). */
+static void test_calls_of_a_handoff_in_one_process(void **state)
+{
+    (void)state;
+    const char *ipc = mstar_test_tmpdir("calls-ipc"), *shm = mstar_test_tmpdir("calls-shm");
+    double us = 0;
+    assert_mstar_ok(mstar_bench_calls_run(ipc, shm, true, &us));
+    assert_true(us > 0 && us < 1e6);
+    assert_int_equal(mstar_test_count_dir(ipc), 0);
+    assert_int_equal(mstar_test_count_dir(shm), 0);
+}
+
 static void test_phases_record_both_sides_while_armed(void **state)
 {
     (void)state;
@@ -197,6 +211,7 @@ int main(void)
         cmocka_unit_test(test_phases_record_both_sides_while_armed),
         cmocka_unit_test(test_percentile_and_mean),
         cmocka_unit_test(test_stat_line_says_sleeping),
+        cmocka_unit_test(test_calls_of_a_handoff_in_one_process),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -212,6 +212,13 @@ bool mstar_bench_stat_sleeping(const char *line);
 /* `busy`: both sides poll the page; else the waiting side sleeps on a futex until woken. */
 mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out);
 
+/* The calls of the arena's 4 KiB handoff, both ends in this process over meshes and managers of
+ * their own in ipc_dir and shm_dir (bench_calls.c): *us, the median µs a handoff over rounds of
+ * handoffs. What the library's work of a round trip costs on this machine now, without a cache
+ * line moving between cores or a side waiting. */
+mstar_status mstar_bench_calls_run(const char *ipc_dir, const char *shm_dir, bool quick,
+                                   double *us);
+
 /* ---- transport ------------------------------------------------------------------------------ */
 
 #define MSTAR_BENCH_TRANSPORT_SIZES 7 /* 4 KiB .. 256 MiB; host runs stop at 64 MiB */
@@ -238,6 +245,10 @@ typedef struct mstar_bench_transport_result {
     /* The floor: 4 bytes between two processes through shared memory, the waiting side asleep
      * on a futex (futex) or polling (busy). */
     mstar_bench_floor futex, busy;
+    /* With the arena: its 4 KiB handoff's calls with both ends in one process (µs a handoff),
+     * this machine's CPU work of a round trip, which the spinning round trip moves with. */
+    bool has_calls;
+    double calls_us;
     int in_flight;   /* tensors */
     int per_message; /* tensors in each handoff's message: 1 but in a --size run's --batch */
     int nsizes;      /* 4 KiB to 64 MiB (--device cuda: 256 MiB); --quick: to 16 MiB */

@@ -34,7 +34,10 @@
  * once more with the default MSTAR_RING_SPIN_US and with no spinning (each side spins on its
  * rings before it sleeps: the producer in mstar_mesh_recv, the consumer's loop in
  * mstar_mesh_spin). The futex floor and the default's handoff then take two more turns each,
- * one after the other, each keeping its best p50, as this VM's wake-up time drifts.
+ * one after the other, each keeping its best p50, as this VM's wake-up time drifts. Before the
+ * spins, the same handoff's calls run with both ends in this process (bench_calls.c): the
+ * library's work of a round trip on this CPU now, which the spinning round trip moves with
+ * beside the busy-polling floor.
  * A UCX transport (not run by default: --transport ucx-tcp) is also judged against a raw
  * loopback TCP stream of the same size (bench_tcp.c), one round of it before each round of the
  * transport so that both see the same conditions: the issue's target is at least 0.6x its
@@ -957,6 +960,14 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
         run_transport(&s, quick, sizes, 1, &out->arena_zmq);
         out->has_arena_zmq = true;
         setenv("MSTAR_MESH_RING", "1", 1);
+        mstar_bench_progress("transport", "arena, 4 KiB, both ends in this process");
+        st = mstar_bench_calls_run(sc.ipc_dir, sc.shm_dir, quick, &out->calls_us);
+        if (st != MSTAR_OK) {
+            mesh_ring_restore(restore);
+            scratch_remove(&sc);
+            return st;
+        }
+        out->has_calls = true;
         run_spins(&s, quick, out);
     }
     mesh_ring_restore(restore);
@@ -1540,8 +1551,8 @@ static size_t spin_targets(const mstar_bench_transport_result *r, mstar_bench_ta
     };
     snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (%.1f / %.1f us)", v, def->rt_p50_us,
              r->futex.p50_us);
-    snprintf(t[1].shown, sizeof(t[1].shown), "%.1f us (spin %d us, CPU %.1f us)", spin->rt_p50_us,
-             spin_us, cost_cpu_us(&spin->cost));
+    snprintf(t[1].shown, sizeof(t[1].shown), "%.1f us (spin %d us, CPU %.1f us; calls %.1f us)",
+             spin->rt_p50_us, spin_us, cost_cpu_us(&spin->cost), r->calls_us);
     memcpy(out, t, sizeof(t));
     return 2;
 }
@@ -1633,6 +1644,8 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
         floor_json(out, "futex_pingpong", &r->futex);
         floor_json(out, "busy_pingpong", &r->busy);
     }
+    if (r->has_calls)
+        mstar_bench_json_field(out, "calls_4k_us", r->calls_us, 4);
     if (r->has_arena_zmq) {
         mstar_bench_json_field(out, "arena_zmq_4k_rt_p50_us", r->arena_zmq.rt_p50_us, 4);
         mstar_bench_json_field(out, "arena_zmq_4k_rt_p99_us", r->arena_zmq.rt_p99_us, 4);
@@ -1741,6 +1754,11 @@ static void print_table(const mstar_bench_transport_result *r)
            r->futex.cost.self.vol_csw + r->futex.cost.self.invol_csw,
            r->futex.cost.peer.vol_csw + r->futex.cost.peer.invol_csw, r->busy.p50_us,
            r->busy.p99_us, r->busy.cost.self.cpu_us, r->busy.cost.peer.cpu_us);
+    if (r->has_calls)
+        printf("calls: the arena's 4 KiB handoff with both ends in this process %.2f us a "
+               "handoff (the library's work of a round trip on this CPU now, no cache line "
+               "moving between cores and no side waiting)\n\n",
+               r->calls_us);
     printf("mesh 4 KiB round trip: over the ring p50 %.1f us, p99 %.1f us (%.2fx ZeroMQ "
            "ping-pong); over ZeroMQ p50 %.1f us, p99 %.1f us\n\n",
            r->ring_p50_us, r->ring_p99_us, r->ring_p50_us / r->zmq_p50_us, r->mesh_zmq_p50_us,
