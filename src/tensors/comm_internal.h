@@ -48,8 +48,9 @@ typedef struct mstar__pending {
                       * a view, ACKed when its record is collected, not when it lands. Twice
                       * edge.ntensors long: the second half is mstar__pending_local's */
     mstar_completion *done; /* NULL: the bytes have landed */
-    uint64_t submit_ns;     /* when the read was started: where its RX time begins */
-    double rx_time_s;       /* a read that landed inside start_read: its whole time */
+    uint64_t submit_ns;     /* when the read was started: where its RX time begins (0 unless
+                             * the manager profiles: enable_prof) */
+    double rx_time_s;       /* a read that landed inside start_read: its whole time (profiled) */
     bool taken; /* landed when the current collection looked (mstar__comm_pending_take) */
 } mstar__pending;
 

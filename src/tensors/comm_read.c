@@ -362,10 +362,12 @@ static mstar_status read_all(mstar_comm *comm, const mstar_edge *edges, uint32_t
             items[k].view = view && edge->total_fanin <= 1 && items[k].into == NULL;
             items[k++].info = &edge->tensor_info[i];
         }
-        pe[e].submit_ns = mstar__now_ns();
+        /* The read's time is only for the profile (record_rx): no clock read without one. */
+        pe[e].submit_ns = comm->enable_prof ? mstar__now_ns() : 0;
         if (k > 0)
             st = comm->transport->ops->read(comm->transport, items, k, &pe[e].done);
-        pe[e].rx_time_s = (double)(mstar__now_ns() - pe[e].submit_ns) * 1e-9;
+        if (comm->enable_prof)
+            pe[e].rx_time_s = (double)(mstar__now_ns() - pe[e].submit_ns) * 1e-9;
         for (uint32_t i = 0, j = 0; st == MSTAR_OK && i < edge->ntensors; i++) {
             if (plans[e][i].kind != KIND_FRESH)
                 continue;
