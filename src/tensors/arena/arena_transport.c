@@ -162,9 +162,13 @@ static void unpin(void *ctx, const void *base, uint64_t len)
     a->pinned_bytes -= len;
 }
 
-/* Own segments are pinned as they appear, in order, while the budget lasts. */
+/* Own segments are pinned as they appear, in order, while the budget lasts. Without a backend or
+ * with pinning off there is nothing to pin, and no need to take the arena's lock to learn so on
+ * every reserve. */
 static void pin_new_segments(arena_transport *a)
 {
+    if (a->base.env->backend == NULL || !a->knobs.pin)
+        return;
     uint32_t n = mstar__arena_num_segments(a->arena);
     for (; a->pinned_segments < n; a->pinned_segments++) {
         void *base;
@@ -283,7 +287,8 @@ static mstar_status reserve(arena_transport *a, uint64_t n, uint32_t *seg, uint6
                             bool *spill)
 {
     double grace = a->knobs.spill ? a->knobs.spill_after_s : a->knobs.full_timeout_s;
-    uint64_t deadline = mstar__now_ns() + (uint64_t)(grace * 1e9);
+    uint64_t deadline = 0; /* taken when the arena is first found full: a reserve that finds
+                            * room at once (nearly all) reads no clock */
     *spill = false;
     for (;;) {
         mstar_status st = mstar__arena_reserve(a->arena, n, seg, off);
@@ -307,7 +312,10 @@ static mstar_status reserve(arena_transport *a, uint64_t n, uint32_t *seg, uint6
                       (unsigned long long)stats.largest_free_block, (unsigned long long)need);
             a->warned_fragmentation = true;
         }
-        if (mstar__now_ns() >= deadline) {
+        uint64_t now = mstar__now_ns();
+        if (deadline == 0)
+            deadline = now + (uint64_t)(grace * 1e9);
+        if (now >= deadline) {
             if (a->knobs.spill) {
                 *spill = true;
                 return MSTAR_OK;
