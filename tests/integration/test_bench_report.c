@@ -159,7 +159,7 @@ static void test_quick_report(void **state)
     /* Each spin setting's mean round trip, which its CPU time per handoff compares with. */
     assert_int_equal(count_of(json, "\"rt_mean_us\":"), 2);
     /* The handoff's calls with both ends in one process, once (the arena's suite). */
-    assert_int_equal(count_of(json, "\"calls_4k_us\":"), 1);
+    assert_int_equal(count_of(json, "\"calls_4k\":"), 1);
     free(json);
 
     check_svg(dir, "transport_latency.svg");

@@ -13,6 +13,7 @@
 
 #include "bench.h"
 
+#include <sched.h>
 #include <stdatomic.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -139,16 +140,28 @@ static void test_percentile_and_mean(void **state)
 
 /* Samples a forked peer records land on the producer's page; a disarmed page records nothing
  * and reads no clock; p50 and p99 are order statistics of what was recorded. */
-/* The handoff's calls with both ends in one process (bench_calls.c): a time a handoff, and
- * nothing left in the directories the meshes and managers used (each handoff's tensor is freed
- * by its ACK, or the run fails). */
+/* The handoff's calls with both ends in one process (bench_calls.c): a time a handoff on each
+ * CPU the thread may use, the thread's affinity as it was, and nothing left in the directories
+ * the meshes and managers used (each handoff's tensor is freed by its ACK, or the run fails). */
 static void test_calls_of_a_handoff_in_one_process(void **state)
 {
     (void)state;
     const char *ipc = mstar_test_tmpdir("calls-ipc"), *shm = mstar_test_tmpdir("calls-shm");
-    double us = 0;
-    assert_mstar_ok(mstar_bench_calls_run(ipc, shm, true, &us));
-    assert_true(us > 0 && us < 1e6);
+    cpu_set_t before, after;
+    assert_int_equal(sched_getaffinity(0, sizeof(before), &before), 0);
+    mstar_bench_calls c;
+    assert_mstar_ok(mstar_bench_calls_run(ipc, shm, true, &c));
+    /* One figure per CPU this thread may use (up to the bound), each one of those CPUs. */
+    int allowed = CPU_COUNT(&before);
+    assert_int_equal(c.ncpus, allowed < MSTAR_BENCH_CALLS_CPUS ? allowed : MSTAR_BENCH_CALLS_CPUS);
+    for (int i = 0; i < c.ncpus; i++) {
+        assert_true(c.cpu[i] >= 0 && CPU_ISSET(c.cpu[i], &before));
+        assert_true(i == 0 || c.cpu[i] > c.cpu[i - 1]);
+        assert_true(c.us[i] > 0 && c.us[i] < 1e6);
+    }
+    /* The thread may run where it could before, and nothing is left in the directories. */
+    assert_int_equal(sched_getaffinity(0, sizeof(after), &after), 0);
+    assert_true(CPU_EQUAL(&before, &after));
     assert_int_equal(mstar_test_count_dir(ipc), 0);
     assert_int_equal(mstar_test_count_dir(shm), 0);
 }

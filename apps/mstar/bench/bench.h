@@ -212,12 +212,28 @@ bool mstar_bench_stat_sleeping(const char *line);
 /* `busy`: both sides poll the page; else the waiting side sleeps on a futex until woken. */
 mstar_status mstar_bench_floor_run(bool busy, int iters, mstar_bench_floor *out);
 
-/* The calls of the arena's 4 KiB handoff, both ends in this process over meshes and managers of
- * their own in ipc_dir and shm_dir (bench_calls.c): *us, the median µs a handoff over rounds of
- * handoffs. What the library's work of a round trip costs on this machine now, without a cache
- * line moving between cores or a side waiting. */
+#define MSTAR_BENCH_CALLS_CPUS 4
+
+/* The calls of the arena's 4 KiB handoff with both ends in one thread, on each of the first
+ * MSTAR_BENCH_CALLS_CPUS CPUs it may use: what the library's work of a round trip costs there
+ * now, without a cache line moving between cores or a side waiting. */
+typedef struct mstar_bench_calls {
+    int ncpus;
+    int cpu[MSTAR_BENCH_CALLS_CPUS];   /* -1: the thread's affinity could not be set */
+    double us[MSTAR_BENCH_CALLS_CPUS]; /* median µs a handoff over rounds of handoffs */
+} mstar_bench_calls;
+
+/* Both ends over meshes and managers of their own in ipc_dir and shm_dir (bench_calls.c); the
+ * thread's affinity is as it was on return. */
 mstar_status mstar_bench_calls_run(const char *ipc_dir, const char *shm_dir, bool quick,
-                                   double *us);
+                                   mstar_bench_calls *out);
+/* The fastest and the slowest CPU's figure. */
+void mstar_bench_calls_range(const mstar_bench_calls *c, double *lo, double *hi);
+/* "3.85 us on CPU 0, 6.04 us on CPU 1" (`bold`: each figure in markdown's **) into buf. */
+void mstar_bench_calls_format(const mstar_bench_calls *c, const char *unit, bool bold, char *buf,
+                              size_t cap);
+/* `,"calls_4k":[{"cpu":0,"us":3.85},...]` */
+void mstar_bench_calls_json(const mstar_bench_calls *c, FILE *out);
 
 /* ---- transport ------------------------------------------------------------------------------ */
 
@@ -245,10 +261,10 @@ typedef struct mstar_bench_transport_result {
     /* The floor: 4 bytes between two processes through shared memory, the waiting side asleep
      * on a futex (futex) or polling (busy). */
     mstar_bench_floor futex, busy;
-    /* With the arena: its 4 KiB handoff's calls with both ends in one process (µs a handoff),
-     * this machine's CPU work of a round trip, which the spinning round trip moves with. */
+    /* With the arena: its 4 KiB handoff's calls with both ends in one thread, per CPU: this
+     * machine's CPU work of a round trip, which the spinning round trip moves with. */
     bool has_calls;
-    double calls_us;
+    mstar_bench_calls calls;
     int in_flight;   /* tensors */
     int per_message; /* tensors in each handoff's message: 1 but in a --size run's --batch */
     int nsizes;      /* 4 KiB to 64 MiB (--device cuda: 256 MiB); --quick: to 16 MiB */

@@ -381,12 +381,16 @@ static void md_floor(FILE *f, const mstar_bench_transport_result *t)
             fx->p50_us, fx->p99_us, fx->cost.self.cpu_us, fx->cost.peer.cpu_us,
             fx->cost.self.vol_csw + fx->cost.self.invol_csw,
             fx->cost.peer.vol_csw + fx->cost.peer.invol_csw, b->p50_us, b->p99_us);
-    if (t->has_calls)
+    if (t->has_calls) {
+        char each[256];
+        mstar_bench_calls_format(&t->calls, "µs", true, each, sizeof(each));
         fprintf(f,
                 "The arena's 4 KiB handoff with both ends in one process, its calls alone (no "
-                "cache line moving between cores, no side waiting): **%.2f µs** a handoff. The "
-                "spinning round trip below moves with it and with the busy-polling floor.\n\n",
-                t->calls_us);
+                "cache line moving between cores, no side waiting), on each CPU in turn: %s a "
+                "handoff. The spinning round trip below runs on two CPUs and moves with the "
+                "slower, and with the busy-polling floor.\n\n",
+                each);
+    }
     if (t->nspins == 0)
         return;
     fprintf(f, "The arena's 4 KiB handoff with each side spinning on its rings before it sleeps "

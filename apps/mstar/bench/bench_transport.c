@@ -961,7 +961,7 @@ mstar_status mstar_bench_transport_run(const mstar_transport_kind *kinds, int nk
         out->has_arena_zmq = true;
         setenv("MSTAR_MESH_RING", "1", 1);
         mstar_bench_progress("transport", "arena, 4 KiB, both ends in this process");
-        st = mstar_bench_calls_run(sc.ipc_dir, sc.shm_dir, quick, &out->calls_us);
+        st = mstar_bench_calls_run(sc.ipc_dir, sc.shm_dir, quick, &out->calls);
         if (st != MSTAR_OK) {
             mesh_ring_restore(restore);
             scratch_remove(&sc);
@@ -1551,8 +1551,11 @@ static size_t spin_targets(const mstar_bench_transport_result *r, mstar_bench_ta
     };
     snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (%.1f / %.1f us)", v, def->rt_p50_us,
              r->futex.p50_us);
-    snprintf(t[1].shown, sizeof(t[1].shown), "%.1f us (spin %d us, CPU %.1f us; calls %.1f us)",
-             spin->rt_p50_us, spin_us, cost_cpu_us(&spin->cost), r->calls_us);
+    double lo, hi;
+    mstar_bench_calls_range(&r->calls, &lo, &hi);
+    snprintf(t[1].shown, sizeof(t[1].shown),
+             "%.1f us (spin %d us, CPU %.1f us; calls %.1f-%.1f us)", spin->rt_p50_us, spin_us,
+             cost_cpu_us(&spin->cost), lo, hi);
     memcpy(out, t, sizeof(t));
     return 2;
 }
@@ -1645,7 +1648,7 @@ void mstar_bench_transport_json(const mstar_bench_transport_result *r, FILE *out
         floor_json(out, "busy_pingpong", &r->busy);
     }
     if (r->has_calls)
-        mstar_bench_json_field(out, "calls_4k_us", r->calls_us, 4);
+        mstar_bench_calls_json(&r->calls, out);
     if (r->has_arena_zmq) {
         mstar_bench_json_field(out, "arena_zmq_4k_rt_p50_us", r->arena_zmq.rt_p50_us, 4);
         mstar_bench_json_field(out, "arena_zmq_4k_rt_p99_us", r->arena_zmq.rt_p99_us, 4);
@@ -1754,11 +1757,14 @@ static void print_table(const mstar_bench_transport_result *r)
            r->futex.cost.self.vol_csw + r->futex.cost.self.invol_csw,
            r->futex.cost.peer.vol_csw + r->futex.cost.peer.invol_csw, r->busy.p50_us,
            r->busy.p99_us, r->busy.cost.self.cpu_us, r->busy.cost.peer.cpu_us);
-    if (r->has_calls)
-        printf("calls: the arena's 4 KiB handoff with both ends in this process %.2f us a "
-               "handoff (the library's work of a round trip on this CPU now, no cache line "
+    if (r->has_calls) {
+        char each[192];
+        mstar_bench_calls_format(&r->calls, "us", false, each, sizeof(each));
+        printf("calls: the arena's 4 KiB handoff with both ends in this process, on each CPU in "
+               "turn: %s a handoff (the library's work of a round trip there now, no cache line "
                "moving between cores and no side waiting)\n\n",
-               r->calls_us);
+               each);
+    }
     printf("mesh 4 KiB round trip: over the ring p50 %.1f us, p99 %.1f us (%.2fx ZeroMQ "
            "ping-pong); over ZeroMQ p50 %.1f us, p99 %.1f us\n\n",
            r->ring_p50_us, r->ring_p99_us, r->ring_p50_us / r->zmq_p50_us, r->mesh_zmq_p50_us,
