@@ -115,15 +115,35 @@ static mstar_status produce(ends *e, const mstar_rid *rid, void *bytes)
     return st;
 }
 
+/* What a side does with the message it takes (take_message). */
+typedef mstar_status (*use_fn)(ends *e, const mstar_msg *m);
+
+static mstar_status start_read(ends *e, const mstar_msg *m)
+{
+    return mstar_comm_start_read_tensors(e->comm[1], &m->request_id, m->edges, m->nedges, NULL);
+}
+
+static mstar_status handle(ends *e, const mstar_msg *m)
+{
+    return mstar_comm_handle_message(e->comm[0], m);
+}
+
+/* Take the next message for side `side` (0 the producer, 1 the consumer) and use it. */
+static mstar_status take_message(ends *e, int side, use_fn use)
+{
+    mstar_msg m;
+    mstar_status st = recv_now(e->mesh[side], &m);
+    if (st != MSTAR_OK)
+        return st;
+    st = use(e, &m);
+    mstar_msg_clear(&m);
+    return st;
+}
+
 /* The consumer's half: read, collect (the ACK leaves), release and end the request. */
 static mstar_status consume(ends *e)
 {
-    mstar_msg m;
-    mstar_status st = recv_now(e->mesh[1], &m);
-    if (st != MSTAR_OK)
-        return st;
-    st = mstar_comm_start_read_tensors(e->comm[1], &m.request_id, m.edges, m.nedges, NULL);
-    mstar_msg_clear(&m);
+    mstar_status st = take_message(e, 1, start_read);
     mstar_ready_set set;
     if (st == MSTAR_OK)
         st = mstar_comm_get_ready_tensors(e->comm[1], &set);
@@ -146,12 +166,7 @@ static mstar_status consume(ends *e)
 /* The producer takes the ACK: its tensor is freed. */
 static mstar_status take_ack(ends *e)
 {
-    mstar_msg m;
-    mstar_status st = recv_now(e->mesh[0], &m);
-    if (st != MSTAR_OK)
-        return st;
-    st = mstar_comm_handle_message(e->comm[0], &m);
-    mstar_msg_clear(&m);
+    mstar_status st = take_message(e, 0, handle);
     if (st == MSTAR_OK && mstar_comm_num_tensors(e->comm[0]) != 0)
         st = mstar_error_set(MSTAR_EPROTO,
                              "bench calls: the producer still holds %zu tensors "
