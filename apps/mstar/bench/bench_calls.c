@@ -192,8 +192,8 @@ static mstar_status run_round(ends *e, void *bytes, int n, int64_t *next, double
     return st;
 }
 
-/* The first MSTAR_BENCH_CALLS_CPUS CPUs this thread may run on, or none (cpu -1) when its
- * affinity cannot be read. */
+/* The first MSTAR_BENCH_CALLS_CPUS CPUs this thread may run on; where its affinity cannot be
+ * read, a single entry of cpu -1 (timed wherever the kernel keeps the thread). */
 static void pick_cpus(const cpu_set_t *allowed, bool known, mstar_bench_calls *out)
 {
     out->ncpus = 0;
