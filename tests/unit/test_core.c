@@ -4,9 +4,11 @@
 #include "mstar_test.h"
 
 #include "core/str.h"
+#include "core/vec.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static void test_status_names(void **state)
 {
@@ -257,6 +259,28 @@ static void test_str_copy(void **state)
     }
 }
 
+/* mstar__deadline_passed starts its span at the first call and only then: a span of 0 has
+ * passed at once, a long one has not, and one that started long enough ago has. */
+static void test_deadline_passed(void **state)
+{
+    (void)state;
+    uint64_t d = 0;
+    assert_true(mstar__deadline_passed(&d, 0));
+    assert_true(d != 0);
+    uint64_t later = 0;
+    assert_false(mstar__deadline_passed(&later, UINT64_C(3600) * 1000000000u));
+    uint64_t set = later;
+    assert_false(mstar__deadline_passed(&later, 0)); /* the span is the first call's */
+    assert_int_equal(later, set);
+    uint64_t past = mstar__now_ns() - 1;
+    assert_true(mstar__deadline_passed(&past, UINT64_C(3600) * 1000000000u));
+    uint64_t soon = 0;
+    assert_false(mstar__deadline_passed(&soon, 20000000)); /* 20 ms */
+    struct timespec ts = { 0, 30000000 };
+    nanosleep(&ts, NULL);
+    assert_true(mstar__deadline_passed(&soon, 20000000));
+}
+
 static int sink_calls;
 static void counting_sink(mstar_log_level level, const char *line, void *ud)
 {
@@ -289,11 +313,17 @@ static void test_logging(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_status_names), cmocka_unit_test(test_error_set_wrap_clear),
-        cmocka_unit_test(test_env_int),      cmocka_unit_test(test_env_double_bool_choice),
-        cmocka_unit_test(test_dtype_table),  cmocka_unit_test(test_tensor_views),
-        cmocka_unit_test(test_ids),          cmocka_unit_test(test_names),
-        cmocka_unit_test(test_str_copy),     cmocka_unit_test(test_logging),
+        cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_error_set_wrap_clear),
+        cmocka_unit_test(test_env_int),
+        cmocka_unit_test(test_env_double_bool_choice),
+        cmocka_unit_test(test_dtype_table),
+        cmocka_unit_test(test_tensor_views),
+        cmocka_unit_test(test_ids),
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_str_copy),
+        cmocka_unit_test(test_logging),
+        cmocka_unit_test(test_deadline_passed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -287,8 +287,7 @@ static mstar_status reserve(arena_transport *a, uint64_t n, uint32_t *seg, uint6
                             bool *spill)
 {
     double grace = a->knobs.spill ? a->knobs.spill_after_s : a->knobs.full_timeout_s;
-    uint64_t deadline = 0; /* taken when the arena is first found full: a reserve that finds
-                            * room at once (nearly all) reads no clock */
+    uint64_t deadline = 0; /* the grace runs from the first full arena (mostly there is room) */
     *spill = false;
     for (;;) {
         mstar_status st = mstar__arena_reserve(a->arena, n, seg, off);
@@ -312,10 +311,7 @@ static mstar_status reserve(arena_transport *a, uint64_t n, uint32_t *seg, uint6
                       (unsigned long long)stats.largest_free_block, (unsigned long long)need);
             a->warned_fragmentation = true;
         }
-        uint64_t now = mstar__now_ns();
-        if (deadline == 0)
-            deadline = now + (uint64_t)(grace * 1e9);
-        if (now >= deadline) {
+        if (mstar__deadline_passed(&deadline, (uint64_t)(grace * 1e9))) {
             if (a->knobs.spill) {
                 *spill = true;
                 return MSTAR_OK;
