@@ -15,6 +15,8 @@
 
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -166,6 +168,37 @@ static void test_calls_of_a_handoff_in_one_process(void **state)
     assert_int_equal(mstar_test_count_dir(shm), 0);
 }
 
+/* What the table, report.md and the JSON say of the calls (bench_calls.c): each CPU's figure in
+ * order, an unpinned one said so, the fastest and slowest, and a buffer too short cut, never
+ * overrun. */
+static void test_calls_said_per_cpu(void **state)
+{
+    (void)state;
+    mstar_bench_calls c = { 3, { 0, 1, -1 }, { 3.854, 6.04, 5.0 } };
+    char buf[128];
+    mstar_bench_calls_format(&c, "us", false, buf, sizeof(buf));
+    assert_string_equal(buf, "3.85 us on CPU 0, 6.04 us on CPU 1, 5.00 us on unpinned");
+    mstar_bench_calls_format(&c, "µs", true, buf, sizeof(buf));
+    assert_string_equal(buf, "**3.85 µs** on CPU 0, **6.04 µs** on CPU 1, **5.00 µs** on unpinned");
+    char small[12];
+    memset(small, '#', sizeof(small));
+    mstar_bench_calls_format(&c, "us", false, small, 10);
+    assert_string_equal(small, "3.85 us o");
+    assert_int_equal(small[10], '#');
+    double lo, hi;
+    mstar_bench_calls_range(&c, &lo, &hi);
+    assert_true(lo == 3.854 && hi == 6.04);
+    char *json = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&json, &len);
+    assert_non_null(f);
+    mstar_bench_calls_json(&c, f);
+    fclose(f);
+    assert_string_equal(json, ",\"calls_4k\":[{\"cpu\":0,\"us\":3.854},{\"cpu\":1,\"us\":6.04},"
+                              "{\"cpu\":-1,\"us\":5}]");
+    free(json);
+}
+
 static void test_phases_record_both_sides_while_armed(void **state)
 {
     (void)state;
@@ -225,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_percentile_and_mean),
         cmocka_unit_test(test_stat_line_says_sleeping),
         cmocka_unit_test(test_calls_of_a_handoff_in_one_process),
+        cmocka_unit_test(test_calls_said_per_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

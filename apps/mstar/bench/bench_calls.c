@@ -46,23 +46,30 @@ static mstar_status ends_create(const char *ipc_dir, const char *shm_dir, ends *
 {
     memset(e, 0, sizeof(*e));
     mstar_mesh_options mo = { MSTAR_MESH_IPC, ipc_dir, NULL, 0 };
-    mstar_status st = MSTAR_OK;
-    for (int i = 0; i < 2 && st == MSTAR_OK; i++) {
-        st = mstar_mesh_create(entity[i], &mo, &e->mesh[i]);
+    for (int i = 0; i < 2; i++) {
+        mstar_mesh *mesh;
+        mstar_status st = mstar_mesh_create(entity[i], &mo, &mesh);
+        if (st != MSTAR_OK) {
+            ends_destroy(e);
+            return st;
+        }
+        e->mesh[i] = mesh;
         mstar_comm_options o;
         mstar_comm_options_init(&o);
         o.entity = entity[i];
-        o.entity_index = st == MSTAR_OK ? mstar_mesh_entity_index(e->mesh[i]) : 0;
+        o.entity_index = mstar_mesh_entity_index(mesh);
         o.transport = MSTAR_TRANSPORT_ARENA;
         o.shm_dir = shm_dir;
         o.send = mstar_comm_send_via_mesh;
-        o.send_ctx = e->mesh[i];
-        if (st == MSTAR_OK)
-            st = mstar_comm_create(&o, &e->comm[i]);
+        o.send_ctx = mesh;
+        mstar_comm *comm;
+        if ((st = mstar_comm_create(&o, &comm)) != MSTAR_OK) {
+            ends_destroy(e);
+            return st;
+        }
+        e->comm[i] = comm;
     }
-    if (st != MSTAR_OK)
-        ends_destroy(e);
-    return st;
+    return MSTAR_OK;
 }
 
 static void no_release(void *ctx, void *data)

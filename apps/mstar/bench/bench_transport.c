@@ -1551,11 +1551,14 @@ static size_t spin_targets(const mstar_bench_transport_result *r, mstar_bench_ta
     };
     snprintf(t[0].shown, sizeof(t[0].shown), "%.2fx (%.1f / %.1f us)", v, def->rt_p50_us,
              r->futex.p50_us);
-    double lo, hi;
-    mstar_bench_calls_range(&r->calls, &lo, &hi);
-    snprintf(t[1].shown, sizeof(t[1].shown),
-             "%.1f us (spin %d us, CPU %.1f us; calls %.1f-%.1f us)", spin->rt_p50_us, spin_us,
-             cost_cpu_us(&spin->cost), lo, hi);
+    char calls[48] = ""; /* the handoff's calls on the fastest and slowest CPU, when measured */
+    if (r->has_calls) {
+        double lo, hi;
+        mstar_bench_calls_range(&r->calls, &lo, &hi);
+        snprintf(calls, sizeof(calls), "; calls %.1f-%.1f us", lo, hi);
+    }
+    snprintf(t[1].shown, sizeof(t[1].shown), "%.1f us (spin %d us, CPU %.1f us%s)", spin->rt_p50_us,
+             spin_us, cost_cpu_us(&spin->cost), calls);
     memcpy(out, t, sizeof(t));
     return 2;
 }
