@@ -258,133 +258,18 @@ static int bool_fallback(PyObject *obj, mstar_tensor *out, mstar_release_fn *rel
     return r;
 }
 
-/* torch's Tensor.__dlpack__ is Python code: it refuses what a capsule cannot carry, then calls
- * torch's C exporter. With torch 2.11 on the H200 host the method cost 2.4 us a call and the
- * exporter 0.35, and a store of a torch tensor inside a handoff loop cost 12.3 us against 4.5
- * for a loan (docs/python.md). So a plain torch.Tensor that needs none of the refusals (no
- * grad, neither the conjugate nor the negative bit, strided layout) goes to the exporter
- * directly. Everything else takes __dlpack__, so its errors stay torch's own: other objects, a
- * torch subclass (its __torch_function__ may change what __dlpack__ does), a tensor that needs
- * a refusal, any failure of the exporter (bool before torch 2.0). torch is found in sys.modules:
- * the package never imports it. */
-static struct {
-    PyObject *tensor_type, *to_dlpack, *strided;         /* strong references, kept once found */
-    PyObject *from_dlpack, *raw_stream;                  /* NULL where this torch lacks them */
-    PyObject *requires_grad, *is_conj, *is_neg, *layout; /* interned names */
-} torch_hooks;
-
-static bool torch_hooks_found(void)
-{
-    if (torch_hooks.to_dlpack)
-        return true;
-    PyObject *modules = PySys_GetObject("modules");                            /* borrowed */
-    PyObject *torch = modules ? PyDict_GetItemString(modules, "torch") : NULL; /* borrowed */
-    if (!torch)
-        return false;
-    PyObject *tensor = PyObject_GetAttrString(torch, "Tensor");
-    PyObject *strided = PyObject_GetAttrString(torch, "strided");
-    PyObject *c = PyObject_GetAttrString(torch, "_C");
-    PyObject *export = c ? PyObject_GetAttrString(c, "_to_dlpack") : NULL;
-    /* The importer and torch's current CUDA stream (the runner's replays, runner_graph.c):
-     * C functions, so a replay runs no Python frame; a torch without one takes the slow way. */
-    PyObject *import = c ? PyObject_GetAttrString(c, "_from_dlpack") : NULL;
-    PyObject *raw_stream = c ? PyObject_GetAttrString(c, "_cuda_getCurrentRawStream") : NULL;
-    Py_XDECREF(c);
-    if (!torch_hooks.requires_grad) { /* made once: a torch without the exporter asks again */
-        torch_hooks.requires_grad = PyUnicode_InternFromString("requires_grad");
-        torch_hooks.is_conj = PyUnicode_InternFromString("is_conj");
-        torch_hooks.is_neg = PyUnicode_InternFromString("is_neg");
-        torch_hooks.layout = PyUnicode_InternFromString("layout");
-    }
-    if (!tensor || !strided || !export || !PyType_Check(tensor) || !torch_hooks.requires_grad ||
-        !torch_hooks.is_conj || !torch_hooks.is_neg || !torch_hooks.layout) {
-        PyErr_Clear(); /* a torch without them: every tensor takes __dlpack__ */
-        Py_XDECREF(tensor);
-        Py_XDECREF(strided);
-        Py_XDECREF(export);
-        Py_XDECREF(import);
-        Py_XDECREF(raw_stream);
-        return false;
-    }
-    PyErr_Clear(); /* the importer or the stream query may be missing */
-    torch_hooks.from_dlpack = import;
-    torch_hooks.raw_stream = raw_stream;
-    torch_hooks.tensor_type = tensor;
-    torch_hooks.strided = strided;
-    torch_hooks.to_dlpack = export;
-    return true;
-}
-
-/* Whether `attr` of `obj` (called when `call`) is `want`; false, with no exception, on any
- * failure. */
-static bool torch_attr_is(PyObject *obj, PyObject *attr, bool call, PyObject *want)
-{
-    PyObject *v = call ? PyObject_CallMethodObjArgs(obj, attr, NULL) : PyObject_GetAttr(obj, attr);
-    if (!v) {
-        PyErr_Clear();
-        return false;
-    }
-    bool is = v == want;
-    Py_DECREF(v);
-    return is;
-}
-
-/* torch's capsule of `obj` through its exporter, or NULL (no exception) to take __dlpack__. */
-static PyObject *torch_capsule(PyObject *obj)
-{
-    if (!torch_hooks_found() || (PyObject *)Py_TYPE(obj) != torch_hooks.tensor_type ||
-        !torch_attr_is(obj, torch_hooks.requires_grad, false, Py_False) ||
-        !torch_attr_is(obj, torch_hooks.is_conj, true, Py_False) ||
-        !torch_attr_is(obj, torch_hooks.is_neg, true, Py_False) ||
-        !torch_attr_is(obj, torch_hooks.layout, false, torch_hooks.strided))
-        return NULL;
-    PyObject *cap = PyObject_CallFunctionObjArgs(torch_hooks.to_dlpack, obj, NULL);
-    if (!cap)
-        PyErr_Clear();
-    return cap;
-}
-
-PyObject *mstarpy_torch_from_capsule(PyObject *cap)
-{
-    if (torch_hooks_found() && torch_hooks.from_dlpack)
-        return PyObject_CallFunctionObjArgs(torch_hooks.from_dlpack, cap, NULL);
-    PyObject *utils = PyImport_ImportModule("torch.utils.dlpack");
-    PyObject *t = utils ? PyObject_CallMethod(utils, "from_dlpack", "O", cap) : NULL;
-    Py_XDECREF(utils);
-    return t;
-}
-
-int mstarpy_torch_current_stream(int device_index, void **out)
-{
-    PyObject *v;
-    if (torch_hooks_found() && torch_hooks.raw_stream) {
-        v = PyObject_CallFunction(torch_hooks.raw_stream, "i", device_index);
-    } else {
-        PyObject *cuda = PyImport_ImportModule("torch.cuda");
-        PyObject *st = cuda ? PyObject_CallMethod(cuda, "current_stream", "i", device_index) : NULL;
-        v = st ? PyObject_GetAttrString(st, "cuda_stream") : NULL;
-        Py_XDECREF(cuda);
-        Py_XDECREF(st);
-    }
-    if (!v)
-        return -1;
-    *out = PyLong_AsVoidPtr(v);
-    Py_DECREF(v);
-    return PyErr_Occurred() ? -1 : 0;
-}
-
 int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release, void **ctx)
 {
-    PyObject *cap = torch_capsule(obj);
-    if (!cap) {
-        PyObject *fn = PyObject_GetAttrString(obj, "__dlpack__");
-        if (!fn) {
-            PyErr_Clear();
-            return tensor_from_buffer(obj, out, release, ctx);
-        }
-        cap = PyObject_CallNoArgs(fn);
-        Py_DECREF(fn);
+    int taken = mstarpy_torch_tensor_in(obj, out, release, ctx);
+    if (taken != 0)
+        return taken < 0 ? -1 : 0;
+    PyObject *fn = PyObject_GetAttrString(obj, "__dlpack__");
+    if (!fn) {
+        PyErr_Clear();
+        return tensor_from_buffer(obj, out, release, ctx);
     }
+    PyObject *cap = PyObject_CallNoArgs(fn);
+    Py_DECREF(fn);
     if (!cap)
         return bool_fallback(obj, out, release, ctx);
     DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");

@@ -263,7 +263,14 @@ int mstarpy_msg_struct_edges(PyObject *obj, mstar_rid *rid, mstar_edge **edges, 
 int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release,
                       void **release_ctx);
 
-/* ---- torch (dlpack.c): found in sys.modules, never imported by the package ------------------ */
+/* ---- torch (torch.c): found in sys.modules, never imported by the package ------------------- */
+
+/* A plain torch tensor (exactly torch.Tensor, no grad, neither conjugate nor negative bit,
+ * strided, a known dtype, on the CPU or a CUDA device) into `out`, its object held until the
+ * manager runs `release`: 1. Anything else: 0, nothing held (the caller takes it through
+ * __dlpack__). -1 with an exception for a tensor the library refuses. */
+int mstarpy_torch_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release,
+                            void **ctx);
 
 /* A torch tensor over a "dltensor" capsule (torch._C._from_dlpack: no Python frame; an older torch
  * goes through torch.utils.dlpack). NULL with an exception. */

@@ -2,7 +2,6 @@
 both sides, and lifetimes (what a Python-held view does when the manager lets go)."""
 import gc
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -115,9 +114,10 @@ class _SpyTensor(torch.Tensor):
 
 
 def test_plain_torch_tensors_skip_the_python_export(make, monkeypatch):
-    """A plain torch.Tensor goes to torch's C exporter without Tensor.__dlpack__ (Python code
-    that cost 2.4 us a call with torch 2.11); a subclass, a tensor that needs grad and one with
-    the negative bit take __dlpack__, so what torch refuses stays refused by torch."""
+    """A plain torch.Tensor is taken by its attributes, without Tensor.__dlpack__ (Python code
+    that cost 2.4 us a call with torch 2.11) or torch's exporter; a subclass, a tensor that
+    needs grad, one with the negative bit and a conjugate view take __dlpack__, so what torch
+    refuses stays refused by torch."""
     calls = []
     real = torch.Tensor.__dlpack__
 
@@ -152,6 +152,14 @@ def test_plain_torch_tensors_skip_the_python_export(make, monkeypatch):
         mgr.store_and_return_tensor_info(4, {"x": [neg]})
     except (RuntimeError, BufferError):
         pass  # a torch that refuses the negative bit; this one's refusal is its own
+    assert calls == ["Tensor"]
+
+    calls.clear()
+    conj = torch.ones(4, dtype=torch.complex64).conj()
+    try:
+        mgr.store_and_return_tensor_info(5, {"x": [conj]})
+    except (RuntimeError, BufferError):
+        pass
     assert calls == ["Tensor"]
 
 
@@ -253,38 +261,47 @@ def test_cuda_tensors_in_and_out(shm_dir, transport):
         assert prod.num_tensors == 0
 
 
-def test_torch_without_its_c_exporter_stores_through_the_method(tmp_path):
-    """A torch that lacks torch._C._to_dlpack (the exporter the store of a plain tensor goes
-    to) still stores every tensor, through Tensor.__dlpack__. In a process of its own: the
-    extension finds the exporter once and keeps it. torch's own modules keep the real torch._C
-    (Tensor.__dlpack__ of torch 2.11 calls its _to_dlpack); the package sees one without it."""
-    code = """
-import types
-import torch
-real_c = torch._C
-class WithoutExporter(types.ModuleType):
-    def __getattr__(self, name):
-        if name == "_to_dlpack":
-            raise AttributeError(name)
-        return getattr(real_c, name)
-torch._C = WithoutExporter("torch._C")
-import mstar_c
-calls = []
-real = torch.Tensor.__dlpack__
-def spy(self, *args, **kw):
-    calls.append(1)
-    return real(self, *args, **kw)
-torch.Tensor.__dlpack__ = spy
-with mstar_c.CommunicationManager("worker_0", transport="local", shm_dir=%r) as mgr:
-    t = torch.arange(16, dtype=torch.float32)
-    info = mgr.store_and_return_tensor_info(1, {"x": [t]})["x"][0]
-    assert calls, "the store did not call Tensor.__dlpack__"
-    mgr.increment_ref(info.uuid)
-    view = mgr.get_tensor(1, info.uuid)
-    assert view.data_ptr == t.data_ptr() and torch.equal(torch.from_dlpack(view), t)
-    del view
-    mgr.cleanup_request(1)
-print("ok")
-""" % str(tmp_path)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+def test_plain_torch_tensor_held_until_the_manager_lets_go(make):
+    """A plain tensor is taken by its attributes: the manager holds the torch object itself
+    (no DLPack capsule, no view of it made by torch's exporter) and drops it when it lets go."""
+    mgr = make("worker_0", "local")
+    t = torch.arange(100, dtype=torch.float64)
+    before = sys.getrefcount(t)
+    infos = mgr.store_and_return_tensor_info(1, {"x": [t]})["x"]
+    assert sys.getrefcount(t) == before + 1
+    assert infos[0].dims == (100,) and infos[0].dtype == "float64"
+    mgr.increment_ref(infos[0].uuid)
+    mgr.dereference(infos[0].uuid)  # the last reference: freed, the object dropped
+    assert mgr.num_tensors == 0 and sys.getrefcount(t) == before
+
+
+@pytest.mark.parametrize("case", ["bool", "scalar", "empty", "strided", "offset", "float16"])
+def test_plain_torch_tensor_shapes_by_attributes(make, monkeypatch, case):
+    """What the attributes carry is what a capsule carried: a bool tensor (which torch 1.13's
+    exporter refuses), a 0-d one, an empty one, a strided view and one that starts inside its
+    storage all go through without __dlpack__, and read back equal."""
+    base = torch.arange(48, dtype=torch.float32).reshape(6, 8)
+    t = {"bool": base > 20, "scalar": torch.tensor(3.5), "empty": torch.empty(0, 4),
+         "strided": base[:, ::3], "offset": base[2:, 1:], "float16": base.half()}[case]
+    calls = []
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", lambda self, *a, **k: calls.append(1))
+    cons, view = _through(make, t, "arena")
+    assert calls == []
+    got = mstar_c.to_torch(view)
+    assert got.dtype == t.dtype and got.shape == t.shape and torch.equal(got, t)
+
+
+def test_tensor_on_another_device_takes_the_method(make, monkeypatch):
+    """A device the attributes do not describe (torch's meta device here) goes to
+    Tensor.__dlpack__, and what it says is what the store raises; nothing is held."""
+    calls = []
+
+    def spy(self, *args, **kw):
+        calls.append(1)
+        raise BufferError("no DLPack for this device")
+
+    monkeypatch.setattr(torch.Tensor, "__dlpack__", spy)
+    mgr = make("worker_0", "local")
+    with pytest.raises(BufferError, match="no DLPack"):
+        mgr.store_and_return_tensor_info(1, {"x": [torch.empty(4, device="meta")]})
+    assert calls == [1] and mgr.num_tensors == 0
