@@ -358,6 +358,8 @@ static int comm_init(PyObject *obj, PyObject *args, PyObject *kw)
     self->views = PyDict_New();
     if (!self->views)
         return -1;
+    self->send = o.send;
+    self->send_ctx = o.send_ctx;
     mstar_status st;
     PyThreadState *ts_ = PyEval_SaveThread();
     st = mstar_comm_create(&o, &self->comm);
@@ -523,6 +525,17 @@ static PyMethodDef comm_methods[] = {
       "descriptors.\nThe tensors are not copied (unless not contiguous, or sharded into "
       "canonical layout);\nan mstar_c.Loan of this manager is stored as the loan it is: nothing "
       "copied, even when staged." },
+    { "send_outputs", KW mstarpy_comm_send_outputs, METH_FASTCALL | METH_KEYWORDS,
+      "send_outputs($self, peer, request_id, outputs, next_node, *, node_name=None, "
+      "graph_walk=None)\n--\n\n"
+      "send_outputs(peer, request_id, outputs, next_node, *, node_name=None, graph_walk=None)\n"
+      "Hand one request's outputs {signal: [tensors]} to `peer` in one call: store them as\n"
+      "store_and_return_tensor_info does (loans too), hold each once for the peer\n"
+      "(increment_ref), stage them (register_for_send), send the peer an INPUT_SIGNALS\n"
+      "message with one edge per signal toward next_node through the manager's sender\n"
+      "(send=), and end this side of the request (cleanup_request): the tensors go with the\n"
+      "peer's ACK. If anything after the store fails, the request's tensors are dropped\n"
+      "(force_cleanup_request) and the error raised; nothing was sent." },
     { "loan_output", KW mstarpy_comm_loan_output, METH_VARARGS | METH_KEYWORDS,
       "loan_output($self, shape, dtype='float32')\n--\n\n"
       "Output memory to compute into in "

@@ -15,7 +15,11 @@ struct mstarpy_comm {
     mstar_backend *backend; /* owned, destroyed after the manager */
     bool uses_mesh;         /* send_obj is a Mesh this manager holds acquired */
     PyObject *send_obj;     /* the Mesh or the callable; kept alive */
-    PyObject *views;        /* dict rid -> live view count */
+    /* the manager's sender (its options' send and send_ctx), for what the package sends in the
+     * manager's name (send_outputs); NULL: none */
+    mstar_comm_send_fn send;
+    void *send_ctx;
+    PyObject *views; /* dict rid -> live view count */
     Py_ssize_t nviews;
     bool closing;
     bool busy;
@@ -37,6 +41,12 @@ int mstarpy_comm_rid_arg(PyObject *obj, mstar_rid *rid);
 int mstarpy_comm_uuid_arg(PyObject *obj, mstar_tensor_id *uuid);
 
 /* comm_store.c */
+int mstarpy_comm_outputs_take(comm_obj *self, PyObject *dict, uint32_t request, mstar_output **outs,
+                              size_t *n, size_t *cap, PyObject *keep, PyObject *hold);
+void mstarpy_comm_outputs_release(mstar_output *outs, size_t n);
+int mstarpy_comm_loans_stored(PyObject *kept, PyObject *rid_obj, const mstar_tensor_info *infos);
+int mstarpy_comm_store_params(PyObject *node, PyObject *walk, int tp_size, int tp_rank,
+                              mstar_store_params *p);
 PyObject *mstarpy_comm_loan_output(PyObject *obj, PyObject *args, PyObject *kw);
 int mstarpy_comm_reference_kw(PyObject *skip_cuda_sync, PyObject *cpu_tensors);
 PyObject *mstarpy_comm_register_request(PyObject *obj, PyObject *args, PyObject *kw);
@@ -73,6 +83,10 @@ PyObject *mstarpy_comm_get_tensor(PyObject *obj, PyObject *const *args, Py_ssize
 PyObject *mstarpy_comm_has_inflight_reads(PyObject *obj, PyObject *arg);
 PyObject *mstarpy_comm_start_read_tensors(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
                                           PyObject *kwnames);
+
+/* comm_handoff.c */
+PyObject *mstarpy_comm_send_outputs(PyObject *obj, PyObject *const *args, Py_ssize_t nargs,
+                                    PyObject *kwnames);
 
 /* comm_teardown.c */
 PyObject *mstarpy_comm_arena_stats(PyObject *obj, PyObject *unused);

@@ -61,7 +61,7 @@ static int sharding_from_py(PyObject *obj, mstar_sharding_config *cfg, PyObject 
 }
 
 /* Release what outputs[0..n) handed over (a failed store leaves it the caller's). */
-static void outputs_release(mstar_output *outs, size_t n)
+void mstarpy_comm_outputs_release(mstar_output *outs, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (outs[i].release)
@@ -75,8 +75,8 @@ static void outputs_release(mstar_output *outs, size_t n)
  * The walk is over a snapshot of the dict's items, appended to `hold`: a __dlpack__ runs Python
  * code that may change or clear the dict, and each output's signal name points into a key,
  * which `hold` keeps alive until the caller lets go of it after the store. */
-static int outputs_from_dict(comm_obj *self, PyObject *dict, uint32_t request, mstar_output **outs,
-                             size_t *n, size_t *cap, PyObject *keep, PyObject *hold)
+int mstarpy_comm_outputs_take(comm_obj *self, PyObject *dict, uint32_t request, mstar_output **outs,
+                              size_t *n, size_t *cap, PyObject *keep, PyObject *hold)
 {
     if (!PyDict_Check(dict)) {
         mstarpy_raise_msg(MSTAR_EINVAL, "outputs: a dict {signal: [tensors]} is required");
@@ -139,6 +139,27 @@ static int outputs_from_dict(comm_obj *self, PyObject *dict, uint32_t request, m
     return 0;
 }
 
+/* The store took the outputs that mstarpy_comm_outputs_take put in `kept` ({signal: tuple}),
+ * whose descriptors are infos[] in the same order: each mstar_c.Loan among them is marked
+ * stored. 0, or -1 with an exception (every loan is marked all the same). */
+int mstarpy_comm_loans_stored(PyObject *kept, PyObject *rid_obj, const mstar_tensor_info *infos)
+{
+    PyObject *k, *v;
+    Py_ssize_t pos = 0;
+    size_t at = 0;
+    int r = 0;
+    while (PyDict_Next(kept, &pos, &k, &v)) {
+        Py_ssize_t cnt = PyTuple_Size(v);
+        for (Py_ssize_t i = 0; i < cnt; i++, at++) {
+            PyObject *item = PyTuple_GetItem(v, i);
+            if (PyObject_TypeCheck(item, mstarpy.loan_type) &&
+                mstarpy_loan_stored(item, rid_obj, infos[at].uuid) < 0)
+                r = -1;
+        }
+    }
+    return r;
+}
+
 /* The reference's skip_cuda_sync and cpu_tensors, accepted for its callers. Neither changes what
  * the library does: it orders its own copies after the producer's stream (CUDA events) so there
  * is no default-stream sync to skip, and it makes the host copy a transport needs itself, so a
@@ -153,8 +174,8 @@ int mstarpy_comm_reference_kw(PyObject *skip_cuda_sync, PyObject *cpu_tensors)
     return 0;
 }
 
-static int params_from_kw(PyObject *node, PyObject *walk, int tp_size, int tp_rank,
-                          mstar_store_params *p)
+int mstarpy_comm_store_params(PyObject *node, PyObject *walk, int tp_size, int tp_rank,
+                              mstar_store_params *p)
 {
     p->tp_size = tp_size;
     p->tp_rank = tp_rank;
@@ -219,7 +240,7 @@ PyObject *mstarpy_comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t na
     mstar_rid rid;
     mstar_store_params params = { 0 };
     if (mstarpy_comm_rid_arg(rid_obj, &rid) < 0 ||
-        params_from_kw(node, walk, (int)tp_size, (int)tp_rank, &params) < 0)
+        mstarpy_comm_store_params(node, walk, (int)tp_size, (int)tp_rank, &params) < 0)
         return NULL;
     if (mstarpy_comm_enter(self) < 0)
         return NULL;
@@ -227,7 +248,8 @@ PyObject *mstarpy_comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t na
     size_t n = 0, cap = 0;
     mstar_tensor_info *infos = NULL;
     PyObject *result = NULL, *kept = PyDict_New(), *hold = PyList_New(0);
-    if (!kept || !hold || outputs_from_dict(self, outputs, 0, &outs, &n, &cap, kept, hold) < 0)
+    if (!kept || !hold ||
+        mstarpy_comm_outputs_take(self, outputs, 0, &outs, &n, &cap, kept, hold) < 0)
         goto fail_release;
     infos = calloc(n ? n : 1, sizeof(*infos));
     if (!infos) {
@@ -246,20 +268,16 @@ PyObject *mstarpy_comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t na
     free(outs);
     outs = NULL;
     n = 0;
-    /* {signal: [TensorPointerInfo]} in the order of the outputs; the loans are stored now. */
+    /* {signal: [TensorPointerInfo]} in the order of the outputs. */
+    int stored = mstarpy_comm_loans_stored(kept, rid_obj, infos);
     result = PyDict_New();
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     size_t at = 0;
-    int stored = 0;
     while (result && PyDict_Next(kept, &pos, &k, &v)) {
         Py_ssize_t cnt = PyTuple_Size(v);
         PyObject *list = PyList_New(cnt);
         for (Py_ssize_t i = 0; list && i < cnt; i++, at++) {
-            PyObject *item = PyTuple_GetItem(v, i);
-            if (PyObject_TypeCheck(item, mstarpy.loan_type) &&
-                mstarpy_loan_stored(item, rid_obj, infos[at].uuid) < 0)
-                stored = -1; /* stored all the same: the other loans are marked too */
             PyObject *info = mstarpy_info_to_py(&infos[at]);
             if (!info)
                 Py_CLEAR(list);
@@ -277,7 +295,7 @@ PyObject *mstarpy_comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t na
     Py_DECREF(hold);
     return mstarpy_comm_leave(self, result);
 fail_release:
-    outputs_release(outs, n);
+    mstarpy_comm_outputs_release(outs, n);
     free(outs);
     free(infos);
     Py_XDECREF(kept);
@@ -325,7 +343,7 @@ PyObject *mstarpy_comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
         mstarpy_comm_reference_kw(skip, cpu) < 0)
         return NULL;
     mstar_store_params params = { 0 };
-    if (params_from_kw(node, walk, tp_size, tp_rank, &params) < 0)
+    if (mstarpy_comm_store_params(node, walk, tp_size, tp_rank, &params) < 0)
         return NULL;
     PyObject *rids_t = PySequence_Tuple(rids_obj), *outs_t = PySequence_Tuple(outputs);
     PyObject *sigs_t = PySequence_Tuple(signals_obj);
@@ -359,9 +377,9 @@ PyObject *mstarpy_comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     if (mstarpy_comm_enter(self) < 0)
         goto out;
     for (Py_ssize_t r = 0; r < nreq; r++) {
-        if (outputs_from_dict(self, PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n, &cap, NULL,
-                              hold) < 0) {
-            outputs_release(outs, n);
+        if (mstarpy_comm_outputs_take(self, PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n,
+                                      &cap, NULL, hold) < 0) {
+            mstarpy_comm_outputs_release(outs, n);
             mstarpy_comm_leave(self, NULL);
             goto out;
         }
@@ -373,7 +391,7 @@ PyObject *mstarpy_comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
         self->comm, rids, (uint32_t)nreq, outs, (uint32_t)n, sigs, (uint32_t)nsig, &params, &so);
     PyEval_RestoreThread(ts_);
     if (st != MSTAR_OK) {
-        outputs_release(outs, n);
+        mstarpy_comm_outputs_release(outs, n);
         mstarpy_comm_fail(self, st);
         goto out;
     }

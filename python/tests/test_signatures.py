@@ -43,6 +43,8 @@ def test_signatures_name_the_parameters():
     assert list(inspect.signature(mgr.get_ready_tensors).parameters) == [
         "self", "graph_walk", "with_failures"]
     assert "sharding_config" in inspect.signature(mgr.register_request).parameters
+    assert list(inspect.signature(mgr.send_outputs).parameters) == [
+        "self", "peer", "request_id", "outputs", "next_node", "node_name", "graph_walk"]
     assert list(inspect.signature(mstar_c.fanout).parameters)[:2] == ["edge", "shard_dim"]
     assert list(inspect.signature(mstar_c.Tensor.check).parameters) == ["self"]
     assert "libmstar" in mstar_c.version.__doc__
