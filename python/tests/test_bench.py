@@ -51,25 +51,32 @@ def test_bench_transport_quick_reports_both_sides(tmp_path):
     for r in data["rows"]:
         assert r["c_rt_p50_us"] > 0 and r["py_rt_p50_us"] > 0
         assert r["c_gbps"] > 0 and r["py_gbps"] > 0
+    # At 4 KiB the reference's calls one by one are timed too, beside send_outputs.
+    assert data["rows"][0]["py_calls_rt_p50_us"] > 0 and data["rows"][0]["calls_rt_ratio"] > 0
+    assert all("py_calls_rt_p50_us" not in r for r in data["rows"][1:])
     assert [t["bar"] for t in data["targets"]] == ["<= 1.5x", ">= 0.9x"]
     assert "Python over C, transport arena" in out.stdout
+    assert "4 KiB through the reference's calls one by one" in out.stdout
 
 
 @pytest.mark.parametrize("views", [False, True])
-def test_calls_transport_times_every_call(views):
+@pytest.mark.parametrize("send_outputs", [False, True])
+def test_calls_transport_times_every_call(views, send_outputs):
     """calls_transport.py: every call of a handoff timed, each a positive median, and the sum
-    printed as their total."""
+    printed as their total; --send-outputs times the producer's one call in place of its six."""
     args = [sys.executable, os.path.join(BENCH, "calls_transport.py"), "--n", "200"]
-    out = subprocess.run(args + (["--views"] if views else []), capture_output=True, text=True,
-                         timeout=300, env=dict(os.environ))
+    args += (["--views"] if views else []) + (["--send-outputs"] if send_outputs else [])
+    out = subprocess.run(args, capture_output=True, text=True, timeout=300, env=dict(os.environ))
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[0].endswith("180 handoffs: median us per call")
     got = {line.split()[0]: float(line.split()[1]) for line in lines[1:]}
     steps = [s for s in got if s != "sum"]
-    assert steps == ["p.loan", "p.store", "p.incref", "p.register", "p.Message", "p.send",
-                     "p.cleanup", "c.recv", "c.start_read", "c.get_ready", "c.tensor", "c.deref",
-                     "c.cleanup", "p.recv_ack", "p.handle"]
+    producer = ["p.send_outputs"] if send_outputs else [
+        "p.store", "p.incref", "p.register", "p.Message", "p.send", "p.cleanup"]
+    assert steps == ["p.loan"] + producer + [
+        "c.recv", "c.start_read", "c.get_ready", "c.tensor", "c.deref", "c.cleanup",
+        "p.recv_ack", "p.handle"]
     assert all(got[s] > 0 for s in steps)
     assert abs(got["sum"] - sum(got[s] for s in steps)) < 0.05
 
