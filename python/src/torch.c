@@ -8,15 +8,15 @@
  * host the method cost 2.4 us a call and the exporter 0.35, and a store of a torch tensor inside
  * a handoff loop cost 12.3 us against 4.5 for a loan. The exporter alone was then called
  * directly, but it makes a new view of the tensor for the capsule (as_strided, with its autograd
- * bookkeeping), and on this project's CI machine (torch 1.13) that took 0.56 us of a 4 KiB
- * handoff's store, and deleting the view again more: more than the library's store, stage and
- * send together (docs/python.md, "What a handoff costs from Python"). So a plain torch.Tensor
- * that needs none of __dlpack__'s refusals (no grad, neither the conjugate nor the negative
- * bit, strided layout) on the CPU or a CUDA device is read by its attributes (data_ptr, dtype,
- * shape, stride), about 0.2 us, and the manager holds the tensor object itself until it lets go.
- * Everything else takes __dlpack__, so its errors stay torch's own: other objects, a torch
+ * bookkeeping): with torch 1.13 on the CI machine that took 0.56 us of a 4 KiB handoff's store,
+ * and deleting the view again more, above the library's store, stage and send together
+ * (docs/python.md, "Where a round trip goes"). So a plain torch.Tensor that needs none of
+ * __dlpack__'s refusals (no grad, neither the conjugate nor the negative bit, strided layout)
+ * on the CPU or a CUDA device is read by its attributes (data_ptr, dtype, shape, stride), about
+ * 0.2 us, and the manager holds the tensor's storage, as the capsule's view did, until it lets
+ * go. Everything else takes __dlpack__, so its errors stay torch's own: other objects, a torch
  * subclass (its __torch_function__ may change what __dlpack__ does), a tensor that needs a
- * refusal, a dtype or device the table below lacks.
+ * refusal, a dtype or device the table below lacks, a torch without a storage method.
  */
 #include "mstar_py.h"
 
@@ -50,11 +50,13 @@ enum {
     DATA_PTR,
     SHAPE,
     STRIDE,
+    UNTYPED_STORAGE,
+    STORAGE_113,
     NATTRS
 };
 static const char *const attr_names[NATTRS] = {
-    "requires_grad", "is_conj",    "is_neg",   "layout", "dtype",  "is_cpu",
-    "is_cuda",       "get_device", "data_ptr", "shape",  "stride",
+    "requires_grad", "is_conj",  "is_neg", "layout", "dtype",           "is_cpu",   "is_cuda",
+    "get_device",    "data_ptr", "shape",  "stride", "untyped_storage", "_storage",
 };
 
 static struct {
@@ -62,6 +64,8 @@ static struct {
     PyObject *from_dlpack, *raw_stream; /* NULL where this torch lacks them */
     PyObject *dtypes[NDTYPES];          /* NULL where this torch lacks one */
     PyObject *attrs[NATTRS];
+    int storage; /* the method giving a tensor's storage (torch 2: untyped_storage; 1.13:
+                  * _storage); NATTRS where there is none */
 } torch;
 
 static bool attrs_interned(void)
@@ -102,6 +106,10 @@ static bool torch_found(void)
         torch.dtypes[i] = PyObject_GetAttrString(mod, dtype_names[i].name);
         PyErr_Clear();
     }
+    torch.storage = NATTRS;
+    for (int m = UNTYPED_STORAGE; m <= STORAGE_113 && torch.storage == NATTRS; m++)
+        if (PyObject_HasAttr(tensor, torch.attrs[m]))
+            torch.storage = m;
     torch.tensor_type = tensor;
     torch.strided = strided;
     return true;
@@ -175,7 +183,7 @@ static bool device_get(PyObject *obj, mstar_device *out)
     return true;
 }
 
-/* The manager is done with the tensor: drop the reference it held (with the GIL, as every
+/* The manager is done with the tensor: drop the storage it held (with the GIL, as every
  * release: dlpack.c). May run on any thread. */
 static void release_object(void *ctx, void *data)
 {
@@ -192,7 +200,7 @@ int mstarpy_torch_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *
     mstar_tensor t;
     memset(&t, 0, sizeof(t));
     if (!torch_found() || (PyObject *)Py_TYPE(obj) != torch.tensor_type ||
-        !attr_is(obj, REQUIRES_GRAD, false, Py_False) ||
+        torch.storage == NATTRS || !attr_is(obj, REQUIRES_GRAD, false, Py_False) ||
         !attr_is(obj, LAYOUT, false, torch.strided) || !dtype_get(obj, &t.dtype))
         return 0;
     /* torch sets the conjugate bit on complex tensors only (conj() of a real one is itself). */
@@ -216,9 +224,14 @@ int mstarpy_torch_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *
         mstarpy_raise(st);
         return -1;
     }
+    /* The storage, not the tensor object: the object may be pointed at other memory later
+     * (set_(), `.data =`) while the manager still reads this. */
+    PyObject *storage = attr_get(obj, torch.storage, true);
+    if (!storage)
+        return 0;
     *out = t;
     *release = release_object;
-    *ctx = Py_NewRef(obj);
+    *ctx = storage;
     return 1;
 }
 

@@ -261,18 +261,27 @@ def test_cuda_tensors_in_and_out(shm_dir, transport):
         assert prod.num_tensors == 0
 
 
-def test_plain_torch_tensor_held_until_the_manager_lets_go(make):
-    """A plain tensor is taken by its attributes: the manager holds the torch object itself
-    (no DLPack capsule, no view of it made by torch's exporter) and drops it when it lets go."""
+def test_plain_torch_tensor_storage_held_until_the_manager_lets_go(make):
+    """A plain tensor is taken by its attributes, and the manager holds its storage (as a
+    DLPack capsule's view did), not the tensor object: pointing the tensor at other memory
+    (set_, as `.data =` does) or dropping it leaves what was stored readable. 64 MiB: glibc
+    maps a block that large and unmaps it when freed, so a read of freed memory would fault."""
     mgr = make("worker_0", "local")
-    t = torch.arange(100, dtype=torch.float64)
+    t = torch.full((16 << 20,), 3.0)
     before = sys.getrefcount(t)
     infos = mgr.store_and_return_tensor_info(1, {"x": [t]})["x"]
-    assert sys.getrefcount(t) == before + 1
-    assert infos[0].dims == (100,) and infos[0].dtype == "float64"
+    assert sys.getrefcount(t) == before  # the object itself is not held
+    assert infos[0].dims == (16 << 20,) and infos[0].dtype == "float32"
     mgr.increment_ref(infos[0].uuid)
-    mgr.dereference(infos[0].uuid)  # the last reference: freed, the object dropped
-    assert mgr.num_tensors == 0 and sys.getrefcount(t) == before
+    t.set_(torch.zeros(4))
+    del t
+    gc.collect()
+    view = mgr.get_tensor(1, infos[0].uuid)  # local: the producer's own memory
+    got = torch.from_dlpack(view)
+    assert got.shape == (16 << 20,) and bool((got[:: 1 << 16] == 3.0).all())
+    del got, view
+    mgr.dereference(infos[0].uuid)  # the last reference: freed, the storage dropped
+    assert mgr.num_tensors == 0
 
 
 @pytest.mark.parametrize("case", ["bool", "scalar", "empty", "strided", "offset", "float16"])

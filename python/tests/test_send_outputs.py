@@ -3,6 +3,7 @@ clean up), through a Mesh and through a Python callable, with loans, and every w
 leaving nothing behind: no tensor held, the caller's tensors given back, nothing sent."""
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -57,16 +58,18 @@ def test_outputs_reach_the_peer_and_go_with_its_ack(meshes, make, transport):
 
 
 def test_the_tensors_are_held_until_the_ack(meshes, make):
-    """The producer's tensor object is held (not copied) until the ACK frees it."""
+    """The producer's tensor is held (not copied) until the ACK frees it: a NumPy array shows
+    the hold as one reference on the array."""
     m0, m1 = meshes
     prod, cons = make("worker_0", "arena", send=m0), make("worker_1", "arena", send=m1)
-    t = torch.arange(64, dtype=torch.float32)
-    before = sys.getrefcount(t)
-    prod.send_outputs("worker_1", 1, {"x": [t]}, "n")
-    assert sys.getrefcount(t) == before + 1
-    _consume(cons, m1.recv(timeout_ms=5000))
+    a = np.arange(64, dtype=np.float32)
+    before = sys.getrefcount(a)
+    prod.send_outputs("worker_1", 1, {"x": [a]}, "n")
+    assert sys.getrefcount(a) == before + 1
+    got = _consume(cons, m1.recv(timeout_ms=5000))
+    assert torch.equal(got["x"][0], torch.from_numpy(a))
     prod.handle_message(m0.recv(timeout_ms=5000))
-    assert prod.num_tensors == 0 and sys.getrefcount(t) == before
+    assert prod.num_tensors == 0 and sys.getrefcount(a) == before
 
 
 def test_a_callable_sender_gets_the_message_and_the_ledger_knows(make):
