@@ -5,7 +5,7 @@
  * From Python the handoff is five or six calls (store, increment_ref, register_for_send, a
  * Message of GraphEdges, Mesh.send, cleanup_request), and each builds Python objects the next
  * one takes apart again: descriptors, edges, a message. Those calls cost a 4 KiB handoff more
- * than the library's own work does (docs/python.md, "What a handoff costs from Python"). Here the
+ * than the library's own work does (docs/python.md, "A handoff in one call"). Here the
  * same library calls run in the same order as a C producer makes them (the bench's producer,
  * apps/mstar/bench/bench_transport.c), with the GIL released once for all of them and nothing
  * built in Python on the way.
@@ -162,8 +162,14 @@ PyObject *mstarpy_comm_send_outputs(PyObject *obj, PyObject *const *args, Py_ssi
         return mstarpy_comm_leave(
             self, mstarpy_raise_msg(MSTAR_ESTATE, "send_outputs: the manager has no sender: "
                                                   "create it with send=Mesh or a callable"));
-    handoff h = { self->comm, self->send, self->send_ctx, !self->uses_mesh, &rid, NULL,
-                  0,          &params,    peer,           next_node,        NULL, false };
+    handoff h = { .comm = self->comm,
+                  .send = self->send,
+                  .send_ctx = self->send_ctx,
+                  .note = !self->uses_mesh,
+                  .rid = &rid,
+                  .params = &params,
+                  .peer = peer,
+                  .next_node = next_node };
     mstar_output *outs = NULL;
     size_t cap = 0;
     PyObject *r = NULL, *kept = PyDict_New(), *hold = PyList_New(0);
