@@ -266,7 +266,7 @@ int mstarpy_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *releas
 /* ---- torch (torch.c): found in sys.modules, never imported by the package ------------------- */
 
 /* A plain torch tensor (exactly torch.Tensor, no grad, neither conjugate nor negative bit,
- * strided, a known dtype, on the CPU or a CUDA device) into `out`, its object held until the
+ * strided, a known dtype, on the CPU or a CUDA device) into `out`, its storage held until the
  * manager runs `release`: 1. Anything else: 0, nothing held (the caller takes it through
  * __dlpack__). -1 with an exception for a tensor the library refuses. */
 int mstarpy_torch_tensor_in(PyObject *obj, mstar_tensor *out, mstar_release_fn *release,
