@@ -139,16 +139,18 @@ PyObject *mstarpy_comm_send_outputs(PyObject *obj, PyObject *const *args, Py_ssi
     PyObject *a[6];
     if (mstarpy_parse(&p, args, nargs, kwnames, a) < 0)
         return NULL;
-    const char *peer = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8AndSize(a[0], NULL) : NULL;
-    const char *next_node = PyUnicode_Check(a[3]) ? PyUnicode_AsUTF8AndSize(a[3], NULL) : NULL;
+    Py_ssize_t peer_len = 0, node_len = 0;
+    const char *peer = PyUnicode_Check(a[0]) ? PyUnicode_AsUTF8AndSize(a[0], &peer_len) : NULL;
+    const char *next_node = PyUnicode_Check(a[3]) ? PyUnicode_AsUTF8AndSize(a[3], &node_len) : NULL;
     if (!peer || !next_node) {
         PyErr_Clear();
         return mstarpy_raise_msg(MSTAR_EINVAL, "send_outputs: peer and next_node are names (str)");
     }
-    /* Checked before anything is stored (the mesh and the wire would refuse them after). */
-    mstar_status st = mstar_name_validate(peer, strlen(peer), "send_outputs: peer");
+    /* Checked before anything is stored (the mesh and the wire would refuse them after), whole:
+     * a NUL inside is refused, not read as the end. */
+    mstar_status st = mstar_name_validate(peer, (size_t)peer_len, "send_outputs: peer");
     if (st == MSTAR_OK)
-        st = mstar_name_validate(next_node, strlen(next_node), "send_outputs: next_node");
+        st = mstar_name_validate(next_node, (size_t)node_len, "send_outputs: next_node");
     if (st != MSTAR_OK)
         return mstarpy_raise(st);
     mstar_rid rid;

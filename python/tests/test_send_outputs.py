@@ -117,6 +117,8 @@ def test_bad_arguments_store_nothing(make):
         prod.send_outputs("bad peer!", 1, {"x": [t]}, "n")
     with pytest.raises(mstar_c.InvalidArgumentError, match="next_node"):
         prod.send_outputs("worker_1", 1, {"x": [t]}, "x" * 256)
+    with pytest.raises(mstar_c.InvalidArgumentError, match="peer"):
+        prod.send_outputs("worker_1\0worker_2", 1, {"x": [t]}, "n")  # not read as "worker_1"
     with pytest.raises(mstar_c.InvalidArgumentError):
         prod.send_outputs("worker_1", 1, {"bad signal!": [t]}, "n")  # the store refuses it
     with pytest.raises(TypeError):
