@@ -306,7 +306,8 @@ struct mstar_mesh {
     _Atomic uint64_t spin_breaks; /* bumped by other threads to end a spin (spin_break.h) */
     uint64_t spin_breaks_seen;    /* the count the last spin ended at */
     bool rings_first;             /* alternates, so neither the rings nor ZeroMQ starve the other */
-    bool zmq_ready; /* the ZeroMQ inbox may hold a message (false: it said EAGAIN since) */
+    bool zmq_ready;        /* the ZeroMQ inbox may hold a message (false: it said EAGAIN since) */
+    uint64_t zmq_asked_ns; /* when a look that does not wait last asked ZMQ_EVENTS (recv.c) */
     bool wake_edge; /* a harvest saw the wake eventfd written: look before sleeping (recv.c) */
     mstar_mesh_sent_fn sent_hook;
     void *sent_ctx;
