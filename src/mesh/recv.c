@@ -125,6 +125,18 @@ static bool confirm_inbox(mstar_mesh *mesh)
     return true;
 }
 
+/* confirm_inbox for a look that does not wait: at most once every CONFIRM_EVERY_NS. */
+static void confirm_inbox_now_and_then(mstar_mesh *mesh)
+{
+    if (mesh->zmq_ready)
+        return; /* no clock read: it is asked at the next take anyway */
+    uint64_t now = mstar__now_ns();
+    if (now - mesh->zmq_asked_ns < CONFIRM_EVERY_NS)
+        return;
+    mesh->zmq_asked_ns = now;
+    (void)confirm_inbox(mesh);
+}
+
 /* Take what the epoll set holds, waiting up to wait_ms (0: not at all, -1: for ever): note the
  * inbox readable (zmq_ready), a wake (*woken, and wake_edge until it is seen drained), and clear
  * the edges of the rings' eventfds. Returns whether the bell is readable. A look that does not
@@ -154,13 +166,8 @@ static bool harvest(mstar_mesh *mesh, long wait_ms, bool *woken)
                 mesh->wake_edge = *woken = true;
         }
         if (n < HARVEST_MAX) {
-            if (wait_ms == 0 && !mesh->zmq_ready) { /* a wait asked before it slept */
-                uint64_t now = mstar__now_ns();
-                if (now - mesh->zmq_asked_ns >= CONFIRM_EVERY_NS) {
-                    mesh->zmq_asked_ns = now;
-                    (void)confirm_inbox(mesh);
-                }
-            }
+            if (wait_ms == 0) /* a wait asked before it slept */
+                confirm_inbox_now_and_then(mesh);
             return bell;
         }
         timeout = 0; /* more are ready: take them too, so that none is left to wake a poll */
