@@ -80,6 +80,36 @@ static void clear_vals(msg_obj *self)
     self->same = 0;
 }
 
+/* The structs of received messages, kept for the next ones (with the GIL). A handoff receives
+ * two messages, its signal and its ACK, and an mstar_msg (1.2 KiB) is past the blocks glibc
+ * serves from its per-thread cache: each malloc and free of one went through the arena's bins,
+ * on the round trip's path (docs/python.md, "Where a round trip goes"). */
+#define SPARE_STRUCTS 4
+static mstar_msg *spare_structs[SPARE_STRUCTS];
+static int nspare_structs;
+static bool spares_closed; /* the module is gone: structs are freed, not kept */
+
+static mstar_msg *struct_get(void)
+{
+    return nspare_structs > 0 ? spare_structs[--nspare_structs] : malloc(sizeof(mstar_msg));
+}
+
+/* Keep or free a struct the caller cleared (NULL: nothing). */
+static void struct_put(mstar_msg *m)
+{
+    if (m && !spares_closed && nspare_structs < SPARE_STRUCTS)
+        spare_structs[nspare_structs++] = m;
+    else
+        free(m);
+}
+
+void mstarpy_msg_spares_free(void)
+{
+    while (nspare_structs > 0)
+        free(spare_structs[--nspare_structs]);
+    spares_closed = true;
+}
+
 /* Keep `v` (borrowed) as field i, as written: it is converted when the message is used. */
 static void store(msg_obj *self, int i, PyObject *v)
 {
@@ -168,7 +198,7 @@ static void msg_dealloc(PyObject *obj)
     clear_vals(self);
     if (self->m) {
         mstar_msg_clear(self->m);
-        free(self->m);
+        struct_put(self->m);
     }
     mstarpy_gc_free(obj);
 }
@@ -177,11 +207,11 @@ static void msg_dealloc(PyObject *obj)
 
 PyObject *mstarpy_msg_new(mstar_msg *m)
 {
-    mstar_msg *own = malloc(sizeof(*own));
+    mstar_msg *own = struct_get();
     msg_obj *self = own ? (msg_obj *)PyType_GenericAlloc((PyTypeObject *)mstarpy.msg_cls, 0)
                         : (msg_obj *)PyErr_NoMemory();
     if (!self) {
-        free(own);
+        struct_put(own);
         mstar_msg_clear(m);
         return NULL;
     }

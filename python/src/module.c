@@ -273,6 +273,12 @@ static PyMethodDef module_methods[] = {
     { NULL, NULL, 0, NULL },
 };
 
+static void module_free(void *unused)
+{
+    (void)unused;
+    mstarpy_msg_spares_free();
+}
+
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     "_mstar",
@@ -282,7 +288,7 @@ static struct PyModuleDef module_def = {
     NULL,
     NULL,
     NULL,
-    NULL,
+    module_free,
 };
 
 PyMODINIT_FUNC PyInit__mstar(void)

@@ -230,6 +230,8 @@ int mstarpy_msg_bind(PyObject *cls);
 /* A new Message that takes over *msg (left empty, also on failure); no field is built as a
  * Python value until read. */
 PyObject *mstarpy_msg_new(mstar_msg *msg);
+/* Free the received messages' spare structs (the module is unloading). */
+void mstarpy_msg_spares_free(void);
 /* _mstar._message_has_struct(msg) (tests): whether msg keeps a library struct. */
 PyObject *mstarpy_msg_has_struct(PyObject *unused, PyObject *obj);
 /* _mstar._message_built(msg) (tests): the names of the fields msg holds as Python values. */

@@ -116,6 +116,22 @@ def test_a_received_message_builds_fields_only_when_read(meshes):
     assert not _mstar._message_has_struct(Message())
 
 
+def test_received_messages_alive_together_keep_structs_of_their_own(meshes):
+    """The extension reuses the structs of received messages that are gone: ten alive at once,
+    freed in a shuffled order and received again, each keeps its own fields."""
+    a, b = meshes
+    for turn in range(3):
+        for i in range(10):
+            a.send("worker_1", Message("ABORT_REQUEST", request_id=100 * turn + i, text="t%d" % i))
+        got = [b.recv(timeout_ms=5000) for _ in range(10)]
+        assert [(m.request_id, m.text) for m in got] == \
+            [(100 * turn + i, "t%d" % i) for i in range(10)]
+        for i in (3, 7, 0, 9, 1):  # gone out of order: their structs go to the spares
+            got[i] = None
+        assert [(m.request_id, m.text) for m in got if m is not None] == \
+            [(100 * turn + i, "t%d" % i) for i in (2, 4, 5, 6, 8)]
+
+
 def test_forwarded_as_it_came_it_goes_from_its_struct(meshes):
     a, b = meshes
     got = _received(meshes)
