@@ -172,19 +172,15 @@ PyObject *mstarpy_comm_send_outputs(PyObject *obj, PyObject *const *args, Py_ssi
                   .params = &params,
                   .peer = peer,
                   .next_node = next_node };
-    mstar_output *outs = NULL;
-    size_t cap = 0;
+    mstarpy_outputs outs;
+    mstarpy_outputs_init(&outs);
+    mstar_tensor_info inline_infos[MSTARPY_OUTPUTS_INLINE];
     PyObject *r = NULL, *kept = PyDict_New(), *hold = PyList_New(0);
-    if (!kept || !hold ||
-        mstarpy_comm_outputs_take(self, a[2], 0, &outs, &h.n, &cap, kept, hold) < 0 ||
-        signals_have_tensors(kept) < 0)
+    if (!kept || !hold || mstarpy_comm_outputs_take(self, a[2], 0, &outs, kept, hold) < 0 ||
+        signals_have_tensors(kept) < 0 || !(h.infos = mstarpy_infos_for(outs.n, inline_infos)))
         goto out;
-    h.outs = outs;
-    h.infos = malloc(h.n * sizeof(*h.infos));
-    if (!h.infos) {
-        PyErr_NoMemory();
-        goto out;
-    }
+    h.outs = outs.v;
+    h.n = outs.n;
     PyThreadState *ts_ = PyEval_SaveThread();
     st = hand_off(&h);
     PyEval_RestoreThread(ts_);
@@ -195,9 +191,10 @@ PyObject *mstarpy_comm_send_outputs(PyObject *obj, PyObject *const *args, Py_ssi
         r = Py_NewRef(Py_None);
 out:
     if (!h.stored)
-        mstarpy_comm_outputs_release(outs, h.n); /* a failed store leaves them ours */
-    free(outs);
-    free(h.infos);
+        mstarpy_comm_outputs_release(&outs); /* a failed store leaves them ours */
+    mstarpy_outputs_free(&outs);
+    if (h.infos)
+        mstarpy_infos_free(h.infos, inline_infos);
     Py_XDECREF(kept);
     Py_XDECREF(hold);
     return mstarpy_comm_leave(self, r);

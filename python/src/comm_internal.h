@@ -41,9 +41,27 @@ int mstarpy_comm_rid_arg(PyObject *obj, mstar_rid *rid);
 int mstarpy_comm_uuid_arg(PyObject *obj, mstar_tensor_id *uuid);
 
 /* comm_store.c */
-int mstarpy_comm_outputs_take(comm_obj *self, PyObject *dict, uint32_t request, mstar_output **outs,
-                              size_t *n, size_t *cap, PyObject *keep, PyObject *hold);
-void mstarpy_comm_outputs_release(mstar_output *outs, size_t n);
+/* The outputs one call stores: a handoff's few in the struct itself, more on the heap. An array
+ * on the heap of the first eight (3 KiB), and the descriptors the store returns (2.7 KiB each),
+ * are past the blocks glibc serves from its per-thread cache: their malloc and free went through
+ * the arena's bins on every handoff. Made by mstarpy_outputs_init, not copied after. */
+#define MSTARPY_OUTPUTS_INLINE 4
+typedef struct mstarpy_outputs {
+    mstar_output *v; /* inline_v, or the heap once more are taken */
+    size_t n, cap;
+    mstar_output inline_v[MSTARPY_OUTPUTS_INLINE];
+} mstarpy_outputs;
+void mstarpy_outputs_init(mstarpy_outputs *o);
+/* Free the array (what the outputs hold is mstarpy_comm_outputs_release's). */
+void mstarpy_outputs_free(mstarpy_outputs *o);
+/* Descriptors for n outputs: `inline_infos` (MSTARPY_OUTPUTS_INLINE of them) when they fit, else
+ * a new zeroed array; NULL with MemoryError. */
+mstar_tensor_info *mstarpy_infos_for(size_t n, mstar_tensor_info *inline_infos);
+void mstarpy_infos_free(mstar_tensor_info *infos, const mstar_tensor_info *inline_infos);
+
+int mstarpy_comm_outputs_take(comm_obj *self, PyObject *dict, uint32_t request,
+                              mstarpy_outputs *outs, PyObject *keep, PyObject *hold);
+void mstarpy_comm_outputs_release(mstarpy_outputs *outs);
 int mstarpy_comm_loans_stored(PyObject *kept, PyObject *rid_obj, const mstar_tensor_info *infos);
 int mstarpy_comm_store_params(PyObject *node, PyObject *walk, int tp_size, int tp_rank,
                               mstar_store_params *p);

@@ -61,11 +61,60 @@ static int sharding_from_py(PyObject *obj, mstar_sharding_config *cfg, PyObject 
 }
 
 /* Release what outputs[0..n) handed over (a failed store leaves it the caller's). */
-void mstarpy_comm_outputs_release(mstar_output *outs, size_t n)
+void mstarpy_outputs_init(mstarpy_outputs *o)
 {
-    for (size_t i = 0; i < n; i++)
-        if (outs[i].release)
-            outs[i].release(outs[i].release_ctx, outs[i].tensor.data);
+    o->v = o->inline_v;
+    o->n = 0;
+    o->cap = MSTARPY_OUTPUTS_INLINE;
+}
+
+void mstarpy_outputs_free(mstarpy_outputs *o)
+{
+    if (o->v != o->inline_v)
+        free(o->v);
+    mstarpy_outputs_init(o);
+}
+
+/* Room for one more output; -1 with MemoryError. */
+static int outputs_grow(mstarpy_outputs *o)
+{
+    if (o->n < o->cap)
+        return 0;
+    size_t nc = 2 * o->cap;
+    bool heap = o->v != o->inline_v;
+    mstar_output *nv = heap ? realloc(o->v, nc * sizeof(*nv)) : malloc(nc * sizeof(*nv));
+    if (!nv) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!heap)
+        memcpy(nv, o->inline_v, o->n * sizeof(*nv));
+    o->v = nv;
+    o->cap = nc;
+    return 0;
+}
+
+mstar_tensor_info *mstarpy_infos_for(size_t n, mstar_tensor_info *inline_infos)
+{
+    if (n <= MSTARPY_OUTPUTS_INLINE)
+        return inline_infos;
+    mstar_tensor_info *v = calloc(n, sizeof(*v));
+    if (!v)
+        PyErr_NoMemory();
+    return v;
+}
+
+void mstarpy_infos_free(mstar_tensor_info *infos, const mstar_tensor_info *inline_infos)
+{
+    if (infos != inline_infos)
+        free(infos);
+}
+
+void mstarpy_comm_outputs_release(mstarpy_outputs *outs)
+{
+    for (size_t i = 0; i < outs->n; i++)
+        if (outs->v[i].release)
+            outs->v[i].release(outs->v[i].release_ctx, outs->v[i].tensor.data);
 }
 
 /* Take every tensor of {signal: [tensors]} into outs (appending at *n): an mstar_c.Loan of this
@@ -75,8 +124,8 @@ void mstarpy_comm_outputs_release(mstar_output *outs, size_t n)
  * The walk is over a snapshot of the dict's items, appended to `hold`: a __dlpack__ runs Python
  * code that may change or clear the dict, and each output's signal name points into a key,
  * which `hold` keeps alive until the caller lets go of it after the store. */
-int mstarpy_comm_outputs_take(comm_obj *self, PyObject *dict, uint32_t request, mstar_output **outs,
-                              size_t *n, size_t *cap, PyObject *keep, PyObject *hold)
+int mstarpy_comm_outputs_take(comm_obj *self, PyObject *dict, uint32_t request,
+                              mstarpy_outputs *outs, PyObject *keep, PyObject *hold)
 {
     if (!PyDict_Check(dict)) {
         mstarpy_raise_msg(MSTAR_EINVAL, "outputs: a dict {signal: [tensors]} is required");
@@ -99,18 +148,11 @@ int mstarpy_comm_outputs_take(comm_obj *self, PyObject *dict, uint32_t request, 
             return -1;
         }
         for (Py_ssize_t i = 0; i < PyTuple_Size(fast); i++) {
-            if (*n == *cap) {
-                size_t nc = *cap ? 2 * *cap : 8;
-                mstar_output *no = realloc(*outs, nc * sizeof(mstar_output));
-                if (!no) {
-                    Py_DECREF(fast);
-                    PyErr_NoMemory();
-                    return -1;
-                }
-                *outs = no;
-                *cap = nc;
+            if (outputs_grow(outs) < 0) {
+                Py_DECREF(fast);
+                return -1;
             }
-            mstar_output *o = &(*outs)[*n];
+            mstar_output *o = &outs->v[outs->n];
             memset(o, 0, sizeof(*o));
             o->request = request;
             o->signal = sig; /* lives as long as the key, which `hold` keeps */
@@ -125,14 +167,14 @@ int mstarpy_comm_outputs_take(comm_obj *self, PyObject *dict, uint32_t request, 
                 Py_DECREF(fast);
                 return -1;
             }
-            (*n)++;
+            outs->n++;
         }
         int kept = keep ? PyDict_SetItem(keep, k, fast) : 0;
         Py_DECREF(fast);
         if (kept < 0)
             return -1;
     }
-    if (*n > UINT32_MAX) {
+    if (outs->n > UINT32_MAX) {
         mstarpy_raise_msg(MSTAR_EINVAL, "outputs: too many tensors");
         return -1;
     }
@@ -244,30 +286,23 @@ PyObject *mstarpy_comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t na
         return NULL;
     if (mstarpy_comm_enter(self) < 0)
         return NULL;
-    mstar_output *outs = NULL;
-    size_t n = 0, cap = 0;
-    mstar_tensor_info *infos = NULL;
+    mstarpy_outputs outs;
+    mstarpy_outputs_init(&outs);
+    mstar_tensor_info inline_infos[MSTARPY_OUTPUTS_INLINE], *infos = NULL;
     PyObject *result = NULL, *kept = PyDict_New(), *hold = PyList_New(0);
-    if (!kept || !hold ||
-        mstarpy_comm_outputs_take(self, outputs, 0, &outs, &n, &cap, kept, hold) < 0)
+    if (!kept || !hold || mstarpy_comm_outputs_take(self, outputs, 0, &outs, kept, hold) < 0 ||
+        !(infos = mstarpy_infos_for(outs.n, inline_infos)))
         goto fail_release;
-    infos = calloc(n ? n : 1, sizeof(*infos));
-    if (!infos) {
-        PyErr_NoMemory();
-        goto fail_release;
-    }
     mstar_status st;
     PyThreadState *ts_ = PyEval_SaveThread();
-    st = mstar_comm_store_and_return_tensor_info(self->comm, &rid, outs, (uint32_t)n, &params,
-                                                 infos);
+    st = mstar_comm_store_and_return_tensor_info(self->comm, &rid, outs.v, (uint32_t)outs.n,
+                                                 &params, infos);
     PyEval_RestoreThread(ts_);
     if (st != MSTAR_OK) {
         mstarpy_raise(st);
         goto fail_release;
     }
-    free(outs);
-    outs = NULL;
-    n = 0;
+    mstarpy_outputs_free(&outs); /* the store took them: nothing to release */
     /* {signal: [TensorPointerInfo]} in the order of the outputs. */
     int stored = mstarpy_comm_loans_stored(kept, rid_obj, infos);
     result = PyDict_New();
@@ -290,14 +325,15 @@ PyObject *mstarpy_comm_store(PyObject *obj, PyObject *const *args, Py_ssize_t na
     }
     if (stored < 0)
         Py_CLEAR(result);
-    free(infos);
+    mstarpy_infos_free(infos, inline_infos);
     Py_DECREF(kept);
     Py_DECREF(hold);
     return mstarpy_comm_leave(self, result);
 fail_release:
-    mstarpy_comm_outputs_release(outs, n);
-    free(outs);
-    free(infos);
+    mstarpy_comm_outputs_release(&outs);
+    mstarpy_outputs_free(&outs);
+    if (infos)
+        mstarpy_infos_free(infos, inline_infos);
     Py_XDECREF(kept);
     Py_XDECREF(hold);
     return mstarpy_comm_leave(self, NULL);
@@ -349,8 +385,8 @@ PyObject *mstarpy_comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     PyObject *sigs_t = PySequence_Tuple(signals_obj);
     mstar_rid *rids = NULL;
     const char **sigs = NULL;
-    mstar_output *outs = NULL;
-    size_t n = 0, cap = 0;
+    mstarpy_outputs outs;
+    mstarpy_outputs_init(&outs);
     PyObject *result = NULL, *hold = PyList_New(0);
     if (!rids_t || !outs_t || !sigs_t || !hold)
         goto out;
@@ -377,9 +413,9 @@ PyObject *mstarpy_comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     if (mstarpy_comm_enter(self) < 0)
         goto out;
     for (Py_ssize_t r = 0; r < nreq; r++) {
-        if (mstarpy_comm_outputs_take(self, PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, &n,
-                                      &cap, NULL, hold) < 0) {
-            mstarpy_comm_outputs_release(outs, n);
+        if (mstarpy_comm_outputs_take(self, PyTuple_GetItem(outs_t, r), (uint32_t)r, &outs, NULL,
+                                      hold) < 0) {
+            mstarpy_comm_outputs_release(&outs);
             mstarpy_comm_leave(self, NULL);
             goto out;
         }
@@ -387,18 +423,19 @@ PyObject *mstarpy_comm_store_batch(PyObject *obj, PyObject *args, PyObject *kw)
     mstar_stored_outputs so;
     mstar_status st;
     PyThreadState *ts_ = PyEval_SaveThread();
-    st = mstar_comm_store_and_return_tensor_info_batch(
-        self->comm, rids, (uint32_t)nreq, outs, (uint32_t)n, sigs, (uint32_t)nsig, &params, &so);
+    st = mstar_comm_store_and_return_tensor_info_batch(self->comm, rids, (uint32_t)nreq, outs.v,
+                                                       (uint32_t)outs.n, sigs, (uint32_t)nsig,
+                                                       &params, &so);
     PyEval_RestoreThread(ts_);
     if (st != MSTAR_OK) {
-        mstarpy_comm_outputs_release(outs, n);
+        mstarpy_comm_outputs_release(&outs);
         mstarpy_comm_fail(self, st);
         goto out;
     }
     result = mstarpy_comm_leave(self, stored_to_py(&so, (uint32_t)nreq, (uint32_t)nsig));
     mstar_stored_outputs_clear(&so);
 out:
-    free(outs);
+    mstarpy_outputs_free(&outs);
     free(rids);
     free(sigs);
     Py_XDECREF(rids_t);

@@ -57,6 +57,24 @@ def test_outputs_reach_the_peer_and_go_with_its_ack(meshes, make, transport):
     assert prod.num_tensors == 0
 
 
+@pytest.mark.parametrize("count", [4, 5, 9, 17])
+def test_more_outputs_than_a_call_holds_inline(meshes, make, count):
+    """A call keeps its first four outputs and descriptors in place and the rest on the heap
+    (mstarpy_outputs): each count across those bounds reaches the peer whole, in order."""
+    m0, m1 = meshes
+    prod, cons = make("worker_0", "arena", send=m0), make("worker_1", "arena", send=m1)
+    xs = [torch.full((i + 1,), i, dtype=torch.int32) for i in range(count)]
+    prod.send_outputs("worker_1", 1, {"a": xs[: count // 2], "b": xs[count // 2:]}, "n")
+    got = _consume(cons, m1.recv(timeout_ms=5000))
+    assert [t.tolist() for t in got["a"] + got.get("b", [])] == [t.tolist() for t in xs]
+    prod.handle_message(m0.recv(timeout_ms=5000))
+    infos = prod.store_and_return_tensor_info(2, {"c": xs})["c"]
+    assert [mstar_c.to_torch(prod.get_tensor(2, i.uuid)).tolist() for i in infos] == \
+        [t.tolist() for t in xs]
+    prod.cleanup_request(2)
+    assert prod.num_tensors == 0
+
+
 def test_the_tensors_are_held_until_the_ack(meshes, make):
     """The producer's tensor is held (not copied) until the ACK frees it: a NumPy array shows
     the hold as one reference on the array."""
