@@ -2,6 +2,7 @@
 clean up), through a Mesh and through a Python callable, with loans, and every way it can fail
 leaving nothing behind: no tensor held, the caller's tensors given back, nothing sent."""
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -180,3 +181,30 @@ def test_a_failed_send_drops_the_request(meshes, make, monkeypatch, fault):
     if fault == "staging":
         prod.send_outputs("worker_1", 1, {"x": [torch.ones(16)]}, "n")
         assert prod.num_tensors == 1 and m1.recv(timeout_ms=5000).type == "INPUT_SIGNALS"
+
+
+def test_a_ring_that_stays_full_fails_the_handoff_after_its_patience(tmp_path, make, monkeypatch):
+    """A consumer that never receives: the handoffs fill the ring to it, and the next one waits
+    out the library's patience (5 s, mstar_comm_send_via_mesh) and raises TryAgainError with
+    nothing of its own held or sent. The ones before it are held and reach the consumer once it
+    drains its ring, in order."""
+    monkeypatch.setenv("MSTAR_RING_BYTES", "65536")  # read when the ring is made: a small one
+    with mstar_c.Mesh("worker_0", ipc_dir=str(tmp_path)) as m0, \
+         mstar_c.Mesh("worker_1", ipc_dir=str(tmp_path)) as m1:
+        m0.send("worker_1", mstar_c.Message("HELLO"))
+        m1.send("worker_0", mstar_c.Message("HELLO"))
+        assert m1.recv(timeout_ms=5000).type == "HELLO" and m0.recv(timeout_ms=5000).type == "HELLO"
+        prod = make("worker_0", "arena", send=m0)
+        sent = 0
+        with pytest.raises(mstar_c.TryAgainError, match="full"):
+            while sent < 100000:
+                prod.send_outputs("worker_1", sent + 1, {"x": [torch.ones(4)]}, "n")
+                sent += 1
+                waited = time.monotonic()  # from the last handoff that went through
+        assert time.monotonic() - waited >= 4.9  # the patience ran out; no early give-up
+        assert 0 < sent < 100000 and prod.num_tensors == sent  # the failed one holds nothing
+        got = []
+        while (msg := m1.recv(timeout_ms=0)) is not None:
+            got.append(msg.request_id)
+        assert got == list(range(1, sent + 1))
+        prod.close()  # before its mesh
