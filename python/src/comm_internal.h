@@ -44,7 +44,8 @@ int mstarpy_comm_uuid_arg(PyObject *obj, mstar_tensor_id *uuid);
 /* The outputs one call stores: a handoff's few in the struct itself, more on the heap. An array
  * on the heap of the first eight (3 KiB), and the descriptors the store returns (2.7 KiB each),
  * are past the blocks glibc serves from its per-thread cache: their malloc and free went through
- * the arena's bins on every handoff. Made by mstarpy_outputs_init, not copied after. */
+ * the arena's bins on every handoff. The inline outputs and descriptors take 12 KiB of the
+ * caller's stack. Made by mstarpy_outputs_init, not copied after. */
 #define MSTARPY_OUTPUTS_INLINE 4
 typedef struct mstarpy_outputs {
     mstar_output *v; /* inline_v, or the heap once more are taken */

@@ -60,7 +60,6 @@ static int sharding_from_py(PyObject *obj, mstar_sharding_config *cfg, PyObject 
     return 0;
 }
 
-/* Release what outputs[0..n) handed over (a failed store leaves it the caller's). */
 void mstarpy_outputs_init(mstarpy_outputs *o)
 {
     o->v = o->inline_v;
@@ -110,6 +109,7 @@ void mstarpy_infos_free(mstar_tensor_info *infos, const mstar_tensor_info *inlin
         free(infos);
 }
 
+/* Release what the outputs handed over (a failed store leaves it the caller's). */
 void mstarpy_comm_outputs_release(mstarpy_outputs *outs)
 {
     for (size_t i = 0; i < outs->n; i++)
@@ -117,9 +117,9 @@ void mstarpy_comm_outputs_release(mstarpy_outputs *outs)
             outs->v[i].release(outs->v[i].release_ctx, outs->v[i].tensor.data);
 }
 
-/* Take every tensor of {signal: [tensors]} into outs (appending at *n): an mstar_c.Loan of this
+/* Take every tensor of {signal: [tensors]} into outs (appended): an mstar_c.Loan of this
  * manager as a loan when `keep` is given (the single form; the batch form refuses loans), else
- * through DLPack. `keep` (optional) receives {signal: tuple of the tensors}.
+ * as mstarpy_tensor_in takes it. `keep` (optional) receives {signal: tuple of the tensors}.
  *
  * The walk is over a snapshot of the dict's items, appended to `hold`: a __dlpack__ runs Python
  * code that may change or clear the dict, and each output's signal name points into a key,
