@@ -16,26 +16,12 @@
  * 0.2 us, and the manager holds the tensor's storage, as the capsule's view did, until it lets
  * go. Everything else takes __dlpack__, so its errors stay torch's own: other objects, a torch
  * subclass (its __torch_function__ may change what __dlpack__ does), a tensor that needs a
- * refusal, a dtype or device the table below lacks, a torch without a storage method.
+ * refusal, a dtype DLPack does not carry, a device other than the CPU or CUDA, a torch without a
+ * storage method.
  */
 #include "mstar_py.h"
 
 #include <string.h>
-
-/* torch's dtypes by attribute name: those DLPack carries (dlpack.c's table), so that what is
- * stored can be read back as a torch tensor. */
-static const struct {
-    const char *name;
-    mstar_dtype dtype;
-} dtype_names[] = {
-    { "bool", MSTAR_DTYPE_BOOL },           { "uint8", MSTAR_DTYPE_UINT8 },
-    { "int8", MSTAR_DTYPE_INT8 },           { "int16", MSTAR_DTYPE_INT16 },
-    { "int32", MSTAR_DTYPE_INT32 },         { "int64", MSTAR_DTYPE_INT64 },
-    { "float16", MSTAR_DTYPE_FLOAT16 },     { "bfloat16", MSTAR_DTYPE_BFLOAT16 },
-    { "float32", MSTAR_DTYPE_FLOAT32 },     { "float64", MSTAR_DTYPE_FLOAT64 },
-    { "complex64", MSTAR_DTYPE_COMPLEX64 }, { "complex128", MSTAR_DTYPE_COMPLEX128 },
-};
-#define NDTYPES (sizeof(dtype_names) / sizeof(dtype_names[0]))
 
 /* The attributes read, interned once. */
 enum {
@@ -62,7 +48,10 @@ static const char *const attr_names[NATTRS] = {
 static struct {
     PyObject *tensor_type, *strided;    /* strong references, kept once found */
     PyObject *from_dlpack, *raw_stream; /* NULL where this torch lacks them */
-    PyObject *dtypes[NDTYPES];          /* NULL where this torch lacks one */
+    /* torch's dtype objects by mstar dtype, for those DLPack carries (dlpack.c's table), so
+     * that what is stored can be read back as a torch tensor: torch.<mstar_dtype_name(d)>.
+     * NULL for the others and where this torch lacks one. */
+    PyObject *dtypes[MSTAR_DTYPE_COUNT_];
     PyObject *attrs[NATTRS];
     int storage; /* the method giving a tensor's storage (torch 2: untyped_storage; 1.13:
                   * _storage); NATTRS where there is none */
@@ -102,8 +91,11 @@ static bool torch_found(void)
     torch.raw_stream = c ? PyObject_GetAttrString(c, "_cuda_getCurrentRawStream") : NULL;
     PyErr_Clear();
     Py_XDECREF(c);
-    for (size_t i = 0; i < NDTYPES; i++) {
-        torch.dtypes[i] = PyObject_GetAttrString(mod, dtype_names[i].name);
+    for (int d = 0; d < MSTAR_DTYPE_COUNT_; d++) {
+        uint8_t code, bits;
+        if (!mstar_dtype_is_valid(d) || mstarpy_dtype_to_dl((mstar_dtype)d, &code, &bits) < 0)
+            continue;
+        torch.dtypes[d] = PyObject_GetAttrString(mod, mstar_dtype_name((mstar_dtype)d));
         PyErr_Clear();
     }
     torch.storage = NATTRS;
@@ -155,9 +147,9 @@ static bool dtype_get(PyObject *obj, mstar_dtype *out)
 {
     PyObject *d = attr_get(obj, DTYPE, false);
     bool found = false;
-    for (size_t i = 0; d && !found && i < NDTYPES; i++)
+    for (int i = 0; d && !found && i < MSTAR_DTYPE_COUNT_; i++)
         if (torch.dtypes[i] == d) {
-            *out = dtype_names[i].dtype;
+            *out = (mstar_dtype)i;
             found = true;
         }
     Py_XDECREF(d);
