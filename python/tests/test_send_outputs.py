@@ -123,13 +123,15 @@ def test_a_loan_is_sent_without_a_copy_and_is_stored(meshes, make):
 
 
 def test_bad_arguments_store_nothing(make):
+    """Nothing is stored, sent or held. A torch tensor's hold is on its storage, which no count
+    shows; a NumPy array's (through __dlpack__) is one reference on the array."""
     prod = make("worker_0")
-    t = torch.ones(4)
-    before = sys.getrefcount(t)
+    t, a = torch.ones(4), np.ones(4, dtype=np.float32)
+    before, before_a = sys.getrefcount(t), sys.getrefcount(a)
     with pytest.raises(mstar_c.InvalidArgumentError, match="no outputs"):
         prod.send_outputs("worker_1", 1, {}, "n")
     with pytest.raises(mstar_c.InvalidArgumentError, match='signal "y" has no tensors'):
-        prod.send_outputs("worker_1", 1, {"x": [t], "y": []}, "n")
+        prod.send_outputs("worker_1", 1, {"x": [t, a], "y": []}, "n")
     with pytest.raises(mstar_c.InvalidArgumentError, match="peer and next_node"):
         prod.send_outputs(7, 1, {"x": [t]}, "n")
     with pytest.raises(mstar_c.InvalidArgumentError, match="peer"):
@@ -139,19 +141,21 @@ def test_bad_arguments_store_nothing(make):
     with pytest.raises(mstar_c.InvalidArgumentError, match="peer"):
         prod.send_outputs("worker_1\0worker_2", 1, {"x": [t]}, "n")  # not read as "worker_1"
     with pytest.raises(mstar_c.InvalidArgumentError):
-        prod.send_outputs("worker_1", 1, {"bad signal!": [t]}, "n")  # the store refuses it
+        prod.send_outputs("worker_1", 1, {"bad signal!": [t, a]}, "n")  # the store refuses it
     with pytest.raises(TypeError):
         prod.send_outputs("worker_1", 1, {"x": [t]})
     assert prod.num_tensors == 0 and prod.sent == [] and sys.getrefcount(t) == before
+    assert sys.getrefcount(a) == before_a
 
 
 def test_without_a_sender_nothing_is_stored(shm_dir):
     with mstar_c.CommunicationManager("worker_0", transport="files", shm_dir=shm_dir) as prod:
-        t = torch.ones(4)
-        before = sys.getrefcount(t)
+        t, a = torch.ones(4), np.ones(4, dtype=np.float32)  # a: its hold shows as a reference
+        before, before_a = sys.getrefcount(t), sys.getrefcount(a)
         with pytest.raises(mstar_c.StateError, match="no sender"):
-            prod.send_outputs("worker_1", 1, {"x": [t]}, "n")
+            prod.send_outputs("worker_1", 1, {"x": [t, a]}, "n")
         assert prod.num_tensors == 0 and sys.getrefcount(t) == before
+        assert sys.getrefcount(a) == before_a
 
 
 @pytest.mark.parametrize("fault", ["staging", "callback"])
@@ -170,10 +174,12 @@ def test_a_failed_send_drops_the_request(meshes, make, monkeypatch, fault):
             monkeypatch.setenv("MSTAR_SHM_ARENA_" + k, v)
     prod = make("worker_0", "arena", send=raising if fault == "callback" else m0)
     t = torch.ones(1 << 19)  # 2 MiB
-    before = sys.getrefcount(t)
+    a = np.ones(4, dtype=np.float32)  # through __dlpack__: its hold shows as a reference
+    before, before_a = sys.getrefcount(t), sys.getrefcount(a)
     with pytest.raises(mstar_c.NoSpaceError if fault == "staging" else ConnectionError):
-        prod.send_outputs("worker_1", 1, {"x": [t]}, "n")
+        prod.send_outputs("worker_1", 1, {"x": [t], "y": [a]}, "n")
     assert prod.num_tensors == 0 and sys.getrefcount(t) == before
+    assert sys.getrefcount(a) == before_a
     stats = prod.arena_stats()
     assert stats["live_slots"] == 0 and stats["free_bytes"] == stats["total_bytes"]
     assert m1.recv(timeout_ms=0) is None
